@@ -1,0 +1,204 @@
+//! The JSON Lines form of events: what `tacho record` reads and `--json` prints.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::{Event, EventBody, validate_session_id};
+
+/// A line that did not parse, with where and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {column}: {message}")]
+pub struct JsonError {
+    /// 1-based line number in the input.
+    pub line: usize,
+    /// 1-based column (in bytes) where the problem was found.
+    pub column: usize,
+    pub message: String,
+}
+
+/// A parsed line. `session` and `time_unix_ns` may be absent: `tacho record` can supply
+/// the session from `--session` and the time from the clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedLine {
+    pub session: Option<String>,
+    pub time_unix_ns: Option<i64>,
+    pub body: EventBody,
+}
+
+#[derive(Deserialize)]
+struct LineIn {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default, deserialize_with = "de_time")]
+    ts: Option<i64>,
+    #[serde(flatten)]
+    body: EventBody,
+}
+
+#[derive(Serialize)]
+struct LineOut<'a> {
+    session: &'a str,
+    ts: String,
+    #[serde(flatten)]
+    body: &'a EventBody,
+}
+
+/// Parses one JSON line. `line_no` is only used in the error.
+pub fn parse_json_line(text: &str, line_no: usize) -> Result<ParsedLine, JsonError> {
+    let parsed: LineIn = serde_json::from_str(text).map_err(|e| JsonError {
+        line: line_no,
+        column: e.column().max(1),
+        message: e.to_string().split(" at line ").next().unwrap_or("").to_string(),
+    })?;
+    if let Some(s) = &parsed.session {
+        if let Err(message) = validate_session_id(s) {
+            return Err(JsonError {
+                line: line_no,
+                column: text.find("\"session\"").map_or(1, |c| c + 1),
+                message: format!("field `session`: {message}"),
+            });
+        }
+    }
+    Ok(ParsedLine {
+        session: parsed.session,
+        time_unix_ns: parsed.ts,
+        body: parsed.body,
+    })
+}
+
+impl Event {
+    /// The event as one JSON object, in the same form `tacho record` reads.
+    pub fn to_json(&self) -> serde_json::Value {
+        if let EventBody::Unknown {
+            kind,
+            version,
+            payload,
+        } = &self.body
+        {
+            return serde_json::json!({
+                "session": self.session,
+                "ts": time_to_rfc3339(self.time_unix_ns),
+                "type": "unknown",
+                "kind": kind,
+                "version": version,
+                "payload_bytes": payload.len(),
+            });
+        }
+        let out = LineOut {
+            session: &self.session,
+            ts: time_to_rfc3339(self.time_unix_ns),
+            body: &self.body,
+        };
+        serde_json::to_value(out).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Formats nanoseconds since the epoch as RFC 3339 in UTC.
+pub fn time_to_rfc3339(unix_ns: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ns))
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| format!("@{unix_ns}ns"))
+}
+
+/// `ts` is an RFC 3339 string or an integer number of milliseconds since the epoch.
+fn de_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Ts {
+        Millis(i64),
+        Text(String),
+    }
+    let Some(ts) = Option::<Ts>::deserialize(d)? else {
+        return Ok(None);
+    };
+    match ts {
+        Ts::Millis(ms) => ms
+            .checked_mul(1_000_000)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("`ts` {ms} ms is out of range"))),
+        Ts::Text(s) => {
+            let t = OffsetDateTime::parse(&s, &Rfc3339).map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "`ts` {s:?} is not an RFC 3339 time like 2026-11-30T12:00:00.5Z ({e})"
+                ))
+            })?;
+            i64::try_from(t.unix_timestamp_nanos())
+                .map(Some)
+                .map_err(|_| serde::de::Error::custom(format!("`ts` {s:?} is out of range")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ToolCall, ToolStatus};
+
+    #[test]
+    fn parses_a_tool_call_with_any_json_input() {
+        let l = parse_json_line(
+            r#"{"type":"tool.call","session":"s1","ts":"2026-11-30T12:00:00.5Z","call_id":"c1","tool":"read","input":{"path":"src/api.ts","n":[1,2]}}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!(l.session.as_deref(), Some("s1"));
+        assert_eq!(l.time_unix_ns, Some(1_796_040_000_500_000_000));
+        assert_eq!(
+            l.body,
+            EventBody::ToolCall(ToolCall {
+                call_id: "c1".into(),
+                tool: "read".into(),
+                target: None,
+                input: Some(r#"{"n":[1,2],"path":"src/api.ts"}"#.into()),
+                agent: None,
+            })
+        );
+    }
+
+    #[test]
+    fn json_round_trip_through_to_json() {
+        let l = parse_json_line(
+            r#"{"type":"tool.result","session":"s1","ts":1764504000000,"call_id":"c1","status":"error","error":"boom","output":"line1\nline2"}"#,
+            1,
+        )
+        .unwrap();
+        let ev = Event {
+            session: "s1".into(),
+            time_unix_ns: l.time_unix_ns.unwrap(),
+            body: l.body.clone(),
+        };
+        let text = ev.to_json().to_string();
+        let again = parse_json_line(&text, 1).unwrap();
+        assert_eq!(again.body, l.body);
+        assert!(matches!(
+            again.body,
+            EventBody::ToolResult(ref r) if r.status == ToolStatus::Error
+        ));
+    }
+
+    #[test]
+    fn errors_name_the_line_column_and_reason() {
+        let e = parse_json_line(r#"{"type":"tool.call","call_id":"c1"}"#, 7).unwrap_err();
+        assert_eq!(e.line, 7);
+        assert!(e.message.contains("missing field `tool`"), "{e}");
+
+        let e = parse_json_line(r#"{"type":"tool.cal","call_id":"c1"}"#, 2).unwrap_err();
+        assert!(e.message.contains("unknown variant `tool.cal`"), "{e}");
+
+        let e = parse_json_line(r#"{"type":"step.start","step":1,"stpe":2}"#, 3).unwrap_err();
+        assert!(e.message.contains("unknown field `stpe`"), "{e}");
+
+        let e = parse_json_line(r#"{"type":"step.start", "step": 1,,}"#, 4).unwrap_err();
+        assert_eq!(e.column, 33, "{e}"); // the second comma
+
+        let e = parse_json_line(r#"{"type":"step.start","step":1,"ts":"yesterday"}"#, 5)
+            .unwrap_err();
+        assert!(e.message.contains("RFC 3339"), "{e}");
+
+        let e = parse_json_line(r#"{"type":"step.start","step":1,"session":"a/b"}"#, 6)
+            .unwrap_err();
+        assert!(e.message.contains("field `session`"), "{e}");
+    }
+}

@@ -1,0 +1,425 @@
+//! The event kinds of schema version 1.
+//!
+//! To add a kind: add a struct and one line to the `kinds!` table with a new, never
+//! reused id. To change a kind: add a new struct version, bump its version in the table,
+//! and keep decoding the old version (see SPEC.md §"Versioning").
+
+use serde::{Deserialize, Serialize};
+
+use crate::SchemaError;
+
+/// Fields that hold arbitrary JSON are stored as compact JSON text.
+pub mod json_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            None => s.serialize_none(),
+            Some(text) => {
+                let raw = serde_json::value::RawValue::from_string(text.clone())
+                    .map_err(serde::ser::Error::custom)?;
+                raw.serialize(s)
+            }
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        let v = Option::<serde_json::Value>::deserialize(d)?;
+        Ok(v.map(|v| v.to_string()))
+    }
+}
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+        #[rkyv(compare(PartialEq), derive(Debug))]
+        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+
+        impl $name {
+            /// The name used in JSON and in text output.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// How a session ended.
+    EndReason {
+        Completed = "completed",
+        Aborted = "aborted",
+        Error = "error",
+        StepLimit = "step_limit",
+        Stalled = "stalled",
+        BudgetLimited = "budget_limited",
+        GateBlocked = "gate_blocked",
+    }
+);
+
+string_enum!(
+    /// Outcome of a tool call.
+    ToolStatus {
+        Ok = "ok",
+        Error = "error",
+        Denied = "denied",
+        Cancelled = "cancelled",
+        Timeout = "timeout",
+    }
+);
+
+string_enum!(
+    /// A permission decision.
+    Decision {
+        Allow = "allow",
+        AllowAlways = "allow_always",
+        Deny = "deny",
+    }
+);
+
+string_enum!(
+    /// Outcome of a verification run (tests, build, lint, type check).
+    VerificationStatus {
+        Passed = "passed",
+        Failed = "failed",
+        Error = "error",
+        Skipped = "skipped",
+    }
+);
+
+string_enum!(
+    /// What an edit tool did to a file.
+    EditOp {
+        Create = "create",
+        Modify = "modify",
+        Delete = "delete",
+        Rename = "rename",
+    }
+);
+
+macro_rules! record_struct {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+        #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name { $($(#[$fm])* pub $field: $ty),* }
+    };
+}
+
+impl Default for EndReason {
+    fn default() -> Self {
+        EndReason::Completed
+    }
+}
+impl Default for ToolStatus {
+    fn default() -> Self {
+        ToolStatus::Ok
+    }
+}
+impl Default for Decision {
+    fn default() -> Self {
+        Decision::Allow
+    }
+}
+impl Default for VerificationStatus {
+    fn default() -> Self {
+        VerificationStatus::Passed
+    }
+}
+impl Default for EditOp {
+    fn default() -> Self {
+        EditOp::Modify
+    }
+}
+
+record_struct!(
+    /// `session.start`: the first event of every session.
+    SessionStart {
+        #[serde(default, skip_serializing_if = "Option::is_none")] agent: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] model: Option<String>,
+        /// Absolute path of the working directory.
+        #[serde(default, skip_serializing_if = "Option::is_none")] workspace: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] project: Option<String>,
+        /// The session that delegated this one.
+        #[serde(default, skip_serializing_if = "Option::is_none")] parent: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] title: Option<String>,
+        /// What produced the events: `claude-code`, `codex`, `tacho-import`, ...
+        #[serde(default, skip_serializing_if = "Option::is_none")] source: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `session.end`.
+    SessionEnd {
+        reason: EndReason,
+        #[serde(default, skip_serializing_if = "Option::is_none")] message: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `agent.route`: a routing decision between agents.
+    AgentRoute {
+        #[serde(default, skip_serializing_if = "Option::is_none")] from: Option<String>,
+        to: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] reason: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `llm.request`.
+    LlmRequest {
+        request_id: String,
+        model: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] agent: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] provider: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] summary: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `llm.response`, with token usage. `response_id` identifies the model's response
+    /// so that usage repeated in several events is counted once.
+    LlmResponse {
+        request_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] response_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] model: Option<String>,
+        #[serde(default)] tokens_in: u64,
+        #[serde(default)] tokens_out: u64,
+        #[serde(default)] cache_read: u64,
+        #[serde(default)] cache_write: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")] latency_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] stop_reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] error: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `step.start`.
+    StepStart {
+        step: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")] agent: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] title: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `step.finish`.
+    StepFinish {
+        step: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")] reason: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `tool.call`.
+    ToolCall {
+        call_id: String,
+        tool: String,
+        /// The file, pattern or command the call is aimed at, for display.
+        #[serde(default, skip_serializing_if = "Option::is_none")] target: Option<String>,
+        /// The tool's input, any JSON value.
+        #[serde(default, with = "json_text", skip_serializing_if = "Option::is_none")] input: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] agent: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `tool.result`. The output is stored whole.
+    ToolResult {
+        call_id: String,
+        status: ToolStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")] duration_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] error: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] output: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] exit_code: Option<i64>,
+    }
+);
+
+record_struct!(
+    /// `permission.ask`.
+    PermissionAsk {
+        request_id: String,
+        permission: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] tool: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] call_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] target: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `permission.reply`.
+    PermissionReply {
+        request_id: String,
+        decision: Decision,
+        #[serde(default, skip_serializing_if = "Option::is_none")] by: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `error`: an error outside any tool result.
+    ErrorEvent {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] code: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] source: Option<String>,
+        #[serde(default)] fatal: bool,
+    }
+);
+
+record_struct!(
+    /// `verification.run`: tests, a build, a linter or a type check.
+    VerificationRun {
+        command: String,
+        status: VerificationStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")] exit_code: Option<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] duration_ms: Option<u64>,
+        /// `test`, `build`, `lint`, `typecheck`, ...
+        #[serde(default, skip_serializing_if = "Option::is_none")] kind: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] output: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `file.edit`: a file change reported by an edit tool.
+    FileEdit {
+        path: String,
+        op: EditOp,
+        /// The old path of a rename.
+        #[serde(default, skip_serializing_if = "Option::is_none")] from: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] tool: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] call_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] lines_added: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] lines_removed: Option<u64>,
+    }
+);
+
+macro_rules! kinds {
+    ($($variant:ident($ty:ident) = $id:literal, $name:literal, v $version:literal;)+) => {
+        /// The body of an event: one variant per kind.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "type")]
+        pub enum EventBody {
+            $(#[serde(rename = $name)] $variant($ty),)+
+            /// A kind this tacho does not know (written by a newer version). Kept as
+            /// raw payload so it can still be verified and counted.
+            #[serde(skip)]
+            Unknown { kind: u16, version: u16, payload: Vec<u8> },
+        }
+
+        /// Every kind this tacho knows: (id, name, current schema version).
+        pub const KINDS: &[(u16, &str, u16)] = &[$(($id, $name, $version)),+];
+
+        impl EventBody {
+            /// The kind's numeric id, as stored in the frame header.
+            pub fn kind_id(&self) -> u16 {
+                match self { $(EventBody::$variant(_) => $id,)+ EventBody::Unknown { kind, .. } => *kind }
+            }
+
+            /// The kind's name (`tool.call`, ...).
+            pub fn kind_name(&self) -> &'static str {
+                kind_name(self.kind_id())
+            }
+
+            /// Encodes the body as (kind id, schema version, rkyv payload).
+            pub fn encode(&self) -> Result<(u16, u16, rkyv::util::AlignedVec), SchemaError> {
+                match self {
+                    $(EventBody::$variant(v) => {
+                        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(v)
+                            .map_err(|e| SchemaError::Encode(e.to_string()))?;
+                        Ok(($id, $version, bytes))
+                    })+
+                    EventBody::Unknown { kind, version, payload } => {
+                        let mut bytes = rkyv::util::AlignedVec::new();
+                        bytes.extend_from_slice(payload);
+                        Ok((*kind, *version, bytes))
+                    }
+                }
+            }
+
+            /// Decodes a payload. `payload` must be 8-byte aligned in memory, as it is
+            /// in a segment read from a memory map or an aligned buffer.
+            pub fn decode(kind: u16, version: u16, payload: &[u8]) -> Result<Self, SchemaError> {
+                match kind {
+                    $($id => {
+                        check_version(kind, version, $version)?;
+                        rkyv::from_bytes::<$ty, rkyv::rancor::Error>(payload)
+                            .map(EventBody::$variant)
+                            .map_err(|e| bad(kind, version, e))
+                    })+
+                    _ => Ok(EventBody::Unknown { kind, version, payload: payload.to_vec() }),
+                }
+            }
+
+            /// Checks a payload without building owned values (the validation that
+            /// verification runs on every event). Unknown kinds pass: they belong to a
+            /// newer tacho, and the frame checksum and chain still protect them.
+            pub fn validate(kind: u16, version: u16, payload: &[u8]) -> Result<(), SchemaError> {
+                match kind {
+                    $($id => {
+                        check_version(kind, version, $version)?;
+                        rkyv::access::<rkyv::Archived<$ty>, rkyv::rancor::Error>(payload)
+                            .map(|_| ())
+                            .map_err(|e| bad(kind, version, e))
+                    })+
+                    _ => Ok(()),
+                }
+            }
+        }
+
+        /// The name of a kind id, or `unknown` for ids this tacho does not know.
+        pub fn kind_name(id: u16) -> &'static str {
+            match id { $($id => $name,)+ _ => "unknown" }
+        }
+    };
+}
+
+kinds! {
+    SessionStart(SessionStart) = 1, "session.start", v 1;
+    SessionEnd(SessionEnd) = 2, "session.end", v 1;
+    AgentRoute(AgentRoute) = 3, "agent.route", v 1;
+    LlmRequest(LlmRequest) = 4, "llm.request", v 1;
+    LlmResponse(LlmResponse) = 5, "llm.response", v 1;
+    StepStart(StepStart) = 6, "step.start", v 1;
+    StepFinish(StepFinish) = 7, "step.finish", v 1;
+    ToolCall(ToolCall) = 8, "tool.call", v 1;
+    ToolResult(ToolResult) = 9, "tool.result", v 1;
+    PermissionAsk(PermissionAsk) = 10, "permission.ask", v 1;
+    PermissionReply(PermissionReply) = 11, "permission.reply", v 1;
+    Error(ErrorEvent) = 12, "error", v 1;
+    VerificationRun(VerificationRun) = 13, "verification.run", v 1;
+    FileEdit(FileEdit) = 14, "file.edit", v 1;
+}
+
+fn check_version(kind: u16, version: u16, known: u16) -> Result<(), SchemaError> {
+    if version == 0 || version > known {
+        return Err(SchemaError::UnknownVersion {
+            kind,
+            name: kind_name(kind),
+            version,
+            known,
+        });
+    }
+    Ok(())
+}
+
+fn bad(kind: u16, version: u16, e: rkyv::rancor::Error) -> SchemaError {
+    SchemaError::BadPayload {
+        kind,
+        name: kind_name(kind),
+        version,
+        reason: e.to_string(),
+    }
+}
+
+/// The id of a kind name, if this tacho knows it.
+pub fn kind_id(name: &str) -> Option<u16> {
+    KINDS.iter().find(|(_, n, _)| *n == name).map(|(id, _, _)| *id)
+}
