@@ -1,1 +1,25 @@
+//! The store: one append-only stream of segments per session, written under a lock,
+//! read without one, recovered on open and verified on demand.
+//!
+//! Layout under the store root (see SPEC.md §"Store layout"):
+//!
+//! ```text
+//! <root>/streams/<stream dir>/LOCK
+//! <root>/streams/<stream dir>/00000000000000000000.tseg
+//! <root>/streams/<stream dir>/00000000000000012345.tseg
+//! ```
+//!
+//! The engine owns I/O policy: where files live, when they are synced, what is repaired
+//! and what is refused. The byte layout is `tacho-log-format`'s; what payloads mean is
+//! `tacho-schema`'s.
 
+mod reader;
+mod store;
+pub mod vfs;
+mod verify;
+mod writer;
+
+pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
+pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
+pub use verify::{Finding, Head, Severity, StoreReport, StreamReport, hex};
+pub use writer::{AppendReceipt, Durability, Recovery, Writer};

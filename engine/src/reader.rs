@@ -1,0 +1,159 @@
+//! Reading a session's stream without a lock.
+//!
+//! Readers see a consistent prefix: only batches whose commit frame they have read.
+//! They never take the writer's lock, so they never block a writer. Sealed segments are
+//! memory-mapped (they never change); the last segment is copied, up to the length seen
+//! when it was opened, because a writer may truncate a torn tail of it, and a truncated
+//! mapping would kill the reader with SIGBUS.
+
+use std::path::PathBuf;
+
+use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd, StreamId};
+use tacho_schema::{Event, EventBody};
+
+use crate::store::{Store, StoreError};
+
+/// An event with its position in the session's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub seq: u64,
+    pub event: Event,
+}
+
+/// How a read ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadEnd {
+    /// Number of events in the stream (the next sequence number).
+    pub next_seq: u64,
+    /// The chain value after the last committed batch.
+    pub head: ChainValue,
+    /// Bytes after the last committed batch that were not read: a batch being written
+    /// right now, or a torn tail that the next writer will cut.
+    pub uncommitted_bytes: u64,
+}
+
+/// One segment file of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub path: PathBuf,
+    pub first_seq: u64,
+}
+
+impl Store {
+    /// The segment files of a session in sequence order.
+    pub fn segments(&self, session: &str) -> Result<Vec<SegmentInfo>, StoreError> {
+        Ok(self
+            .segment_files(session)?
+            .into_iter()
+            .map(|(first_seq, path)| SegmentInfo { path, first_seq })
+            .collect())
+    }
+
+    /// Calls `f` with every committed event of `session`, in order.
+    pub fn read_session(
+        &self,
+        session: &str,
+        f: impl FnMut(StoredEvent),
+    ) -> Result<ReadEnd, StoreError> {
+        self.read_session_from(session, 0, f)
+    }
+
+    /// Calls `f` with every committed event of `session` whose sequence number is at
+    /// least `from_seq`. Segments that end before `from_seq` are not read at all, so
+    /// catching up costs time proportional to what is new.
+    pub fn read_session_from(
+        &self,
+        session: &str,
+        from_seq: u64,
+        mut f: impl FnMut(StoredEvent),
+    ) -> Result<ReadEnd, StoreError> {
+        let segs = self.segment_files(session)?;
+        let stream = StreamId::of_name(session);
+        let start = segs
+            .iter()
+            .rposition(|(first, _)| *first <= from_seq)
+            .unwrap_or(0);
+        let mut end = ReadEnd {
+            next_seq: segs.get(start).map_or(0, |s| s.0),
+            head: [0; 32],
+            uncommitted_bytes: 0,
+        };
+        let mut prev_chain: Option<ChainValue> = None;
+        for (i, (name_seq, path)) in segs.iter().enumerate().skip(start) {
+            let last = i + 1 == segs.len();
+            let bytes = self
+                .vfs
+                .read(path, !last)
+                .map_err(|e| StoreError::io(path, e))?;
+            let corrupt = |offset: usize, detail: String| StoreError::Corrupt {
+                path: path.clone(),
+                offset: offset as u64,
+                detail,
+            };
+            let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: false });
+            if let Some(h) = scan.header() {
+                if h.stream != stream {
+                    return Err(corrupt(0, "segment belongs to another stream".into()));
+                }
+                if h.first_seq != *name_seq || h.first_seq != end.next_seq {
+                    return Err(corrupt(
+                        0,
+                        format!(
+                            "segment starts at seq {}, expected {} (a segment is missing or misnamed)",
+                            h.first_seq, end.next_seq
+                        ),
+                    ));
+                }
+                if prev_chain.is_some_and(|c| c != h.prev_chain) {
+                    return Err(corrupt(
+                        0,
+                        "header does not carry the previous segment's chain value".into(),
+                    ));
+                }
+            }
+            while let Some(batch) = scan.next_batch() {
+                for frame in batch.events {
+                    let seq = frame.header.seq;
+                    if seq < from_seq {
+                        continue;
+                    }
+                    let body = EventBody::decode(
+                        frame.header.kind,
+                        frame.header.kind_version,
+                        frame.payload,
+                    )
+                    .map_err(|e| corrupt(frame.offset, e.to_string()))?;
+                    f(StoredEvent {
+                        seq,
+                        event: Event {
+                            session: session.to_string(),
+                            time_unix_ns: frame.header.time_unix_ns,
+                            body,
+                        },
+                    });
+                }
+            }
+            end.next_seq = scan.next_seq();
+            end.head = scan.chain();
+            prev_chain = Some(scan.chain());
+            match scan.end() {
+                Some(SegmentEnd::Sealed { .. }) => {}
+                Some(SegmentEnd::Open { .. }) if last => {}
+                Some(SegmentEnd::Damaged(d)) if last && d.class == DamageClass::Uncommitted => {
+                    end.uncommitted_bytes = (bytes.len() - d.valid_len) as u64;
+                }
+                Some(SegmentEnd::Damaged(d)) => {
+                    return Err(corrupt(d.error.offset(), d.error.to_string()));
+                }
+                Some(SegmentEnd::Open { len }) => {
+                    return Err(corrupt(
+                        *len,
+                        "segment is not sealed, but a later segment exists".into(),
+                    ));
+                }
+                None => return Err(corrupt(0, "scan did not finish".into())),
+            }
+        }
+        Ok(end)
+    }
+}

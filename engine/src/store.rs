@@ -1,0 +1,206 @@
+//! The store root, its streams, and the engine's error type.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tacho_log_format::parse_segment_file_name;
+
+use crate::vfs::{RealFs, Vfs};
+
+/// Tunables of a store. The defaults are what the `tacho` binary uses.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// A segment is sealed and a new one started once it reaches this size (16 MiB).
+    /// A session's recorder scans its last segment when it opens, so this bounds the
+    /// start-up cost of a hook process.
+    pub segment_bytes_max: u64,
+    /// How long a writer waits for another process that writes the same session.
+    pub lock_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            segment_bytes_max: 16 * 1024 * 1024,
+            lock_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Everything that can go wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error(
+        "session {session} is being written by another process ({holder}); gave up after {waited_ms} ms"
+    )]
+    Busy {
+        session: String,
+        holder: String,
+        waited_ms: u128,
+    },
+    #[error("corruption in {} at offset {offset}: {detail}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        detail: String,
+    },
+    #[error("no session {0} in the store")]
+    NotFound(String),
+    #[error("invalid session id: {0}")]
+    BadSessionId(String),
+    #[error("session {session}: {reason}")]
+    Rejected { session: String, reason: String },
+    #[error("the writer of session {0} failed earlier; reopen it to recover")]
+    Poisoned(String),
+}
+
+impl StoreError {
+    pub(crate) fn io(path: &Path, source: io::Error) -> Self {
+        StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// A store rooted at a directory.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub(crate) root: PathBuf,
+    pub(crate) vfs: Arc<dyn Vfs>,
+    pub(crate) opts: StoreOptions,
+}
+
+/// The directory name of a stream. Session ids are limited to ASCII letters, digits,
+/// `.`, `_` and `-`; upper-case letters are written as `^` plus the lower-case letter,
+/// so that two ids differing only in case never share a directory on a
+/// case-insensitive filesystem.
+pub fn stream_dir_name(session: &str) -> String {
+    let mut out = String::with_capacity(session.len() + 4);
+    for c in session.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('^');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The session id stored in a stream directory name, or `None` for names that no
+/// session id produces.
+pub fn stream_name_from_dir(dir: &str) -> Option<String> {
+    let mut out = String::with_capacity(dir.len());
+    let mut chars = dir.chars();
+    while let Some(c) = chars.next() {
+        if c == '^' {
+            let l = chars.next()?;
+            if !l.is_ascii_lowercase() {
+                return None;
+            }
+            out.push(l.to_ascii_uppercase());
+        } else if c.is_ascii_uppercase() {
+            return None;
+        } else {
+            out.push(c);
+        }
+    }
+    tacho_schema::validate_session_id(&out).ok()?;
+    Some(out)
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `root` on the real filesystem.
+    pub fn open(root: impl Into<PathBuf>, opts: StoreOptions) -> Result<Store, StoreError> {
+        Store::open_with(Arc::new(RealFs), root, opts)
+    }
+
+    /// Opens a store through any [`Vfs`] (tests use [`crate::vfs::SimFs`]).
+    pub fn open_with(
+        vfs: Arc<dyn Vfs>,
+        root: impl Into<PathBuf>,
+        opts: StoreOptions,
+    ) -> Result<Store, StoreError> {
+        let root = root.into();
+        let streams = root.join("streams");
+        vfs.create_dir_all(&streams)
+            .map_err(|e| StoreError::io(&streams, e))?;
+        Ok(Store { root, vfs, opts })
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn streams_dir(&self) -> PathBuf {
+        self.root.join("streams")
+    }
+
+    pub(crate) fn stream_dir(&self, session: &str) -> PathBuf {
+        self.streams_dir().join(stream_dir_name(session))
+    }
+
+    /// Every session in the store, sorted by id.
+    pub fn sessions(&self) -> Result<Vec<String>, StoreError> {
+        let dir = self.streams_dir();
+        let mut names: Vec<String> = self
+            .vfs
+            .list_dir(&dir)
+            .map_err(|e| StoreError::io(&dir, e))?
+            .iter()
+            .filter_map(|d| stream_name_from_dir(d))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Whether the store holds a session with this exact id.
+    pub fn has_session(&self, session: &str) -> bool {
+        tacho_schema::validate_session_id(session).is_ok()
+            && self.vfs.exists(&self.stream_dir(session))
+    }
+
+    /// The segment files of a session, in sequence order: (first seq, path).
+    pub(crate) fn segment_files(&self, session: &str) -> Result<Vec<(u64, PathBuf)>, StoreError> {
+        tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
+        let dir = self.stream_dir(session);
+        let names = match self.vfs.list_dir(&dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound(session.to_string()));
+            }
+            Err(e) => return Err(StoreError::io(&dir, e)),
+        };
+        let mut segs: Vec<(u64, PathBuf)> = names
+            .iter()
+            .filter_map(|n| parse_segment_file_name(n).map(|seq| (seq, dir.join(n))))
+            .collect();
+        segs.sort();
+        Ok(segs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_dir_names_round_trip_and_separate_case() {
+        for id in ["ses_01jf", "Ses_A", "3F2A-b.c", "x"] {
+            assert_eq!(stream_name_from_dir(&stream_dir_name(id)).as_deref(), Some(id));
+        }
+        assert_ne!(
+            stream_dir_name("AB").to_lowercase(),
+            stream_dir_name("ab").to_lowercase()
+        );
+        assert_eq!(stream_name_from_dir("LOCK"), None);
+        assert_eq!(stream_name_from_dir("^"), None);
+        assert_eq!(stream_name_from_dir(".hidden"), None);
+    }
+}

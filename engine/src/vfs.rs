@@ -1,0 +1,508 @@
+//! The storage seam: every file operation the engine performs goes through [`Vfs`].
+//!
+//! [`RealFs`] is the filesystem. [`SimFs`] keeps files in memory and remembers what was
+//! durable (synced) separately from what was written, so crash tests can freeze the
+//! durable state at the N-th sync, build the image a crash would leave, and reopen it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rkyv::util::AlignedVec;
+
+/// The bytes of a segment: a read-only memory map of a sealed segment, or an aligned copy.
+///
+/// Either way the base address is at least 16-byte aligned, so frame payloads (at
+/// 8-byte aligned offsets) are aligned for rkyv.
+#[derive(Debug)]
+pub enum SegmentBytes {
+    Mapped(memmap2::Mmap),
+    Owned(AlignedVec<16>),
+}
+
+impl std::ops::Deref for SegmentBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            SegmentBytes::Mapped(m) => m,
+            SegmentBytes::Owned(v) => v,
+        }
+    }
+}
+
+/// Why a lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("held by another process{}", holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
+    Busy { holder: Option<String> },
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// An exclusive lock, released when dropped.
+pub trait LockGuard: Send + std::fmt::Debug {}
+
+/// A file opened for appending.
+pub trait VfsFile: Send + std::fmt::Debug {
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Writes all of `buf` at the end of the file.
+    fn append(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Makes everything written so far durable (fdatasync).
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes.
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// File operations the engine needs.
+pub trait Vfs: Send + Sync + std::fmt::Debug {
+    /// Creates a directory and its parents; `true` if the directory did not exist.
+    fn create_dir_all(&self, path: &Path) -> io::Result<bool>;
+    /// Names of the entries of a directory.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// Reads a whole file. `immutable` promises that the file is never truncated or
+    /// rewritten while it is read, which allows a memory map.
+    fn read(&self, path: &Path, immutable: bool) -> io::Result<SegmentBytes>;
+    /// Opens a file for appending; with `create_new`, the file must not exist yet.
+    fn open_append(&self, path: &Path, create_new: bool) -> io::Result<Box<dyn VfsFile>>;
+    /// Makes a directory's entries durable (fsync of the directory).
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Takes an exclusive lock on `path` (created if missing), waiting at most `timeout`.
+    fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError>;
+    /// Whether a path exists.
+    fn exists(&self, path: &Path) -> bool;
+}
+
+/// The real filesystem.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+#[derive(Debug)]
+struct RealFile(File);
+
+impl VfsFile for RealFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.seek(SeekFrom::End(0))?;
+        self.0.write_all(buf)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
+
+#[derive(Debug)]
+struct RealLock(#[allow(dead_code)] File);
+impl LockGuard for RealLock {}
+
+impl Vfs for RealFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<bool> {
+        if path.is_dir() {
+            return Ok(false);
+        }
+        std::fs::create_dir_all(path)?;
+        Ok(true)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(path)? {
+            let entry = entry?;
+            if let Ok(name) = entry.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    fn read(&self, path: &Path, immutable: bool) -> io::Result<SegmentBytes> {
+        let mut f = File::open(path)?;
+        let len = f.metadata()?.len();
+        if immutable && len > 0 {
+            // SAFETY: the map is read-only, and tacho never truncates or rewrites a
+            // sealed segment (only whole files are deleted, which keeps mapped pages
+            // valid). The last, still growing segment is never mapped: it is copied,
+            // so a torn-tail repair by a writer cannot fault a reader (SPEC.md §Readers).
+            #[allow(unsafe_code)]
+            let map = unsafe { memmap2::Mmap::map(&f)? };
+            return Ok(SegmentBytes::Mapped(map));
+        }
+        let mut v = AlignedVec::<16>::with_capacity(len as usize);
+        let mut chunk = vec![0u8; 1 << 16];
+        // Read up to the length seen now; bytes appended meanwhile are left for later.
+        let mut left = len as usize;
+        while left > 0 {
+            let n = f.read(&mut chunk[..left.min(1 << 16)])?;
+            if n == 0 {
+                break; // truncated meanwhile: what was read is a valid prefix to scan
+            }
+            v.extend_from_slice(&chunk[..n]);
+            left -= n;
+        }
+        Ok(SegmentBytes::Owned(v))
+    }
+
+    fn open_append(&self, path: &Path, create_new: bool) -> io::Result<Box<dyn VfsFile>> {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true);
+        if create_new {
+            o.create_new(true);
+        }
+        Ok(Box::new(RealFile(o.open(path)?)))
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError> {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match f.try_lock() {
+                Ok(()) => {
+                    // Leave our pid for the error message of whoever waits next.
+                    let _ = f.set_len(0);
+                    let _ = f.seek(SeekFrom::Start(0));
+                    let _ = write!(f, "pid {}", std::process::id());
+                    return Ok(Box::new(RealLock(f)));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    if start.elapsed() >= timeout {
+                        let mut holder = String::new();
+                        let _ = f.seek(SeekFrom::Start(0));
+                        let _ = (&f).take(64).read_to_string(&mut holder);
+                        let holder = holder.trim().to_string();
+                        return Err(LockError::Busy {
+                            holder: (!holder.is_empty()).then_some(holder),
+                        });
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                Err(TryLockError::Error(e)) => return Err(LockError::Io(e)),
+            }
+        }
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The simulated filesystem.
+
+#[derive(Debug, Clone, Default)]
+struct SimFile {
+    data: Vec<u8>,
+    /// Content as of the last sync_data.
+    durable: Vec<u8>,
+    /// Whether the directory entry survives a crash (synced by sync_dir of the parent).
+    entry_durable: bool,
+}
+
+#[derive(Debug, Default)]
+struct SimState {
+    files: BTreeMap<PathBuf, SimFile>,
+    dirs: BTreeSet<PathBuf>,
+    locks: BTreeSet<PathBuf>,
+    syncs: u64,
+    freeze_at: Option<u64>,
+    frozen: Option<CrashImage>,
+    fail_writes_after: Option<u64>,
+}
+
+/// What a crash leaves: per file, the durable content and the bytes written after it
+/// that had not been synced yet.
+#[derive(Debug, Clone, Default)]
+pub struct CrashImage {
+    /// path → (durable content, unsynced content written after it, entry durable)
+    pub files: BTreeMap<PathBuf, (Vec<u8>, Vec<u8>, bool)>,
+    pub dirs: BTreeSet<PathBuf>,
+}
+
+/// How much of the unsynced writes a simulated crash keeps.
+#[derive(Debug, Clone, Copy)]
+pub enum CrashKeep {
+    /// Only what was synced.
+    DurableOnly,
+    /// The synced content plus this fraction (0.0 to 1.0) of each file's unsynced tail,
+    /// optionally followed by as many zero bytes as were lost (a file whose size was
+    /// extended but whose data never reached the disk).
+    Prefix { fraction: f64, zero_fill: bool },
+}
+
+impl CrashImage {
+    /// The filesystem a crash with `keep` leaves behind.
+    pub fn materialize(&self, keep: CrashKeep) -> SimFs {
+        let mut st = SimState {
+            dirs: self.dirs.clone(),
+            ..SimState::default()
+        };
+        for (path, (durable, tail, entry_durable)) in &self.files {
+            let mut data = durable.clone();
+            match keep {
+                CrashKeep::DurableOnly => {
+                    if !entry_durable {
+                        continue;
+                    }
+                }
+                CrashKeep::Prefix {
+                    fraction,
+                    zero_fill,
+                } => {
+                    let n = ((tail.len() as f64) * fraction.clamp(0.0, 1.0)) as usize;
+                    data.extend_from_slice(&tail[..n]);
+                    if zero_fill {
+                        data.resize(durable.len() + tail.len(), 0);
+                    }
+                }
+            }
+            st.files.insert(
+                path.clone(),
+                SimFile {
+                    durable: data.clone(),
+                    data,
+                    entry_durable: true,
+                },
+            );
+        }
+        SimFs(Arc::new(Mutex::new(st)))
+    }
+}
+
+/// An in-memory filesystem with a notion of durability, for crash tests.
+#[derive(Debug, Clone, Default)]
+pub struct SimFs(Arc<Mutex<SimState>>);
+
+impl SimFs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, SimState> {
+        // A panic while holding the lock only happens in a failing test.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number of syncs (file and directory) performed so far.
+    pub fn sync_count(&self) -> u64 {
+        self.state().syncs
+    }
+
+    /// Freeze the durable state right after the `n`-th sync (1-based).
+    pub fn freeze_at_sync(&self, n: u64) {
+        self.state().freeze_at = Some(n);
+    }
+
+    /// The image frozen by [`SimFs::freeze_at_sync`], if that sync happened.
+    pub fn frozen(&self) -> Option<CrashImage> {
+        self.state().frozen.clone()
+    }
+
+    /// Makes every append fail with an I/O error once `n` more bytes were written.
+    pub fn fail_writes_after(&self, n: u64) {
+        self.state().fail_writes_after = Some(n);
+    }
+
+    /// The current content of a file (for tests that damage files).
+    pub fn file(&self, path: &Path) -> Option<Vec<u8>> {
+        self.state().files.get(path).map(|f| f.data.clone())
+    }
+
+    /// Replaces a file's content, as durable (for tests that damage files).
+    pub fn set_file(&self, path: &Path, data: Vec<u8>) {
+        let mut st = self.state();
+        let f = st.files.entry(path.to_path_buf()).or_default();
+        f.durable = data.clone();
+        f.data = data;
+        f.entry_durable = true;
+    }
+
+    fn count_sync(st: &mut SimState) {
+        st.syncs += 1;
+        if st.freeze_at == Some(st.syncs) {
+            let image = CrashImage {
+                files: st
+                    .files
+                    .iter()
+                    .map(|(p, f)| {
+                        // A truncation that was not synced yet leaves the durable content.
+                        let tail = f.data.get(f.durable.len()..).unwrap_or(&[]).to_vec();
+                        (p.clone(), (f.durable.clone(), tail, f.entry_durable))
+                    })
+                    .collect(),
+                dirs: st.dirs.clone(),
+            };
+            st.frozen = Some(image);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SimHandle {
+    fs: SimFs,
+    path: PathBuf,
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display()))
+}
+
+impl VfsFile for SimHandle {
+    fn len(&self) -> io::Result<u64> {
+        let st = self.fs.state();
+        let f = st.files.get(&self.path).ok_or_else(|| not_found(&self.path))?;
+        Ok(f.data.len() as u64)
+    }
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        let mut st = self.fs.state();
+        let budget = st.fail_writes_after;
+        let f = st.files.get_mut(&self.path).ok_or_else(|| not_found(&self.path))?;
+        if let Some(left) = budget {
+            let n = (left as usize).min(buf.len());
+            f.data.extend_from_slice(&buf[..n]);
+            st.fail_writes_after = Some(left - n as u64);
+            if n < buf.len() {
+                return Err(io::Error::other("simulated write failure (disk full)"));
+            }
+            return Ok(());
+        }
+        f.data.extend_from_slice(buf);
+        Ok(())
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        let mut st = self.fs.state();
+        let f = st.files.get_mut(&self.path).ok_or_else(|| not_found(&self.path))?;
+        f.durable = f.data.clone();
+        SimFs::count_sync(&mut st);
+        Ok(())
+    }
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        let mut st = self.fs.state();
+        let f = st.files.get_mut(&self.path).ok_or_else(|| not_found(&self.path))?;
+        f.data.truncate(len as usize);
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct SimLock {
+    fs: SimFs,
+    path: PathBuf,
+}
+impl LockGuard for SimLock {}
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        self.fs.state().locks.remove(&self.path);
+    }
+}
+
+impl Vfs for SimFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<bool> {
+        let mut st = self.state();
+        let mut created = false;
+        for a in path.ancestors() {
+            created |= st.dirs.insert(a.to_path_buf());
+        }
+        Ok(created)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let st = self.state();
+        if !st.dirs.contains(path) {
+            return Err(not_found(path));
+        }
+        let mut names = BTreeSet::new();
+        for p in st.files.keys().chain(st.dirs.iter()) {
+            if p.parent() == Some(path) {
+                if let Some(n) = p.file_name().and_then(|n| n.to_str()) {
+                    names.insert(n.to_string());
+                }
+            }
+        }
+        Ok(names.into_iter().collect())
+    }
+
+    fn read(&self, path: &Path, _immutable: bool) -> io::Result<SegmentBytes> {
+        let st = self.state();
+        let f = st.files.get(path).ok_or_else(|| not_found(path))?;
+        let mut v = AlignedVec::<16>::with_capacity(f.data.len());
+        v.extend_from_slice(&f.data);
+        Ok(SegmentBytes::Owned(v))
+    }
+
+    fn open_append(&self, path: &Path, create_new: bool) -> io::Result<Box<dyn VfsFile>> {
+        let mut st = self.state();
+        if create_new {
+            if st.files.contains_key(path) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists", path.display()),
+                ));
+            }
+            st.files.insert(path.to_path_buf(), SimFile::default());
+        } else if !st.files.contains_key(path) {
+            return Err(not_found(path));
+        }
+        Ok(Box::new(SimHandle {
+            fs: self.clone(),
+            path: path.to_path_buf(),
+        }))
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let mut st = self.state();
+        for (p, f) in st.files.iter_mut() {
+            if p.parent() == Some(path) {
+                f.entry_durable = true;
+            }
+        }
+        SimFs::count_sync(&mut st);
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.state()
+            .files
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn lock(&self, path: &Path, _timeout: Duration) -> Result<Box<dyn LockGuard>, LockError> {
+        let mut st = self.state();
+        if !st.locks.insert(path.to_path_buf()) {
+            return Err(LockError::Busy { holder: None });
+        }
+        Ok(Box::new(SimLock {
+            fs: self.clone(),
+            path: path.to_path_buf(),
+        }))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let st = self.state();
+        st.files.contains_key(path) || st.dirs.contains(path)
+    }
+}

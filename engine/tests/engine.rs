@@ -1,0 +1,405 @@
+//! The engine's integration tests, over the simulated filesystem (fast, and able to
+//! crash) and the real one.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tacho_engine::vfs::{CrashKeep, SimFs, Vfs};
+use tacho_engine::{Durability, Severity, Store, StoreError, StoreOptions};
+use tacho_schema::{EndReason, EventBody, SessionEnd, SessionStart, ToolCall, ToolResult, ToolStatus};
+
+const ROOT: &str = "/store";
+
+fn opts(segment_bytes_max: u64) -> StoreOptions {
+    StoreOptions {
+        segment_bytes_max,
+        ..StoreOptions::default()
+    }
+}
+
+fn sim_store(fs: &SimFs, seg: u64) -> Store {
+    Store::open_with(Arc::new(fs.clone()) as Arc<dyn Vfs>, ROOT, opts(seg)).unwrap()
+}
+
+fn start() -> EventBody {
+    EventBody::SessionStart(SessionStart {
+        agent: Some("architect".into()),
+        workspace: Some("/work/app".into()),
+        ..SessionStart::default()
+    })
+}
+
+/// A deterministic event of roughly `size` bytes for sequence number `i`.
+fn ev(i: u64, size: usize) -> EventBody {
+    if i % 2 == 0 {
+        EventBody::ToolCall(ToolCall {
+            call_id: format!("c{i}"),
+            tool: "read".into(),
+            target: Some(format!("src/file{i}.rs")),
+            input: Some(format!("{{\"n\":{i}}}")),
+            agent: None,
+        })
+    } else {
+        EventBody::ToolResult(ToolResult {
+            call_id: format!("c{}", i - 1),
+            status: if i % 7 == 0 { ToolStatus::Error } else { ToolStatus::Ok },
+            duration_ms: Some(i),
+            error: None,
+            output: Some("x".repeat(size)),
+            exit_code: None,
+        })
+    }
+}
+
+/// A small xorshift generator: tests stay deterministic without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn read_all(store: &Store, s: &str) -> Result<Vec<(u64, i64, EventBody)>, StoreError> {
+    let mut out = Vec::new();
+    store.read_session(s, |e| out.push((e.seq, e.event.time_unix_ns, e.event.body)))?;
+    Ok(out)
+}
+
+/// Writes a session in batches; returns every (time, body) in order.
+fn write_session(store: &Store, s: &str, batches: &[usize], size: usize) -> Vec<(i64, EventBody)> {
+    let mut w = store.writer(s).unwrap();
+    let mut all = Vec::new();
+    let mut seq = 0u64;
+    for &n in batches {
+        let mut batch = Vec::new();
+        for _ in 0..n {
+            let body = if seq == 0 { start() } else { ev(seq, size) };
+            batch.push((1_000 + seq as i64, body));
+            seq += 1;
+        }
+        w.append_batch(&batch, Durability::Sync).unwrap();
+        all.extend(batch);
+    }
+    all
+}
+
+#[test]
+fn round_trip_across_many_segments() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 4096);
+    let written = write_session(&store, "ses_a", &[1, 5, 20, 3, 10, 1, 1, 10, 10, 10, 5, 4, 30, 10], 300);
+    let segs = store.segments("ses_a").unwrap();
+    assert!(segs.len() >= 5, "expected rotation, got {} segments", segs.len());
+    let read = read_all(&store, "ses_a").unwrap();
+    assert_eq!(read.len(), written.len());
+    for (i, ((seq, t, body), (wt, wb))) in read.iter().zip(&written).enumerate() {
+        assert_eq!(*seq, i as u64);
+        assert_eq!((t, body), (wt, wb));
+    }
+    let report = store.verify_session("ses_a", true).unwrap();
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
+    assert_eq!(report.events, written.len() as u64);
+    assert_eq!(report.segments, segs.len() as u64);
+    assert_eq!(report.sealed_segments, segs.len() as u64 - 1);
+
+    // Reading from the middle skips whole segments and yields the same suffix.
+    let mut suffix = Vec::new();
+    store
+        .read_session_from("ses_a", 100, |e| suffix.push(e.seq))
+        .unwrap();
+    assert_eq!(suffix, (100..written.len() as u64).collect::<Vec<_>>());
+
+    // A reopened writer continues the same chain.
+    let mut w = store.writer("ses_a").unwrap();
+    assert_eq!(w.next_seq(), written.len() as u64);
+    assert_eq!(w.head(), report.chain);
+    w.append(9, &ev(121, 10), Durability::Buffered).unwrap();
+    w.sync().unwrap();
+    drop(w);
+    assert!(store.verify_session("ses_a", true).unwrap().findings.is_empty());
+}
+
+#[test]
+fn session_rules_are_enforced_before_anything_is_written() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let mut w = store.writer("ses_r").unwrap();
+    let err = w.append(1, &ev(1, 5), Durability::Sync).unwrap_err();
+    assert!(err.to_string().contains("must be session.start"), "{err}");
+    w.append(1, &start(), Durability::Sync).unwrap();
+    let err = w
+        .append_batch(&[(2, ev(1, 5)), (3, start())], Durability::Sync)
+        .unwrap_err();
+    assert!(err.to_string().contains("may only be the first"), "{err}");
+    w.append(
+        4,
+        &EventBody::SessionEnd(SessionEnd {
+            reason: EndReason::Completed,
+            message: None,
+        }),
+        Durability::Sync,
+    )
+    .unwrap();
+    drop(w);
+    assert_eq!(read_all(&store, "ses_r").unwrap().len(), 2);
+    assert!(matches!(
+        store.writer("../etc"),
+        Err(StoreError::BadSessionId(_))
+    ));
+    assert!(matches!(read_all(&store, "ses_none"), Err(StoreError::NotFound(_))));
+}
+
+#[test]
+fn a_second_writer_of_the_same_session_is_refused_while_the_first_lives() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let w = store.writer("ses_l").unwrap();
+    let err = store.writer("ses_l").unwrap_err();
+    assert!(matches!(err, StoreError::Busy { .. }), "{err}");
+    let _other = store.writer("ses_other").unwrap();
+    drop(w);
+    store.writer("ses_l").unwrap();
+}
+
+fn last_segment(store: &Store, s: &str) -> PathBuf {
+    store.segments(s).unwrap().last().unwrap().path.clone()
+}
+
+#[test]
+fn truncating_the_last_segment_at_every_offset_repairs_the_torn_tail() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let written = write_session(&store, "ses_t", &[1, 3, 2, 4], 100);
+    let path = last_segment(&store, "ses_t");
+    let full = fs.file(&path).unwrap();
+    // Committed event counts by the segment length at which each batch ends.
+    let mut ends = Vec::new();
+    {
+        let mut seen = 0;
+        let mut scan = tacho_log_format::Scanner::new(
+            &full,
+            tacho_log_format::ScanLimits { verify_chain: true },
+        );
+        while let Some(b) = scan.next_batch() {
+            seen += b.events.len();
+            ends.push((scan.valid_len(), seen));
+        }
+    }
+    let from = ends[0].0; // everything after the first batch
+    for cut in from..=full.len() {
+        fs.set_file(&path, full[..cut].to_vec());
+        let expect = ends.iter().rev().find(|(end, _)| *end <= cut).map_or(0, |e| e.1);
+        // Readers see the committed prefix without repairing anything.
+        assert_eq!(read_all(&store, "ses_t").unwrap().len(), expect, "cut {cut}");
+        // A writer repairs the tail and reports it, and appends after it.
+        let mut w = store.writer("ses_t").unwrap();
+        let torn = cut != ends.iter().rev().find(|(e, _)| *e <= cut).map_or(0, |e| e.0);
+        assert_eq!(!w.recovered().is_empty(), torn, "cut {cut}: {:?}", w.recovered());
+        assert_eq!(w.next_seq(), expect as u64);
+        w.append(5, &ev(expect as u64, 3), Durability::Sync).unwrap();
+        drop(w);
+        let read = read_all(&store, "ses_t").unwrap();
+        assert_eq!(read.len(), expect + 1);
+        for (i, (_, t, b)) in read.iter().take(expect).enumerate() {
+            assert_eq!((t, b), (&written[i].0, &written[i].1));
+        }
+        let rep = store.verify_session("ses_t", true).unwrap();
+        assert!(rep.findings.is_empty(), "cut {cut}: {:?}", rep.findings);
+    }
+}
+
+#[test]
+fn zero_filled_tail_is_a_torn_write() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    write_session(&store, "ses_z", &[1, 2], 50);
+    let path = last_segment(&store, "ses_z");
+    let mut b = fs.file(&path).unwrap();
+    b.extend(std::iter::repeat_n(0u8, 4096));
+    fs.set_file(&path, b);
+    let rep = store.verify_session("ses_z", true).unwrap();
+    assert_eq!(rep.findings.len(), 1);
+    assert_eq!(rep.findings[0].severity, Severity::Warning);
+    let w = store.writer("ses_z").unwrap();
+    assert_eq!(w.recovered()[0].truncated_bytes, 4096);
+    assert_eq!(w.next_seq(), 3);
+}
+
+#[test]
+fn every_bit_flip_is_a_located_hard_error_and_never_a_panic() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 700);
+    write_session(&store, "ses_b", &[1, 2, 3, 2, 4, 2, 3], 120);
+    let segs = store.segments("ses_b").unwrap();
+    assert!(segs.len() >= 3);
+    let originals: Vec<(PathBuf, Vec<u8>)> = segs
+        .iter()
+        .map(|s| (s.path.clone(), fs.file(&s.path).unwrap()))
+        .collect();
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut checked = 0;
+    for (si, (path, orig)) in originals.iter().enumerate() {
+        let last = si + 1 == originals.len();
+        // Every bit of the segment header and first frames, then a random sample.
+        let mut bits: Vec<usize> = (0..(orig.len() * 8).min(400 * 8)).collect();
+        bits.extend((0..300).map(|_| rng.below(orig.len() as u64 * 8) as usize));
+        for bit in bits {
+            let mut b = orig.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            fs.set_file(path, b);
+            let rep = store.verify_session("ses_b", true).unwrap();
+            let errors: Vec<_> = rep
+                .findings
+                .iter()
+                .filter(|f| f.severity == Severity::Error)
+                .collect();
+            // The one place a flip is not corruption: the final commit frame of the last
+            // segment, or the header of a last segment that holds no batch yet, which
+            // nothing committed follows (indistinguishable from a torn write).
+            let in_final_frame = last && (bit / 8 >= orig.len() - 88 || orig.len() == 128);
+            if in_final_frame {
+                assert!(!rep.findings.is_empty(), "{path:?} bit {bit}: flip not noticed");
+            } else {
+                assert!(!errors.is_empty(), "{path:?} bit {bit}: flip not detected");
+                let f = errors[0];
+                assert_eq!(f.segment.as_deref(), Some(path.as_path()));
+                assert!(f.offset.is_some());
+                // Reading fails with a located error, never a panic.
+                let err = read_all(&store, "ses_b");
+                if let Err(e) = &err {
+                    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+                }
+                // Opening a writer never silently truncates committed data.
+                if let Ok(w) = store.writer("ses_b") {
+                    assert!(w.recovered().is_empty(), "bit {bit}: {:?}", w.recovered());
+                }
+            }
+            checked += 1;
+        }
+        fs.set_file(path, orig.clone());
+    }
+    assert!(checked > 3000);
+}
+
+/// The crash model: at the N-th sync, freeze what is durable; the crash then keeps
+/// the durable state plus some prefix of the unsynced writes (see SPEC.md
+/// §"What we assume of the disk"). Every batch whose Sync append returned before that
+/// sync must survive, the store must open, and verification must be clean.
+#[test]
+fn crash_at_every_sync_keeps_every_acknowledged_batch() {
+    // One workload, to count the syncs it performs.
+    let total = {
+        let fs = SimFs::new();
+        run_crash_workload(&fs, None);
+        fs.sync_count()
+    };
+    assert!(total >= 30, "workload too small: {total} syncs");
+    for n in 1..=total {
+        let fs = SimFs::new();
+        fs.freeze_at_sync(n);
+        let acked = run_crash_workload(&fs, Some(n));
+        let image = fs.frozen().expect("freeze point reached");
+        for keep in [
+            CrashKeep::DurableOnly,
+            CrashKeep::Prefix { fraction: 0.5, zero_fill: false },
+            CrashKeep::Prefix { fraction: 0.3, zero_fill: true },
+            CrashKeep::Prefix { fraction: 1.0, zero_fill: false },
+        ] {
+            let crashed = image.materialize(keep);
+            let store = sim_store(&crashed, 1500);
+            for (s, acked_count, written) in &acked {
+                if !store.has_session(s) {
+                    assert_eq!(*acked_count, 0, "sync {n} {keep:?}: {s} lost");
+                    continue;
+                }
+                let w = store
+                    .writer(s)
+                    .unwrap_or_else(|e| panic!("sync {n} {keep:?}: {s} does not open: {e}"));
+                drop(w);
+                let read = read_all(&store, s).unwrap();
+                assert!(
+                    read.len() >= *acked_count,
+                    "sync {n} {keep:?}: {s} has {} events, {acked_count} were acknowledged",
+                    read.len()
+                );
+                for (i, (_, t, b)) in read.iter().enumerate() {
+                    assert_eq!((t, b), (&written[i].0, &written[i].1), "sync {n}: {s} event {i}");
+                }
+                let rep = store.verify_session(s, true).unwrap();
+                assert!(rep.findings.is_empty(), "sync {n} {keep:?}: {:?}", rep.findings);
+            }
+        }
+    }
+}
+
+type Acked = Vec<(String, usize, Vec<(i64, EventBody)>)>;
+
+/// Two sessions, mixed batch sizes and durability, several rotations. Returns, per
+/// session, how many events were acknowledged as durable at or before sync `freeze`.
+fn run_crash_workload(fs: &SimFs, freeze: Option<u64>) -> Acked {
+    let store = sim_store(fs, 1500);
+    let mut out = Vec::new();
+    for (si, s) in ["ses_c1", "ses_c2"].iter().enumerate() {
+        let mut w = store.writer(s).unwrap();
+        let mut written = Vec::new();
+        let mut acked = 0usize;
+        let mut seq = 0u64;
+        for (bi, n) in [1usize, 3, 1, 4, 2, 5, 1, 2, 3].iter().enumerate() {
+            let mut batch = Vec::new();
+            for _ in 0..*n {
+                let body = if seq == 0 { start() } else { ev(seq, 40 + 30 * si) };
+                batch.push((seq as i64, body));
+                seq += 1;
+            }
+            let d = if bi % 3 == 2 { Durability::Buffered } else { Durability::Sync };
+            w.append_batch(&batch, d).unwrap();
+            written.extend(batch);
+            if d == Durability::Sync && freeze.is_none_or(|f| fs.sync_count() <= f) {
+                acked = written.len();
+            }
+        }
+        out.push((s.to_string(), acked, written));
+    }
+    out
+}
+
+#[test]
+fn a_failed_write_leaves_nothing_half_written() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let mut w = store.writer("ses_f").unwrap();
+    w.append(1, &start(), Durability::Sync).unwrap();
+    fs.fail_writes_after(100);
+    let batch: Vec<_> = (1..10).map(|i| (i as i64, ev(i, 64))).collect();
+    assert!(matches!(
+        w.append_batch(&batch, Durability::Sync),
+        Err(StoreError::Io { .. })
+    ));
+    drop(w);
+    fs.fail_writes_after(u64::MAX);
+    assert_eq!(read_all(&store, "ses_f").unwrap().len(), 1);
+    let rep = store.verify_session("ses_f", true).unwrap();
+    assert!(rep.findings.is_empty(), "{:?}", rep.findings);
+}
+
+#[test]
+fn works_on_the_real_filesystem_with_memory_maps() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), opts(8192)).unwrap();
+    let written = write_session(&store, "Ses_Real", &[1, 10, 30, 30, 5, 5, 5, 5], 200);
+    assert!(store.segments("Ses_Real").unwrap().len() > 2);
+    let read = read_all(&store, "Ses_Real").unwrap();
+    assert_eq!(read.len(), written.len());
+    assert_eq!(store.sessions().unwrap(), vec!["Ses_Real".to_string()]);
+    let all = store.verify_all(true).unwrap();
+    assert!(all.is_clean());
+    assert_eq!(all.streams[0].events, written.len() as u64);
+    // Directory names keep case apart on case-insensitive filesystems.
+    assert!(Path::new(dir.path()).join("streams/^ses_^real").is_dir());
+}
