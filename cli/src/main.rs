@@ -1,1 +1,53 @@
-fn main(){}
+//! `tacho`: a flight recorder for AI coding agents.
+//!
+//! One module per command group, one dispatch `match`, and one error type mapped to the
+//! exit codes documented in the README. Data goes to stdout, everything else to stderr.
+
+mod cmd;
+mod error;
+mod home;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::CliError;
+
+/// A flight recorder for AI coding agents: records what an agent does into a local,
+/// tamper-evident, append-only log.
+#[derive(Debug, Parser)]
+#[command(name = "tacho", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Append JSON Lines events (from a file or stdin) to the log.
+    Record(cmd::record::RecordArgs),
+    /// Sessions: list them.
+    #[command(subcommand)]
+    Session(cmd::session::SessionCommand),
+    /// Log-level tooling: verify, dump and count the raw segments.
+    #[command(subcommand)]
+    Log(cmd::log::LogCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(a) => cmd::record::run(a),
+        Command::Session(c) => cmd::session::run(c),
+        Command::Log(c) => cmd::log::run(c),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

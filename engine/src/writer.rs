@@ -298,6 +298,35 @@ impl Writer {
         self.chain
     }
 
+    /// Checks the stream rules for a batch that would be appended next, without
+    /// appending: the first event of a session is `session.start`, and `session.start`
+    /// appears nowhere else. On failure, returns the index in the batch and why.
+    pub fn check_batch<'a>(
+        &self,
+        bodies: impl IntoIterator<Item = &'a EventBody>,
+    ) -> Result<(), (usize, String)> {
+        for (i, body) in bodies.into_iter().enumerate() {
+            let seq = self.next_seq + i as u64;
+            let is_start = matches!(body, EventBody::SessionStart(_));
+            if seq == 0 && !is_start {
+                return Err((
+                    i,
+                    format!(
+                        "the first event of a session must be session.start, not {}",
+                        body.kind_name()
+                    ),
+                ));
+            }
+            if seq != 0 && is_start {
+                return Err((
+                    i,
+                    format!("session.start may only be the first event (this would be event {seq})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Appends one event as its own batch.
     pub fn append(
         &mut self,
@@ -322,20 +351,8 @@ impl Writer {
             return Err(self.reject("an empty batch cannot be appended".into()));
         }
         // Check everything before writing anything.
-        for (i, (_, body)) in events.iter().enumerate() {
-            let seq = self.next_seq + i as u64;
-            let is_start = matches!(body, EventBody::SessionStart(_));
-            if seq == 0 && !is_start {
-                return Err(self.reject(format!(
-                    "the first event of a session must be session.start, not {}",
-                    body.kind_name()
-                )));
-            }
-            if seq != 0 && is_start {
-                return Err(self.reject(format!(
-                    "session.start may only be the first event (this would be event {seq})"
-                )));
-            }
+        if let Err((_, reason)) = self.check_batch(events.iter().map(|(_, b)| b)) {
+            return Err(self.reject(reason));
         }
         self.buf.clear();
         for (i, (time, body)) in events.iter().enumerate() {

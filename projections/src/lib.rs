@@ -1,1 +1,10 @@
+//! Projections: pure, deterministic folds from events to answers.
+//!
+//! Nothing here does I/O, reads a clock or iterates a hash map: the same events give
+//! the same projection, byte for byte, on any machine. The engine feeds events in
+//! order; a projection can be built in one pass or brought up to date from where it
+//! left off, with the same result.
 
+mod summary;
+
+pub use summary::{SessionStatus, SessionSummary};

@@ -1,6 +1,6 @@
 //! The JSON Lines form of events: what `tacho record` reads and `--json` prints.
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -34,14 +34,6 @@ struct LineIn {
     ts: Option<i64>,
     #[serde(flatten)]
     body: EventBody,
-}
-
-#[derive(Serialize)]
-struct LineOut<'a> {
-    session: &'a str,
-    ts: String,
-    #[serde(flatten)]
-    body: &'a EventBody,
 }
 
 /// Parses one JSON line. `line_no` is only used in the error.
@@ -85,12 +77,20 @@ impl Event {
                 "payload_bytes": payload.len(),
             });
         }
-        let out = LineOut {
-            session: &self.session,
-            ts: time_to_rfc3339(self.time_unix_ns),
-            body: &self.body,
+        // `type` first, then `session` and `ts`, then the kind's fields in schema order.
+        let mut out = serde_json::Map::new();
+        let body = match serde_json::to_value(&self.body) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
         };
-        serde_json::to_value(out).unwrap_or(serde_json::Value::Null)
+        let mut fields = body.into_iter();
+        if let Some((k, v)) = fields.next() {
+            out.insert(k, v);
+        }
+        out.insert("session".into(), self.session.clone().into());
+        out.insert("ts".into(), time_to_rfc3339(self.time_unix_ns).into());
+        out.extend(fields);
+        serde_json::Value::Object(out)
     }
 }
 
@@ -151,7 +151,7 @@ mod tests {
                 call_id: "c1".into(),
                 tool: "read".into(),
                 target: None,
-                input: Some(r#"{"n":[1,2],"path":"src/api.ts"}"#.into()),
+                input: Some(r#"{"path":"src/api.ts","n":[1,2]}"#.into()), // compact, keys in input order
                 agent: None,
             })
         );

@@ -1,0 +1,3 @@
+pub mod log;
+pub mod record;
+pub mod session;

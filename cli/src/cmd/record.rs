@@ -1,0 +1,241 @@
+//! `tacho record`: JSON Lines events in, batches appended.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, ValueEnum};
+use tacho_engine::{Durability, Writer, hex};
+use tacho_schema::{EventBody, parse_json_line};
+
+use crate::error::CliError;
+use crate::home::open_store;
+use crate::output::Out;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DurabilityArg {
+    /// Every batch is synced to disk before it is reported as recorded.
+    Sync,
+    /// Batches are handed to the OS without a sync (faster; a machine crash may lose them).
+    Buffered,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// JSON Lines file to read; stdin when absent or `-`.
+    pub file: Option<PathBuf>,
+    /// Session id for lines that have no `session` field.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Record under fresh session ids: each session of the input gets a new id
+    /// (printed), so the same file can be recorded again.
+    #[arg(long, conflicts_with = "session")]
+    pub new_session: bool,
+    #[arg(long, value_enum, default_value = "sync")]
+    pub durability: DurabilityArg,
+    /// Lines per batch. 0 (the default) makes the whole input one batch: all of it is
+    /// recorded or none of it. With N > 0, a bad line rejects its batch and stops;
+    /// earlier batches stay recorded.
+    #[arg(long, default_value_t = 0)]
+    pub batch_lines: usize,
+    /// Print one JSON object per recorded session on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Pending {
+    line: usize,
+    session: String,
+    time_unix_ns: i64,
+    body: EventBody,
+}
+
+#[derive(Default)]
+struct Total {
+    first_seq: Option<u64>,
+    last_seq: u64,
+    events: u64,
+    head: [u8; 32],
+}
+
+struct Recorder {
+    store: tacho_engine::Store,
+    durability: Durability,
+    source: String,
+    writers: BTreeMap<String, Writer>,
+    totals: BTreeMap<String, Total>,
+    recorded: u64,
+}
+
+fn now_unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// A fresh, time-ordered session id: `ses_` and a lower-case ULID.
+pub fn new_session_id() -> String {
+    format!("ses_{}", ulid::Ulid::generate().to_string().to_lowercase())
+}
+
+impl Recorder {
+    fn writer(&mut self, session: &str) -> Result<&mut Writer, CliError> {
+        if !self.writers.contains_key(session) {
+            let w = self.store.writer(session)?;
+            for r in w.recovered() {
+                eprintln!(
+                    "note: session {session}: cut a torn tail of {} bytes at offset {} of {} ({})",
+                    r.truncated_bytes,
+                    r.offset,
+                    r.segment.display(),
+                    r.reason
+                );
+            }
+            self.writers.insert(session.to_string(), w);
+        }
+        self.writers
+            .get_mut(session)
+            .ok_or_else(|| CliError::Io("writer vanished".into()))
+    }
+
+    /// Checks a whole batch against every session's rules, then appends it, one
+    /// session-batch per session.
+    fn flush(&mut self, batch: &mut Vec<Pending>) -> Result<(), CliError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut groups: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
+        for p in batch.drain(..) {
+            groups.entry(p.session.clone()).or_default().push(p);
+        }
+        // Writers open in id order, so two recorders never wait for each other in a cycle.
+        for (session, items) in &groups {
+            let source = self.source.clone();
+            let w = self.writer(session)?;
+            if let Err((i, reason)) = w.check_batch(items.iter().map(|p| &p.body)) {
+                return Err(CliError::Input(format!(
+                    "{source}: line {}: {reason}",
+                    items[i].line
+                )));
+            }
+        }
+        for (session, items) in groups {
+            let events: Vec<(i64, EventBody)> =
+                items.into_iter().map(|p| (p.time_unix_ns, p.body)).collect();
+            let durability = self.durability;
+            let receipt = self.writer(&session)?.append_batch(&events, durability)?;
+            let t = self.totals.entry(session).or_default();
+            t.first_seq.get_or_insert(receipt.first_seq);
+            t.last_seq = receipt.last_seq;
+            t.events += events.len() as u64;
+            t.head = receipt.chain;
+            self.recorded += events.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+pub fn run(a: RecordArgs) -> Result<(), CliError> {
+    if let Some(s) = &a.session {
+        tacho_schema::validate_session_id(s).map_err(|e| CliError::Input(format!("--session: {e}")))?;
+    }
+    let (input, source): (Box<dyn BufRead>, String) = match &a.file {
+        Some(p) if p.as_os_str() != "-" => {
+            let f = std::fs::File::open(p)
+                .map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?;
+            (Box::new(BufReader::new(f)), p.display().to_string())
+        }
+        _ => (Box::new(BufReader::new(std::io::stdin().lock())), "stdin".to_string()),
+    };
+    let mut rec = Recorder {
+        store: open_store()?,
+        durability: match a.durability {
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::Buffered => Durability::Buffered,
+        },
+        source: source.clone(),
+        writers: BTreeMap::new(),
+        totals: BTreeMap::new(),
+        recorded: 0,
+    };
+    let mut renamed: BTreeMap<Option<String>, String> = BTreeMap::new();
+    let mut batch: Vec<Pending> = Vec::new();
+    let result = (|| -> Result<(), CliError> {
+        for (i, line) in input.lines().enumerate() {
+            let line_no = i + 1;
+            let text = line.map_err(|e| CliError::Input(format!("{source}: line {line_no}: {e}")))?;
+            if text.trim().is_empty() {
+                continue;
+            }
+            let mut parsed =
+                parse_json_line(&text, line_no).map_err(|e| CliError::Input(format!("{source}: {e}")))?;
+            let session = if a.new_session {
+                let fresh = renamed
+                    .entry(parsed.session.clone())
+                    .or_insert_with(new_session_id)
+                    .clone();
+                if let EventBody::SessionStart(s) = &mut parsed.body {
+                    if let Some(p) = renamed.get(&s.parent.clone()) {
+                        s.parent = Some(p.clone());
+                    }
+                }
+                fresh
+            } else {
+                parsed.session.or_else(|| a.session.clone()).ok_or_else(|| {
+                    CliError::Input(format!(
+                        "{source}: line {line_no}: no session: give the line a `session` field, or pass --session or --new-session"
+                    ))
+                })?
+            };
+            batch.push(Pending {
+                line: line_no,
+                session,
+                time_unix_ns: parsed.time_unix_ns.unwrap_or_else(now_unix_ns),
+                body: parsed.body,
+            });
+            if a.batch_lines > 0 && batch.len() >= a.batch_lines {
+                rec.flush(&mut batch)?;
+            }
+        }
+        rec.flush(&mut batch)
+    })();
+    if let Err(e) = result {
+        let e = match e {
+            CliError::Input(m) => CliError::Input(if rec.recorded == 0 {
+                format!("{m}\nnothing was recorded")
+            } else {
+                format!(
+                    "{m}\nthat batch was not recorded; {} events of earlier batches were",
+                    rec.recorded
+                )
+            }),
+            other => other,
+        };
+        return Err(e);
+    }
+    let mut out = Out::new();
+    for (session, t) in &rec.totals {
+        let first = t.first_seq.unwrap_or(0);
+        if a.json {
+            out.json(&serde_json::json!({
+                "type": "recorded",
+                "session": session,
+                "events": t.events,
+                "first_seq": first,
+                "last_seq": t.last_seq,
+                "head": hex(&t.head),
+            }))?;
+        } else {
+            eprintln!(
+                "recorded {} event(s) in session {session} (seq {first}..={})",
+                t.events, t.last_seq
+            );
+        }
+    }
+    if rec.totals.is_empty() && !a.json {
+        eprintln!("no events in {source}");
+    }
+    out.finish()
+}

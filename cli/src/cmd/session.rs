@@ -1,0 +1,96 @@
+//! `tacho session ...`.
+
+use clap::{Args, Subcommand};
+use tacho_projections::{SessionStatus, SessionSummary};
+use tacho_schema::time_to_rfc3339;
+
+use crate::error::CliError;
+use crate::home::open_store;
+use crate::output::{Out, thousands};
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// List recorded sessions, oldest first.
+    List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// One JSON object per session (JSON Lines) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(c: SessionCommand) -> Result<(), CliError> {
+    match c {
+        SessionCommand::List(a) => list(a),
+    }
+}
+
+fn status_text(s: SessionStatus) -> String {
+    match s {
+        SessionStatus::Running => "running".into(),
+        SessionStatus::Ended(r) => r.to_string(),
+    }
+}
+
+fn list(a: ListArgs) -> Result<(), CliError> {
+    let store = open_store()?;
+    let mut summaries = Vec::new();
+    for id in store.sessions()? {
+        let mut s = SessionSummary::new(&id);
+        store.read_session(&id, |e| s.apply(&e.event))?;
+        summaries.push(s);
+    }
+    summaries.sort_by(|a, b| {
+        (a.started_unix_ns, &a.session).cmp(&(b.started_unix_ns, &b.session))
+    });
+    let mut out = Out::new();
+    if a.json {
+        for s in &summaries {
+            let mut v = serde_json::to_value(s).map_err(|e| CliError::Io(e.to_string()))?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("type".into(), "session".into());
+                o.insert("status".into(), status_text(s.status).into());
+                o.insert(
+                    "started".into(),
+                    s.started_unix_ns.map(time_to_rfc3339).into(),
+                );
+            }
+            out.json(&v)?;
+        }
+        return out.finish();
+    }
+    if summaries.is_empty() {
+        eprintln!("no sessions recorded yet (store: {})", store.root().display());
+        return out.finish();
+    }
+    out.line(format!(
+        "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<15} {}",
+        "SESSION", "STARTED", "EVENTS", "TOOLS", "FAILED", "TOKENS IN/OUT", "STATUS", "AGENT / TITLE"
+    ))?;
+    for s in &summaries {
+        let started = s
+            .started_unix_ns
+            .map(|t| time_to_rfc3339(t).chars().take(19).collect::<String>().replace('T', " "))
+            .unwrap_or_else(|| "-".into());
+        let who = match (&s.agent, &s.title) {
+            (Some(a), Some(t)) => format!("{a}: {t}"),
+            (Some(a), None) => a.clone(),
+            (None, Some(t)) => t.clone(),
+            (None, None) => String::new(),
+        };
+        out.line(format!(
+            "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<15} {}",
+            s.session,
+            started,
+            thousands(s.events),
+            s.tool_calls,
+            s.tool_failures,
+            format!("{}/{}", thousands(s.tokens_in), thousands(s.tokens_out)),
+            status_text(s.status),
+            who
+        ))?;
+    }
+    out.finish()
+}
