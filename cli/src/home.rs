@@ -23,7 +23,9 @@ fn options() -> Result<StoreOptions, CliError> {
     let mut o = StoreOptions::default();
     if let Ok(v) = std::env::var("TACHO_LOCK_TIMEOUT_MS") {
         let ms: u64 = v.parse().map_err(|_| {
-            CliError::Input(format!("TACHO_LOCK_TIMEOUT_MS={v:?} is not a whole number of milliseconds"))
+            CliError::Input(format!(
+                "TACHO_LOCK_TIMEOUT_MS={v:?} is not a whole number of milliseconds"
+            ))
         })?;
         o.lock_timeout = std::time::Duration::from_millis(ms);
     }

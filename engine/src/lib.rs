@@ -4,7 +4,7 @@
 //! Layout under the store root (see SPEC.md §"Store layout"):
 //!
 //! ```text
-//! <root>/streams/<stream dir>/LOCK
+//! <root>/locks/<stream dir>.lock
 //! <root>/streams/<stream dir>/00000000000000000000.tseg
 //! <root>/streams/<stream dir>/00000000000000012345.tseg
 //! ```
@@ -15,8 +15,8 @@
 
 mod reader;
 mod store;
-pub mod vfs;
 mod verify;
+pub mod vfs;
 mod writer;
 
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};

@@ -90,7 +90,12 @@ impl Store {
                 offset: offset as u64,
                 detail,
             };
-            let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: false });
+            let mut scan = Scanner::new(
+                &bytes,
+                ScanLimits {
+                    verify_chain: false,
+                },
+            );
             if let Some(h) = scan.header() {
                 if h.stream != stream {
                     return Err(corrupt(0, "segment belongs to another stream".into()));

@@ -127,9 +127,10 @@ impl Store {
         opts: StoreOptions,
     ) -> Result<Store, StoreError> {
         let root = root.into();
-        let streams = root.join("streams");
-        vfs.create_dir_all(&streams)
-            .map_err(|e| StoreError::io(&streams, e))?;
+        for dir in [root.join("streams"), root.join("locks")] {
+            vfs.create_dir_all(&dir)
+                .map_err(|e| StoreError::io(&dir, e))?;
+        }
         Ok(Store { root, vfs, opts })
     }
 
@@ -140,6 +141,14 @@ impl Store {
 
     pub(crate) fn streams_dir(&self) -> PathBuf {
         self.root.join("streams")
+    }
+
+    /// Lock files live apart from the streams, so that taking a lock creates nothing in
+    /// `streams/` and a writer that appends nothing leaves no trace.
+    pub(crate) fn lock_path(&self, session: &str) -> PathBuf {
+        self.root
+            .join("locks")
+            .join(format!("{}.lock", stream_dir_name(session)))
     }
 
     pub(crate) fn stream_dir(&self, session: &str) -> PathBuf {
@@ -193,7 +202,10 @@ mod tests {
     #[test]
     fn stream_dir_names_round_trip_and_separate_case() {
         for id in ["ses_01jf", "Ses_A", "3F2A-b.c", "x"] {
-            assert_eq!(stream_name_from_dir(&stream_dir_name(id)).as_deref(), Some(id));
+            assert_eq!(
+                stream_name_from_dir(&stream_dir_name(id)).as_deref(),
+                Some(id)
+            );
         }
         assert_ne!(
             stream_dir_name("AB").to_lowercase(),

@@ -130,7 +130,13 @@ impl Store {
             let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: deep });
             if let Some(h) = scan.header() {
                 if h.stream != stream {
-                    push(&mut r, Severity::Error, path, Some(0), "segment belongs to another stream".into());
+                    push(
+                        &mut r,
+                        Severity::Error,
+                        path,
+                        Some(0),
+                        "segment belongs to another stream".into(),
+                    );
                 }
                 if h.first_seq != *name_seq {
                     push(
@@ -138,7 +144,10 @@ impl Store {
                         Severity::Error,
                         path,
                         Some(0),
-                        format!("header says first seq {}, file name says {name_seq}", h.first_seq),
+                        format!(
+                            "header says first seq {}, file name says {name_seq}",
+                            h.first_seq
+                        ),
                     );
                 }
                 let expected_seq = r.next_seq;
@@ -183,7 +192,13 @@ impl Store {
                             frame.header.kind_version,
                             frame.payload,
                         ) {
-                            push(&mut r, Severity::Error, path, Some(frame.offset as u64), e.to_string());
+                            push(
+                                &mut r,
+                                Severity::Error,
+                                path,
+                                Some(frame.offset as u64),
+                                e.to_string(),
+                            );
                         }
                     }
                 }
@@ -202,17 +217,19 @@ impl Store {
                     Some(*len as u64),
                     "segment is not sealed, but a later segment exists".into(),
                 ),
-                Some(SegmentEnd::Damaged(d)) if last && d.class == DamageClass::Uncommitted => push(
-                    &mut r,
-                    Severity::Warning,
-                    path,
-                    Some(d.valid_len as u64),
-                    format!(
-                        "{} uncommitted bytes at the tail ({}): a write in progress or a torn write, cut by the next writer",
-                        bytes.len() - d.valid_len,
-                        d.error
-                    ),
-                ),
+                Some(SegmentEnd::Damaged(d)) if last && d.class == DamageClass::Uncommitted => {
+                    push(
+                        &mut r,
+                        Severity::Warning,
+                        path,
+                        Some(d.valid_len as u64),
+                        format!(
+                            "{} uncommitted bytes at the tail ({}): a write in progress or a torn write, cut by the next writer",
+                            bytes.len() - d.valid_len,
+                            d.error
+                        ),
+                    )
+                }
                 Some(SegmentEnd::Damaged(d)) => push(
                     &mut r,
                     Severity::Error,

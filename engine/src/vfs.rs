@@ -366,19 +366,28 @@ struct SimHandle {
 }
 
 fn not_found(path: &Path) -> io::Error {
-    io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display()))
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} not found", path.display()),
+    )
 }
 
 impl VfsFile for SimHandle {
     fn len(&self) -> io::Result<u64> {
         let st = self.fs.state();
-        let f = st.files.get(&self.path).ok_or_else(|| not_found(&self.path))?;
+        let f = st
+            .files
+            .get(&self.path)
+            .ok_or_else(|| not_found(&self.path))?;
         Ok(f.data.len() as u64)
     }
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
         let mut st = self.fs.state();
         let budget = st.fail_writes_after;
-        let f = st.files.get_mut(&self.path).ok_or_else(|| not_found(&self.path))?;
+        let f = st
+            .files
+            .get_mut(&self.path)
+            .ok_or_else(|| not_found(&self.path))?;
         if let Some(left) = budget {
             let n = (left as usize).min(buf.len());
             f.data.extend_from_slice(&buf[..n]);
@@ -393,14 +402,20 @@ impl VfsFile for SimHandle {
     }
     fn sync_data(&mut self) -> io::Result<()> {
         let mut st = self.fs.state();
-        let f = st.files.get_mut(&self.path).ok_or_else(|| not_found(&self.path))?;
+        let f = st
+            .files
+            .get_mut(&self.path)
+            .ok_or_else(|| not_found(&self.path))?;
         f.durable = f.data.clone();
         SimFs::count_sync(&mut st);
         Ok(())
     }
     fn truncate(&mut self, len: u64) -> io::Result<()> {
         let mut st = self.fs.state();
-        let f = st.files.get_mut(&self.path).ok_or_else(|| not_found(&self.path))?;
+        let f = st
+            .files
+            .get_mut(&self.path)
+            .ok_or_else(|| not_found(&self.path))?;
         f.data.truncate(len as usize);
         Ok(())
     }

@@ -1,7 +1,6 @@
 //! Appending to a session's stream: the lock, recovery on open, batches, rotation.
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tacho_log_format::{
     Chain, ChainValue, CommitPayload, DamageClass, FORMAT_VERSION, FRAME_PAYLOAD_BYTES_MAX,
@@ -44,6 +43,41 @@ pub struct AppendReceipt {
     pub chain: ChainValue,
 }
 
+/// The segment a writer appends to.
+#[derive(Debug)]
+struct OpenSegment {
+    file: Box<dyn VfsFile>,
+    path: PathBuf,
+    index: u64,
+    first_seq: u64,
+    /// Bytes in the file (0 until the header is written with the first batch).
+    len: u64,
+    events: u64,
+    /// The header bytes while the segment has no committed batch: the first chain step
+    /// of a segment covers its header.
+    span_prefix: Option<[u8; SEGMENT_HEADER_LEN]>,
+    /// Whether the file's directory entry has been synced. A segment created by a
+    /// buffered append has not; the next sync of any kind must cover it, or a synced
+    /// batch could vanish with its file.
+    entry_durable: bool,
+}
+
+impl OpenSegment {
+    /// Syncs the file's data and, the first time, its directory entry.
+    fn make_durable(
+        &mut self,
+        vfs: &dyn crate::vfs::Vfs,
+        dir: &std::path::Path,
+    ) -> std::io::Result<()> {
+        self.file.sync_data()?;
+        if !self.entry_durable {
+            vfs.sync_dir(dir)?;
+            self.entry_durable = true;
+        }
+        Ok(())
+    }
+}
+
 /// The only writer of one session's stream while it lives (it holds the stream's lock).
 #[derive(Debug)]
 pub struct Writer {
@@ -52,15 +86,10 @@ pub struct Writer {
     dir: PathBuf,
     _lock: Box<dyn LockGuard>,
     store: Store,
-    file: Box<dyn VfsFile>,
-    seg_path: PathBuf,
+    /// `None` when the next append starts a new segment: a new stream, or after a seal.
+    seg: Option<OpenSegment>,
+    /// Index of the open segment, or of the next one to start.
     seg_index: u64,
-    seg_first_seq: u64,
-    seg_len: u64,
-    seg_events: u64,
-    /// The header bytes while the segment has no committed batch: the first chain step
-    /// of a segment covers its header.
-    span_prefix: Option<[u8; SEGMENT_HEADER_LEN]>,
     chain: ChainValue,
     next_seq: u64,
     buf: Vec<u8>,
@@ -68,31 +97,14 @@ pub struct Writer {
     recovered: Vec<Recovery>,
 }
 
-fn now_unix_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 impl Store {
-    /// Opens the stream of `session` for appending, creating it if needed. Waits up to
-    /// the store's lock timeout for another writer of the same session, then fails with
-    /// [`StoreError::Busy`]. Repairs a torn tail and reports it in [`Writer::recovered`].
+    /// Opens the stream of `session` for appending. Nothing is created until the first
+    /// append. Waits up to the store's lock timeout for another writer of the same
+    /// session, then fails with [`StoreError::Busy`]. Repairs a torn tail and reports
+    /// it in [`Writer::recovered`].
     pub fn writer(&self, session: &str) -> Result<Writer, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
-        let dir = self.stream_dir(session);
-        let created = self
-            .vfs
-            .create_dir_all(&dir)
-            .map_err(|e| StoreError::io(&dir, e))?;
-        if created {
-            let parent = self.streams_dir();
-            self.vfs
-                .sync_dir(&parent)
-                .map_err(|e| StoreError::io(&parent, e))?;
-        }
-        let lock_path = dir.join("LOCK");
+        let lock_path = self.lock_path(session);
         let lock = self
             .vfs
             .lock(&lock_path, self.opts.lock_timeout)
@@ -104,178 +116,152 @@ impl Store {
                 },
                 LockError::Io(e) => StoreError::io(&lock_path, e),
             })?;
-        Writer::open_locked(self.clone(), session, dir, lock)
+        let mut w = Writer {
+            session: session.to_string(),
+            stream: StreamId::of_name(session),
+            dir: self.stream_dir(session),
+            _lock: lock,
+            store: self.clone(),
+            seg: None,
+            seg_index: 0,
+            chain: [0; 32],
+            next_seq: 0,
+            buf: Vec::new(),
+            poisoned: false,
+            recovered: Vec::new(),
+        };
+        while !w.resume()? {}
+        Ok(w)
     }
 }
 
 impl Writer {
-    fn open_locked(
-        store: Store,
-        session: &str,
-        dir: PathBuf,
-        lock: Box<dyn LockGuard>,
-    ) -> Result<Writer, StoreError> {
-        let stream = StreamId::of_name(session);
-        let mut recovered = Vec::new();
-        loop {
-            let segs = store.segment_files(session)?;
-            let Some((name_seq, path)) = segs.last().cloned() else {
-                return Writer::start_segment(store, session, dir, lock, 0, 0, [0; 32], recovered);
-            };
-            let bytes = store
-                .vfs
-                .read(&path, false)
-                .map_err(|e| StoreError::io(&path, e))?;
-            let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: false });
-            while scan.next_batch().is_some() {}
-            let corrupt = |offset: usize, detail: String| StoreError::Corrupt {
-                path: path.clone(),
-                offset: offset as u64,
-                detail,
-            };
-            let end = scan.end().cloned();
-            let header = scan.header().cloned();
-            if let Some(h) = &header {
-                if h.stream != stream {
-                    return Err(corrupt(0, "segment belongs to another stream".into()));
-                }
-                if h.first_seq != name_seq {
-                    return Err(corrupt(
-                        0,
-                        format!("header says first seq {}, file name says {name_seq}", h.first_seq),
-                    ));
-                }
+    /// Looks at the stream's last segment and takes up where it ends. Returns `false`
+    /// when it repaired a torn tail and the stream must be looked at again.
+    fn resume(&mut self) -> Result<bool, StoreError> {
+        let segs = match self.store.segment_files(&self.session) {
+            Ok(s) => s,
+            Err(StoreError::NotFound(_)) => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        let Some((name_seq, path)) = segs.last().cloned() else {
+            return Ok(true);
+        };
+        let bytes = self
+            .store
+            .vfs
+            .read(&path, false)
+            .map_err(|e| StoreError::io(&path, e))?;
+        let mut scan = Scanner::new(
+            &bytes,
+            ScanLimits {
+                verify_chain: false,
+            },
+        );
+        while scan.next_batch().is_some() {}
+        let corrupt = |offset: usize, detail: String| StoreError::Corrupt {
+            path: path.clone(),
+            offset: offset as u64,
+            detail,
+        };
+        let header = scan.header().cloned();
+        if let Some(h) = &header {
+            if h.stream != self.stream {
+                return Err(corrupt(0, "segment belongs to another stream".into()));
             }
-            match (end, header) {
-                (Some(SegmentEnd::Damaged(d)), _) if d.class == DamageClass::Corruption => {
-                    return Err(corrupt(
-                        d.error.offset(),
-                        format!("{} (committed data follows; run `tacho log verify`)", d.error),
-                    ));
-                }
-                (Some(SegmentEnd::Damaged(d)), header) => {
-                    // A torn write: nothing committed follows it. Cut it off.
-                    let cut = (bytes.len() - d.valid_len) as u64;
-                    recovered.push(Recovery {
-                        segment: path.clone(),
-                        offset: d.valid_len as u64,
-                        truncated_bytes: cut,
-                        reason: d.error.to_string(),
-                    });
-                    if header.is_none() {
-                        // The header itself is torn: the segment holds nothing. Remove
-                        // it; the loop then continues from the previous segment.
-                        store
-                            .vfs
-                            .remove_file(&path)
-                            .map_err(|e| StoreError::io(&path, e))?;
-                        store.vfs.sync_dir(&dir).map_err(|e| StoreError::io(&dir, e))?;
-                        continue;
-                    }
-                    let mut f = store
+            if h.first_seq != name_seq {
+                return Err(corrupt(
+                    0,
+                    format!(
+                        "header says first seq {}, file name says {name_seq}",
+                        h.first_seq
+                    ),
+                ));
+            }
+        }
+        match (scan.end().cloned(), header) {
+            (Some(SegmentEnd::Damaged(d)), _) if d.class == DamageClass::Corruption => {
+                Err(corrupt(
+                    d.error.offset(),
+                    format!(
+                        "{} (committed data follows; run `tacho log verify`)",
+                        d.error
+                    ),
+                ))
+            }
+            (Some(SegmentEnd::Damaged(d)), header) => {
+                // A torn write: nothing committed follows it. Cut it off.
+                self.recovered.push(Recovery {
+                    segment: path.clone(),
+                    offset: d.valid_len as u64,
+                    truncated_bytes: (bytes.len() - d.valid_len) as u64,
+                    reason: d.error.to_string(),
+                });
+                if header.is_none() || scan.event_count() == 0 {
+                    // No committed batch (maybe not even a whole header). Segments are
+                    // created together with their first batch, so removing the file
+                    // only undoes an unfinished creation.
+                    self.store
+                        .vfs
+                        .remove_file(&path)
+                        .and_then(|()| self.store.vfs.sync_dir(&self.dir))
+                        .map_err(|e| StoreError::io(&path, e))?;
+                } else {
+                    let mut f = self
+                        .store
                         .vfs
                         .open_append(&path, false)
                         .map_err(|e| StoreError::io(&path, e))?;
                     f.truncate(d.valid_len as u64)
                         .and_then(|()| f.sync_data())
                         .map_err(|e| StoreError::io(&path, e))?;
-                    continue;
                 }
-                (Some(SegmentEnd::Sealed { seal, .. }), Some(h)) => {
-                    // Crashed between sealing and starting the next segment.
-                    return Writer::start_segment(
-                        store,
-                        session,
-                        dir,
-                        lock,
-                        h.segment_index + 1,
-                        h.first_seq + seal.event_count,
-                        seal.chain,
-                        recovered,
-                    );
-                }
-                (Some(SegmentEnd::Open { len }), Some(h)) => {
-                    let file = store
-                        .vfs
-                        .open_append(&path, false)
-                        .map_err(|e| StoreError::io(&path, e))?;
-                    let span_prefix = (scan.event_count() == 0).then(|| h.encode());
-                    return Ok(Writer {
-                        session: session.to_string(),
-                        stream,
-                        dir,
-                        _lock: lock,
-                        store,
-                        file,
-                        seg_path: path,
-                        seg_index: h.segment_index,
-                        seg_first_seq: h.first_seq,
-                        seg_len: len as u64,
-                        seg_events: scan.event_count(),
-                        span_prefix,
-                        chain: scan.chain(),
-                        next_seq: scan.next_seq(),
-                        buf: Vec::new(),
-                        poisoned: false,
-                        recovered,
-                    });
-                }
-                (end, _) => {
-                    return Err(corrupt(0, format!("unexpected segment state {end:?}")));
-                }
+                Ok(false)
             }
+            (Some(SegmentEnd::Sealed { seal, .. }), Some(h)) => {
+                self.seg_index = h.segment_index + 1;
+                self.next_seq = h.first_seq + seal.event_count;
+                self.chain = seal.chain;
+                Ok(true)
+            }
+            (Some(SegmentEnd::Open { len }), Some(h)) if scan.event_count() > 0 => {
+                let file = self
+                    .store
+                    .vfs
+                    .open_append(&path, false)
+                    .map_err(|e| StoreError::io(&path, e))?;
+                self.seg_index = h.segment_index;
+                self.next_seq = scan.next_seq();
+                self.chain = scan.chain();
+                self.seg = Some(OpenSegment {
+                    file,
+                    path,
+                    index: h.segment_index,
+                    first_seq: h.first_seq,
+                    len: len as u64,
+                    events: scan.event_count(),
+                    span_prefix: None,
+                    entry_durable: true,
+                });
+                Ok(true)
+            }
+            (Some(SegmentEnd::Open { .. }), Some(_)) => {
+                // A header without a batch: an unfinished creation, as above.
+                self.recovered.push(Recovery {
+                    segment: path.clone(),
+                    offset: 0,
+                    truncated_bytes: bytes.len() as u64,
+                    reason: "segment holds no committed batch".into(),
+                });
+                self.store
+                    .vfs
+                    .remove_file(&path)
+                    .and_then(|()| self.store.vfs.sync_dir(&self.dir))
+                    .map_err(|e| StoreError::io(&path, e))?;
+                Ok(false)
+            }
+            (end, _) => Err(corrupt(0, format!("unexpected segment state {end:?}"))),
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn start_segment(
-        store: Store,
-        session: &str,
-        dir: PathBuf,
-        lock: Box<dyn LockGuard>,
-        index: u64,
-        first_seq: u64,
-        prev_chain: ChainValue,
-        recovered: Vec<Recovery>,
-    ) -> Result<Writer, StoreError> {
-        let stream = StreamId::of_name(session);
-        let path = dir.join(segment_file_name(first_seq));
-        let header = SegmentHeader {
-            format_version: FORMAT_VERSION,
-            stream,
-            segment_index: index,
-            first_seq,
-            prev_chain,
-            created_unix_ns: now_unix_ns(),
-        }
-        .encode();
-        let mut file = store
-            .vfs
-            .open_append(&path, true)
-            .map_err(|e| StoreError::io(&path, e))?;
-        file.append(&header)
-            .and_then(|()| file.sync_data())
-            .map_err(|e| StoreError::io(&path, e))?;
-        store.vfs.sync_dir(&dir).map_err(|e| StoreError::io(&dir, e))?;
-        Ok(Writer {
-            session: session.to_string(),
-            stream,
-            dir,
-            _lock: lock,
-            store,
-            file,
-            seg_path: path,
-            seg_index: index,
-            seg_first_seq: first_seq,
-            seg_len: SEGMENT_HEADER_LEN as u64,
-            seg_events: 0,
-            span_prefix: Some(header),
-            chain: prev_chain,
-            next_seq: first_seq,
-            buf: Vec::new(),
-            poisoned: false,
-            recovered,
-        })
     }
 
     /// The session this writer appends to.
@@ -320,7 +306,9 @@ impl Writer {
             if seq != 0 && is_start {
                 return Err((
                     i,
-                    format!("session.start may only be the first event (this would be event {seq})"),
+                    format!(
+                        "session.start may only be the first event (this would be event {seq})"
+                    ),
                 ));
             }
         }
@@ -334,7 +322,10 @@ impl Writer {
         body: &EventBody,
         durability: Durability,
     ) -> Result<AppendReceipt, StoreError> {
-        self.append_batch(std::slice::from_ref(&(time_unix_ns, body.clone())), durability)
+        self.append_batch(
+            std::slice::from_ref(&(time_unix_ns, body.clone())),
+            durability,
+        )
     }
 
     /// Appends events as one batch: all of them become visible and durable together,
@@ -373,9 +364,16 @@ impl Writer {
                 &payload,
             );
         }
+        if self.seg.is_none() {
+            self.start_segment(events[0].0)?;
+        }
+        let Some(seg) = self.seg.as_mut() else {
+            return Err(StoreError::Poisoned(self.session.clone()));
+        };
+        let created = seg.len == 0;
         let mut step = Chain::start(&self.chain);
         let mut span_len = self.buf.len() as u64;
-        if let Some(h) = &self.span_prefix {
+        if let Some(h) = &seg.span_prefix {
             step.update(h);
             span_len += SEGMENT_HEADER_LEN as u64;
         }
@@ -388,20 +386,26 @@ impl Writer {
             span_len,
         };
         encode_commit_frame(&mut self.buf, &commit);
-
-        if let Err(e) = self.file.append(&self.buf) {
+        if created {
+            // A new segment gets its header, first batch and commit in one write, so
+            // that creating it costs no extra sync.
+            if let Some(h) = &seg.span_prefix {
+                self.buf.splice(0..0, h.iter().copied());
+            }
+        }
+        if let Err(e) = seg.file.append(&self.buf) {
             // Take back what part of the batch reached the file, so nothing is
             // half-written; if even that fails, the next open repairs the tail.
-            if self.file.truncate(self.seg_len).is_err() {
+            if seg.file.truncate(seg.len).is_err() {
                 self.poisoned = true;
             }
-            return Err(StoreError::io(&self.seg_path, e));
+            return Err(StoreError::io(&seg.path, e));
         }
         if durability == Durability::Sync {
-            if let Err(e) = self.file.sync_data() {
+            if let Err(e) = seg.make_durable(self.store.vfs.as_ref(), &self.dir) {
                 // After a failed fsync the page cache cannot be trusted: stop here.
                 self.poisoned = true;
-                return Err(StoreError::io(&self.seg_path, e));
+                return Err(StoreError::io(&seg.path, e));
             }
         }
         let receipt = AppendReceipt {
@@ -409,22 +413,25 @@ impl Writer {
             last_seq: self.next_seq + events.len() as u64 - 1,
             chain,
         };
-        self.seg_len += self.buf.len() as u64;
-        self.seg_events += events.len() as u64;
+        seg.len += self.buf.len() as u64;
+        seg.events += events.len() as u64;
+        seg.span_prefix = None;
         self.next_seq += events.len() as u64;
         self.chain = chain;
-        self.span_prefix = None;
-        if self.seg_len >= self.store.opts.segment_bytes_max {
-            self.rotate()?;
+        if seg.len >= self.store.opts.segment_bytes_max {
+            self.seal()?;
         }
         Ok(receipt)
     }
 
     /// Syncs everything appended so far (after [`Durability::Buffered`] appends).
     pub fn sync(&mut self) -> Result<(), StoreError> {
-        self.file
-            .sync_data()
-            .map_err(|e| StoreError::io(&self.seg_path, e))
+        match self.seg.as_mut() {
+            Some(seg) => seg
+                .make_durable(self.store.vfs.as_ref(), &self.dir)
+                .map_err(|e| StoreError::io(&seg.path, e)),
+            None => Ok(()),
+        }
     }
 
     fn reject(&self, reason: String) -> StoreError {
@@ -434,63 +441,74 @@ impl Writer {
         }
     }
 
-    /// Seals the current segment and starts the next one. The seal is synced before the
-    /// next segment exists, and the directory is synced after, so a crash leaves either
-    /// a sealed last segment (the next open starts the new one) or both.
-    fn rotate(&mut self) -> Result<(), StoreError> {
-        self.buf.clear();
-        encode_seal_frame(
-            &mut self.buf,
-            &SealPayload {
-                chain: self.chain,
-                first_seq: self.seg_first_seq,
-                event_count: self.seg_events,
-                sealed_len: self.seg_len,
-            },
-        );
-        let sealed = self
-            .file
-            .append(&self.buf)
-            .and_then(|()| self.file.sync_data());
-        if let Err(e) = sealed {
-            self.poisoned = true;
-            return Err(StoreError::io(&self.seg_path, e));
+    /// Creates the next segment file (and the stream's directory, for a new stream).
+    /// Its header is written together with the first batch.
+    fn start_segment(&mut self, first_time_unix_ns: i64) -> Result<(), StoreError> {
+        let created_dir = self
+            .store
+            .vfs
+            .create_dir_all(&self.dir)
+            .map_err(|e| StoreError::io(&self.dir, e))?;
+        if created_dir {
+            let parent = self.store.streams_dir();
+            self.store
+                .vfs
+                .sync_dir(&parent)
+                .map_err(|e| StoreError::io(&parent, e))?;
         }
         let path = self.dir.join(segment_file_name(self.next_seq));
         let header = SegmentHeader {
             format_version: FORMAT_VERSION,
             stream: self.stream,
-            segment_index: self.seg_index + 1,
+            segment_index: self.seg_index,
             first_seq: self.next_seq,
             prev_chain: self.chain,
-            created_unix_ns: now_unix_ns(),
+            first_time_unix_ns,
         }
         .encode();
-        let started = self
+        let file = self
             .store
             .vfs
             .open_append(&path, true)
-            .and_then(|mut f| {
-                f.append(&header)?;
-                f.sync_data()?;
-                self.store.vfs.sync_dir(&self.dir)?;
-                Ok(f)
-            });
-        match started {
-            Ok(f) => {
-                self.file = f;
-                self.seg_path = path;
-                self.seg_index += 1;
-                self.seg_first_seq = self.next_seq;
-                self.seg_len = SEGMENT_HEADER_LEN as u64;
-                self.seg_events = 0;
-                self.span_prefix = Some(header);
-                Ok(())
-            }
-            Err(e) => {
-                self.poisoned = true;
-                Err(StoreError::io(&path, e))
-            }
+            .map_err(|e| StoreError::io(&path, e))?;
+        self.seg = Some(OpenSegment {
+            file,
+            path,
+            index: self.seg_index,
+            first_seq: self.next_seq,
+            len: 0,
+            events: 0,
+            span_prefix: Some(header),
+            entry_durable: false,
+        });
+        Ok(())
+    }
+
+    /// Seals the current segment; the next append starts a new one. The seal is synced,
+    /// so a sealed segment is never written again.
+    fn seal(&mut self) -> Result<(), StoreError> {
+        let Some(mut seg) = self.seg.take() else {
+            return Ok(());
+        };
+        self.buf.clear();
+        encode_seal_frame(
+            &mut self.buf,
+            &SealPayload {
+                chain: self.chain,
+                first_seq: seg.first_seq,
+                event_count: seg.events,
+                sealed_len: seg.len,
+            },
+        );
+        let sealed = seg
+            .file
+            .append(&self.buf)
+            .and_then(|()| seg.make_durable(self.store.vfs.as_ref(), &self.dir));
+        if let Err(e) = sealed {
+            self.poisoned = true;
+            return Err(StoreError::io(&seg.path, e));
         }
+        self.seg_index = seg.index + 1;
+        Ok(())
     }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use tacho_engine::vfs::{CrashKeep, SimFs, Vfs};
 use tacho_engine::{Durability, Severity, Store, StoreError, StoreOptions};
-use tacho_schema::{EndReason, EventBody, SessionEnd, SessionStart, ToolCall, ToolResult, ToolStatus};
+use tacho_schema::{
+    EndReason, EventBody, SessionEnd, SessionStart, ToolCall, ToolResult, ToolStatus,
+};
 
 const ROOT: &str = "/store";
 
@@ -42,7 +44,11 @@ fn ev(i: u64, size: usize) -> EventBody {
     } else {
         EventBody::ToolResult(ToolResult {
             call_id: format!("c{}", i - 1),
-            status: if i % 7 == 0 { ToolStatus::Error } else { ToolStatus::Ok },
+            status: if i % 7 == 0 {
+                ToolStatus::Error
+            } else {
+                ToolStatus::Ok
+            },
             duration_ms: Some(i),
             error: None,
             output: Some("x".repeat(size)),
@@ -93,9 +99,18 @@ fn write_session(store: &Store, s: &str, batches: &[usize], size: usize) -> Vec<
 fn round_trip_across_many_segments() {
     let fs = SimFs::new();
     let store = sim_store(&fs, 4096);
-    let written = write_session(&store, "ses_a", &[1, 5, 20, 3, 10, 1, 1, 10, 10, 10, 5, 4, 30, 10], 300);
+    let written = write_session(
+        &store,
+        "ses_a",
+        &[1, 5, 20, 3, 10, 1, 1, 10, 10, 10, 5, 4, 30, 10],
+        300,
+    );
     let segs = store.segments("ses_a").unwrap();
-    assert!(segs.len() >= 5, "expected rotation, got {} segments", segs.len());
+    assert!(
+        segs.len() >= 5,
+        "expected rotation, got {} segments",
+        segs.len()
+    );
     let read = read_all(&store, "ses_a").unwrap();
     assert_eq!(read.len(), written.len());
     for (i, ((seq, t, body), (wt, wb))) in read.iter().zip(&written).enumerate() {
@@ -122,7 +137,13 @@ fn round_trip_across_many_segments() {
     w.append(9, &ev(121, 10), Durability::Buffered).unwrap();
     w.sync().unwrap();
     drop(w);
-    assert!(store.verify_session("ses_a", true).unwrap().findings.is_empty());
+    assert!(
+        store
+            .verify_session("ses_a", true)
+            .unwrap()
+            .findings
+            .is_empty()
+    );
 }
 
 #[test]
@@ -152,7 +173,10 @@ fn session_rules_are_enforced_before_anything_is_written() {
         store.writer("../etc"),
         Err(StoreError::BadSessionId(_))
     ));
-    assert!(matches!(read_all(&store, "ses_none"), Err(StoreError::NotFound(_))));
+    assert!(matches!(
+        read_all(&store, "ses_none"),
+        Err(StoreError::NotFound(_))
+    ));
 }
 
 #[test]
@@ -194,15 +218,34 @@ fn truncating_the_last_segment_at_every_offset_repairs_the_torn_tail() {
     let from = ends[0].0; // everything after the first batch
     for cut in from..=full.len() {
         fs.set_file(&path, full[..cut].to_vec());
-        let expect = ends.iter().rev().find(|(end, _)| *end <= cut).map_or(0, |e| e.1);
+        let expect = ends
+            .iter()
+            .rev()
+            .find(|(end, _)| *end <= cut)
+            .map_or(0, |e| e.1);
         // Readers see the committed prefix without repairing anything.
-        assert_eq!(read_all(&store, "ses_t").unwrap().len(), expect, "cut {cut}");
+        assert_eq!(
+            read_all(&store, "ses_t").unwrap().len(),
+            expect,
+            "cut {cut}"
+        );
         // A writer repairs the tail and reports it, and appends after it.
         let mut w = store.writer("ses_t").unwrap();
-        let torn = cut != ends.iter().rev().find(|(e, _)| *e <= cut).map_or(0, |e| e.0);
-        assert_eq!(!w.recovered().is_empty(), torn, "cut {cut}: {:?}", w.recovered());
+        let torn = cut
+            != ends
+                .iter()
+                .rev()
+                .find(|(e, _)| *e <= cut)
+                .map_or(0, |e| e.0);
+        assert_eq!(
+            !w.recovered().is_empty(),
+            torn,
+            "cut {cut}: {:?}",
+            w.recovered()
+        );
         assert_eq!(w.next_seq(), expect as u64);
-        w.append(5, &ev(expect as u64, 3), Durability::Sync).unwrap();
+        w.append(5, &ev(expect as u64, 3), Durability::Sync)
+            .unwrap();
         drop(w);
         let read = read_all(&store, "ses_t").unwrap();
         assert_eq!(read.len(), expect + 1);
@@ -264,7 +307,10 @@ fn every_bit_flip_is_a_located_hard_error_and_never_a_panic() {
             // nothing committed follows (indistinguishable from a torn write).
             let in_final_frame = last && (bit / 8 >= orig.len() - 88 || orig.len() == 128);
             if in_final_frame {
-                assert!(!rep.findings.is_empty(), "{path:?} bit {bit}: flip not noticed");
+                assert!(
+                    !rep.findings.is_empty(),
+                    "{path:?} bit {bit}: flip not noticed"
+                );
             } else {
                 assert!(!errors.is_empty(), "{path:?} bit {bit}: flip not detected");
                 let f = errors[0];
@@ -307,9 +353,18 @@ fn crash_at_every_sync_keeps_every_acknowledged_batch() {
         let image = fs.frozen().expect("freeze point reached");
         for keep in [
             CrashKeep::DurableOnly,
-            CrashKeep::Prefix { fraction: 0.5, zero_fill: false },
-            CrashKeep::Prefix { fraction: 0.3, zero_fill: true },
-            CrashKeep::Prefix { fraction: 1.0, zero_fill: false },
+            CrashKeep::Prefix {
+                fraction: 0.5,
+                zero_fill: false,
+            },
+            CrashKeep::Prefix {
+                fraction: 0.3,
+                zero_fill: true,
+            },
+            CrashKeep::Prefix {
+                fraction: 1.0,
+                zero_fill: false,
+            },
         ] {
             let crashed = image.materialize(keep);
             let store = sim_store(&crashed, 1500);
@@ -329,10 +384,18 @@ fn crash_at_every_sync_keeps_every_acknowledged_batch() {
                     read.len()
                 );
                 for (i, (_, t, b)) in read.iter().enumerate() {
-                    assert_eq!((t, b), (&written[i].0, &written[i].1), "sync {n}: {s} event {i}");
+                    assert_eq!(
+                        (t, b),
+                        (&written[i].0, &written[i].1),
+                        "sync {n}: {s} event {i}"
+                    );
                 }
                 let rep = store.verify_session(s, true).unwrap();
-                assert!(rep.findings.is_empty(), "sync {n} {keep:?}: {:?}", rep.findings);
+                assert!(
+                    rep.findings.is_empty(),
+                    "sync {n} {keep:?}: {:?}",
+                    rep.findings
+                );
             }
         }
     }
@@ -350,14 +413,25 @@ fn run_crash_workload(fs: &SimFs, freeze: Option<u64>) -> Acked {
         let mut written = Vec::new();
         let mut acked = 0usize;
         let mut seq = 0u64;
-        for (bi, n) in [1usize, 3, 1, 4, 2, 5, 1, 2, 3].iter().enumerate() {
+        for (bi, n) in [1usize, 3, 1, 4, 2, 5, 1, 2, 3, 2, 2, 1, 4, 1]
+            .iter()
+            .enumerate()
+        {
             let mut batch = Vec::new();
             for _ in 0..*n {
-                let body = if seq == 0 { start() } else { ev(seq, 40 + 30 * si) };
+                let body = if seq == 0 {
+                    start()
+                } else {
+                    ev(seq, 40 + 30 * si)
+                };
                 batch.push((seq as i64, body));
                 seq += 1;
             }
-            let d = if bi % 3 == 2 { Durability::Buffered } else { Durability::Sync };
+            let d = if bi % 3 == 2 {
+                Durability::Buffered
+            } else {
+                Durability::Sync
+            };
             w.append_batch(&batch, d).unwrap();
             written.extend(batch);
             if d == Durability::Sync && freeze.is_none_or(|f| fs.sync_count() <= f) {

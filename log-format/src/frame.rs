@@ -145,7 +145,15 @@ pub fn encode_event_frame(
 ) {
     assert!(payload.len() <= FRAME_PAYLOAD_BYTES_MAX as usize);
     assert!(kind != 0, "event kind 0 is reserved");
-    encode_frame(out, FrameType::Event, kind, kind_version, seq, time_unix_ns, payload);
+    encode_frame(
+        out,
+        FrameType::Event,
+        kind,
+        kind_version,
+        seq,
+        time_unix_ns,
+        payload,
+    );
 }
 
 /// The payload of a commit frame.
@@ -268,8 +276,7 @@ pub fn decode_frame(buf: &[u8], offset: usize) -> Result<FrameRef<'_>, FrameErro
     if stored != computed {
         return Err(FrameError::CrcMismatch { stored, computed });
     }
-    let frame_type =
-        FrameType::from_u8(frame[8]).ok_or(FrameError::BadType { found: frame[8] })?;
+    let frame_type = FrameType::from_u8(frame[8]).ok_or(FrameError::BadType { found: frame[8] })?;
     let check_zero = |field: &'static str, v: u64| {
         if v == 0 {
             Ok(())
@@ -278,7 +285,10 @@ pub fn decode_frame(buf: &[u8], offset: usize) -> Result<FrameRef<'_>, FrameErro
         }
     };
     check_zero("flags", u64::from(frame[9]))?;
-    check_zero("reserved", u64::from(u16::from_le_bytes(arr(&frame[14..16]))))?;
+    check_zero(
+        "reserved",
+        u64::from(u16::from_le_bytes(arr(&frame[14..16]))),
+    )?;
     let header = FrameHeader {
         frame_len,
         crc: stored,

@@ -21,10 +21,12 @@ pub use frame::{
     FrameHeader, FrameRef, FrameType, SEAL_PAYLOAD_LEN, SealPayload, decode_frame,
     encode_commit_frame, encode_event_frame, encode_seal_frame, padded_len,
 };
-pub use scan::{Batch, Damage, DamageClass, ScanError, ScanLimits, Scanner, SegmentEnd, find_commit_after};
+pub use scan::{
+    Batch, Damage, DamageClass, ScanError, ScanLimits, Scanner, SegmentEnd, find_commit_after,
+};
 pub use segment::{
     FORMAT_VERSION, HeaderError, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, SegmentHeader, StreamId,
-    segment_file_name, parse_segment_file_name,
+    parse_segment_file_name, segment_file_name,
 };
 
 /// Every frame starts at a multiple of this many bytes from the start of its segment.

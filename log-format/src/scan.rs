@@ -327,7 +327,13 @@ impl<'a> Scanner<'a> {
                     if !self.frames.is_empty() {
                         let first = self.frames[0].offset;
                         let events = self.frames.len();
-                        self.fail(first, ScanError::UncommittedBatch { offset: first, events });
+                        self.fail(
+                            first,
+                            ScanError::UncommittedBatch {
+                                offset: first,
+                                events,
+                            },
+                        );
                         return None;
                     }
                     match self.check_seal(&frame) {
@@ -450,7 +456,7 @@ mod tests {
             segment_index: 0,
             first_seq: 0,
             prev_chain: [0; 32],
-            created_unix_ns: 0,
+            first_time_unix_ns: 0,
         };
         let mut buf = header.encode().to_vec();
         let mut chain = [0u8; 32];
@@ -578,7 +584,12 @@ mod tests {
         h.update(&full[commit..commit + 4]);
         h.update(&full[commit + 8..commit + 88]);
         full[commit + 4..commit + 8].copy_from_slice(&h.finalize().to_le_bytes());
-        let mut s = Scanner::new(&full, ScanLimits { verify_chain: false });
+        let mut s = Scanner::new(
+            &full,
+            ScanLimits {
+                verify_chain: false,
+            },
+        );
         assert!(s.next_batch().is_some());
         let mut s = Scanner::new(&full, VERIFY);
         assert!(s.next_batch().is_none());

@@ -40,8 +40,9 @@ pub struct SegmentHeader {
     pub first_seq: u64,
     /// The chain value at the end of the previous segment (zeros for segment 0).
     pub prev_chain: ChainValue,
-    /// When the segment was created, in nanoseconds since the Unix epoch (informative).
-    pub created_unix_ns: i64,
+    /// Time of the segment's first event, in nanoseconds since the Unix epoch. Taken
+    /// from the event, not the clock, so that the same events give the same bytes.
+    pub first_time_unix_ns: i64,
 }
 
 /// Why a segment header could not be decoded.
@@ -55,7 +56,9 @@ pub enum HeaderError {
     BadMagic { found: [u8; 8] },
     #[error("segment header checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
     CrcMismatch { stored: u32, computed: u32 },
-    #[error("format version {found} is not supported by this tacho (it reads versions 1..={FORMAT_VERSION}); upgrade tacho")]
+    #[error(
+        "format version {found} is not supported by this tacho (it reads versions 1..={FORMAT_VERSION}); upgrade tacho"
+    )]
     UnsupportedVersion { found: u16 },
     #[error("segment header field `{field}` has an invalid value {value}")]
     BadField { field: &'static str, value: u64 },
@@ -73,7 +76,7 @@ impl SegmentHeader {
         b[32..40].copy_from_slice(&self.segment_index.to_le_bytes());
         b[40..48].copy_from_slice(&self.first_seq.to_le_bytes());
         b[48..80].copy_from_slice(&self.prev_chain);
-        b[80..88].copy_from_slice(&self.created_unix_ns.to_le_bytes());
+        b[80..88].copy_from_slice(&self.first_time_unix_ns.to_le_bytes());
         let crc = crc32fast::hash(&b[..HEADER_CRC_OFFSET]);
         b[HEADER_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -132,7 +135,7 @@ impl SegmentHeader {
             segment_index: u64::from_le_bytes(arr(&b[32..40])),
             first_seq: u64::from_le_bytes(arr(&b[40..48])),
             prev_chain: arr(&b[48..80]),
-            created_unix_ns: i64::from_le_bytes(arr(&b[80..88])),
+            first_time_unix_ns: i64::from_le_bytes(arr(&b[80..88])),
         })
     }
 }
@@ -172,7 +175,7 @@ mod tests {
             segment_index: 3,
             first_seq: 4096,
             prev_chain: [0xab; 32],
-            created_unix_ns: 1_764_504_000_000_000_000,
+            first_time_unix_ns: 1_764_504_000_000_000_000,
         }
     }
 
@@ -184,14 +187,20 @@ mod tests {
         for bit in 0..SEGMENT_HEADER_LEN * 8 {
             let mut b = bytes;
             b[bit / 8] ^= 1 << (bit % 8);
-            assert!(SegmentHeader::decode(&b).is_err(), "bit {bit} flip accepted");
+            assert!(
+                SegmentHeader::decode(&b).is_err(),
+                "bit {bit} flip accepted"
+            );
         }
     }
 
     #[test]
     fn file_names_sort_and_parse() {
         assert_eq!(segment_file_name(42), "00000000000000000042.tseg");
-        assert_eq!(parse_segment_file_name("00000000000000000042.tseg"), Some(42));
+        assert_eq!(
+            parse_segment_file_name("00000000000000000042.tseg"),
+            Some(42)
+        );
         assert_eq!(parse_segment_file_name("42.tseg"), None);
         assert_eq!(parse_segment_file_name("LOCK"), None);
         assert!(segment_file_name(9) < segment_file_name(10));

@@ -41,7 +41,12 @@ pub fn parse_json_line(text: &str, line_no: usize) -> Result<ParsedLine, JsonErr
     let parsed: LineIn = serde_json::from_str(text).map_err(|e| JsonError {
         line: line_no,
         column: e.column().max(1),
-        message: e.to_string().split(" at line ").next().unwrap_or("").to_string(),
+        message: e
+            .to_string()
+            .split(" at line ")
+            .next()
+            .unwrap_or("")
+            .to_string(),
     })?;
     if let Some(s) = &parsed.session {
         if let Err(message) = validate_session_id(s) {
@@ -193,12 +198,12 @@ mod tests {
         let e = parse_json_line(r#"{"type":"step.start", "step": 1,,}"#, 4).unwrap_err();
         assert_eq!(e.column, 33, "{e}"); // the second comma
 
-        let e = parse_json_line(r#"{"type":"step.start","step":1,"ts":"yesterday"}"#, 5)
-            .unwrap_err();
+        let e =
+            parse_json_line(r#"{"type":"step.start","step":1,"ts":"yesterday"}"#, 5).unwrap_err();
         assert!(e.message.contains("RFC 3339"), "{e}");
 
-        let e = parse_json_line(r#"{"type":"step.start","step":1,"session":"a/b"}"#, 6)
-            .unwrap_err();
+        let e =
+            parse_json_line(r#"{"type":"step.start","step":1,"session":"a/b"}"#, 6).unwrap_err();
         assert!(e.message.contains("field `session`"), "{e}");
     }
 }

@@ -421,5 +421,8 @@ fn bad(kind: u16, version: u16, e: rkyv::rancor::Error) -> SchemaError {
 
 /// The id of a kind name, if this tacho knows it.
 pub fn kind_id(name: &str) -> Option<u16> {
-    KINDS.iter().find(|(_, n, _)| *n == name).map(|(id, _, _)| *id)
+    KINDS
+        .iter()
+        .find(|(_, n, _)| *n == name)
+        .map(|(id, _, _)| *id)
 }

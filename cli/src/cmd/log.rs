@@ -69,11 +69,7 @@ pub fn run(c: LogCommand) -> Result<(), CliError> {
 }
 
 /// Runs `f` on every session, with a progress line on a terminal for long runs.
-fn each_session(
-    deep: bool,
-    only: Option<&str>,
-    quiet: bool,
-) -> Result<StoreReport, CliError> {
+fn each_session(deep: bool, only: Option<&str>, quiet: bool) -> Result<StoreReport, CliError> {
     let store = open_store()?;
     let sessions = match only {
         Some(s) => {
@@ -90,7 +86,12 @@ fn each_session(
     let mut report = StoreReport::default();
     for (i, s) in sessions.iter().enumerate() {
         if show && last.elapsed() > Duration::from_millis(250) {
-            eprint!("\r{} {}/{} sessions", if deep { "verifying" } else { "counting" }, i, sessions.len());
+            eprint!(
+                "\r{} {}/{} sessions",
+                if deep { "verifying" } else { "counting" },
+                i,
+                sessions.len()
+            );
             last = Instant::now();
         }
         report.streams.push(store.verify_session(s, deep)?);
@@ -121,7 +122,10 @@ fn totals(r: &StoreReport) -> (u64, u64, u64, u64) {
 fn verify(a: VerifyArgs) -> Result<(), CliError> {
     let report = each_session(true, a.session.as_deref(), a.json)?;
     let (segments, events, size, _) = totals(&report);
-    let errors = report.findings().filter(|f| f.severity == Severity::Error).count();
+    let errors = report
+        .findings()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
     let warnings = report.findings().count() - errors;
     let digest = hex(&report.store_digest());
     let mut out = Out::new();
@@ -147,13 +151,23 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
             };
             let seg = f.segment.as_deref().map(Path::display);
             match (seg, f.offset) {
-                (Some(p), Some(o)) => out.line(format!("{sev}: session {}: {p} at offset {o}: {}", f.session, f.message))?,
-                (Some(p), None) => out.line(format!("{sev}: session {}: {p}: {}", f.session, f.message))?,
+                (Some(p), Some(o)) => out.line(format!(
+                    "{sev}: session {}: {p} at offset {o}: {}",
+                    f.session, f.message
+                ))?,
+                (Some(p), None) => {
+                    out.line(format!("{sev}: session {}: {p}: {}", f.session, f.message))?
+                }
                 _ => out.line(format!("{sev}: session {}: {}", f.session, f.message))?,
             }
         }
         if let [one] = report.streams.as_slice() {
-            out.line(format!("session {} head: {} events, chain {}", one.session, one.next_seq, hex(&one.chain)))?;
+            out.line(format!(
+                "session {} head: {} events, chain {}",
+                one.session,
+                one.next_seq,
+                hex(&one.chain)
+            ))?;
         }
         out.line(format!(
             "verified {} session(s), {} segment(s), {} events, {}: {}",
@@ -172,7 +186,9 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
     }
     out.finish()?;
     if errors > 0 {
-        return Err(CliError::Findings(format!("verification failed with {errors} error(s)")));
+        return Err(CliError::Findings(format!(
+            "verification failed with {errors} error(s)"
+        )));
     }
     Ok(())
 }
@@ -201,8 +217,15 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
         }))?;
         return out.finish();
     }
-    out.line(format!("sessions:  {}", thousands(report.streams.len() as u64)))?;
-    out.line(format!("segments:  {} ({} sealed)", thousands(segments), thousands(sealed)))?;
+    out.line(format!(
+        "sessions:  {}",
+        thousands(report.streams.len() as u64)
+    ))?;
+    out.line(format!(
+        "segments:  {} ({} sealed)",
+        thousands(segments),
+        thousands(sealed)
+    ))?;
     out.line(format!("events:    {}", thousands(events)))?;
     out.line(format!("batches:   {}", thousands(batches)))?;
     out.line(format!("bytes:     {} ({})", thousands(size), bytes(size)))?;
@@ -231,16 +254,17 @@ fn dump(a: DumpArgs) -> Result<(), CliError> {
             let store = open_store()?;
             let segs = store.segments(s)?;
             match a.segment {
-                Some(i) => vec![segs
-                    .get(i)
-                    .ok_or_else(|| {
-                        CliError::NotFound(format!(
-                            "session {s} has {} segment(s); there is no segment {i}",
-                            segs.len()
-                        ))
-                    })?
-                    .path
-                    .clone()],
+                Some(i) => vec![
+                    segs.get(i)
+                        .ok_or_else(|| {
+                            CliError::NotFound(format!(
+                                "session {s} has {} segment(s); there is no segment {i}",
+                                segs.len()
+                            ))
+                        })?
+                        .path
+                        .clone(),
+                ],
                 None => segs.into_iter().map(|s| s.path).collect(),
             }
         }
@@ -257,7 +281,9 @@ fn dump(a: DumpArgs) -> Result<(), CliError> {
     }
     out.finish()?;
     if damaged {
-        return Err(CliError::Findings("the dump stopped at damaged bytes".into()));
+        return Err(CliError::Findings(
+            "the dump stopped at damaged bytes".into(),
+        ));
     }
     Ok(())
 }
@@ -284,18 +310,18 @@ fn dump_segment(
         out.json(&serde_json::json!({
             "type": "segment", "segment": path.display().to_string(), "format_version": header.format_version,
             "segment_index": header.segment_index, "first_seq": header.first_seq,
-            "prev_chain": hex(&header.prev_chain), "created": time_to_rfc3339(header.created_unix_ns),
+            "prev_chain": hex(&header.prev_chain), "first_time": time_to_rfc3339(header.first_time_unix_ns),
             "bytes": buf.len(),
         }))?;
     } else {
         out.line(format!(
-            "== {} (segment {}, format v{}, first seq {}, {} bytes, created {})",
+            "== {} (segment {}, format v{}, first seq {}, {} bytes, first event at {})",
             path.display(),
             header.segment_index,
             header.format_version,
             header.first_seq,
             buf.len(),
-            time_to_rfc3339(header.created_unix_ns)
+            time_to_rfc3339(header.first_time_unix_ns)
         ))?;
     }
     let mut off = SEGMENT_HEADER_LEN;
@@ -306,7 +332,10 @@ fn dump_segment(
                 if json {
                     out.json(&serde_json::json!({"type":"damage","segment":path.display().to_string(),"offset":off,"error":e.to_string()}))?;
                 } else {
-                    out.line(format!("@{off:<8} DAMAGED: {e} ({} bytes to the end)", buf.len() - off))?;
+                    out.line(format!(
+                        "@{off:<8} DAMAGED: {e} ({} bytes to the end)",
+                        buf.len() - off
+                    ))?;
                 }
                 return Ok(true);
             }
@@ -317,7 +346,12 @@ fn dump_segment(
                 let body = EventBody::decode(h.kind, h.kind_version, f.payload);
                 let (ev_json, err) = match body {
                     Ok(body) => (
-                        Event { session: session.to_string(), time_unix_ns: h.time_unix_ns, body }.to_json(),
+                        Event {
+                            session: session.to_string(),
+                            time_unix_ns: h.time_unix_ns,
+                            body,
+                        }
+                        .to_json(),
                         None,
                     ),
                     Err(e) => (serde_json::Value::Null, Some(e.to_string())),
@@ -343,10 +377,22 @@ fn dump_segment(
             FrameType::Commit | FrameType::Seal => {
                 let (name, chain, first, count, n) = if h.frame_type == FrameType::Commit {
                     let c = CommitPayload::decode(f.payload);
-                    ("commit", c.map(|c| c.chain), c.map(|c| c.first_seq), c.map(|c| c.event_count), c.map(|c| c.span_len))
+                    (
+                        "commit",
+                        c.map(|c| c.chain),
+                        c.map(|c| c.first_seq),
+                        c.map(|c| c.event_count),
+                        c.map(|c| c.span_len),
+                    )
                 } else {
                     let s = SealPayload::decode(f.payload);
-                    ("seal", s.map(|s| s.chain), s.map(|s| s.first_seq), s.map(|s| s.event_count), s.map(|s| s.sealed_len))
+                    (
+                        "seal",
+                        s.map(|s| s.chain),
+                        s.map(|s| s.first_seq),
+                        s.map(|s| s.event_count),
+                        s.map(|s| s.sealed_len),
+                    )
                 };
                 let chain = chain.map(|c| hex(&c)).unwrap_or_default();
                 if json {

@@ -122,8 +122,10 @@ impl Recorder {
             }
         }
         for (session, items) in groups {
-            let events: Vec<(i64, EventBody)> =
-                items.into_iter().map(|p| (p.time_unix_ns, p.body)).collect();
+            let events: Vec<(i64, EventBody)> = items
+                .into_iter()
+                .map(|p| (p.time_unix_ns, p.body))
+                .collect();
             let durability = self.durability;
             let receipt = self.writer(&session)?.append_batch(&events, durability)?;
             let t = self.totals.entry(session).or_default();
@@ -139,7 +141,8 @@ impl Recorder {
 
 pub fn run(a: RecordArgs) -> Result<(), CliError> {
     if let Some(s) = &a.session {
-        tacho_schema::validate_session_id(s).map_err(|e| CliError::Input(format!("--session: {e}")))?;
+        tacho_schema::validate_session_id(s)
+            .map_err(|e| CliError::Input(format!("--session: {e}")))?;
     }
     let (input, source): (Box<dyn BufRead>, String) = match &a.file {
         Some(p) if p.as_os_str() != "-" => {
@@ -147,7 +150,10 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
                 .map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?;
             (Box::new(BufReader::new(f)), p.display().to_string())
         }
-        _ => (Box::new(BufReader::new(std::io::stdin().lock())), "stdin".to_string()),
+        _ => (
+            Box::new(BufReader::new(std::io::stdin().lock())),
+            "stdin".to_string(),
+        ),
     };
     let mut rec = Recorder {
         store: open_store()?,
@@ -165,12 +171,13 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
     let result = (|| -> Result<(), CliError> {
         for (i, line) in input.lines().enumerate() {
             let line_no = i + 1;
-            let text = line.map_err(|e| CliError::Input(format!("{source}: line {line_no}: {e}")))?;
+            let text =
+                line.map_err(|e| CliError::Input(format!("{source}: line {line_no}: {e}")))?;
             if text.trim().is_empty() {
                 continue;
             }
-            let mut parsed =
-                parse_json_line(&text, line_no).map_err(|e| CliError::Input(format!("{source}: {e}")))?;
+            let mut parsed = parse_json_line(&text, line_no)
+                .map_err(|e| CliError::Input(format!("{source}: {e}")))?;
             let session = if a.new_session {
                 let fresh = renamed
                     .entry(parsed.session.clone())

@@ -42,9 +42,7 @@ fn list(a: ListArgs) -> Result<(), CliError> {
         store.read_session(&id, |e| s.apply(&e.event))?;
         summaries.push(s);
     }
-    summaries.sort_by(|a, b| {
-        (a.started_unix_ns, &a.session).cmp(&(b.started_unix_ns, &b.session))
-    });
+    summaries.sort_by(|a, b| (a.started_unix_ns, &a.session).cmp(&(b.started_unix_ns, &b.session)));
     let mut out = Out::new();
     if a.json {
         for s in &summaries {
@@ -62,17 +60,33 @@ fn list(a: ListArgs) -> Result<(), CliError> {
         return out.finish();
     }
     if summaries.is_empty() {
-        eprintln!("no sessions recorded yet (store: {})", store.root().display());
+        eprintln!(
+            "no sessions recorded yet (store: {})",
+            store.root().display()
+        );
         return out.finish();
     }
     out.line(format!(
         "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<15} {}",
-        "SESSION", "STARTED", "EVENTS", "TOOLS", "FAILED", "TOKENS IN/OUT", "STATUS", "AGENT / TITLE"
+        "SESSION",
+        "STARTED",
+        "EVENTS",
+        "TOOLS",
+        "FAILED",
+        "TOKENS IN/OUT",
+        "STATUS",
+        "AGENT / TITLE"
     ))?;
     for s in &summaries {
         let started = s
             .started_unix_ns
-            .map(|t| time_to_rfc3339(t).chars().take(19).collect::<String>().replace('T', " "))
+            .map(|t| {
+                time_to_rfc3339(t)
+                    .chars()
+                    .take(19)
+                    .collect::<String>()
+                    .replace('T', " ")
+            })
             .unwrap_or_else(|| "-".into());
         let who = match (&s.agent, &s.title) {
             (Some(a), Some(t)) => format!("{a}: {t}"),
