@@ -24,6 +24,11 @@ impl Out {
         Ok(())
     }
 
+    pub fn flush(&mut self) -> Result<(), CliError> {
+        self.0.flush()?;
+        Ok(())
+    }
+
     pub fn finish(mut self) -> Result<(), CliError> {
         self.0.flush()?;
         Ok(())

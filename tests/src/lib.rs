@@ -1,1 +1,57 @@
+//! Support for the end-to-end tests: find the `tacho` binary that cargo built, and run
+//! it hermetically (cleared environment, a scratch `TACHO_HOME`).
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `tacho` binary of this build. Cargo builds it before any test runs because
+/// `tacho-cli` has integration tests; `TACHO_BIN` overrides the lookup.
+pub fn tacho_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TACHO_BIN") {
+        return PathBuf::from(p);
+    }
+    // target/<profile>/deps/<test binary> → target/<profile>/tacho
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps");
+    let bin = profile_dir.join(format!("tacho{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test --workspace` (which builds it) or set TACHO_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A `tacho` command with a clean environment and `TACHO_HOME` set to `home`.
+pub fn tacho(home: &Path) -> Command {
+    let mut c = Command::new(tacho_bin());
+    c.env_clear()
+        .env("TACHO_HOME", home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    c
+}
+
+/// Runs a command and returns (exit code, stdout, stderr).
+pub fn run(mut c: Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = c.output().expect("spawn tacho");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// The repository root (for the bundled examples and fixtures).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the repository")
+        .to_path_buf()
+}

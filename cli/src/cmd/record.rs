@@ -39,7 +39,8 @@ pub struct RecordArgs {
     /// earlier batches stay recorded.
     #[arg(long, default_value_t = 0)]
     pub batch_lines: usize,
-    /// Print one JSON object per recorded session on stdout.
+    /// Print one JSON object per committed batch on stdout, as soon as it is recorded
+    /// (an acknowledgement a streaming producer can wait for).
     #[arg(long)]
     pub json: bool,
 }
@@ -56,11 +57,13 @@ struct Total {
     first_seq: Option<u64>,
     last_seq: u64,
     events: u64,
-    head: [u8; 32],
 }
 
 struct Recorder {
     store: tacho_engine::Store,
+    /// With `--json`: one acknowledgement per committed batch, written (and flushed)
+    /// as soon as the batch is durable as requested.
+    acks: Option<Out>,
     durability: Durability,
     source: String,
     writers: BTreeMap<String, Writer>,
@@ -128,11 +131,21 @@ impl Recorder {
                 .collect();
             let durability = self.durability;
             let receipt = self.writer(&session)?.append_batch(&events, durability)?;
+            if let Some(out) = self.acks.as_mut() {
+                out.json(&serde_json::json!({
+                    "type": "recorded",
+                    "session": session,
+                    "events": events.len(),
+                    "first_seq": receipt.first_seq,
+                    "last_seq": receipt.last_seq,
+                    "head": hex(&receipt.chain),
+                }))?;
+                out.flush()?;
+            }
             let t = self.totals.entry(session).or_default();
             t.first_seq.get_or_insert(receipt.first_seq);
             t.last_seq = receipt.last_seq;
             t.events += events.len() as u64;
-            t.head = receipt.chain;
             self.recorded += events.len() as u64;
         }
         Ok(())
@@ -161,6 +174,7 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
             DurabilityArg::Sync => Durability::Sync,
             DurabilityArg::Buffered => Durability::Buffered,
         },
+        acks: a.json.then(Out::new),
         source: source.clone(),
         writers: BTreeMap::new(),
         totals: BTreeMap::new(),
@@ -222,27 +236,19 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         };
         return Err(e);
     }
-    let mut out = Out::new();
-    for (session, t) in &rec.totals {
-        let first = t.first_seq.unwrap_or(0);
-        if a.json {
-            out.json(&serde_json::json!({
-                "type": "recorded",
-                "session": session,
-                "events": t.events,
-                "first_seq": first,
-                "last_seq": t.last_seq,
-                "head": hex(&t.head),
-            }))?;
-        } else {
-            eprintln!(
-                "recorded {} event(s) in session {session} (seq {first}..={})",
-                t.events, t.last_seq
-            );
-        }
+    if let Some(out) = rec.acks.take() {
+        return out.finish();
     }
-    if rec.totals.is_empty() && !a.json {
+    for (session, t) in &rec.totals {
+        eprintln!(
+            "recorded {} event(s) in session {session} (seq {}..={})",
+            t.events,
+            t.first_seq.unwrap_or(0),
+            t.last_seq
+        );
+    }
+    if rec.totals.is_empty() {
         eprintln!("no events in {source}");
     }
-    out.finish()
+    Ok(())
 }

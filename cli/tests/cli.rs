@@ -1,0 +1,1 @@
+//! CLI golden tests (filled in below).

@@ -1,0 +1,424 @@
+//! End-to-end tests: real `tacho` processes, killed, racing and reading a store
+//! written by format version 1.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tacho_engine::{Durability, Severity, Store, StoreOptions, hex};
+use tacho_schema::{EventBody, parse_json_line};
+use tacho_tests::{repo_root, run, tacho};
+
+fn store(home: &Path) -> Store {
+    Store::open(home.join("log"), StoreOptions::default()).unwrap()
+}
+
+fn start_line(session: &str) -> String {
+    format!(
+        r#"{{"type":"session.start","session":"{session}","ts":"2026-11-30T10:00:00Z","agent":"coder"}}"#
+    )
+}
+
+fn call_line(session: &str, tag: &str, i: u64, pad: usize) -> String {
+    format!(
+        r#"{{"type":"tool.call","session":"{session}","ts":{},"call_id":"{tag}-{i}","tool":"bash","target":"{}"}}"#,
+        1_796_032_800_000u64 + i,
+        "x".repeat(pad)
+    )
+}
+
+fn call_id(body: &EventBody) -> Option<&str> {
+    match body {
+        EventBody::ToolCall(c) => Some(&c.call_id),
+        _ => None,
+    }
+}
+
+fn errors(store: &Store, session: &str) -> Vec<String> {
+    store
+        .verify_session(session, true)
+        .unwrap()
+        .findings
+        .into_iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.message)
+        .collect()
+}
+
+/// Spawns `tacho record --json` reading from a pipe.
+fn spawn_recorder(home: &Path, args: &[&str], lock_timeout_ms: u64) -> Child {
+    tacho(home)
+        .args(["record", "--json"])
+        .args(args)
+        .env("TACHO_LOCK_TIMEOUT_MS", lock_timeout_ms.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Collects `recorded` acknowledgements from a recorder's stdout on a thread.
+fn ack_reader(child: &mut Child) -> mpsc::Receiver<serde_json::Value> {
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// SIGKILL real recorder processes while they append, with batches of one event and
+/// of seven. Every batch acknowledged on stdout was synced, so it must survive; the
+/// torn tail left by the kill is repaired by the next writer; the log verifies.
+/// `TACHO_KILL_ITERATIONS` raises the number of rounds (CI runs a few).
+#[test]
+fn sigkill_mid_append_loses_no_acknowledged_batch() {
+    let rounds: u64 = std::env::var("TACHO_KILL_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let session = "ses_kill";
+    let mut torn_tails = 0;
+    for round in 0..rounds {
+        let home = tempfile::tempdir().unwrap();
+        let batch = if round % 2 == 0 { "1" } else { "7" };
+        let mut child = spawn_recorder(
+            home.path(),
+            &["--session", session, "--batch-lines", batch],
+            10_000,
+        );
+        let mut stdin = child.stdin.take().unwrap();
+        let acks = ack_reader(&mut child);
+        let feeder = std::thread::spawn(move || {
+            let _ = writeln!(stdin, "{}", start_line(session));
+            for i in 1..200_000u64 {
+                if writeln!(
+                    stdin,
+                    "{}",
+                    call_line(session, "c", i, (i % 37) as usize * 20)
+                )
+                .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        // Let it run for a while, then kill it without warning.
+        let run_for = Duration::from_millis(30 + (round * 37) % 120);
+        let started = Instant::now();
+        let mut acked_last: Option<u64> = None;
+        while started.elapsed() < run_for {
+            if let Ok(v) = acks.recv_timeout(Duration::from_millis(5)) {
+                acked_last = v["last_seq"].as_u64().or(acked_last);
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Acknowledgements printed before the kill count too.
+        while let Ok(v) = acks.recv_timeout(Duration::from_millis(200)) {
+            acked_last = v["last_seq"].as_u64().or(acked_last);
+        }
+        feeder.join().unwrap();
+        let acked_last = acked_last.expect("the recorder acknowledged nothing before the kill");
+
+        let st = store(home.path());
+        assert!(
+            errors(&st, session).is_empty(),
+            "round {round}: {:?}",
+            errors(&st, session)
+        );
+        let mut n = 0u64;
+        st.read_session(session, |e| {
+            assert_eq!(e.seq, n);
+            if e.seq > 0 {
+                let id = format!("c-{}", e.seq);
+                assert_eq!(call_id(&e.event.body), Some(id.as_str()), "round {round}");
+            }
+            n += 1;
+        })
+        .unwrap();
+        assert!(
+            n > acked_last,
+            "round {round}: {n} events survived, seq {acked_last} was acknowledged"
+        );
+        // The next writer repairs whatever tail the kill left, then the log is spotless.
+        let w = st.writer(session).unwrap();
+        assert_eq!(w.next_seq(), n);
+        torn_tails += w.recovered().len();
+        drop(w);
+        let rep = st.verify_session(session, true).unwrap();
+        assert!(rep.findings.is_empty(), "round {round}: {:?}", rep.findings);
+    }
+    eprintln!("{rounds} kills, {torn_tails} left a torn tail that was repaired");
+}
+
+#[test]
+fn concurrent_processes_record_different_sessions() {
+    let home = tempfile::tempdir().unwrap();
+    let per = 300u64;
+    let mut children = Vec::new();
+    for p in 0..4 {
+        let s = format!("ses_par{p}");
+        let mut child = spawn_recorder(home.path(), &["--batch-lines", "5"], 10_000);
+        let mut stdin = child.stdin.take().unwrap();
+        let lines: Vec<String> = std::iter::once(start_line(&s))
+            .chain((1..per).map(|i| call_line(&s, "c", i, 64)))
+            .collect();
+        let feeder = std::thread::spawn(move || {
+            for l in lines {
+                writeln!(stdin, "{l}").unwrap();
+            }
+        });
+        children.push((s, child, feeder));
+    }
+    let st = store(home.path());
+    for (s, child, feeder) in children {
+        feeder.join().unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{s}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut n = 0;
+        st.read_session(&s, |_| n += 1).unwrap();
+        assert_eq!(n, per);
+        assert!(errors(&st, &s).is_empty());
+    }
+    assert_eq!(st.sessions().unwrap().len(), 4);
+}
+
+/// Hook processes of parallel tool calls write the same session. They must take turns:
+/// a writer that cannot get the session within its timeout fails with exit code 3 and
+/// names the holder; writers that can wait do so, and their batches never interleave.
+#[test]
+fn writers_of_the_same_session_take_turns_and_never_interleave() {
+    let home = tempfile::tempdir().unwrap();
+    let s = "ses_same";
+    let mut first = tacho(home.path());
+    first.args(["record", "-"]).stdin(Stdio::piped());
+    let mut first = first.spawn().unwrap();
+    writeln!(first.stdin.as_mut().unwrap(), "{}", start_line(s)).unwrap();
+    drop(first.stdin.take());
+    assert!(first.wait().unwrap().success());
+
+    // A holds the session open: it has recorded one batch and keeps reading stdin.
+    let mut holder = spawn_recorder(home.path(), &["--session", s, "--batch-lines", "1"], 10_000);
+    let holder_pid = holder.id();
+    let acks = ack_reader(&mut holder);
+    writeln!(
+        holder.stdin.as_mut().unwrap(),
+        "{}",
+        call_line(s, "hold", 1, 0)
+    )
+    .unwrap();
+    acks.recv_timeout(Duration::from_secs(20))
+        .expect("holder recorded its batch");
+
+    // B cannot wait long enough.
+    let mut impatient = tacho(home.path());
+    impatient
+        .args(["record", "--session", s, "-"])
+        .env("TACHO_LOCK_TIMEOUT_MS", "300")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut b = impatient.spawn().unwrap();
+    writeln!(b.stdin.as_mut().unwrap(), "{}", call_line(s, "b", 1, 0)).unwrap();
+    drop(b.stdin.take());
+    let out = b.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("being written by another process"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("pid {holder_pid}")), "{stderr}");
+
+    // C1..C3 can wait; they start while A still holds the session.
+    let per = 40u64;
+    let mut waiting = Vec::new();
+    for p in 0..3 {
+        let mut c = spawn_recorder(home.path(), &["--session", s], 30_000);
+        let mut stdin = c.stdin.take().unwrap();
+        let tag = format!("w{p}");
+        for i in 0..per {
+            writeln!(stdin, "{}", call_line(s, &tag, i, 200)).unwrap();
+        }
+        drop(stdin); // the whole input is one batch
+        waiting.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    for c in waiting {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let st = store(home.path());
+    assert!(errors(&st, s).is_empty());
+    let mut ids = Vec::new();
+    st.read_session(s, |e| {
+        if let Some(id) = call_id(&e.event.body) {
+            ids.push(id.to_string());
+        }
+    })
+    .unwrap();
+    assert_eq!(ids.len() as u64, 1 + 3 * per);
+    assert_eq!(ids[0], "hold-1");
+    // Each waiting writer's batch is one contiguous run, in its own order.
+    for chunk in ids[1..].chunks(per as usize) {
+        let tag = chunk[0].split('-').next().unwrap().to_string();
+        let expect: Vec<String> = (0..per).map(|i| format!("{tag}-{i}")).collect();
+        assert_eq!(chunk, expect.as_slice());
+    }
+}
+
+#[test]
+fn a_malformed_line_is_located_and_nothing_is_recorded() {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("bad.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n{}\n{{\"type\":\"tool.result\",\"session\":\"ses_bad\",\"call_id\":\"c-1\",\"status\":\"fine\"}}\n",
+            start_line("ses_bad"),
+            call_line("ses_bad", "c", 1, 0)
+        ),
+    )
+    .unwrap();
+    let mut c = tacho(home.path());
+    c.args(["record"]).arg(&file);
+    let (code, stdout, stderr) = run(c);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("bad.jsonl: line 3, column"), "{stderr}");
+    assert!(stderr.contains("unknown variant `fine`"), "{stderr}");
+    assert!(stderr.contains("nothing was recorded"), "{stderr}");
+    assert!(store(home.path()).sessions().unwrap().is_empty());
+}
+
+// ---------------------------------------------------------------------------------
+// Format version 1, forever.
+
+fn fixture_dir() -> PathBuf {
+    repo_root().join("tests/fixtures/store-v1")
+}
+
+/// The digest of the committed v1 fixture store. It never changes: a change means the
+/// bytes of version 1 are no longer read as they were written.
+const STORE_V1_DIGEST: &str = "d24c4d7d1b8566774ddd2841a660f49c9d4171bab1e1e67c2b276b43d9c2c9a2";
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The events of the fixture: the bundled example session, and a long synthetic session
+/// of every kind written with small segments, so the fixture has sealed segments too.
+fn fixture_sources() -> Vec<(String, Vec<(i64, EventBody)>, usize)> {
+    let text = std::fs::read_to_string(fixture_dir().join("sources/rate-limit.jsonl")).unwrap();
+    let mut a = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let p = parse_json_line(l, i + 1).unwrap();
+        a.push((p.time_unix_ns.unwrap(), p.body));
+    }
+    let text = std::fs::read_to_string(fixture_dir().join("sources/all-kinds.jsonl")).unwrap();
+    let mut b = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let p = parse_json_line(l, i + 1).unwrap();
+        b.push((p.time_unix_ns.unwrap(), p.body));
+    }
+    vec![
+        ("ses_01jdemo8xk4rate1imit0000a".into(), a, 7),
+        ("ses_fixture_all_kinds".into(), b, 3),
+    ]
+}
+
+/// Writes the fixture store. Only ever run to create a new version's fixture:
+/// `TACHO_WRITE_FIXTURE=1 cargo test -p tacho-tests write_fixture_store -- --ignored`.
+#[test]
+#[ignore]
+fn write_fixture_store() {
+    assert_eq!(std::env::var("TACHO_WRITE_FIXTURE").as_deref(), Ok("1"));
+    let root = fixture_dir().join("log");
+    assert!(
+        !root.exists(),
+        "the v1 fixture exists and must never be rewritten"
+    );
+    let st = Store::open(
+        &root,
+        StoreOptions {
+            segment_bytes_max: 2048,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    for (session, events, batch) in fixture_sources() {
+        let mut w = st.writer(&session).unwrap();
+        for chunk in events.chunks(batch) {
+            w.append_batch(chunk, Durability::Sync).unwrap();
+        }
+    }
+    std::fs::remove_dir_all(root.join("locks")).unwrap();
+    println!(
+        "digest {}",
+        hex(&st.verify_all(true).unwrap().store_digest())
+    );
+}
+
+#[test]
+fn golden_store_v1_reads_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&fixture_dir().join("log"), &dir.path().join("log"));
+    let st = store(dir.path());
+    let report = st.verify_all(true).unwrap();
+    assert!(
+        report.is_clean(),
+        "{:?}",
+        report.findings().collect::<Vec<_>>()
+    );
+    assert_eq!(hex(&report.store_digest()), STORE_V1_DIGEST);
+    let sources = fixture_sources();
+    assert_eq!(st.sessions().unwrap().len(), sources.len());
+    for (session, events, _) in sources {
+        let mut read = Vec::new();
+        st.read_session(&session, |e| {
+            read.push((e.event.time_unix_ns, e.event.body))
+        })
+        .unwrap();
+        assert_eq!(read, events, "{session}");
+    }
+    // The long session spans sealed segments.
+    let segs = st.segments("ses_fixture_all_kinds").unwrap();
+    assert!(segs.len() >= 3, "{} segments", segs.len());
+    // And the CLI reads it too.
+    let mut c = tacho(dir.path());
+    c.args(["log", "verify"]);
+    let (code, stdout, stderr) = run(c);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains(STORE_V1_DIGEST));
+}
