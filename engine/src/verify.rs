@@ -186,20 +186,20 @@ impl Store {
                 r.batches += 1;
                 for frame in batch.events {
                     *r.by_kind.entry(frame.header.kind).or_default() += 1;
-                    if deep {
-                        if let Err(e) = EventBody::validate(
+                    if deep
+                        && let Err(e) = EventBody::validate(
                             frame.header.kind,
                             frame.header.kind_version,
                             frame.payload,
-                        ) {
-                            push(
-                                &mut r,
-                                Severity::Error,
-                                path,
-                                Some(frame.offset as u64),
-                                e.to_string(),
-                            );
-                        }
+                        )
+                    {
+                        push(
+                            &mut r,
+                            Severity::Error,
+                            path,
+                            Some(frame.offset as u64),
+                            e.to_string(),
+                        );
                     }
                 }
             }

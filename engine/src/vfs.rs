@@ -48,7 +48,7 @@ pub trait LockGuard: Send + std::fmt::Debug {}
 /// A file opened for appending.
 pub trait VfsFile: Send + std::fmt::Debug {
     /// Current length in bytes.
-    fn len(&self) -> io::Result<u64>;
+    fn byte_len(&self) -> io::Result<u64>;
     /// Writes all of `buf` at the end of the file.
     fn append(&mut self, buf: &[u8]) -> io::Result<()>;
     /// Makes everything written so far durable (fdatasync).
@@ -85,7 +85,7 @@ pub struct RealFs;
 struct RealFile(File);
 
 impl VfsFile for RealFile {
-    fn len(&self) -> io::Result<u64> {
+    fn byte_len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
@@ -373,7 +373,7 @@ fn not_found(path: &Path) -> io::Error {
 }
 
 impl VfsFile for SimHandle {
-    fn len(&self) -> io::Result<u64> {
+    fn byte_len(&self) -> io::Result<u64> {
         let st = self.fs.state();
         let f = st
             .files
@@ -450,10 +450,10 @@ impl Vfs for SimFs {
         }
         let mut names = BTreeSet::new();
         for p in st.files.keys().chain(st.dirs.iter()) {
-            if p.parent() == Some(path) {
-                if let Some(n) = p.file_name().and_then(|n| n.to_str()) {
-                    names.insert(n.to_string());
-                }
+            if p.parent() == Some(path)
+                && let Some(n) = p.file_name().and_then(|n| n.to_str())
+            {
+                names.insert(n.to_string());
             }
         }
         Ok(names.into_iter().collect())

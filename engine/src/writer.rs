@@ -401,12 +401,12 @@ impl Writer {
             }
             return Err(StoreError::io(&seg.path, e));
         }
-        if durability == Durability::Sync {
-            if let Err(e) = seg.make_durable(self.store.vfs.as_ref(), &self.dir) {
-                // After a failed fsync the page cache cannot be trusted: stop here.
-                self.poisoned = true;
-                return Err(StoreError::io(&seg.path, e));
-            }
+        if durability == Durability::Sync
+            && let Err(e) = seg.make_durable(self.store.vfs.as_ref(), &self.dir)
+        {
+            // After a failed fsync the page cache cannot be trusted: stop here.
+            self.poisoned = true;
+            return Err(StoreError::io(&seg.path, e));
         }
         let receipt = AppendReceipt {
             first_seq: self.next_seq,

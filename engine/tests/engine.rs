@@ -1,6 +1,8 @@
 //! The engine's integration tests, over the simulated filesystem (fast, and able to
 //! crash) and the real one.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -33,7 +35,7 @@ fn start() -> EventBody {
 
 /// A deterministic event of roughly `size` bytes for sequence number `i`.
 fn ev(i: u64, size: usize) -> EventBody {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         EventBody::ToolCall(ToolCall {
             call_id: format!("c{i}"),
             tool: "read".into(),
@@ -44,7 +46,7 @@ fn ev(i: u64, size: usize) -> EventBody {
     } else {
         EventBody::ToolResult(ToolResult {
             call_id: format!("c{}", i - 1),
-            status: if i % 7 == 0 {
+            status: if i.is_multiple_of(7) {
                 ToolStatus::Error
             } else {
                 ToolStatus::Ok

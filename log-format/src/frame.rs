@@ -94,7 +94,7 @@ pub enum FrameError {
 
 /// `len` rounded up to the frame alignment.
 pub const fn padded_len(len: usize) -> usize {
-    (len + FRAME_ALIGN - 1) / FRAME_ALIGN * FRAME_ALIGN
+    len.div_ceil(FRAME_ALIGN) * FRAME_ALIGN
 }
 
 fn frame_crc(frame: &[u8]) -> u32 {
@@ -241,7 +241,7 @@ impl SealPayload {
 /// the fixed shape of commit and seal frames, and zero padding. It does not check the
 /// chain or sequence numbers; the [`crate::Scanner`] does.
 pub fn decode_frame(buf: &[u8], offset: usize) -> Result<FrameRef<'_>, FrameError> {
-    if offset % FRAME_ALIGN != 0 {
+    if !offset.is_multiple_of(FRAME_ALIGN) {
         return Err(FrameError::Misaligned { offset });
     }
     let rest = buf.get(offset..).unwrap_or(&[]);

@@ -36,5 +36,5 @@ pub use segment::{
 /// which is what the rkyv payloads need.
 pub const FRAME_ALIGN: usize = 8;
 
-const _: () = assert!(FRAME_HEADER_LEN % FRAME_ALIGN == 0);
-const _: () = assert!(SEGMENT_HEADER_LEN % FRAME_ALIGN == 0);
+const _: () = assert!(FRAME_HEADER_LEN.is_multiple_of(FRAME_ALIGN));
+const _: () = assert!(SEGMENT_HEADER_LEN.is_multiple_of(FRAME_ALIGN));

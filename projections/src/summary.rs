@@ -79,10 +79,8 @@ impl SessionSummary {
             EventBody::SessionEnd(e) => self.status = SessionStatus::Ended(e.reason),
             EventBody::StepStart(_) => self.steps += 1,
             EventBody::ToolCall(_) => self.tool_calls += 1,
-            EventBody::ToolResult(r) => {
-                if r.status != ToolStatus::Ok {
-                    self.tool_failures += 1;
-                }
+            EventBody::ToolResult(r) if r.status != ToolStatus::Ok => {
+                self.tool_failures += 1;
             }
             EventBody::LlmResponse(r) => {
                 let fresh = match &r.response_id {
@@ -94,10 +92,8 @@ impl SessionSummary {
                     self.tokens_out += r.tokens_out;
                 }
             }
-            EventBody::FileEdit(f) => {
-                if self.files_seen.insert(f.path.clone()) {
-                    self.files_edited += 1;
-                }
+            EventBody::FileEdit(f) if self.files_seen.insert(f.path.clone()) => {
+                self.files_edited += 1;
             }
             _ => {}
         }

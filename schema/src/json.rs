@@ -1,6 +1,5 @@
 //! The JSON Lines form of events: what `tacho record` reads and `--json` prints.
 
-use serde::{Deserialize, Deserializer};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -26,41 +25,69 @@ pub struct ParsedLine {
     pub body: EventBody,
 }
 
-#[derive(Deserialize)]
-struct LineIn {
-    #[serde(default)]
-    session: Option<String>,
-    #[serde(default, deserialize_with = "de_time")]
-    ts: Option<i64>,
-    #[serde(flatten)]
-    body: EventBody,
-}
-
 /// Parses one JSON line. `line_no` is only used in the error.
+///
+/// Syntax errors point at the offending character; schema errors name the field and
+/// point at where its key starts in the line.
 pub fn parse_json_line(text: &str, line_no: usize) -> Result<ParsedLine, JsonError> {
-    let parsed: LineIn = serde_json::from_str(text).map_err(|e| JsonError {
+    let err = |column: usize, message: String| JsonError {
         line: line_no,
-        column: e.column().max(1),
-        message: e
-            .to_string()
-            .split(" at line ")
-            .next()
-            .unwrap_or("")
-            .to_string(),
+        column: column.max(1),
+        message,
+    };
+    let column_of = |field: &str| text.find(&format!("\"{field}\"")).map_or(1, |c| c + 1);
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        let message = e.to_string();
+        let message = message.split(" at line ").next().unwrap_or("").to_string();
+        err(e.column(), message)
     })?;
-    if let Some(s) = &parsed.session {
-        if let Err(message) = validate_session_id(s) {
-            return Err(JsonError {
-                line: line_no,
-                column: text.find("\"session\"").map_or(1, |c| c + 1),
-                message: format!("field `session`: {message}"),
-            });
+    let serde_json::Value::Object(mut fields) = value else {
+        return Err(err(1, "an event must be a JSON object".into()));
+    };
+    let kind = match fields.remove("type") {
+        Some(serde_json::Value::String(k)) => k,
+        Some(_) => {
+            return Err(err(
+                column_of("type"),
+                "field `type` must be a string".into(),
+            ));
         }
-    }
+        None => {
+            return Err(err(
+                1,
+                "missing field `type` (the event kind, e.g. \"tool.call\")".into(),
+            ));
+        }
+    };
+    let session = match fields.remove("session") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => {
+            validate_session_id(&s)
+                .map_err(|m| err(column_of("session"), format!("field `session`: {m}")))?;
+            Some(s)
+        }
+        Some(_) => {
+            return Err(err(
+                column_of("session"),
+                "field `session` must be a string".into(),
+            ));
+        }
+    };
+    let time_unix_ns = match fields.remove("ts") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => {
+            Some(parse_time(&v).map_err(|m| err(column_of("ts"), format!("field `ts`: {m}")))?)
+        }
+    };
+    let body =
+        EventBody::from_json_fields(&kind, serde_json::Value::Object(fields)).map_err(|e| {
+            let column = e.field.as_deref().map_or(1, column_of);
+            err(column, e.message)
+        })?;
     Ok(ParsedLine {
-        session: parsed.session,
-        time_unix_ns: parsed.ts,
-        body: parsed.body,
+        session,
+        time_unix_ns,
+        body,
     })
 }
 
@@ -108,31 +135,24 @@ pub fn time_to_rfc3339(unix_ns: i64) -> String {
 }
 
 /// `ts` is an RFC 3339 string or an integer number of milliseconds since the epoch.
-fn de_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Ts {
-        Millis(i64),
-        Text(String),
-    }
-    let Some(ts) = Option::<Ts>::deserialize(d)? else {
-        return Ok(None);
-    };
-    match ts {
-        Ts::Millis(ms) => ms
-            .checked_mul(1_000_000)
-            .map(Some)
-            .ok_or_else(|| serde::de::Error::custom(format!("`ts` {ms} ms is out of range"))),
-        Ts::Text(s) => {
-            let t = OffsetDateTime::parse(&s, &Rfc3339).map_err(|e| {
-                serde::de::Error::custom(format!(
-                    "`ts` {s:?} is not an RFC 3339 time like 2026-11-30T12:00:00.5Z ({e})"
-                ))
-            })?;
-            i64::try_from(t.unix_timestamp_nanos())
-                .map(Some)
-                .map_err(|_| serde::de::Error::custom(format!("`ts` {s:?} is out of range")))
+fn parse_time(v: &serde_json::Value) -> Result<i64, String> {
+    match v {
+        serde_json::Value::Number(n) => {
+            let ms = n
+                .as_i64()
+                .ok_or_else(|| format!("{n} is not a whole number of milliseconds"))?;
+            ms.checked_mul(1_000_000)
+                .ok_or_else(|| format!("{ms} ms is out of range"))
         }
+        serde_json::Value::String(s) => {
+            let t = OffsetDateTime::parse(s, &Rfc3339).map_err(|e| {
+                format!("{s:?} is not an RFC 3339 time like 2026-11-30T12:00:00.5Z ({e})")
+            })?;
+            i64::try_from(t.unix_timestamp_nanos()).map_err(|_| format!("{s:?} is out of range"))
+        }
+        other => Err(format!(
+            "{other} is neither an RFC 3339 string nor milliseconds since the epoch"
+        )),
     }
 }
 
@@ -190,10 +210,24 @@ mod tests {
         assert!(e.message.contains("missing field `tool`"), "{e}");
 
         let e = parse_json_line(r#"{"type":"tool.cal","call_id":"c1"}"#, 2).unwrap_err();
-        assert!(e.message.contains("unknown variant `tool.cal`"), "{e}");
+        assert!(e.message.contains("unknown event type `tool.cal`"), "{e}");
+        assert_eq!(e.column, 2);
+
+        let e = parse_json_line(r#"{"type":"step.start","step":"two"}"#, 2).unwrap_err();
+        assert_eq!(
+            e.message,
+            "field `step`: invalid type: string \"two\", expected u64"
+        );
+        assert_eq!(e.column, 22);
 
         let e = parse_json_line(r#"{"type":"step.start","step":1,"stpe":2}"#, 3).unwrap_err();
         assert!(e.message.contains("unknown field `stpe`"), "{e}");
+        assert_eq!(e.column, 31, "{e}");
+        assert!(
+            e.message
+                .starts_with("unknown field `stpe`, expected one of"),
+            "{e}"
+        );
 
         let e = parse_json_line(r#"{"type":"step.start", "step": 1,,}"#, 4).unwrap_err();
         assert_eq!(e.column, 33, "{e}"); // the second comma

@@ -30,17 +30,25 @@ pub mod json_text {
 }
 
 macro_rules! string_enum {
-    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+    ($(#[$m:meta])* $name:ident {
+        $first:ident = $first_text:literal $(, $variant:ident = $text:literal)* $(,)?
+    }) => {
         $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        /// The first variant is the default.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
         #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
         #[rkyv(compare(PartialEq), derive(Debug))]
-        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+        pub enum $name {
+            #[default]
+            #[serde(rename = $first_text)]
+            $first,
+            $(#[serde(rename = $text)] $variant),*
+        }
 
         impl $name {
             /// The name used in JSON and in text output.
             pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
+                match self { $name::$first => $first_text, $($name::$variant => $text),* }
             }
         }
 
@@ -113,32 +121,6 @@ macro_rules! record_struct {
         #[serde(deny_unknown_fields)]
         pub struct $name { $($(#[$fm])* pub $field: $ty),* }
     };
-}
-
-impl Default for EndReason {
-    fn default() -> Self {
-        EndReason::Completed
-    }
-}
-impl Default for ToolStatus {
-    fn default() -> Self {
-        ToolStatus::Ok
-    }
-}
-impl Default for Decision {
-    fn default() -> Self {
-        Decision::Allow
-    }
-}
-impl Default for VerificationStatus {
-    fn default() -> Self {
-        VerificationStatus::Passed
-    }
-}
-impl Default for EditOp {
-    fn default() -> Self {
-        EditOp::Modify
-    }
 }
 
 record_struct!(
@@ -374,6 +356,28 @@ macro_rules! kinds {
             }
         }
 
+        impl EventBody {
+        /// Builds a body from the fields of a JSON object whose `type` is `name`.
+        /// Errors name the field (`step: invalid type ...`) and return its path.
+        pub fn from_json_fields(
+            name: &str,
+            fields: serde_json::Value,
+        ) -> Result<EventBody, FieldError> {
+            match name {
+                $($name => serde_path_to_error::deserialize::<_, $ty>(fields)
+                    .map(EventBody::$variant)
+                    .map_err(FieldError::from),)+
+                other => Err(FieldError {
+                    field: Some("type".into()),
+                    message: format!(
+                        "unknown event type `{other}`; known types: {}",
+                        KINDS.iter().map(|k| k.1).collect::<Vec<_>>().join(", ")
+                    ),
+                }),
+            }
+        }
+        }
+
         /// The name of a kind id, or `unknown` for ids this tacho does not know.
         pub fn kind_name(id: u16) -> &'static str {
             match id { $($id => $name,)+ _ => "unknown" }
@@ -396,6 +400,31 @@ kinds! {
     Error(ErrorEvent) = 12, "error", v 1;
     VerificationRun(VerificationRun) = 13, "verification.run", v 1;
     FileEdit(FileEdit) = 14, "file.edit", v 1;
+}
+
+/// A JSON field that does not fit the schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The first-level field the error is about, when known.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl From<serde_path_to_error::Error<serde_json::Error>> for FieldError {
+    fn from(e: serde_path_to_error::Error<serde_json::Error>) -> Self {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        let field = (path != ".").then(|| path.split(['.', '[']).next().unwrap_or("").to_string());
+        FieldError {
+            message: match &field {
+                // serde already names the field in these.
+                Some(_) if message.starts_with("unknown field") => message,
+                Some(_) => format!("field `{path}`: {message}"),
+                None => message,
+            },
+            field,
+        }
+    }
 }
 
 fn check_version(kind: u16, version: u16, known: u16) -> Result<(), SchemaError> {

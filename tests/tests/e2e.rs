@@ -1,6 +1,8 @@
 //! End-to-end tests: real `tacho` processes, killed, racing and reading a store
 //! written by format version 1.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -67,10 +69,10 @@ fn ack_reader(child: &mut Child) -> mpsc::Receiver<serde_json::Value> {
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
             let Ok(line) = line else { break };
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-                if tx.send(v).is_err() {
-                    break;
-                }
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                && tx.send(v).is_err()
+            {
+                break;
             }
         }
     });
@@ -339,7 +341,10 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// The events of the fixture: the bundled example session, and a long synthetic session
 /// of every kind written with small segments, so the fixture has sealed segments too.
-fn fixture_sources() -> Vec<(String, Vec<(i64, EventBody)>, usize)> {
+/// (session, its events, how many events per appended batch)
+type FixtureSession = (String, Vec<(i64, EventBody)>, usize);
+
+fn fixture_sources() -> Vec<FixtureSession> {
     let text = std::fs::read_to_string(fixture_dir().join("sources/rate-limit.jsonl")).unwrap();
     let mut a = Vec::new();
     for (i, l) in text.lines().enumerate() {

@@ -141,7 +141,7 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
         out.json(&serde_json::json!({
             "type": "summary", "ok": errors == 0, "errors": errors, "warnings": warnings,
             "sessions": report.streams.len(), "segments": segments, "events": events,
-            "bytes": size, "store_digest": digest,
+            "bytes": size, "store_digest": (errors == 0).then_some(digest),
         }))?;
     } else {
         for f in report.findings() {
@@ -162,15 +162,22 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
             }
         }
         if let [one] = report.streams.as_slice() {
-            out.line(format!(
-                "session {} head: {} events, chain {}",
-                one.session,
-                one.next_seq,
-                hex(&one.chain)
-            ))?;
+            if errors == 0 {
+                out.line(format!(
+                    "session {} head: {} events, chain {}",
+                    one.session,
+                    one.next_seq,
+                    hex(&one.chain)
+                ))?;
+            } else {
+                out.line(format!(
+                    "session {}: {} events verified before the first error",
+                    one.session, one.next_seq
+                ))?;
+            }
         }
         out.line(format!(
-            "verified {} session(s), {} segment(s), {} events, {}: {}",
+            "checked {} session(s), {} segment(s), {} events, {}: {}",
             report.streams.len(),
             segments,
             thousands(events),
@@ -181,8 +188,12 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
                 format!("{errors} error(s)")
             }
         ))?;
-        out.line(format!("store digest: {digest}"))?;
-        out.line("keep the digest elsewhere: the chain detects edits inside the log, a digest kept outside it also detects a rewrite of the whole log")?;
+        if errors == 0 {
+            out.line(format!("store digest: {digest}"))?;
+            out.line("keep the digest elsewhere: the chain detects edits inside the log, a digest kept outside it also detects a rewrite of the whole log")?;
+        } else {
+            out.line("no store digest: the log has errors")?;
+        }
     }
     out.finish()?;
     if errors > 0 {
@@ -229,8 +240,8 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
     out.line(format!("events:    {}", thousands(events)))?;
     out.line(format!("batches:   {}", thousands(batches)))?;
     out.line(format!("bytes:     {} ({})", thousands(size), bytes(size)))?;
-    if events > 0 {
-        out.line(format!("per event: {} bytes on disk", size / events))?;
+    if let Some(per) = size.checked_div(events) {
+        out.line(format!("per event: {per} bytes on disk"))?;
         out.line("events by kind:")?;
         for (k, n) in &by_kind {
             out.line(format!("  {:<18} {:>12}", kind_label(*k), thousands(*n)))?;

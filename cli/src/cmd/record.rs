@@ -197,10 +197,10 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
                     .entry(parsed.session.clone())
                     .or_insert_with(new_session_id)
                     .clone();
-                if let EventBody::SessionStart(s) = &mut parsed.body {
-                    if let Some(p) = renamed.get(&s.parent.clone()) {
-                        s.parent = Some(p.clone());
-                    }
+                if let EventBody::SessionStart(s) = &mut parsed.body
+                    && let Some(p) = renamed.get(&s.parent.clone())
+                {
+                    s.parent = Some(p.clone());
                 }
                 fresh
             } else {

@@ -46,16 +46,21 @@ fn list(a: ListArgs) -> Result<(), CliError> {
     let mut out = Out::new();
     if a.json {
         for s in &summaries {
-            let mut v = serde_json::to_value(s).map_err(|e| CliError::Io(e.to_string()))?;
-            if let Some(o) = v.as_object_mut() {
-                o.insert("type".into(), "session".into());
-                o.insert("status".into(), status_text(s.status).into());
-                o.insert(
-                    "started".into(),
-                    s.started_unix_ns.map(time_to_rfc3339).into(),
-                );
+            let fields = match serde_json::to_value(s) {
+                Ok(serde_json::Value::Object(m)) => m,
+                _ => serde_json::Map::new(),
+            };
+            let mut o = serde_json::Map::new();
+            o.insert("type".into(), "session".into());
+            for (k, v) in fields {
+                o.insert(k, v);
             }
-            out.json(&v)?;
+            o.insert("status".into(), status_text(s.status).into());
+            o.insert(
+                "started".into(),
+                s.started_unix_ns.map(time_to_rfc3339).into(),
+            );
+            out.json(&serde_json::Value::Object(o))?;
         }
         return out.finish();
     }
