@@ -90,3 +90,47 @@ mod tests {
         assert!(validate_session_id(&"a".repeat(129)).is_err());
     }
 }
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// The rkyv bytes of one payload, pinned. rkyv's layout depends on cargo features
+    /// (endianness, alignment, pointer width) that any crate in the graph can switch;
+    /// the workspace names them explicitly, and this test catches any drift.
+    #[test]
+    fn tool_call_payload_bytes_are_pinned() {
+        let body = EventBody::ToolCall(ToolCall {
+            call_id: "c1".into(),
+            tool: "read".into(),
+            target: Some("src/api.ts".into()),
+            input: None,
+            agent: None,
+        });
+        let (kind, version, bytes) = body.encode().unwrap();
+        assert_eq!((kind, version), (8, 1));
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "7372632f6170692e747300006331ffffffffffff72656164ffffffff010000008a000000e0ffffff000000000000000000000000000000000000000000000000"
+        );
+        assert_eq!(EventBody::decode(kind, version, &bytes).unwrap(), body);
+    }
+
+    #[test]
+    fn archived_primitives_have_the_pinned_layout() {
+        assert_eq!(
+            std::mem::size_of::<rkyv::Archived<usize>>(),
+            4,
+            "pointer_width_32"
+        );
+        assert_eq!(std::mem::align_of::<rkyv::Archived<u64>>(), 8, "aligned");
+        assert_eq!(
+            rkyv::to_bytes::<rkyv::rancor::Error>(&0x0102_0304u32)
+                .unwrap()
+                .as_slice(),
+            [4, 3, 2, 1],
+            "little_endian"
+        );
+    }
+}
