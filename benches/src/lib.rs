@@ -1,1 +1,157 @@
+//! Workloads shared by the benchmarks: events of a chosen size, and the two baselines
+//! users would otherwise have (JSON Lines through serde_json, and SQLite in WAL mode
+//! with one JSON row per event, inserted many rows per statement and transaction).
 
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use rusqlite::Connection;
+use tacho_schema::{Event, EventBody, ToolResult, ToolStatus, parse_json_line};
+
+/// A realistic event whose rkyv payload is about `size` bytes: a tool result, the
+/// most common large event.
+pub fn event_of_size(seq: u64, size: usize) -> EventBody {
+    EventBody::ToolResult(ToolResult {
+        call_id: format!("toolu_{seq:08}"),
+        status: if seq % 17 == 0 { ToolStatus::Error } else { ToolStatus::Ok },
+        duration_ms: Some(seq % 900),
+        error: None,
+        output: Some(filler(seq, size.saturating_sub(64))),
+        exit_code: Some(0),
+    })
+}
+
+/// Text that looks like tool output (and does not compress to nothing).
+fn filler(seq: u64, len: usize) -> String {
+    let words = ["fn", "let", "src/api.ts", "ok", "test", "PASS", "=>", "{", "}", "429", "rate", "limit"];
+    let mut s = String::with_capacity(len + 16);
+    let mut i = seq as usize;
+    while s.len() < len {
+        s.push_str(words[i % words.len()]);
+        s.push(if i % 9 == 0 { '\n' } else { ' ' });
+        i = i.wrapping_mul(31).wrapping_add(7);
+    }
+    s.truncate(len);
+    s
+}
+
+pub fn session_start() -> EventBody {
+    EventBody::SessionStart(tacho_schema::SessionStart {
+        agent: Some("bench".into()),
+        ..Default::default()
+    })
+}
+
+/// The JSON line of an event, as agents write transcripts and as the SQLite baseline
+/// stores rows.
+pub fn json_line(session: &str, seq: u64, body: &EventBody) -> String {
+    Event {
+        session: session.to_string(),
+        time_unix_ns: 1_796_032_800_000_000_000 + seq as i64 * 1_000_000,
+        body: body.clone(),
+    }
+    .to_json()
+    .to_string()
+}
+
+/// Baseline 1: a JSON Lines file.
+pub struct JsonlLog {
+    file: File,
+}
+
+impl JsonlLog {
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        Ok(JsonlLog {
+            file: File::options().create(true).append(true).open(path)?,
+        })
+    }
+
+    /// Appends lines in one write; `sync` makes them durable (fdatasync).
+    pub fn append(&mut self, lines: &[String], sync: bool) -> std::io::Result<()> {
+        let mut buf = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+        for l in lines {
+            buf.extend_from_slice(l.as_bytes());
+            buf.push(b'\n');
+        }
+        self.file.write_all(&buf)?;
+        if sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Reads every line back and parses it into a typed event.
+    pub fn read_all(path: &Path) -> std::io::Result<u64> {
+        let mut n = 0;
+        for (i, line) in BufReader::new(File::open(path)?).lines().enumerate() {
+            let line = line?;
+            parse_json_line(&line, i + 1).map_err(std::io::Error::other)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// Baseline 2: SQLite in WAL mode, one JSON row per event, multi-row inserts.
+pub struct SqliteLog {
+    conn: Connection,
+    seq: u64,
+}
+
+impl SqliteLog {
+    /// `sync`: `synchronous=FULL` (every commit is durable), else `OFF` (OS-buffered).
+    pub fn create(path: &Path, sync: bool) -> rusqlite::Result<Self> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", if sync { "FULL" } else { "OFF" })?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS events (
+                 session TEXT NOT NULL, seq INTEGER NOT NULL, ts INTEGER NOT NULL,
+                 type TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (session, seq));",
+        )?;
+        Ok(SqliteLog { conn, seq: 0 })
+    }
+
+    /// Inserts a batch in one transaction with multi-row INSERT statements.
+    pub fn append(&mut self, session: &str, kind: &str, lines: &[String]) -> rusqlite::Result<()> {
+        const ROWS_PER_STATEMENT: usize = 100;
+        let tx = self.conn.transaction()?;
+        for chunk in lines.chunks(ROWS_PER_STATEMENT) {
+            let mut sql = String::from("INSERT INTO events (session, seq, ts, type, body) VALUES ");
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push_str("(?,?,?,?,?)");
+            }
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let mut params: Vec<Box<dyn rusqlite::ToSql>> = Vec::with_capacity(chunk.len() * 5);
+            for line in chunk {
+                params.push(Box::new(session.to_string()));
+                params.push(Box::new(self.seq as i64));
+                params.push(Box::new(self.seq as i64));
+                params.push(Box::new(kind.to_string()));
+                params.push(Box::new(line.clone()));
+                self.seq += 1;
+            }
+            stmt.execute(rusqlite::params_from_iter(params.iter()))?;
+        }
+        tx.commit()
+    }
+
+    /// Reads a session's rows back in order and parses each JSON body into an event.
+    pub fn read_all(&self, session: &str) -> rusqlite::Result<u64> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT body FROM events WHERE session = ?1 ORDER BY seq")?;
+        let mut rows = stmt.query([session])?;
+        let mut n = 0u64;
+        while let Some(row) = rows.next()? {
+            let body: String = row.get(0)?;
+            parse_json_line(&body, 1).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}

@@ -55,3 +55,40 @@ pub fn repo_root() -> PathBuf {
         .expect("tests/ is inside the repository")
         .to_path_buf()
 }
+
+/// The body of the segment-decoder fuzz target (`fuzz/fuzz_targets/segment_decoder.rs`),
+/// kept here so that `cargo test` replays the committed corpus and every crash artifact
+/// through exactly the same code. It must never panic, whatever the bytes.
+pub fn fuzz_segment_decoder(data: &[u8]) {
+    use tacho_log_format::{ScanLimits, Scanner, decode_frame, find_commit_after};
+    use tacho_schema::EventBody;
+
+    // Segments are read into aligned memory; do the same.
+    let mut buf = rkyv::util::AlignedVec::<16>::with_capacity(data.len());
+    buf.extend_from_slice(data);
+    for verify_chain in [true, false] {
+        let mut scan = Scanner::new(&buf, ScanLimits { verify_chain });
+        let mut events = 0u64;
+        while let Some(batch) = scan.next_batch() {
+            for f in batch.events {
+                let h = f.header;
+                let _ = EventBody::validate(h.kind, h.kind_version, f.payload);
+                if let Ok(body) = EventBody::decode(h.kind, h.kind_version, f.payload) {
+                    let _ = body.encode();
+                }
+                events += 1;
+            }
+        }
+        let end = scan.end().expect("a finished scan has an end");
+        assert_eq!(scan.event_count(), events);
+        if let tacho_log_format::SegmentEnd::Damaged(d) = end {
+            assert!(d.valid_len <= buf.len());
+            let _ = d.error.to_string();
+        }
+    }
+    // Frames at arbitrary aligned offsets, and the committed-frame search.
+    for off in (0..buf.len()).step_by(8).take(256) {
+        let _ = decode_frame(&buf, off);
+    }
+    let _ = find_commit_after(&buf, 0);
+}

@@ -427,3 +427,30 @@ fn golden_store_v1_reads_forever() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains(STORE_V1_DIGEST));
 }
+
+/// Replays the fuzz corpus and every crash artifact ever found through the fuzz
+/// target's body, so a fixed crash stays fixed without running the fuzzer.
+#[test]
+fn fuzz_corpus_and_artifacts_replay_without_panics() {
+    let mut replayed = 0;
+    for dir in ["fuzz/corpus", "fuzz/artifacts"] {
+        let Ok(targets) = std::fs::read_dir(repo_root().join(dir)) else {
+            continue;
+        };
+        for target in targets {
+            let target = target.unwrap().path();
+            if !target.is_dir() {
+                continue;
+            }
+            for input in std::fs::read_dir(&target).unwrap() {
+                let path = input.unwrap().path();
+                if path.is_file() {
+                    let data = std::fs::read(&path).unwrap();
+                    tacho_tests::fuzz_segment_decoder(&data);
+                    replayed += 1;
+                }
+            }
+        }
+    }
+    assert!(replayed >= 50, "only {replayed} corpus inputs found");
+}
