@@ -35,14 +35,22 @@ fn append(c: &mut Criterion) {
         for size in SIZES {
             g.throughput(Throughput::Elements(BATCH as u64));
             let batch = batch_of(size, 1);
-            let lines: Vec<String> = batch.iter().enumerate().map(|(i, (_, b))| json_line("ses_bench", i as u64, b)).collect();
+            let lines: Vec<String> = batch
+                .iter()
+                .enumerate()
+                .map(|(i, (_, b))| json_line("ses_bench", i as u64, b))
+                .collect();
 
             g.bench_function(BenchmarkId::new("tacho", size), |b| {
                 let dir = tempfile::tempdir().unwrap();
                 let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
                 let mut w = store.writer("ses_bench").unwrap();
                 w.append(0, &session_start(), Durability::Sync).unwrap();
-                let d = if sync { Durability::Sync } else { Durability::Buffered };
+                let d = if sync {
+                    Durability::Sync
+                } else {
+                    Durability::Buffered
+                };
                 b.iter(|| w.append_batch(&batch, d).unwrap());
             });
             g.bench_function(BenchmarkId::new("jsonl_serde", size), |b| {
@@ -50,7 +58,11 @@ fn append(c: &mut Criterion) {
                 let mut log = JsonlLog::create(&dir.path().join("t.jsonl")).unwrap();
                 // The baseline serializes its events too, as a recorder must.
                 b.iter(|| {
-                    let lines: Vec<String> = batch.iter().enumerate().map(|(i, (_, e))| json_line("ses_bench", i as u64, e)).collect();
+                    let lines: Vec<String> = batch
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (_, e))| json_line("ses_bench", i as u64, e))
+                        .collect();
                     log.append(&lines, sync).unwrap()
                 });
             });
@@ -58,7 +70,11 @@ fn append(c: &mut Criterion) {
                 let dir = tempfile::tempdir().unwrap();
                 let mut db = SqliteLog::create(&dir.path().join("t.db"), sync).unwrap();
                 b.iter(|| {
-                    let lines: Vec<String> = batch.iter().enumerate().map(|(i, (_, e))| json_line("ses_bench", i as u64, e)).collect();
+                    let lines: Vec<String> = batch
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (_, e))| json_line("ses_bench", i as u64, e))
+                        .collect();
                     db.append("ses_bench", "tool.result", &lines).unwrap()
                 });
             });
@@ -80,6 +96,14 @@ fn verify(c: &mut Criterion) {
         let n = (events * 200 / size as u64).max(BATCH as u64);
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("tacho"), StoreOptions::default()).unwrap();
+        let one_core = Store::open(
+            dir.path().join("tacho"),
+            StoreOptions {
+                verify_threads: 1,
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
         let mut w = store.writer("ses_bench").unwrap();
         w.append(0, &session_start(), Durability::Buffered).unwrap();
         let mut db = SqliteLog::create(&dir.path().join("t.db"), false).unwrap();
@@ -89,7 +113,11 @@ fn verify(c: &mut Criterion) {
         while seq < n {
             let batch = batch_of(size, seq);
             w.append_batch(&batch, Durability::Buffered).unwrap();
-            let lines: Vec<String> = batch.iter().enumerate().map(|(i, (_, b))| json_line("ses_bench", seq + i as u64, b)).collect();
+            let lines: Vec<String> = batch
+                .iter()
+                .enumerate()
+                .map(|(i, (_, b))| json_line("ses_bench", seq + i as u64, b))
+                .collect();
             db.append("ses_bench", "tool.result", &lines).unwrap();
             jsonl.append(&lines, false).unwrap();
             seq += BATCH as u64;
@@ -104,7 +132,10 @@ fn verify(c: &mut Criterion) {
         let mut g = c.benchmark_group("verify_scan_bytes");
         g.sample_size(10).measurement_time(Duration::from_secs(4));
         g.throughput(Throughput::Bytes(bytes));
-        g.bench_function(BenchmarkId::new("tacho_verify", size), |b| {
+        g.bench_function(BenchmarkId::new("tacho_verify_1_thread", size), |b| {
+            b.iter(|| one_core.verify_session("ses_bench", true).unwrap())
+        });
+        g.bench_function(BenchmarkId::new("tacho_verify_all_cores", size), |b| {
             b.iter(|| store.verify_session("ses_bench", true).unwrap())
         });
         g.finish();
@@ -112,7 +143,10 @@ fn verify(c: &mut Criterion) {
         let mut g = c.benchmark_group("read_back_events");
         g.sample_size(10).measurement_time(Duration::from_secs(4));
         g.throughput(Throughput::Elements(total));
-        g.bench_function(BenchmarkId::new("tacho_verify", size), |b| {
+        g.bench_function(BenchmarkId::new("tacho_verify_1_thread", size), |b| {
+            b.iter(|| one_core.verify_session("ses_bench", true).unwrap())
+        });
+        g.bench_function(BenchmarkId::new("tacho_verify_all_cores", size), |b| {
             b.iter(|| store.verify_session("ses_bench", true).unwrap())
         });
         g.bench_function(BenchmarkId::new("tacho_read_owned", size), |b| {

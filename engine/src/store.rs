@@ -18,6 +18,9 @@ pub struct StoreOptions {
     pub segment_bytes_max: u64,
     /// How long a writer waits for another process that writes the same session.
     pub lock_timeout: Duration,
+    /// Threads that verification may use for chain steps and payloads; 0 means one per
+    /// core. Small segments are always checked on the calling thread.
+    pub verify_threads: usize,
 }
 
 impl Default for StoreOptions {
@@ -25,6 +28,7 @@ impl Default for StoreOptions {
         StoreOptions {
             segment_bytes_max: 16 * 1024 * 1024,
             lock_timeout: Duration::from_secs(10),
+            verify_threads: 0,
         }
     }
 }

@@ -93,6 +93,127 @@ impl StoreReport {
     }
 }
 
+/// The chain steps and payloads of one segment, collected during the structural scan
+/// and checked afterwards, in parallel.
+#[derive(Debug, Default)]
+struct ChainChecks {
+    batches: Vec<BatchCheck>,
+    /// (frame offset, kind, kind version, payload start, payload end)
+    frames: Vec<(usize, u16, u16, usize, usize)>,
+}
+
+#[derive(Debug)]
+struct BatchCheck {
+    first_seq: u64,
+    prev_chain: ChainValue,
+    span: std::ops::Range<usize>,
+    chain: ChainValue,
+    frames: std::ops::Range<usize>,
+}
+
+/// A failed check: where, what, and which batch (for chain steps).
+#[derive(Debug)]
+struct Bad {
+    offset: usize,
+    message: String,
+    batch: Option<usize>,
+}
+
+/// Below this many bytes a segment is checked on the calling thread.
+const PARALLEL_VERIFY_BYTES_MIN: usize = 1 << 20;
+
+impl ChainChecks {
+    fn push(&mut self, b: &tacho_log_format::Batch<'_, '_>) {
+        let start = self.frames.len();
+        for f in b.events {
+            let p = f.offset + tacho_log_format::FRAME_HEADER_LEN;
+            self.frames.push((
+                f.offset,
+                f.header.kind,
+                f.header.kind_version,
+                p,
+                p + f.payload.len(),
+            ));
+        }
+        self.batches.push(BatchCheck {
+            first_seq: b.first_seq,
+            prev_chain: b.prev_chain,
+            span: b.span_start..b.commit_offset,
+            chain: b.chain,
+            frames: start..self.frames.len(),
+        });
+    }
+
+    fn check(&self, bytes: &[u8], range: std::ops::Range<usize>) -> Vec<Bad> {
+        let mut bad = Vec::new();
+        for i in range {
+            let b = &self.batches[i];
+            let computed = tacho_log_format::chain_step(&b.prev_chain, &bytes[b.span.clone()]);
+            if computed != b.chain {
+                let e = tacho_log_format::ScanError::ChainMismatch {
+                    offset: b.span.end,
+                    stored: b.chain,
+                    computed,
+                };
+                bad.push(Bad {
+                    offset: b.span.end,
+                    message: e.to_string(),
+                    batch: Some(i),
+                });
+            }
+            for &(offset, kind, version, p, q) in &self.frames[b.frames.clone()] {
+                if let Err(e) = EventBody::validate(kind, version, &bytes[p..q]) {
+                    bad.push(Bad {
+                        offset,
+                        message: e.to_string(),
+                        batch: None,
+                    });
+                }
+            }
+        }
+        bad
+    }
+
+    /// Checks every batch, on up to `threads` threads (0: all cores), each taking a
+    /// contiguous run of batches of about the same number of bytes.
+    fn run(&self, bytes: &[u8], threads: usize) -> Vec<Bad> {
+        let total: usize = self.batches.iter().map(|b| b.span.len()).sum();
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        if threads <= 1 || total < PARALLEL_VERIFY_BYTES_MIN || self.batches.len() < 2 {
+            return self.check(bytes, 0..self.batches.len());
+        }
+        let share = total.div_ceil(threads);
+        let mut ranges = Vec::new();
+        let (mut start, mut acc) = (0, 0);
+        for (i, b) in self.batches.iter().enumerate() {
+            acc += b.span.len();
+            if acc >= share {
+                ranges.push(start..i + 1);
+                start = i + 1;
+                acc = 0;
+            }
+        }
+        if start < self.batches.len() {
+            ranges.push(start..self.batches.len());
+        }
+        let mut bad: Vec<Bad> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ranges
+                .into_iter()
+                .map(|r| scope.spawn(move || self.check(bytes, r)))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        bad.sort_by_key(|b| b.offset);
+        bad
+    }
+}
+
 /// Lower-case hexadecimal.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -119,6 +240,7 @@ impl Store {
             })
         };
         let mut prev_chain: ChainValue = [0; 32];
+        let mut expected_seq = 0u64;
         for (i, (name_seq, path)) in segs.iter().enumerate() {
             let last = i + 1 == segs.len();
             let bytes = self
@@ -127,7 +249,12 @@ impl Store {
                 .map_err(|e| StoreError::io(path, e))?;
             r.segments += 1;
             r.bytes += bytes.len() as u64;
-            let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: deep });
+            let mut scan = Scanner::new(
+                &bytes,
+                ScanLimits {
+                    verify_chain: false,
+                },
+            );
             if let Some(h) = scan.header() {
                 if h.stream != stream {
                     push(
@@ -150,7 +277,6 @@ impl Store {
                         ),
                     );
                 }
-                let expected_seq = r.next_seq;
                 if h.first_seq != expected_seq {
                     push(
                         &mut r,
@@ -182,31 +308,46 @@ impl Store {
                     );
                 }
             }
+            let mut checks = ChainChecks::default();
             while let Some(batch) = scan.next_batch() {
                 r.batches += 1;
                 for frame in batch.events {
                     *r.by_kind.entry(frame.header.kind).or_default() += 1;
-                    if deep
-                        && let Err(e) = EventBody::validate(
-                            frame.header.kind,
-                            frame.header.kind_version,
-                            frame.payload,
-                        )
-                    {
-                        push(
-                            &mut r,
-                            Severity::Error,
-                            path,
-                            Some(frame.offset as u64),
-                            e.to_string(),
-                        );
+                }
+                if deep {
+                    checks.push(&batch);
+                }
+            }
+            // Chain steps and payloads, on every core: each commit frame stores its
+            // chain value, so the steps can be checked independently of each other.
+            // The head reported is the prefix verified before the first error.
+            let broken = r.findings.iter().any(|f| f.severity == Severity::Error);
+            let bad = checks.run(&bytes, self.opts.verify_threads);
+            for b in &bad {
+                push(
+                    &mut r,
+                    Severity::Error,
+                    path,
+                    Some(b.offset as u64),
+                    b.message.clone(),
+                );
+            }
+            let first_bad_batch = bad.iter().filter_map(|b| b.batch).min();
+            r.events += scan.event_count();
+            if !broken {
+                match first_bad_batch {
+                    Some(i) => {
+                        r.next_seq = checks.batches[i].first_seq;
+                        r.chain = checks.batches[i].prev_chain;
+                    }
+                    None => {
+                        r.next_seq = scan.next_seq();
+                        r.chain = scan.chain();
                     }
                 }
             }
-            r.events += scan.event_count();
-            r.next_seq = scan.next_seq();
-            r.chain = scan.chain();
             prev_chain = scan.chain();
+            expected_seq = scan.next_seq();
             match scan.end() {
                 Some(SegmentEnd::Sealed { .. }) => r.sealed_segments += 1,
                 Some(SegmentEnd::Open { .. }) if last => {}

@@ -479,3 +479,56 @@ fn works_on_the_real_filesystem_with_memory_maps() {
     // Directory names keep case apart on case-insensitive filesystems.
     assert!(Path::new(dir.path()).join("streams/^ses_^real").is_dir());
 }
+
+#[test]
+fn parallel_verification_finds_the_same_edit_as_one_thread() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 64 << 20);
+    write_session(&store, "ses_p", &[1, 50, 50, 50, 50, 50, 50, 50, 50], 8000);
+    let path = last_segment(&store, "ses_p");
+    let mut b = fs.file(&path).unwrap();
+    assert!(
+        b.len() > 1 << 20,
+        "the segment must be large enough for the parallel path"
+    );
+    // Edit one payload byte of an event in the fifth batch and fix up its frame CRC.
+    let mut scan =
+        tacho_log_format::Scanner::new(&b, tacho_log_format::ScanLimits { verify_chain: true });
+    let mut target = None;
+    let mut i = 0;
+    while let Some(batch) = scan.next_batch() {
+        if i == 4 {
+            target = Some((batch.events[3].offset, batch.first_seq, batch.prev_chain));
+        }
+        i += 1;
+    }
+    let (off, first_seq_of_bad_batch, chain_before) = target.unwrap();
+    b[off + 40] ^= 0x01;
+    let len = u32::from_le_bytes(b[off..off + 4].try_into().unwrap()) as usize;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&b[off..off + 4]);
+    h.update(&b[off + 8..off + len]);
+    b[off + 4..off + 8].copy_from_slice(&h.finalize().to_le_bytes());
+    fs.set_file(&path, b);
+    let mut results = Vec::new();
+    for threads in [1, 2] {
+        let opts = StoreOptions {
+            segment_bytes_max: 64 << 20,
+            verify_threads: threads,
+            ..StoreOptions::default()
+        };
+        let store = Store::open_with(Arc::new(fs.clone()) as Arc<dyn Vfs>, ROOT, opts).unwrap();
+        let rep = store.verify_session("ses_p", true).unwrap();
+        let errors: Vec<_> = rep
+            .findings
+            .iter()
+            .map(|f| (f.offset, f.message.clone()))
+            .collect();
+        assert_eq!(errors.len(), 1, "{threads} threads: {errors:?}");
+        assert!(errors[0].1.contains("hash chain broken"), "{errors:?}");
+        assert_eq!(rep.next_seq, first_seq_of_bad_batch);
+        assert_eq!(rep.chain, chain_before);
+        results.push(errors);
+    }
+    assert_eq!(results[0], results[1]);
+}

@@ -454,3 +454,24 @@ fn fuzz_corpus_and_artifacts_replay_without_panics() {
     }
     assert!(replayed >= 50, "only {replayed} corpus inputs found");
 }
+
+/// Every JSON line shown in SPEC.md is a valid event: the document cannot drift from
+/// the schema.
+#[test]
+fn spec_examples_parse() {
+    let spec = std::fs::read_to_string(repo_root().join("SPEC.md")).unwrap();
+    let mut in_json = false;
+    let mut parsed = 0;
+    for (i, line) in spec.lines().enumerate() {
+        if line.starts_with("```json") {
+            in_json = true;
+        } else if line.starts_with("```") {
+            in_json = false;
+        } else if in_json && !line.trim().is_empty() {
+            let p = parse_json_line(line, i + 1).unwrap_or_else(|e| panic!("SPEC.md: {e}"));
+            assert!(p.session.is_some() && p.time_unix_ns.is_some());
+            parsed += 1;
+        }
+    }
+    assert!(parsed >= 5, "{parsed} examples");
+}

@@ -197,10 +197,13 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
                     .entry(parsed.session.clone())
                     .or_insert_with(new_session_id)
                     .clone();
+                // A parent recorded in the same input is renamed with it; a session
+                // without a parent keeps none.
                 if let EventBody::SessionStart(s) = &mut parsed.body
-                    && let Some(p) = renamed.get(&s.parent.clone())
+                    && let Some(parent) = s.parent.take()
                 {
-                    s.parent = Some(p.clone());
+                    let fresh_parent = renamed.get(&Some(parent.clone())).cloned();
+                    s.parent = Some(fresh_parent.unwrap_or(parent));
                 }
                 fresh
             } else {
