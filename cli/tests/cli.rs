@@ -238,7 +238,7 @@ fn verify_locates_an_edit_and_fails() {
             --- stdout
             error: session ses_01jdemo8xk4rate1imit0000a: $TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg at offset 6816: hash chain broken at the commit frame at offset 6816: stored ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a, computed e78f792886b50fc47da410c93fc981cb75360fe8697e9c17f7e1ee1ae1792e91 (bytes of this batch were changed)
             session ses_01jdemo8xk4rate1imit0000a: 0 events verified before the first error
-            checked 1 session(s), 1 segment(s), 48 events, 6.7 KiB: 1 error(s)
+            checked 1 session(s), 1 segment(s), 0 events, 6.7 KiB: 1 error(s)
             no store digest: the log has errors
             --- stderr
             error: verification failed with 1 error(s)

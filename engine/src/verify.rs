@@ -93,138 +93,130 @@ impl StoreReport {
     }
 }
 
-/// The chain steps and payloads of one segment, collected during the structural scan
-/// and checked afterwards, in parallel.
-#[derive(Debug, Default)]
-struct ChainChecks {
-    batches: Vec<BatchCheck>,
-    /// (frame offset, kind, kind version, payload start, payload end)
-    frames: Vec<(usize, u16, u16, usize, usize)>,
-}
-
-#[derive(Debug)]
-struct BatchCheck {
-    first_seq: u64,
-    prev_chain: ChainValue,
-    span: std::ops::Range<usize>,
-    chain: ChainValue,
-    frames: std::ops::Range<usize>,
-}
-
-/// A failed check: where, what, and which batch (for chain steps).
-#[derive(Debug)]
-struct Bad {
-    offset: usize,
-    message: String,
-    batch: Option<usize>,
-}
-
-/// Below this many bytes a segment is checked on the calling thread.
-const PARALLEL_VERIFY_BYTES_MIN: usize = 1 << 20;
-
-impl ChainChecks {
-    fn push(&mut self, b: &tacho_log_format::Batch<'_, '_>) {
-        let start = self.frames.len();
-        for f in b.events {
-            let p = f.offset + tacho_log_format::FRAME_HEADER_LEN;
-            self.frames.push((
-                f.offset,
-                f.header.kind,
-                f.header.kind_version,
-                p,
-                p + f.payload.len(),
-            ));
-        }
-        self.batches.push(BatchCheck {
-            first_seq: b.first_seq,
-            prev_chain: b.prev_chain,
-            span: b.span_start..b.commit_offset,
-            chain: b.chain,
-            frames: start..self.frames.len(),
-        });
-    }
-
-    fn check(&self, bytes: &[u8], range: std::ops::Range<usize>) -> Vec<Bad> {
-        let mut bad = Vec::new();
-        for i in range {
-            let b = &self.batches[i];
-            let computed = tacho_log_format::chain_step(&b.prev_chain, &bytes[b.span.clone()]);
-            if computed != b.chain {
-                let e = tacho_log_format::ScanError::ChainMismatch {
-                    offset: b.span.end,
-                    stored: b.chain,
-                    computed,
-                };
-                bad.push(Bad {
-                    offset: b.span.end,
-                    message: e.to_string(),
-                    batch: Some(i),
-                });
-            }
-            for &(offset, kind, version, p, q) in &self.frames[b.frames.clone()] {
-                if let Err(e) = EventBody::validate(kind, version, &bytes[p..q]) {
-                    bad.push(Bad {
-                        offset,
-                        message: e.to_string(),
-                        batch: None,
-                    });
-                }
-            }
-        }
-        bad
-    }
-
-    /// Checks every batch, on up to `threads` threads (0: all cores), each taking a
-    /// contiguous run of batches of about the same number of bytes.
-    fn run(&self, bytes: &[u8], threads: usize) -> Vec<Bad> {
-        let total: usize = self.batches.iter().map(|b| b.span.len()).sum();
-        let threads = match threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
-        if threads <= 1 || total < PARALLEL_VERIFY_BYTES_MIN || self.batches.len() < 2 {
-            return self.check(bytes, 0..self.batches.len());
-        }
-        let share = total.div_ceil(threads);
-        let mut ranges = Vec::new();
-        let (mut start, mut acc) = (0, 0);
-        for (i, b) in self.batches.iter().enumerate() {
-            acc += b.span.len();
-            if acc >= share {
-                ranges.push(start..i + 1);
-                start = i + 1;
-                acc = 0;
-            }
-        }
-        if start < self.batches.len() {
-            ranges.push(start..self.batches.len());
-        }
-        let mut bad: Vec<Bad> = std::thread::scope(|scope| {
-            let handles: Vec<_> = ranges
-                .into_iter()
-                .map(|r| scope.spawn(move || self.check(bytes, r)))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        });
-        bad.sort_by_key(|b| b.offset);
-        bad
-    }
-}
-
 /// Lower-case hexadecimal.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// What one segment's scan found, before it is linked to its neighbours.
+#[derive(Debug)]
+struct SegmentScan {
+    header: Option<tacho_log_format::SegmentHeader>,
+    /// (offset, message) of problems inside the segment, in offset order.
+    errors: Vec<(usize, String)>,
+    end: Option<SegmentEnd>,
+    bytes: u64,
+    events: u64,
+    batches: u64,
+    by_kind: BTreeMap<u16, u64>,
+    /// Sequence number and chain value after the last good batch.
+    next_seq: u64,
+    chain: ChainValue,
+}
+
+/// Below this many bytes a stream is verified on the calling thread.
+const PARALLEL_VERIFY_BYTES_MIN: u64 = 1 << 20;
+
 impl Store {
+    /// Scans one segment in a single pass: checksums, structure, sequence numbers, and
+    /// with `deep` every chain step and every payload.
+    fn scan_segment(
+        &self,
+        path: &PathBuf,
+        last: bool,
+        deep: bool,
+    ) -> Result<SegmentScan, StoreError> {
+        let bytes = self
+            .vfs
+            .read(path, !last)
+            .map_err(|e| StoreError::io(path, e))?;
+        let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: deep });
+        let mut out = SegmentScan {
+            header: scan.header().cloned(),
+            errors: Vec::new(),
+            end: None,
+            bytes: bytes.len() as u64,
+            events: 0,
+            batches: 0,
+            by_kind: BTreeMap::new(),
+            next_seq: 0,
+            chain: [0; 32],
+        };
+        // Counting in an array avoids a map lookup per event on the hot path.
+        let mut counts = [0u64; 64];
+        while let Some(batch) = scan.next_batch() {
+            out.batches += 1;
+            for frame in batch.events {
+                let k = frame.header.kind;
+                match counts.get_mut(usize::from(k)) {
+                    Some(c) => *c += 1,
+                    None => *out.by_kind.entry(k).or_default() += 1,
+                }
+                if deep
+                    && let Err(e) = EventBody::validate(k, frame.header.kind_version, frame.payload)
+                {
+                    out.errors.push((frame.offset, e.to_string()));
+                }
+            }
+        }
+        for (k, n) in counts.iter().enumerate() {
+            if *n > 0 {
+                *out.by_kind.entry(k as u16).or_default() += n;
+            }
+        }
+        out.events = scan.event_count();
+        out.next_seq = scan.next_seq();
+        out.chain = scan.chain();
+        out.end = scan.end().cloned();
+        Ok(out)
+    }
+
     /// Verifies one session's stream. With `deep`, every chain step is recomputed and
     /// every payload validated; without, only checksums and structure are checked
-    /// (what statistics need).
+    /// (what statistics need). Large streams are verified segment by segment on every
+    /// core (`StoreOptions::verify_threads`); the links between segments are checked
+    /// afterwards, in order.
     pub fn verify_session(&self, session: &str, deep: bool) -> Result<StreamReport, StoreError> {
         let segs = self.segment_files(session)?;
+        let n = segs.len();
+        let threads = match self.opts.verify_threads {
+            0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
+            t => t,
+        }
+        .min(n.max(1));
+        // Segments are at most `segment_bytes_max`, so the count tells the size.
+        let large =
+            (n as u64).saturating_mul(self.opts.segment_bytes_max) >= PARALLEL_VERIFY_BYTES_MIN;
+        let scans: Vec<Result<SegmentScan, StoreError>> = if threads > 1 && n > 1 && large {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let mut slots: Vec<Option<Result<SegmentScan, StoreError>>> =
+                (0..n).map(|_| None).collect();
+            let done = std::sync::Mutex::new(&mut slots);
+            std::thread::scope(|scope| {
+                for _ in 0..threads {
+                    scope.spawn(|| {
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some((_, path)) = segs.get(i) else { break };
+                            let r = self.scan_segment(path, i + 1 == n, deep);
+                            if let Ok(mut slots) = done.lock() {
+                                slots[i] = Some(r);
+                            }
+                        }
+                    });
+                }
+            });
+            slots
+                .into_iter()
+                .map(|s| s.unwrap_or_else(|| Err(StoreError::Poisoned(session.to_string()))))
+                .collect()
+        } else {
+            segs.iter()
+                .enumerate()
+                .map(|(i, (_, path))| self.scan_segment(path, i + 1 == n, deep))
+                .collect()
+        };
+
         let stream = StreamId::of_name(session);
         let mut r = StreamReport {
             session: session.to_string(),
@@ -241,114 +233,68 @@ impl Store {
         };
         let mut prev_chain: ChainValue = [0; 32];
         let mut expected_seq = 0u64;
-        for (i, (name_seq, path)) in segs.iter().enumerate() {
-            let last = i + 1 == segs.len();
-            let bytes = self
-                .vfs
-                .read(path, !last)
-                .map_err(|e| StoreError::io(path, e))?;
+        // Whether the previous segment was read to its end, so that the link to the next
+        // one can be checked (after damage, it would only repeat the same error).
+        let mut link_known = true;
+        for (i, ((name_seq, path), scan)) in segs.iter().zip(scans).enumerate() {
+            let scan = scan?;
+            let last = i + 1 == n;
             r.segments += 1;
-            r.bytes += bytes.len() as u64;
-            let mut scan = Scanner::new(
-                &bytes,
-                ScanLimits {
-                    verify_chain: false,
-                },
-            );
-            if let Some(h) = scan.header() {
+            r.bytes += scan.bytes;
+            if let Some(h) = &scan.header {
+                let mut link = |msg: String| push(&mut r, Severity::Error, path, Some(0), msg);
                 if h.stream != stream {
-                    push(
-                        &mut r,
-                        Severity::Error,
-                        path,
-                        Some(0),
-                        "segment belongs to another stream".into(),
-                    );
+                    link("segment belongs to another stream".into());
                 }
                 if h.first_seq != *name_seq {
-                    push(
-                        &mut r,
-                        Severity::Error,
-                        path,
-                        Some(0),
-                        format!(
-                            "header says first seq {}, file name says {name_seq}",
-                            h.first_seq
-                        ),
-                    );
+                    link(format!(
+                        "header says first seq {}, file name says {name_seq}",
+                        h.first_seq
+                    ));
                 }
-                if h.first_seq != expected_seq {
-                    push(
-                        &mut r,
-                        Severity::Error,
-                        path,
-                        Some(0),
-                        format!(
-                            "sequence gap: segment starts at {}, previous segments end at {}",
-                            h.first_seq, expected_seq
-                        ),
-                    );
+                if link_known && h.first_seq != expected_seq {
+                    link(format!(
+                        "sequence gap: segment starts at {}, previous segments end at {expected_seq}",
+                        h.first_seq
+                    ));
                 }
                 if h.segment_index != i as u64 {
-                    push(
-                        &mut r,
-                        Severity::Error,
-                        path,
-                        Some(0),
-                        format!("segment index {} where {i} was expected", h.segment_index),
-                    );
+                    link(format!(
+                        "segment index {} where {i} was expected",
+                        h.segment_index
+                    ));
                 }
-                if h.prev_chain != prev_chain {
-                    push(
-                        &mut r,
-                        Severity::Error,
-                        path,
-                        Some(0),
-                        "header does not carry the previous segment's chain value (a segment was removed, replaced or reordered)".into(),
-                    );
+                if link_known && h.prev_chain != prev_chain {
+                    link("header does not carry the previous segment's chain value (a segment was removed, replaced or reordered)".into());
                 }
             }
-            let mut checks = ChainChecks::default();
-            while let Some(batch) = scan.next_batch() {
-                r.batches += 1;
-                for frame in batch.events {
-                    *r.by_kind.entry(frame.header.kind).or_default() += 1;
-                }
-                if deep {
-                    checks.push(&batch);
-                }
-            }
-            // Chain steps and payloads, on every core: each commit frame stores its
-            // chain value, so the steps can be checked independently of each other.
             // The head reported is the prefix verified before the first error.
-            let broken = r.findings.iter().any(|f| f.severity == Severity::Error);
-            let bad = checks.run(&bytes, self.opts.verify_threads);
-            for b in &bad {
+            let intact_so_far = !r.findings.iter().any(|f| f.severity == Severity::Error);
+            for (off, msg) in &scan.errors {
                 push(
                     &mut r,
                     Severity::Error,
                     path,
-                    Some(b.offset as u64),
-                    b.message.clone(),
+                    Some(*off as u64),
+                    msg.clone(),
                 );
             }
-            let first_bad_batch = bad.iter().filter_map(|b| b.batch).min();
-            r.events += scan.event_count();
-            if !broken {
-                match first_bad_batch {
-                    Some(i) => {
-                        r.next_seq = checks.batches[i].first_seq;
-                        r.chain = checks.batches[i].prev_chain;
-                    }
-                    None => {
-                        r.next_seq = scan.next_seq();
-                        r.chain = scan.chain();
-                    }
-                }
+            if intact_so_far {
+                r.next_seq = scan.next_seq;
+                r.chain = scan.chain;
             }
-            prev_chain = scan.chain();
-            expected_seq = scan.next_seq();
-            match scan.end() {
+            r.batches += scan.batches;
+            r.events += scan.events;
+            for (k, c) in &scan.by_kind {
+                *r.by_kind.entry(*k).or_default() += c;
+            }
+            prev_chain = scan.chain;
+            expected_seq = scan.next_seq;
+            link_known = matches!(
+                scan.end,
+                Some(SegmentEnd::Sealed { .. } | SegmentEnd::Open { .. })
+            );
+            match &scan.end {
                 Some(SegmentEnd::Sealed { .. }) => r.sealed_segments += 1,
                 Some(SegmentEnd::Open { .. }) if last => {}
                 Some(SegmentEnd::Open { len }) => push(
@@ -366,7 +312,7 @@ impl Store {
                         Some(d.valid_len as u64),
                         format!(
                             "{} uncommitted bytes at the tail ({}): a write in progress or a torn write, cut by the next writer",
-                            bytes.len() - d.valid_len,
+                            scan.bytes - d.valid_len as u64,
                             d.error
                         ),
                     )

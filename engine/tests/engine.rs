@@ -483,26 +483,35 @@ fn works_on_the_real_filesystem_with_memory_maps() {
 #[test]
 fn parallel_verification_finds_the_same_edit_as_one_thread() {
     let fs = SimFs::new();
-    let store = sim_store(&fs, 64 << 20);
-    write_session(&store, "ses_p", &[1, 50, 50, 50, 50, 50, 50, 50, 50], 8000);
-    let path = last_segment(&store, "ses_p");
-    let mut b = fs.file(&path).unwrap();
-    assert!(
-        b.len() > 1 << 20,
-        "the segment must be large enough for the parallel path"
+    let seg = 256 << 10;
+    let store = sim_store(&fs, seg);
+    write_session(
+        &store,
+        "ses_p",
+        &[
+            1, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20,
+        ],
+        8000,
     );
-    // Edit one payload byte of an event in the fifth batch and fix up its frame CRC.
+    let segs = store.segments("ses_p").unwrap();
+    assert!(segs.len() >= 4, "{} segments", segs.len());
+    // Edit one payload byte of an event in a middle segment, and fix up its frame CRC.
+    let path = segs[segs.len() / 2].path.clone();
+    let mut b = fs.file(&path).unwrap();
     let mut scan =
         tacho_log_format::Scanner::new(&b, tacho_log_format::ScanLimits { verify_chain: true });
     let mut target = None;
+    let mut before = (0, [0u8; 32]);
     let mut i = 0;
     while let Some(batch) = scan.next_batch() {
-        if i == 4 {
-            target = Some((batch.events[3].offset, batch.first_seq, batch.prev_chain));
+        if i == 1 {
+            target = Some(batch.events[1].offset);
+            break;
         }
+        before = (scan.next_seq(), scan.chain());
         i += 1;
     }
-    let (off, first_seq_of_bad_batch, chain_before) = target.unwrap();
+    let off = target.unwrap();
     b[off + 40] ^= 0x01;
     let len = u32::from_le_bytes(b[off..off + 4].try_into().unwrap()) as usize;
     let mut h = crc32fast::Hasher::new();
@@ -513,7 +522,7 @@ fn parallel_verification_finds_the_same_edit_as_one_thread() {
     let mut results = Vec::new();
     for threads in [1, 2] {
         let opts = StoreOptions {
-            segment_bytes_max: 64 << 20,
+            segment_bytes_max: seg,
             verify_threads: threads,
             ..StoreOptions::default()
         };
@@ -522,12 +531,16 @@ fn parallel_verification_finds_the_same_edit_as_one_thread() {
         let errors: Vec<_> = rep
             .findings
             .iter()
-            .map(|f| (f.offset, f.message.clone()))
+            .map(|f| (f.segment.clone(), f.offset, f.message.clone()))
             .collect();
         assert_eq!(errors.len(), 1, "{threads} threads: {errors:?}");
-        assert!(errors[0].1.contains("hash chain broken"), "{errors:?}");
-        assert_eq!(rep.next_seq, first_seq_of_bad_batch);
-        assert_eq!(rep.chain, chain_before);
+        assert_eq!(errors[0].0.as_deref(), Some(path.as_path()));
+        assert!(errors[0].2.contains("hash chain broken"), "{errors:?}");
+        assert_eq!(
+            (rep.next_seq, rep.chain),
+            before,
+            "the verified prefix ends before the edited batch"
+        );
         results.push(errors);
     }
     assert_eq!(results[0], results[1]);

@@ -132,12 +132,6 @@ pub struct Batch<'s, 'a> {
     pub commit_offset: usize,
     /// The chain value after the batch.
     pub chain: ChainValue,
-    /// The chain value before the batch: with the span, the input of its chain step.
-    pub prev_chain: ChainValue,
-    /// Where the batch's chain span starts; it ends at `commit_offset`. With
-    /// [`ScanLimits::verify_chain`] off, a caller can check the step itself:
-    /// `chain_step(&prev_chain, &bytes[span_start..commit_offset]) == chain`.
-    pub span_start: usize,
     /// The batch's event frames, in order.
     pub events: &'s [FrameRef<'a>],
 }
@@ -317,8 +311,6 @@ impl<'a> Scanner<'a> {
                         self.fail(offset, e);
                         return None;
                     }
-                    let prev_chain = self.chain;
-                    let span_start = self.valid_len_span_start();
                     self.chain = c.chain;
                     self.next_seq = seq;
                     self.events += c.event_count;
@@ -328,8 +320,6 @@ impl<'a> Scanner<'a> {
                         first_seq: batch_first_seq,
                         commit_offset: offset,
                         chain: c.chain,
-                        prev_chain,
-                        span_start,
                         events: &self.frames,
                     });
                 }
