@@ -4,6 +4,8 @@
 //! (no `--bench` argument) criterion runs every benchmark once on small inputs, as a
 //! smoke test. `TACHO_BENCH_EVENTS` sets the size of the verification store.
 
+#![allow(clippy::unwrap_used)] // a benchmark that cannot set up should panic
+
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

@@ -14,7 +14,7 @@ use tacho_schema::{Event, EventBody, ToolResult, ToolStatus};
 pub fn event_of_size(seq: u64, size: usize) -> EventBody {
     EventBody::ToolResult(ToolResult {
         call_id: format!("toolu_{seq:08}"),
-        status: if seq % 17 == 0 {
+        status: if seq.is_multiple_of(17) {
             ToolStatus::Error
         } else {
             ToolStatus::Ok
@@ -46,7 +46,7 @@ fn filler(seq: u64, len: usize) -> String {
     let mut i = seq as usize;
     while s.len() < len {
         s.push_str(words[i % words.len()]);
-        s.push(if i % 9 == 0 { '\n' } else { ' ' });
+        s.push(if i.is_multiple_of(9) { '\n' } else { ' ' });
         i = i.wrapping_mul(31).wrapping_add(7);
     }
     s.truncate(len);

@@ -2,7 +2,7 @@
 //! sequence number and every payload, with each finding located.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd, StreamId};
 use tacho_schema::EventBody;
@@ -120,12 +120,7 @@ const PARALLEL_VERIFY_BYTES_MIN: u64 = 1 << 20;
 impl Store {
     /// Scans one segment in a single pass: checksums, structure, sequence numbers, and
     /// with `deep` every chain step and every payload.
-    fn scan_segment(
-        &self,
-        path: &PathBuf,
-        last: bool,
-        deep: bool,
-    ) -> Result<SegmentScan, StoreError> {
+    fn scan_segment(&self, path: &Path, last: bool, deep: bool) -> Result<SegmentScan, StoreError> {
         let bytes = self
             .vfs
             .read(path, !last)
