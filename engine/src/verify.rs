@@ -49,6 +49,8 @@ pub struct StreamReport {
     pub events: u64,
     pub batches: u64,
     pub bytes: u64,
+    /// Zeros kept ahead of the data in the last segment (free space).
+    pub free_bytes: u64,
     /// Event count by kind id.
     pub by_kind: BTreeMap<u16, u64>,
 }
@@ -291,7 +293,7 @@ impl Store {
             );
             match &scan.end {
                 Some(SegmentEnd::Sealed { .. }) => r.sealed_segments += 1,
-                Some(SegmentEnd::Open { .. }) if last => {}
+                Some(SegmentEnd::Open { len }) if last => r.free_bytes += scan.bytes - *len as u64,
                 Some(SegmentEnd::Open { len }) => push(
                     &mut r,
                     Severity::Error,

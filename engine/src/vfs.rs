@@ -45,16 +45,16 @@ pub enum LockError {
 /// An exclusive lock, released when dropped.
 pub trait LockGuard: Send + std::fmt::Debug {}
 
-/// A file opened for appending.
+/// A file opened for writing.
 pub trait VfsFile: Send + std::fmt::Debug {
     /// Current length in bytes.
     fn byte_len(&self) -> io::Result<u64>;
-    /// Writes all of `buf` at the end of the file.
-    fn append(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Makes everything written so far durable (fdatasync).
     fn sync_data(&mut self) -> io::Result<()>;
-    /// Cuts the file to `len` bytes.
-    fn truncate(&mut self, len: u64) -> io::Result<()>;
+    /// Sets the file's length, cutting or extending with zeros.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
 }
 
 /// File operations the engine needs.
@@ -88,14 +88,14 @@ impl VfsFile for RealFile {
     fn byte_len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
-    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.0.seek(SeekFrom::End(0))?;
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.0.seek(SeekFrom::Start(offset))?;
         self.0.write_all(buf)
     }
     fn sync_data(&mut self) -> io::Result<()> {
         self.0.sync_data()
     }
-    fn truncate(&mut self, len: u64) -> io::Result<()> {
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
     }
 }
@@ -208,11 +208,44 @@ impl Vfs for RealFs {
 // ---------------------------------------------------------------------------------
 // The simulated filesystem.
 
+/// A write or a length change that has not been synced yet.
+#[derive(Debug, Clone)]
+pub enum SimOp {
+    Write { offset: u64, bytes: Vec<u8> },
+    SetLen(u64),
+}
+
+impl SimOp {
+    /// Applies the op, or its first `limit` bytes of a write.
+    fn apply(&self, data: &mut Vec<u8>, limit: usize) {
+        match self {
+            SimOp::Write { offset, bytes } => {
+                let n = limit.min(bytes.len());
+                let end = *offset as usize + n;
+                if data.len() < end {
+                    data.resize(end, 0);
+                }
+                data[*offset as usize..end].copy_from_slice(&bytes[..n]);
+            }
+            SimOp::SetLen(len) => data.resize(*len as usize, 0),
+        }
+    }
+
+    fn weight(&self) -> usize {
+        match self {
+            SimOp::Write { bytes, .. } => bytes.len(),
+            SimOp::SetLen(_) => 1,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct SimFile {
     data: Vec<u8>,
     /// Content as of the last sync_data.
     durable: Vec<u8>,
+    /// Writes and length changes since then, in order.
+    pending: Vec<SimOp>,
     /// Whether the directory entry survives a crash (synced by sync_dir of the parent).
     entry_durable: bool,
 }
@@ -228,23 +261,24 @@ struct SimState {
     fail_writes_after: Option<u64>,
 }
 
-/// What a crash leaves: per file, the durable content and the bytes written after it
-/// that had not been synced yet.
+/// What a crash leaves: per file, the durable content and the operations after it that
+/// had not been synced yet.
 #[derive(Debug, Clone, Default)]
 pub struct CrashImage {
-    /// path → (durable content, unsynced content written after it, entry durable)
-    pub files: BTreeMap<PathBuf, (Vec<u8>, Vec<u8>, bool)>,
+    /// path → (durable content, unsynced operations in order, entry durable)
+    pub files: BTreeMap<PathBuf, (Vec<u8>, Vec<SimOp>, bool)>,
     pub dirs: BTreeSet<PathBuf>,
 }
 
-/// How much of the unsynced writes a simulated crash keeps.
+/// How much of the unsynced operations a simulated crash keeps.
 #[derive(Debug, Clone, Copy)]
 pub enum CrashKeep {
-    /// Only what was synced.
+    /// Only what was synced; files whose directory entry was not synced are gone.
     DurableOnly,
-    /// The synced content plus this fraction (0.0 to 1.0) of each file's unsynced tail,
-    /// optionally followed by as many zero bytes as were lost (a file whose size was
-    /// extended but whose data never reached the disk).
+    /// The synced content, then the unsynced operations in order up to this fraction
+    /// (0.0 to 1.0) of their bytes, the last one possibly cut short; with `zero_fill`,
+    /// the file keeps the full length it would have had, zeros standing in for lost
+    /// data (a size that reached the disk before the data did).
     Prefix { fraction: f64, zero_fill: bool },
 }
 
@@ -255,7 +289,7 @@ impl CrashImage {
             dirs: self.dirs.clone(),
             ..SimState::default()
         };
-        for (path, (durable, tail, entry_durable)) in &self.files {
+        for (path, (durable, ops, entry_durable)) in &self.files {
             let mut data = durable.clone();
             match keep {
                 CrashKeep::DurableOnly => {
@@ -267,10 +301,18 @@ impl CrashImage {
                     fraction,
                     zero_fill,
                 } => {
-                    let n = ((tail.len() as f64) * fraction.clamp(0.0, 1.0)) as usize;
-                    data.extend_from_slice(&tail[..n]);
-                    if zero_fill {
-                        data.resize(durable.len() + tail.len(), 0);
+                    let total: usize = ops.iter().map(SimOp::weight).sum();
+                    let mut budget = ((total as f64) * fraction.clamp(0.0, 1.0)) as usize;
+                    let mut full = durable.clone();
+                    for op in ops {
+                        op.apply(&mut full, usize::MAX);
+                        if budget > 0 {
+                            op.apply(&mut data, budget);
+                            budget = budget.saturating_sub(op.weight());
+                        }
+                    }
+                    if zero_fill && full.len() > data.len() {
+                        data.resize(full.len(), 0);
                     }
                 }
             }
@@ -279,6 +321,7 @@ impl CrashImage {
                 SimFile {
                     durable: data.clone(),
                     data,
+                    pending: Vec::new(),
                     entry_durable: true,
                 },
             );
@@ -332,6 +375,7 @@ impl SimFs {
         let f = st.files.entry(path.to_path_buf()).or_default();
         f.durable = data.clone();
         f.data = data;
+        f.pending.clear();
         f.entry_durable = true;
     }
 
@@ -343,9 +387,10 @@ impl SimFs {
                     .files
                     .iter()
                     .map(|(p, f)| {
-                        // A truncation that was not synced yet leaves the durable content.
-                        let tail = f.data.get(f.durable.len()..).unwrap_or(&[]).to_vec();
-                        (p.clone(), (f.durable.clone(), tail, f.entry_durable))
+                        (
+                            p.clone(),
+                            (f.durable.clone(), f.pending.clone(), f.entry_durable),
+                        )
                     })
                     .collect(),
                 dirs: st.dirs.clone(),
@@ -377,23 +422,26 @@ impl VfsFile for SimHandle {
             .ok_or_else(|| not_found(&self.path))?;
         Ok(f.data.len() as u64)
     }
-    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
         let mut st = self.fs.state();
         let budget = st.fail_writes_after;
+        let n = budget.map_or(buf.len(), |left| (left as usize).min(buf.len()));
+        if let Some(left) = budget {
+            st.fail_writes_after = Some(left - n as u64);
+        }
         let f = st
             .files
             .get_mut(&self.path)
             .ok_or_else(|| not_found(&self.path))?;
-        if let Some(left) = budget {
-            let n = (left as usize).min(buf.len());
-            f.data.extend_from_slice(&buf[..n]);
-            st.fail_writes_after = Some(left - n as u64);
-            if n < buf.len() {
-                return Err(io::Error::other("simulated write failure (disk full)"));
-            }
-            return Ok(());
+        let op = SimOp::Write {
+            offset,
+            bytes: buf[..n].to_vec(),
+        };
+        op.apply(&mut f.data, usize::MAX);
+        f.pending.push(op);
+        if n < buf.len() {
+            return Err(io::Error::other("simulated write failure (disk full)"));
         }
-        f.data.extend_from_slice(buf);
         Ok(())
     }
     fn sync_data(&mut self) -> io::Result<()> {
@@ -403,16 +451,19 @@ impl VfsFile for SimHandle {
             .get_mut(&self.path)
             .ok_or_else(|| not_found(&self.path))?;
         f.durable = f.data.clone();
+        f.pending.clear();
         SimFs::count_sync(&mut st);
         Ok(())
     }
-    fn truncate(&mut self, len: u64) -> io::Result<()> {
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
         let mut st = self.fs.state();
         let f = st
             .files
             .get_mut(&self.path)
             .ok_or_else(|| not_found(&self.path))?;
-        f.data.truncate(len as usize);
+        let op = SimOp::SetLen(len);
+        op.apply(&mut f.data, usize::MAX);
+        f.pending.push(op);
         Ok(())
     }
 }

@@ -50,8 +50,11 @@ struct OpenSegment {
     path: PathBuf,
     index: u64,
     first_seq: u64,
-    /// Bytes in the file (0 until the header is written with the first batch).
+    /// Bytes of data: where the next batch is written (0 until the header is written
+    /// with the first batch).
     len: u64,
+    /// The file's length: data, then zeros (free space) up to here.
+    allocated: u64,
     events: u64,
     /// The header bytes while the segment has no committed batch: the first chain step
     /// of a segment covers its header.
@@ -62,7 +65,37 @@ struct OpenSegment {
     entry_durable: bool,
 }
 
+/// The least and the most free space a writer keeps ahead of its data.
+const FREE_SPACE_BYTES_MIN: u64 = 16 * 1024;
+const FREE_SPACE_BYTES_MAX: u64 = 1024 * 1024;
+
 impl OpenSegment {
+    /// Writes `data` at the end of the segment's data. When it does not fit in the free
+    /// space, the file is first extended with zeros, by as much free space as the
+    /// segment holds data (16 KiB to 1 MiB): a sync of a write that does not change the
+    /// file's length does not have to commit the length through the filesystem's
+    /// journal, and costs about a third less (SPEC.md §4.1).
+    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let end = self.len + data.len() as u64;
+        if end > self.allocated {
+            let free = end.clamp(FREE_SPACE_BYTES_MIN, FREE_SPACE_BYTES_MAX);
+            let target = end + free;
+            let zeros = vec![0u8; (target - self.allocated) as usize];
+            self.file.write_at(self.allocated, &zeros)?;
+            self.allocated = target;
+        }
+        self.file.write_at(self.len, data)
+    }
+
+    /// Gives the free space back: the file ends at its data.
+    fn trim(&mut self) -> std::io::Result<()> {
+        if self.allocated != self.len {
+            self.file.set_len(self.len)?;
+            self.allocated = self.len;
+        }
+        Ok(())
+    }
+
     /// Syncs the file's data and, the first time, its directory entry.
     fn make_durable(
         &mut self,
@@ -212,7 +245,7 @@ impl Writer {
                         .vfs
                         .open_append(&path, false)
                         .map_err(|e| StoreError::io(&path, e))?;
-                    f.truncate(d.valid_len as u64)
+                    f.set_len(d.valid_len as u64)
                         .and_then(|()| f.sync_data())
                         .map_err(|e| StoreError::io(&path, e))?;
                 }
@@ -239,6 +272,7 @@ impl Writer {
                     index: h.segment_index,
                     first_seq: h.first_seq,
                     len: len as u64,
+                    allocated: bytes.len() as u64,
                     events: scan.event_count(),
                     span_prefix: None,
                     entry_durable: true,
@@ -393,12 +427,22 @@ impl Writer {
                 self.buf.splice(0..0, h.iter().copied());
             }
         }
-        if let Err(e) = seg.file.append(&self.buf) {
+        if let Err(e) = seg.write(&self.buf) {
             // Take back what part of the batch reached the file, so nothing is
             // half-written; if even that fails, the next open repairs the tail.
-            if seg.file.truncate(seg.len).is_err() {
+            seg.allocated = u64::MAX; // unknown after a failed write
+            if seg.trim().is_err() {
                 self.poisoned = true;
             }
+            return Err(StoreError::io(&seg.path, e));
+        }
+        let data_len = seg.len;
+        seg.len += self.buf.len() as u64;
+        // A session that ended takes no more events: give its free space back.
+        let ended = matches!(events.last(), Some((_, EventBody::SessionEnd(_))));
+        if ended && let Err(e) = seg.trim() {
+            seg.len = data_len;
+            self.poisoned = true;
             return Err(StoreError::io(&seg.path, e));
         }
         if durability == Durability::Sync
@@ -413,7 +457,6 @@ impl Writer {
             last_seq: self.next_seq + events.len() as u64 - 1,
             chain,
         };
-        seg.len += self.buf.len() as u64;
         seg.events += events.len() as u64;
         seg.span_prefix = None;
         self.next_seq += events.len() as u64;
@@ -477,6 +520,7 @@ impl Writer {
             index: self.seg_index,
             first_seq: self.next_seq,
             len: 0,
+            allocated: 0,
             events: 0,
             span_prefix: Some(header),
             entry_durable: false,
@@ -490,6 +534,12 @@ impl Writer {
         let Some(mut seg) = self.seg.take() else {
             return Ok(());
         };
+        // The file is cut to its data before the seal is written, so that no crash can
+        // leave zeros after a seal.
+        if let Err(e) = seg.trim() {
+            self.poisoned = true;
+            return Err(StoreError::io(&seg.path, e));
+        }
         self.buf.clear();
         encode_seal_frame(
             &mut self.buf,
@@ -502,7 +552,7 @@ impl Writer {
         );
         let sealed = seg
             .file
-            .append(&self.buf)
+            .write_at(seg.len, &self.buf)
             .and_then(|()| seg.make_durable(self.store.vfs.as_ref(), &self.dir));
         if let Err(e) = sealed {
             self.poisoned = true;

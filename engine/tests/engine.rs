@@ -203,7 +203,17 @@ fn truncating_the_last_segment_at_every_offset_repairs_the_torn_tail() {
     let store = sim_store(&fs, 1 << 20);
     let written = write_session(&store, "ses_t", &[1, 3, 2, 4], 100);
     let path = last_segment(&store, "ses_t");
-    let full = fs.file(&path).unwrap();
+    // The file is the data followed by free space (zeros); cut within the data.
+    let mut full = fs.file(&path).unwrap();
+    let data_len = {
+        let mut scan = tacho_log_format::Scanner::new(
+            &full,
+            tacho_log_format::ScanLimits { verify_chain: true },
+        );
+        while scan.next_batch().is_some() {}
+        scan.valid_len()
+    };
+    full.truncate(data_len);
     // Committed event counts by the segment length at which each batch ends.
     let mut ends = Vec::new();
     {
@@ -260,20 +270,69 @@ fn truncating_the_last_segment_at_every_offset_repairs_the_torn_tail() {
 }
 
 #[test]
-fn zero_filled_tail_is_a_torn_write() {
+fn zeros_after_the_data_are_free_space_and_garbage_is_a_torn_write() {
     let fs = SimFs::new();
     let store = sim_store(&fs, 1 << 20);
     write_session(&store, "ses_z", &[1, 2], 50);
     let path = last_segment(&store, "ses_z");
     let mut b = fs.file(&path).unwrap();
+    let data_len = b.len() - (b.iter().rev().take_while(|&&x| x == 0).count() & !7);
     b.extend(std::iter::repeat_n(0u8, 4096));
+    fs.set_file(&path, b.clone());
+    let rep = store.verify_session("ses_z", true).unwrap();
+    assert!(rep.findings.is_empty(), "{:?}", rep.findings);
+    assert!(rep.free_bytes >= 4096);
+    let w = store.writer("ses_z").unwrap();
+    assert!(w.recovered().is_empty());
+    assert_eq!(w.next_seq(), 3);
+    drop(w);
+    // Half a frame in the free space is a torn write: reported, then cut.
+    b[data_len..data_len + 16].copy_from_slice(&[0x55; 16]);
     fs.set_file(&path, b);
     let rep = store.verify_session("ses_z", true).unwrap();
     assert_eq!(rep.findings.len(), 1);
     assert_eq!(rep.findings[0].severity, Severity::Warning);
     let w = store.writer("ses_z").unwrap();
-    assert_eq!(w.recovered()[0].truncated_bytes, 4096);
+    assert_eq!(w.recovered().len(), 1);
     assert_eq!(w.next_seq(), 3);
+}
+
+#[test]
+fn free_space_stays_proportional_and_is_given_back_when_a_session_ends() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let mut w = store.writer("ses_free").unwrap();
+    w.append(1, &start(), Durability::Sync).unwrap();
+    let path = last_segment(&store, "ses_free");
+    let len = |fs: &SimFs| fs.file(&path).unwrap().len() as u64;
+    assert!(
+        len(&fs) <= 16 * 1024 + 1024,
+        "a small session keeps at most ~16 KiB free"
+    );
+    for i in 1..200 {
+        w.append(i, &ev(i as u64, 500), Durability::Buffered)
+            .unwrap();
+    }
+    let rep = store.verify_session("ses_free", true).unwrap();
+    let data = rep.bytes - rep.free_bytes;
+    assert!(
+        rep.free_bytes <= data.max(16 * 1024),
+        "free {} for {} bytes of data",
+        rep.free_bytes,
+        data
+    );
+    w.append(
+        999,
+        &EventBody::SessionEnd(SessionEnd {
+            reason: EndReason::Completed,
+            message: None,
+        }),
+        Durability::Sync,
+    )
+    .unwrap();
+    let rep = store.verify_session("ses_free", true).unwrap();
+    assert_eq!(rep.free_bytes, 0);
+    assert!(rep.findings.is_empty());
 }
 
 #[test]
@@ -437,6 +496,22 @@ fn run_crash_workload(fs: &SimFs, freeze: Option<u64>) -> Acked {
             w.append_batch(&batch, d).unwrap();
             written.extend(batch);
             if d == Durability::Sync && freeze.is_none_or(|f| fs.sync_count() <= f) {
+                acked = written.len();
+            }
+        }
+        if si == 1 {
+            // Ending a session gives its free space back: crash through that too.
+            let end = (
+                seq as i64,
+                EventBody::SessionEnd(SessionEnd {
+                    reason: EndReason::Completed,
+                    message: None,
+                }),
+            );
+            w.append_batch(std::slice::from_ref(&end), Durability::Sync)
+                .unwrap();
+            written.push(end);
+            if freeze.is_none_or(|f| fs.sync_count() <= f) {
                 acked = written.len();
             }
         }

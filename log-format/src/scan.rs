@@ -116,7 +116,8 @@ pub struct Damage {
 /// How a segment ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SegmentEnd {
-    /// The bytes end right after a commit frame (or the header): an open segment.
+    /// An open segment: its data ends at `len`, right after a commit frame (or the
+    /// header); anything after `len` is zeros (free space).
     Open { len: usize },
     /// The segment ends with a valid seal frame.
     Sealed { seal: SealPayload, len: usize },
@@ -280,6 +281,14 @@ impl<'a> Scanner<'a> {
             let offset = self.pos;
             let frame = match decode_frame(self.buf, offset) {
                 Ok(f) => f,
+                Err(FrameError::Zeroed)
+                    if self.frames.is_empty() && self.buf[offset..].iter().all(|&b| b == 0) =>
+                {
+                    // Zeros after the last commit are free space: writers extend an
+                    // open segment with zeros ahead of time (SPEC.md §4.1).
+                    self.end = Some(SegmentEnd::Open { len: offset });
+                    return None;
+                }
                 Err(error) => {
                     self.fail(offset, ScanError::Frame { offset, error });
                     return None;
@@ -513,6 +522,26 @@ mod tests {
         let (seqs, end) = scan_all(&build(&[2, 2], true));
         assert_eq!(seqs.len(), 4);
         assert!(matches!(end, SegmentEnd::Sealed { .. }));
+    }
+
+    #[test]
+    fn zeros_after_the_last_commit_are_free_space() {
+        let mut buf = build(&[1, 2], false);
+        let data_len = buf.len();
+        buf.resize(data_len + 5000, 0);
+        let (seqs, end) = scan_all(&buf);
+        assert_eq!(seqs.len(), 3);
+        assert_eq!(end, SegmentEnd::Open { len: data_len });
+        // A non-zero byte in the free space is not free space.
+        buf[data_len + 4000] = 1;
+        let (_, end) = scan_all(&buf);
+        assert!(matches!(
+            end,
+            SegmentEnd::Damaged(Damage {
+                class: DamageClass::Uncommitted,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -209,8 +209,10 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
     let (segments, events, size, batches) = totals(&report);
     let mut by_kind: BTreeMap<u16, u64> = BTreeMap::new();
     let mut sealed = 0;
+    let mut free = 0;
     for s in &report.streams {
         sealed += s.sealed_segments;
+        free += s.free_bytes;
         for (k, n) in &s.by_kind {
             *by_kind.entry(*k).or_default() += n;
         }
@@ -224,6 +226,7 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
         out.json(&serde_json::json!({
             "type": "stats", "sessions": report.streams.len(), "segments": segments,
             "sealed_segments": sealed, "events": events, "batches": batches, "bytes": size,
+            "free_bytes": free,
             "events_by_kind": kinds,
         }))?;
         return out.finish();
@@ -240,6 +243,10 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
     out.line(format!("events:    {}", thousands(events)))?;
     out.line(format!("batches:   {}", thousands(batches)))?;
     out.line(format!("bytes:     {} ({})", thousands(size), bytes(size)))?;
+    out.line(format!(
+        "free:      {} (zeros kept ahead of the data of open segments)",
+        bytes(free)
+    ))?;
     if let Some(per) = size.checked_div(events) {
         out.line(format!("per event: {per} bytes on disk"))?;
         out.line("events by kind:")?;
@@ -339,6 +346,17 @@ fn dump_segment(
     while off < buf.len() {
         let f = match decode_frame(buf, off) {
             Ok(f) => f,
+            Err(tacho_log_format::FrameError::Zeroed) if buf[off..].iter().all(|&b| b == 0) => {
+                let free = buf.len() - off;
+                if json {
+                    out.json(&serde_json::json!({"type": "free", "offset": off, "bytes": free}))?;
+                } else {
+                    out.line(format!(
+                        "@{off:<8} FREE   {free} bytes of zeros ahead of the data"
+                    ))?;
+                }
+                break;
+            }
             Err(e) => {
                 if json {
                     out.json(&serde_json::json!({"type":"damage","segment":path.display().to_string(),"offset":off,"error":e.to_string()}))?;
