@@ -13,6 +13,7 @@
 //! and what is refused. The byte layout is `tacho-log-format`'s; what payloads mean is
 //! `tacho-schema`'s.
 
+mod link;
 mod reader;
 mod store;
 mod verify;
@@ -21,5 +22,6 @@ mod writer;
 
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
-pub use verify::{Finding, Head, Severity, StoreReport, StreamReport, hex};
+pub use tacho_log_format::hex;
+pub use verify::{Finding, Head, Severity, StoreReport, StreamReport};
 pub use writer::{AppendReceipt, Durability, Recovery, Writer};

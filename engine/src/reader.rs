@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd, StreamId};
 use tacho_schema::{Event, EventBody};
 
+use crate::link::{Expected, header_problems};
 use crate::store::{Store, StoreError};
 
 /// An event with its position in the session's stream.
@@ -97,23 +98,15 @@ impl Store {
                 },
             );
             if let Some(h) = scan.header() {
-                if h.stream != stream {
-                    return Err(corrupt(0, "segment belongs to another stream".into()));
-                }
-                if h.first_seq != *name_seq || h.first_seq != end.next_seq {
-                    return Err(corrupt(
-                        0,
-                        format!(
-                            "segment starts at seq {}, expected {} (a segment is missing or misnamed)",
-                            h.first_seq, end.next_seq
-                        ),
-                    ));
-                }
-                if prev_chain.is_some_and(|c| c != h.prev_chain) {
-                    return Err(corrupt(
-                        0,
-                        "header does not carry the previous segment's chain value".into(),
-                    ));
+                let expected = Expected {
+                    stream,
+                    name_seq: *name_seq,
+                    index: Some(i as u64),
+                    next_seq: Some(end.next_seq),
+                    prev_chain,
+                };
+                if let Some(problem) = header_problems(h, &expected).into_iter().next() {
+                    return Err(corrupt(0, problem));
                 }
             }
             while let Some(batch) = scan.next_batch() {

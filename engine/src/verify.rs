@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd, StreamId};
 use tacho_schema::EventBody;
 
+use crate::link::{Expected, header_problems};
 use crate::store::{Store, StoreError};
 
 /// How serious a finding is.
@@ -93,11 +94,6 @@ impl StoreReport {
     pub fn is_clean(&self) -> bool {
         self.findings().all(|f| f.severity < Severity::Error)
     }
-}
-
-/// Lower-case hexadecimal.
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// What one segment's scan found, before it is linked to its neighbours.
@@ -239,30 +235,15 @@ impl Store {
             r.segments += 1;
             r.bytes += scan.bytes;
             if let Some(h) = &scan.header {
-                let mut link = |msg: String| push(&mut r, Severity::Error, path, Some(0), msg);
-                if h.stream != stream {
-                    link("segment belongs to another stream".into());
-                }
-                if h.first_seq != *name_seq {
-                    link(format!(
-                        "header says first seq {}, file name says {name_seq}",
-                        h.first_seq
-                    ));
-                }
-                if link_known && h.first_seq != expected_seq {
-                    link(format!(
-                        "sequence gap: segment starts at {}, previous segments end at {expected_seq}",
-                        h.first_seq
-                    ));
-                }
-                if h.segment_index != i as u64 {
-                    link(format!(
-                        "segment index {} where {i} was expected",
-                        h.segment_index
-                    ));
-                }
-                if link_known && h.prev_chain != prev_chain {
-                    link("header does not carry the previous segment's chain value (a segment was removed, replaced or reordered)".into());
+                let expected = Expected {
+                    stream,
+                    name_seq: *name_seq,
+                    index: Some(i as u64),
+                    next_seq: link_known.then_some(expected_seq),
+                    prev_chain: link_known.then_some(prev_chain),
+                };
+                for problem in header_problems(h, &expected) {
+                    push(&mut r, Severity::Error, path, Some(0), problem);
                 }
             }
             // The head reported is the prefix verified before the first error.

@@ -9,6 +9,7 @@ use tacho_log_format::{
 };
 use tacho_schema::EventBody;
 
+use crate::link::{Expected, header_problems};
 use crate::store::{Store, StoreError};
 use crate::vfs::{LockError, LockGuard, VfsFile};
 
@@ -199,17 +200,17 @@ impl Writer {
         };
         let header = scan.header().cloned();
         if let Some(h) = &header {
-            if h.stream != self.stream {
-                return Err(corrupt(0, "segment belongs to another stream".into()));
-            }
-            if h.first_seq != name_seq {
-                return Err(corrupt(
-                    0,
-                    format!(
-                        "header says first seq {}, file name says {name_seq}",
-                        h.first_seq
-                    ),
-                ));
+            // Only the last segment is read here: its links to earlier ones are for
+            // readers and verification to check.
+            let expected = Expected {
+                stream: self.stream,
+                name_seq,
+                index: None,
+                next_seq: None,
+                prev_chain: None,
+            };
+            if let Some(problem) = header_problems(h, &expected).into_iter().next() {
+                return Err(corrupt(0, problem));
             }
         }
         match (scan.end().cloned(), header) {

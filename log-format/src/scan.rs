@@ -87,8 +87,8 @@ impl ScanError {
     }
 }
 
-/// Lower-case hexadecimal of a byte string.
-pub(crate) fn hex(b: &[u8]) -> String {
+/// Lower-case hexadecimal of a byte string (for chain values and digests).
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
