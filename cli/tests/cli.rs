@@ -265,3 +265,35 @@ impl Crc32 {
         !self.0
     }
 }
+
+/// `--new-session` renames every session of the input; a parent recorded in the same
+/// input is renamed with it, and a session without a parent keeps none.
+#[test]
+fn new_session_renames_parents_with_their_children() {
+    let env = Env::new();
+    let input = concat!(
+        "{\"type\":\"session.start\",\"session\":\"p1\",\"ts\":1000,\"title\":\"parent\"}\n",
+        "{\"type\":\"session.start\",\"session\":\"c1\",\"ts\":2000,\"parent\":\"p1\",\"title\":\"child\"}\n",
+        "{\"type\":\"session.start\",\"session\":\"c2\",\"ts\":3000,\"parent\":\"elsewhere\",\"title\":\"foreign parent\"}\n",
+        "{\"type\":\"session.start\",\"ts\":4000,\"title\":\"no id, no parent\"}\n",
+    );
+    let out = env.run(&["record", "--new-session", "--json", "-"], Some(input));
+    assert!(out.starts_with("exit: 0"), "{out}");
+    let list = env.run(&["session", "list", "--json"], None);
+    let rows: Vec<serde_json::Value> = list
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 4, "{list}");
+    let by_title = |t: &str| rows.iter().find(|r| r["title"] == t).unwrap();
+    let parent_id = by_title("parent")["session"].as_str().unwrap();
+    assert!(parent_id.starts_with("ses_") && parent_id != "p1");
+    assert_eq!(by_title("child")["parent"], parent_id);
+    assert_eq!(by_title("foreign parent")["parent"], "elsewhere");
+    assert_eq!(
+        by_title("no id, no parent")["parent"],
+        serde_json::Value::Null
+    );
+    assert_eq!(by_title("parent")["parent"], serde_json::Value::Null);
+}
