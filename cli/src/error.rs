@@ -44,7 +44,9 @@ impl From<StoreError> for CliError {
             StoreError::Io { .. } => CliError::Io(text),
             StoreError::Busy { .. } => CliError::Busy(text),
             StoreError::Corrupt { .. } => CliError::Findings(text),
-            StoreError::NotFound(_) => CliError::NotFound(text),
+            StoreError::NotFound(_)
+            | StoreError::UnknownSession { .. }
+            | StoreError::AmbiguousSession { .. } => CliError::NotFound(text),
             StoreError::BadSessionId(_) | StoreError::Rejected { .. } => CliError::Input(text),
             StoreError::Poisoned(_) => CliError::Io(text),
         }

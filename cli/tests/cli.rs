@@ -158,7 +158,7 @@ fn bad_input_is_located_and_records_nothing() {
             exit: 4
             --- stdout
             --- stderr
-            error: no session ses_nope in the store
+            error: no session matches "ses_nope"
         "#]],
     );
 }

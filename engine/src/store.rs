@@ -54,6 +54,16 @@ pub enum StoreError {
     },
     #[error("no session {0} in the store")]
     NotFound(String),
+    #[error("no session matches {given:?}{}", nearest.as_ref().map(|n| format!("; did you mean {n}?")).unwrap_or_default())]
+    UnknownSession {
+        given: String,
+        nearest: Option<String>,
+    },
+    #[error("{given:?} matches {} sessions: {}{}", candidates.len(), candidates.iter().take(10).cloned().collect::<Vec<_>>().join(", "), if candidates.len() > 10 { ", ..." } else { "" })]
+    AmbiguousSession {
+        given: String,
+        candidates: Vec<String>,
+    },
     #[error("invalid session id: {0}")]
     BadSessionId(String),
     #[error("session {session}: {reason}")]
@@ -173,6 +183,37 @@ impl Store {
         Ok(names)
     }
 
+    /// The session a user means by `given`: its exact id, or the one session whose id
+    /// starts with it. An ambiguous prefix lists the candidates; an unknown one
+    /// suggests the nearest id (by edit distance).
+    pub fn resolve_session(&self, given: &str) -> Result<String, StoreError> {
+        if self.has_session(given) {
+            return Ok(given.to_string());
+        }
+        let all = self.sessions()?;
+        let matches: Vec<String> = all
+            .iter()
+            .filter(|s| s.starts_with(given))
+            .cloned()
+            .collect();
+        match matches.len() {
+            1 => Ok(matches.into_iter().next().unwrap_or_default()),
+            0 => Err(StoreError::UnknownSession {
+                given: given.to_string(),
+                nearest: all
+                    .iter()
+                    .map(|s| (edit_distance(given, s), s))
+                    .filter(|(d, _)| *d <= (given.len() / 3).max(2))
+                    .min()
+                    .map(|(_, s)| s.clone()),
+            }),
+            _ => Err(StoreError::AmbiguousSession {
+                given: given.to_string(),
+                candidates: matches,
+            }),
+        }
+    }
+
     /// Whether the store holds a session with this exact id.
     pub fn has_session(&self, session: &str) -> bool {
         tacho_schema::validate_session_id(session).is_ok()
@@ -199,9 +240,32 @@ impl Store {
     }
 }
 
+/// Levenshtein distance over bytes (session ids are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("ses_a", "ses_a"), 0);
+    }
 
     #[test]
     fn stream_dir_names_round_trip_and_separate_case() {

@@ -620,3 +620,37 @@ fn parallel_verification_finds_the_same_edit_as_one_thread() {
     }
     assert_eq!(results[0], results[1]);
 }
+
+#[test]
+fn sessions_resolve_by_unique_prefix_with_candidates_and_suggestions() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    for s in ["ses_01abc", "ses_01abd", "ses_02xyz"] {
+        store
+            .writer(s)
+            .unwrap()
+            .append(1, &start(), Durability::Sync)
+            .unwrap();
+    }
+    assert_eq!(store.resolve_session("ses_02").unwrap(), "ses_02xyz");
+    assert_eq!(store.resolve_session("ses_01abc").unwrap(), "ses_01abc");
+    match store.resolve_session("ses_01ab") {
+        Err(StoreError::AmbiguousSession { candidates, .. }) => {
+            assert_eq!(
+                candidates,
+                vec!["ses_01abc".to_string(), "ses_01abd".to_string()]
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    match store.resolve_session("ses_02xyx") {
+        Err(e @ StoreError::UnknownSession { .. }) => {
+            assert!(e.to_string().contains("did you mean ses_02xyz?"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        store.resolve_session("zzzzzzzzzzzzzzzzzz"),
+        Err(StoreError::UnknownSession { nearest: None, .. })
+    ));
+}

@@ -72,12 +72,7 @@ pub fn run(c: LogCommand) -> Result<(), CliError> {
 fn each_session(deep: bool, only: Option<&str>, quiet: bool) -> Result<StoreReport, CliError> {
     let store = open_store()?;
     let sessions = match only {
-        Some(s) => {
-            if !store.has_session(s) {
-                return Err(CliError::NotFound(format!("no session {s} in the store")));
-            }
-            vec![s.to_string()]
-        }
+        Some(s) => vec![store.resolve_session(s)?],
         None => store.sessions()?,
     };
     let show = !quiet && std::io::stderr().is_terminal();
@@ -268,8 +263,9 @@ fn dump(a: DumpArgs) -> Result<(), CliError> {
     let mut out = Out::new();
     let files: Vec<PathBuf> = match (&a.file, &a.session) {
         (Some(f), _) => vec![f.clone()],
-        (None, Some(s)) => {
+        (None, Some(given)) => {
             let store = open_store()?;
+            let s = &store.resolve_session(given)?;
             let segs = store.segments(s)?;
             match a.segment {
                 Some(i) => vec![
@@ -288,7 +284,10 @@ fn dump(a: DumpArgs) -> Result<(), CliError> {
         }
         (None, None) => return Err(CliError::Input("give a session or --file".into())),
     };
-    let session = a.session.clone().unwrap_or_default();
+    let session = match &a.session {
+        Some(s) => open_store()?.resolve_session(s)?,
+        None => String::new(),
+    };
     let mut damaged = false;
     for path in files {
         // The engine's reader returns an aligned copy: rkyv payloads need alignment.
