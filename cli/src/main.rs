@@ -27,6 +27,10 @@ struct Cli {
 enum Command {
     /// Append JSON Lines events (from a file or stdin) to the log.
     Record(cmd::record::RecordArgs),
+    /// A session rebuilt as an execution graph (markdown, mermaid, topology, json, timeline).
+    Graph(cmd::graph::GraphArgs),
+    /// The risk assessment of a session: score, level and every factor.
+    Risk(cmd::risk::RiskArgs),
     /// Sessions: list them.
     #[command(subcommand)]
     Session(cmd::session::SessionCommand),
@@ -39,6 +43,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
+        Command::Graph(a) => cmd::graph::run(a),
+        Command::Risk(a) => cmd::risk::run(a),
         Command::Session(c) => cmd::session::run(c),
         Command::Log(c) => cmd::log::run(c),
     };

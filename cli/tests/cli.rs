@@ -297,3 +297,279 @@ fn new_session_renames_parents_with_their_children() {
     );
     assert_eq!(by_title("parent")["parent"], serde_json::Value::Null);
 }
+
+fn fixture_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/store-v1/sources")
+        .join(name)
+}
+
+/// Every format of `graph` and `risk` on the bundled example session, by id prefix.
+#[test]
+fn graph_and_risk_formats_on_the_example_session() {
+    let env = Env::new();
+    env.record_example();
+    env.check(&["graph", "ses_01jdemo"], None, expect![[r#"
+        exit: 0
+        --- stdout
+        ## Session ses_01jdemo8xk4rate1imit0000a
+        Add per-client rate limiting to the public API
+        Duration: 58s | Risk: MEDIUM (20/100) | Tokens: 99,380 in / 4,860 out (cache read 85,129, cache write 8,627)
+        Agents: architect, coder
+        Route: architect → coder (Plan ready: add a token-bucket middleware in src/middleware/rate-limit.ts and mount it before the ro…)
+        ### Step 1 (8s) | tokens: 12263/587
+        - read: src/api.ts → ok (5ms)
+        - grep: rateLimit → ok (12ms)
+        - read: src/routes.ts → ok (7ms)
+        ### Step 2 (7s) | tokens: 18410/2231
+        - write: src/middleware/rate-limit.ts → ok (20ms)
+        - edit: src/api.ts → ok (14ms)
+        - write: test/rate-limit.test.ts → ok (11ms)
+        ### Step 3 (11s) | tokens: 21544/312
+        - bash: npm test → error (6.4s): 1 test failed
+        - verification: npm test → failed
+        ### Step 4 (6s) | tokens: 23112/1040
+        - edit: src/middleware/rate-limit.ts → ok (12ms)
+        - bash: npm test → ok (6.3s)
+        - verification: npm test → passed
+        ### Files changed
+        - src/api.ts (modified, +2 -1)
+        - src/middleware/rate-limit.ts (created, +57 -2)
+        - test/rate-limit.test.ts (created, +61 -0)
+        Ended: completed
+        --- stderr
+    "#]]);
+    env.check(
+        &["graph", "ses_01jdemo", "--format", "mermaid"],
+        None,
+        expect![[r#"
+        exit: 0
+        --- stdout
+        flowchart TD
+            session["Session ses_01jdemo8xk4rate1imit0000a<br/>58s · MEDIUM 20/100"]
+            s0["Step 1 (8s) · architect<br/>12263/587 tokens"]
+            session --> s0
+            s0t0["read: src/api.ts<br/>ok · 5ms"]
+            s0 --> s0t0
+            s0t1["grep: rateLimit<br/>ok · 12ms"]
+            s0 --> s0t1
+            s0t2["read: src/routes.ts<br/>ok · 7ms"]
+            s0 --> s0t2
+            s1["Step 2 (7s) · coder<br/>18410/2231 tokens"]
+            s0 --> s1
+            s1t0["write: src/middleware/rate-limit.ts<br/>ok · 20ms"]
+            s1 --> s1t0
+            s1t1["edit: src/api.ts<br/>ok · 14ms"]
+            s1 --> s1t1
+            s1t2["write: test/rate-limit.test.ts<br/>ok · 11ms"]
+            s1 --> s1t2
+            s2["Step 3 (11s) · coder<br/>21544/312 tokens"]
+            s1 --> s2
+            s2t0["bash: npm test<br/>error · 6.4s"]
+            s2 --> s2t0
+            s3["Step 4 (6s) · coder<br/>23112/1040 tokens"]
+            s2 --> s3
+            s3t0["edit: src/middleware/rate-limit.ts<br/>ok · 12ms"]
+            s3 --> s3t0
+            s3t1["bash: npm test<br/>ok · 6.3s"]
+            s3 --> s3t1
+            classDef failed fill:#fdd,stroke:#c00,color:#600
+            class s2t0 failed
+        --- stderr
+    "#]],
+    );
+    env.check(
+        &["graph", "ses_01jdemo", "--format", "topology"],
+        None,
+        expect![[r#"
+        exit: 0
+        --- stdout
+        Session ses_01jdemo8xk4rate1imit0000a
+
+        Agents
+          architect: 1 step(s), 3 tool call(s)
+          coder: 3 step(s), 6 tool call(s)
+
+        Routes
+          architect → coder
+
+        Critical path (steps in order; in each, the longest tool call)
+          Step 1 (8s)  13.8%  architect: Survey the request path
+              └─ grep: rateLimit → ok (12ms)
+          Step 2 (7s)  13.0%  coder: Write the middleware
+              └─ write: src/middleware/rate-limit.ts → ok (20ms)
+          Step 3 (11s)  19.3%  coder: Run the test suite
+              └─ bash: npm test → error (6.4s): 1 test failed
+          Step 4 (6s)  10.9%  coder: Fix the bucket key and rerun
+              └─ bash: npm test → ok (6.3s)
+
+        Path: grep rateLimit → write src/middleware/rate-limit.ts → bash npm test → bash npm test
+        --- stderr
+    "#]],
+    );
+    env.check(
+        &["graph", "ses_01jdemo", "--format", "timeline"],
+        None,
+        expect![[r#"
+        exit: 0
+        --- stdout
+        +  0:00.000 session start (2026-11-20T09:14:03.12Z)
+        +  0:03.200 Step 1 (8s) start [architect]
+        +  0:03.210   read: src/api.ts → ok (5ms)
+        +  0:03.230   grep: rateLimit → ok (12ms)
+        +  0:03.250   read: src/routes.ts → ok (7ms)
+        +  0:11.230 route architect → coder
+        +  0:19.840 Step 2 (7s) start [coder]
+        +  0:19.850   write: src/middleware/rate-limit.ts → ok (20ms)
+        +  0:19.890   edit: src/api.ts → ok (14ms)
+        +  0:19.920   write: test/rate-limit.test.ts → ok (11ms)
+        +  0:30.120 Step 3 (11s) start [coder]
+        +  0:34.910   bash: npm test → error (6.4s): 1 test failed
+        +  0:41.290 verification npm test → failed
+        +  0:47.030 Step 4 (6s) start [coder]
+        +  0:47.040   edit: src/middleware/rate-limit.ts → ok (12ms)
+        +  0:47.070   bash: npm test → ok (6.3s)
+        +  0:53.370 verification npm test → passed
+        +  0:58.000 session end: completed
+        --- stderr
+    "#]],
+    );
+    env.check(&["risk", "ses_01jdemo", "--explain"], None, expect![[r#"
+        exit: 0
+        --- stdout
+        Risk: MEDIUM (20/100) | confidence: high | readiness: ready
+        Session ses_01jdemo8xk4rate1imit0000a: 3 file(s) changed, 123 line(s), 1 failed tool call(s), verified after the last edit: yes
+
+        Factors:
+          +7   files_changed: 3 file(s) changed: src/api.ts, src/middleware/rate-limit.ts, test/rate-limit.test.ts
+                mitigation: Review every changed file; split unrelated changes into separate pull requests.
+          +4   tool_failures: 1 failed tool call(s): step 3 bash npm test
+                mitigation: Check that every failure was resolved, not worked around.
+          +5   no_diff_snapshot: no file snapshot was recorded, so the diff cannot be checked against the edits the agent reported
+                mitigation: Record snapshots (adapters take them at step boundaries) so the real diff can be reviewed.
+          +4   api_surface: 1 file(s) of the API surface changed: src/api.ts
+                mitigation: Check callers and compatibility; document the change.
+
+        The score is a review aid, not a probability and not a statement that the code is safe: a LOW score on unverified changes still means unverified.
+        --- stderr
+    "#]]);
+    env.check(&["risk", "ses_01jdemo"], None, expect![[r#"
+        exit: 0
+        --- stdout
+        Risk: MEDIUM (20/100) | confidence: high | readiness: ready
+        Session ses_01jdemo8xk4rate1imit0000a: 3 file(s) changed, 123 line(s), 1 failed tool call(s), verified after the last edit: yes
+        Factors: files_changed +7, tool_failures +4, no_diff_snapshot +5, api_surface +4 (--explain for evidence and mitigations)
+
+        The score is a review aid, not a probability and not a statement that the code is safe: a LOW score on unverified changes still means unverified.
+        --- stderr
+    "#]]);
+    let json = env.run(&["graph", "ses_01jdemo", "--format", "json"], None);
+    let line = json.lines().find(|l| l.starts_with('{')).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["schema"], "tacho.graph.v1");
+    assert_eq!(v["tokens"]["in"], 99380);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 4);
+    assert_eq!(v["steps"][2]["tools"][0]["status"], "error");
+    assert_eq!(v["risk"]["level"], "MEDIUM");
+    let risk = env.run(&["risk", "ses_01jdemo", "--json"], None);
+    let line = risk.lines().find(|l| l.starts_with('{')).unwrap();
+    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(r["score"], v["risk"]["score"]);
+    assert!(
+        r["disclaimer"]
+            .as_str()
+            .unwrap()
+            .contains("still means unverified")
+    );
+}
+
+/// The fixture session of every kind: implicit steps, repeated usage, errors,
+/// permissions, renames and a budget-limited end.
+#[test]
+fn graph_and_risk_on_the_session_of_every_kind() {
+    let env = Env::new();
+    let src = fixture_source("all-kinds.jsonl");
+    let out = env.run(&["record", src.to_str().unwrap()], None);
+    assert!(out.starts_with("exit: 0"), "{out}");
+    env.check(&["graph", "ses_fixture"], None, expect![[r#"
+        exit: 0
+        --- stdout
+        ## Session ses_fixture_all_kinds
+        Every kind — 全部
+        Duration: 15s | Risk: HIGH (50/100) | Tokens: 78,000 in / 2,886 out (cache read 39,000, cache write 78)
+        Agents: planner, builder, reviewer
+        Route: → builder
+        Route: builder → reviewer (review)
+        ### Step 1 (959ms) | tokens: 1000/37
+        - shell: cargo test → error (11ms): failure 1
+        - verification: cargo test --workspace → failed
+        ### Step 2 (959ms) | tokens: 2000/74
+        - shell: cargo test → denied (22ms): failure 2
+        - verification: cargo test --workspace → error
+        ### Step 3 (1s) | tokens: 3000/111
+        - shell: cargo test → cancelled (33ms): failure 3
+        - verification: cargo test --workspace → skipped
+        ### Step 4 (1s) | tokens: 4000/148
+        - shell: cargo test → timeout (44ms): failure 4
+        - verification: cargo test --workspace → passed
+        ### Step 5 (959ms) | tokens: 5000/185
+        - shell: cargo test → ok (55ms)
+        - verification: cargo test --workspace → failed
+        ### Step 6 (1s) | tokens: 6000/222
+        - shell: cargo test → error (66ms): failure 6
+        - verification: cargo test --workspace → error
+        ### Step 7 (1s) | tokens: 7000/259
+        - shell: cargo test → denied (77ms): failure 7
+        - verification: cargo test --workspace → skipped
+        - error: rate limited by provider
+        ### Step 8 (1s) | tokens: 8000/296
+        - shell: cargo test → cancelled (88ms): failure 8
+        - verification: cargo test --workspace → passed
+        ### Step 9 (1s) | tokens: 9000/333
+        - shell: cargo test → timeout (99ms): failure 9
+        - verification: cargo test --workspace → failed
+        ### Step 10 (959ms) | tokens: 10000/370
+        - shell: cargo test → ok (110ms)
+        - verification: cargo test --workspace → error
+        ### Step 11 (959ms) | tokens: 11000/407
+        - shell: cargo test → error (121ms): failure 11
+        - verification: cargo test --workspace → skipped
+        ### Step 12 (1s) | tokens: 12000/444
+        - shell: cargo test → denied (132ms): failure 12
+        - verification: cargo test --workspace → passed
+        ### Files changed
+        - src/m1.rs (modified, +1 -0)
+        - src/m10.rs (deleted, +10 -5)
+        - src/m11.rs (renamed, +11 -5)
+        - src/m12.rs (created, +12 -6)
+        - src/m2.rs (deleted, +2 -1)
+        - src/m3.rs (renamed, +3 -1)
+        - src/m4.rs (created, +4 -2)
+        - src/m5.rs (modified, +5 -2)
+        - src/m6.rs (deleted, +6 -3)
+        - src/m7.rs (renamed, +7 -3)
+        - src/m8.rs (created, +8 -4)
+        - src/m9.rs (modified, +9 -4)
+        Ended: budget_limited
+        --- stderr
+    "#]]);
+    env.check(&["risk", "ses_fixture", "--explain"], None, expect![[r#"
+        exit: 0
+        --- stdout
+        Risk: HIGH (50/100) | confidence: high | readiness: needs review
+        Session ses_fixture_all_kinds: 12 file(s) changed, 114 line(s), 10 failed tool call(s), verified after the last edit: yes
+
+        Factors:
+          +20  files_changed: 12 file(s) changed: src/m1.rs, src/m10.rs, src/m11.rs, src/m12.rs, src/m2.rs, ...
+                mitigation: Review every changed file; split unrelated changes into separate pull requests.
+          +20  tool_failures: 10 failed tool call(s): step 1 shell cargo test; step 2 shell cargo test; step 3 shell cargo test
+                mitigation: Check that every failure was resolved, not worked around.
+          +5   no_diff_snapshot: no file snapshot was recorded, so the diff cannot be checked against the edits the agent reported
+                mitigation: Record snapshots (adapters take them at step boundaries) so the real diff can be reviewed.
+          +5   run_ending: the session ran out of budget
+                mitigation: Treat the work as unfinished until it is completed and verified.
+
+        The score is a review aid, not a probability and not a statement that the code is safe: a LOW score on unverified changes still means unverified.
+        --- stderr
+    "#]]);
+}

@@ -5,6 +5,16 @@
 //! order; a projection can be built in one pass or brought up to date from where it
 //! left off, with the same result.
 
+mod graph;
+mod risk;
 mod summary;
 
+pub use graph::{
+    ErrorNode, ExecutionGraph, FileChange, GRAPH_SCHEMA, RouteNode, StepNode, Tokens, ToolNode,
+    VerificationNode,
+};
+pub use risk::{
+    Confidence, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel, assess,
+    is_api_surface, is_security_sensitive, verification_kind,
+};
 pub use summary::{SessionStatus, SessionSummary};

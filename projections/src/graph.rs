@@ -1,0 +1,410 @@
+//! The execution graph of a session: what the agent did, step by step.
+//!
+//! This is the graph of the run (steps, tool calls, routes, model calls), not a code
+//! graph of the repository. It is a fold: [`ExecutionGraph::apply`] takes events in
+//! sequence order, one at a time, and any split of the same events into chunks gives
+//! the same graph.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tacho_schema::{EndReason, Event, EventBody, ToolStatus, VerificationStatus};
+
+/// The JSON schema identifier of [`ExecutionGraph`] (SPEC.md §8).
+pub const GRAPH_SCHEMA: &str = "tacho.graph.v1";
+
+/// Token usage, with cache reads and writes apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tokens {
+    #[serde(rename = "in")]
+    pub input: u64,
+    #[serde(rename = "out")]
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+impl Tokens {
+    fn add(&mut self, o: &Tokens) {
+        self.input += o.input;
+        self.output += o.output;
+        self.cache_read += o.cache_read;
+        self.cache_write += o.cache_write;
+    }
+}
+
+/// One tool call and, once recorded, its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolNode {
+    pub seq: u64,
+    pub call_id: String,
+    pub tool: String,
+    pub target: Option<String>,
+    pub agent: Option<String>,
+    pub started_unix_ns: i64,
+    /// `None` while no result is recorded (running, or interrupted).
+    pub status: Option<ToolStatus>,
+    pub result_seq: Option<u64>,
+    pub duration_ms: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// A step: from `step.start` to `step.finish`. Tool calls outside any step open an
+/// implicit step, so that nothing is left out of the graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepNode {
+    pub number: u64,
+    pub implicit: bool,
+    pub agent: Option<String>,
+    pub title: Option<String>,
+    pub start_seq: u64,
+    pub started_unix_ns: i64,
+    pub finished_unix_ns: Option<i64>,
+    pub tokens: Tokens,
+    pub model_calls: u64,
+    pub tools: Vec<ToolNode>,
+    pub errors: u64,
+}
+
+impl StepNode {
+    /// Duration in milliseconds, when the step finished.
+    pub fn duration_ms(&self) -> Option<u64> {
+        self.finished_unix_ns
+            .map(|f| (f.saturating_sub(self.started_unix_ns) / 1_000_000).max(0) as u64)
+    }
+}
+
+/// A routing decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RouteNode {
+    pub seq: u64,
+    pub at_unix_ns: i64,
+    pub from: Option<String>,
+    pub to: String,
+    pub reason: Option<String>,
+}
+
+/// An error event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorNode {
+    pub seq: u64,
+    pub at_unix_ns: i64,
+    pub message: String,
+    pub fatal: bool,
+    pub step: Option<u64>,
+}
+
+/// A verification run (test, build, lint ...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerificationNode {
+    pub seq: u64,
+    pub at_unix_ns: i64,
+    pub command: String,
+    pub status: VerificationStatus,
+    pub duration_ms: Option<u64>,
+    pub step: Option<u64>,
+}
+
+/// What happened to one file, from recorded file edits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FileChange {
+    pub edits: u64,
+    pub created: bool,
+    pub deleted: bool,
+    pub renamed_from: Option<String>,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+    pub last_edit_seq: u64,
+}
+
+/// The execution graph of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecutionGraph {
+    pub schema: &'static str,
+    pub session: String,
+    pub parent: Option<String>,
+    pub title: Option<String>,
+    pub workspace: Option<String>,
+    pub started_unix_ns: Option<i64>,
+    pub ended_unix_ns: Option<i64>,
+    pub last_event_unix_ns: Option<i64>,
+    pub end_reason: Option<EndReason>,
+    /// Agents in the order they first appear.
+    pub agents: Vec<String>,
+    pub tokens: Tokens,
+    pub model_calls: u64,
+    pub steps: Vec<StepNode>,
+    pub routes: Vec<RouteNode>,
+    pub errors: Vec<ErrorNode>,
+    pub verifications: Vec<VerificationNode>,
+    pub files: BTreeMap<String, FileChange>,
+    pub permission_asks: u64,
+    pub permission_denials: u64,
+    pub events: u64,
+    /// Sequence number of the next event this graph expects: the log position it
+    /// reflects.
+    pub next_seq: u64,
+    /// Tokens of model responses seen before any step: they belong to the next step.
+    #[serde(skip)]
+    pending_tokens: Tokens,
+    #[serde(skip)]
+    pending_model_calls: u64,
+    /// Response ids already counted (usage repeated for one response counts once).
+    #[serde(skip)]
+    responses_seen: std::collections::BTreeSet<String>,
+    /// call id → (step index, tool index), for pairing results with calls.
+    #[serde(skip)]
+    open_calls: BTreeMap<String, (usize, usize)>,
+    /// Index of the open step, if any.
+    #[serde(skip)]
+    open_step: Option<usize>,
+    #[serde(skip)]
+    current_agent: Option<String>,
+}
+
+impl ExecutionGraph {
+    /// An empty graph of `session`.
+    pub fn new(session: &str) -> Self {
+        ExecutionGraph {
+            schema: GRAPH_SCHEMA,
+            session: session.to_string(),
+            parent: None,
+            title: None,
+            workspace: None,
+            started_unix_ns: None,
+            ended_unix_ns: None,
+            last_event_unix_ns: None,
+            end_reason: None,
+            agents: Vec::new(),
+            tokens: Tokens::default(),
+            model_calls: 0,
+            steps: Vec::new(),
+            routes: Vec::new(),
+            errors: Vec::new(),
+            verifications: Vec::new(),
+            files: BTreeMap::new(),
+            permission_asks: 0,
+            permission_denials: 0,
+            events: 0,
+            next_seq: 0,
+            pending_tokens: Tokens::default(),
+            pending_model_calls: 0,
+            responses_seen: Default::default(),
+            open_calls: BTreeMap::new(),
+            open_step: None,
+            current_agent: None,
+        }
+    }
+
+    /// Total duration in milliseconds: start to end, or to the last event while the
+    /// session runs.
+    pub fn duration_ms(&self) -> Option<u64> {
+        let start = self.started_unix_ns?;
+        let end = self.ended_unix_ns.or(self.last_event_unix_ns)?;
+        Some((end.saturating_sub(start) / 1_000_000).max(0) as u64)
+    }
+
+    /// Tool calls of the whole session, in order.
+    pub fn tools(&self) -> impl Iterator<Item = (&StepNode, &ToolNode)> {
+        self.steps
+            .iter()
+            .flat_map(|s| s.tools.iter().map(move |t| (s, t)))
+    }
+
+    fn note_agent(&mut self, agent: Option<&String>) {
+        if let Some(a) = agent {
+            if !self.agents.contains(a) {
+                self.agents.push(a.clone());
+            }
+            self.current_agent = Some(a.clone());
+        }
+    }
+
+    fn open_implicit_step(&mut self, seq: u64, at: i64) -> usize {
+        let number = self.steps.last().map_or(1, |s| s.number + 1);
+        self.start_step(number, true, None, None, seq, at)
+    }
+
+    fn start_step(
+        &mut self,
+        number: u64,
+        implicit: bool,
+        agent: Option<String>,
+        title: Option<String>,
+        seq: u64,
+        at: i64,
+    ) -> usize {
+        let mut tokens = Tokens::default();
+        tokens.add(&self.pending_tokens);
+        self.pending_tokens = Tokens::default();
+        self.steps.push(StepNode {
+            number,
+            implicit,
+            agent: agent.or_else(|| self.current_agent.clone()),
+            title,
+            start_seq: seq,
+            started_unix_ns: at,
+            finished_unix_ns: None,
+            tokens,
+            model_calls: std::mem::take(&mut self.pending_model_calls),
+            tools: Vec::new(),
+            errors: 0,
+        });
+        let i = self.steps.len() - 1;
+        self.open_step = Some(i);
+        i
+    }
+
+    /// Folds in the event with sequence number `seq`. Events must come in order.
+    pub fn apply(&mut self, seq: u64, ev: &Event) {
+        let at = ev.time_unix_ns;
+        self.events += 1;
+        self.next_seq = seq + 1;
+        self.last_event_unix_ns = Some(at);
+        match &ev.body {
+            EventBody::SessionStart(s) => {
+                self.started_unix_ns = Some(at);
+                self.parent.clone_from(&s.parent);
+                self.title.clone_from(&s.title);
+                self.workspace.clone_from(&s.workspace);
+                self.note_agent(s.agent.as_ref());
+            }
+            EventBody::SessionEnd(e) => {
+                self.ended_unix_ns = Some(at);
+                self.end_reason = Some(e.reason);
+                if let Some(i) = self.open_step.take() {
+                    self.steps[i].finished_unix_ns.get_or_insert(at);
+                }
+            }
+            EventBody::AgentRoute(r) => {
+                if let Some(from) = &r.from {
+                    self.note_agent(Some(from));
+                }
+                self.note_agent(Some(&r.to));
+                self.routes.push(RouteNode {
+                    seq,
+                    at_unix_ns: at,
+                    from: r.from.clone(),
+                    to: r.to.clone(),
+                    reason: r.reason.clone(),
+                });
+            }
+            EventBody::LlmRequest(r) => self.note_agent(r.agent.as_ref()),
+            EventBody::LlmResponse(r) => {
+                let fresh = match &r.response_id {
+                    Some(id) => self.responses_seen.insert(id.clone()),
+                    None => true,
+                };
+                if fresh {
+                    let t = Tokens {
+                        input: r.tokens_in,
+                        output: r.tokens_out,
+                        cache_read: r.cache_read,
+                        cache_write: r.cache_write,
+                    };
+                    self.tokens.add(&t);
+                    self.model_calls += 1;
+                    match self.open_step {
+                        Some(i) => {
+                            self.steps[i].tokens.add(&t);
+                            self.steps[i].model_calls += 1;
+                        }
+                        None => {
+                            self.pending_tokens.add(&t);
+                            self.pending_model_calls += 1;
+                        }
+                    }
+                }
+            }
+            EventBody::StepStart(s) => {
+                if let Some(i) = self.open_step.take() {
+                    // A step that never finished ends where the next one starts.
+                    self.steps[i].finished_unix_ns.get_or_insert(at);
+                }
+                self.note_agent(s.agent.as_ref());
+                self.start_step(s.step, false, s.agent.clone(), s.title.clone(), seq, at);
+            }
+            EventBody::StepFinish(_) => {
+                if let Some(i) = self.open_step.take() {
+                    self.steps[i].finished_unix_ns = Some(at);
+                }
+            }
+            EventBody::ToolCall(c) => {
+                self.note_agent(c.agent.as_ref());
+                let i = match self.open_step {
+                    Some(i) => i,
+                    None => self.open_implicit_step(seq, at),
+                };
+                let step = &mut self.steps[i];
+                step.tools.push(ToolNode {
+                    seq,
+                    call_id: c.call_id.clone(),
+                    tool: c.tool.clone(),
+                    target: c.target.clone(),
+                    agent: c.agent.clone().or_else(|| step.agent.clone()),
+                    started_unix_ns: at,
+                    status: None,
+                    result_seq: None,
+                    duration_ms: None,
+                    error: None,
+                });
+                self.open_calls
+                    .insert(c.call_id.clone(), (i, step.tools.len() - 1));
+            }
+            EventBody::ToolResult(r) => {
+                if let Some((si, ti)) = self.open_calls.remove(&r.call_id) {
+                    let t = &mut self.steps[si].tools[ti];
+                    t.status = Some(r.status);
+                    t.result_seq = Some(seq);
+                    t.error.clone_from(&r.error);
+                    t.duration_ms = r.duration_ms.or_else(|| {
+                        Some((at.saturating_sub(t.started_unix_ns) / 1_000_000).max(0) as u64)
+                    });
+                }
+            }
+            EventBody::PermissionAsk(_) => self.permission_asks += 1,
+            EventBody::PermissionReply(r) => {
+                if r.decision == tacho_schema::Decision::Deny {
+                    self.permission_denials += 1;
+                }
+            }
+            EventBody::Error(e) => {
+                let step = self.open_step.map(|i| {
+                    self.steps[i].errors += 1;
+                    self.steps[i].number
+                });
+                self.errors.push(ErrorNode {
+                    seq,
+                    at_unix_ns: at,
+                    message: e.message.clone(),
+                    fatal: e.fatal,
+                    step,
+                });
+            }
+            EventBody::VerificationRun(v) => {
+                self.verifications.push(VerificationNode {
+                    seq,
+                    at_unix_ns: at,
+                    command: v.command.clone(),
+                    status: v.status,
+                    duration_ms: v.duration_ms,
+                    step: self.open_step.map(|i| self.steps[i].number),
+                });
+            }
+            EventBody::FileEdit(f) => {
+                let c = self.files.entry(f.path.clone()).or_default();
+                c.edits += 1;
+                c.last_edit_seq = seq;
+                c.lines_added += f.lines_added.unwrap_or(0);
+                c.lines_removed += f.lines_removed.unwrap_or(0);
+                match f.op {
+                    tacho_schema::EditOp::Create => c.created = true,
+                    tacho_schema::EditOp::Delete => c.deleted = true,
+                    tacho_schema::EditOp::Rename => c.renamed_from.clone_from(&f.from),
+                    tacho_schema::EditOp::Modify => {}
+                }
+            }
+            EventBody::Unknown { .. } => {}
+        }
+    }
+}

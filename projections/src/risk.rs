@@ -1,0 +1,712 @@
+//! The risk assessment: a deterministic heuristic over a session's execution graph.
+//!
+//! It is a review aid, not a probability, and not a statement that code is safe. Every
+//! point of the score comes from a named factor with its evidence and a mitigation.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use tacho_schema::{EndReason, ToolStatus, VerificationStatus};
+
+use crate::graph::ExecutionGraph;
+
+/// Always shown with a score.
+pub const RISK_DISCLAIMER: &str = "The score is a review aid, not a probability and not a statement that the code is safe: a LOW score on unverified changes still means unverified.";
+
+/// Score bands, as the leading tool draws them so that scores mean the same to users
+/// who switch: LOW < 20, MEDIUM < 45, HIGH < 70, CRITICAL >= 70.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RiskLevel {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl RiskLevel {
+    pub fn of_score(score: u32) -> Self {
+        match score {
+            0..=19 => RiskLevel::Low,
+            20..=44 => RiskLevel::Medium,
+            45..=69 => RiskLevel::High,
+            _ => RiskLevel::Critical,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RiskLevel::Low => "LOW",
+            RiskLevel::Medium => "MEDIUM",
+            RiskLevel::High => "HIGH",
+            RiskLevel::Critical => "CRITICAL",
+        }
+    }
+
+    /// Parses `low`, `MEDIUM`, ... (for `--risk` filters).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_uppercase().as_str() {
+            "LOW" => Some(RiskLevel::Low),
+            "MEDIUM" => Some(RiskLevel::Medium),
+            "HIGH" => Some(RiskLevel::High),
+            "CRITICAL" => Some(RiskLevel::Critical),
+            _ => None,
+        }
+    }
+}
+
+/// How much the evidence supports the score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    Low,
+    Medium,
+    High,
+}
+
+/// What the change needs before it can be merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Readiness {
+    Ready,
+    NeedsValidation,
+    NeedsReview,
+    Blocked,
+}
+
+impl Readiness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Readiness::Ready => "ready",
+            Readiness::NeedsValidation => "needs validation",
+            Readiness::NeedsReview => "needs review",
+            Readiness::Blocked => "blocked",
+        }
+    }
+}
+
+/// One contribution to the score.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RiskFactor {
+    /// A stable identifier (`files_changed`, `security_sensitive`, ...).
+    pub id: &'static str,
+    pub weight: u32,
+    pub evidence: String,
+    pub mitigation: &'static str,
+}
+
+/// The assessment of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RiskAssessment {
+    pub session: String,
+    pub score: u32,
+    pub level: RiskLevel,
+    pub confidence: Confidence,
+    pub readiness: Readiness,
+    pub factors: Vec<RiskFactor>,
+    pub files_changed: u64,
+    pub lines_changed: u64,
+    pub tool_failures: u64,
+    pub verified: bool,
+    pub disclaimer: &'static str,
+}
+
+/// Path fragments that mark security-sensitive files.
+const SENSITIVE: &[&str] = &[
+    "auth",
+    "secret",
+    "credential",
+    "passw",
+    "token",
+    "session",
+    "cookie",
+    "permission",
+    "oauth",
+    "jwt",
+    "crypto",
+    "private_key",
+    "id_rsa",
+    "keystore",
+    ".pem",
+    ".key",
+    "iam",
+    "policy",
+    "acl",
+    "sudo",
+    "ssh",
+];
+/// Whole path components or file names that are security-sensitive.
+const SENSITIVE_NAMES: &[&str] = &[
+    ".env",
+    ".npmrc",
+    ".pypirc",
+    ".netrc",
+    "jenkinsfile",
+    ".gitlab-ci.yml",
+    "dockerfile",
+];
+/// Directories of CI configuration.
+const CI_DIRS: &[&str] = &[
+    ".github/workflows/",
+    ".circleci/",
+    ".buildkite/",
+    ".gitlab/",
+];
+/// Top-level directories that accompany code rather than being areas of their own.
+const COMPANION_AREAS: &[&str] = &[
+    "test",
+    "tests",
+    "spec",
+    "specs",
+    "__tests__",
+    "testdata",
+    "fixtures",
+    "doc",
+    "docs",
+    "examples",
+    "benches",
+];
+/// Path fragments that mark a public API surface.
+const API: &[&str] = &[
+    "api",
+    "route",
+    "handler",
+    "controller",
+    "endpoint",
+    "openapi",
+    "swagger",
+    "graphql",
+    ".proto",
+    "schema",
+    "public",
+    "/lib.rs",
+    "index.ts",
+    "index.js",
+    "__init__.py",
+    ".d.ts",
+];
+
+/// Whether a path is security-sensitive (auth, secrets, keys, tokens, credentials,
+/// sessions, cookies, permissions, `.env`, CI configuration, ...).
+pub fn is_security_sensitive(path: &str) -> bool {
+    let p = path.to_ascii_lowercase();
+    let name = p.rsplit('/').next().unwrap_or(&p);
+    SENSITIVE.iter().any(|s| p.contains(s))
+        || SENSITIVE_NAMES
+            .iter()
+            .any(|n| name == *n || name.starts_with(".env."))
+        || CI_DIRS.iter().any(|d| p.contains(d))
+}
+
+/// Whether a path looks like part of an API surface.
+pub fn is_api_surface(path: &str) -> bool {
+    let p = path.to_ascii_lowercase();
+    API.iter().any(|s| p.contains(s))
+}
+
+/// Whether a shell command runs tests, a build, a linter or a type checker, and which.
+/// Recognises the common runners of many ecosystems.
+pub fn verification_kind(command: &str) -> Option<&'static str> {
+    let words: Vec<&str> = command
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |i: usize, w: &str| words.get(i).is_some_and(|x| *x == w);
+    for (i, w) in words.iter().enumerate() {
+        let tool = w.rsplit('/').next().unwrap_or(w);
+        let kind = match tool {
+            "cargo" => match words.get(i + 1).copied() {
+                Some("test" | "nextest") => Some("test"),
+                Some("build" | "check") => Some("build"),
+                Some("clippy" | "fmt") => Some("lint"),
+                _ => None,
+            },
+            "go" => match words.get(i + 1).copied() {
+                Some("test") => Some("test"),
+                Some("build") => Some("build"),
+                Some("vet") => Some("lint"),
+                _ => None,
+            },
+            "npm" | "pnpm" | "yarn" | "bun" => {
+                let sub = if has(i + 1, "run") {
+                    words.get(i + 2)
+                } else {
+                    words.get(i + 1)
+                };
+                match sub.copied() {
+                    Some(s) if s.starts_with("test") => Some("test"),
+                    Some("build") => Some("build"),
+                    Some("lint") => Some("lint"),
+                    Some("typecheck" | "tsc") => Some("typecheck"),
+                    _ => None,
+                }
+            }
+            "pytest" | "jest" | "vitest" | "mocha" | "rspec" | "phpunit" | "ctest" | "tox"
+            | "nox" => Some("test"),
+            "tsc" | "mypy" | "pyright" => Some("typecheck"),
+            "eslint" | "ruff" | "flake8" | "pylint" | "golangci-lint" | "rubocop" => Some("lint"),
+            "python" | "python3" if has(i + 1, "-m") => match words.get(i + 2).copied() {
+                Some("pytest" | "unittest") => Some("test"),
+                Some("mypy") => Some("typecheck"),
+                _ => None,
+            },
+            "mvn" | "./mvnw" | "mvnw" => words[i + 1..].iter().find_map(|w| match *w {
+                "test" | "verify" | "install" => Some("test"),
+                "package" | "compile" => Some("build"),
+                _ => None,
+            }),
+            "gradle" | "./gradlew" | "gradlew" => words[i + 1..].iter().find_map(|w| match *w {
+                "test" | "check" => Some("test"),
+                "build" | "assemble" => Some("build"),
+                _ => None,
+            }),
+            "make" => match words.get(i + 1).copied() {
+                Some("test" | "check") => Some("test"),
+                None | Some("build" | "all") => Some("build"),
+                _ => None,
+            },
+            "dotnet" | "swift" | "deno" | "mix" | "bazel" | "zig" => {
+                match words.get(i + 1).copied() {
+                    Some("test") => Some("test"),
+                    Some("build") => Some("build"),
+                    _ => None,
+                }
+            }
+            "rake" if has(i + 1, "test") => Some("test"),
+            _ => None,
+        };
+        if kind.is_some() {
+            return kind;
+        }
+    }
+    None
+}
+
+/// The command a tool call ran, when it is a shell call: its target, or `command` in
+/// its input.
+fn shell_command<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
+    let t = tool.to_ascii_lowercase();
+    if matches!(
+        t.as_str(),
+        "bash" | "shell" | "sh" | "exec" | "run" | "terminal" | "command"
+    ) {
+        target
+    } else {
+        None
+    }
+}
+
+/// Assesses a session from its execution graph.
+pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
+    let mut factors = Vec::new();
+    let files: Vec<&String> = g.files.keys().collect();
+    let n_files = files.len() as u64;
+    let lines: u64 = g
+        .files
+        .values()
+        .map(|f| f.lines_added + f.lines_removed)
+        .sum();
+    let list = |v: &[&String]| -> String {
+        let mut s: Vec<&str> = v.iter().take(5).map(|x| x.as_str()).collect();
+        if v.len() > 5 {
+            s.push("...");
+        }
+        s.join(", ")
+    };
+
+    if n_files > 0 {
+        factors.push(RiskFactor {
+            id: "files_changed",
+            weight: (n_files as u32 * 5 / 2).min(20),
+            evidence: format!("{n_files} file(s) changed: {}", list(&files)),
+            mitigation: "Review every changed file; split unrelated changes into separate pull requests.",
+        });
+    }
+    if lines > 500 {
+        factors.push(RiskFactor {
+            id: "lines_changed",
+            weight: if lines > 2000 { 10 } else { 5 },
+            evidence: format!("{lines} lines added or removed"),
+            mitigation: "Large diffs hide mistakes: review in parts, or ask the agent for smaller steps.",
+        });
+    }
+    // Top-level areas of the change. Tests and docs travel with the code they cover,
+    // so they are not areas of their own.
+    let areas: BTreeSet<&str> = files
+        .iter()
+        .filter(|f| f.contains('/'))
+        .map(|f| f.split('/').next().unwrap_or(f))
+        .filter(|a| !COMPANION_AREAS.contains(&a.to_ascii_lowercase().as_str()))
+        .collect();
+    if areas.len() > 1 {
+        factors.push(RiskFactor {
+            id: "cross_area",
+            weight: ((areas.len() as u32 - 1) * 5).min(15),
+            evidence: format!(
+                "changes span {} top-level areas: {}",
+                areas.len(),
+                areas.iter().copied().collect::<Vec<_>>().join(", ")
+            ),
+            mitigation: "Have an owner of each area review its part.",
+        });
+    }
+    let failures: Vec<_> = g
+        .tools()
+        .filter(|(_, t)| t.status.is_some_and(|s| s != ToolStatus::Ok))
+        .collect();
+    if !failures.is_empty() {
+        factors.push(RiskFactor {
+            id: "tool_failures",
+            weight: (failures.len() as u32 * 4).min(20),
+            evidence: format!(
+                "{} failed tool call(s): {}",
+                failures.len(),
+                failures
+                    .iter()
+                    .take(3)
+                    .map(|(s, t)| format!(
+                        "step {} {}{}",
+                        s.number,
+                        t.tool,
+                        t.target
+                            .as_ref()
+                            .map(|x| format!(" {x}"))
+                            .unwrap_or_default()
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            mitigation: "Check that every failure was resolved, not worked around.",
+        });
+    }
+    // Verification: recorded runs, and shell calls of known test runners and builds.
+    let mut runs: Vec<(u64, bool, String)> = g
+        .verifications
+        .iter()
+        .filter(|v| v.status != VerificationStatus::Skipped)
+        .map(|v| {
+            (
+                v.seq,
+                v.status == VerificationStatus::Passed,
+                v.command.clone(),
+            )
+        })
+        .collect();
+    for (_, t) in g.tools() {
+        // A denied or cancelled command never ran: it is no evidence either way.
+        let outcome = match t.status {
+            Some(ToolStatus::Ok) => Some(true),
+            Some(ToolStatus::Error | ToolStatus::Timeout) => Some(false),
+            _ => None,
+        };
+        if let (Some(cmd), Some(passed), Some(res)) = (
+            shell_command(&t.tool, t.target.as_deref()),
+            outcome,
+            t.result_seq,
+        ) && verification_kind(cmd).is_some()
+        {
+            runs.push((res, passed, cmd.to_string()));
+        }
+    }
+    runs.sort();
+    let last_edit = g.files.values().map(|f| f.last_edit_seq).max();
+    let last_run = runs.last();
+    let verified = match (last_run, last_edit) {
+        (Some((seq, true, _)), Some(edit)) => *seq > edit,
+        (Some((_, true, _)), None) => true,
+        _ => false,
+    };
+    match (last_run, last_edit) {
+        (None, Some(_)) => factors.push(RiskFactor {
+            id: "unverified",
+            weight: 15,
+            evidence: "files changed and no test, build or lint run was recorded".into(),
+            mitigation: "Run the test suite on the change before merging.",
+        }),
+        (Some((_, false, cmd)), _) => factors.push(RiskFactor {
+            id: "verification_failed",
+            weight: 20,
+            evidence: format!("the last verification failed: {cmd}"),
+            mitigation: "Fix the failure and run the verification again.",
+        }),
+        (Some((seq, true, cmd)), Some(edit)) if *seq < edit => factors.push(RiskFactor {
+            id: "edited_after_verification",
+            weight: 10,
+            evidence: format!("files changed after the last passing run ({cmd})"),
+            mitigation: "Run the verification again on the final state.",
+        }),
+        _ => {}
+    }
+    if n_files > 0 {
+        factors.push(RiskFactor {
+            id: "no_diff_snapshot",
+            weight: 5,
+            evidence: "no file snapshot was recorded, so the diff cannot be checked against the edits the agent reported".into(),
+            mitigation: "Record snapshots (adapters take them at step boundaries) so the real diff can be reviewed.",
+        });
+    }
+    let api: Vec<&String> = files
+        .iter()
+        .copied()
+        .filter(|f| is_api_surface(f))
+        .collect();
+    if !api.is_empty() {
+        factors.push(RiskFactor {
+            id: "api_surface",
+            weight: (api.len() as u32 * 4).min(12),
+            evidence: format!(
+                "{} file(s) of the API surface changed: {}",
+                api.len(),
+                list(&api)
+            ),
+            mitigation: "Check callers and compatibility; document the change.",
+        });
+    }
+    let sensitive: Vec<&String> = files
+        .iter()
+        .copied()
+        .filter(|f| is_security_sensitive(f))
+        .collect();
+    if !sensitive.is_empty() {
+        factors.push(RiskFactor {
+            id: "security_sensitive",
+            weight: (sensitive.len() as u32 * 8).min(24),
+            evidence: format!("security-sensitive path(s) touched: {}", list(&sensitive)),
+            mitigation: "Ask for a security review of these files.",
+        });
+    }
+    let ending = match g.end_reason {
+        Some(EndReason::GateBlocked) => Some((15, "the completion gate blocked the session")),
+        Some(EndReason::StepLimit) => Some((10, "the session hit its step limit")),
+        Some(EndReason::Stalled) => Some((10, "the session stalled")),
+        Some(EndReason::Aborted) => Some((10, "the session was aborted")),
+        Some(EndReason::Error) => Some((10, "the session ended with an error")),
+        Some(EndReason::BudgetLimited) => Some((5, "the session ran out of budget")),
+        Some(EndReason::Completed) => None,
+        None => Some((
+            5,
+            "the session has not ended (running, or its end was not recorded)",
+        )),
+    };
+    if let Some((weight, evidence)) = ending {
+        factors.push(RiskFactor {
+            id: "run_ending",
+            weight,
+            evidence: evidence.into(),
+            mitigation: "Treat the work as unfinished until it is completed and verified.",
+        });
+    }
+    let score = factors.iter().map(|f| f.weight).sum::<u32>().min(100);
+    let level = RiskLevel::of_score(score);
+    let confidence = match (n_files > 0, !runs.is_empty()) {
+        (true, true) => Confidence::High,
+        (true, false) | (false, true) => Confidence::Medium,
+        (false, false) => Confidence::Low,
+    };
+    let failed_last = matches!(last_run, Some((_, false, _)));
+    let readiness = if g.end_reason == Some(EndReason::GateBlocked) || failed_last {
+        Readiness::Blocked
+    } else if n_files > 0 && !verified {
+        Readiness::NeedsValidation
+    } else if level >= RiskLevel::High || !sensitive.is_empty() {
+        Readiness::NeedsReview
+    } else {
+        Readiness::Ready
+    };
+    RiskAssessment {
+        session: g.session.clone(),
+        score,
+        level,
+        confidence,
+        readiness,
+        factors,
+        files_changed: n_files,
+        lines_changed: lines,
+        tool_failures: failures.len() as u64,
+        verified,
+        disclaimer: RISK_DISCLAIMER,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands() {
+        assert_eq!(RiskLevel::of_score(0), RiskLevel::Low);
+        assert_eq!(RiskLevel::of_score(19), RiskLevel::Low);
+        assert_eq!(RiskLevel::of_score(20), RiskLevel::Medium);
+        assert_eq!(RiskLevel::of_score(44), RiskLevel::Medium);
+        assert_eq!(RiskLevel::of_score(45), RiskLevel::High);
+        assert_eq!(RiskLevel::of_score(69), RiskLevel::High);
+        assert_eq!(RiskLevel::of_score(70), RiskLevel::Critical);
+    }
+
+    #[test]
+    fn verification_commands_of_many_ecosystems() {
+        for (cmd, kind) in [
+            ("cargo test --workspace", Some("test")),
+            ("cargo nextest run", Some("test")),
+            ("go test ./...", Some("test")),
+            ("npm test", Some("test")),
+            ("pnpm run test:unit", Some("test")),
+            ("yarn build", Some("build")),
+            ("npx vitest run", Some("test")),
+            ("python -m pytest -q", Some("test")),
+            ("pytest tests/", Some("test")),
+            ("mvn -q verify", Some("test")),
+            ("./gradlew check", Some("test")),
+            ("make test", Some("test")),
+            ("cd api && npm run lint", Some("lint")),
+            ("tsc --noEmit", Some("typecheck")),
+            ("bundle exec rspec", Some("test")),
+            ("dotnet test", Some("test")),
+            ("ls -la", None),
+            ("cat Makefile", None),
+            ("git test-thing", None),
+        ] {
+            assert_eq!(verification_kind(cmd), kind, "{cmd}");
+        }
+    }
+
+    use tacho_schema::{
+        EditOp, Event, EventBody, FileEdit, SessionEnd, SessionStart, ToolCall, ToolResult,
+        VerificationRun,
+    };
+
+    fn graph(bodies: Vec<EventBody>) -> ExecutionGraph {
+        let mut g = ExecutionGraph::new("s");
+        let mut all = vec![EventBody::SessionStart(SessionStart::default())];
+        all.extend(bodies);
+        for (i, body) in all.into_iter().enumerate() {
+            g.apply(
+                i as u64,
+                &Event {
+                    session: "s".into(),
+                    time_unix_ns: i as i64 * 1_000_000,
+                    body,
+                },
+            );
+        }
+        g
+    }
+    fn edit(path: &str) -> EventBody {
+        EventBody::FileEdit(FileEdit {
+            path: path.into(),
+            op: EditOp::Modify,
+            lines_added: Some(3),
+            ..Default::default()
+        })
+    }
+    fn shell(id: &str, cmd: &str, status: ToolStatus) -> Vec<EventBody> {
+        vec![
+            EventBody::ToolCall(ToolCall {
+                call_id: id.into(),
+                tool: "bash".into(),
+                target: Some(cmd.into()),
+                ..Default::default()
+            }),
+            EventBody::ToolResult(ToolResult {
+                call_id: id.into(),
+                status,
+                ..Default::default()
+            }),
+        ]
+    }
+    fn end(reason: EndReason) -> EventBody {
+        EventBody::SessionEnd(SessionEnd {
+            reason,
+            message: None,
+        })
+    }
+    fn has(r: &RiskAssessment, id: &str) -> bool {
+        r.factors.iter().any(|f| f.id == id)
+    }
+
+    #[test]
+    fn unverified_edits_need_validation_even_when_the_score_is_low() {
+        let r = assess(&graph(vec![edit("src/a.rs"), end(EndReason::Completed)]));
+        assert!(has(&r, "unverified"));
+        assert_eq!(r.level, RiskLevel::Medium);
+        assert_eq!(r.readiness, Readiness::NeedsValidation);
+        assert!(!r.verified);
+        assert!(r.disclaimer.contains("unverified"));
+    }
+
+    #[test]
+    fn a_passing_run_after_the_last_edit_verifies() {
+        let mut b = vec![edit("src/a.rs")];
+        b.extend(shell("c1", "cargo test", ToolStatus::Ok));
+        b.push(end(EndReason::Completed));
+        let r = assess(&graph(b));
+        assert!(r.verified);
+        assert!(!has(&r, "unverified"));
+        assert_eq!(r.readiness, Readiness::Ready);
+        assert_eq!(r.level, RiskLevel::Low);
+    }
+
+    #[test]
+    fn an_edit_after_the_last_passing_run_is_flagged() {
+        let mut b = shell("c1", "go test ./...", ToolStatus::Ok);
+        b.push(edit("src/a.go"));
+        b.push(end(EndReason::Completed));
+        let r = assess(&graph(b));
+        assert!(has(&r, "edited_after_verification"));
+        assert_eq!(r.readiness, Readiness::NeedsValidation);
+    }
+
+    #[test]
+    fn a_denied_test_run_is_no_evidence() {
+        let mut b = vec![edit("src/a.rs")];
+        b.extend(shell("c1", "cargo test", ToolStatus::Denied));
+        let r = assess(&graph(b));
+        assert!(has(&r, "unverified"), "{:?}", r.factors);
+    }
+
+    #[test]
+    fn failed_verification_and_a_blocked_gate_block() {
+        let r = assess(&graph(vec![
+            edit("src/a.rs"),
+            EventBody::VerificationRun(VerificationRun {
+                command: "npm test".into(),
+                status: VerificationStatus::Failed,
+                ..Default::default()
+            }),
+        ]));
+        assert!(has(&r, "verification_failed"));
+        assert_eq!(r.readiness, Readiness::Blocked);
+        let r = assess(&graph(vec![end(EndReason::GateBlocked)]));
+        assert!(has(&r, "run_ending"));
+        assert_eq!(r.readiness, Readiness::Blocked);
+    }
+
+    #[test]
+    fn security_sensitive_changes_need_review() {
+        let mut b = vec![edit("src/auth/login.ts"), edit(".github/workflows/ci.yml")];
+        b.extend(shell("c1", "npm test", ToolStatus::Ok));
+        b.push(end(EndReason::Completed));
+        let r = assess(&graph(b));
+        let f = r
+            .factors
+            .iter()
+            .find(|f| f.id == "security_sensitive")
+            .unwrap();
+        assert_eq!(f.weight, 16);
+        assert!(f.evidence.contains("src/auth/login.ts"));
+        assert_eq!(r.readiness, Readiness::NeedsReview);
+    }
+
+    #[test]
+    fn sensitive_and_api_paths() {
+        assert!(is_security_sensitive("src/auth/login.ts"));
+        assert!(is_security_sensitive(".env"));
+        assert!(is_security_sensitive("config/.env.production"));
+        assert!(is_security_sensitive(".github/workflows/ci.yml"));
+        assert!(is_security_sensitive("src/middleware/session.ts"));
+        assert!(!is_security_sensitive("src/orders/list.ts"));
+        assert!(is_api_surface("src/api.ts"));
+        assert!(is_api_surface("proto/orders.proto"));
+        assert!(!is_api_surface("test/orders.test.ts"));
+    }
+}
