@@ -6,6 +6,7 @@
 //! left off, with the same result.
 
 mod graph;
+mod replay;
 mod risk;
 mod summary;
 
@@ -13,6 +14,7 @@ pub use graph::{
     ErrorNode, ExecutionGraph, FileChange, GRAPH_SCHEMA, RouteNode, StepNode, Tokens, ToolNode,
     VerificationNode,
 };
+pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{
     Confidence, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel, assess,
     is_api_surface, is_security_sensitive, verification_kind,

@@ -1,5 +1,6 @@
 pub mod graph;
 pub mod log;
 pub mod record;
+pub mod replay;
 pub mod risk;
 pub mod session;

@@ -12,6 +12,9 @@ use crate::output::{Out, thousands};
 pub enum SessionCommand {
     /// List recorded sessions, oldest first.
     List(ListArgs),
+    /// Rebuild a session from its events (never re-running anything): summary, verify
+    /// or reconstruct.
+    Replay(crate::cmd::replay::ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -24,6 +27,7 @@ pub struct ListArgs {
 pub fn run(c: SessionCommand) -> Result<(), CliError> {
     match c {
         SessionCommand::List(a) => list(a),
+        SessionCommand::Replay(a) => crate::cmd::replay::run(a),
     }
 }
 

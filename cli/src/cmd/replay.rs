@@ -1,0 +1,323 @@
+//! `tacho session replay`: rebuild a session from its events. Replay never re-runs the
+//! model or a tool and never reproduces external state; it reads the log.
+
+use clap::{Args, ValueEnum};
+use tacho_engine::{Severity, Store, StoredEvent};
+use tacho_projections::{ReplayCheck, ReplayRule};
+use tacho_schema::{EventBody, time_to_rfc3339};
+
+use crate::error::CliError;
+use crate::home::open_store;
+use crate::output::Out;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReplayMode {
+    /// One line per event.
+    Summary,
+    /// Check the record: checksums, hash chain, sequence numbers, every tool result
+    /// against its call, balanced steps. Exit 1 on any finding.
+    Verify,
+    /// The step stream rebuilt from the events, each event whole.
+    Reconstruct,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The session (its id, or any unique prefix of it).
+    pub session: String,
+    #[arg(long, value_enum)]
+    pub mode: ReplayMode,
+    /// JSON Lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: ReplayArgs) -> Result<(), CliError> {
+    let store = open_store()?;
+    let session = store.resolve_session(&a.session)?;
+    let mut out = Out::new();
+    match a.mode {
+        ReplayMode::Summary => summary(&store, &session, a.json, &mut out)?,
+        ReplayMode::Reconstruct => reconstruct(&store, &session, a.json, &mut out)?,
+        ReplayMode::Verify => {
+            let failed = verify(&store, &session, a.json, &mut out)?;
+            out.finish()?;
+            if failed > 0 {
+                return Err(CliError::Findings(format!(
+                    "replay verification of session {session} failed with {failed} finding(s)"
+                )));
+            }
+            return Ok(());
+        }
+    }
+    out.finish()
+}
+
+/// One short line about an event.
+pub fn describe(body: &EventBody) -> String {
+    match body {
+        EventBody::SessionStart(s) => format!(
+            "{}{}",
+            s.agent.as_deref().unwrap_or("agent ?"),
+            s.title
+                .as_ref()
+                .map(|t| format!(": {t}"))
+                .unwrap_or_default()
+        ),
+        EventBody::SessionEnd(e) => e.reason.to_string(),
+        EventBody::AgentRoute(r) => format!(
+            "{}→ {}",
+            r.from.as_ref().map(|f| format!("{f} ")).unwrap_or_default(),
+            r.to
+        ),
+        EventBody::LlmRequest(r) => format!("{} {}", r.request_id, r.model),
+        EventBody::LlmResponse(r) => format!(
+            "{} {}/{} tokens{}",
+            r.request_id,
+            r.tokens_in,
+            r.tokens_out,
+            r.latency_ms
+                .map(|l| format!(" in {l}ms"))
+                .unwrap_or_default()
+        ),
+        EventBody::StepStart(s) => format!(
+            "step {}{}",
+            s.step,
+            s.title
+                .as_ref()
+                .map(|t| format!(": {t}"))
+                .unwrap_or_default()
+        ),
+        EventBody::StepFinish(s) => format!("step {}", s.step),
+        EventBody::ToolCall(c) => format!(
+            "{} {}{}",
+            c.call_id,
+            c.tool,
+            c.target
+                .as_ref()
+                .map(|t| format!(" {t}"))
+                .unwrap_or_default()
+        ),
+        EventBody::ToolResult(r) => format!(
+            "{} {}{}",
+            r.call_id,
+            r.status,
+            r.duration_ms.map(|d| format!(" {d}ms")).unwrap_or_default()
+        ),
+        EventBody::PermissionAsk(p) => format!("{} {}", p.request_id, p.permission),
+        EventBody::PermissionReply(p) => format!("{} {}", p.request_id, p.decision),
+        EventBody::Error(e) => e.message.lines().next().unwrap_or("").to_string(),
+        EventBody::VerificationRun(v) => format!("{} {}", v.command, v.status),
+        EventBody::FileEdit(f) => format!("{} {}", f.op, f.path),
+        EventBody::Unknown { kind, version, .. } => format!("kind {kind} v{version}"),
+    }
+}
+
+fn events(store: &Store, session: &str) -> Result<Vec<StoredEvent>, CliError> {
+    let mut all = Vec::new();
+    store.read_session(session, |e| all.push(e))?;
+    Ok(all)
+}
+
+fn summary(store: &Store, session: &str, json: bool, out: &mut Out) -> Result<(), CliError> {
+    let all = events(store, session)?;
+    let start = all.first().map_or(0, |e| e.event.time_unix_ns);
+    for e in &all {
+        if json {
+            let mut v = e.event.to_json();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("seq".into(), e.seq.into());
+            }
+            out.json(&v)?;
+        } else {
+            let ms = (e.event.time_unix_ns.saturating_sub(start) / 1_000_000).max(0);
+            out.line(format!(
+                "#{:<5} +{:>3}:{:02}.{:03} {:<17} {}",
+                e.seq,
+                ms / 60_000,
+                ms % 60_000 / 1000,
+                ms % 1000,
+                e.event.body.kind_name(),
+                describe(&e.event.body)
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Groups events into the step stream: what came before the first step, then each step
+/// from its start to the next step's start.
+fn reconstruct(store: &Store, session: &str, json: bool, out: &mut Out) -> Result<(), CliError> {
+    let all = events(store, session)?;
+    let mut groups: Vec<(Option<u64>, Vec<&StoredEvent>)> = vec![(None, Vec::new())];
+    for e in &all {
+        if let EventBody::StepStart(s) = &e.event.body {
+            groups.push((Some(s.step), Vec::new()));
+        }
+        if let Some(g) = groups.last_mut() {
+            g.1.push(e);
+        }
+    }
+    for (step, evs) in groups.iter().filter(|g| !g.1.is_empty()) {
+        if json {
+            let list: Vec<serde_json::Value> = evs
+                .iter()
+                .map(|e| {
+                    let mut v = e.event.to_json();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("seq".into(), e.seq.into());
+                    }
+                    v
+                })
+                .collect();
+            out.json(&serde_json::json!({"type": "step", "step": step, "events": list}))?;
+        } else {
+            match step {
+                Some(n) => out.line(format!("== step {n}"))?,
+                None => out.line("== before the first step")?,
+            }
+            for e in evs {
+                out.line(format!(
+                    "  #{:<5} {:<17} {}",
+                    e.seq,
+                    e.event.body.kind_name(),
+                    describe(&e.event.body)
+                ))?;
+                match &e.event.body {
+                    EventBody::ToolCall(c) => {
+                        if let Some(input) = &c.input {
+                            out.line(format!("         input: {input}"))?;
+                        }
+                    }
+                    EventBody::ToolResult(r) => {
+                        if let Some(o) = r.output.as_ref().filter(|o| !o.is_empty()) {
+                            for l in o.lines() {
+                                out.line(format!("         | {l}"))?;
+                            }
+                        }
+                        if let Some(err) = &r.error {
+                            out.line(format!("         error: {err}"))?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs every check and prints the findings; returns how many there were.
+fn verify(store: &Store, session: &str, json: bool, out: &mut Out) -> Result<usize, CliError> {
+    let log = store.verify_session(session, true)?;
+    let mut check = ReplayCheck::new();
+    let mut last_time = None;
+    let read = store.read_session(session, |e| {
+        last_time = Some(e.event.time_unix_ns);
+        check.apply(e.seq, &e.event)
+    });
+    let report = check.finish();
+    let mut failed = 0;
+    for f in log
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+    {
+        failed += 1;
+        let loc = format!(
+            "{}{}",
+            f.segment
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            f.offset
+                .map(|o| format!(" at offset {o}"))
+                .unwrap_or_default()
+        );
+        if json {
+            out.json(&serde_json::json!({"type": "finding", "check": "log", "location": loc, "message": f.message}))?;
+        } else {
+            out.line(format!("finding: {loc}: {}", f.message))?;
+        }
+    }
+    if let Err(e) = &read {
+        failed += 1;
+        out.line(format!(
+            "finding: the session could not be read to its end: {e}"
+        ))?;
+    }
+    for f in &report.findings {
+        failed += 1;
+        if json {
+            out.json(&serde_json::json!({"type": "finding", "check": f.rule, "seq": f.seq, "message": f.message}))?;
+        } else {
+            out.line(format!("finding: event {}: {}", f.seq, f.message))?;
+        }
+    }
+    if json {
+        for i in &report.interrupted {
+            out.json(&serde_json::json!({"type": "interrupted", "seq": i.seq, "call_id": i.call_id, "tool": i.tool}))?;
+        }
+        out.json(&serde_json::json!({
+            "type": "summary", "session": session, "ok": failed == 0, "findings": failed,
+            "events": log.events, "tool_results_checked": report.tool_results_checked,
+            "interrupted": report.interrupted.len(), "pending": report.pending.len(),
+            "head": tacho_engine::hex(&log.chain), "stored_projections": 0,
+        }))?;
+        return Ok(failed);
+    }
+    let ok = |b: bool| if b { "ok" } else { "FAILED" };
+    let log_ok = !log.findings.iter().any(|f| f.severity == Severity::Error);
+    out.line(format!("Replay verification of session {session}"))?;
+    out.line(format!(
+        "  checksums, hash chain, sequence numbers: {} ({} events in {} segment(s))",
+        ok(log_ok),
+        log.events,
+        log.segments
+    ))?;
+    out.line(format!(
+        "  tool results paired with their calls: {} ({} of {} checked)",
+        ok(!report
+            .findings
+            .iter()
+            .any(|f| f.rule == ReplayRule::Pairing)),
+        report.tool_results_checked,
+        report.tool_results_checked
+    ))?;
+    for i in &report.interrupted {
+        out.line(format!(
+            "  interrupted: call {} ({}) at event {} has no result",
+            i.call_id, i.tool, i.seq
+        ))?;
+    }
+    if !report.pending.is_empty() {
+        out.line(format!(
+            "  running: {} call(s) without a result yet",
+            report.pending.len()
+        ))?;
+    }
+    out.line(format!(
+        "  steps balanced, one start, nothing after the end: {}",
+        ok(!report
+            .findings
+            .iter()
+            .any(|f| f.rule != ReplayRule::Pairing))
+    ))?;
+    out.line("  stored projections: none stored yet, so none to compare with a rebuild")?;
+    if log_ok {
+        out.line(format!(
+            "  head: {} events, chain {}",
+            log.next_seq,
+            tacho_engine::hex(&log.chain)
+        ))?;
+    }
+    if let Some(t) = last_time {
+        out.line(format!("  last event: {}", time_to_rfc3339(t)))?;
+    }
+    out.line(if failed == 0 {
+        "Result: the record is intact and consistent".to_string()
+    } else {
+        format!("Result: {failed} finding(s)")
+    })?;
+    Ok(failed)
+}
