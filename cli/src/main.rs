@@ -25,6 +25,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Make a sample repository, record a realistic agent session in it, and show its
+    /// graph, risk and replay verification.
+    Demo(cmd::demo::DemoArgs),
     /// Append JSON Lines events (from a file or stdin) to the log.
     Record(cmd::record::RecordArgs),
     /// A session rebuilt as an execution graph (markdown, mermaid, topology, json, timeline).
@@ -42,6 +45,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(a) => cmd::demo::run(a),
         Command::Record(a) => cmd::record::run(a),
         Command::Graph(a) => cmd::graph::run(a),
         Command::Risk(a) => cmd::risk::run(a),

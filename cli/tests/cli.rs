@@ -573,3 +573,135 @@ fn graph_and_risk_on_the_session_of_every_kind() {
         --- stderr
     "#]]);
 }
+
+/// `tacho demo` makes a real sample repository, records the session into the default
+/// store (here `TACHO_HOME`), applies the agent's edits, and verifies the record.
+#[test]
+fn demo_records_a_verified_session_and_edits_a_real_repository() {
+    let env = Env::new();
+    let repo = env.home.path().join("demo-repo");
+    let out = env.run(&["demo", "--dir", repo.to_str().unwrap()], None);
+    assert!(out.starts_with("exit: 0"), "{out}");
+    for section in [
+        "## Session ses_",
+        "### Step 4",
+        "## Risk",
+        "Factors:",
+        "still means unverified",
+        "## Replay verification",
+        "Result: the record is intact and consistent",
+    ] {
+        assert!(out.contains(section), "missing {section:?} in {out}");
+    }
+    let api = std::fs::read_to_string(repo.join("src/api.ts")).unwrap();
+    assert!(api.contains("rateLimit({ perMinute: 120 })"), "{api}");
+    let mw = std::fs::read_to_string(repo.join("src/middleware/rate-limit.ts")).unwrap();
+    assert!(
+        mw.contains("const key = clientId(req);"),
+        "the fix of step 4 is applied: {mw}"
+    );
+    assert!(repo.join("package.json").is_file());
+    let list = env.run(&["session", "list", "--json"], None);
+    assert_eq!(
+        list.lines().filter(|l| l.starts_with('{')).count(),
+        1,
+        "{list}"
+    );
+    assert!(list.contains("\"status\":\"completed\""), "{list}");
+    assert!(env.run(&["log", "verify"], None).starts_with("exit: 0"));
+    // A second run refuses a directory that is not empty.
+    let again = env.run(&["demo", "--dir", repo.to_str().unwrap()], None);
+    assert!(again.starts_with("exit: 2"), "{again}");
+}
+
+#[test]
+fn replay_modes() {
+    let env = Env::new();
+    env.record_example();
+    env.check(
+        &["session", "replay", "ses_01jdemo", "--mode", "verify"],
+        None,
+        expect![[r#"
+            exit: 0
+            --- stdout
+            Replay verification of session ses_01jdemo8xk4rate1imit0000a
+              checksums, hash chain, sequence numbers: ok (48 events in 1 segment(s))
+              tool results paired with their calls: ok (all 9 results checked, none skipped)
+              steps balanced, one start, nothing after the end: ok
+              stored projections: none stored yet, so none to compare with a rebuild
+              head: 48 events, chain ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a
+              last event: 2026-11-20T09:15:01.12Z
+            Result: the record is intact and consistent
+            --- stderr
+        "#]],
+    );
+    let summary = env.run(
+        &["session", "replay", "ses_01jdemo", "--mode", "summary"],
+        None,
+    );
+    expect![[r#"
+        exit: 0
+        --- stdout
+        #0     +  0:00.000 session.start     architect: Add per-client rate limiting to the public API
+        #1     +  0:00.040 llm.request       req_01 claude-sonnet-4-5
+        #2     +  0:03.190 llm.response      req_01 12263/587 tokens in 3150ms
+        #3     +  0:03.200 step.start        step 1: Survey the request path
+        #4     +  0:03.210 tool.call         toolu_01 read src/api.ts
+        #5     +  0:03.215 tool.result       toolu_01 ok 5ms"#]].assert_eq(&summary.lines().take(8).collect::<Vec<_>>().join("\n"));
+    let rec = env.run(
+        &[
+            "session",
+            "replay",
+            "ses_01jdemo",
+            "--mode",
+            "reconstruct",
+            "--json",
+        ],
+        None,
+    );
+    let steps: Vec<serde_json::Value> = rec
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(steps.len(), 5, "before the first step, then steps 1 to 4");
+    let total: usize = steps
+        .iter()
+        .map(|s| s["events"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(total, 48, "every event once");
+    // A record whose events do not pair up fails verification, each finding located.
+    let bad = concat!(
+        "{\"type\":\"session.start\",\"ts\":1000}\n",
+        "{\"type\":\"step.start\",\"ts\":1001,\"step\":1}\n",
+        "{\"type\":\"tool.call\",\"ts\":1002,\"call_id\":\"a\",\"tool\":\"read\"}\n",
+        "{\"type\":\"tool.result\",\"ts\":1003,\"call_id\":\"ghost\",\"status\":\"ok\"}\n",
+        "{\"type\":\"step.finish\",\"ts\":1004,\"step\":2}\n",
+        "{\"type\":\"session.end\",\"ts\":1005,\"reason\":\"error\"}\n",
+    );
+    assert!(
+        env.run(&["record", "--session", "ses_bad", "-"], Some(bad))
+            .starts_with("exit: 0")
+    );
+    env.check(
+        &["session", "replay", "ses_bad", "--mode", "verify"],
+        None,
+        expect![[r#"
+            exit: 1
+            --- stdout
+            finding: event 3: tool result for call ghost that was never made
+            finding: event 4: step 2 finishes, but the open step is 1 (started at event 1)
+            Replay verification of session ses_bad
+              checksums, hash chain, sequence numbers: ok (6 events in 1 segment(s))
+              tool results paired with their calls: FAILED (all 1 results checked, none skipped)
+              interrupted: call a (read) at event 2 has no result
+              steps balanced, one start, nothing after the end: FAILED
+              stored projections: none stored yet, so none to compare with a rebuild
+              head: 6 events, chain 415ddaf6f1296aabfe50d24caa24a0787375d621a5c1c98107c50b1e20e830af
+              last event: 1970-01-01T00:00:01.005Z
+            Result: 2 finding(s)
+            --- stderr
+            error: replay verification of session ses_bad failed with 2 finding(s)
+        "#]],
+    );
+}

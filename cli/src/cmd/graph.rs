@@ -132,7 +132,7 @@ fn step_heading(s: &StepNode) -> String {
     h
 }
 
-fn markdown(g: &ExecutionGraph, risk: &RiskAssessment) -> String {
+pub fn markdown(g: &ExecutionGraph, risk: &RiskAssessment) -> String {
     let mut o = String::new();
     o.push_str(&format!("## Session {}\n", g.session));
     if let Some(t) = &g.title {

@@ -1,3 +1,4 @@
+pub mod demo;
 pub mod graph;
 pub mod log;
 pub mod record;
