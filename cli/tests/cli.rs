@@ -705,3 +705,112 @@ fn replay_modes() {
         "#]],
     );
 }
+
+#[test]
+fn compare_two_runs() {
+    let env = Env::new();
+    env.record_example();
+    let src = fixture_source("all-kinds.jsonl");
+    assert!(
+        env.run(&["record", src.to_str().unwrap()], None)
+            .starts_with("exit: 0")
+    );
+    env.check(
+        &["session", "compare", "ses_01jdemo", "ses_fixture", "--deep"],
+        None,
+        expect![[r#"
+            exit: 0
+            --- stdout
+            Comparing A = ses_01jdemo8xk4rate1imit0000a with B = ses_fixture_all_kinds
+
+            Risk Comparison
+            ----------------------------------------
+            Score: 20 → 50 (+30) ↑
+            Level: MEDIUM → HIGH
+            Files: 3 → 12
+            Failures: 1 → 10
+
+            Run
+            ----------------------------------------
+            Steps: 4 → 12
+            Tool calls: 9 → 12
+            Tokens: 99,380 in / 4,860 out → 78,000 in / 2,886 out
+            Duration: 58s → 15s
+
+            Files changed
+            ----------------------------------------
+            In both: 0
+            Only in A: src/api.ts, src/middleware/rate-limit.ts, test/rate-limit.test.ts
+            Only in B: src/m1.rs, src/m10.rs, src/m11.rs, src/m12.rs, src/m2.rs, src/m3.rs, src/m4.rs, src/m5.rs, src/m6.rs, src/m7.rs, src/m8.rs, src/m9.rs
+
+            Decision path
+            ----------------------------------------
+            A: architect → coder
+               tools: read → grep → read → write → edit → write → bash → edit → bash
+            B: → builder, builder → reviewer
+               tools: shell×12
+
+            Events by type
+            ----------------------------------------
+            agent.route             1 → 2
+            error                   0 → 2
+            file.edit               4 → 12
+            llm.request             5 → 12
+            llm.response            6 → 15
+            permission.ask          1 → 4
+            permission.reply        1 → 4
+            session.end             1 → 1
+            session.start           1 → 1
+            step.finish             4 → 12
+            step.start              4 → 12
+            tool.call               9 → 12
+            tool.result             9 → 12
+            verification.run        2 → 12
+
+            Step alignment (by tools and targets)
+            ----------------------------------------
+            First divergence: B step 1 has no counterpart in A (shell); 16 divergence(s) in all
+              ≠ B step 1 has no counterpart in A (shell)
+              ≠ B step 2 has no counterpart in A (shell)
+              ≠ B step 3 has no counterpart in A (shell)
+              ≠ B step 4 has no counterpart in A (shell)
+              ≠ B step 5 has no counterpart in A (shell)
+              ≠ B step 6 has no counterpart in A (shell)
+              ≠ B step 7 has no counterpart in A (shell)
+              ≠ B step 8 has no counterpart in A (shell)
+              ≠ B step 9 has no counterpart in A (shell)
+              ≠ B step 10 has no counterpart in A (shell)
+              ≠ B step 11 has no counterpart in A (shell)
+              ≠ B step 12 has no counterpart in A (shell)
+              ≠ A step 1 has no counterpart in B (read → grep → read)
+              ≠ A step 2 has no counterpart in B (write → edit → write)
+              ≠ A step 3 has no counterpart in B (bash)
+              ≠ A step 4 has no counterpart in B (edit → bash)
+            --- stderr
+        "#]],
+    );
+    // A run compared with a copy of itself does not diverge.
+    let ex = example();
+    let copy = env.run(
+        &["record", "--new-session", "--json", ex.to_str().unwrap()],
+        None,
+    );
+    let id = copy
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let same = env.run(
+        &["session", "compare", "ses_01jdemo", &id, "--deep", "--json"],
+        None,
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(same.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    let pairs = v["alignment"].as_array().unwrap();
+    assert_eq!(pairs.len(), 4);
+    assert!(pairs.iter().all(|p| p["kind"] == "same"), "{same}");
+    assert_eq!(v["a"]["score"], v["b"]["score"]);
+}

@@ -5,11 +5,13 @@
 //! order; a projection can be built in one pass or brought up to date from where it
 //! left off, with the same result.
 
+mod compare;
 mod graph;
 mod replay;
 mod risk;
 mod summary;
 
+pub use compare::{Comparison, Side, StepPair, align, compare};
 pub use graph::{
     ErrorNode, ExecutionGraph, FileChange, GRAPH_SCHEMA, RouteNode, StepNode, Tokens, ToolNode,
     VerificationNode,

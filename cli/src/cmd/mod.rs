@@ -1,3 +1,4 @@
+pub mod compare;
 pub mod demo;
 pub mod graph;
 pub mod log;

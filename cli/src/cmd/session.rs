@@ -15,6 +15,8 @@ pub enum SessionCommand {
     /// Rebuild a session from its events (never re-running anything): summary, verify
     /// or reconstruct.
     Replay(crate::cmd::replay::ReplayArgs),
+    /// Compare two runs: risk, files, failures, decision paths; --deep aligns their steps.
+    Compare(crate::cmd::compare::CompareArgs),
 }
 
 #[derive(Debug, Args)]
@@ -28,6 +30,7 @@ pub fn run(c: SessionCommand) -> Result<(), CliError> {
     match c {
         SessionCommand::List(a) => list(a),
         SessionCommand::Replay(a) => crate::cmd::replay::run(a),
+        SessionCommand::Compare(a) => crate::cmd::compare::run(a),
     }
 }
 
