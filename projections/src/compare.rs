@@ -185,11 +185,11 @@ const GAP: i64 = -1;
 pub fn align(a: &[StepNode], b: &[StepNode]) -> Vec<StepPair> {
     let (n, m) = (a.len(), b.len());
     let mut score = vec![vec![0i64; m + 1]; n + 1];
-    for i in 1..=n {
-        score[i][0] = GAP * i as i64;
+    for (i, row) in score.iter_mut().enumerate() {
+        row[0] = GAP * i as i64;
     }
-    for j in 1..=m {
-        score[0][j] = GAP * j as i64;
+    for (j, cell) in score[0].iter_mut().enumerate() {
+        *cell = GAP * j as i64;
     }
     for i in 1..=n {
         for j in 1..=m {
