@@ -85,9 +85,9 @@ fn record_then_list() {
         expect![[r#"
             exit: 0
             --- stdout
-            SESSION                        STARTED               EVENTS  TOOLS FAILED  TOKENS IN/OUT  STATUS          AGENT / TITLE
-            ses_01jdemo8xk4rate1imit0000a  2026-11-20 09:14:03       48      9      1   99,380/4,860  completed       architect: Add per-client rate limiting to the public API
-            ses_x                          2026-11-30 08:00:00        2      1      0            0/0  running         coder: Fix the flaky test
+            SESSION                        STARTED               EVENTS  TOOLS FAILED  TOKENS IN/OUT  RISK          STATUS          AGENT / TITLE
+            ses_01jdemo8xk4rate1imit0000a  2026-11-20 09:14:03       48      9      1   99,380/4,860  MEDIUM 20     completed       architect: Add per-client rate limiting to the public API
+            ses_x                          2026-11-30 08:00:00        2      1      0            0/0  LOW 5         running         coder: Fix the flaky test
             --- stderr
         "#]],
     );
@@ -97,8 +97,8 @@ fn record_then_list() {
         expect![[r#"
             exit: 0
             --- stdout
-            {"type":"session","session":"ses_01jdemo8xk4rate1imit0000a","started_unix_ns":1795166043120000000,"last_event_unix_ns":1795166101120000000,"status":"completed","agent":"architect","title":"Add per-client rate limiting to the public API","workspace":"/home/dev/shop-api","parent":null,"events":48,"steps":4,"tool_calls":9,"tool_failures":1,"files_edited":3,"tokens_in":99380,"tokens_out":4860,"started":"2026-11-20T09:14:03.12Z"}
-            {"type":"session","session":"ses_x","started_unix_ns":1796025600000000000,"last_event_unix_ns":1796025601000000000,"status":"running","agent":"coder","title":"Fix the flaky test","workspace":null,"parent":null,"events":2,"steps":0,"tool_calls":1,"tool_failures":0,"files_edited":0,"tokens_in":0,"tokens_out":0,"started":"2026-11-30T08:00:00Z"}
+            {"type":"session","session":"ses_01jdemo8xk4rate1imit0000a","started_unix_ns":1795166043120000000,"last_event_unix_ns":1795166101120000000,"status":"completed","agent":"architect","title":"Add per-client rate limiting to the public API","workspace":"/home/dev/shop-api","project":"shop-api","parent":null,"events":48,"steps":4,"tool_calls":9,"tool_failures":1,"files_edited":3,"tokens_in":99380,"tokens_out":4860,"started":"2026-11-20T09:14:03.12Z","risk_score":20,"risk_level":"MEDIUM"}
+            {"type":"session","session":"ses_x","started_unix_ns":1796025600000000000,"last_event_unix_ns":1796025601000000000,"status":"running","agent":"coder","title":"Fix the flaky test","workspace":null,"project":null,"parent":null,"events":2,"steps":0,"tool_calls":1,"tool_failures":0,"files_edited":0,"tokens_in":0,"tokens_out":0,"started":"2026-11-30T08:00:00Z","risk_score":5,"risk_level":"LOW"}
             --- stderr
         "#]],
     );
@@ -813,4 +813,62 @@ fn compare_two_runs() {
     assert_eq!(pairs.len(), 4);
     assert!(pairs.iter().all(|p| p["kind"] == "same"), "{same}");
     assert_eq!(v["a"]["score"], v["b"]["score"]);
+}
+
+#[test]
+fn session_show_and_list_filters() {
+    let env = Env::new();
+    env.record_example();
+    let src = fixture_source("all-kinds.jsonl");
+    assert!(env.run(&["record", src.to_str().unwrap()], None).starts_with("exit: 0"));
+    env.check(&["session", "show", "ses_01jdemo"], None, expect![[r#"
+        exit: 0
+        --- stdout
+        Session   ses_01jdemo8xk4rate1imit0000a
+        Title     Add per-client rate limiting to the public API
+        Agents    architect, coder
+        Workspace /home/dev/shop-api
+        Project   shop-api
+        Started   2026-11-20T09:14:03.12Z
+        Status    completed after 58s
+        Activity  48 events, 4 steps, 9 tool calls (1 failed), 5 model calls
+        Tokens    99,380 in / 4,860 out, cache read 85,129, cache write 8,627
+        Files     3 changed
+        Risk      MEDIUM (20/100), ready
+        Log       1 segment(s)
+        --- stderr
+    "#]]);
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["session", "list", "--json"];
+        all.extend_from_slice(args);
+        env.run(&all, None)
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["session"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&[]).len(), 2);
+    assert_eq!(ids(&["--risk", "high"]), vec!["ses_fixture_all_kinds"]);
+    assert_eq!(ids(&["--risk", "LOW"]).len(), 2);
+    assert_eq!(ids(&["--since", "2026-11-25"]), vec!["ses_fixture_all_kinds"]);
+    assert_eq!(ids(&["--since", "2026-11-20T09:00:00Z", "--project", "shop-api"]), vec!["ses_01jdemo8xk4rate1imit0000a"]);
+    assert!(ids(&["--project", "nope"]).is_empty());
+    env.check(&["session", "list", "--since", "yesterday"], None, expect![[r#"
+        exit: 2
+        --- stdout
+        --- stderr
+        error: --since "yesterday" is not a date (2026-08-01) or an RFC 3339 time
+    "#]]);
+    env.check(&["session", "list", "--risk", "severe"], None, expect![[r#"
+        exit: 2
+        --- stdout
+        --- stderr
+        error: --risk "severe" is not one of low, medium, high, critical
+    "#]]);
+    env.check(&["session", "show", "ses_"], None, expect![[r#"
+        exit: 4
+        --- stdout
+        --- stderr
+        error: "ses_" matches 2 sessions: ses_01jdemo8xk4rate1imit0000a, ses_fixture_all_kinds
+    "#]]);
 }

@@ -25,6 +25,7 @@ pub struct SessionSummary {
     pub agent: Option<String>,
     pub title: Option<String>,
     pub workspace: Option<String>,
+    pub project: Option<String>,
     pub parent: Option<String>,
     pub events: u64,
     pub steps: u64,
@@ -51,6 +52,7 @@ impl SessionSummary {
             agent: None,
             title: None,
             workspace: None,
+            project: None,
             parent: None,
             events: 0,
             steps: 0,
@@ -74,6 +76,7 @@ impl SessionSummary {
                 self.agent.clone_from(&s.agent);
                 self.title.clone_from(&s.title);
                 self.workspace.clone_from(&s.workspace);
+                self.project.clone_from(&s.project);
                 self.parent.clone_from(&s.parent);
             }
             EventBody::SessionEnd(e) => self.status = SessionStatus::Ended(e.reason),

@@ -134,6 +134,13 @@ pub fn time_to_rfc3339(unix_ns: i64) -> String {
         .unwrap_or_else(|| format!("@{unix_ns}ns"))
 }
 
+/// Parses an RFC 3339 time into nanoseconds since the epoch.
+pub fn parse_rfc3339(s: &str) -> Result<i64, String> {
+    let t = OffsetDateTime::parse(s, &Rfc3339)
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time like 2026-11-30T12:00:00.5Z ({e})"))?;
+    i64::try_from(t.unix_timestamp_nanos()).map_err(|_| format!("{s:?} is out of range"))
+}
+
 /// `ts` is an RFC 3339 string or an integer number of milliseconds since the epoch.
 fn parse_time(v: &serde_json::Value) -> Result<i64, String> {
     match v {
@@ -144,12 +151,7 @@ fn parse_time(v: &serde_json::Value) -> Result<i64, String> {
             ms.checked_mul(1_000_000)
                 .ok_or_else(|| format!("{ms} ms is out of range"))
         }
-        serde_json::Value::String(s) => {
-            let t = OffsetDateTime::parse(s, &Rfc3339).map_err(|e| {
-                format!("{s:?} is not an RFC 3339 time like 2026-11-30T12:00:00.5Z ({e})")
-            })?;
-            i64::try_from(t.unix_timestamp_nanos()).map_err(|_| format!("{s:?} is out of range"))
-        }
+        serde_json::Value::String(s) => parse_rfc3339(s),
         other => Err(format!(
             "{other} is neither an RFC 3339 string nor milliseconds since the epoch"
         )),

@@ -12,7 +12,7 @@
 mod json;
 mod kinds;
 
-pub use json::{JsonError, ParsedLine, parse_json_line, time_to_rfc3339};
+pub use json::{JsonError, ParsedLine, parse_json_line, parse_rfc3339, time_to_rfc3339};
 pub use kinds::*;
 
 /// Longest accepted session id, in bytes.

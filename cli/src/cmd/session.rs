@@ -1,9 +1,12 @@
 //! `tacho session ...`.
 
 use clap::{Args, Subcommand};
-use tacho_projections::{SessionStatus, SessionSummary};
+use tacho_projections::{
+    ExecutionGraph, RiskAssessment, RiskLevel, SessionStatus, SessionSummary, assess,
+};
 use tacho_schema::time_to_rfc3339;
 
+use crate::cmd::graph::duration;
 use crate::error::CliError;
 use crate::home::open_store;
 use crate::output::{Out, thousands};
@@ -12,6 +15,8 @@ use crate::output::{Out, thousands};
 pub enum SessionCommand {
     /// List recorded sessions, oldest first.
     List(ListArgs),
+    /// One session's headline: who, where, when, how it ended, tokens, files, risk.
+    Show(ShowArgs),
     /// Rebuild a session from its events (never re-running anything): summary, verify
     /// or reconstruct.
     Replay(crate::cmd::replay::ReplayArgs),
@@ -21,7 +26,25 @@ pub enum SessionCommand {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// Only sessions started at or after this time (RFC 3339, or a date like 2026-08-01).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only sessions at or above this risk level (low, medium, high, critical).
+    #[arg(long)]
+    pub risk: Option<String>,
+    /// Only sessions of this project (the `project` of session.start, or the last
+    /// component of its workspace).
+    #[arg(long)]
+    pub project: Option<String>,
     /// One JSON object per session (JSON Lines) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The session (its id, or any unique prefix of it).
+    pub session: String,
     #[arg(long)]
     pub json: bool,
 }
@@ -29,6 +52,7 @@ pub struct ListArgs {
 pub fn run(c: SessionCommand) -> Result<(), CliError> {
     match c {
         SessionCommand::List(a) => list(a),
+        SessionCommand::Show(a) => show(a),
         SessionCommand::Replay(a) => crate::cmd::replay::run(a),
         SessionCommand::Compare(a) => crate::cmd::compare::run(a),
     }
@@ -41,55 +65,126 @@ fn status_text(s: SessionStatus) -> String {
     }
 }
 
-fn list(a: ListArgs) -> Result<(), CliError> {
-    let store = open_store()?;
-    let mut summaries = Vec::new();
-    for id in store.sessions()? {
-        let mut s = SessionSummary::new(&id);
-        store.read_session(&id, |e| s.apply(&e.event))?;
-        summaries.push(s);
+/// `--since`: an RFC 3339 time, or a date meaning its midnight UTC.
+fn parse_since(s: &str) -> Result<i64, CliError> {
+    let text = if s.len() == 10 {
+        format!("{s}T00:00:00Z")
+    } else {
+        s.to_string()
+    };
+    tacho_schema::parse_rfc3339(&text).map_err(|_| {
+        CliError::Input(format!(
+            "--since {s:?} is not a date (2026-08-01) or an RFC 3339 time"
+        ))
+    })
+}
+
+/// Reads a session once, folding both its summary and its graph.
+fn fold(
+    store: &tacho_engine::Store,
+    id: &str,
+) -> Result<(SessionSummary, ExecutionGraph), CliError> {
+    let mut s = SessionSummary::new(id);
+    let mut g = ExecutionGraph::new(id);
+    store.read_session(id, |e| {
+        s.apply(&e.event);
+        g.apply(e.seq, &e.event);
+    })?;
+    Ok((s, g))
+}
+
+fn project_of(s: &SessionSummary) -> Option<String> {
+    s.project.clone().or_else(|| {
+        s.workspace.as_ref().and_then(|w| {
+            w.trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .map(str::to_string)
+        })
+    })
+}
+
+fn row_json(s: &SessionSummary, r: &RiskAssessment) -> serde_json::Value {
+    let fields = match serde_json::to_value(s) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let mut o = serde_json::Map::new();
+    o.insert("type".into(), "session".into());
+    for (k, v) in fields {
+        o.insert(k, v);
     }
-    summaries.sort_by(|a, b| (a.started_unix_ns, &a.session).cmp(&(b.started_unix_ns, &b.session)));
+    o.insert("status".into(), status_text(s.status).into());
+    o.insert(
+        "started".into(),
+        s.started_unix_ns.map(time_to_rfc3339).into(),
+    );
+    o.insert("risk_score".into(), r.score.into());
+    o.insert("risk_level".into(), r.level.as_str().into());
+    serde_json::Value::Object(o)
+}
+
+fn list(a: ListArgs) -> Result<(), CliError> {
+    let since = a.since.as_deref().map(parse_since).transpose()?;
+    let min_risk = match &a.risk {
+        Some(r) => Some(RiskLevel::parse(r).ok_or_else(|| {
+            CliError::Input(format!(
+                "--risk {r:?} is not one of low, medium, high, critical"
+            ))
+        })?),
+        None => None,
+    };
+    let store = open_store()?;
+    let mut rows = Vec::new();
+    for id in store.sessions()? {
+        let (s, g) = fold(&store, &id)?;
+        let r = assess(&g);
+        if since.is_some_and(|t| s.started_unix_ns.is_none_or(|st| st < t))
+            || min_risk.is_some_and(|m| r.level < m)
+            || a.project
+                .as_ref()
+                .is_some_and(|p| project_of(&s).as_deref() != Some(p.as_str()))
+        {
+            continue;
+        }
+        rows.push((s, r));
+    }
+    rows.sort_by(|(a, _), (b, _)| {
+        (a.started_unix_ns, &a.session).cmp(&(b.started_unix_ns, &b.session))
+    });
     let mut out = Out::new();
     if a.json {
-        for s in &summaries {
-            let fields = match serde_json::to_value(s) {
-                Ok(serde_json::Value::Object(m)) => m,
-                _ => serde_json::Map::new(),
-            };
-            let mut o = serde_json::Map::new();
-            o.insert("type".into(), "session".into());
-            for (k, v) in fields {
-                o.insert(k, v);
-            }
-            o.insert("status".into(), status_text(s.status).into());
-            o.insert(
-                "started".into(),
-                s.started_unix_ns.map(time_to_rfc3339).into(),
-            );
-            out.json(&serde_json::Value::Object(o))?;
+        for (s, r) in &rows {
+            out.json(&row_json(s, r))?;
         }
         return out.finish();
     }
-    if summaries.is_empty() {
+    if rows.is_empty() {
+        let filtered = a.since.is_some() || a.risk.is_some() || a.project.is_some();
         eprintln!(
-            "no sessions recorded yet (store: {})",
+            "{} (store: {})",
+            if filtered {
+                "no session matches the filters"
+            } else {
+                "no sessions recorded yet"
+            },
             store.root().display()
         );
         return out.finish();
     }
     out.line(format!(
-        "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<15} {}",
+        "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<13} {:<15} {}",
         "SESSION",
         "STARTED",
         "EVENTS",
         "TOOLS",
         "FAILED",
         "TOKENS IN/OUT",
+        "RISK",
         "STATUS",
         "AGENT / TITLE"
     ))?;
-    for s in &summaries {
+    for (s, r) in &rows {
         let started = s
             .started_unix_ns
             .map(|t| {
@@ -107,16 +202,97 @@ fn list(a: ListArgs) -> Result<(), CliError> {
             (None, None) => String::new(),
         };
         out.line(format!(
-            "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<15} {}",
+            "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<13} {:<15} {}",
             s.session,
             started,
             thousands(s.events),
             s.tool_calls,
             s.tool_failures,
             format!("{}/{}", thousands(s.tokens_in), thousands(s.tokens_out)),
+            format!("{} {}", r.level.as_str(), r.score),
             status_text(s.status),
             who
         ))?;
     }
+    out.finish()
+}
+
+fn show(a: ShowArgs) -> Result<(), CliError> {
+    let store = open_store()?;
+    let id = store.resolve_session(&a.session)?;
+    let (s, g) = fold(&store, &id)?;
+    let r = assess(&g);
+    let segments = store.segments(&id)?.len();
+    let mut out = Out::new();
+    if a.json {
+        let mut v = row_json(&s, &r);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("duration_ms".into(), g.duration_ms().into());
+            o.insert("agents".into(), g.agents.clone().into());
+            o.insert(
+                "files".into(),
+                g.files.keys().cloned().collect::<Vec<_>>().into(),
+            );
+            o.insert("readiness".into(), r.readiness.as_str().into());
+            o.insert("segments".into(), segments.into());
+            o.insert("cache_read".into(), g.tokens.cache_read.into());
+            o.insert("cache_write".into(), g.tokens.cache_write.into());
+        }
+        out.json(&v)?;
+        return out.finish();
+    }
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    out.line(format!("Session   {id}"))?;
+    out.line(format!("Title     {}", opt(&s.title)))?;
+    out.line(format!(
+        "Agents    {}",
+        if g.agents.is_empty() {
+            "-".into()
+        } else {
+            g.agents.join(", ")
+        }
+    ))?;
+    out.line(format!("Workspace {}", opt(&s.workspace)))?;
+    out.line(format!(
+        "Project   {}",
+        project_of(&s).unwrap_or_else(|| "-".into())
+    ))?;
+    if let Some(p) = &s.parent {
+        out.line(format!("Parent    {p}"))?;
+    }
+    out.line(format!(
+        "Started   {}",
+        s.started_unix_ns.map_or("-".into(), time_to_rfc3339)
+    ))?;
+    out.line(format!(
+        "Status    {}{}",
+        status_text(s.status),
+        g.duration_ms()
+            .map(|d| format!(" after {}", duration(d)))
+            .unwrap_or_default()
+    ))?;
+    out.line(format!(
+        "Activity  {} events, {} steps, {} tool calls ({} failed), {} model calls",
+        thousands(s.events),
+        g.steps.len(),
+        s.tool_calls,
+        s.tool_failures,
+        g.model_calls
+    ))?;
+    out.line(format!(
+        "Tokens    {} in / {} out, cache read {}, cache write {}",
+        thousands(g.tokens.input),
+        thousands(g.tokens.output),
+        thousands(g.tokens.cache_read),
+        thousands(g.tokens.cache_write)
+    ))?;
+    out.line(format!("Files     {} changed", g.files.len()))?;
+    out.line(format!(
+        "Risk      {} ({}/100), {}",
+        r.level.as_str(),
+        r.score,
+        r.readiness.as_str()
+    ))?;
+    out.line(format!("Log       {segments} segment(s)"))?;
     out.finish()
 }
