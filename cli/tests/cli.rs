@@ -820,8 +820,14 @@ fn session_show_and_list_filters() {
     let env = Env::new();
     env.record_example();
     let src = fixture_source("all-kinds.jsonl");
-    assert!(env.run(&["record", src.to_str().unwrap()], None).starts_with("exit: 0"));
-    env.check(&["session", "show", "ses_01jdemo"], None, expect![[r#"
+    assert!(
+        env.run(&["record", src.to_str().unwrap()], None)
+            .starts_with("exit: 0")
+    );
+    env.check(
+        &["session", "show", "ses_01jdemo"],
+        None,
+        expect![[r#"
         exit: 0
         --- stdout
         Session   ses_01jdemo8xk4rate1imit0000a
@@ -837,38 +843,127 @@ fn session_show_and_list_filters() {
         Risk      MEDIUM (20/100), ready
         Log       1 segment(s)
         --- stderr
-    "#]]);
+    "#]],
+    );
     let ids = |args: &[&str]| -> Vec<String> {
         let mut all = vec!["session", "list", "--json"];
         all.extend_from_slice(args);
         env.run(&all, None)
             .lines()
             .filter(|l| l.starts_with('{'))
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["session"].as_str().unwrap().to_string())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["session"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
             .collect()
     };
     assert_eq!(ids(&[]).len(), 2);
     assert_eq!(ids(&["--risk", "high"]), vec!["ses_fixture_all_kinds"]);
     assert_eq!(ids(&["--risk", "LOW"]).len(), 2);
-    assert_eq!(ids(&["--since", "2026-11-25"]), vec!["ses_fixture_all_kinds"]);
-    assert_eq!(ids(&["--since", "2026-11-20T09:00:00Z", "--project", "shop-api"]), vec!["ses_01jdemo8xk4rate1imit0000a"]);
+    assert_eq!(
+        ids(&["--since", "2026-11-25"]),
+        vec!["ses_fixture_all_kinds"]
+    );
+    assert_eq!(
+        ids(&["--since", "2026-11-20T09:00:00Z", "--project", "shop-api"]),
+        vec!["ses_01jdemo8xk4rate1imit0000a"]
+    );
     assert!(ids(&["--project", "nope"]).is_empty());
-    env.check(&["session", "list", "--since", "yesterday"], None, expect![[r#"
+    env.check(
+        &["session", "list", "--since", "yesterday"],
+        None,
+        expect![[r#"
         exit: 2
         --- stdout
         --- stderr
         error: --since "yesterday" is not a date (2026-08-01) or an RFC 3339 time
-    "#]]);
-    env.check(&["session", "list", "--risk", "severe"], None, expect![[r#"
+    "#]],
+    );
+    env.check(
+        &["session", "list", "--risk", "severe"],
+        None,
+        expect![[r#"
         exit: 2
         --- stdout
         --- stderr
         error: --risk "severe" is not one of low, medium, high, critical
-    "#]]);
-    env.check(&["session", "show", "ses_"], None, expect![[r#"
+    "#]],
+    );
+    env.check(
+        &["session", "show", "ses_"],
+        None,
+        expect![[r#"
         exit: 4
         --- stdout
         --- stderr
         error: "ses_" matches 2 sessions: ses_01jdemo8xk4rate1imit0000a, ses_fixture_all_kinds
-    "#]]);
+    "#]],
+    );
+}
+
+/// What CI runs on a pull request: a package exported on one machine verifies on
+/// another, with no store there; a changed byte fails it.
+#[test]
+fn exported_packages_verify_without_the_store() {
+    let env = Env::new();
+    env.record_example();
+    // Another machine: its own empty data directory, where the package is copied.
+    let elsewhere = Env::new();
+    let pkg = elsewhere.home.path().join("session.tacho");
+    let out = env.run(
+        &[
+            "session",
+            "replay",
+            "ses_01jdemo",
+            "--mode",
+            "export",
+            "--output",
+            pkg.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.starts_with("exit: 0"), "{out}");
+    elsewhere.check(
+        &[
+            "session",
+            "replay",
+            "--mode",
+            "verify",
+            "--package",
+            pkg.to_str().unwrap(),
+        ],
+        None,
+        expect![[r#"
+            exit: 0
+            --- stdout
+            Package $TACHO_HOME/session.tacho: digest ok
+            Replay verification of session ses_01jdemo8xk4rate1imit0000a
+              checksums, hash chain, sequence numbers: ok (48 events in 1 segment(s))
+              tool results paired with their calls: ok (all 9 results checked, none skipped)
+              steps balanced, one start, nothing after the end: ok
+              stored projections: none stored yet, so none to compare with a rebuild
+              head: 48 events, chain ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a
+              last event: 2026-11-20T09:15:01.12Z
+            Result: the record is intact and consistent
+            --- stderr
+        "#]],
+    );
+    let mut bytes = std::fs::read(&pkg).unwrap();
+    bytes[500] ^= 0x20;
+    std::fs::write(&pkg, bytes).unwrap();
+    let bad = elsewhere.run(
+        &[
+            "session",
+            "replay",
+            "--mode",
+            "verify",
+            "--package",
+            pkg.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(bad.starts_with("exit: 1"), "{bad}");
+    assert!(bad.contains("the package digest does not match"), "{bad}");
 }

@@ -14,12 +14,14 @@
 //! `tacho-schema`'s.
 
 mod link;
+mod package;
 mod reader;
 mod store;
 mod verify;
 pub mod vfs;
 mod writer;
 
+pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, open_package};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
 pub use tacho_log_format::hex;

@@ -654,3 +654,50 @@ fn sessions_resolve_by_unique_prefix_with_candidates_and_suggestions() {
         Err(StoreError::UnknownSession { nearest: None, .. })
     ));
 }
+
+#[test]
+fn replay_packages_round_trip_and_reveal_any_edit() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1500);
+    let written = write_session(&store, "ses_pkg", &[1, 4, 4, 4, 4, 4], 100);
+    assert!(store.segments("ses_pkg").unwrap().len() > 1);
+    let pkg = tacho_engine::export_package(&store, "ses_pkg").unwrap();
+    let (copy, session) = tacho_engine::open_package(&pkg).unwrap();
+    assert_eq!(session, "ses_pkg");
+    let rep = copy.verify_session(&session, true).unwrap();
+    assert!(rep.findings.is_empty(), "{:?}", rep.findings);
+    assert_eq!(
+        rep.chain,
+        store.verify_session("ses_pkg", true).unwrap().chain
+    );
+    let read = read_all(&copy, &session).unwrap();
+    assert_eq!(read.len(), written.len());
+    // Any changed byte is caught by the package digest.
+    for at in [0, 20, pkg.len() / 2, pkg.len() - 1] {
+        let mut bad = pkg.clone();
+        bad[at] ^= 1;
+        assert!(tacho_engine::open_package(&bad).is_err(), "byte {at}");
+    }
+    assert!(matches!(
+        tacho_engine::open_package(&pkg[..pkg.len() - 40]),
+        Err(tacho_engine::PackageError::DigestMismatch)
+    ));
+    // A forger who recomputes the package digest is still caught by the chain.
+    let mut forged = pkg.clone();
+    let body = forged.len() - 32;
+    let at = forged[..body]
+        .windows(9)
+        .position(|w| w == b"architect")
+        .unwrap();
+    forged[at] = b'A';
+    let d = blake3::Hasher::new_derive_key("tacho replay package v1")
+        .update(&forged[..body])
+        .finalize();
+    forged[body..].copy_from_slice(d.as_bytes());
+    let (copy, session) = tacho_engine::open_package(&forged).unwrap();
+    let rep = copy.verify_session(&session, true).unwrap();
+    assert!(
+        rep.findings.iter().any(|f| f.severity == Severity::Error),
+        "forgery not detected"
+    );
+}

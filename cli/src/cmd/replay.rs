@@ -19,38 +19,108 @@ pub enum ReplayMode {
     Verify,
     /// The step stream rebuilt from the events, each event whole.
     Reconstruct,
+    /// One portable, self-verifying file with the session's record, which
+    /// `--mode verify --package FILE` checks on another machine (SPEC.md §9).
+    Export,
 }
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// The session (its id, or any unique prefix of it).
-    pub session: String,
+    #[arg(required_unless_present = "package")]
+    pub session: Option<String>,
     #[arg(long, value_enum)]
     pub mode: ReplayMode,
+    /// With `--mode export`: the file to write (default: stdout).
+    #[arg(long)]
+    pub output: Option<std::path::PathBuf>,
+    /// With `--mode verify`: verify an exported package instead of the store.
+    #[arg(long, conflicts_with = "session")]
+    pub package: Option<std::path::PathBuf>,
     /// JSON Lines instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: ReplayArgs) -> Result<(), CliError> {
-    let store = open_store()?;
-    let session = store.resolve_session(&a.session)?;
     let mut out = Out::new();
+    if let Some(path) = &a.package {
+        if !matches!(a.mode, ReplayMode::Verify) {
+            return Err(CliError::Input("--package goes with --mode verify".into()));
+        }
+        let bytes =
+            std::fs::read(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+        let (store, session) = tacho_engine::open_package(&bytes).map_err(|e| match e {
+            tacho_engine::PackageError::Store(e) => CliError::from(e),
+            e => CliError::Findings(format!("{}: {e}", path.display())),
+        })?;
+        if !a.json {
+            out.line(format!("Package {}: digest ok", path.display()))?;
+        }
+        return finish_verify(verify(&store, &session, a.json, &mut out)?, &session, out);
+    }
+    let store = open_store()?;
+    let session = store.resolve_session(a.session.as_deref().unwrap_or_default())?;
     match a.mode {
         ReplayMode::Summary => summary(&store, &session, a.json, &mut out)?,
         ReplayMode::Reconstruct => reconstruct(&store, &session, a.json, &mut out)?,
+        ReplayMode::Export => return export(&store, &session, a.output.as_deref()),
         ReplayMode::Verify => {
             let failed = verify(&store, &session, a.json, &mut out)?;
-            out.finish()?;
-            if failed > 0 {
-                return Err(CliError::Findings(format!(
-                    "replay verification of session {session} failed with {failed} finding(s)"
-                )));
-            }
-            return Ok(());
+            return finish_verify(failed, &session, out);
         }
     }
     out.finish()
+}
+
+fn finish_verify(failed: usize, session: &str, out: Out) -> Result<(), CliError> {
+    out.finish()?;
+    if failed > 0 {
+        return Err(CliError::Findings(format!(
+            "replay verification of session {session} failed with {failed} finding(s)"
+        )));
+    }
+    Ok(())
+}
+
+fn export(store: &Store, session: &str, output: Option<&std::path::Path>) -> Result<(), CliError> {
+    let log = store.verify_session(session, true)?;
+    if log.findings.iter().any(|f| f.severity == Severity::Error) {
+        return Err(CliError::Findings(format!(
+            "session {session} does not verify; run `tacho session replay {session} --mode verify` (a package of a damaged record would only fail elsewhere)"
+        )));
+    }
+    let pkg = tacho_engine::export_package(store, session)?;
+    match output {
+        Some(path) => {
+            // Written next to its final name, then renamed: never a half-written package.
+            let tmp = path.with_extension("tmp-export");
+            std::fs::write(&tmp, &pkg)
+                .and_then(|()| std::fs::rename(&tmp, path))
+                .map_err(|e| CliError::Io(format!("{}: {e}", path.display())))?;
+        }
+        None => {
+            use std::io::{IsTerminal, Write};
+            let mut stdout = std::io::stdout();
+            if stdout.is_terminal() {
+                return Err(CliError::Input(
+                    "the package is binary: give --output FILE or redirect stdout".into(),
+                ));
+            }
+            stdout.write_all(&pkg)?;
+            stdout.flush()?;
+        }
+    }
+    eprintln!(
+        "exported session {session}: {} events, head {}, {} bytes{}",
+        log.next_seq,
+        tacho_engine::hex(&log.chain),
+        pkg.len(),
+        output
+            .map(|p| format!(" to {}", p.display()))
+            .unwrap_or_default()
+    );
+    Ok(())
 }
 
 /// One short line about an event.
