@@ -174,3 +174,92 @@ impl SqliteLog {
         Ok(n)
     }
 }
+
+/// A realistic session of `n` events: steps of a model call, a few tool calls with
+/// results (some failing), file edits, a verification run; then the end.
+pub fn realistic_session(n: u64) -> Vec<(i64, EventBody)> {
+    use tacho_schema::*;
+    let mut out = vec![(0, session_start())];
+    let mut step = 0u64;
+    let mut i = 1u64;
+    while i + 1 < n {
+        let t = i as i64 * 1_000_000;
+        let body = match i % 10 {
+            1 => {
+                step += 1;
+                EventBody::StepStart(StepStart {
+                    step,
+                    agent: Some("coder".into()),
+                    title: None,
+                })
+            }
+            2 => EventBody::LlmResponse(LlmResponse {
+                request_id: format!("r{step}"),
+                response_id: Some(format!("m{step}")),
+                model: Some("model".into()),
+                tokens_in: 1000 + i,
+                tokens_out: 50,
+                cache_read: 900,
+                cache_write: 10,
+                latency_ms: Some(900),
+                ..Default::default()
+            }),
+            3 | 5 => EventBody::ToolCall(ToolCall {
+                call_id: format!("c{i}"),
+                tool: if i % 20 == 3 {
+                    "bash".into()
+                } else {
+                    "read".into()
+                },
+                target: Some(if i % 20 == 3 {
+                    "cargo test".into()
+                } else {
+                    format!("src/m{}.rs", i % 50)
+                }),
+                input: Some(format!("{{\"path\":\"src/m{}.rs\"}}", i % 50)),
+                agent: None,
+            }),
+            4 | 6 => EventBody::ToolResult(ToolResult {
+                call_id: format!("c{}", i - 1),
+                status: if i % 70 == 4 {
+                    ToolStatus::Error
+                } else {
+                    ToolStatus::Ok
+                },
+                duration_ms: Some(i % 300),
+                error: None,
+                output: Some(filler(i, 120)),
+                exit_code: Some(0),
+            }),
+            7 => EventBody::FileEdit(FileEdit {
+                path: format!("src/m{}.rs", i % 50),
+                op: EditOp::Modify,
+                lines_added: Some(3),
+                lines_removed: Some(1),
+                ..Default::default()
+            }),
+            8 => EventBody::VerificationRun(VerificationRun {
+                command: "cargo test".into(),
+                status: VerificationStatus::Passed,
+                duration_ms: Some(4000),
+                ..Default::default()
+            }),
+            9 => EventBody::StepFinish(StepFinish { step, reason: None }),
+            _ => EventBody::LlmRequest(LlmRequest {
+                request_id: format!("r{step}"),
+                model: "model".into(),
+                ..Default::default()
+            }),
+        };
+        out.push((t, body));
+        i += 1;
+    }
+    out.push((
+        i as i64 * 1_000_000,
+        EventBody::SessionEnd(SessionEnd {
+            reason: EndReason::Completed,
+            message: None,
+        }),
+    ));
+    out
+}
