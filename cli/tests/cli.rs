@@ -967,3 +967,71 @@ fn exported_packages_verify_without_the_store() {
     assert!(bad.starts_with("exit: 1"), "{bad}");
     assert!(bad.contains("the package digest does not match"), "{bad}");
 }
+
+#[test]
+fn trace_of_a_session_and_of_log_files() {
+    let env = Env::new();
+    env.record_example();
+    env.check(&["session", "trace", "ses_01jdemo"], None, expect![[r#"
+        exit: 0
+        --- stdout
+        Trace of session ses_01jdemo8xk4rate1imit0000a | Risk: MEDIUM (20/100)
+        +  0:00.000   START   architect "Add per-client rate limiting to the public API"
+        +  0:03.190   MODEL   req_01 claude-sonnet-4-5 → 12263/587 tokens, 3150ms
+        +  0:03.210   TOOL    read src/api.ts  OK 5ms
+        +  0:03.230   TOOL    grep rateLimit  OK 12ms
+        +  0:03.250   TOOL    read src/routes.ts  OK 7ms
+        +  0:11.230   ROUTE   architect → coder
+        +  0:19.830   MODEL   req_02 claude-sonnet-4-5 → 18410/2231 tokens, 8570ms
+        +  0:19.850   TOOL    write src/middleware/rate-limit.ts  OK 20ms
+        +  0:19.890   TOOL    edit src/api.ts  OK 14ms
+        +  0:19.920   TOOL    write test/rate-limit.test.ts  OK 11ms
+        +  0:30.110   MODEL   req_03 claude-sonnet-4-5 → 21544/312 tokens, 2690ms
+        +  0:30.112   MODEL   req_03 usage repeated for response msg_03 (counted once)
+        +  0:34.910 ! TOOL    bash npm test  FAILED (error) 6370ms: 1 test failed
+        +  0:41.290 ! VERIFY  npm test failed
+        +  0:47.020   MODEL   req_04 claude-sonnet-4-5 → 23112/1040 tokens, 5700ms
+        +  0:47.040   TOOL    edit src/middleware/rate-limit.ts  OK 12ms
+        +  0:47.070   TOOL    bash npm test  OK 6290ms
+        +  0:53.370   VERIFY  npm test passed
+        +  0:57.950   MODEL   req_05 claude-sonnet-4-5 → 24051/690 tokens, 4550ms
+        +  0:58.000   END     completed
+
+        9 tool calls (1 failed), 5 model calls (99,380 in / 4,860 out tokens), 1 route(s), 0 error(s); slowest call: bash npm test 6.4s
+        Lines marked ! are what the risk score weighs: failures, errors, denials, gate decisions.
+        --- stderr
+    "#]]);
+    let logs = env.home.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join("app.log"),
+        "2026-11-30T10:00:01Z INFO server started\n2026-11-30T10:00:02Z ERROR db timeout after 3000ms on shard 7\n2026-11-30T10:00:03Z ERROR db timeout after 3100ms on shard 2\n2026-11-30T10:00:04Z WARN GET /orders took 1840ms\n",
+    )
+    .unwrap();
+    std::fs::write(
+        logs.join("svc.jsonl"),
+        "{\"level\":\"error\",\"msg\":\"payment 9f8e7d6c5b4a failed\",\"duration_ms\":12}\n{\"level\":\"info\",\"msg\":\"ok\",\"latency_ms\":2400}\nnot json\n",
+    )
+    .unwrap();
+    env.check(
+        &["session", "trace", "--logs", logs.to_str().unwrap()],
+        None,
+        expect![[r#"
+            exit: 0
+            --- stdout
+            7 line(s) in 2 file(s), 2 of them JSON
+            By level: error 3, info 2, unknown 1, warn 1
+
+            Most frequent errors:
+                   2× db timeout after Nms on shard N
+                   1× payment N failed
+
+            Slowest operations:
+                  3.1s $TACHO_HOME/logs/app.log:3  db timeout after 3100ms on shard 2
+                  3.0s $TACHO_HOME/logs/app.log:2  db timeout after 3000ms on shard 7
+                  2.4s $TACHO_HOME/logs/svc.jsonl:2  ok
+                  1.8s $TACHO_HOME/logs/app.log:4  GET /orders took 1840ms
+            --- stderr
+        "#]],
+    );
+}

@@ -75,8 +75,8 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
-/// Tool durations keep a decimal between one and ten seconds: `6.4s`.
-fn tool_duration(ms: u64) -> String {
+/// Durations that keep a decimal between one and ten seconds: `6.4s`.
+pub fn tool_duration(ms: u64) -> String {
     match ms {
         1_000..=9_999 => format!("{:.1}s", ms as f64 / 1000.0),
         _ => duration(ms),

@@ -6,3 +6,4 @@ pub mod record;
 pub mod replay;
 pub mod risk;
 pub mod session;
+pub mod trace;

@@ -22,6 +22,8 @@ pub enum SessionCommand {
     Replay(crate::cmd::replay::ReplayArgs),
     /// Compare two runs: risk, files, failures, decision paths; --deep aligns their steps.
     Compare(crate::cmd::compare::CompareArgs),
+    /// A risk-scored timeline of a session; --logs analyses log files instead.
+    Trace(crate::cmd::trace::TraceArgs),
 }
 
 #[derive(Debug, Args)]
@@ -55,6 +57,7 @@ pub fn run(c: SessionCommand) -> Result<(), CliError> {
         SessionCommand::Show(a) => show(a),
         SessionCommand::Replay(a) => crate::cmd::replay::run(a),
         SessionCommand::Compare(a) => crate::cmd::compare::run(a),
+        SessionCommand::Trace(a) => crate::cmd::trace::run(a),
     }
 }
 

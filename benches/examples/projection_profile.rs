@@ -1,0 +1,35 @@
+//! A fixed workload for profiling the projection build from the log:
+//! `valgrind --tool=callgrind target/release/examples/projection_profile`.
+
+use tacho_benches::realistic_session;
+use tacho_engine::{Durability, Store, StoreOptions};
+use tacho_projections::{ExecutionGraph, SessionSummary, assess};
+
+fn main() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), StoreOptions::default()).expect("store");
+    let events = realistic_session(1000);
+    for k in 0..50 {
+        let mut w = store.writer(&format!("ses_{k:04}")).expect("writer");
+        w.append_batch(&events, Durability::Buffered)
+            .expect("append");
+    }
+    let mut acc = 0u64;
+    for id in store.sessions().expect("sessions") {
+        build(&store, &id, &mut acc);
+    }
+    println!("{acc}");
+}
+
+#[inline(never)]
+fn build(store: &Store, id: &str, acc: &mut u64) {
+    let mut g = ExecutionGraph::new(id);
+    let mut s = SessionSummary::new(id);
+    store
+        .read_session(id, |e| {
+            g.apply(e.seq, &e.event);
+            s.apply(&e.event);
+        })
+        .expect("read");
+    *acc += u64::from(assess(&g).score) + s.tokens_in;
+}
