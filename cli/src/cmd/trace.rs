@@ -49,15 +49,8 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
     })?;
     let risk = assess(&g);
     // Results by call id, to print each call once with its outcome.
-    let results: BTreeMap<&str, (Option<ToolStatus>, Option<u64>, Option<&str>)> = g
-        .tools()
-        .map(|(_, t)| {
-            (
-                t.call_id.as_str(),
-                (t.status, t.duration_ms, t.error.as_deref()),
-            )
-        })
-        .collect();
+    let results: BTreeMap<&str, &tacho_projections::ToolNode> =
+        g.tools().map(|(_, t)| (t.call_id.as_str(), t)).collect();
     let start = events.first().map_or(0, |e| e.event.time_unix_ns);
     let mut responses_seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut rows = Vec::new();
@@ -115,10 +108,10 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
                 ("MODEL", text, if r.error.is_some() { "!" } else { "" })
             }
             EventBody::ToolCall(c) => {
-                let (status, dur, err) = results
-                    .get(c.call_id.as_str())
-                    .copied()
-                    .unwrap_or((None, None, None));
+                let node = results.get(c.call_id.as_str());
+                let status = node.and_then(|t| t.status);
+                let dur = node.and_then(|t| t.duration_ms);
+                let err = node.and_then(|t| t.error.as_deref());
                 let outcome = match status {
                     Some(ToolStatus::Ok) => "OK".to_string(),
                     Some(s) => format!("FAILED ({s})"),
