@@ -531,3 +531,73 @@ mod incremental {
         }
     }
 }
+
+/// `tacho graph --format mermaid` renders: every diagram, including one whose labels
+/// hold quotes, brackets, `#`, backticks, HTML and line breaks, goes through the real
+/// Mermaid parser (npm `mermaid`, run by Node; `.ci/run` installs it into
+/// `tests/mermaid/`). Without Node or that install the test says so and passes,
+/// except in CI (`CI` set), where it fails.
+#[test]
+fn mermaid_output_parses_with_the_real_mermaid_parser() {
+    let dir = repo_root().join("tests/mermaid");
+    let node_ok = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !node_ok || !dir.join("node_modules/mermaid").is_dir() {
+        let msg = "the Mermaid check needs Node and `npm ci` in tests/mermaid (.ci/run does both)";
+        assert!(std::env::var_os("CI").is_none(), "{msg}");
+        eprintln!("skipped: {msg}");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let hostile = concat!(
+        "{\"type\":\"session.start\",\"ts\":1000,\"agent\":\"a \\\"quoted\\\" <agent>\",\"title\":\"#1 `tick` & [brackets] {braces}\"}\n",
+        "{\"type\":\"step.start\",\"ts\":1001,\"step\":1,\"agent\":\"x-->y\"}\n",
+        "{\"type\":\"tool.call\",\"ts\":1002,\"call_id\":\"c1\",\"tool\":\"bash\",\"target\":\"echo \\\"a|b\\\" > out; grep -E '[0-9]+' <in>\\nsecond line\"}\n",
+        "{\"type\":\"tool.result\",\"ts\":1003,\"call_id\":\"c1\",\"status\":\"error\",\"error\":\"<script>alert(1)</script>\"}\n",
+        "{\"type\":\"tool.call\",\"ts\":1004,\"call_id\":\"c2\",\"tool\":\"read\",\"target\":\"src/%23weird#file;name().ts\"}\n",
+        "{\"type\":\"step.finish\",\"ts\":1005,\"step\":1}\n",
+        "{\"type\":\"session.end\",\"ts\":1006,\"reason\":\"aborted\"}\n",
+    );
+    let mut rec = tacho(home.path());
+    rec.args(["record", "--session", "ses_hostile", "-"])
+        .stdin(Stdio::piped());
+    let mut child = rec.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(hostile.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    for src in ["rate-limit.jsonl", "all-kinds.jsonl"] {
+        let mut c = tacho(home.path());
+        c.args(["record"])
+            .arg(fixture_dir().join("sources").join(src));
+        assert_eq!(run(c).0, 0);
+    }
+    let mut files = Vec::new();
+    for s in ["ses_hostile", "ses_01jdemo", "ses_fixture"] {
+        let mut c = tacho(home.path());
+        c.args(["graph", s, "--format", "mermaid"]);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{err}");
+        let f = home.path().join(format!("{s}.mmd"));
+        std::fs::write(&f, out).unwrap();
+        files.push(f);
+    }
+    let out = std::process::Command::new("node")
+        .arg(dir.join("check.mjs"))
+        .args(&files)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("ok ").count(), 3, "{text}");
+}
