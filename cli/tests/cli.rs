@@ -670,6 +670,19 @@ fn replay_modes() {
         .map(|s| s["events"].as_array().unwrap().len())
         .sum();
     assert_eq!(total, 48, "every event once");
+    // Execute: per step, the calls to expect with inputs and recorded results; usage
+    // attributed as in the graph.
+    let exec = env.run(&["session", "replay", "ses_01jdemo", "--mode", "execute"], None);
+    let steps: Vec<serde_json::Value> = exec
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(steps.len(), 4, "{exec}");
+    assert_eq!(steps[0]["tokens_in"], 12263);
+    assert_eq!(steps[2]["tool_calls"][0]["input"]["command"], "npm test");
+    assert_eq!(steps[2]["tool_calls"][0]["expected"]["status"], "error");
+    assert_eq!(steps[3]["tool_calls"][1]["expected"]["exit_code"], 0);
     // A record whose events do not pair up fails verification, each finding located.
     let bad = concat!(
         "{\"type\":\"session.start\",\"ts\":1000}\n",

@@ -19,6 +19,10 @@ pub enum ReplayMode {
     Verify,
     /// The step stream rebuilt from the events, each event whole.
     Reconstruct,
+    /// The step stream as expectations for a program that re-drives an agent and
+    /// compares (JSON Lines: per step, the tool calls to expect with their inputs and
+    /// the recorded results). Nothing is re-run.
+    Execute,
     /// One portable, self-verifying file with the session's record, which
     /// `--mode verify --package FILE` checks on another machine (SPEC.md §9).
     Export,
@@ -65,6 +69,7 @@ pub fn run(a: ReplayArgs) -> Result<(), CliError> {
         ReplayMode::Summary => summary(&store, &session, a.json, &mut out)?,
         ReplayMode::Reconstruct => reconstruct(&store, &session, a.json, &mut out)?,
         ReplayMode::Export => return export(&store, &session, a.output.as_deref()),
+        ReplayMode::Execute => execute(&store, &session, &mut out)?,
         ReplayMode::Verify => {
             let failed = verify(&store, &session, a.json, &mut out)?;
             return finish_verify(failed, &session, out);
@@ -273,6 +278,55 @@ fn reconstruct(store: &Store, session: &str, json: bool, out: &mut Out) -> Resul
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// Per step, what a re-driven agent is expected to do: the calls, in order, with their
+/// inputs, and the results the original run got, for a harness to compare against.
+/// Steps and their usage come from the execution graph, so the attribution is the same
+/// as in `tacho graph`.
+fn execute(store: &Store, session: &str, out: &mut Out) -> Result<(), CliError> {
+    let mut g = tacho_projections::ExecutionGraph::new(session);
+    let mut inputs: std::collections::BTreeMap<String, Option<String>> = Default::default();
+    let mut results: std::collections::BTreeMap<String, tacho_schema::ToolResult> =
+        Default::default();
+    store.read_session(session, |e| {
+        g.apply(e.seq, &e.event);
+        match e.event.body {
+            EventBody::ToolCall(c) => {
+                inputs.insert(c.call_id, c.input);
+            }
+            EventBody::ToolResult(r) => {
+                results.entry(r.call_id.clone()).or_insert(r);
+            }
+            _ => {}
+        }
+    })?;
+    for s in &g.steps {
+        let calls: Vec<serde_json::Value> = s
+            .tools
+            .iter()
+            .map(|t| {
+                let input = inputs
+                    .get(&t.call_id)
+                    .and_then(|i| i.as_deref())
+                    .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok());
+                let r = results.get(&t.call_id);
+                serde_json::json!({
+                    "seq": t.seq, "call_id": t.call_id, "tool": t.tool, "target": t.target,
+                    "input": input,
+                    "expected": r.map(|r| serde_json::json!({
+                        "status": r.status, "exit_code": r.exit_code, "error": r.error, "output": r.output,
+                    })),
+                })
+            })
+            .collect();
+        out.json(&serde_json::json!({
+            "type": "expect_step", "session": session, "step": s.number, "implicit": s.implicit,
+            "agent": s.agent, "tokens_in": s.tokens.input, "tokens_out": s.tokens.output,
+            "tool_calls": calls,
+        }))?;
     }
     Ok(())
 }
