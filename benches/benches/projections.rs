@@ -26,11 +26,10 @@ fn bench_mode() -> bool {
 /// on all of them, so nothing is optimised away.
 fn project(session: &str, events: impl IntoIterator<Item = (u64, Event)>) -> u64 {
     let mut g = ExecutionGraph::new(session);
-    let mut s = SessionSummary::new(session);
     for (seq, e) in events {
         g.apply(seq, &e);
-        s.apply(&e);
     }
+    let s = SessionSummary::from_graph(&g);
     u64::from(assess(&g).score) + s.tokens_in + g.tools().count() as u64
 }
 

@@ -24,12 +24,9 @@ fn main() {
 #[inline(never)]
 fn build(store: &Store, id: &str, acc: &mut u64) {
     let mut g = ExecutionGraph::new(id);
-    let mut s = SessionSummary::new(id);
     store
-        .read_session(id, |e| {
-            g.apply(e.seq, &e.event);
-            s.apply(&e.event);
-        })
+        .read_session(id, |e| g.apply(e.seq, &e.event))
         .expect("read");
+    let s = SessionSummary::from_graph(&g);
     *acc += u64::from(assess(&g).score) + s.tokens_in;
 }

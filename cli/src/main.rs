@@ -6,6 +6,7 @@
 mod cmd;
 mod error;
 mod home;
+mod materialize;
 mod output;
 
 use std::process::ExitCode;

@@ -98,7 +98,7 @@ fn record_then_list() {
             exit: 0
             --- stdout
             {"type":"session","session":"ses_01jdemo8xk4rate1imit0000a","started_unix_ns":1795166043120000000,"last_event_unix_ns":1795166101120000000,"status":"completed","agent":"architect","title":"Add per-client rate limiting to the public API","workspace":"/home/dev/shop-api","project":"shop-api","parent":null,"events":48,"steps":4,"tool_calls":9,"tool_failures":1,"files_edited":3,"tokens_in":99380,"tokens_out":4860,"started":"2026-11-20T09:14:03.12Z","risk_score":20,"risk_level":"MEDIUM"}
-            {"type":"session","session":"ses_x","started_unix_ns":1796025600000000000,"last_event_unix_ns":1796025601000000000,"status":"running","agent":"coder","title":"Fix the flaky test","workspace":null,"project":null,"parent":null,"events":2,"steps":0,"tool_calls":1,"tool_failures":0,"files_edited":0,"tokens_in":0,"tokens_out":0,"started":"2026-11-30T08:00:00Z","risk_score":5,"risk_level":"LOW"}
+            {"type":"session","session":"ses_x","started_unix_ns":1796025600000000000,"last_event_unix_ns":1796025601000000000,"status":"running","agent":"coder","title":"Fix the flaky test","workspace":null,"project":null,"parent":null,"events":2,"steps":1,"tool_calls":1,"tool_failures":0,"files_edited":0,"tokens_in":0,"tokens_out":0,"started":"2026-11-30T08:00:00Z","risk_score":5,"risk_level":"LOW"}
             --- stderr
         "#]],
     );
@@ -628,7 +628,7 @@ fn replay_modes() {
               checksums, hash chain, sequence numbers: ok (48 events in 1 segment(s))
               tool results paired with their calls: ok (all 9 results checked, none skipped)
               steps balanced, one start, nothing after the end: ok
-              stored projections: none stored yet, so none to compare with a rebuild
+              stored projections: none stored, so none to compare with a rebuild
               head: 48 events, chain ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a
               last event: 2026-11-20T09:15:01.12Z
             Result: the record is intact and consistent
@@ -672,7 +672,10 @@ fn replay_modes() {
     assert_eq!(total, 48, "every event once");
     // Execute: per step, the calls to expect with inputs and recorded results; usage
     // attributed as in the graph.
-    let exec = env.run(&["session", "replay", "ses_01jdemo", "--mode", "execute"], None);
+    let exec = env.run(
+        &["session", "replay", "ses_01jdemo", "--mode", "execute"],
+        None,
+    );
     let steps: Vec<serde_json::Value> = exec
         .lines()
         .filter(|l| l.starts_with('{'))
@@ -709,7 +712,7 @@ fn replay_modes() {
               tool results paired with their calls: FAILED (all 1 results checked, none skipped)
               interrupted: call a (read) at event 2 has no result
               steps balanced, one start, nothing after the end: FAILED
-              stored projections: none stored yet, so none to compare with a rebuild
+              stored projections: none stored, so none to compare with a rebuild
               head: 6 events, chain 415ddaf6f1296aabfe50d24caa24a0787375d621a5c1c98107c50b1e20e830af
               last event: 1970-01-01T00:00:01.005Z
             Result: 2 finding(s)
@@ -956,7 +959,7 @@ fn exported_packages_verify_without_the_store() {
               checksums, hash chain, sequence numbers: ok (48 events in 1 segment(s))
               tool results paired with their calls: ok (all 9 results checked, none skipped)
               steps balanced, one start, nothing after the end: ok
-              stored projections: none stored yet, so none to compare with a rebuild
+              stored projections: none stored, so none to compare with a rebuild
               head: 48 events, chain ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a
               last event: 2026-11-20T09:15:01.12Z
             Result: the record is intact and consistent
@@ -1046,5 +1049,66 @@ fn trace_of_a_session_and_of_log_files() {
                   1.8s $TACHO_HOME/logs/app.log:4  GET /orders took 1840ms
             --- stderr
         "#]],
+    );
+}
+
+/// Stored projections: made on first use, brought up to date from where they stopped,
+/// derived only (deleting one changes nothing), and checked against a rebuild.
+#[test]
+fn stored_projections_are_incremental_derived_and_verified() {
+    let env = Env::new();
+    let start = "{\"type\":\"session.start\",\"ts\":1000,\"agent\":\"coder\"}\n{\"type\":\"step.start\",\"ts\":1001,\"step\":1}\n{\"type\":\"tool.call\",\"ts\":1002,\"call_id\":\"a\",\"tool\":\"read\",\"target\":\"src/a.rs\"}\n";
+    assert!(
+        env.run(&["record", "--session", "ses_inc", "-"], Some(start))
+            .starts_with("exit: 0")
+    );
+    let stored = env.home.path().join("log/projections/ses_inc.json");
+    let first = env.run(&["graph", "ses_inc", "--format", "json"], None);
+    assert!(stored.is_file(), "the graph is stored on first use");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stored).unwrap()).unwrap();
+    assert_eq!(v["graph"]["next_seq"], 3);
+    // More events: the stored graph is brought up to date from event 3 on.
+    let more = "{\"type\":\"tool.result\",\"ts\":1003,\"call_id\":\"a\",\"status\":\"ok\",\"duration_ms\":4}\n{\"type\":\"file.edit\",\"ts\":1004,\"path\":\"src/a.rs\",\"op\":\"modify\"}\n{\"type\":\"step.finish\",\"ts\":1005,\"step\":1}\n";
+    assert!(
+        env.run(&["record", "--session", "ses_inc", "-"], Some(more))
+            .starts_with("exit: 0")
+    );
+    let updated = env.run(&["graph", "ses_inc", "--format", "json"], None);
+    assert_ne!(first, updated);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stored).unwrap()).unwrap();
+    assert_eq!(v["graph"]["next_seq"], 6);
+    // Deleting it loses nothing: a rebuild prints the same.
+    std::fs::remove_file(&stored).unwrap();
+    assert_eq!(
+        env.run(&["graph", "ses_inc", "--format", "json"], None),
+        updated
+    );
+    assert!(
+        env.run(&["session", "replay", "ses_inc", "--mode", "verify"], None)
+            .contains("stored projections: ok")
+    );
+    // An edited projection is caught by verification...
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stored).unwrap()).unwrap();
+    v["graph"]["steps"][0]["tools"][0]["status"] = "error".into();
+    std::fs::write(&stored, v.to_string()).unwrap();
+    let out = env.run(&["session", "replay", "ses_inc", "--mode", "verify"], None);
+    assert!(
+        out.starts_with("exit: 1") && out.contains("differs from a rebuild"),
+        "{out}"
+    );
+    // ...and one the log does not back (another head) is not used: it is rebuilt.
+    v["graph"]["steps"][0]["tools"][0]["status"] = "ok".into();
+    v["head"] = "00".repeat(32).into();
+    std::fs::write(&stored, v.to_string()).unwrap();
+    assert_eq!(
+        env.run(&["graph", "ses_inc", "--format", "json"], None),
+        updated
+    );
+    assert!(
+        env.run(&["session", "replay", "ses_inc", "--mode", "verify"], None)
+            .starts_with("exit: 0")
     );
 }

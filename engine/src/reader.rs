@@ -50,6 +50,41 @@ impl Store {
             .collect())
     }
 
+    /// The chain value after the committed batch whose last event is `next_seq - 1`
+    /// (zeros for 0): what a projection built up to `next_seq` records, so that it can
+    /// later check that the log still holds the events it was built from. `None` when
+    /// `next_seq` is not at the end of a committed batch.
+    pub fn head_at(&self, session: &str, next_seq: u64) -> Result<Option<ChainValue>, StoreError> {
+        if next_seq == 0 {
+            return Ok(Some([0; 32]));
+        }
+        let segs = self.segment_files(session)?;
+        let Some(i) = segs.iter().rposition(|(first, _)| *first < next_seq) else {
+            return Ok(None);
+        };
+        let (_, path) = &segs[i];
+        let bytes = self
+            .vfs
+            .read(path, i + 1 < segs.len())
+            .map_err(|e| StoreError::io(path, e))?;
+        let mut scan = Scanner::new(
+            &bytes,
+            ScanLimits {
+                verify_chain: false,
+            },
+        );
+        while let Some(batch) = scan.next_batch() {
+            let last = batch.first_seq + batch.events.len() as u64 - 1;
+            if last + 1 == next_seq {
+                return Ok(Some(batch.chain));
+            }
+            if last + 1 > next_seq {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
     /// Calls `f` with every committed event of `session`, in order.
     pub fn read_session(
         &self,

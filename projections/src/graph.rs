@@ -7,14 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tacho_schema::{EndReason, Event, EventBody, ToolStatus, VerificationStatus};
 
 /// The JSON schema identifier of [`ExecutionGraph`] (SPEC.md §8).
 pub const GRAPH_SCHEMA: &str = "tacho.graph.v1";
 
 /// Token usage, with cache reads and writes apart.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
     #[serde(rename = "in")]
     pub input: u64,
@@ -34,7 +34,7 @@ impl Tokens {
 }
 
 /// One tool call and, once recorded, its result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolNode {
     pub seq: u64,
     pub call_id: String,
@@ -51,7 +51,7 @@ pub struct ToolNode {
 
 /// A step: from `step.start` to `step.finish`. Tool calls outside any step open an
 /// implicit step, so that nothing is left out of the graph.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepNode {
     pub number: u64,
     pub implicit: bool,
@@ -75,7 +75,7 @@ impl StepNode {
 }
 
 /// A routing decision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteNode {
     pub seq: u64,
     pub at_unix_ns: i64,
@@ -85,7 +85,7 @@ pub struct RouteNode {
 }
 
 /// An error event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorNode {
     pub seq: u64,
     pub at_unix_ns: i64,
@@ -95,7 +95,7 @@ pub struct ErrorNode {
 }
 
 /// A verification run (test, build, lint ...).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerificationNode {
     pub seq: u64,
     pub at_unix_ns: i64,
@@ -106,7 +106,7 @@ pub struct VerificationNode {
 }
 
 /// What happened to one file, from recorded file edits.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileChange {
     pub edits: u64,
     pub created: bool,
@@ -118,13 +118,15 @@ pub struct FileChange {
 }
 
 /// The execution graph of one session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionGraph {
+    #[serde(skip_deserializing)]
     pub schema: &'static str,
     pub session: String,
     pub parent: Option<String>,
     pub title: Option<String>,
     pub workspace: Option<String>,
+    pub project: Option<String>,
     pub started_unix_ns: Option<i64>,
     pub ended_unix_ns: Option<i64>,
     pub last_event_unix_ns: Option<i64>,
@@ -144,21 +146,24 @@ pub struct ExecutionGraph {
     /// Sequence number of the next event this graph expects: the log position it
     /// reflects.
     pub next_seq: u64,
+    /// What the fold needs to go on from here; stored with the graph, not printed.
+    #[serde(skip)]
+    state: FoldState,
+}
+
+/// The part of a graph that only the fold uses: stored with a materialized graph so
+/// that bringing it up to date gives exactly what a rebuild gives.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoldState {
     /// Tokens of model responses seen before any step: they belong to the next step.
-    #[serde(skip)]
     pending_tokens: Tokens,
-    #[serde(skip)]
     pending_model_calls: u64,
     /// Response ids already counted (usage repeated for one response counts once).
-    #[serde(skip)]
     responses_seen: std::collections::BTreeSet<String>,
     /// call id → (step index, tool index), for pairing results with calls.
-    #[serde(skip)]
     open_calls: BTreeMap<String, (usize, usize)>,
     /// Index of the open step, if any.
-    #[serde(skip)]
     open_step: Option<usize>,
-    #[serde(skip)]
     current_agent: Option<String>,
 }
 
@@ -171,6 +176,7 @@ impl ExecutionGraph {
             parent: None,
             title: None,
             workspace: None,
+            project: None,
             started_unix_ns: None,
             ended_unix_ns: None,
             last_event_unix_ns: None,
@@ -187,12 +193,7 @@ impl ExecutionGraph {
             permission_denials: 0,
             events: 0,
             next_seq: 0,
-            pending_tokens: Tokens::default(),
-            pending_model_calls: 0,
-            responses_seen: Default::default(),
-            open_calls: BTreeMap::new(),
-            open_step: None,
-            current_agent: None,
+            state: FoldState::default(),
         }
     }
 
@@ -202,6 +203,19 @@ impl ExecutionGraph {
         let start = self.started_unix_ns?;
         let end = self.ended_unix_ns.or(self.last_event_unix_ns)?;
         Some((end.saturating_sub(start) / 1_000_000).max(0) as u64)
+    }
+
+    /// The fold state, to store with the graph.
+    pub fn fold_state(&self) -> &FoldState {
+        &self.state
+    }
+
+    /// A graph read back from storage, with the fold state stored beside it, ready to
+    /// take the events from `next_seq` on.
+    pub fn resume(mut graph: ExecutionGraph, state: FoldState) -> Self {
+        graph.schema = GRAPH_SCHEMA;
+        graph.state = state;
+        graph
     }
 
     /// Tool calls of the whole session, in order.
@@ -216,7 +230,7 @@ impl ExecutionGraph {
             if !self.agents.contains(a) {
                 self.agents.push(a.clone());
             }
-            self.current_agent = Some(a.clone());
+            self.state.current_agent = Some(a.clone());
         }
     }
 
@@ -235,23 +249,23 @@ impl ExecutionGraph {
         at: i64,
     ) -> usize {
         let mut tokens = Tokens::default();
-        tokens.add(&self.pending_tokens);
-        self.pending_tokens = Tokens::default();
+        tokens.add(&self.state.pending_tokens);
+        self.state.pending_tokens = Tokens::default();
         self.steps.push(StepNode {
             number,
             implicit,
-            agent: agent.or_else(|| self.current_agent.clone()),
+            agent: agent.or_else(|| self.state.current_agent.clone()),
             title,
             start_seq: seq,
             started_unix_ns: at,
             finished_unix_ns: None,
             tokens,
-            model_calls: std::mem::take(&mut self.pending_model_calls),
+            model_calls: std::mem::take(&mut self.state.pending_model_calls),
             tools: Vec::new(),
             errors: 0,
         });
         let i = self.steps.len() - 1;
-        self.open_step = Some(i);
+        self.state.open_step = Some(i);
         i
     }
 
@@ -267,12 +281,13 @@ impl ExecutionGraph {
                 self.parent.clone_from(&s.parent);
                 self.title.clone_from(&s.title);
                 self.workspace.clone_from(&s.workspace);
+                self.project.clone_from(&s.project);
                 self.note_agent(s.agent.as_ref());
             }
             EventBody::SessionEnd(e) => {
                 self.ended_unix_ns = Some(at);
                 self.end_reason = Some(e.reason);
-                if let Some(i) = self.open_step.take() {
+                if let Some(i) = self.state.open_step.take() {
                     self.steps[i].finished_unix_ns.get_or_insert(at);
                 }
             }
@@ -292,7 +307,7 @@ impl ExecutionGraph {
             EventBody::LlmRequest(r) => self.note_agent(r.agent.as_ref()),
             EventBody::LlmResponse(r) => {
                 let fresh = match &r.response_id {
-                    Some(id) => self.responses_seen.insert(id.clone()),
+                    Some(id) => self.state.responses_seen.insert(id.clone()),
                     None => true,
                 };
                 if fresh {
@@ -304,20 +319,20 @@ impl ExecutionGraph {
                     };
                     self.tokens.add(&t);
                     self.model_calls += 1;
-                    match self.open_step {
+                    match self.state.open_step {
                         Some(i) => {
                             self.steps[i].tokens.add(&t);
                             self.steps[i].model_calls += 1;
                         }
                         None => {
-                            self.pending_tokens.add(&t);
-                            self.pending_model_calls += 1;
+                            self.state.pending_tokens.add(&t);
+                            self.state.pending_model_calls += 1;
                         }
                     }
                 }
             }
             EventBody::StepStart(s) => {
-                if let Some(i) = self.open_step.take() {
+                if let Some(i) = self.state.open_step.take() {
                     // A step that never finished ends where the next one starts.
                     self.steps[i].finished_unix_ns.get_or_insert(at);
                 }
@@ -325,13 +340,13 @@ impl ExecutionGraph {
                 self.start_step(s.step, false, s.agent.clone(), s.title.clone(), seq, at);
             }
             EventBody::StepFinish(_) => {
-                if let Some(i) = self.open_step.take() {
+                if let Some(i) = self.state.open_step.take() {
                     self.steps[i].finished_unix_ns = Some(at);
                 }
             }
             EventBody::ToolCall(c) => {
                 self.note_agent(c.agent.as_ref());
-                let i = match self.open_step {
+                let i = match self.state.open_step {
                     Some(i) => i,
                     None => self.open_implicit_step(seq, at),
                 };
@@ -348,11 +363,12 @@ impl ExecutionGraph {
                     duration_ms: None,
                     error: None,
                 });
-                self.open_calls
+                self.state
+                    .open_calls
                     .insert(c.call_id.clone(), (i, step.tools.len() - 1));
             }
             EventBody::ToolResult(r) => {
-                if let Some((si, ti)) = self.open_calls.remove(&r.call_id) {
+                if let Some((si, ti)) = self.state.open_calls.remove(&r.call_id) {
                     let t = &mut self.steps[si].tools[ti];
                     t.status = Some(r.status);
                     t.result_seq = Some(seq);
@@ -369,7 +385,7 @@ impl ExecutionGraph {
                 }
             }
             EventBody::Error(e) => {
-                let step = self.open_step.map(|i| {
+                let step = self.state.open_step.map(|i| {
                     self.steps[i].errors += 1;
                     self.steps[i].number
                 });
@@ -388,7 +404,7 @@ impl ExecutionGraph {
                     command: v.command.clone(),
                     status: v.status,
                     duration_ms: v.duration_ms,
-                    step: self.open_step.map(|i| self.steps[i].number),
+                    step: self.state.open_step.map(|i| self.steps[i].number),
                 });
             }
             EventBody::FileEdit(f) => {

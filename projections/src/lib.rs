@@ -13,8 +13,8 @@ mod summary;
 
 pub use compare::{Comparison, Side, StepPair, align, compare};
 pub use graph::{
-    ErrorNode, ExecutionGraph, FileChange, GRAPH_SCHEMA, RouteNode, StepNode, Tokens, ToolNode,
-    VerificationNode,
+    ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, RouteNode, StepNode, Tokens,
+    ToolNode, VerificationNode,
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{

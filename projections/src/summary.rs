@@ -1,9 +1,9 @@
-//! The per-session summary that listings show.
-
-use std::collections::BTreeSet;
+//! The per-session summary that listings show: a view of the execution graph.
 
 use serde::Serialize;
-use tacho_schema::{EndReason, Event, EventBody, ToolStatus};
+use tacho_schema::{EndReason, ToolStatus};
+
+use crate::graph::ExecutionGraph;
 
 /// Whether a session is still being recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -22,6 +22,7 @@ pub struct SessionSummary {
     pub started_unix_ns: Option<i64>,
     pub last_event_unix_ns: Option<i64>,
     pub status: SessionStatus,
+    /// The first agent of the session.
     pub agent: Option<String>,
     pub title: Option<String>,
     pub workspace: Option<String>,
@@ -34,71 +35,34 @@ pub struct SessionSummary {
     pub files_edited: u64,
     pub tokens_in: u64,
     pub tokens_out: u64,
-    /// Model responses already counted, so usage repeated for one response counts once.
-    #[serde(skip)]
-    responses_seen: BTreeSet<String>,
-    #[serde(skip)]
-    files_seen: BTreeSet<String>,
 }
 
 impl SessionSummary {
-    /// An empty summary of `session`.
-    pub fn new(session: &str) -> Self {
+    /// The summary of a session's graph. (The graph is the fold; this is a view of it,
+    /// so the two can never disagree.)
+    pub fn from_graph(g: &ExecutionGraph) -> Self {
         SessionSummary {
-            session: session.to_string(),
-            started_unix_ns: None,
-            last_event_unix_ns: None,
-            status: SessionStatus::Running,
-            agent: None,
-            title: None,
-            workspace: None,
-            project: None,
-            parent: None,
-            events: 0,
-            steps: 0,
-            tool_calls: 0,
-            tool_failures: 0,
-            files_edited: 0,
-            tokens_in: 0,
-            tokens_out: 0,
-            responses_seen: BTreeSet::new(),
-            files_seen: BTreeSet::new(),
-        }
-    }
-
-    /// Folds one event in. Events must come in sequence order.
-    pub fn apply(&mut self, ev: &Event) {
-        self.events += 1;
-        self.last_event_unix_ns = Some(ev.time_unix_ns);
-        match &ev.body {
-            EventBody::SessionStart(s) => {
-                self.started_unix_ns = Some(ev.time_unix_ns);
-                self.agent.clone_from(&s.agent);
-                self.title.clone_from(&s.title);
-                self.workspace.clone_from(&s.workspace);
-                self.project.clone_from(&s.project);
-                self.parent.clone_from(&s.parent);
-            }
-            EventBody::SessionEnd(e) => self.status = SessionStatus::Ended(e.reason),
-            EventBody::StepStart(_) => self.steps += 1,
-            EventBody::ToolCall(_) => self.tool_calls += 1,
-            EventBody::ToolResult(r) if r.status != ToolStatus::Ok => {
-                self.tool_failures += 1;
-            }
-            EventBody::LlmResponse(r) => {
-                let fresh = match &r.response_id {
-                    Some(id) => self.responses_seen.insert(id.clone()),
-                    None => true,
-                };
-                if fresh {
-                    self.tokens_in += r.tokens_in;
-                    self.tokens_out += r.tokens_out;
-                }
-            }
-            EventBody::FileEdit(f) if self.files_seen.insert(f.path.clone()) => {
-                self.files_edited += 1;
-            }
-            _ => {}
+            session: g.session.clone(),
+            started_unix_ns: g.started_unix_ns,
+            last_event_unix_ns: g.last_event_unix_ns,
+            status: g
+                .end_reason
+                .map_or(SessionStatus::Running, SessionStatus::Ended),
+            agent: g.agents.first().cloned(),
+            title: g.title.clone(),
+            workspace: g.workspace.clone(),
+            project: g.project.clone(),
+            parent: g.parent.clone(),
+            events: g.events,
+            steps: g.steps.len() as u64,
+            tool_calls: g.tools().count() as u64,
+            tool_failures: g
+                .tools()
+                .filter(|(_, t)| t.status.is_some_and(|s| s != ToolStatus::Ok))
+                .count() as u64,
+            files_edited: g.files.len() as u64,
+            tokens_in: g.tokens.input,
+            tokens_out: g.tokens.output,
         }
     }
 }
@@ -106,39 +70,50 @@ impl SessionSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tacho_schema::{LlmResponse, SessionEnd, SessionStart};
-
-    fn ev(t: i64, body: EventBody) -> Event {
-        Event {
-            session: "s".into(),
-            time_unix_ns: t,
-            body,
-        }
-    }
+    use tacho_schema::{Event, EventBody, LlmResponse, SessionEnd, SessionStart};
 
     #[test]
     fn repeated_usage_of_one_response_counts_once() {
-        let mut s = SessionSummary::new("s");
-        s.apply(&ev(1, EventBody::SessionStart(SessionStart::default())));
-        let usage = |id: &str| {
+        let mut g = ExecutionGraph::new("s");
+        let bodies = [
+            EventBody::SessionStart(SessionStart::default()),
             EventBody::LlmResponse(LlmResponse {
                 request_id: "r".into(),
-                response_id: Some(id.into()),
+                response_id: Some("m1".into()),
                 tokens_in: 100,
                 tokens_out: 7,
-                ..LlmResponse::default()
-            })
-        };
-        s.apply(&ev(2, usage("m1")));
-        s.apply(&ev(3, usage("m1")));
-        s.apply(&ev(4, usage("m2")));
-        s.apply(&ev(
-            5,
+                ..Default::default()
+            }),
+            EventBody::LlmResponse(LlmResponse {
+                request_id: "r".into(),
+                response_id: Some("m1".into()),
+                tokens_in: 100,
+                tokens_out: 7,
+                ..Default::default()
+            }),
+            EventBody::LlmResponse(LlmResponse {
+                request_id: "r".into(),
+                response_id: Some("m2".into()),
+                tokens_in: 100,
+                tokens_out: 7,
+                ..Default::default()
+            }),
             EventBody::SessionEnd(SessionEnd {
                 reason: EndReason::StepLimit,
                 message: None,
             }),
-        ));
+        ];
+        for (i, body) in bodies.into_iter().enumerate() {
+            g.apply(
+                i as u64,
+                &Event {
+                    session: "s".into(),
+                    time_unix_ns: i as i64 + 1,
+                    body,
+                },
+            );
+        }
+        let s = SessionSummary::from_graph(&g);
         assert_eq!((s.tokens_in, s.tokens_out), (200, 14));
         assert_eq!(s.status, SessionStatus::Ended(EndReason::StepLimit));
         assert_eq!(s.events, 5);

@@ -31,11 +31,9 @@ pub struct GraphArgs {
     pub format: GraphFormat,
 }
 
-/// Reads a session and folds it into its execution graph.
+/// A session's execution graph: its stored projection brought up to date.
 pub fn load_graph(store: &Store, session: &str) -> Result<ExecutionGraph, CliError> {
-    let mut g = ExecutionGraph::new(session);
-    store.read_session(session, |e| g.apply(e.seq, &e.event))?;
-    Ok(g)
+    crate::materialize::graph(store, session)
 }
 
 pub fn run(a: GraphArgs) -> Result<(), CliError> {

@@ -370,6 +370,46 @@ pub fn verify(store: &Store, session: &str, json: bool, out: &mut Out) -> Result
             "finding: the session could not be read to its end: {e}"
         ))?;
     }
+    // A stored projection must be what a rebuild from the log gives.
+    let mut projection = "none stored, so none to compare with a rebuild".to_string();
+    if let Some((stored, head)) = crate::materialize::read_stored(store, session) {
+        let backed = store
+            .head_at(session, stored.next_seq)?
+            .is_some_and(|h| tacho_engine::hex(&h) == head);
+        let problem = if !backed {
+            Some(format!(
+                "the stored projection claims events 0..{} with head {head}, which the log does not hold",
+                stored.next_seq
+            ))
+        } else if crate::materialize::rebuild(store, session, stored.next_seq)? != stored {
+            Some(format!(
+                "the stored projection (events 0..{}) differs from a rebuild from the log",
+                stored.next_seq
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => {
+                failed += 1;
+                projection = "FAILED".into();
+                if json {
+                    out.json(&serde_json::json!({"type": "finding", "check": "projection", "location": crate::materialize::path(store, session).display().to_string(), "message": p}))?;
+                } else {
+                    out.line(format!(
+                        "finding: {}: {p}",
+                        crate::materialize::path(store, session).display()
+                    ))?;
+                }
+            }
+            None => {
+                projection = format!(
+                    "ok (the execution graph up to event {} equals a rebuild)",
+                    stored.next_seq
+                )
+            }
+        }
+    }
     for f in &report.findings {
         failed += 1;
         if json {
@@ -386,7 +426,7 @@ pub fn verify(store: &Store, session: &str, json: bool, out: &mut Out) -> Result
             "type": "summary", "session": session, "ok": failed == 0, "findings": failed,
             "events": log.events, "tool_results_checked": report.tool_results_checked,
             "interrupted": report.interrupted.len(), "pending": report.pending.len(),
-            "head": tacho_engine::hex(&log.chain), "stored_projections": 0,
+            "head": tacho_engine::hex(&log.chain), "stored_projection": projection,
         }))?;
         return Ok(failed);
     }
@@ -426,7 +466,7 @@ pub fn verify(store: &Store, session: &str, json: bool, out: &mut Out) -> Result
             .iter()
             .any(|f| f.rule != ReplayRule::Pairing))
     ))?;
-    out.line("  stored projections: none stored yet, so none to compare with a rebuild")?;
+    out.line(format!("  stored projections: {projection}"))?;
     if log_ok {
         out.line(format!(
             "  head: {} events, chain {}",

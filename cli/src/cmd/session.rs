@@ -82,18 +82,13 @@ fn parse_since(s: &str) -> Result<i64, CliError> {
     })
 }
 
-/// Reads a session once, folding both its summary and its graph.
+/// A session's graph (its stored projection brought up to date) and summary.
 fn fold(
     store: &tacho_engine::Store,
     id: &str,
 ) -> Result<(SessionSummary, ExecutionGraph), CliError> {
-    let mut s = SessionSummary::new(id);
-    let mut g = ExecutionGraph::new(id);
-    store.read_session(id, |e| {
-        s.apply(&e.event);
-        g.apply(e.seq, &e.event);
-    })?;
-    Ok((s, g))
+    let g = crate::materialize::graph(store, id)?;
+    Ok((SessionSummary::from_graph(&g), g))
 }
 
 fn project_of(s: &SessionSummary) -> Option<String> {
