@@ -73,7 +73,8 @@ pub fn graph(store: &Store, session: &str) -> Result<ExecutionGraph, CliError> {
     let stored = load_trusted(store, session);
     let had = stored.as_ref().map(|g| g.next_seq);
     let mut g = stored.unwrap_or_else(|| ExecutionGraph::new(session));
-    let end = store.read_session_from(session, g.next_seq, |e| g.apply(e.seq, &e.event))?;
+    let end =
+        store.read_session_views(session, g.next_seq, |seq, at, v| g.apply_view(seq, at, v))?;
     if had != Some(g.next_seq) && g.next_seq == end.next_seq {
         // Derived data: failing to store it costs a rebuild next time, nothing more.
         if let Err(e) = save(store, session, &g, &end.head) {
@@ -86,9 +87,9 @@ pub fn graph(store: &Store, session: &str) -> Result<ExecutionGraph, CliError> {
 /// A graph built from the log alone, up to (not including) event `until`.
 pub fn rebuild(store: &Store, session: &str, until: u64) -> Result<ExecutionGraph, CliError> {
     let mut g = ExecutionGraph::new(session);
-    store.read_session(session, |e| {
-        if e.seq < until {
-            g.apply(e.seq, &e.event)
+    store.read_session_views(session, 0, |seq, at, v| {
+        if seq < until {
+            g.apply_view(seq, at, v)
         }
     })?;
     Ok(g)

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd, StreamId};
-use tacho_schema::{Event, EventBody};
+use tacho_schema::{Event, EventBody, EventView, SchemaError};
 
 use crate::link::{Expected, header_problems};
 use crate::store::{Store, StoreError};
@@ -103,6 +103,56 @@ impl Store {
         from_seq: u64,
         mut f: impl FnMut(StoredEvent),
     ) -> Result<ReadEnd, StoreError> {
+        self.read_frames(
+            session,
+            from_seq,
+            |seq, time_unix_ns, kind, version, payload| {
+                let body = EventBody::decode(kind, version, payload)?;
+                f(StoredEvent {
+                    seq,
+                    event: Event {
+                        session: session.to_string(),
+                        time_unix_ns,
+                        body,
+                    },
+                });
+                Ok(())
+            },
+        )
+    }
+
+    /// Like [`Store::read_session_from`], but hands out borrowed views of the payloads,
+    /// validated in place: nothing is copied or allocated per event. This is how
+    /// projections are built from the log.
+    pub fn read_session_views(
+        &self,
+        session: &str,
+        from_seq: u64,
+        mut f: impl FnMut(u64, i64, &EventView<'_>),
+    ) -> Result<ReadEnd, StoreError> {
+        self.read_frames(
+            session,
+            from_seq,
+            |seq, time_unix_ns, kind, version, payload| {
+                f(
+                    seq,
+                    time_unix_ns,
+                    &EventView::from_archived(kind, version, payload)?,
+                );
+                Ok(())
+            },
+        )
+    }
+
+    /// The reader behind both: every committed event frame from `from_seq` on, as
+    /// (seq, time, kind, kind version, payload). A payload `f` cannot decode is
+    /// corruption at that frame.
+    fn read_frames(
+        &self,
+        session: &str,
+        from_seq: u64,
+        mut f: impl FnMut(u64, i64, u16, u16, &[u8]) -> Result<(), SchemaError>,
+    ) -> Result<ReadEnd, StoreError> {
         let segs = self.segment_files(session)?;
         let stream = StreamId::of_name(session);
         let start = segs
@@ -150,20 +200,9 @@ impl Store {
                     if seq < from_seq {
                         continue;
                     }
-                    let body = EventBody::decode(
-                        frame.header.kind,
-                        frame.header.kind_version,
-                        frame.payload,
-                    )
-                    .map_err(|e| corrupt(frame.offset, e.to_string()))?;
-                    f(StoredEvent {
-                        seq,
-                        event: Event {
-                            session: session.to_string(),
-                            time_unix_ns: frame.header.time_unix_ns,
-                            body,
-                        },
-                    });
+                    let h = &frame.header;
+                    f(seq, h.time_unix_ns, h.kind, h.kind_version, frame.payload)
+                        .map_err(|e| corrupt(frame.offset, e.to_string()))?;
                 }
             }
             end.next_seq = scan.next_seq();

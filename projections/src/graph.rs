@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tacho_schema::{EndReason, Event, EventBody, ToolStatus, VerificationStatus};
+use tacho_schema::{EndReason, Event, EventView, ToolStatus, VerificationStatus};
 
 /// The JSON schema identifier of [`ExecutionGraph`] (SPEC.md §8).
 pub const GRAPH_SCHEMA: &str = "tacho.graph.v1";
@@ -225,12 +225,14 @@ impl ExecutionGraph {
             .flat_map(|s| s.tools.iter().map(move |t| (s, t)))
     }
 
-    fn note_agent(&mut self, agent: Option<&String>) {
+    fn note_agent(&mut self, agent: Option<&str>) {
         if let Some(a) = agent {
-            if !self.agents.contains(a) {
-                self.agents.push(a.clone());
+            if !self.agents.iter().any(|x| x == a) {
+                self.agents.push(a.to_string());
             }
-            self.state.current_agent = Some(a.clone());
+            if self.state.current_agent.as_deref() != Some(a) {
+                self.state.current_agent = Some(a.to_string());
+            }
         }
     }
 
@@ -271,51 +273,72 @@ impl ExecutionGraph {
 
     /// Folds in the event with sequence number `seq`. Events must come in order.
     pub fn apply(&mut self, seq: u64, ev: &Event) {
-        let at = ev.time_unix_ns;
+        self.apply_view(seq, ev.time_unix_ns, &ev.body.view());
+    }
+
+    /// Folds in a borrowed view of the event with sequence number `seq` at `at` (ns
+    /// since the epoch): what building from the log uses, without owning the event.
+    pub fn apply_view(&mut self, seq: u64, at: i64, ev: &EventView<'_>) {
+        let own = |s: Option<&str>| s.map(str::to_string);
         self.events += 1;
         self.next_seq = seq + 1;
         self.last_event_unix_ns = Some(at);
-        match &ev.body {
-            EventBody::SessionStart(s) => {
+        match *ev {
+            EventView::SessionStart {
+                agent,
+                workspace,
+                project,
+                parent,
+                title,
+            } => {
                 self.started_unix_ns = Some(at);
-                self.parent.clone_from(&s.parent);
-                self.title.clone_from(&s.title);
-                self.workspace.clone_from(&s.workspace);
-                self.project.clone_from(&s.project);
-                self.note_agent(s.agent.as_ref());
+                self.parent = own(parent);
+                self.title = own(title);
+                self.workspace = own(workspace);
+                self.project = own(project);
+                self.note_agent(agent);
             }
-            EventBody::SessionEnd(e) => {
+            EventView::SessionEnd { reason } => {
                 self.ended_unix_ns = Some(at);
-                self.end_reason = Some(e.reason);
+                self.end_reason = Some(reason);
                 if let Some(i) = self.state.open_step.take() {
                     self.steps[i].finished_unix_ns.get_or_insert(at);
                 }
             }
-            EventBody::AgentRoute(r) => {
-                if let Some(from) = &r.from {
-                    self.note_agent(Some(from));
+            EventView::AgentRoute { from, to, reason } => {
+                if from.is_some() {
+                    self.note_agent(from);
                 }
-                self.note_agent(Some(&r.to));
+                self.note_agent(Some(to));
                 self.routes.push(RouteNode {
                     seq,
                     at_unix_ns: at,
-                    from: r.from.clone(),
-                    to: r.to.clone(),
-                    reason: r.reason.clone(),
+                    from: own(from),
+                    to: to.to_string(),
+                    reason: own(reason),
                 });
             }
-            EventBody::LlmRequest(r) => self.note_agent(r.agent.as_ref()),
-            EventBody::LlmResponse(r) => {
-                let fresh = match &r.response_id {
-                    Some(id) => self.state.responses_seen.insert(id.clone()),
+            EventView::LlmRequest { agent } => self.note_agent(agent),
+            EventView::LlmResponse {
+                response_id,
+                tokens_in,
+                tokens_out,
+                cache_read,
+                cache_write,
+            } => {
+                let fresh = match response_id {
+                    Some(id) => {
+                        !self.state.responses_seen.contains(id)
+                            && self.state.responses_seen.insert(id.to_string())
+                    }
                     None => true,
                 };
                 if fresh {
                     let t = Tokens {
-                        input: r.tokens_in,
-                        output: r.tokens_out,
-                        cache_read: r.cache_read,
-                        cache_write: r.cache_write,
+                        input: tokens_in,
+                        output: tokens_out,
+                        cache_read,
+                        cache_write,
                     };
                     self.tokens.add(&t);
                     self.model_calls += 1;
@@ -331,21 +354,26 @@ impl ExecutionGraph {
                     }
                 }
             }
-            EventBody::StepStart(s) => {
+            EventView::StepStart { step, agent, title } => {
                 if let Some(i) = self.state.open_step.take() {
                     // A step that never finished ends where the next one starts.
                     self.steps[i].finished_unix_ns.get_or_insert(at);
                 }
-                self.note_agent(s.agent.as_ref());
-                self.start_step(s.step, false, s.agent.clone(), s.title.clone(), seq, at);
+                self.note_agent(agent);
+                self.start_step(step, false, own(agent), own(title), seq, at);
             }
-            EventBody::StepFinish(_) => {
+            EventView::StepFinish { .. } => {
                 if let Some(i) = self.state.open_step.take() {
                     self.steps[i].finished_unix_ns = Some(at);
                 }
             }
-            EventBody::ToolCall(c) => {
-                self.note_agent(c.agent.as_ref());
+            EventView::ToolCall {
+                call_id,
+                tool,
+                target,
+                agent,
+            } => {
+                self.note_agent(agent);
                 let i = match self.state.open_step {
                     Some(i) => i,
                     None => self.open_implicit_step(seq, at),
@@ -353,10 +381,10 @@ impl ExecutionGraph {
                 let step = &mut self.steps[i];
                 step.tools.push(ToolNode {
                     seq,
-                    call_id: c.call_id.clone(),
-                    tool: c.tool.clone(),
-                    target: c.target.clone(),
-                    agent: c.agent.clone().or_else(|| step.agent.clone()),
+                    call_id: call_id.to_string(),
+                    tool: tool.to_string(),
+                    target: own(target),
+                    agent: own(agent).or_else(|| step.agent.clone()),
                     started_unix_ns: at,
                     status: None,
                     result_seq: None,
@@ -365,26 +393,31 @@ impl ExecutionGraph {
                 });
                 self.state
                     .open_calls
-                    .insert(c.call_id.clone(), (i, step.tools.len() - 1));
+                    .insert(call_id.to_string(), (i, step.tools.len() - 1));
             }
-            EventBody::ToolResult(r) => {
-                if let Some((si, ti)) = self.state.open_calls.remove(&r.call_id) {
+            EventView::ToolResult {
+                call_id,
+                status,
+                duration_ms,
+                error,
+            } => {
+                if let Some((si, ti)) = self.state.open_calls.remove(call_id) {
                     let t = &mut self.steps[si].tools[ti];
-                    t.status = Some(r.status);
+                    t.status = Some(status);
                     t.result_seq = Some(seq);
-                    t.error.clone_from(&r.error);
-                    t.duration_ms = r.duration_ms.or_else(|| {
+                    t.error = own(error);
+                    t.duration_ms = duration_ms.or_else(|| {
                         Some((at.saturating_sub(t.started_unix_ns) / 1_000_000).max(0) as u64)
                     });
                 }
             }
-            EventBody::PermissionAsk(_) => self.permission_asks += 1,
-            EventBody::PermissionReply(r) => {
-                if r.decision == tacho_schema::Decision::Deny {
+            EventView::PermissionAsk => self.permission_asks += 1,
+            EventView::PermissionReply { decision } => {
+                if decision == tacho_schema::Decision::Deny {
                     self.permission_denials += 1;
                 }
             }
-            EventBody::Error(e) => {
+            EventView::Error { message, fatal } => {
                 let step = self.state.open_step.map(|i| {
                     self.steps[i].errors += 1;
                     self.steps[i].number
@@ -392,35 +425,48 @@ impl ExecutionGraph {
                 self.errors.push(ErrorNode {
                     seq,
                     at_unix_ns: at,
-                    message: e.message.clone(),
-                    fatal: e.fatal,
+                    message: message.to_string(),
+                    fatal,
                     step,
                 });
             }
-            EventBody::VerificationRun(v) => {
+            EventView::VerificationRun {
+                command,
+                status,
+                duration_ms,
+            } => {
                 self.verifications.push(VerificationNode {
                     seq,
                     at_unix_ns: at,
-                    command: v.command.clone(),
-                    status: v.status,
-                    duration_ms: v.duration_ms,
+                    command: command.to_string(),
+                    status,
+                    duration_ms,
                     step: self.state.open_step.map(|i| self.steps[i].number),
                 });
             }
-            EventBody::FileEdit(f) => {
-                let c = self.files.entry(f.path.clone()).or_default();
+            EventView::FileEdit {
+                path,
+                op,
+                from,
+                lines_added,
+                lines_removed,
+            } => {
+                let c = match self.files.get_mut(path) {
+                    Some(c) => c,
+                    None => self.files.entry(path.to_string()).or_default(),
+                };
                 c.edits += 1;
                 c.last_edit_seq = seq;
-                c.lines_added += f.lines_added.unwrap_or(0);
-                c.lines_removed += f.lines_removed.unwrap_or(0);
-                match f.op {
+                c.lines_added += lines_added.unwrap_or(0);
+                c.lines_removed += lines_removed.unwrap_or(0);
+                match op {
                     tacho_schema::EditOp::Create => c.created = true,
                     tacho_schema::EditOp::Delete => c.deleted = true,
-                    tacho_schema::EditOp::Rename => c.renamed_from.clone_from(&f.from),
+                    tacho_schema::EditOp::Rename => c.renamed_from = own(from),
                     tacho_schema::EditOp::Modify => {}
                 }
             }
-            EventBody::Unknown { .. } => {}
+            EventView::Unknown => {}
         }
     }
 }

@@ -11,9 +11,11 @@
 
 mod json;
 mod kinds;
+mod view;
 
 pub use json::{JsonError, ParsedLine, parse_json_line, parse_rfc3339, time_to_rfc3339};
 pub use kinds::*;
+pub use view::EventView;
 
 /// Longest accepted session id, in bytes.
 pub const SESSION_ID_BYTES_MAX: usize = 128;

@@ -115,10 +115,14 @@ fn sigkill_mid_append_loses_no_acknowledged_batch() {
                 }
             }
         });
-        // Let it run for a while, then kill it without warning.
+        // Wait for a first acknowledgement (a kill before any proves nothing), let it
+        // run for a while longer, then kill it without warning.
+        let mut acked_last: Option<u64> = acks
+            .recv_timeout(Duration::from_secs(10))
+            .ok()
+            .and_then(|v| v["last_seq"].as_u64());
         let run_for = Duration::from_millis(30 + (round * 37) % 120);
         let started = Instant::now();
-        let mut acked_last: Option<u64> = None;
         while started.elapsed() < run_for {
             if let Ok(v) = acks.recv_timeout(Duration::from_millis(5)) {
                 acked_last = v["last_seq"].as_u64().or(acked_last);
@@ -515,6 +519,10 @@ mod incremental {
                     .unwrap();
                 }
                 prop_assert_eq!(&g, &whole);
+                // Built from borrowed views of the payloads, in place: the same graph.
+                let mut viewed = ExecutionGraph::new(session);
+                st.read_session_views(session, 0, |seq, at, v| viewed.apply_view(seq, at, v)).unwrap();
+                prop_assert_eq!(&viewed, &whole);
                 prop_assert_eq!(SessionSummary::from_graph(&g), SessionSummary::from_graph(&whole));
                 prop_assert_eq!(
                     serde_json::to_string(&assess(&g)).unwrap(),

@@ -1,0 +1,333 @@
+//! Borrowed views of events: what folds read, without owning a copy.
+//!
+//! A view is built from an owned [`EventBody`] or straight from a validated rkyv
+//! payload in a segment, so that projections can be built from the log without
+//! allocating a string for every field of every event (most of them, like tool
+//! output, are never looked at).
+
+use crate::kinds::*;
+use crate::{EventBody, SchemaError};
+
+/// The fields of an event that folds read, borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventView<'a> {
+    SessionStart {
+        agent: Option<&'a str>,
+        workspace: Option<&'a str>,
+        project: Option<&'a str>,
+        parent: Option<&'a str>,
+        title: Option<&'a str>,
+    },
+    SessionEnd {
+        reason: EndReason,
+    },
+    AgentRoute {
+        from: Option<&'a str>,
+        to: &'a str,
+        reason: Option<&'a str>,
+    },
+    LlmRequest {
+        agent: Option<&'a str>,
+    },
+    LlmResponse {
+        response_id: Option<&'a str>,
+        tokens_in: u64,
+        tokens_out: u64,
+        cache_read: u64,
+        cache_write: u64,
+    },
+    StepStart {
+        step: u64,
+        agent: Option<&'a str>,
+        title: Option<&'a str>,
+    },
+    StepFinish {
+        step: u64,
+    },
+    ToolCall {
+        call_id: &'a str,
+        tool: &'a str,
+        target: Option<&'a str>,
+        agent: Option<&'a str>,
+    },
+    ToolResult {
+        call_id: &'a str,
+        status: ToolStatus,
+        duration_ms: Option<u64>,
+        error: Option<&'a str>,
+    },
+    PermissionAsk,
+    PermissionReply {
+        decision: Decision,
+    },
+    Error {
+        message: &'a str,
+        fatal: bool,
+    },
+    VerificationRun {
+        command: &'a str,
+        status: VerificationStatus,
+        duration_ms: Option<u64>,
+    },
+    FileEdit {
+        path: &'a str,
+        op: EditOp,
+        from: Option<&'a str>,
+        lines_added: Option<u64>,
+        lines_removed: Option<u64>,
+    },
+    /// A kind this tacho does not know.
+    Unknown,
+}
+
+impl EventBody {
+    /// A borrowed view of this body.
+    pub fn view(&self) -> EventView<'_> {
+        match self {
+            EventBody::SessionStart(s) => EventView::SessionStart {
+                agent: s.agent.as_deref(),
+                workspace: s.workspace.as_deref(),
+                project: s.project.as_deref(),
+                parent: s.parent.as_deref(),
+                title: s.title.as_deref(),
+            },
+            EventBody::SessionEnd(e) => EventView::SessionEnd { reason: e.reason },
+            EventBody::AgentRoute(r) => EventView::AgentRoute {
+                from: r.from.as_deref(),
+                to: &r.to,
+                reason: r.reason.as_deref(),
+            },
+            EventBody::LlmRequest(r) => EventView::LlmRequest {
+                agent: r.agent.as_deref(),
+            },
+            EventBody::LlmResponse(r) => EventView::LlmResponse {
+                response_id: r.response_id.as_deref(),
+                tokens_in: r.tokens_in,
+                tokens_out: r.tokens_out,
+                cache_read: r.cache_read,
+                cache_write: r.cache_write,
+            },
+            EventBody::StepStart(s) => EventView::StepStart {
+                step: s.step,
+                agent: s.agent.as_deref(),
+                title: s.title.as_deref(),
+            },
+            EventBody::StepFinish(s) => EventView::StepFinish { step: s.step },
+            EventBody::ToolCall(c) => EventView::ToolCall {
+                call_id: &c.call_id,
+                tool: &c.tool,
+                target: c.target.as_deref(),
+                agent: c.agent.as_deref(),
+            },
+            EventBody::ToolResult(r) => EventView::ToolResult {
+                call_id: &r.call_id,
+                status: r.status,
+                duration_ms: r.duration_ms,
+                error: r.error.as_deref(),
+            },
+            EventBody::PermissionAsk(_) => EventView::PermissionAsk,
+            EventBody::PermissionReply(r) => EventView::PermissionReply {
+                decision: r.decision,
+            },
+            EventBody::Error(e) => EventView::Error {
+                message: &e.message,
+                fatal: e.fatal,
+            },
+            EventBody::VerificationRun(v) => EventView::VerificationRun {
+                command: &v.command,
+                status: v.status,
+                duration_ms: v.duration_ms,
+            },
+            EventBody::FileEdit(f) => EventView::FileEdit {
+                path: &f.path,
+                op: f.op,
+                from: f.from.as_deref(),
+                lines_added: f.lines_added,
+                lines_removed: f.lines_removed,
+            },
+            EventBody::Unknown { .. } => EventView::Unknown,
+        }
+    }
+}
+
+fn s(v: &rkyv::string::ArchivedString) -> &str {
+    v.as_str()
+}
+
+fn os(v: &rkyv::option::ArchivedOption<rkyv::string::ArchivedString>) -> Option<&str> {
+    v.as_ref().map(|x| x.as_str())
+}
+
+fn ou(v: &rkyv::option::ArchivedOption<rkyv::rend::u64_le>) -> Option<u64> {
+    v.as_ref().map(|x| x.to_native())
+}
+
+/// Unit enums deserialize without fail from validated data; the default stands in for
+/// the impossible.
+fn e<T: rkyv::Archive + Default>(a: &T::Archived) -> T
+where
+    T::Archived: rkyv::Deserialize<T, rkyv::rancor::Strategy<rkyv::de::Pool, rkyv::rancor::Error>>,
+{
+    rkyv::deserialize::<T, rkyv::rancor::Error>(a).unwrap_or_default()
+}
+
+macro_rules! access {
+    ($ty:ty, $kind:expr, $version:expr, $payload:expr) => {
+        rkyv::access::<rkyv::Archived<$ty>, rkyv::rancor::Error>($payload).map_err(|err| {
+            SchemaError::BadPayload {
+                kind: $kind,
+                name: kind_name($kind),
+                version: $version,
+                reason: err.to_string(),
+            }
+        })?
+    };
+}
+
+impl<'a> EventView<'a> {
+    /// A view straight from a payload in a segment: validated (as
+    /// [`EventBody::validate`] does), not copied. `payload` must be 8-byte aligned.
+    pub fn from_archived(kind: u16, version: u16, payload: &'a [u8]) -> Result<Self, SchemaError> {
+        // Every kind has schema version 1 today; an unknown version is refused as
+        // `decode` refuses it.
+        if KINDS.iter().any(|k| k.0 == kind) && version != 1 {
+            return Err(SchemaError::UnknownVersion {
+                kind,
+                name: kind_name(kind),
+                version,
+                known: 1,
+            });
+        }
+        Ok(match kind {
+            1 => {
+                let a = access!(SessionStart, kind, version, payload);
+                EventView::SessionStart {
+                    agent: os(&a.agent),
+                    workspace: os(&a.workspace),
+                    project: os(&a.project),
+                    parent: os(&a.parent),
+                    title: os(&a.title),
+                }
+            }
+            2 => {
+                let a = access!(SessionEnd, kind, version, payload);
+                EventView::SessionEnd {
+                    reason: e::<EndReason>(&a.reason),
+                }
+            }
+            3 => {
+                let a = access!(AgentRoute, kind, version, payload);
+                EventView::AgentRoute {
+                    from: os(&a.from),
+                    to: s(&a.to),
+                    reason: os(&a.reason),
+                }
+            }
+            4 => {
+                let a = access!(LlmRequest, kind, version, payload);
+                EventView::LlmRequest {
+                    agent: os(&a.agent),
+                }
+            }
+            5 => {
+                let a = access!(LlmResponse, kind, version, payload);
+                EventView::LlmResponse {
+                    response_id: os(&a.response_id),
+                    tokens_in: a.tokens_in.to_native(),
+                    tokens_out: a.tokens_out.to_native(),
+                    cache_read: a.cache_read.to_native(),
+                    cache_write: a.cache_write.to_native(),
+                }
+            }
+            6 => {
+                let a = access!(StepStart, kind, version, payload);
+                EventView::StepStart {
+                    step: a.step.to_native(),
+                    agent: os(&a.agent),
+                    title: os(&a.title),
+                }
+            }
+            7 => {
+                let a = access!(StepFinish, kind, version, payload);
+                EventView::StepFinish {
+                    step: a.step.to_native(),
+                }
+            }
+            8 => {
+                let a = access!(ToolCall, kind, version, payload);
+                EventView::ToolCall {
+                    call_id: s(&a.call_id),
+                    tool: s(&a.tool),
+                    target: os(&a.target),
+                    agent: os(&a.agent),
+                }
+            }
+            9 => {
+                let a = access!(ToolResult, kind, version, payload);
+                EventView::ToolResult {
+                    call_id: s(&a.call_id),
+                    status: e::<ToolStatus>(&a.status),
+                    duration_ms: ou(&a.duration_ms),
+                    error: os(&a.error),
+                }
+            }
+            10 => {
+                access!(PermissionAsk, kind, version, payload);
+                EventView::PermissionAsk
+            }
+            11 => {
+                let a = access!(PermissionReply, kind, version, payload);
+                EventView::PermissionReply {
+                    decision: e::<Decision>(&a.decision),
+                }
+            }
+            12 => {
+                let a = access!(ErrorEvent, kind, version, payload);
+                EventView::Error {
+                    message: s(&a.message),
+                    fatal: a.fatal,
+                }
+            }
+            13 => {
+                let a = access!(VerificationRun, kind, version, payload);
+                EventView::VerificationRun {
+                    command: s(&a.command),
+                    status: e::<VerificationStatus>(&a.status),
+                    duration_ms: ou(&a.duration_ms),
+                }
+            }
+            14 => {
+                let a = access!(FileEdit, kind, version, payload);
+                EventView::FileEdit {
+                    path: s(&a.path),
+                    op: e::<EditOp>(&a.op),
+                    from: os(&a.from),
+                    lines_added: ou(&a.lines_added),
+                    lines_removed: ou(&a.lines_removed),
+                }
+            }
+            _ => EventView::Unknown,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The view of a payload read in place equals the view of the decoded body, for
+    /// every kind of the fixture session of every kind.
+    #[test]
+    fn archived_views_equal_owned_views() {
+        let text = include_str!("../../tests/fixtures/store-v1/sources/all-kinds.jsonl");
+        let mut kinds = std::collections::BTreeSet::new();
+        for (i, line) in text.lines().enumerate() {
+            let body = crate::parse_json_line(line, i + 1).unwrap().body;
+            let (kind, version, bytes) = body.encode().unwrap();
+            let view = EventView::from_archived(kind, version, &bytes).unwrap();
+            assert_eq!(view, body.view(), "line {}", i + 1);
+            kinds.insert(kind);
+        }
+        assert_eq!(kinds.len(), KINDS.len(), "the fixture covers every kind");
+    }
+}
