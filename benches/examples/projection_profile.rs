@@ -25,7 +25,7 @@ fn main() {
 fn build(store: &Store, id: &str, acc: &mut u64) {
     let mut g = ExecutionGraph::new(id);
     store
-        .read_session(id, |e| g.apply(e.seq, &e.event))
+        .read_session_views(id, 0, |seq, at, v| g.apply_view(seq, at, v))
         .expect("read");
     let s = SessionSummary::from_graph(&g);
     *acc += u64::from(assess(&g).score) + s.tokens_in;
