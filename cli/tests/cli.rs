@@ -1112,3 +1112,48 @@ fn stored_projections_are_incremental_derived_and_verified() {
             .starts_with("exit: 0")
     );
 }
+
+#[test]
+fn json_forms_of_show_and_trace() {
+    let env = Env::new();
+    env.record_example();
+    let parse = |out: String| -> Vec<serde_json::Value> {
+        assert!(out.starts_with("exit: 0"), "{out}");
+        out.lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let show = parse(env.run(&["session", "show", "ses_01jdemo", "--json"], None));
+    assert_eq!(show.len(), 1);
+    assert_eq!(show[0]["type"], "session");
+    assert_eq!(show[0]["agents"], serde_json::json!(["architect", "coder"]));
+    assert_eq!(show[0]["cache_read"], 85129);
+    assert_eq!(show[0]["readiness"], "ready");
+    let trace = parse(env.run(&["session", "trace", "ses_01jdemo", "--json"], None));
+    assert_eq!(trace.last().unwrap()["type"], "risk");
+    let flagged: Vec<&str> = trace
+        .iter()
+        .filter(|t| t["flagged"] == true)
+        .map(|t| t["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        flagged,
+        vec!["tool", "verify"],
+        "the failed test run and its verification"
+    );
+    let logs = env.home.path().join("x.log");
+    std::fs::write(&logs, "ERROR boom 1\nERROR boom 2\nINFO fine\n").unwrap();
+    let r = parse(env.run(
+        &[
+            "session",
+            "trace",
+            "--logs",
+            logs.to_str().unwrap(),
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(r[0]["levels"]["error"], 2);
+    assert_eq!(r[0]["top_errors"][0], serde_json::json!(["boom N", 2]));
+}
