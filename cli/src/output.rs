@@ -35,6 +35,19 @@ impl Out {
     }
 }
 
+/// Time since `start` (both ns since the epoch) as `+  m:ss.mmm`, for timelines.
+pub fn since(start: i64, t: i64) -> String {
+    let ms = (t.saturating_sub(start) / 1_000_000).max(0);
+    format!(
+        "+{:>3}:{:02}.{:03}",
+        ms / 60_000,
+        ms % 60_000 / 1000,
+        ms % 1000
+    )
+}
+
+pub use tacho_projections::route_text as route;
+
 /// `1234567` → `1,234,567`.
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();

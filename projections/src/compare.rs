@@ -110,13 +110,7 @@ fn side(g: &ExecutionGraph, r: &RiskAssessment) -> Side {
         routes: g
             .routes
             .iter()
-            .map(|r| {
-                format!(
-                    "{}→ {}",
-                    r.from.as_ref().map(|f| format!("{f} ")).unwrap_or_default(),
-                    r.to
-                )
-            })
+            .map(|r| crate::graph::route_text(r.from.as_deref(), &r.to))
             .collect(),
         tool_chain: chain(g.tools().map(|(_, t)| t.tool.as_str())),
     }

@@ -74,6 +74,14 @@ impl StepNode {
     }
 }
 
+/// A routing decision as `from → to`, or `→ to` when the origin was not recorded.
+pub fn route_text(from: Option<&str>, to: &str) -> String {
+    match from {
+        Some(f) => format!("{f} → {to}"),
+        None => format!("→ {to}"),
+    }
+}
+
 /// A routing decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteNode {

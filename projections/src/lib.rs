@@ -14,7 +14,7 @@ mod summary;
 pub use compare::{Comparison, Side, StepPair, align, compare};
 pub use graph::{
     ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, RouteNode, StepNode, Tokens,
-    ToolNode, VerificationNode,
+    ToolNode, VerificationNode, route_text,
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{

@@ -7,7 +7,7 @@ use tacho_schema::time_to_rfc3339;
 
 use crate::error::CliError;
 use crate::home::open_store;
-use crate::output::{Out, thousands};
+use crate::output::{Out, route, since, thousands};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum GraphFormat {
@@ -151,9 +151,8 @@ pub fn markdown(g: &ExecutionGraph, risk: &RiskAssessment) -> String {
     }
     for r in &g.routes {
         o.push_str(&format!(
-            "Route: {}→ {}{}\n",
-            r.from.as_ref().map(|f| format!("{f} ")).unwrap_or_default(),
-            r.to,
+            "Route: {}{}\n",
+            route(r.from.as_deref(), &r.to),
             r.reason
                 .as_ref()
                 .map(|x| format!(" ({})", one_line(x, 100)))
@@ -296,11 +295,7 @@ fn topology(g: &ExecutionGraph) -> String {
     if !g.routes.is_empty() {
         o.push_str("\nRoutes\n");
         for r in &g.routes {
-            o.push_str(&format!(
-                "  {}→ {}\n",
-                r.from.as_ref().map(|f| format!("{f} ")).unwrap_or_default(),
-                r.to
-            ));
+            o.push_str(&format!("  {}\n", route(r.from.as_deref(), &r.to)));
         }
     }
     // Steps run one after another, so every step is on the critical path; inside a
@@ -344,15 +339,7 @@ fn topology(g: &ExecutionGraph) -> String {
 
 fn timeline(g: &ExecutionGraph) -> String {
     let start = g.started_unix_ns.unwrap_or(0);
-    let rel = |t: i64| {
-        let ms = (t.saturating_sub(start) / 1_000_000).max(0);
-        format!(
-            "+{:>3}:{:02}.{:03}",
-            ms / 60_000,
-            ms % 60_000 / 1000,
-            ms % 1000
-        )
-    };
+    let rel = |t: i64| since(start, t);
     let mut rows: Vec<(i64, u64, String)> = Vec::new();
     if let Some(t) = g.started_unix_ns {
         rows.push((t, 0, format!("session start ({})", time_to_rfc3339(t))));
@@ -378,11 +365,7 @@ fn timeline(g: &ExecutionGraph) -> String {
         rows.push((
             r.at_unix_ns,
             r.seq,
-            format!(
-                "route {}→ {}",
-                r.from.as_ref().map(|f| format!("{f} ")).unwrap_or_default(),
-                r.to
-            ),
+            format!("route {}", route(r.from.as_deref(), &r.to)),
         ));
     }
     for v in &g.verifications {

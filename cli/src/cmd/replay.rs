@@ -8,7 +8,7 @@ use tacho_schema::{EventBody, time_to_rfc3339};
 
 use crate::error::CliError;
 use crate::home::open_store;
-use crate::output::Out;
+use crate::output::{Out, route, since};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ReplayMode {
@@ -140,11 +140,7 @@ pub fn describe(body: &EventBody) -> String {
                 .unwrap_or_default()
         ),
         EventBody::SessionEnd(e) => e.reason.to_string(),
-        EventBody::AgentRoute(r) => format!(
-            "{}→ {}",
-            r.from.as_ref().map(|f| format!("{f} ")).unwrap_or_default(),
-            r.to
-        ),
+        EventBody::AgentRoute(r) => route(r.from.as_deref(), &r.to),
         EventBody::LlmRequest(r) => format!("{} {}", r.request_id, r.model),
         EventBody::LlmResponse(r) => format!(
             "{} {}/{} tokens{}",
@@ -205,13 +201,10 @@ fn summary(store: &Store, session: &str, json: bool, out: &mut Out) -> Result<()
             }
             out.json(&v)?;
         } else {
-            let ms = (e.event.time_unix_ns.saturating_sub(start) / 1_000_000).max(0);
             out.line(format!(
-                "#{:<5} +{:>3}:{:02}.{:03} {:<17} {}",
+                "#{:<5} {} {:<17} {}",
                 e.seq,
-                ms / 60_000,
-                ms % 60_000 / 1000,
-                ms % 1000,
+                since(start, e.event.time_unix_ns),
                 e.event.body.kind_name(),
                 describe(&e.event.body)
             ))?;

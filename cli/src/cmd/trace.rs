@@ -11,7 +11,7 @@ use tacho_schema::{EndReason, EventBody, ToolStatus};
 use crate::cmd::graph::tool_duration;
 use crate::error::CliError;
 use crate::home::open_store;
-use crate::output::{Out, thousands};
+use crate::output::{Out, route, since, thousands};
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
@@ -55,13 +55,7 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
     let mut responses_seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut rows = Vec::new();
     for e in &events {
-        let ms = (e.event.time_unix_ns.saturating_sub(start) / 1_000_000).max(0);
-        let at = format!(
-            "+{:>3}:{:02}.{:03}",
-            ms / 60_000,
-            ms % 60_000 / 1000,
-            ms % 1000
-        );
+        let at = since(start, e.event.time_unix_ns);
         let (tag, text, flag) = match &e.event.body {
             EventBody::SessionStart(s) => (
                 "START",
@@ -75,15 +69,7 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
                 ),
                 "",
             ),
-            EventBody::AgentRoute(r) => (
-                "ROUTE",
-                format!(
-                    "{}→ {}",
-                    r.from.as_ref().map(|f| format!("{f} ")).unwrap_or_default(),
-                    r.to
-                ),
-                "",
-            ),
+            EventBody::AgentRoute(r) => ("ROUTE", route(r.from.as_deref(), &r.to), ""),
             EventBody::LlmResponse(r) => {
                 let repeat = r
                     .response_id
