@@ -1157,3 +1157,51 @@ fn json_forms_of_show_and_trace() {
     assert_eq!(r[0]["levels"]["error"], 2);
     assert_eq!(r[0]["top_errors"][0], serde_json::json!(["boom N", 2]));
 }
+
+/// Bad input never panics: an empty store, a session still being written, a corrupt
+/// segment each get a clear message and their documented exit code.
+#[test]
+fn empty_store_running_session_and_corrupt_segment() {
+    let env = Env::new();
+    env.check(&["session", "list"], None, expect![[r#"
+        exit: 0
+        --- stdout
+        --- stderr
+        no sessions recorded yet (store: $TACHO_HOME/log)
+    "#]]);
+    env.check(&["graph", "ses_none"], None, expect![[r#"
+        exit: 4
+        --- stdout
+        --- stderr
+        error: no session matches "ses_none"
+    "#]]);
+    // A session still being written: what is committed so far, marked running.
+    let running = "{\"type\":\"session.start\",\"ts\":1000}\n{\"type\":\"step.start\",\"ts\":1001,\"step\":1}\n{\"type\":\"tool.call\",\"ts\":1002,\"call_id\":\"a\",\"tool\":\"bash\",\"target\":\"make\"}\n";
+    assert!(
+        env.run(&["record", "--session", "ses_live", "-"], Some(running))
+            .starts_with("exit: 0")
+    );
+    let g = env.run(&["graph", "ses_live"], None);
+    assert!(
+        g.contains("bash: make → running") && g.contains("Ended: not yet"),
+        "{g}"
+    );
+    // A corrupt committed byte: exit 1, naming the segment and the offset.
+    env.record_example();
+    let seg = env
+        .home
+        .path()
+        .join("log/streams")
+        .join(EXAMPLE_SESSION)
+        .join("00000000000000000000.tseg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[400] ^= 0x01;
+    std::fs::write(&seg, bytes).unwrap();
+    std::fs::remove_dir_all(env.home.path().join("log/projections")).ok();
+    env.check(&["graph", "ses_01jdemo"], None, expect![[r#"
+        exit: 1
+        --- stdout
+        --- stderr
+        error: corruption in $TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg at offset 352: frame at offset 352: frame checksum mismatch: stored 0xd0e2225c, computed 0xa57de4c1
+    "#]]);
+}
