@@ -1163,18 +1163,26 @@ fn json_forms_of_show_and_trace() {
 #[test]
 fn empty_store_running_session_and_corrupt_segment() {
     let env = Env::new();
-    env.check(&["session", "list"], None, expect![[r#"
+    env.check(
+        &["session", "list"],
+        None,
+        expect![[r#"
         exit: 0
         --- stdout
         --- stderr
         no sessions recorded yet (store: $TACHO_HOME/log)
-    "#]]);
-    env.check(&["graph", "ses_none"], None, expect![[r#"
+    "#]],
+    );
+    env.check(
+        &["graph", "ses_none"],
+        None,
+        expect![[r#"
         exit: 4
         --- stdout
         --- stderr
         error: no session matches "ses_none"
-    "#]]);
+    "#]],
+    );
     // A session still being written: what is committed so far, marked running.
     let running = "{\"type\":\"session.start\",\"ts\":1000}\n{\"type\":\"step.start\",\"ts\":1001,\"step\":1}\n{\"type\":\"tool.call\",\"ts\":1002,\"call_id\":\"a\",\"tool\":\"bash\",\"target\":\"make\"}\n";
     assert!(

@@ -25,5 +25,5 @@ pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, 
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
 pub use tacho_log_format::hex;
-pub use verify::{Finding, Head, Severity, StoreReport, StreamReport};
+pub use verify::{Finding, Severity, StoreReport, StreamReport};
 pub use writer::{AppendReceipt, Durability, Recovery, Writer};

@@ -29,19 +29,12 @@ pub struct Finding {
     pub message: String,
 }
 
-/// The head of a stream: how many events it holds and the chain value after them.
-/// Keep it somewhere else to detect a later rewrite of the whole stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    pub session: String,
-    pub next_seq: u64,
-    pub chain: ChainValue,
-}
-
 /// What verifying (or counting) one stream found.
 #[derive(Debug, Clone, Default)]
 pub struct StreamReport {
     pub session: String,
+    /// The head: how many events the stream holds (verified before any error) and the
+    /// chain value after them. Keep it elsewhere to detect a later rewrite.
     pub next_seq: u64,
     pub chain: ChainValue,
     pub findings: Vec<Finding>,
@@ -54,16 +47,6 @@ pub struct StreamReport {
     pub free_bytes: u64,
     /// Event count by kind id.
     pub by_kind: BTreeMap<u16, u64>,
-}
-
-impl StreamReport {
-    pub fn head(&self) -> Head {
-        Head {
-            session: self.session.clone(),
-            next_seq: self.next_seq,
-            chain: self.chain,
-        }
-    }
 }
 
 /// What verifying (or counting) the whole store found.
