@@ -16,6 +16,9 @@
 mod link;
 mod package;
 mod reader;
+pub mod rollback;
+pub mod safefs;
+pub mod snapshot;
 mod store;
 mod verify;
 pub mod vfs;

@@ -1,0 +1,99 @@
+//! The stat cache: for each workspace, what each file looked like (size, times, inode,
+//! mode) when its blob id was computed, so that the next full scan reads only files
+//! whose metadata changed. Derived data: deleting it only makes the next scan slower.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::SnapshotError;
+
+pub(crate) const CACHE_VERSION: u32 = 1;
+
+/// How long before a scan's start a file's times must be for its cache entry to be
+/// trusted at the next scan. File times come from a coarse clock (a few milliseconds
+/// behind), so a write just after a scan began could carry an earlier time; entries
+/// inside this window are read again (Git's "racy" check).
+pub(crate) const RACY_NS: i64 = 100_000_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct CacheEntry {
+    pub path: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub ino: u64,
+    pub dev: u64,
+    /// The raw `st_mode`.
+    pub mode: u32,
+    /// The Git tree entry mode (`0o100644`, `0o100755`, `0o120000`).
+    pub git_mode: u32,
+    pub oid: [u8; 20],
+}
+
+#[derive(Debug, Clone, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct CacheFile {
+    pub version: u32,
+    pub workspace: String,
+    /// The tree these entries make up.
+    pub tree: [u8; 20],
+    /// When the scan that produced the entries started.
+    pub scan_start_ns: i64,
+    pub entries: Vec<CacheEntry>,
+}
+
+/// The per-workspace files: `<dir>/<key>.stat` (the full entries of the last full scan)
+/// and `<dir>/<key>.head` (the tree of the last snapshot of any kind, 20 bytes).
+pub(crate) struct CachePaths {
+    pub stat: PathBuf,
+    pub head: PathBuf,
+}
+
+pub(crate) fn paths(dir: &Path, workspace: &Path) -> CachePaths {
+    let key = blake3::hash(workspace.as_os_str().as_encoded_bytes());
+    let key = &key.to_hex()[..32];
+    CachePaths {
+        stat: dir.join(format!("{key}.stat")),
+        head: dir.join(format!("{key}.head")),
+    }
+}
+
+/// Loads a cache; a missing, unreadable or foreign file gives an empty one.
+pub(crate) fn load(path: &Path, workspace: &str) -> CacheFile {
+    let Ok(bytes) = std::fs::read(path) else {
+        return CacheFile::default();
+    };
+    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
+    aligned.extend_from_slice(&bytes);
+    match rkyv::from_bytes::<CacheFile, rkyv::rancor::Error>(&aligned) {
+        Ok(c) if c.version == CACHE_VERSION && c.workspace == workspace => c,
+        _ => CacheFile::default(),
+    }
+}
+
+pub(crate) fn index(cache: &CacheFile) -> HashMap<&str, &CacheEntry> {
+    cache.entries.iter().map(|e| (e.path.as_str(), e)).collect()
+}
+
+pub(crate) fn save(path: &Path, cache: &CacheFile) -> Result<(), SnapshotError> {
+    let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(cache)
+        .map_err(|e| SnapshotError::Git(format!("encoding the stat cache: {e}")))?;
+    write_atomic(path, &bytes)
+}
+
+pub(crate) fn load_head(path: &Path) -> Option<[u8; 20]> {
+    std::fs::read(path).ok()?.try_into().ok()
+}
+
+pub(crate) fn save_head(path: &Path, tree: &[u8; 20]) -> Result<(), SnapshotError> {
+    write_atomic(path, tree)
+}
+
+/// Writes through a temporary file and a rename, so a crash leaves the old file or the
+/// new one. Not synced: the cache is derived and a lost update only costs a rescan.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| SnapshotError::io(dir, e))?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(|e| SnapshotError::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| SnapshotError::io(path, e))
+}

@@ -1,0 +1,915 @@
+//! The snapshot store: file contents of workspaces, kept as Git objects in a bare
+//! repository in tacho's data directory, written in-process with gix.
+//!
+//! A snapshot is a Git tree. Its id is the tree's object id and it is kept alive by the
+//! ref `refs/snapshots/<id>`. Identical content is one object however many snapshots
+//! hold it. The project's work tree and its own `.git/` are only ever read.
+//!
+//! See SPEC.md §10 for what a snapshot holds and what it leaves out.
+
+mod cache;
+mod gc;
+mod scan;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gix::ObjectId;
+use gix::object::tree::EntryKind;
+
+pub use gc::{GcReport, StoreUsage};
+pub(crate) use scan::slash_path;
+
+/// Files larger than this are not snapshotted (and are listed as excluded).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// At most this many excluded paths are listed by name in a snapshot's record; the
+/// rest are counted.
+pub const MAX_LISTED_EXCLUSIONS: usize = 1000;
+
+/// Everything that can go wrong in the snapshot store.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("snapshot store: {0}")]
+    Git(String),
+    #[error("path is not UTF-8: {}", .0.display())]
+    NotUtf8(PathBuf),
+    #[error("workspace {}: {reason}", path.display())]
+    Workspace { path: PathBuf, reason: String },
+    #[error("no snapshot {0} in the snapshot store")]
+    Missing(String),
+    #[error("invalid path {path:?}: {reason}")]
+    BadPath { path: String, reason: String },
+}
+
+impl SnapshotError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        SnapshotError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Why a path of the workspace is not in a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExcludeReason {
+    /// A FIFO, socket or device.
+    Special,
+    /// A directory holding its own repository (or a submodule).
+    NestedRepository,
+    /// A symbolic link whose target lies outside the workspace.
+    LinkOutside,
+    /// Larger than the store's per-file limit.
+    TooLarge(u64),
+    /// Could not be read.
+    Unreadable(String),
+    /// Kept changing while it was read.
+    Unstable,
+    /// The name is not UTF-8.
+    NotUtf8,
+}
+
+impl std::fmt::Display for ExcludeReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExcludeReason::Special => f.write_str("special file"),
+            ExcludeReason::NestedRepository => f.write_str("nested repository"),
+            ExcludeReason::LinkOutside => f.write_str("symbolic link to outside the workspace"),
+            ExcludeReason::TooLarge(n) => write!(f, "larger than the limit ({n} bytes)"),
+            ExcludeReason::Unreadable(e) => write!(f, "unreadable: {e}"),
+            ExcludeReason::Unstable => f.write_str("changed while being read"),
+            ExcludeReason::NotUtf8 => f.write_str("name is not UTF-8"),
+        }
+    }
+}
+
+/// A path left out of a snapshot, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excluded {
+    pub path: String,
+    pub reason: ExcludeReason,
+}
+
+impl Excluded {
+    pub(crate) fn new(path: impl Into<String>, reason: ExcludeReason) -> Self {
+        Excluded {
+            path: path.into(),
+            reason,
+        }
+    }
+}
+
+/// How much of the workspace to look at.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    /// Every file (using the stat cache to skip unchanged ones).
+    Full,
+    /// Only these paths (relative to the workspace), on top of the workspace's previous
+    /// snapshot. What adapters use when an edit tool reports the paths it wrote. Falls
+    /// back to a full scan when the workspace has no previous snapshot.
+    Paths(Vec<String>),
+}
+
+/// The result of taking a snapshot.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The tree id, in hex: the snapshot's id.
+    pub id: String,
+    pub tree: ObjectId,
+    /// Files (and links) in the snapshot, and their total size.
+    pub files: u64,
+    pub bytes: u64,
+    /// Files whose content was read for this snapshot (the rest came from the cache or
+    /// the previous tree).
+    pub files_read: u64,
+    pub bytes_read: u64,
+    /// Objects that were new to the store.
+    pub objects_written: u64,
+    pub excluded: Vec<Excluded>,
+    /// Whether this was a full scan (a targeted request without a previous snapshot is
+    /// one too).
+    pub full_scan: bool,
+}
+
+/// One file of a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileEntry {
+    pub kind: FileKind,
+    pub oid: ObjectId,
+}
+
+/// What a snapshot holds at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileKind {
+    Regular,
+    Executable,
+    Link,
+}
+
+impl FileKind {
+    fn entry_kind(self) -> EntryKind {
+        match self {
+            FileKind::Regular => EntryKind::Blob,
+            FileKind::Executable => EntryKind::BlobExecutable,
+            FileKind::Link => EntryKind::Link,
+        }
+    }
+
+    fn git_mode(self) -> u32 {
+        match self {
+            FileKind::Regular => 0o100644,
+            FileKind::Executable => 0o100755,
+            FileKind::Link => 0o120000,
+        }
+    }
+
+    fn from_git_mode(mode: u32) -> Option<FileKind> {
+        match mode {
+            0o100644 => Some(FileKind::Regular),
+            0o100755 => Some(FileKind::Executable),
+            0o120000 => Some(FileKind::Link),
+            _ => None,
+        }
+    }
+
+    /// `file`, `executable` or `link`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::Regular => "file",
+            FileKind::Executable => "executable",
+            FileKind::Link => "link",
+        }
+    }
+}
+
+/// A snapshot's files by path.
+pub type Files = BTreeMap<String, FileEntry>;
+
+/// The snapshot store of a data directory.
+pub struct SnapshotStore {
+    root: PathBuf,
+    cache_dir: PathBuf,
+    repo: gix::ThreadSafeRepository,
+    max_file_bytes: u64,
+    threads: usize,
+}
+
+impl SnapshotStore {
+    /// Opens (creating it if needed) the store at `root`, a bare Git repository, with
+    /// derived caches under `cache_dir`.
+    pub fn open(
+        root: impl Into<PathBuf>,
+        cache_dir: impl Into<PathBuf>,
+    ) -> Result<Self, SnapshotError> {
+        let root = root.into();
+        let opts = || gix::open::Options::isolated();
+        let repo = if root.join("HEAD").exists() {
+            gix::open_opts(&root, opts())
+        } else {
+            std::fs::create_dir_all(&root).map_err(|e| SnapshotError::io(&root, e))?;
+            gix::init_bare(&root).and_then(|_| gix::open_opts(&root, opts()))
+        }
+        .map_err(|e| SnapshotError::Git(format!("opening {}: {e}", root.display())))?;
+        Ok(SnapshotStore {
+            root,
+            cache_dir: cache_dir.into(),
+            repo: repo.into_sync(),
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        })
+    }
+
+    /// Sets the per-file size limit.
+    pub fn with_max_file_bytes(mut self, n: u64) -> Self {
+        self.max_file_bytes = n;
+        self
+    }
+
+    /// Sets how many threads read and hash files (default: one per core).
+    pub fn with_threads(mut self, n: usize) -> Self {
+        self.threads = n.max(1);
+        self
+    }
+
+    /// The bare repository's directory (what `git --git-dir` takes).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn repo(&self) -> gix::Repository {
+        self.repo.to_thread_local()
+    }
+
+    /// The ref that keeps a snapshot alive.
+    pub fn ref_name(id: &str) -> String {
+        format!("refs/snapshots/{id}")
+    }
+
+    /// Takes a snapshot of `workspace`. `skip` names a directory inside it (relative)
+    /// that is never snapshotted, such as tacho's own data directory.
+    pub fn take(&self, workspace: &Path, scope: &Scope) -> Result<Snapshot, SnapshotError> {
+        let workspace = canonical_workspace(workspace)?;
+        let ws_text = workspace
+            .to_str()
+            .ok_or_else(|| SnapshotError::NotUtf8(workspace.clone()))?
+            .to_owned();
+        let cache_paths = cache::paths(&self.cache_dir, &workspace);
+        let skip = self.own_dir_inside(&workspace);
+        match scope {
+            Scope::Paths(paths) => match cache::load_head(&cache_paths.head) {
+                Some(head) if self.repo().has_object(ObjectId::from_bytes_or_panic(&head)) => self
+                    .take_paths(
+                        &workspace,
+                        ObjectId::from_bytes_or_panic(&head),
+                        paths,
+                        skip.as_deref(),
+                        &cache_paths,
+                    ),
+                _ => self.take_full(&workspace, &ws_text, skip.as_deref(), &cache_paths),
+            },
+            Scope::Full => self.take_full(&workspace, &ws_text, skip.as_deref(), &cache_paths),
+        }
+    }
+
+    /// The data directory's path relative to `workspace`, when it lies inside it.
+    fn own_dir_inside(&self, workspace: &Path) -> Option<String> {
+        let home = self.root.parent()?.canonicalize().ok()?;
+        home.strip_prefix(workspace)
+            .ok()
+            .and_then(slash_path)
+            .filter(|s| !s.is_empty())
+    }
+
+    fn take_full(
+        &self,
+        workspace: &Path,
+        ws_text: &str,
+        skip: Option<&str>,
+        cache_paths: &cache::CachePaths,
+    ) -> Result<Snapshot, SnapshotError> {
+        let scan_start_ns = now_ns();
+        let listing = scan::list(workspace, skip)?;
+        let old = cache::load(&cache_paths.stat, ws_text);
+        let old_index = cache::index(&old);
+        let trusted_before = old.scan_start_ns - cache::RACY_NS;
+
+        let mut excluded = listing.excluded;
+        let mut entries: Vec<(String, CacheEntry)> = Vec::with_capacity(listing.paths.len());
+        let mut to_read: Vec<(usize, std::fs::Metadata)> = Vec::new();
+        for path in listing.paths {
+            let abs = workspace.join(&path);
+            let meta = match std::fs::symlink_metadata(&abs) {
+                Ok(m) => m,
+                // Deleted since it was listed (or a tracked file that is gone).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    excluded.push(Excluded::new(
+                        path,
+                        ExcludeReason::Unreadable(e.to_string()),
+                    ));
+                    continue;
+                }
+            };
+            let ft = meta.file_type();
+            if ft.is_dir() {
+                continue;
+            }
+            if !ft.is_file() && !ft.is_symlink() {
+                excluded.push(Excluded::new(path, ExcludeReason::Special));
+                continue;
+            }
+            if ft.is_file() && meta.len() > self.max_file_bytes {
+                excluded.push(Excluded::new(
+                    path,
+                    ExcludeReason::TooLarge(self.max_file_bytes),
+                ));
+                continue;
+            }
+            let stat = stat_entry(&path, &meta);
+            if let Some(c) = old_index.get(path.as_str())
+                && same_stat(c, &stat)
+                && c.mtime_ns < trusted_before
+            {
+                let mut e = stat;
+                e.git_mode = c.git_mode;
+                e.oid = c.oid;
+                entries.push((path, e));
+                continue;
+            }
+            to_read.push((entries.len(), meta));
+            entries.push((path, stat));
+        }
+
+        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        let mut failed = std::collections::HashSet::new();
+        for (i, reason) in problems {
+            failed.insert(i);
+            excluded.push(Excluded::new(entries[i].0.clone(), reason));
+        }
+        let entries: Vec<CacheEntry> = entries
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !failed.contains(i))
+            .map(|(_, (path, mut e))| {
+                e.path = path;
+                e
+            })
+            .collect();
+
+        // Edit the previous tree where there is one: only changed directories are
+        // rewritten.
+        let repo = self.repo();
+        let base = ObjectId::from_bytes_or_panic(&old.tree);
+        let base_ok = !old.entries.is_empty() && repo.has_object(base);
+        let tree = {
+            let mut editor = if base_ok {
+                repo.edit_tree(base)
+            } else {
+                repo.edit_tree(ObjectId::empty_tree(gix::hash::Kind::Sha1))
+            }
+            .map_err(|e| SnapshotError::Git(format!("tree editor: {e}")))?;
+            let mut current: HashMap<&str, ()> = HashMap::with_capacity(entries.len());
+            for e in &entries {
+                current.insert(e.path.as_str(), ());
+                let unchanged = base_ok
+                    && old_index
+                        .get(e.path.as_str())
+                        .is_some_and(|c| c.oid == e.oid && c.git_mode == e.git_mode);
+                if !unchanged {
+                    let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
+                    editor
+                        .upsert(
+                            e.path.as_str(),
+                            kind.entry_kind(),
+                            ObjectId::from_bytes_or_panic(&e.oid),
+                        )
+                        .map_err(|err| bad_tree_path(&e.path, err))?;
+                }
+            }
+            if base_ok {
+                for c in &old.entries {
+                    if !current.contains_key(c.path.as_str()) {
+                        editor
+                            .remove(c.path.as_str())
+                            .map_err(|err| bad_tree_path(&c.path, err))?;
+                    }
+                }
+            }
+            editor
+                .write()
+                .map_err(|e| SnapshotError::Git(format!("writing a tree: {e}")))?
+                .detach()
+        };
+        self.keep(tree)?;
+
+        let files = entries.len() as u64;
+        let bytes = entries.iter().map(|e| e.size).sum();
+        let mut tree_bytes = [0u8; 20];
+        tree_bytes.copy_from_slice(tree.as_bytes());
+        cache::save(
+            &cache_paths.stat,
+            &cache::CacheFile {
+                version: cache::CACHE_VERSION,
+                workspace: ws_text.to_owned(),
+                tree: tree_bytes,
+                scan_start_ns,
+                entries,
+            },
+        )?;
+        cache::save_head(&cache_paths.head, &tree_bytes)?;
+        excluded.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(Snapshot {
+            id: tree.to_hex().to_string(),
+            tree,
+            files,
+            bytes,
+            files_read: read.files,
+            bytes_read: read.bytes,
+            objects_written: read.written,
+            excluded,
+            full_scan: true,
+        })
+    }
+
+    fn take_paths(
+        &self,
+        workspace: &Path,
+        base: ObjectId,
+        paths: &[String],
+        skip: Option<&str>,
+        cache_paths: &cache::CachePaths,
+    ) -> Result<Snapshot, SnapshotError> {
+        let git = scan::git_context(workspace)?;
+        let mut excluded = Vec::new();
+        let mut entries: Vec<(String, CacheEntry)> = Vec::new();
+        let mut to_read = Vec::new();
+        let mut removed = Vec::new();
+        let mut rels = std::collections::BTreeSet::new();
+        for p in paths {
+            rels.insert(relative_path(workspace, p)?);
+        }
+        for rel in rels {
+            if skip.is_some_and(|s| rel == s || rel.starts_with(&format!("{s}/"))) {
+                continue;
+            }
+            let abs = workspace.join(&rel);
+            let meta = match std::fs::symlink_metadata(&abs) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    removed.push(rel);
+                    continue;
+                }
+                Err(e) => {
+                    excluded.push(Excluded::new(rel, ExcludeReason::Unreadable(e.to_string())));
+                    continue;
+                }
+            };
+            if meta.is_dir() {
+                // A directory appeared where the edit happened: only a full scan knows
+                // what is inside it and which of it is ignored.
+                let ws_text = workspace.to_str().unwrap_or_default().to_owned();
+                return self.take_full(workspace, &ws_text, skip, cache_paths);
+            }
+            if !scan::is_listed(workspace, git.as_ref(), &rel)? {
+                removed.push(rel);
+                continue;
+            }
+            let ft = meta.file_type();
+            if !ft.is_file() && !ft.is_symlink() {
+                excluded.push(Excluded::new(rel.clone(), ExcludeReason::Special));
+                removed.push(rel);
+                continue;
+            }
+            if ft.is_file() && meta.len() > self.max_file_bytes {
+                excluded.push(Excluded::new(
+                    rel.clone(),
+                    ExcludeReason::TooLarge(self.max_file_bytes),
+                ));
+                removed.push(rel);
+                continue;
+            }
+            to_read.push((entries.len(), meta.clone()));
+            let stat = stat_entry(&rel, &meta);
+            entries.push((rel, stat));
+        }
+        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        let mut failed = std::collections::HashSet::new();
+        for (i, reason) in problems {
+            failed.insert(i);
+            removed.push(entries[i].0.clone());
+            excluded.push(Excluded::new(entries[i].0.clone(), reason));
+        }
+        let repo = self.repo();
+        let mut editor = repo
+            .edit_tree(base)
+            .map_err(|e| SnapshotError::Git(format!("tree editor: {e}")))?;
+        for (i, (path, e)) in entries.iter().enumerate() {
+            if failed.contains(&i) {
+                continue;
+            }
+            let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
+            editor
+                .upsert(
+                    path.as_str(),
+                    kind.entry_kind(),
+                    ObjectId::from_bytes_or_panic(&e.oid),
+                )
+                .map_err(|err| bad_tree_path(path, err))?;
+        }
+        for path in &removed {
+            editor
+                .remove(path.as_str())
+                .map_err(|err| bad_tree_path(path, err))?;
+        }
+        let tree = editor
+            .write()
+            .map_err(|e| SnapshotError::Git(format!("writing a tree: {e}")))?
+            .detach();
+        self.keep(tree)?;
+        let mut tree_bytes = [0u8; 20];
+        tree_bytes.copy_from_slice(tree.as_bytes());
+        cache::save_head(&cache_paths.head, &tree_bytes)?;
+        // Counting the whole tree costs a traversal; a targeted snapshot reports only
+        // what it read. The full figures are one `files()` call away.
+        let all = self.files(tree)?;
+        excluded.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(Snapshot {
+            id: tree.to_hex().to_string(),
+            tree,
+            files: all.len() as u64,
+            bytes: 0,
+            files_read: read.files,
+            bytes_read: read.bytes,
+            objects_written: read.written,
+            excluded,
+            full_scan: false,
+        })
+    }
+
+    /// Reads, hashes and stores the files at `to_read` (indexes into `entries`) on all
+    /// threads, filling in their blob ids and modes. Returns counters and the files
+    /// that could not be snapshotted.
+    fn hash_files(
+        &self,
+        workspace: &Path,
+        entries: &mut [(String, CacheEntry)],
+        to_read: &[(usize, std::fs::Metadata)],
+    ) -> Result<(ReadCounters, Vec<(usize, ExcludeReason)>), SnapshotError> {
+        let next = AtomicUsize::new(0);
+        let threads = self.threads.min(to_read.len().div_ceil(8)).max(1);
+        let shared: &[(String, CacheEntry)] = entries;
+        type Outcome = Result<(usize, Result<(CacheEntry, bool), ExcludeReason>), SnapshotError>;
+        let results: Vec<Vec<Outcome>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    let next = &next;
+                    s.spawn(move || {
+                        let repo = self.repo();
+                        let mut out = Vec::new();
+                        loop {
+                            let k = next.fetch_add(1, Ordering::Relaxed);
+                            let Some((i, meta)) = to_read.get(k) else {
+                                break;
+                            };
+                            let path = &shared[*i].0;
+                            out.push(store_file(&repo, workspace, path, meta).map(|r| (*i, r)));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![Err(SnapshotError::Git("a hashing thread panicked".into()))]
+                    })
+                })
+                .collect()
+        });
+        let mut counters = ReadCounters::default();
+        let mut problems = Vec::new();
+        for r in results.into_iter().flatten() {
+            let (i, r) = r?;
+            match r {
+                Ok((e, written)) => {
+                    counters.files += 1;
+                    counters.bytes += e.size;
+                    counters.written += written as u64;
+                    let path = std::mem::take(&mut entries[i].0);
+                    entries[i] = (path, e);
+                }
+                Err(reason) => problems.push((i, reason)),
+            }
+        }
+        Ok((counters, problems))
+    }
+
+    /// Points `refs/snapshots/<tree>` at the tree.
+    fn keep(&self, tree: ObjectId) -> Result<(), SnapshotError> {
+        let repo = self.repo();
+        let name = Self::ref_name(&tree.to_hex().to_string());
+        repo.reference(
+            name.as_str(),
+            tree,
+            gix::refs::transaction::PreviousValue::Any,
+            "snapshot",
+        )
+        .map_err(|e| SnapshotError::Git(format!("writing {name}: {e}")))?;
+        Ok(())
+    }
+
+    /// Parses a snapshot id and checks that the store has it.
+    pub fn resolve(&self, id: &str) -> Result<ObjectId, SnapshotError> {
+        let oid =
+            ObjectId::from_hex(id.as_bytes()).map_err(|_| SnapshotError::Missing(id.to_owned()))?;
+        let repo = self.repo();
+        match repo.find_object(oid) {
+            Ok(o) if o.kind == gix::object::Kind::Tree => Ok(oid),
+            _ => Err(SnapshotError::Missing(id.to_owned())),
+        }
+    }
+
+    /// The files of a snapshot.
+    pub fn files(&self, tree: ObjectId) -> Result<Files, SnapshotError> {
+        let repo = self.repo();
+        let tree = repo
+            .find_tree(tree)
+            .map_err(|_| SnapshotError::Missing(tree.to_hex().to_string()))?;
+        let records = tree
+            .traverse()
+            .breadthfirst
+            .files()
+            .map_err(|e| SnapshotError::Git(format!("reading tree {}: {e}", tree.id)))?;
+        let mut out = Files::new();
+        for r in records {
+            let kind = match FileKind::from_git_mode(r.mode.value() as u32) {
+                Some(k) => k,
+                None => continue,
+            };
+            let path = String::from_utf8(r.filepath.into())
+                .map_err(|e| SnapshotError::Git(format!("non-UTF-8 path in a snapshot: {e}")))?;
+            out.insert(path, FileEntry { kind, oid: r.oid });
+        }
+        Ok(out)
+    }
+
+    /// The content of a blob.
+    pub fn blob(&self, oid: ObjectId) -> Result<Vec<u8>, SnapshotError> {
+        let repo = self.repo();
+        let mut blob = repo
+            .find_blob(oid)
+            .map_err(|e| SnapshotError::Git(format!("reading blob {oid}: {e}")))?;
+        Ok(blob.take_data())
+    }
+
+    /// The ids of every snapshot the store keeps (its `refs/snapshots/*`).
+    pub fn snapshot_ids(&self) -> Result<Vec<String>, SnapshotError> {
+        let repo = self.repo();
+        let refs = repo
+            .references()
+            .map_err(|e| SnapshotError::Git(format!("listing refs: {e}")))?;
+        let iter = refs
+            .prefixed("refs/snapshots/")
+            .map_err(|e| SnapshotError::Git(format!("listing refs: {e}")))?;
+        let mut out = Vec::new();
+        for r in iter {
+            let r = r.map_err(|e| SnapshotError::Git(format!("listing refs: {e}")))?;
+            if let Some(id) = r
+                .name()
+                .as_bstr()
+                .to_string()
+                .strip_prefix("refs/snapshots/")
+            {
+                out.push(id.to_owned());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+#[derive(Default)]
+struct ReadCounters {
+    files: u64,
+    bytes: u64,
+    written: u64,
+}
+
+fn bad_tree_path(path: &str, e: impl std::fmt::Display) -> SnapshotError {
+    SnapshotError::BadPath {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// The absolute, symlink-free path of an existing workspace directory.
+pub(crate) fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SnapshotError> {
+    let ws = workspace
+        .canonicalize()
+        .map_err(|e| SnapshotError::Workspace {
+            path: workspace.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if !ws.is_dir() {
+        return Err(SnapshotError::Workspace {
+            path: ws,
+            reason: "not a directory".into(),
+        });
+    }
+    Ok(ws)
+}
+
+/// A path named by a caller, made relative to the workspace: absolute paths must lie
+/// inside it; `..`, empty components and `.git` are refused.
+pub fn relative_path(workspace: &Path, path: &str) -> Result<String, SnapshotError> {
+    let bad = |reason: &str| SnapshotError::BadPath {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let p = Path::new(path);
+    let rel = if p.is_absolute() {
+        p.strip_prefix(workspace)
+            .map_err(|_| bad("outside the workspace"))?
+    } else {
+        p
+    };
+    let mut out = Vec::new();
+    for c in rel.components() {
+        match c {
+            std::path::Component::Normal(s) => {
+                let s = s.to_str().ok_or_else(|| bad("not UTF-8"))?;
+                if s == ".git" {
+                    return Err(bad("inside .git"));
+                }
+                out.push(s);
+            }
+            std::path::Component::CurDir => {}
+            _ => return Err(bad("leaves the workspace (`..` or a root)")),
+        }
+    }
+    if out.is_empty() {
+        return Err(bad("names the workspace itself"));
+    }
+    Ok(out.join("/"))
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+use cache::CacheEntry;
+
+fn stat_entry(path: &str, m: &std::fs::Metadata) -> CacheEntry {
+    CacheEntry {
+        path: path.to_owned(),
+        size: m.len(),
+        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        ino: m.ino(),
+        dev: m.dev(),
+        mode: m.mode(),
+        git_mode: 0,
+        oid: [0; 20],
+    }
+}
+
+fn same_stat(a: &CacheEntry, b: &CacheEntry) -> bool {
+    a.size == b.size
+        && a.mtime_ns == b.mtime_ns
+        && a.ctime_ns == b.ctime_ns
+        && a.ino == b.ino
+        && a.dev == b.dev
+        && a.mode == b.mode
+}
+
+/// Reads one file or link without following links and stores its blob. A file that
+/// changes while being read is retried, then reported.
+fn store_file(
+    repo: &gix::Repository,
+    workspace: &Path,
+    rel: &str,
+    listed: &std::fs::Metadata,
+) -> Result<Result<(CacheEntry, bool), ExcludeReason>, SnapshotError> {
+    let abs = workspace.join(rel);
+    let mut meta = listed.clone();
+    for _attempt in 0..3 {
+        let (data, kind) = if meta.file_type().is_symlink() {
+            let target = match std::fs::read_link(&abs) {
+                Ok(t) => t,
+                Err(e) => return Ok(Err(ExcludeReason::Unreadable(e.to_string()))),
+            };
+            if link_leaves(rel, &target) {
+                return Ok(Err(ExcludeReason::LinkOutside));
+            }
+            (target.into_os_string().into_encoded_bytes(), FileKind::Link)
+        } else {
+            let mut f = match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&abs)
+            {
+                Ok(f) => f,
+                Err(e) => return Ok(Err(ExcludeReason::Unreadable(e.to_string()))),
+            };
+            let mut data = Vec::with_capacity(meta.len() as usize);
+            if let Err(e) = f.read_to_end(&mut data) {
+                return Ok(Err(ExcludeReason::Unreadable(e.to_string())));
+            }
+            let after = match f.metadata() {
+                Ok(m) => m,
+                Err(e) => return Ok(Err(ExcludeReason::Unreadable(e.to_string()))),
+            };
+            if !same_stat(&stat_entry(rel, &after), &stat_entry(rel, &meta))
+                || data.len() as u64 != after.len()
+            {
+                meta = after;
+                continue;
+            }
+            let kind = if meta.permissions().mode() & 0o111 != 0 {
+                FileKind::Executable
+            } else {
+                FileKind::Regular
+            };
+            (data, kind)
+        };
+        let oid = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, &data)
+            .map_err(|e| SnapshotError::Git(format!("hashing {rel}: {e}")))?;
+        let written = if repo.has_object(oid) {
+            false
+        } else {
+            repo.write_blob(&data)
+                .map_err(|e| SnapshotError::Git(format!("writing the blob of {rel}: {e}")))?;
+            true
+        };
+        let mut e = stat_entry(rel, &meta);
+        e.size = data.len() as u64;
+        e.git_mode = kind.git_mode();
+        e.oid.copy_from_slice(oid.as_bytes());
+        return Ok(Ok((e, written)));
+    }
+    Ok(Err(ExcludeReason::Unstable))
+}
+
+/// Whether a link at `rel` (workspace-relative) with this target points outside the
+/// workspace, judged on the text of the target (links are never followed).
+fn link_leaves(rel: &str, target: &Path) -> bool {
+    if target.is_absolute() {
+        return true;
+    }
+    // Depth of the link's directory below the workspace root.
+    let mut depth = rel.split('/').count() as i64 - 1;
+    for c in target.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                depth -= 1;
+                if depth < 0 {
+                    return true;
+                }
+            }
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            _ => return true,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_that_climb_out_are_outside() {
+        assert!(link_leaves("a", Path::new("/etc/passwd")));
+        assert!(link_leaves("a", Path::new("../x")));
+        assert!(link_leaves("d/a", Path::new("../../x")));
+        assert!(!link_leaves("d/a", Path::new("../x")));
+        assert!(!link_leaves("d/a", Path::new("e/../../x")));
+        assert!(link_leaves("d/a", Path::new("e/../../../x")));
+    }
+
+    #[test]
+    fn caller_paths_stay_inside() {
+        let ws = Path::new("/w");
+        assert_eq!(relative_path(ws, "a/./b").unwrap(), "a/b");
+        assert_eq!(relative_path(ws, "/w/a").unwrap(), "a");
+        assert!(relative_path(ws, "../a").is_err());
+        assert!(relative_path(ws, "a/../../b").is_err());
+        assert!(relative_path(ws, "/etc/passwd").is_err());
+        assert!(relative_path(ws, ".git/config").is_err());
+        assert!(relative_path(ws, ".").is_err());
+    }
+}

@@ -1,0 +1,341 @@
+//! Which files of a workspace a snapshot considers.
+//!
+//! Inside a Git repository: what `git ls-files --cached --others --exclude-standard`
+//! lists (the index, plus untracked files that no ignore rule matches), read in-process
+//! with gix. Outside Git: every file, honouring `.gitignore` and `.ignore` files. In both,
+//! nested repositories and special files are not followed and are reported.
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use gix::bstr::ByteSlice;
+
+use super::{ExcludeReason, Excluded, SnapshotError};
+
+/// The candidate paths of a workspace, relative to it, with `/` separators.
+pub(crate) struct Listing {
+    pub paths: BTreeSet<String>,
+    pub excluded: Vec<Excluded>,
+}
+
+/// How the workspace sits in its Git repository.
+pub(crate) struct GitContext {
+    pub repo: gix::Repository,
+    /// The workspace's path inside the repository's work tree (`""` at its root), with a
+    /// trailing `/` when not empty.
+    pub prefix: String,
+}
+
+fn git_err(what: &str, e: impl std::fmt::Display) -> SnapshotError {
+    SnapshotError::Git(format!("{what}: {e}"))
+}
+
+/// Opens the Git repository that holds `workspace`, if any. A repository found above
+/// the workspace counts; the workspace is then a prefix inside it.
+pub(crate) fn git_context(workspace: &Path) -> Result<Option<GitContext>, SnapshotError> {
+    // Only a `.git` at or above the workspace makes it a Git workspace; gix's
+    // discovery would also accept a bare repository, which has no work tree.
+    let mut probe = Some(workspace);
+    let mut found = false;
+    while let Some(dir) = probe {
+        if dir.join(".git").exists() {
+            found = true;
+            break;
+        }
+        probe = dir.parent();
+    }
+    if !found {
+        return Ok(None);
+    }
+    let repo = match gix::discover(workspace) {
+        Ok(r) => r,
+        Err(_) => return Ok(None),
+    };
+    let Some(workdir) = repo.workdir() else {
+        return Ok(None);
+    };
+    let workdir = workdir
+        .canonicalize()
+        .map_err(|e| SnapshotError::io(workdir, e))?;
+    let rel = workspace.strip_prefix(&workdir).map_err(|_| {
+        SnapshotError::Git(format!(
+            "{} is not inside the work tree {} of its repository",
+            workspace.display(),
+            workdir.display()
+        ))
+    })?;
+    let mut prefix = slash_path(rel).ok_or_else(|| SnapshotError::NotUtf8(rel.to_path_buf()))?;
+    if !prefix.is_empty() {
+        prefix.push('/');
+    }
+    Ok(Some(GitContext { repo, prefix }))
+}
+
+/// A relative path as a `/`-separated string; `None` if it is not UTF-8.
+pub(crate) fn slash_path(p: &Path) -> Option<String> {
+    let mut out = String::new();
+    for c in p.components() {
+        if let Component::Normal(s) = c {
+            if !out.is_empty() {
+                out.push('/');
+            }
+            out.push_str(s.to_str()?);
+        }
+    }
+    Some(out)
+}
+
+/// Lists a workspace. `skip` is a directory inside it that belongs to tacho (its data
+/// directory) and is never snapshotted.
+pub(crate) fn list(workspace: &Path, skip: Option<&str>) -> Result<Listing, SnapshotError> {
+    let mut listing = match git_context(workspace)? {
+        Some(ctx) => list_git(ctx)?,
+        None => list_plain(workspace)?,
+    };
+    if let Some(skip) = skip {
+        let dir = format!("{skip}/");
+        listing.paths.retain(|p| !p.starts_with(&dir));
+    }
+    Ok(listing)
+}
+
+fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
+    let repo = &ctx.repo;
+    let prefix = ctx.prefix.as_str();
+    let index = repo
+        .index_or_empty()
+        .map_err(|e| git_err("reading the index", e))?;
+    let mut paths = BTreeSet::new();
+    let mut excluded = Vec::new();
+    for entry in index.entries() {
+        let full = entry.path(&index);
+        let Some(rel) = full.strip_prefix(prefix.as_bytes()) else {
+            continue;
+        };
+        let Ok(rel) = rel.to_str() else {
+            excluded.push(Excluded::new(
+                rel.to_str_lossy().into_owned(),
+                ExcludeReason::NotUtf8,
+            ));
+            continue;
+        };
+        if entry.mode == gix::index::entry::Mode::COMMIT {
+            excluded.push(Excluded::new(
+                rel.to_owned(),
+                ExcludeReason::NestedRepository,
+            ));
+            continue;
+        }
+        paths.insert(rel.to_owned());
+    }
+
+    let interrupt = AtomicBool::new(false);
+    let options = repo
+        .dirwalk_options()
+        .map_err(|e| git_err("dirwalk options", e))?
+        .emit_tracked(false)
+        .emit_ignored(None)
+        .emit_pruned(false)
+        .emit_empty_directories(false)
+        .recurse_repositories(false)
+        .emit_untracked(gix::dir::walk::EmissionMode::Matching);
+    let patterns: Vec<gix::bstr::BString> = if prefix.is_empty() {
+        Vec::new()
+    } else {
+        vec![prefix.trim_end_matches('/').into()]
+    };
+    let mut collect = gix::dir::walk::delegate::Collect::default();
+    repo.dirwalk(&index, patterns, &interrupt, options, &mut collect)
+        .map_err(|e| git_err("walking the work tree", e))?;
+    for (entry, _) in collect.unorded_entries {
+        if entry.status != gix::dir::entry::Status::Untracked {
+            continue;
+        }
+        let Some(rel) = entry.rela_path.strip_prefix(prefix.as_bytes()) else {
+            continue;
+        };
+        let Ok(rel) = rel.to_str() else {
+            excluded.push(Excluded::new(
+                rel.to_str_lossy().into_owned(),
+                ExcludeReason::NotUtf8,
+            ));
+            continue;
+        };
+        use gix::dir::entry::Kind;
+        match entry.disk_kind {
+            Some(Kind::File | Kind::Symlink) => {
+                paths.insert(rel.to_owned());
+            }
+            Some(Kind::Repository) => excluded.push(Excluded::new(
+                rel.to_owned(),
+                ExcludeReason::NestedRepository,
+            )),
+            Some(Kind::Untrackable) => {
+                excluded.push(Excluded::new(rel.to_owned(), ExcludeReason::Special))
+            }
+            // Empty untracked directories hold nothing to restore.
+            Some(Kind::Directory) | None => {}
+        }
+    }
+    Ok(Listing { paths, excluded })
+}
+
+fn list_plain(workspace: &Path) -> Result<Listing, SnapshotError> {
+    let nested: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
+    let seen = Arc::clone(&nested);
+    let walk = ignore::WalkBuilder::new(workspace)
+        .standard_filters(false)
+        .hidden(false)
+        .git_ignore(true)
+        .git_global(false)
+        .git_exclude(false)
+        .ignore(true)
+        .parents(false)
+        .require_git(false)
+        .follow_links(false)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(move |e| {
+            let is_dir = e.file_type().is_some_and(|t| t.is_dir());
+            if is_dir && e.depth() > 0 && e.path().join(".git").exists() {
+                if let Ok(mut n) = seen.lock() {
+                    n.push(e.path().to_path_buf());
+                }
+                return false;
+            }
+            // A `.git` file or directory (a worktree pointer) is Git's, not the project's.
+            e.depth() == 0 || e.file_name() != ".git"
+        })
+        .build();
+    let mut paths = BTreeSet::new();
+    let mut excluded = Vec::new();
+    for item in walk {
+        let entry = match item {
+            Ok(e) => e,
+            Err(e) => {
+                let path = error_path(&e)
+                    .and_then(|p| p.strip_prefix(workspace).ok().and_then(slash_path))
+                    .unwrap_or_default();
+                excluded.push(Excluded::new(
+                    path,
+                    ExcludeReason::Unreadable(e.to_string()),
+                ));
+                continue;
+            }
+        };
+        if entry.depth() == 0 {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(workspace) else {
+            continue;
+        };
+        let Some(rel) = slash_path(rel) else {
+            excluded.push(Excluded::new(
+                rel.to_string_lossy().into_owned(),
+                ExcludeReason::NotUtf8,
+            ));
+            continue;
+        };
+        match entry.file_type() {
+            Some(t) if t.is_dir() => {}
+            Some(t) if t.is_file() || t.is_symlink() => {
+                paths.insert(rel);
+            }
+            _ => excluded.push(Excluded::new(rel, ExcludeReason::Special)),
+        }
+    }
+    let nested = nested.lock().map(|n| n.clone()).unwrap_or_default();
+    for dir in nested {
+        if let Some(rel) = dir.strip_prefix(workspace).ok().and_then(slash_path) {
+            excluded.push(Excluded::new(rel, ExcludeReason::NestedRepository));
+        }
+    }
+    Ok(Listing { paths, excluded })
+}
+
+fn error_path(e: &ignore::Error) -> Option<&Path> {
+    match e {
+        ignore::Error::WithPath { path, .. } => Some(path),
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            error_path(err)
+        }
+        _ => None,
+    }
+}
+
+/// Whether a path the caller named explicitly (a targeted snapshot) is one a full
+/// listing would include: tracked, or not ignored.
+pub(crate) fn is_listed(
+    workspace: &Path,
+    git: Option<&GitContext>,
+    rel: &str,
+) -> Result<bool, SnapshotError> {
+    if rel.split('/').any(|c| c == ".git") {
+        return Ok(false);
+    }
+    match git {
+        Some(ctx) => {
+            let full = format!("{}{rel}", ctx.prefix);
+            let empty = gix::index::State::new(ctx.repo.object_hash());
+            let mut excludes = ctx
+                .repo
+                .excludes(
+                    &empty,
+                    None,
+                    gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+                )
+                .map_err(|e| git_err("reading ignore rules", e))?;
+            let ignored = excludes
+                .at_entry(full.as_str(), None)
+                .map_err(|e| git_err("reading ignore rules", e))?
+                .is_excluded();
+            if !ignored {
+                return Ok(true);
+            }
+            // Ignored but tracked files are still snapshotted, as Git keeps them.
+            let index = ctx
+                .repo
+                .index_or_empty()
+                .map_err(|e| git_err("reading the index", e))?;
+            Ok(index.entry_by_path(full.as_str().into()).is_some())
+        }
+        None => Ok(!ignored_plain(workspace, rel)),
+    }
+}
+
+/// Whether `.gitignore`/`.ignore` files between the workspace root and `rel` ignore it
+/// (the rules `list_plain` applies while walking).
+fn ignored_plain(workspace: &Path, rel: &str) -> bool {
+    let comps: Vec<&str> = rel.split('/').collect();
+    // Walk down: a directory that is ignored hides everything beneath it.
+    for depth in 1..=comps.len() {
+        let is_dir = depth < comps.len();
+        let mut verdict = None;
+        for top in 0..depth {
+            let dir = workspace.join(comps[..top].join("/"));
+            let sub = comps[top..depth].join("/");
+            for name in [".gitignore", ".ignore"] {
+                let file = dir.join(name);
+                if !file.is_file() {
+                    continue;
+                }
+                let mut b = ignore::gitignore::GitignoreBuilder::new(&dir);
+                if b.add(&file).is_some() {
+                    continue;
+                }
+                if let Ok(gi) = b.build() {
+                    match gi.matched(&sub, is_dir) {
+                        ignore::Match::Ignore(_) => verdict = Some(true),
+                        ignore::Match::Whitelist(_) => verdict = Some(false),
+                        ignore::Match::None => {}
+                    }
+                }
+            }
+        }
+        if verdict == Some(true) {
+            return true;
+        }
+    }
+    false
+}

@@ -1,0 +1,734 @@
+#![allow(clippy::unwrap_used)]
+//! The snapshot store and rollback, checked against the real `git` program where it is
+//! installed (`git --git-dir=<store> ls-tree`, `git ls-files`, `git fsck`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use proptest::prelude::*;
+use tacho_engine::rollback::{self, Action, PlanInput};
+use tacho_engine::safefs::Root;
+use tacho_engine::snapshot::{ExcludeReason, Files, Scope, SnapshotStore};
+
+fn have_git() -> bool {
+    Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs git and returns stdout; panics with stderr on failure.
+fn git(dir: &Path, args: &[&str]) -> Vec<u8> {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    ws: PathBuf,
+    store: SnapshotStore,
+}
+
+fn env() -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let store = SnapshotStore::open(
+        tmp.path().join("home/snapshots"),
+        tmp.path().join("home/cache"),
+    )
+    .unwrap();
+    Env {
+        _tmp: tmp,
+        ws,
+        store,
+    }
+}
+
+fn write(ws: &Path, rel: &str, data: &str) {
+    let p = ws.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, data).unwrap();
+}
+
+fn chmod(ws: &Path, rel: &str, mode: u32) {
+    std::fs::set_permissions(ws.join(rel), std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// `git ls-tree -r` of a snapshot, through the real git: path → (mode, oid).
+fn ls_tree(store: &SnapshotStore, id: &str) -> BTreeMap<String, (String, String)> {
+    let out = git(
+        store.root(),
+        &[
+            "--git-dir",
+            store.root().to_str().unwrap(),
+            "ls-tree",
+            "-r",
+            "-z",
+            &format!("refs/snapshots/{id}"),
+        ],
+    );
+    let mut m = BTreeMap::new();
+    for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let rec = String::from_utf8(rec.to_vec()).unwrap();
+        let (meta, path) = rec.split_once('\t').unwrap();
+        let parts: Vec<&str> = meta.split(' ').collect();
+        m.insert(path.to_owned(), (parts[0].to_owned(), parts[2].to_owned()));
+    }
+    m
+}
+
+fn fsck(store: &SnapshotStore) {
+    git(
+        store.root(),
+        &[
+            "--git-dir",
+            store.root().to_str().unwrap(),
+            "fsck",
+            "--strict",
+            "--no-dangling",
+        ],
+    );
+}
+
+/// What is on disk under `ws` (not following links, skipping `.git`), as git would
+/// record it: path → (mode, blob id).
+fn disk(ws: &Path) -> BTreeMap<String, (String, String)> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (String, String)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            if e.file_name() == ".git" {
+                continue;
+            }
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_owned();
+            let (mode, data) = if m.file_type().is_symlink() {
+                (
+                    "120000",
+                    std::fs::read_link(&p)
+                        .unwrap()
+                        .into_os_string()
+                        .into_encoded_bytes(),
+                )
+            } else if m.is_dir() {
+                walk(root, &p, out);
+                continue;
+            } else if !m.is_file() {
+                continue;
+            } else if m.permissions().mode() & 0o111 != 0 {
+                ("100755", std::fs::read(&p).unwrap())
+            } else {
+                ("100644", std::fs::read(&p).unwrap())
+            };
+            let oid = gix_hash(&data);
+            out.insert(rel, (mode.to_owned(), oid));
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(ws, ws, &mut out);
+    out
+}
+
+fn gix_hash(data: &[u8]) -> String {
+    // The Git blob id, computed independently of the engine.
+    use std::io::Write;
+    let mut h = Command::new("git")
+        .args(["hash-object", "--stdin", "--no-filters"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    h.stdin.take().unwrap().write_all(data).unwrap();
+    let out = h.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn a_snapshot_holds_what_git_ls_files_lists() {
+    if !have_git() {
+        eprintln!("git is not installed; skipped");
+        return;
+    }
+    let e = env();
+    let ws = &e.ws;
+    git(ws, &["init", "-q"]);
+    write(ws, ".gitignore", "*.log\nbuild/\n!keep.log\n");
+    write(ws, "src/main.rs", "fn main() {}\n");
+    write(ws, "src/.gitignore", "gen/\n");
+    write(ws, "src/gen/out.rs", "generated\n");
+    write(ws, "src/lib.rs", "pub fn f() {}\n");
+    write(ws, "debug.log", "noise\n");
+    write(ws, "keep.log", "kept by negation\n");
+    write(ws, "build/app", "binary\n");
+    write(ws, "run.sh", "#!/bin/sh\necho hi\n");
+    chmod(ws, "run.sh", 0o755);
+    write(ws, "forced.log", "tracked although ignored\n");
+    git(ws, &["add", "src/main.rs", ".gitignore"]);
+    git(ws, &["add", "-f", "forced.log"]);
+    git(ws, &["commit", "-qm", "init"]);
+    write(ws, "untracked.txt", "new\n");
+    std::os::unix::fs::symlink("src/main.rs", ws.join("link-inside")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", ws.join("link-outside")).unwrap();
+    write(ws, "vendor/dep/file.txt", "nested\n");
+    git(&ws.join("vendor/dep"), &["init", "-q"]);
+    let fifo = ws.join("pipe");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+
+    let snap = e.store.take(ws, &Scope::Full).unwrap();
+    let tree = ls_tree(&e.store, &snap.id);
+    let listed = git(
+        ws,
+        &[
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ],
+    );
+    let mut expected: BTreeSet<String> = listed
+        .split(|b| *b == 0)
+        .filter(|r| !r.is_empty())
+        .map(|r| String::from_utf8(r.to_vec()).unwrap())
+        .collect();
+    // git lists the nested repository as a directory; tacho reports it instead.
+    expected.retain(|p| !p.starts_with("vendor/dep"));
+    expected.remove("link-outside");
+    expected.remove("pipe");
+    assert_eq!(tree.keys().cloned().collect::<BTreeSet<_>>(), expected);
+    let on_disk = disk(ws);
+    for (path, (mode, oid)) in &tree {
+        assert_eq!(
+            on_disk.get(path),
+            Some(&(mode.clone(), oid.clone())),
+            "{path}"
+        );
+    }
+    let reasons: BTreeMap<&str, &ExcludeReason> = snap
+        .excluded
+        .iter()
+        .map(|x| (x.path.as_str(), &x.reason))
+        .collect();
+    assert_eq!(
+        reasons.get("link-outside"),
+        Some(&&ExcludeReason::LinkOutside)
+    );
+    assert_eq!(
+        reasons.get("vendor/dep"),
+        Some(&&ExcludeReason::NestedRepository)
+    );
+    assert_eq!(reasons.get("pipe"), Some(&&ExcludeReason::Special));
+    // The project's own repository was only read.
+    let status = git(ws, &["status", "--porcelain"]);
+    assert!(
+        String::from_utf8(status)
+            .unwrap()
+            .contains("?? untracked.txt")
+    );
+    fsck(&e.store);
+}
+
+#[test]
+fn outside_git_every_file_but_ignored_ones() {
+    let e = env();
+    let ws = &e.ws;
+    write(ws, ".gitignore", "target/\n*.tmp\n");
+    write(ws, "a.txt", "a\n");
+    write(ws, "x.tmp", "ignored\n");
+    write(ws, "target/debug/bin", "ignored\n");
+    write(ws, "docs/.ignore", "draft.md\n");
+    write(ws, "docs/draft.md", "ignored\n");
+    write(ws, "docs/final.md", "kept\n");
+    let snap = e.store.take(ws, &Scope::Full).unwrap();
+    let files = e.store.files(snap.tree).unwrap();
+    let paths: Vec<&str> = files.keys().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [".gitignore", "a.txt", "docs/.ignore", "docs/final.md"]
+    );
+    if have_git() {
+        fsck(&e.store);
+    }
+}
+
+#[test]
+fn an_incremental_snapshot_reads_only_changed_files() {
+    let e = env();
+    let ws = &e.ws;
+    for i in 0..50 {
+        write(ws, &format!("d{}/f{i}.txt", i % 5), &format!("file {i}\n"));
+    }
+    // File times must be older than the racy window for the cache to trust them.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(5);
+    for i in 0..50 {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(ws.join(format!("d{}/f{i}.txt", i % 5)))
+            .unwrap();
+        f.set_modified(old).unwrap();
+    }
+    let first = e.store.take(ws, &Scope::Full).unwrap();
+    assert_eq!(first.files_read, 50);
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    write(ws, "d0/f0.txt", "changed\n");
+    write(ws, "d1/new.txt", "new\n");
+    std::fs::remove_file(ws.join("d2/f2.txt")).unwrap();
+    let second = e.store.take(ws, &Scope::Full).unwrap();
+    assert_eq!(
+        second.files_read, 2,
+        "only the changed and the new file are read"
+    );
+    assert_eq!(second.files, 50);
+    // The same tree as a scan with no cache, and as a targeted snapshot.
+    let fresh = SnapshotStore::open(e.store.root(), e._tmp.path().join("other-cache")).unwrap();
+    assert_eq!(fresh.take(ws, &Scope::Full).unwrap().tree, second.tree);
+
+    write(ws, "d3/f3.txt", "edited by a tool\n");
+    write(ws, "d4/made.txt", "made by a tool\n");
+    std::fs::remove_file(ws.join("d1/new.txt")).unwrap();
+    let targeted = e
+        .store
+        .take(
+            ws,
+            &Scope::Paths(vec![
+                "d3/f3.txt".into(),
+                format!("{}/d4/made.txt", ws.display()),
+                "d1/new.txt".into(),
+            ]),
+        )
+        .unwrap();
+    assert!(!targeted.full_scan);
+    assert_eq!(targeted.files_read, 2);
+    let full = fresh.take(ws, &Scope::Full).unwrap();
+    assert_eq!(targeted.tree, full.tree);
+    // A targeted path that is ignored is not added.
+    write(ws, ".gitignore", "*.bak\n");
+    write(ws, "x.bak", "ignored\n");
+    let t = e
+        .store
+        .take(ws, &Scope::Paths(vec![".gitignore".into(), "x.bak".into()]))
+        .unwrap();
+    assert_eq!(t.tree, fresh.take(ws, &Scope::Full).unwrap().tree);
+    if have_git() {
+        fsck(&e.store);
+    }
+}
+
+#[test]
+fn targeted_paths_cannot_leave_the_workspace() {
+    let e = env();
+    write(&e.ws, "a", "a");
+    e.store.take(&e.ws, &Scope::Full).unwrap();
+    for bad in ["../x", "/etc/passwd", "a/../../x", ".git/config"] {
+        let err = e
+            .store
+            .take(&e.ws, &Scope::Paths(vec![bad.into()]))
+            .unwrap_err();
+        assert!(err.to_string().contains("invalid path"), "{bad}: {err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Rollback
+
+/// Rolls `ws` back to `points[k]`, as a session that took all of `points` would.
+fn rollback_to(
+    e: &Env,
+    points: &[Files],
+    k: usize,
+    force: bool,
+) -> (rollback::Plan, rollback::Applied) {
+    let (plan, applied, _) = rollback_with_excluded(e, points, k, force);
+    (plan, applied)
+}
+
+/// Like `rollback_to`, also returning the paths the pre-rollback snapshot excluded.
+fn rollback_with_excluded(
+    e: &Env,
+    points: &[Files],
+    k: usize,
+    force: bool,
+) -> (rollback::Plan, rollback::Applied, Vec<String>) {
+    let now = e.store.take(&e.ws, &Scope::Full).unwrap();
+    let excluded = now.excluded.iter().map(|x| x.path.clone()).collect();
+    let unprotected = now
+        .excluded
+        .iter()
+        .map(|x| (x.path.clone(), x.reason.to_string()))
+        .collect();
+    let current = e.store.files(now.tree).unwrap();
+    let none = BTreeSet::new();
+    let plan = rollback::plan(&PlanInput {
+        target: &points[k],
+        later: points[k + 1..].iter().collect(),
+        edited: &none,
+        edited_after_last: &none,
+        current: &current,
+        unprotected: &unprotected,
+        force,
+    });
+    let applied = rollback::apply(&e.store, &e.ws, &plan).unwrap();
+    (plan, applied, excluded)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write(u8, u8),
+    Delete(u8),
+    Rename(u8, u8),
+    Exec(u8, bool),
+    Link(u8, u8),
+    Snapshot,
+}
+
+fn name(n: u8) -> String {
+    // A few directories, so that creating and emptying them is exercised.
+    match n % 4 {
+        0 => format!("f{n}"),
+        1 => format!("d{}/f{n}", n % 3),
+        2 => format!("d{}/e/f{n}", n % 2),
+        _ => format!("top{n}.txt"),
+    }
+}
+
+fn apply_op(ws: &Path, op: &Op) {
+    match *op {
+        Op::Write(n, v) => {
+            let p = ws.join(name(n));
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+                std::fs::remove_file(&p).unwrap();
+            }
+            if p.parent().unwrap().is_file() {
+                return;
+            }
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, format!("content {v}\n").repeat(v as usize % 7 + 1)).unwrap();
+        }
+        Op::Delete(n) => {
+            let _ = std::fs::remove_file(ws.join(name(n)));
+        }
+        Op::Rename(a, b) => {
+            let (pa, pb) = (ws.join(name(a)), ws.join(name(b)));
+            if std::fs::symlink_metadata(&pa).is_ok() && !pb.is_dir() {
+                std::fs::create_dir_all(pb.parent().unwrap()).unwrap();
+                let _ = std::fs::rename(&pa, &pb);
+            }
+        }
+        Op::Exec(n, on) => {
+            let p = ws.join(name(n));
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                chmod(ws, &name(n), if on { 0o755 } else { 0o644 });
+            }
+        }
+        Op::Link(n, to) => {
+            let p = ws.join(name(n));
+            if std::fs::symlink_metadata(&p).is_ok() {
+                std::fs::remove_file(&p).unwrap();
+            }
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            // Relative to the workspace root, so every link stays inside.
+            let depth = name(n).matches('/').count();
+            let target = format!("{}{}", "../".repeat(depth), name(to));
+            std::os::unix::fs::symlink(target, &p).unwrap();
+        }
+        Op::Snapshot => {}
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..16, any::<u8>()).prop_map(|(n, v)| Op::Write(n, v)),
+        2 => (0u8..16).prop_map(Op::Delete),
+        1 => (0u8..16, 0u8..16).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => (0u8..16, any::<bool>()).prop_map(|(n, b)| Op::Exec(n, b)),
+        1 => (0u8..16, 0u8..16).prop_map(|(n, t)| Op::Link(n, t)),
+        2 => Just(Op::Snapshot),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Rolling back to any snapshot gives the workspace of that snapshot, byte for
+    /// byte (checked with the real git against the store), and leaves files changed
+    /// outside the session alone.
+    #[test]
+    fn rollback_restores_any_point(ops in proptest::collection::vec(op(), 1..40), pick in any::<prop::sample::Index>(), outside in any::<bool>()) {
+        let e = env();
+        let git = have_git();
+        let mut points: Vec<Files> = Vec::new();
+        let mut ids = Vec::new();
+        let base = e.store.take(&e.ws, &Scope::Full).unwrap();
+        points.push(e.store.files(base.tree).unwrap());
+        ids.push(base.id);
+        for op in &ops {
+            apply_op(&e.ws, op);
+            if matches!(op, Op::Snapshot) {
+                let s = e.store.take(&e.ws, &Scope::Full).unwrap();
+                points.push(e.store.files(s.tree).unwrap());
+                ids.push(s.id);
+            }
+        }
+        let last = e.store.take(&e.ws, &Scope::Full).unwrap();
+        points.push(e.store.files(last.tree).unwrap());
+        ids.push(last.id);
+        // A file written by someone else after the session's last snapshot.
+        if outside {
+            write(&e.ws, "outside.txt", "not the session's\n");
+        }
+        let k = pick.index(points.len());
+        let before = disk(&e.ws);
+        let (plan, applied, excluded) = rollback_with_excluded(&e, &points, k, false);
+        prop_assert!(applied.failed.is_empty(), "{:?}", applied.failed);
+        let mut now = disk(&e.ws);
+        // What the snapshot could not hold (here: links that a rename made point
+        // outside) is not restored, and not touched either.
+        for path in &excluded {
+            prop_assert_eq!(now.remove(path), before.get(path).cloned());
+        }
+        let mut want: BTreeMap<String, (String, String)> = if git {
+            ls_tree(&e.store, &ids[k])
+        } else {
+            points[k].iter().map(|(p, f)| (p.clone(), (String::new(), f.oid.to_string()))).collect()
+        };
+        for path in &excluded {
+            want.remove(path);
+        }
+        if outside {
+            prop_assert!(plan.items.iter().all(|i| i.path != "outside.txt"));
+            want.insert("outside.txt".into(), now["outside.txt"].clone());
+        }
+        if git {
+            prop_assert_eq!(&now, &want);
+            fsck(&e.store);
+        } else {
+            prop_assert_eq!(now.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+        }
+    }
+}
+
+#[test]
+fn dry_run_and_real_run_use_one_plan() {
+    let e = env();
+    write(&e.ws, "keep.txt", "same\n");
+    write(&e.ws, "mod.txt", "before\n");
+    write(&e.ws, "gone.txt", "will be deleted\n");
+    write(&e.ws, "exec.sh", "#!/bin/sh\n");
+    let p0 = e
+        .store
+        .files(e.store.take(&e.ws, &Scope::Full).unwrap().tree)
+        .unwrap();
+    write(&e.ws, "mod.txt", "after\n");
+    std::fs::remove_file(e.ws.join("gone.txt")).unwrap();
+    write(&e.ws, "new/dir/made.txt", "created\n");
+    chmod(&e.ws, "exec.sh", 0o755);
+    let p1 = e
+        .store
+        .files(e.store.take(&e.ws, &Scope::Full).unwrap().tree)
+        .unwrap();
+    let (plan, applied) = rollback_to(&e, &[p0, p1], 0, false);
+    let actions: Vec<(&str, Action)> = plan
+        .items
+        .iter()
+        .map(|i| (i.path.as_str(), i.action))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("exec.sh", Action::Mode),
+            ("gone.txt", Action::Recreate),
+            ("mod.txt", Action::Restore),
+            ("new/dir/made.txt", Action::Delete)
+        ]
+    );
+    assert_eq!(applied.done.len(), 4);
+    assert_eq!(applied.removed_dirs, ["new/dir", "new"]);
+    assert!(!e.ws.join("new").exists());
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("mod.txt")).unwrap(),
+        "before\n"
+    );
+    assert_eq!(
+        std::fs::metadata(e.ws.join("exec.sh"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o644
+    );
+}
+
+#[test]
+fn conflicts_are_left_alone_unless_forced() {
+    let e = env();
+    write(&e.ws, "a.txt", "1\n");
+    let p0 = e
+        .store
+        .files(e.store.take(&e.ws, &Scope::Full).unwrap().tree)
+        .unwrap();
+    write(&e.ws, "a.txt", "2 by the session\n");
+    let p1 = e
+        .store
+        .files(e.store.take(&e.ws, &Scope::Full).unwrap().tree)
+        .unwrap();
+    write(&e.ws, "a.txt", "3 by the user\n");
+    let points = [p0, p1];
+    let (plan, applied) = rollback_to(&e, &points, 0, false);
+    assert!(plan.items.is_empty());
+    assert_eq!(plan.conflicts.len(), 1);
+    assert_eq!(
+        plan.conflicts[0].reason,
+        "changed outside the session after its last snapshot"
+    );
+    assert!(applied.done.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("a.txt")).unwrap(),
+        "3 by the user\n"
+    );
+    let (plan, _) = rollback_to(&e, &points, 0, true);
+    assert!(plan.items[0].forced);
+    assert_eq!(std::fs::read_to_string(e.ws.join("a.txt")).unwrap(), "1\n");
+}
+
+// ---------------------------------------------------------------------------------
+// Escapes
+
+#[test]
+fn a_symlinked_parent_is_refused() {
+    let e = env();
+    let outside = e._tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, e.ws.join("sub")).unwrap();
+    let root = Root::open(&e.ws).unwrap();
+    let err = root.write_file("sub/evil.txt", b"x", false).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "refusing \"sub/evil.txt\": `sub` is a symbolic link"
+    );
+    assert!(!outside.join("evil.txt").exists());
+    let err = root.remove("sub/anything").unwrap_err();
+    assert!(
+        err.to_string().contains("`sub` is a symbolic link"),
+        "{err}"
+    );
+}
+
+#[test]
+fn dot_dot_and_absolute_paths_are_refused() {
+    let e = env();
+    let root = Root::open(&e.ws).unwrap();
+    let err = root.write_file("../escape.txt", b"x", false).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "refusing \"../escape.txt\": `..` component leaves the workspace"
+    );
+    let err = root.write_file("/tmp/escape.txt", b"x", false).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "refusing \"/tmp/escape.txt\": absolute path"
+    );
+    assert!(!e._tmp.path().join("escape.txt").exists());
+}
+
+#[test]
+fn a_link_swapped_in_after_planning_does_not_redirect_writes() {
+    let e = env();
+    write(&e.ws, "dir/file.txt", "original\n");
+    let p0 = e
+        .store
+        .files(e.store.take(&e.ws, &Scope::Full).unwrap().tree)
+        .unwrap();
+    write(&e.ws, "dir/file.txt", "changed by the session\n");
+    let p1 = e
+        .store
+        .files(e.store.take(&e.ws, &Scope::Full).unwrap().tree)
+        .unwrap();
+    let current = p1.clone();
+    let none = BTreeSet::new();
+    let plan = rollback::plan(&PlanInput {
+        target: &p0,
+        later: vec![&p1],
+        edited: &none,
+        edited_after_last: &none,
+        current: &current,
+        unprotected: &BTreeMap::new(),
+        force: false,
+    });
+    assert_eq!(plan.items.len(), 1);
+    // Between plan and apply, `dir` becomes a link to a directory outside holding a
+    // file of the same name and content.
+    let outside = e._tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("file.txt"), "changed by the session\n").unwrap();
+    std::fs::remove_dir_all(e.ws.join("dir")).unwrap();
+    std::os::unix::fs::symlink(&outside, e.ws.join("dir")).unwrap();
+    let applied = rollback::apply(&e.store, &e.ws, &plan).unwrap();
+    assert!(applied.done.is_empty());
+    assert_eq!(applied.failed.len(), 1);
+    assert!(
+        applied.failed[0]
+            .reason
+            .contains("`dir` is a symbolic link"),
+        "{:?}",
+        applied.failed
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("file.txt")).unwrap(),
+        "changed by the session\n"
+    );
+}
+
+#[test]
+fn a_file_replaced_by_a_link_after_planning_is_left_alone() {
+    let e = env();
+    write(&e.ws, "f.txt", "one\n");
+    let p0 = e
+        .store
+        .files(e.store.take(&e.ws, &Scope::Full).unwrap().tree)
+        .unwrap();
+    write(&e.ws, "f.txt", "two\n");
+    let p1 = e
+        .store
+        .files(e.store.take(&e.ws, &Scope::Full).unwrap().tree)
+        .unwrap();
+    let none = BTreeSet::new();
+    let plan = rollback::plan(&PlanInput {
+        target: &p0,
+        later: vec![&p1],
+        edited: &none,
+        edited_after_last: &none,
+        current: &p1,
+        unprotected: &BTreeMap::new(),
+        force: false,
+    });
+    let secret = e._tmp.path().join("secret");
+    std::fs::write(&secret, "two\n").unwrap();
+    std::fs::remove_file(e.ws.join("f.txt")).unwrap();
+    std::os::unix::fs::symlink(&secret, e.ws.join("f.txt")).unwrap();
+    let applied = rollback::apply(&e.store, &e.ws, &plan).unwrap();
+    assert_eq!(
+        applied.failed[0].reason,
+        "changed since the plan was made; left alone"
+    );
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "two\n");
+}
