@@ -8,6 +8,7 @@ mod error;
 mod home;
 mod materialize;
 mod output;
+mod snapshots;
 
 use std::process::ExitCode;
 
@@ -41,6 +42,10 @@ enum Command {
     /// Log-level tooling: verify, dump and count the raw segments.
     #[command(subcommand)]
     Log(cmd::log::LogCommand),
+    /// Store the workspace's files in the snapshot store now (and record it in a session).
+    Snapshot(cmd::snapshot::SnapshotArgs),
+    /// Drop snapshots no session references and pack the snapshot store.
+    Gc(cmd::gc::GcArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +57,8 @@ fn main() -> ExitCode {
         Command::Risk(a) => cmd::risk::run(a),
         Command::Session(c) => cmd::session::run(c),
         Command::Log(c) => cmd::log::run(c),
+        Command::Snapshot(a) => cmd::snapshot::run(a),
+        Command::Gc(a) => cmd::gc::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -85,6 +85,44 @@ impl Store {
         Ok(None)
     }
 
+    /// The first event of `session` (its `session.start`), reading only the start of
+    /// its first segment. `None` when the session has no committed event.
+    pub fn first_event(&self, session: &str) -> Result<Option<Event>, StoreError> {
+        let segs = self.segment_files(session)?;
+        let Some((_, path)) = segs.first() else {
+            return Ok(None);
+        };
+        let bytes = self
+            .vfs
+            .read(path, segs.len() > 1)
+            .map_err(|e| StoreError::io(path, e))?;
+        let mut scan = Scanner::new(
+            &bytes,
+            ScanLimits {
+                verify_chain: false,
+            },
+        );
+        let Some(batch) = scan.next_batch() else {
+            return Ok(None);
+        };
+        let Some(frame) = batch.events.first() else {
+            return Ok(None);
+        };
+        let h = &frame.header;
+        let body = EventBody::decode(h.kind, h.kind_version, frame.payload).map_err(|e| {
+            StoreError::Corrupt {
+                path: path.clone(),
+                offset: frame.offset as u64,
+                detail: e.to_string(),
+            }
+        })?;
+        Ok(Some(Event {
+            session: session.to_string(),
+            time_unix_ns: h.time_unix_ns,
+            body,
+        }))
+    }
+
     /// Calls `f` with every committed event of `session`, in order.
     pub fn read_session(
         &self,

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tacho_schema::{EndReason, Event, EventView, ToolStatus, VerificationStatus};
+use tacho_schema::{EndReason, Event, EventView, SnapshotReason, ToolStatus, VerificationStatus};
 
 /// The JSON schema identifier of [`ExecutionGraph`] (SPEC.md §8).
 pub const GRAPH_SCHEMA: &str = "tacho.graph.v1";
@@ -64,6 +64,9 @@ pub struct StepNode {
     pub model_calls: u64,
     pub tools: Vec<ToolNode>,
     pub errors: u64,
+    /// Files edit events reported during the step, in first-edit order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<String>,
 }
 
 impl StepNode {
@@ -125,6 +128,29 @@ pub struct FileChange {
     pub last_edit_seq: u64,
 }
 
+/// A snapshot of the workspace recorded in the session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotNode {
+    pub seq: u64,
+    pub at_unix_ns: i64,
+    /// The snapshot id (a Git tree id in the snapshot store).
+    pub id: String,
+    pub workspace: String,
+    pub reason: SnapshotReason,
+    /// Taken before this step's changes.
+    pub before_step: Option<u64>,
+    pub files: u64,
+    pub targeted: bool,
+}
+
+/// Where a branched session came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BranchNode {
+    pub parent: String,
+    /// The parent's events 1..=through_seq were copied into this session.
+    pub through_seq: u64,
+}
+
 /// The execution graph of one session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionGraph {
@@ -148,6 +174,13 @@ pub struct ExecutionGraph {
     pub errors: Vec<ErrorNode>,
     pub verifications: Vec<VerificationNode>,
     pub files: BTreeMap<String, FileChange>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapshotNode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<BranchNode>,
+    /// Sessions this one rolled back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollbacks_of: Vec<String>,
     pub permission_asks: u64,
     pub permission_denials: u64,
     pub events: u64,
@@ -197,6 +230,9 @@ impl ExecutionGraph {
             errors: Vec::new(),
             verifications: Vec::new(),
             files: BTreeMap::new(),
+            snapshots: Vec::new(),
+            branch: None,
+            rollbacks_of: Vec::new(),
             permission_asks: 0,
             permission_denials: 0,
             events: 0,
@@ -273,6 +309,7 @@ impl ExecutionGraph {
             model_calls: std::mem::take(&mut self.state.pending_model_calls),
             tools: Vec::new(),
             errors: 0,
+            edits: Vec::new(),
         });
         let i = self.steps.len() - 1;
         self.state.open_step = Some(i);
@@ -459,6 +496,12 @@ impl ExecutionGraph {
                 lines_added,
                 lines_removed,
             } => {
+                if let Some(i) = self.state.open_step {
+                    let edits = &mut self.steps[i].edits;
+                    if !edits.iter().any(|p| p == path) {
+                        edits.push(path.to_string());
+                    }
+                }
                 let c = match self.files.get_mut(path) {
                     Some(c) => c,
                     None => self.files.entry(path.to_string()).or_default(),
@@ -473,6 +516,35 @@ impl ExecutionGraph {
                     tacho_schema::EditOp::Rename => c.renamed_from = own(from),
                     tacho_schema::EditOp::Modify => {}
                 }
+            }
+            EventView::SnapshotTaken {
+                snapshot,
+                workspace,
+                reason,
+                before_step,
+                files,
+                targeted,
+            } => self.snapshots.push(SnapshotNode {
+                seq,
+                at_unix_ns: at,
+                id: snapshot.to_string(),
+                workspace: workspace.to_string(),
+                reason,
+                before_step,
+                files,
+                targeted,
+            }),
+            EventView::SessionBranch {
+                parent,
+                through_seq,
+            } => {
+                self.branch = Some(BranchNode {
+                    parent: parent.to_string(),
+                    through_seq,
+                })
+            }
+            EventView::RollbackApplied { rolled_back, .. } => {
+                self.rollbacks_of.push(rolled_back.to_string())
             }
             EventView::Unknown => {}
         }

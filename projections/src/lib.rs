@@ -9,16 +9,18 @@ mod compare;
 mod graph;
 mod replay;
 mod risk;
+mod rollback;
 mod summary;
 
 pub use compare::{Comparison, Side, StepPair, align, compare};
 pub use graph::{
-    ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, RouteNode, StepNode, Tokens,
-    ToolNode, VerificationNode, route_text,
+    BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, RouteNode,
+    SnapshotNode, StepNode, Tokens, ToolNode, VerificationNode, route_text,
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{
     Confidence, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel, assess,
     is_api_surface, is_security_sensitive, verification_kind,
 };
+pub use rollback::{RollbackPoint, RollbackPoints};
 pub use summary::{SessionStatus, SessionSummary};

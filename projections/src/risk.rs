@@ -437,7 +437,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         }),
         _ => {}
     }
-    if n_files > 0 {
+    if n_files > 0 && g.snapshots.is_empty() {
         factors.push(RiskFactor {
             id: "no_diff_snapshot",
             weight: 5,

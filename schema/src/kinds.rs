@@ -113,6 +113,17 @@ string_enum!(
     }
 );
 
+string_enum!(
+    /// Why a snapshot was taken.
+    SnapshotReason {
+        Step = "step",
+        Baseline = "baseline",
+        Final = "final",
+        Manual = "manual",
+        PreRollback = "pre_rollback",
+    }
+);
+
 macro_rules! record_struct {
     ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)? }) => {
         $(#[$m])*
@@ -283,6 +294,70 @@ record_struct!(
     }
 );
 
+record_struct!(
+    /// A path a snapshot left out, and why (special file, nested repository, link to
+    /// outside, too large, unreadable, changed while read).
+    ExcludedPath {
+        path: String,
+        reason: String,
+    }
+);
+
+record_struct!(
+    /// `snapshot.taken`: the workspace's files were stored in the snapshot store.
+    SnapshotTaken {
+        /// The snapshot's id: the Git tree id, kept by `refs/snapshots/<id>`.
+        snapshot: String,
+        /// Absolute path of the workspace.
+        workspace: String,
+        #[serde(default)] reason: SnapshotReason,
+        /// Taken before this step's changes.
+        #[serde(default, skip_serializing_if = "Option::is_none")] before_step: Option<u64>,
+        #[serde(default)] files: u64,
+        #[serde(default)] bytes: u64,
+        /// Only the paths an edit tool reported were looked at.
+        #[serde(default)] targeted: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] excluded: Vec<ExcludedPath>,
+        /// All excluded paths, when more than the listed ones.
+        #[serde(default)] excluded_total: u64,
+    }
+);
+
+record_struct!(
+    /// `rollback.applied`: a rollback of another session, recorded in a session of its
+    /// own so that it can be rolled back too.
+    RollbackApplied {
+        /// The session rolled back.
+        rolled_back: String,
+        /// The snapshot restored.
+        to_snapshot: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] before_step: Option<u64>,
+        /// The workspace just before the rollback.
+        pre_snapshot: String,
+        /// Sessions whose changes were included (the session and its children).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] sessions: Vec<String>,
+        #[serde(default)] restored: u64,
+        #[serde(default)] modes: u64,
+        #[serde(default)] deleted: u64,
+        #[serde(default)] recreated: u64,
+        /// Files left alone (changed outside the session, or unsafe), with the reason.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] skipped: Vec<ExcludedPath>,
+        #[serde(default)] forced: bool,
+    }
+);
+
+record_struct!(
+    /// `session.branch`: this session is a fork of `parent`; the events that follow,
+    /// up to the first that is not a copy, are the parent's events 1..=`through_seq`.
+    SessionBranch {
+        parent: String,
+        through_seq: u64,
+        /// The branch point as the user gave it (`step 3`, a message id, ...).
+        #[serde(default, skip_serializing_if = "Option::is_none")] point: Option<String>,
+        #[serde(default)] copied: u64,
+    }
+);
+
 macro_rules! kinds {
     ($($variant:ident($ty:ident) = $id:literal, $name:literal, v $version:literal;)+) => {
         /// The body of an event: one variant per kind.
@@ -400,6 +475,9 @@ kinds! {
     Error(ErrorEvent) = 12, "error", v 1;
     VerificationRun(VerificationRun) = 13, "verification.run", v 1;
     FileEdit(FileEdit) = 14, "file.edit", v 1;
+    SnapshotTaken(SnapshotTaken) = 15, "snapshot.taken", v 1;
+    RollbackApplied(RollbackApplied) = 16, "rollback.applied", v 1;
+    SessionBranch(SessionBranch) = 17, "session.branch", v 1;
 }
 
 /// A JSON field that does not fit the schema.

@@ -1,9 +1,13 @@
+pub mod branch;
 pub mod compare;
 pub mod demo;
+pub mod gc;
 pub mod graph;
 pub mod log;
 pub mod record;
 pub mod replay;
 pub mod risk;
+pub mod rollback;
 pub mod session;
+pub mod snapshot;
 pub mod trace;

@@ -43,6 +43,37 @@ pub struct RecordArgs {
     /// (an acknowledgement a streaming producer can wait for).
     #[arg(long)]
     pub json: bool,
+    /// Snapshots of the session's workspace (when it exists on this machine): `auto`
+    /// takes one after session.start (the baseline), before each step.start and
+    /// before session.end; `off` only on `snapshot.take` lines.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub snapshots: SnapshotsArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SnapshotsArg {
+    Auto,
+    Off,
+}
+
+/// A `snapshot.take` line: not an event but a request to take a snapshot now, which is
+/// recorded as a `snapshot.taken` event.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SnapshotRequest {
+    #[serde(rename = "type")]
+    _type: String,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    ts: Option<serde_json::Value>,
+    #[serde(default)]
+    workspace: Option<String>,
+    #[serde(default)]
+    before_step: Option<u64>,
+    /// Only these paths (reported by an edit tool), on top of the last snapshot.
+    #[serde(default)]
+    paths: Vec<String>,
 }
 
 struct Pending {
@@ -69,6 +100,10 @@ struct Recorder {
     writers: BTreeMap<String, Writer>,
     totals: BTreeMap<String, Total>,
     recorded: u64,
+    auto_snapshots: bool,
+    snapshots: Option<tacho_engine::snapshot::SnapshotStore>,
+    /// Each session's workspace, when it is a directory on this machine.
+    workspaces: BTreeMap<String, Option<PathBuf>>,
 }
 
 fn now_unix_ns() -> i64 {
@@ -84,6 +119,99 @@ pub fn new_session_id() -> String {
 }
 
 impl Recorder {
+    /// The workspace of `session`: from a `session.start` seen in this input, else
+    /// from the log.
+    fn workspace(&mut self, session: &str) -> Result<Option<PathBuf>, CliError> {
+        if let Some(w) = self.workspaces.get(session) {
+            return Ok(w.clone());
+        }
+        let w = if self.store.has_session(session) {
+            crate::snapshots::session_workspace(&self.store, session)?
+                .map(PathBuf::from)
+                .filter(|p| p.is_dir())
+        } else {
+            None
+        };
+        self.workspaces.insert(session.to_string(), w.clone());
+        Ok(w)
+    }
+
+    /// Takes a snapshot of `workspace` now and returns its event.
+    fn snapshot(
+        &mut self,
+        workspace: &std::path::Path,
+        paths: &[String],
+        reason: tacho_schema::SnapshotReason,
+        before_step: Option<u64>,
+    ) -> Result<EventBody, CliError> {
+        if self.snapshots.is_none() {
+            self.snapshots = Some(crate::snapshots::open_snapshots()?);
+        }
+        let store = self
+            .snapshots
+            .as_ref()
+            .ok_or_else(|| CliError::Io("snapshot store vanished".into()))?;
+        let (snap, ws) = crate::snapshots::take(store, workspace, paths)?;
+        Ok(crate::snapshots::taken_event(
+            &snap,
+            &ws,
+            reason,
+            before_step,
+        ))
+    }
+
+    /// Queues `p`, with the snapshots that automatic mode takes around it.
+    fn push(&mut self, p: Pending, batch: &mut Vec<Pending>) -> Result<(), CliError> {
+        use tacho_schema::SnapshotReason;
+        if let EventBody::SessionStart(s) = &p.body {
+            let w = s
+                .workspace
+                .as_ref()
+                .map(PathBuf::from)
+                .filter(|w| w.is_dir());
+            self.workspaces.insert(p.session.clone(), w);
+        }
+        let (before, after) = match &p.body {
+            EventBody::SessionStart(_) => (None, Some((SnapshotReason::Baseline, None))),
+            EventBody::StepStart(s) => (Some((SnapshotReason::Step, Some(s.step))), None),
+            EventBody::SessionEnd(_) => (Some((SnapshotReason::Final, None)), None),
+            _ => (None, None),
+        };
+        let ws = if self.auto_snapshots && (before.is_some() || after.is_some()) {
+            self.workspace(&p.session)?
+        } else {
+            None
+        };
+        let auto = |rec: &mut Self,
+                    when: Option<(SnapshotReason, Option<u64>)>,
+                    batch: &mut Vec<Pending>|
+         -> Result<(), CliError> {
+            if let (Some(ws), Some((reason, step))) = (&ws, when) {
+                let body = rec.snapshot(ws, &[], reason, step)?;
+                batch.push(Pending {
+                    line: p.line,
+                    session: p.session.clone(),
+                    time_unix_ns: p.time_unix_ns,
+                    body,
+                });
+            }
+            Ok(())
+        };
+        auto(self, before, batch)?;
+        let (line, session, time) = (p.line, p.session.clone(), p.time_unix_ns);
+        batch.push(p);
+        if let (Some(ws), Some((reason, step))) = (&ws, after) {
+            let body = self.snapshot(ws, &[], reason, step)?;
+            batch.push(Pending {
+                line,
+                session,
+                time_unix_ns: time,
+                body,
+            });
+        }
+        Ok(())
+    }
+
     fn writer(&mut self, session: &str) -> Result<&mut Writer, CliError> {
         if !self.writers.contains_key(session) {
             let w = self.store.writer(session)?;
@@ -179,6 +307,9 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         writers: BTreeMap::new(),
         totals: BTreeMap::new(),
         recorded: 0,
+        auto_snapshots: a.snapshots == SnapshotsArg::Auto,
+        snapshots: None,
+        workspaces: BTreeMap::new(),
     };
     let mut renamed: BTreeMap<Option<String>, String> = BTreeMap::new();
     let mut batch: Vec<Pending> = Vec::new();
@@ -188,6 +319,58 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
             let text =
                 line.map_err(|e| CliError::Input(format!("{source}: line {line_no}: {e}")))?;
             if text.trim().is_empty() {
+                continue;
+            }
+            if text.contains("\"snapshot.take\"")
+                && let Ok(req) = serde_json::from_str::<SnapshotRequest>(&text)
+                && req._type == "snapshot.take"
+            {
+                let session = if a.new_session {
+                    renamed
+                        .entry(req.session.clone())
+                        .or_insert_with(new_session_id)
+                        .clone()
+                } else {
+                    req.session
+                        .clone()
+                        .or_else(|| a.session.clone())
+                        .ok_or_else(|| {
+                            CliError::Input(format!(
+                                "{source}: line {line_no}: snapshot.take: no session"
+                            ))
+                        })?
+                };
+                let ws = match &req.workspace {
+                    Some(w) => Some(PathBuf::from(w)),
+                    None => rec.workspace(&session)?,
+                };
+                let ws = ws.ok_or_else(|| {
+                    CliError::Input(format!(
+                        "{source}: line {line_no}: snapshot.take: no `workspace`, and session {session} names none that exists here"
+                    ))
+                })?;
+                let reason = if req.before_step.is_some() {
+                    tacho_schema::SnapshotReason::Step
+                } else {
+                    tacho_schema::SnapshotReason::Manual
+                };
+                let body = rec
+                    .snapshot(&ws, &req.paths, reason, req.before_step)
+                    .map_err(|e| {
+                        CliError::Input(format!("{source}: line {line_no}: snapshot.take: {e}"))
+                    })?;
+                let time_unix_ns = match &req.ts {
+                    Some(serde_json::Value::Number(n)) => n.as_i64().map(|ms| ms * 1_000_000),
+                    Some(serde_json::Value::String(t)) => tacho_schema::parse_rfc3339(t).ok(),
+                    _ => None,
+                }
+                .unwrap_or_else(now_unix_ns);
+                batch.push(Pending {
+                    line: line_no,
+                    session,
+                    time_unix_ns,
+                    body,
+                });
                 continue;
             }
             let mut parsed = parse_json_line(&text, line_no)
@@ -213,12 +396,15 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
                     ))
                 })?
             };
-            batch.push(Pending {
-                line: line_no,
-                session,
-                time_unix_ns: parsed.time_unix_ns.unwrap_or_else(now_unix_ns),
-                body: parsed.body,
-            });
+            rec.push(
+                Pending {
+                    line: line_no,
+                    session,
+                    time_unix_ns: parsed.time_unix_ns.unwrap_or_else(now_unix_ns),
+                    body: parsed.body,
+                },
+                &mut batch,
+            )?;
             if a.batch_lines > 0 && batch.len() >= a.batch_lines {
                 rec.flush(&mut batch)?;
             }

@@ -180,8 +180,33 @@ pub fn describe(body: &EventBody) -> String {
         EventBody::Error(e) => e.message.lines().next().unwrap_or("").to_string(),
         EventBody::VerificationRun(v) => format!("{} {}", v.command, v.status),
         EventBody::FileEdit(f) => format!("{} {}", f.op, f.path),
+        EventBody::SnapshotTaken(t) => format!(
+            "{} {} ({} files{})",
+            t.reason,
+            short_id(&t.snapshot),
+            t.files,
+            t.before_step
+                .map(|s| format!(", before step {s}"))
+                .unwrap_or_default()
+        ),
+        EventBody::RollbackApplied(r) => format!(
+            "{} to {}{}",
+            r.rolled_back,
+            short_id(&r.to_snapshot),
+            r.before_step
+                .map(|s| format!(" (before step {s})"))
+                .unwrap_or_default()
+        ),
+        EventBody::SessionBranch(b) => {
+            format!("branch of {} through #{}", b.parent, b.through_seq)
+        }
         EventBody::Unknown { kind, version, .. } => format!("kind {kind} v{version}"),
     }
+}
+
+/// The first 12 hex digits of a snapshot id, as Git abbreviates.
+pub fn short_id(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
 }
 
 fn events(store: &Store, session: &str) -> Result<Vec<StoredEvent>, CliError> {

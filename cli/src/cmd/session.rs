@@ -24,6 +24,10 @@ pub enum SessionCommand {
     Compare(crate::cmd::compare::CompareArgs),
     /// A risk-scored timeline of a session; --logs analyses log files instead.
     Trace(crate::cmd::trace::TraceArgs),
+    /// Restore the workspace to a point of a session (--list, --dry-run, --step N, --yes).
+    Rollback(crate::cmd::rollback::RollbackArgs),
+    /// Fork a session's saved state up to a point into a new session.
+    Branch(crate::cmd::branch::BranchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +62,8 @@ pub fn run(c: SessionCommand) -> Result<(), CliError> {
         SessionCommand::Replay(a) => crate::cmd::replay::run(a),
         SessionCommand::Compare(a) => crate::cmd::compare::run(a),
         SessionCommand::Trace(a) => crate::cmd::trace::run(a),
+        SessionCommand::Rollback(a) => crate::cmd::rollback::run(a),
+        SessionCommand::Branch(a) => crate::cmd::branch::run(a),
     }
 }
 

@@ -1,0 +1,107 @@
+//! `tacho snapshot`: store the workspace's files now (for adapters and users).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use tacho_engine::Durability;
+use tacho_schema::SnapshotReason;
+
+use crate::error::CliError;
+use crate::home::open_store;
+use crate::output::{Out, bytes, thousands};
+use crate::snapshots::{open_snapshots, session_workspace, take, taken_event};
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// Only these paths (what an edit tool reported), on top of the workspace's last
+    /// snapshot; every file when none are given.
+    pub paths: Vec<String>,
+    /// The workspace: default the session's workspace, else the current directory.
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// Record the snapshot in this session (a `snapshot.taken` event).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// The snapshot is the state before this step's changes.
+    #[arg(long)]
+    pub before_step: Option<u64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: SnapshotArgs) -> Result<(), CliError> {
+    let log = open_store()?;
+    let session = a
+        .session
+        .as_deref()
+        .map(|s| log.resolve_session(s))
+        .transpose()?;
+    let workspace = match (&a.workspace, &session) {
+        (Some(w), _) => w.clone(),
+        (None, Some(s)) => match session_workspace(&log, s)? {
+            Some(w) => PathBuf::from(w),
+            None => std::env::current_dir()?,
+        },
+        (None, None) => std::env::current_dir()?,
+    };
+    let store = open_snapshots()?;
+    let started = std::time::Instant::now();
+    let (snap, ws) = take(&store, &workspace, &a.paths)?;
+    let elapsed = started.elapsed();
+    let mut recorded_seq = None;
+    if let Some(s) = &session {
+        let reason = if a.before_step.is_some() {
+            SnapshotReason::Step
+        } else {
+            SnapshotReason::Manual
+        };
+        let body = taken_event(&snap, &ws, reason, a.before_step);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        let mut w = log.writer(s)?;
+        let receipt = w.append(now, &body, Durability::Sync)?;
+        recorded_seq = Some(receipt.last_seq);
+    }
+    let mut out = Out::new();
+    if a.json {
+        out.json(&serde_json::json!({
+            "snapshot": snap.id,
+            "workspace": ws.display().to_string(),
+            "files": snap.files,
+            "bytes": snap.bytes,
+            "files_read": snap.files_read,
+            "bytes_read": snap.bytes_read,
+            "objects_written": snap.objects_written,
+            "targeted": !snap.full_scan,
+            "excluded": snap.excluded.iter().map(|x| serde_json::json!({
+                "path": x.path, "reason": x.reason.to_string(),
+            })).collect::<Vec<_>>(),
+            "session": session,
+            "seq": recorded_seq,
+            "elapsed_ms": elapsed.as_secs_f64() * 1000.0,
+        }))?;
+        return out.finish();
+    }
+    out.line(format!(
+        "snapshot {} of {}: {} files{}, {} read, {} new objects, {:.1} ms",
+        snap.id,
+        ws.display(),
+        thousands(snap.files),
+        if snap.full_scan {
+            format!(" ({})", bytes(snap.bytes))
+        } else {
+            " (targeted)".into()
+        },
+        thousands(snap.files_read),
+        thousands(snap.objects_written),
+        elapsed.as_secs_f64() * 1000.0
+    ))?;
+    for x in &snap.excluded {
+        out.line(format!("  not protected: {} ({})", x.path, x.reason))?;
+    }
+    if let (Some(s), Some(seq)) = (&session, recorded_seq) {
+        out.line(format!("recorded in session {s} as event #{seq}"))?;
+    }
+    out.finish()
+}

@@ -1,0 +1,65 @@
+//! Rollback points: where a session can be restored to, joined with what each step did.
+
+use serde::Serialize;
+
+use crate::graph::{ExecutionGraph, SnapshotNode, Tokens};
+
+/// A step and the snapshot that holds the workspace as it was before the step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RollbackPoint {
+    pub step: u64,
+    pub started_unix_ns: i64,
+    pub duration_ms: Option<u64>,
+    pub tools: u64,
+    pub tokens: Tokens,
+    /// Files edit events reported during the step.
+    pub files: Vec<String>,
+    /// The latest snapshot recorded before the step started; `None` means the step
+    /// cannot be targeted (nothing was snapshotted before it).
+    pub snapshot: Option<SnapshotNode>,
+}
+
+/// Every point of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RollbackPoints {
+    pub session: String,
+    pub workspace: Option<String>,
+    /// The first snapshot: what a whole-session rollback restores.
+    pub baseline: Option<SnapshotNode>,
+    pub points: Vec<RollbackPoint>,
+}
+
+impl RollbackPoints {
+    /// The points of a session's graph.
+    pub fn from_graph(g: &ExecutionGraph) -> Self {
+        let points = g
+            .steps
+            .iter()
+            .map(|s| RollbackPoint {
+                step: s.number,
+                started_unix_ns: s.started_unix_ns,
+                duration_ms: s.duration_ms(),
+                tools: s.tools.len() as u64,
+                tokens: s.tokens,
+                files: s.edits.clone(),
+                snapshot: g
+                    .snapshots
+                    .iter()
+                    .rev()
+                    .find(|n| n.seq < s.start_seq)
+                    .cloned(),
+            })
+            .collect();
+        RollbackPoints {
+            session: g.session.clone(),
+            workspace: g.workspace.clone(),
+            baseline: g.snapshots.first().cloned(),
+            points,
+        }
+    }
+
+    /// The point of step `n`.
+    pub fn step(&self, n: u64) -> Option<&RollbackPoint> {
+        self.points.iter().find(|p| p.step == n)
+    }
+}
