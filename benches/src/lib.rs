@@ -263,3 +263,109 @@ pub fn realistic_session(n: u64) -> Vec<(i64, EventBody)> {
     ));
     out
 }
+
+/// A generated workspace for snapshot benchmarks: `files` text files of source-like
+/// content (words from a small vocabulary, so they compress like code), `total_bytes`
+/// in all, 100 files per directory two levels deep. Deterministic.
+pub fn generate_workspace(
+    dir: &Path,
+    files: usize,
+    total_bytes: u64,
+) -> std::io::Result<Vec<String>> {
+    let avg = (total_bytes / files.max(1) as u64).max(64);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut paths = Vec::with_capacity(files);
+    for i in 0..files {
+        let rel = format!("d{:02}/s{}/f{i:05}.rs", i / 1000, (i / 100) % 10);
+        let p = dir.join(&rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        // Sizes vary from half to one and a half times the average.
+        rng = xorshift(rng);
+        let size = avg / 2 + rng % avg.max(1);
+        std::fs::write(&p, source_text(&mut rng, size as usize))?;
+        paths.push(rel);
+    }
+    Ok(paths)
+}
+
+/// Rewrites `paths` with new content (round `round` makes it differ each time).
+pub fn edit_files(dir: &Path, paths: &[String], round: u64) -> std::io::Result<()> {
+    for (k, rel) in paths.iter().enumerate() {
+        let p = dir.join(rel);
+        let mut text = std::fs::read(&p)?;
+        text.extend_from_slice(format!("// edit {round} {k}\n").as_bytes());
+        std::fs::write(&p, text)?;
+    }
+    Ok(())
+}
+
+fn xorshift(mut x: u64) -> u64 {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x
+}
+
+fn source_text(rng: &mut u64, size: usize) -> Vec<u8> {
+    const WORDS: &[&str] = &[
+        "fn",
+        "let",
+        "mut",
+        "self",
+        "return",
+        "match",
+        "impl",
+        "pub",
+        "struct",
+        "if",
+        "else",
+        "for",
+        "in",
+        "while",
+        "Ok(())",
+        "Err(e)",
+        "=>",
+        "{",
+        "}",
+        "(",
+        ");",
+        "value",
+        "index",
+        "buffer",
+        "len",
+        "config",
+        "request",
+        "response",
+        "handler",
+        "user",
+        "token",
+        "cache",
+        "0",
+        "1",
+        "42",
+        "&",
+        "->",
+        "::",
+        "Vec<u8>",
+        "String",
+        "Option<T>",
+        "=",
+        "+",
+        "<",
+        ">",
+    ];
+    let mut out = Vec::with_capacity(size + 16);
+    while out.len() < size {
+        *rng = xorshift(*rng);
+        let w = WORDS[(*rng % WORDS.len() as u64) as usize];
+        out.extend_from_slice(w.as_bytes());
+        out.push(if (*rng).is_multiple_of(11) { b'\n' } else { b' ' });
+        // Identifiers with numbers, so files are not all alike.
+        if (*rng).is_multiple_of(7) {
+            out.extend_from_slice(format!("v{} ", (*rng >> 20) % 10_000).as_bytes());
+        }
+    }
+    out
+}

@@ -80,6 +80,21 @@ pub fn take(
     Ok((snap, ws))
 }
 
+/// A snapshot to take: why, and which step it precedes.
+pub type AutoPoint = Option<(SnapshotReason, Option<u64>)>;
+
+/// Where automatic snapshots go around an event: (before it, after it). A baseline
+/// after `session.start`, one before each `step.start`, a final one before
+/// `session.end`.
+pub fn auto_points(body: &EventBody) -> (AutoPoint, AutoPoint) {
+    match body {
+        EventBody::SessionStart(_) => (None, Some((SnapshotReason::Baseline, None))),
+        EventBody::StepStart(s) => (Some((SnapshotReason::Step, Some(s.step))), None),
+        EventBody::SessionEnd(_) => (Some((SnapshotReason::Final, None)), None),
+        _ => (None, None),
+    }
+}
+
 /// The workspace recorded in a session's `session.start`.
 pub fn session_workspace(store: &Store, session: &str) -> Result<Option<String>, CliError> {
     Ok(match store.first_event(session)? {

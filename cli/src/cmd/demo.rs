@@ -1,6 +1,7 @@
 //! `tacho demo`: tacho's main job on its embedded default. It makes a sample repository,
-//! records a realistic agent session that edits it, then shows the graph, the risk
-//! assessment and the replay verification.
+//! records a realistic agent session that edits it (with snapshots of its files at every
+//! step), then shows the graph, the risk assessment, the replay verification, the
+//! rollback points and a rollback dry run.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -115,7 +116,21 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
     let store = open_store()?;
+    let snaps = crate::snapshots::open_snapshots()?;
     let mut w = store.writer(&session)?;
+    // Snapshots as `tacho record` takes them: a baseline, one before each step, and a
+    // final one, of the files as they are at that moment.
+    let snapshot = |w: &mut tacho_engine::Writer,
+                    t: i64,
+                    point: crate::snapshots::AutoPoint|
+     -> Result<(), CliError> {
+        if let Some((reason, step)) = point {
+            let (snap, ws) = crate::snapshots::take(&snaps, &workspace, &[])?;
+            let body = crate::snapshots::taken_event(&snap, &ws, reason, step);
+            w.append(t, &body, Durability::Sync)?;
+        }
+        Ok(())
+    };
     for (t, mut body) in events {
         if let EventBody::SessionStart(s) = &mut body {
             s.workspace = Some(workspace.display().to_string());
@@ -129,7 +144,11 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
         {
             write_file(&workspace, rel, text)?;
         }
-        w.append(now - (last - t), &body, Durability::Sync)?;
+        let at = now - (last - t);
+        let (before, after) = crate::snapshots::auto_points(&body);
+        snapshot(&mut w, at, before)?;
+        w.append(at, &body, Durability::Sync)?;
+        snapshot(&mut w, at, after)?;
     }
     drop(w);
 
@@ -146,9 +165,24 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
     out.line(render(&risk, true).trim_end())?;
     out.line("\n## Replay verification\n")?;
     let failed = replay::verify(&store, &session, false, &mut out)?;
+    out.line("\n## Rollback points\n")?;
+    out.flush()?;
+    let rollback = |list: bool, dry_run: bool| crate::cmd::rollback::RollbackArgs {
+        session: session.clone(),
+        list,
+        dry_run,
+        step: None,
+        yes: false,
+        force: false,
+        json: false,
+    };
+    crate::cmd::rollback::run(rollback(true, false))?;
+    out.line("\n## Rollback dry run (the whole session)\n")?;
+    out.flush()?;
+    crate::cmd::rollback::run(rollback(false, true))?;
     let short = &session[..12];
     out.line(format!(
-        "\nTry next:\n  tacho graph {short} --format mermaid\n  tacho session replay {short} --mode summary\n  tacho session list"
+        "\nTry next:\n  tacho graph {short} --format mermaid\n  tacho session replay {short} --mode summary\n  tacho session rollback {short} --step 3 --dry-run\n  tacho session list"
     ))?;
     out.finish()?;
     if failed > 0 {

@@ -212,6 +212,15 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
             *by_kind.entry(*k).or_default() += n;
         }
     }
+    // The snapshot store, when there is one (stats never creates it).
+    let snapshots = match crate::home::data_dir()?
+        .join("snapshots")
+        .join("HEAD")
+        .exists()
+    {
+        true => Some(crate::snapshots::open_snapshots()?.usage()?),
+        false => None,
+    };
     let mut out = Out::new();
     if a.json {
         let kinds: serde_json::Map<String, serde_json::Value> = by_kind
@@ -223,6 +232,15 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
             "sealed_segments": sealed, "events": events, "batches": batches, "bytes": size,
             "free_bytes": free,
             "events_by_kind": kinds,
+            "snapshot_store": snapshots.map(|u| serde_json::json!({
+                "snapshots": u.snapshots,
+                "loose_objects": u.loose_objects,
+                "loose_bytes": u.loose_bytes,
+                "loose_disk_bytes": u.loose_disk_bytes,
+                "packs": u.packs,
+                "pack_bytes": u.pack_bytes,
+                "disk_bytes": u.disk_bytes(),
+            })),
         }))?;
         return out.finish();
     }
@@ -248,6 +266,16 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
         for (k, n) in &by_kind {
             out.line(format!("  {:<18} {:>12}", kind_label(*k), thousands(*n)))?;
         }
+    }
+    if let Some(u) = snapshots {
+        out.line(format!(
+            "snapshots: {} in the snapshot store, {} on disk ({} loose objects, {} pack(s) of {}); `tacho gc` packs it",
+            thousands(u.snapshots),
+            bytes(u.disk_bytes()),
+            thousands(u.loose_objects),
+            u.packs,
+            bytes(u.pack_bytes)
+        ))?;
     }
     out.finish()
 }

@@ -171,12 +171,7 @@ impl Recorder {
                 .filter(|w| w.is_dir());
             self.workspaces.insert(p.session.clone(), w);
         }
-        let (before, after) = match &p.body {
-            EventBody::SessionStart(_) => (None, Some((SnapshotReason::Baseline, None))),
-            EventBody::StepStart(s) => (Some((SnapshotReason::Step, Some(s.step))), None),
-            EventBody::SessionEnd(_) => (Some((SnapshotReason::Final, None)), None),
-            _ => (None, None),
-        };
+        let (before, after) = crate::snapshots::auto_points(&p.body);
         let ws = if self.auto_snapshots && (before.is_some() || after.is_some()) {
             self.workspace(&p.session)?
         } else {

@@ -42,7 +42,8 @@ pub(crate) struct CacheFile {
 }
 
 /// The per-workspace files: `<dir>/<key>.stat` (the full entries of the last full scan)
-/// and `<dir>/<key>.head` (the tree of the last snapshot of any kind, 20 bytes).
+/// and `<dir>/<key>.head` (the last snapshot of any kind: its tree, 20 bytes, then its
+/// file count and total bytes, u64 little-endian each).
 pub(crate) struct CachePaths {
     pub stat: PathBuf,
     pub head: PathBuf,
@@ -80,12 +81,32 @@ pub(crate) fn save(path: &Path, cache: &CacheFile) -> Result<(), SnapshotError> 
     write_atomic(path, &bytes)
 }
 
-pub(crate) fn load_head(path: &Path) -> Option<[u8; 20]> {
-    std::fs::read(path).ok()?.try_into().ok()
+/// The last snapshot of a workspace: (tree, files, bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub tree: [u8; 20],
+    pub files: u64,
+    pub bytes: u64,
 }
 
-pub(crate) fn save_head(path: &Path, tree: &[u8; 20]) -> Result<(), SnapshotError> {
-    write_atomic(path, tree)
+pub(crate) fn load_head(path: &Path) -> Option<Head> {
+    let b = std::fs::read(path).ok()?;
+    if b.len() != 36 {
+        return None;
+    }
+    Some(Head {
+        tree: b[..20].try_into().ok()?,
+        files: u64::from_le_bytes(b[20..28].try_into().ok()?),
+        bytes: u64::from_le_bytes(b[28..36].try_into().ok()?),
+    })
+}
+
+pub(crate) fn save_head(path: &Path, head: &Head) -> Result<(), SnapshotError> {
+    let mut b = Vec::with_capacity(36);
+    b.extend_from_slice(&head.tree);
+    b.extend_from_slice(&head.files.to_le_bytes());
+    b.extend_from_slice(&head.bytes.to_le_bytes());
+    write_atomic(path, &b)
 }
 
 /// Writes through a temporary file and a rename, so a crash leaves the old file or the

@@ -267,14 +267,13 @@ impl SnapshotStore {
         let skip = self.own_dir_inside(&workspace);
         match scope {
             Scope::Paths(paths) => match cache::load_head(&cache_paths.head) {
-                Some(head) if self.repo().has_object(ObjectId::from_bytes_or_panic(&head)) => self
-                    .take_paths(
-                        &workspace,
-                        ObjectId::from_bytes_or_panic(&head),
-                        paths,
-                        skip.as_deref(),
-                        &cache_paths,
-                    ),
+                Some(head)
+                    if self
+                        .repo()
+                        .has_object(ObjectId::from_bytes_or_panic(&head.tree)) =>
+                {
+                    self.take_paths(&workspace, head, paths, skip.as_deref(), &cache_paths)
+                }
                 _ => self.take_full(&workspace, &ws_text, skip.as_deref(), &cache_paths),
             },
             Scope::Full => self.take_full(&workspace, &ws_text, skip.as_deref(), &cache_paths),
@@ -298,17 +297,20 @@ impl SnapshotStore {
         cache_paths: &cache::CachePaths,
     ) -> Result<Snapshot, SnapshotError> {
         let scan_start_ns = now_ns();
-        let listing = scan::list(workspace, skip)?;
+        let trace = Trace::new();
+        let listing = scan::list(workspace, skip, self.threads)?;
+        trace.mark("list");
         let old = cache::load(&cache_paths.stat, ws_text);
         let old_index = cache::index(&old);
+        trace.mark("cache load");
         let trusted_before = old.scan_start_ns - cache::RACY_NS;
 
         let mut excluded = listing.excluded;
-        let mut entries: Vec<(String, CacheEntry)> = Vec::with_capacity(listing.paths.len());
+        let metas = stat_all(workspace, listing.paths, self.threads);
+        let mut entries: Vec<(String, CacheEntry)> = Vec::with_capacity(metas.len());
         let mut to_read: Vec<(usize, std::fs::Metadata)> = Vec::new();
-        for path in listing.paths {
-            let abs = workspace.join(&path);
-            let meta = match std::fs::symlink_metadata(&abs) {
+        for (path, meta) in metas {
+            let meta = match meta {
                 Ok(m) => m,
                 // Deleted since it was listed (or a tracked file that is gone).
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -335,22 +337,22 @@ impl SnapshotStore {
                 ));
                 continue;
             }
-            let stat = stat_entry(&path, &meta);
+            let mut stat = stat_entry("", &meta);
             if let Some(c) = old_index.get(path.as_str())
                 && same_stat(c, &stat)
                 && c.mtime_ns < trusted_before
             {
-                let mut e = stat;
-                e.git_mode = c.git_mode;
-                e.oid = c.oid;
-                entries.push((path, e));
+                stat.git_mode = c.git_mode;
+                stat.oid = c.oid;
+                entries.push((path, stat));
                 continue;
             }
             to_read.push((entries.len(), meta));
             entries.push((path, stat));
         }
-
+        trace.mark("lstat");
         let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        trace.mark("hash");
         let mut failed = std::collections::HashSet::new();
         for (i, reason) in problems {
             failed.insert(i);
@@ -368,7 +370,10 @@ impl SnapshotStore {
 
         // Edit the previous tree where there is one: only changed directories are
         // rewritten.
-        let repo = self.repo();
+        let mut repo = self.repo();
+        repo.object_cache_size(Some(8 * 1024 * 1024));
+        // Trees are built in memory and written to disk on all threads afterwards.
+        repo.objects.enable_object_memory();
         let base = ObjectId::from_bytes_or_panic(&old.tree);
         let base_ok = !old.entries.is_empty() && repo.has_object(base);
         let tree = {
@@ -410,7 +415,10 @@ impl SnapshotStore {
                 .map_err(|e| SnapshotError::Git(format!("writing a tree: {e}")))?
                 .detach()
         };
+        self.persist(repo.objects.take_object_memory())?;
+        trace.mark("tree");
         self.keep(tree)?;
+        trace.mark("ref");
 
         let files = entries.len() as u64;
         let bytes = entries.iter().map(|e| e.size).sum();
@@ -426,7 +434,15 @@ impl SnapshotStore {
                 entries,
             },
         )?;
-        cache::save_head(&cache_paths.head, &tree_bytes)?;
+        cache::save_head(
+            &cache_paths.head,
+            &cache::Head {
+                tree: tree_bytes,
+                files,
+                bytes,
+            },
+        )?;
+        trace.mark("cache save");
         excluded.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Snapshot {
             id: tree.to_hex().to_string(),
@@ -444,12 +460,14 @@ impl SnapshotStore {
     fn take_paths(
         &self,
         workspace: &Path,
-        base: ObjectId,
+        head: cache::Head,
         paths: &[String],
         skip: Option<&str>,
         cache_paths: &cache::CachePaths,
     ) -> Result<Snapshot, SnapshotError> {
+        let trace = Trace::new();
         let git = scan::git_context(workspace)?;
+        trace.mark("t:git context");
         let mut excluded = Vec::new();
         let mut entries: Vec<(String, CacheEntry)> = Vec::new();
         let mut to_read = Vec::new();
@@ -502,14 +520,58 @@ impl SnapshotStore {
             let stat = stat_entry(&rel, &meta);
             entries.push((rel, stat));
         }
+        trace.mark("t:check paths");
         let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        trace.mark("t:hash");
         let mut failed = std::collections::HashSet::new();
         for (i, reason) in problems {
             failed.insert(i);
             removed.push(entries[i].0.clone());
             excluded.push(Excluded::new(entries[i].0.clone(), reason));
         }
-        let repo = self.repo();
+        let mut repo = self.repo();
+        // The counts and the editor read the same few trees.
+        repo.object_cache_size(Some(8 * 1024 * 1024));
+        let base = ObjectId::from_bytes_or_panic(&head.tree);
+        // The counts move by what the named paths held before and hold now.
+        let base_tree = repo
+            .find_tree(base)
+            .map_err(|e| SnapshotError::Git(format!("reading tree {base}: {e}")))?;
+        let mut files = head.files as i64;
+        let mut bytes = head.bytes as i64;
+        // The size of what the base held at a path, if it held a file there.
+        let before = |path: &str| -> Result<Option<u64>, SnapshotError> {
+            let old = base_tree
+                .lookup_entry_by_path(path)
+                .map_err(|e| SnapshotError::Git(format!("reading tree {base}: {e}")))?;
+            match old.filter(|o| !o.mode().is_tree()) {
+                Some(old) => Ok(Some(
+                    repo.find_header(old.object_id())
+                        .map_err(|e| SnapshotError::Git(format!("reading {path}: {e}")))?
+                        .size(),
+                )),
+                None => Ok(None),
+            }
+        };
+        for (i, (path, e)) in entries.iter().enumerate() {
+            if !failed.contains(&i) {
+                if let Some(size) = before(path)? {
+                    files -= 1;
+                    bytes -= size as i64;
+                }
+                files += 1;
+                bytes += e.size as i64;
+            }
+        }
+        for path in &removed {
+            if let Some(size) = before(path)? {
+                files -= 1;
+                bytes -= size as i64;
+            }
+        }
+        trace.mark("t:counts");
+        drop(base_tree);
+        repo.objects.enable_object_memory();
         let mut editor = repo
             .edit_tree(base)
             .map_err(|e| SnapshotError::Git(format!("tree editor: {e}")))?;
@@ -535,19 +597,29 @@ impl SnapshotStore {
             .write()
             .map_err(|e| SnapshotError::Git(format!("writing a tree: {e}")))?
             .detach();
+        drop(editor);
+        trace.mark("t:tree edit");
+        self.persist(repo.objects.take_object_memory())?;
+        trace.mark("t:tree persist");
         self.keep(tree)?;
+        trace.mark("t:ref");
         let mut tree_bytes = [0u8; 20];
         tree_bytes.copy_from_slice(tree.as_bytes());
-        cache::save_head(&cache_paths.head, &tree_bytes)?;
-        // Counting the whole tree costs a traversal; a targeted snapshot reports only
-        // what it read. The full figures are one `files()` call away.
-        let all = self.files(tree)?;
+        let (files, bytes) = (files.max(0) as u64, bytes.max(0) as u64);
+        cache::save_head(
+            &cache_paths.head,
+            &cache::Head {
+                tree: tree_bytes,
+                files,
+                bytes,
+            },
+        )?;
         excluded.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Snapshot {
             id: tree.to_hex().to_string(),
             tree,
-            files: all.len() as u64,
-            bytes: 0,
+            files,
+            bytes,
             files_read: read.files,
             bytes_read: read.bytes,
             objects_written: read.written,
@@ -613,6 +685,39 @@ impl SnapshotStore {
             }
         }
         Ok((counters, problems))
+    }
+
+    /// Writes objects kept in memory to the store, on all threads.
+    fn persist(&self, memory: Option<gix::odb::memory::Storage>) -> Result<(), SnapshotError> {
+        let Some(memory) = memory else { return Ok(()) };
+        let objects: Vec<(&ObjectId, &(gix::object::Kind, Vec<u8>))> = memory.iter().collect();
+        let next = AtomicUsize::new(0);
+        let threads = self.threads.min(objects.len()).max(1);
+        let write = || -> Result<(), SnapshotError> {
+            use gix::prelude::Write;
+            let repo = self.repo();
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some((id, (kind, data))) = objects.get(k) else {
+                    return Ok(());
+                };
+                if !repo.objects.exists_without_refresh(id) {
+                    repo.objects
+                        .write_buf_with_known_id(*kind, data, **id)
+                        .map_err(|e| SnapshotError::Git(format!("writing object {id}: {e}")))?;
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (1..threads).map(|_| s.spawn(write)).collect();
+            let mine = write();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .chain([mine])
+                .collect::<Result<Vec<()>, _>>()
+                .map(|_| ())
+        })
     }
 
     /// Points `refs/snapshots/<tree>` at the tree.
@@ -696,6 +801,29 @@ impl SnapshotStore {
         }
         out.sort();
         Ok(out)
+    }
+}
+
+/// Phase timings on stderr when `TACHO_SNAPSHOT_TRACE` is set (for profiling).
+struct Trace(Option<std::cell::Cell<std::time::Instant>>);
+
+impl Trace {
+    fn new() -> Self {
+        Trace(
+            std::env::var_os("TACHO_SNAPSHOT_TRACE")
+                .map(|_| std::cell::Cell::new(std::time::Instant::now())),
+        )
+    }
+
+    fn mark(&self, phase: &str) {
+        if let Some(t) = &self.0 {
+            let now = std::time::Instant::now();
+            eprintln!(
+                "  {phase}: {:.2} ms",
+                (now - t.get()).as_secs_f64() * 1000.0
+            );
+            t.set(now);
+        }
     }
 }
 
@@ -786,6 +914,46 @@ fn stat_entry(path: &str, m: &std::fs::Metadata) -> CacheEntry {
     }
 }
 
+/// The metadata (not following links) of every listed path, on `threads` threads;
+/// what the walk already read is kept.
+fn stat_all(
+    workspace: &Path,
+    paths: Vec<(String, Option<std::fs::Metadata>)>,
+    threads: usize,
+) -> Vec<(String, std::io::Result<std::fs::Metadata>)> {
+    let missing = paths.iter().filter(|p| p.1.is_none()).count();
+    let stat = |(p, m): (String, Option<std::fs::Metadata>)| {
+        let m = match m {
+            Some(m) => Ok(m),
+            None => std::fs::symlink_metadata(workspace.join(&p)),
+        };
+        (p, m)
+    };
+    if missing < 512 || threads < 2 {
+        return paths.into_iter().map(stat).collect();
+    }
+    let chunk = paths.len().div_ceil(threads);
+    let mut chunks: Vec<Vec<(String, Option<std::fs::Metadata>)>> = Vec::new();
+    let mut it = paths.into_iter();
+    loop {
+        let c: Vec<_> = it.by_ref().take(chunk).collect();
+        if c.is_empty() {
+            break;
+        }
+        chunks.push(c);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|c| s.spawn(move || c.into_iter().map(stat).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
 fn same_stat(a: &CacheEntry, b: &CacheEntry) -> bool {
     a.size == b.size
         && a.mtime_ns == b.mtime_ns
@@ -847,10 +1015,14 @@ fn store_file(
         };
         let oid = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, &data)
             .map_err(|e| SnapshotError::Git(format!("hashing {rel}: {e}")))?;
-        let written = if repo.has_object(oid) {
+        // No refresh of the pack list on a miss: a first snapshot misses on every file,
+        // and a blob that only a pack written meanwhile holds is merely stored twice.
+        let written = if repo.objects.exists_without_refresh(&oid) {
             false
         } else {
-            repo.write_blob(&data)
+            use gix::prelude::Write;
+            repo.objects
+                .write_buf_with_known_id(gix::object::Kind::Blob, &data, oid)
                 .map_err(|e| SnapshotError::Git(format!("writing the blob of {rel}: {e}")))?;
             true
         };

@@ -14,9 +14,10 @@ use gix::bstr::ByteSlice;
 
 use super::{ExcludeReason, Excluded, SnapshotError};
 
-/// The candidate paths of a workspace, relative to it, with `/` separators.
+/// The candidate paths of a workspace, relative to it, with `/` separators, sorted,
+/// with their metadata (not following links) when the walk already read it.
 pub(crate) struct Listing {
-    pub paths: BTreeSet<String>,
+    pub paths: Vec<(String, Option<std::fs::Metadata>)>,
     pub excluded: Vec<Excluded>,
 }
 
@@ -89,14 +90,18 @@ pub(crate) fn slash_path(p: &Path) -> Option<String> {
 
 /// Lists a workspace. `skip` is a directory inside it that belongs to tacho (its data
 /// directory) and is never snapshotted.
-pub(crate) fn list(workspace: &Path, skip: Option<&str>) -> Result<Listing, SnapshotError> {
+pub(crate) fn list(
+    workspace: &Path,
+    skip: Option<&str>,
+    threads: usize,
+) -> Result<Listing, SnapshotError> {
     let mut listing = match git_context(workspace)? {
         Some(ctx) => list_git(ctx)?,
-        None => list_plain(workspace)?,
+        None => list_plain(workspace, threads)?,
     };
     if let Some(skip) = skip {
         let dir = format!("{skip}/");
-        listing.paths.retain(|p| !p.starts_with(&dir));
+        listing.paths.retain(|p| !p.0.starts_with(&dir));
     }
     Ok(listing)
 }
@@ -179,10 +184,13 @@ fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
             Some(Kind::Directory) | None => {}
         }
     }
-    Ok(Listing { paths, excluded })
+    Ok(Listing {
+        paths: paths.into_iter().map(|p| (p, None)).collect(),
+        excluded,
+    })
 }
 
-fn list_plain(workspace: &Path) -> Result<Listing, SnapshotError> {
+fn list_plain(workspace: &Path, threads: usize) -> Result<Listing, SnapshotError> {
     let nested: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
     let seen = Arc::clone(&nested);
     let walk = ignore::WalkBuilder::new(workspace)
@@ -195,7 +203,7 @@ fn list_plain(workspace: &Path) -> Result<Listing, SnapshotError> {
         .parents(false)
         .require_git(false)
         .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b))
+        .threads(threads)
         .filter_entry(move |e| {
             let is_dir = e.file_type().is_some_and(|t| t.is_dir());
             if is_dir && e.depth() > 0 && e.path().join(".git").exists() {
@@ -207,44 +215,65 @@ fn list_plain(workspace: &Path) -> Result<Listing, SnapshotError> {
             // A `.git` file or directory (a worktree pointer) is Git's, not the project's.
             e.depth() == 0 || e.file_name() != ".git"
         })
-        .build();
-    let mut paths = BTreeSet::new();
+        .build_parallel();
+    // Each walker thread lists and stats its entries; results meet once at the end.
+    let found: Mutex<Vec<Found>> = Mutex::new(Vec::new());
+    walk.run(|| {
+        let mut local = Local {
+            found: &found,
+            items: Vec::new(),
+        };
+        Box::new(move |item| {
+            let (found, local) = (local.found, &mut local.items);
+            let entry = match item {
+                Ok(e) => e,
+                Err(e) => {
+                    let path = error_path(&e)
+                        .and_then(|p| p.strip_prefix(workspace).ok().and_then(slash_path))
+                        .unwrap_or_default();
+                    local.push(Found::Excluded(Excluded::new(
+                        path,
+                        ExcludeReason::Unreadable(e.to_string()),
+                    )));
+                    flush(found, local);
+                    return ignore::WalkState::Continue;
+                }
+            };
+            if entry.depth() == 0 {
+                return ignore::WalkState::Continue;
+            }
+            let Ok(rel) = entry.path().strip_prefix(workspace) else {
+                return ignore::WalkState::Continue;
+            };
+            let Some(rel) = slash_path(rel) else {
+                local.push(Found::Excluded(Excluded::new(
+                    rel.to_string_lossy().into_owned(),
+                    ExcludeReason::NotUtf8,
+                )));
+                return ignore::WalkState::Continue;
+            };
+            match entry.file_type() {
+                Some(t) if t.is_dir() => {}
+                Some(t) if t.is_file() || t.is_symlink() => {
+                    local.push(Found::Path(rel, entry.metadata().ok()));
+                }
+                _ => local.push(Found::Excluded(Excluded::new(rel, ExcludeReason::Special))),
+            }
+            if local.len() >= 256 {
+                flush(found, local);
+            }
+            ignore::WalkState::Continue
+        })
+    });
+    let mut paths = Vec::new();
     let mut excluded = Vec::new();
-    for item in walk {
-        let entry = match item {
-            Ok(e) => e,
-            Err(e) => {
-                let path = error_path(&e)
-                    .and_then(|p| p.strip_prefix(workspace).ok().and_then(slash_path))
-                    .unwrap_or_default();
-                excluded.push(Excluded::new(
-                    path,
-                    ExcludeReason::Unreadable(e.to_string()),
-                ));
-                continue;
-            }
-        };
-        if entry.depth() == 0 {
-            continue;
-        }
-        let Ok(rel) = entry.path().strip_prefix(workspace) else {
-            continue;
-        };
-        let Some(rel) = slash_path(rel) else {
-            excluded.push(Excluded::new(
-                rel.to_string_lossy().into_owned(),
-                ExcludeReason::NotUtf8,
-            ));
-            continue;
-        };
-        match entry.file_type() {
-            Some(t) if t.is_dir() => {}
-            Some(t) if t.is_file() || t.is_symlink() => {
-                paths.insert(rel);
-            }
-            _ => excluded.push(Excluded::new(rel, ExcludeReason::Special)),
+    for f in found.into_inner().unwrap_or_default() {
+        match f {
+            Found::Path(p, m) => paths.push((p, m)),
+            Found::Excluded(x) => excluded.push(x),
         }
     }
+    paths.sort_by(|a, b| a.0.cmp(&b.0));
     let nested = nested.lock().map(|n| n.clone()).unwrap_or_default();
     for dir in nested {
         if let Some(rel) = dir.strip_prefix(workspace).ok().and_then(slash_path) {
@@ -252,6 +281,32 @@ fn list_plain(workspace: &Path) -> Result<Listing, SnapshotError> {
         }
     }
     Ok(Listing { paths, excluded })
+}
+
+/// What a walker thread found.
+enum Found {
+    Path(String, Option<std::fs::Metadata>),
+    Excluded(Excluded),
+}
+
+/// A walker thread's findings not yet handed over; handed over when the walk ends
+/// (the visitor is dropped) too.
+struct Local<'a> {
+    found: &'a Mutex<Vec<Found>>,
+    items: Vec<Found>,
+}
+
+impl Drop for Local<'_> {
+    fn drop(&mut self) {
+        flush(self.found, &mut self.items);
+    }
+}
+
+/// Hands a walker thread's findings over.
+fn flush(found: &Mutex<Vec<Found>>, local: &mut Vec<Found>) {
+    if let Ok(mut f) = found.lock() {
+        f.append(local);
+    }
 }
 
 fn error_path(e: &ignore::Error) -> Option<&Path> {

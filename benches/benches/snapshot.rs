@@ -1,0 +1,257 @@
+//! Snapshots and restores against what users run today: the `git` program with a
+//! separate git directory (`git --git-dir=S --work-tree=W add -A` then `write-tree`;
+//! restore with `read-tree` then `checkout-index -a -f`), in the same run, on the same
+//! generated workspace.
+//!
+//! `cargo bench -p tacho-benches --bench snapshot` uses 10,000 files / 200 MB; under
+//! `cargo test` each case runs once on 300 files. `TACHO_BENCH_SNAPSHOT_FILES` and
+//! `TACHO_BENCH_SNAPSHOT_MB` set the size. Skipped when `git` is not installed.
+
+#![allow(clippy::unwrap_used)] // a benchmark that cannot set up should panic
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use tacho_benches::{edit_files, generate_workspace};
+use tacho_engine::rollback::{self, PlanInput};
+use tacho_engine::snapshot::{Scope, SnapshotStore};
+
+fn bench_mode() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+fn size() -> (usize, u64) {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let (files, mb) = if bench_mode() {
+        (10_000, 200)
+    } else {
+        (300, 3)
+    };
+    (
+        env("TACHO_BENCH_SNAPSHOT_FILES").map_or(files, |v| v as usize),
+        env("TACHO_BENCH_SNAPSHOT_MB").unwrap_or(mb),
+    )
+}
+
+fn git(git_dir: &Path, work: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .arg("--work-tree")
+        .arg(work)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn git_init(git_dir: &Path) {
+    let out = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(git_dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn git_snapshot(git_dir: &Path, work: &Path) -> String {
+    git(git_dir, work, &["add", "-A"]);
+    git(git_dir, work, &["write-tree"])
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    paths: Vec<String>,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let ws = root.join("ws");
+    let (files, mb) = size();
+    let paths = generate_workspace(&ws, files, mb * 1024 * 1024).unwrap();
+    // Let the racy window pass, as it has for any workspace a while after a checkout.
+    std::thread::sleep(Duration::from_millis(200));
+    Fixture {
+        _tmp: tmp,
+        root,
+        ws: ws.canonicalize().unwrap(),
+        paths,
+    }
+}
+
+fn fresh_dir(root: &Path, name: &str) -> PathBuf {
+    let d = root.join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn benches(c: &mut Criterion) {
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("git is not installed: the snapshot benchmarks compare against it; skipped");
+        return;
+    }
+    let f = fixture();
+    let (files, mb) = size();
+    let label = format!("{files} files, {mb} MB");
+
+    // 1. The first snapshot of a workspace: an empty store, no cache.
+    {
+        let mut g = c.benchmark_group(format!("snapshot_first ({label})"));
+        g.sample_size(10)
+            .measurement_time(Duration::from_secs(if bench_mode() { 60 } else { 1 }));
+        let mut n = 0u64;
+        g.bench_function("tacho (gix, all cores)", |b| {
+            b.iter_batched(
+                || {
+                    n += 1;
+                    let s = fresh_dir(&f.root, "first-store");
+                    let cache = fresh_dir(&f.root, "first-cache");
+                    SnapshotStore::open(s, cache).unwrap()
+                },
+                |store| store.take(&f.ws, &Scope::Full).unwrap(),
+                BatchSize::PerIteration,
+            )
+        });
+        g.bench_function("git add -A + write-tree", |b| {
+            b.iter_batched(
+                || {
+                    let d = fresh_dir(&f.root, "first-git");
+                    git_init(&d);
+                    d
+                },
+                |d| git_snapshot(&d, &f.ws),
+                BatchSize::PerIteration,
+            )
+        });
+        g.finish();
+    }
+
+    // Warm stores for the incremental cases.
+    let store = SnapshotStore::open(f.root.join("store"), f.root.join("cache")).unwrap();
+    store.take(&f.ws, &Scope::Full).unwrap();
+    let git_dir = f.root.join("git");
+    git_init(&git_dir);
+    git_snapshot(&git_dir, &f.ws);
+    let step = (f.paths.len() / 10).max(1);
+    let ten: Vec<String> = f.paths.iter().step_by(step).take(10).cloned().collect();
+    let mut round = 0u64;
+
+    // 2. A full-scan snapshot after an agent edited 10 files.
+    {
+        let mut g = c.benchmark_group(format!("snapshot_after_10_edits ({label})"));
+        g.sample_size(20);
+        g.bench_function("tacho full scan (stat cache)", |b| {
+            b.iter_batched(
+                || {
+                    round += 1;
+                    edit_files(&f.ws, &ten, round).unwrap();
+                },
+                |()| store.take(&f.ws, &Scope::Full).unwrap(),
+                BatchSize::PerIteration,
+            )
+        });
+        g.bench_function("tacho targeted (the 10 reported paths)", |b| {
+            b.iter_batched(
+                || {
+                    round += 1;
+                    edit_files(&f.ws, &ten, round).unwrap();
+                },
+                |()| store.take(&f.ws, &Scope::Paths(ten.clone())).unwrap(),
+                BatchSize::PerIteration,
+            )
+        });
+        g.bench_function("git add -A + write-tree", |b| {
+            b.iter_batched(
+                || {
+                    round += 1;
+                    edit_files(&f.ws, &ten, round).unwrap();
+                },
+                |()| git_snapshot(&git_dir, &f.ws),
+                BatchSize::PerIteration,
+            )
+        });
+        g.finish();
+    }
+
+    // 3. Restoring 100 changed files. tacho does what `session rollback` does: a
+    // snapshot of the workspace first, one plan, then only the changed files; git
+    // reads the tree into its index and checks every file out.
+    {
+        let hundred: Vec<String> = f
+            .paths
+            .iter()
+            .step_by((f.paths.len() / 100).max(1))
+            .take(100)
+            .cloned()
+            .collect();
+        let base = store.take(&f.ws, &Scope::Full).unwrap();
+        let base_files = store.files(base.tree).unwrap();
+        let git_base = git_snapshot(&git_dir, &f.ws);
+        let mut g = c.benchmark_group(format!("restore_100_changed ({label})"));
+        g.sample_size(10);
+        g.bench_function("tacho rollback (snapshot + plan + apply)", |b| {
+            b.iter_batched(
+                || {
+                    round += 1;
+                    edit_files(&f.ws, &hundred, round).unwrap();
+                    let after = store.take(&f.ws, &Scope::Full).unwrap();
+                    store.files(after.tree).unwrap()
+                },
+                |after| {
+                    let now = store.take(&f.ws, &Scope::Full).unwrap();
+                    let current = store.files(now.tree).unwrap();
+                    let none = BTreeSet::new();
+                    let plan = rollback::plan(&PlanInput {
+                        target: &base_files,
+                        later: vec![&after],
+                        edited: &none,
+                        edited_after_last: &none,
+                        current: &current,
+                        unprotected: &BTreeMap::new(),
+                        force: false,
+                    });
+                    assert_eq!(plan.items.len(), hundred.len());
+                    let applied = rollback::apply(&store, &f.ws, &plan).unwrap();
+                    assert!(applied.failed.is_empty());
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        g.bench_function("git read-tree + checkout-index -a -f", |b| {
+            b.iter_batched(
+                || {
+                    round += 1;
+                    edit_files(&f.ws, &hundred, round).unwrap();
+                },
+                |()| {
+                    git(&git_dir, &f.ws, &["read-tree", &git_base]);
+                    git(&git_dir, &f.ws, &["checkout-index", "-a", "-f"]);
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(snapshot, benches);
+criterion_main!(snapshot);

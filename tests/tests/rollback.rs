@@ -1,0 +1,355 @@
+//! Snapshots, rollback, branch and gc through the `tacho` binary, recorded the way a
+//! hook-driven adapter records: one `tacho record` per event while files change.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use tacho_tests::{run, tacho};
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    ws: PathBuf,
+}
+
+fn env() -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    Env {
+        _tmp: tmp,
+        home,
+        ws,
+    }
+}
+
+impl Env {
+    fn write(&self, rel: &str, text: &str) {
+        let p = self.ws.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.ws.join(rel)).ok()
+    }
+
+    /// Records one line (as a hook would), failing the test on error.
+    fn record(&self, session: &str, line: &str) {
+        let mut c = tacho(&self.home);
+        c.args(["record", "--session", session])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(line.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "record {line}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn tacho(&self, args: &[&str]) -> (i32, String, String) {
+        let mut c = tacho(&self.home);
+        c.args(args);
+        run(c)
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let (code, out, err) = self.tacho(args);
+        assert_eq!(code, 0, "tacho {args:?}: {err}");
+        serde_json::from_str(out.lines().next().unwrap()).unwrap()
+    }
+
+    /// A session of two steps: step 1 edits `app.rs`, step 2 deletes `notes.txt`,
+    /// creates `new/made.txt` and makes `run.sh` executable.
+    fn session(&self, id: &str, end: bool) {
+        self.write("app.rs", "fn main() {}\n");
+        self.write("notes.txt", "notes\n");
+        self.write("run.sh", "#!/bin/sh\n");
+        let ws = self.ws.display();
+        self.record(
+            id,
+            &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"coder"}}"#),
+        );
+        self.record(id, r#"{"type":"step.start","step":1}"#);
+        self.write("app.rs", "fn main() { println!(\"hi\"); }\n");
+        self.record(id, r#"{"type":"file.edit","path":"app.rs","op":"modify"}"#);
+        self.record(id, r#"{"type":"step.finish","step":1}"#);
+        self.record(id, r#"{"type":"step.start","step":2}"#);
+        std::fs::remove_file(self.ws.join("notes.txt")).unwrap();
+        self.write("new/made.txt", "made\n");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            self.ws.join("run.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        self.record(id, r#"{"type":"step.finish","step":2}"#);
+        if end {
+            self.record(id, r#"{"type":"session.end","reason":"completed"}"#);
+        }
+    }
+
+    fn fsck(&self) {
+        if Command::new("git").arg("--version").output().is_err() {
+            return;
+        }
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(self.home.join("snapshots"))
+            .args(["fsck", "--strict", "--no-dangling"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git fsck: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o111 != 0
+}
+
+#[test]
+fn record_snapshots_steps_and_rollback_restores_and_is_undoable() {
+    let e = env();
+    e.session("ses_rb", true);
+    let points = e.json(&["session", "rollback", "ses_rb", "--list", "--json"]);
+    assert_eq!(points["points"].as_array().unwrap().len(), 2);
+    assert_eq!(points["points"][0]["files"][0], "app.rs");
+    assert!(points["baseline"]["id"].is_string());
+    assert_eq!(points["points"][1]["snapshot"]["before_step"], 2);
+
+    // The dry run and the real run print the same plan.
+    let dry = e.json(&[
+        "session",
+        "rollback",
+        "ses_rb",
+        "--step",
+        "2",
+        "--dry-run",
+        "--json",
+    ]);
+    let plan: Vec<(String, String)> = dry["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["path"].as_str().unwrap().to_owned(),
+                i["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            ("new/made.txt".into(), "delete".into()),
+            ("notes.txt".into(), "recreate".into()),
+            ("run.sh".into(), "mode".into())
+        ]
+    );
+    assert!(
+        e.read("new/made.txt").is_some(),
+        "a dry run changes nothing"
+    );
+    // Without --yes nothing happens either, and it says so.
+    let (code, _, err) = e.tacho(&["session", "rollback", "ses_rb", "--step", "2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("pass --yes"), "{err}");
+
+    let real = e.json(&[
+        "session", "rollback", "ses_rb", "--step", "2", "--yes", "--json",
+    ]);
+    assert_eq!(real["plan"], dry["plan"]);
+    assert_eq!(real["applied"]["done"], 3);
+    assert_eq!(e.read("notes.txt").as_deref(), Some("notes\n"));
+    assert!(e.read("new/made.txt").is_none() && !e.ws.join("new").exists());
+    assert!(!executable(&e.ws.join("run.sh")));
+    assert_eq!(
+        e.read("app.rs").as_deref(),
+        Some("fn main() { println!(\"hi\"); }\n"),
+        "step 1's edit stays"
+    );
+
+    // The rollback is a session of its own; rolling it back undoes it.
+    let undo_id = real["applied"]["recorded_session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let undo = e.json(&["session", "rollback", &undo_id, "--yes", "--json"]);
+    assert_eq!(undo["applied"]["done"], 3);
+    assert_eq!(e.read("new/made.txt").as_deref(), Some("made\n"));
+    assert!(e.read("notes.txt").is_none());
+    assert!(executable(&e.ws.join("run.sh")));
+
+    // The whole session back to its baseline.
+    e.json(&["session", "rollback", "ses_rb", "--yes", "--json"]);
+    assert_eq!(e.read("app.rs").as_deref(), Some("fn main() {}\n"));
+    assert_eq!(e.read("notes.txt").as_deref(), Some("notes\n"));
+    let (code, out, _) = e.tacho(&["session", "replay", &undo_id, "--mode", "verify"]);
+    assert_eq!(code, 0, "{out}");
+    e.fsck();
+}
+
+#[test]
+fn a_running_session_is_refused_and_outside_changes_are_conflicts() {
+    let e = env();
+    e.session("ses_open", false);
+    let (code, _, err) = e.tacho(&["session", "rollback", "ses_open", "--yes"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("still running: ses_open"), "{err}");
+    e.record("ses_open", r#"{"type":"session.end","reason":"completed"}"#);
+    // Someone else edits a file the session created, after its last snapshot.
+    e.write("new/made.txt", "edited by the user\n");
+    let plan = e.json(&["session", "rollback", "ses_open", "--dry-run", "--json"]);
+    assert_eq!(plan["conflicts"][0]["path"], "new/made.txt");
+    let real = e.json(&["session", "rollback", "ses_open", "--yes", "--json"]);
+    assert_eq!(real["conflicts"][0]["path"], "new/made.txt");
+    assert_eq!(
+        e.read("new/made.txt").as_deref(),
+        Some("edited by the user\n")
+    );
+    assert_eq!(e.read("app.rs").as_deref(), Some("fn main() {}\n"));
+}
+
+#[test]
+fn child_sessions_in_the_same_directory_are_followed_others_are_not() {
+    let e = env();
+    e.session("ses_parent", false);
+    let ws = e.ws.display().to_string();
+    e.record(
+        "ses_child",
+        &format!(r#"{{"type":"session.start","workspace":"{ws}","parent":"ses_parent"}}"#),
+    );
+    e.record("ses_child", r#"{"type":"step.start","step":1}"#);
+    e.write("child.txt", "by the child\n");
+    e.record(
+        "ses_child",
+        r#"{"type":"session.end","reason":"completed"}"#,
+    );
+    e.record(
+        "ses_away",
+        r#"{"type":"session.start","workspace":"/somewhere/else","parent":"ses_parent"}"#,
+    );
+    e.record("ses_away", r#"{"type":"session.end","reason":"completed"}"#);
+    e.record(
+        "ses_parent",
+        r#"{"type":"session.end","reason":"completed"}"#,
+    );
+    let plan = e.json(&["session", "rollback", "ses_parent", "--dry-run", "--json"]);
+    assert_eq!(
+        plan["sessions"],
+        serde_json::json!(["ses_parent", "ses_child"])
+    );
+    assert_eq!(plan["excluded_sessions"][0]["session"], "ses_away");
+    assert!(
+        plan["plan"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["path"] == "child.txt" && i["action"] == "delete")
+    );
+    let (_, text, _) = e.tacho(&["session", "rollback", "ses_parent", "--dry-run"]);
+    assert!(
+        text.contains("Child sessions in the same workspace, included:\n  ses_child"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Excluded child session ses_away: worked in /somewhere/else"),
+        "{text}"
+    );
+}
+
+#[test]
+fn branch_forks_up_to_a_step_and_names_its_parent() {
+    let e = env();
+    e.session("ses_orig", true);
+    let b = e.json(&[
+        "session", "branch", "ses_orig", "--from", "step 2", "--id", "ses_fork", "--json",
+    ]);
+    assert_eq!(b["parent"], "ses_orig");
+    let graph = e.json(&["graph", "ses_fork", "--format", "json"]);
+    assert_eq!(graph["parent"], "ses_orig");
+    assert_eq!(graph["branch"]["parent"], "ses_orig");
+    assert_eq!(
+        graph["steps"].as_array().unwrap().len(),
+        1,
+        "only step 1 is copied"
+    );
+    let (_, list, _) = e.tacho(&["session", "list", "--json"]);
+    let fork = list
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["session"] == "ses_fork")
+        .unwrap();
+    assert_eq!(fork["parent"], "ses_orig");
+    // The original is untouched, and the branch carries its snapshots.
+    let (code, _, _) = e.tacho(&["session", "replay", "ses_orig", "--mode", "verify"]);
+    assert_eq!(code, 0);
+    let pts = e.json(&["session", "rollback", "ses_fork", "--list", "--json"]);
+    assert!(pts["baseline"]["id"].is_string());
+    for bad in ["step 9", "#999", "nonsense"] {
+        let (code, _, err) = e.tacho(&["session", "branch", "ses_orig", "--from", bad]);
+        assert_eq!(code, 2, "{bad}: {err}");
+    }
+}
+
+#[test]
+fn snapshot_command_targeted_lines_gc_and_stats() {
+    let e = env();
+    let ws = e.ws.display().to_string();
+    e.write("a.txt", "a\n");
+    e.record(
+        "ses_s",
+        &format!(r#"{{"type":"session.start","workspace":"{ws}"}}"#),
+    );
+    e.write("b.txt", "b\n");
+    // An adapter reports the path its edit tool wrote.
+    e.record(
+        "ses_s",
+        r#"{"type":"snapshot.take","paths":["b.txt"],"before_step":1}"#,
+    );
+    let (_, dump, _) = e.tacho(&["session", "replay", "ses_s", "--mode", "summary"]);
+    assert!(dump.contains("snapshot.taken    step"), "{dump}");
+    let s = e.json(&["snapshot", "--session", "ses_s", "--json"]);
+    assert_eq!(s["files"], 2);
+    assert_eq!(s["seq"], 3);
+    // A snapshot no session records is dropped by gc.
+    e.write("c.txt", "c\n");
+    let loose = e.json(&["snapshot", "--workspace", &ws, "--json"]);
+    let gc = e.json(&["gc", "--json"]);
+    assert_eq!(
+        gc["dropped_snapshots"],
+        serde_json::json!([loose["snapshot"]])
+    );
+    assert!(gc["packed_objects"].as_u64().unwrap() > 0);
+    assert_eq!(gc["after"]["loose_objects"], 0);
+    assert_eq!(gc["after"]["packs"], 1);
+    e.fsck();
+    // Packed snapshots still restore.
+    e.record("ses_s", r#"{"type":"session.end","reason":"completed"}"#);
+    e.json(&["session", "rollback", "ses_s", "--yes", "--json"]);
+    assert!(e.read("b.txt").is_none());
+    let stats = e.json(&["log", "stats", "--json"]);
+    assert!(stats["snapshot_store"]["snapshots"].as_u64().unwrap() >= 3);
+    let (code, _, err) = e.tacho(&["snapshot", "--workspace", &ws, "../escape"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("leaves the workspace"), "{err}");
+}
