@@ -361,7 +361,11 @@ fn source_text(rng: &mut u64, size: usize) -> Vec<u8> {
         *rng = xorshift(*rng);
         let w = WORDS[(*rng % WORDS.len() as u64) as usize];
         out.extend_from_slice(w.as_bytes());
-        out.push(if (*rng).is_multiple_of(11) { b'\n' } else { b' ' });
+        out.push(if (*rng).is_multiple_of(11) {
+            b'\n'
+        } else {
+            b' '
+        });
         // Identifiers with numbers, so files are not all alike.
         if (*rng).is_multiple_of(7) {
             out.extend_from_slice(format!("v{} ", (*rng >> 20) % 10_000).as_bytes());

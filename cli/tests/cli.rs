@@ -186,7 +186,7 @@ fn log_verify_stats_and_dump() {
         expect![[r#"
             exit: 0
             --- stdout
-            {"type":"stats","sessions":1,"segments":1,"sealed_segments":0,"events":48,"batches":1,"bytes":6904,"free_bytes":0,"events_by_kind":{"session.start":1,"session.end":1,"agent.route":1,"llm.request":5,"llm.response":6,"step.start":4,"step.finish":4,"tool.call":9,"tool.result":9,"permission.ask":1,"permission.reply":1,"verification.run":2,"file.edit":4}}
+            {"type":"stats","sessions":1,"segments":1,"sealed_segments":0,"events":48,"batches":1,"bytes":6904,"free_bytes":0,"events_by_kind":{"session.start":1,"session.end":1,"agent.route":1,"llm.request":5,"llm.response":6,"step.start":4,"step.finish":4,"tool.call":9,"tool.result":9,"permission.ask":1,"permission.reply":1,"verification.run":2,"file.edit":4},"snapshot_store":null}
             --- stderr
         "#]],
     );

@@ -334,6 +334,69 @@ fn an_incremental_snapshot_reads_only_changed_files() {
     }
 }
 
+/// Sets every file and directory time under `ws` a while back, as for a workspace
+/// that has not been touched for some seconds (outside the racy window).
+fn age(ws: &Path) {
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    fn walk(p: &Path, t: std::time::SystemTime) {
+        for e in std::fs::read_dir(p).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                walk(&e.path(), t);
+            }
+            if !e.file_type().unwrap().is_symlink() {
+                std::fs::File::open(e.path())
+                    .unwrap()
+                    .set_modified(t)
+                    .unwrap();
+            }
+        }
+    }
+    walk(ws, old);
+    std::fs::File::open(ws).unwrap().set_modified(old).unwrap();
+}
+
+#[test]
+fn the_last_walk_is_reused_only_while_nothing_it_depends_on_changed() {
+    let e = env();
+    let ws = &e.ws;
+    write(ws, ".gitignore", "*.log\n");
+    write(ws, "src/a.rs", "a\n");
+    write(ws, "src/b.rs", "b\n");
+    write(ws, "x.log", "ignored\n");
+    age(ws);
+    let first = e.store.take(ws, &Scope::Full).unwrap();
+    assert!(first.walked);
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    // Content edits in place do not change directories: the listing is reused.
+    write(ws, "src/a.rs", "a2\n");
+    let s = e.store.take(ws, &Scope::Full).unwrap();
+    assert!(!s.walked);
+    assert_eq!(s.files_read, 1);
+    // A new file changes its directory: walked again, and found.
+    write(ws, "src/c.rs", "c\n");
+    let s = e.store.take(ws, &Scope::Full).unwrap();
+    assert!(s.walked);
+    assert!(e.store.files(s.tree).unwrap().contains_key("src/c.rs"));
+    // An ignore file edited in place (its directory unchanged): walked again, with the
+    // new rules.
+    age(ws);
+    e.store.take(ws, &Scope::Full).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert!(!e.store.take(ws, &Scope::Full).unwrap().walked);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(ws.join(".gitignore"))
+        .unwrap();
+    drop(f);
+    std::fs::write(ws.join(".gitignore"), "*.rs\n").unwrap();
+    let s = e.store.take(ws, &Scope::Full).unwrap();
+    assert!(s.walked);
+    let paths: Vec<String> = e.store.files(s.tree).unwrap().into_keys().collect();
+    assert_eq!(paths, [".gitignore", "x.log"]);
+}
+
 #[test]
 fn targeted_paths_cannot_leave_the_workspace() {
     let e = env();

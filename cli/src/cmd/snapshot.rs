@@ -74,6 +74,7 @@ pub fn run(a: SnapshotArgs) -> Result<(), CliError> {
             "bytes_read": snap.bytes_read,
             "objects_written": snap.objects_written,
             "targeted": !snap.full_scan,
+            "walked": snap.walked,
             "excluded": snap.excluded.iter().map(|x| serde_json::json!({
                 "path": x.path, "reason": x.reason.to_string(),
             })).collect::<Vec<_>>(),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::SnapshotError;
 
-pub(crate) const CACHE_VERSION: u32 = 1;
+pub(crate) const CACHE_VERSION: u32 = 2;
 
 /// How long before a scan's start a file's times must be for its cache entry to be
 /// trusted at the next scan. File times come from a coarse clock (a few milliseconds
@@ -30,6 +30,35 @@ pub(crate) struct CacheEntry {
     pub oid: [u8; 20],
 }
 
+/// A directory as the last walk saw it.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct DirStamp {
+    pub path: String,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub ino: u64,
+}
+
+impl DirStamp {
+    pub fn of(path: String, m: &super::stat::FileStat) -> Self {
+        DirStamp {
+            path,
+            mtime_ns: m.mtime_ns,
+            ctime_ns: m.ctime_ns,
+            ino: m.ino,
+        }
+    }
+}
+
+/// A path the walk itself left out (special file, nested repository, ...).
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct ListedExclusion {
+    pub path: String,
+    /// 0 special, 1 nested repository, 2 unreadable, 3 not UTF-8.
+    pub code: u8,
+    pub detail: String,
+}
+
 #[derive(Debug, Clone, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub(crate) struct CacheFile {
     pub version: u32,
@@ -39,6 +68,13 @@ pub(crate) struct CacheFile {
     /// When the scan that produced the entries started.
     pub scan_start_ns: i64,
     pub entries: Vec<CacheEntry>,
+    /// The walk's result outside Git: what it listed and left out, and the directories
+    /// it read. Reused without walking while no directory and no ignore file changed.
+    /// Listed paths that are not among `entries` (left out after listing: too large,
+    /// unreadable, ...). The listing is `entries`' paths and these.
+    pub listed_extra: Vec<String>,
+    pub listed_excluded: Vec<ListedExclusion>,
+    pub dirs: Vec<DirStamp>,
 }
 
 /// The per-workspace files: `<dir>/<key>.stat` (the full entries of the last full scan)

@@ -10,10 +10,13 @@
 mod cache;
 mod gc;
 mod scan;
+mod stat;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
+
+use stat::FileStat;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -139,6 +142,9 @@ pub struct Snapshot {
     /// Whether this was a full scan (a targeted request without a previous snapshot is
     /// one too).
     pub full_scan: bool,
+    /// Whether a full scan walked the directories (rather than reusing the last walk's
+    /// listing because no directory and no ignore file changed).
+    pub walked: bool,
 }
 
 /// One file of a snapshot.
@@ -298,17 +304,28 @@ impl SnapshotStore {
     ) -> Result<Snapshot, SnapshotError> {
         let scan_start_ns = now_ns();
         let trace = Trace::new();
-        let listing = scan::list(workspace, skip, self.threads)?;
-        trace.mark("list");
         let old = cache::load(&cache_paths.stat, ws_text);
         let old_index = cache::index(&old);
-        trace.mark("cache load");
         let trusted_before = old.scan_start_ns - cache::RACY_NS;
-
+        trace.mark("cache load");
+        let reused = reuse_listing(workspace, &old, &old_index, trusted_before);
+        let walked = reused.is_none();
+        let listing = match reused {
+            Some(l) => l,
+            None => scan::list(workspace, skip, self.threads)?,
+        };
+        trace.mark("list");
+        let listed: Vec<String> = listing.paths.iter().map(|p| p.0.clone()).collect();
+        let listed_excluded: Vec<cache::ListedExclusion> = listing
+            .excluded
+            .iter()
+            .filter_map(listed_exclusion)
+            .collect();
+        let dirs = listing.dirs;
         let mut excluded = listing.excluded;
         let metas = stat_all(workspace, listing.paths, self.threads);
         let mut entries: Vec<(String, CacheEntry)> = Vec::with_capacity(metas.len());
-        let mut to_read: Vec<(usize, std::fs::Metadata)> = Vec::new();
+        let mut to_read: Vec<(usize, FileStat)> = Vec::new();
         for (path, meta) in metas {
             let meta = match meta {
                 Ok(m) => m,
@@ -376,46 +393,23 @@ impl SnapshotStore {
         repo.objects.enable_object_memory();
         let base = ObjectId::from_bytes_or_panic(&old.tree);
         let base_ok = !old.entries.is_empty() && repo.has_object(base);
-        let tree = {
-            let mut editor = if base_ok {
-                repo.edit_tree(base)
-            } else {
-                repo.edit_tree(ObjectId::empty_tree(gix::hash::Kind::Sha1))
-            }
-            .map_err(|e| SnapshotError::Git(format!("tree editor: {e}")))?;
-            let mut current: HashMap<&str, ()> = HashMap::with_capacity(entries.len());
-            for e in &entries {
-                current.insert(e.path.as_str(), ());
-                let unchanged = base_ok
-                    && old_index
-                        .get(e.path.as_str())
-                        .is_some_and(|c| c.oid == e.oid && c.git_mode == e.git_mode);
-                if !unchanged {
-                    let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
-                    editor
-                        .upsert(
-                            e.path.as_str(),
-                            kind.entry_kind(),
-                            ObjectId::from_bytes_or_panic(&e.oid),
-                        )
-                        .map_err(|err| bad_tree_path(&e.path, err))?;
-                }
-            }
-            if base_ok {
-                for c in &old.entries {
-                    if !current.contains_key(c.path.as_str()) {
-                        editor
-                            .remove(c.path.as_str())
-                            .map_err(|err| bad_tree_path(&c.path, err))?;
-                    }
-                }
-            }
-            editor
-                .write()
-                .map_err(|e| SnapshotError::Git(format!("writing a tree: {e}")))?
-                .detach()
+        // Only what changed since the cached tree is edited into it: one merge of the
+        // two sorted lists.
+        let (upserts, removals) = if base_ok {
+            changes(&old.entries, &entries)
+        } else {
+            (
+                entries.iter().map(|e| (e.path.as_str(), e)).collect(),
+                Vec::new(),
+            )
         };
-        self.persist(repo.objects.take_object_memory())?;
+        let upserts = upserts.into_iter();
+        let tree = self.edit_tree(
+            &mut repo,
+            base_ok.then_some(base),
+            upserts,
+            removals.into_iter(),
+        )?;
         trace.mark("tree");
         self.keep(tree)?;
         trace.mark("ref");
@@ -431,7 +425,20 @@ impl SnapshotStore {
                 workspace: ws_text.to_owned(),
                 tree: tree_bytes,
                 scan_start_ns,
+                listed_extra: {
+                    // Both lists are sorted: what `entries` lacks, in one pass.
+                    let mut kept = entries.iter().map(|e| e.path.as_str()).peekable();
+                    listed
+                        .into_iter()
+                        .filter(|p| {
+                            while kept.next_if(|k| *k < p.as_str()).is_some() {}
+                            kept.next_if(|k| *k == p.as_str()).is_none()
+                        })
+                        .collect()
+                },
                 entries,
+                listed_excluded,
+                dirs,
             },
         )?;
         cache::save_head(
@@ -454,6 +461,7 @@ impl SnapshotStore {
             objects_written: read.written,
             excluded,
             full_scan: true,
+            walked,
         })
     }
 
@@ -481,7 +489,7 @@ impl SnapshotStore {
                 continue;
             }
             let abs = workspace.join(&rel);
-            let meta = match std::fs::symlink_metadata(&abs) {
+            let meta = match stat::lstat(&abs) {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     removed.push(rel);
@@ -516,7 +524,7 @@ impl SnapshotStore {
                 removed.push(rel);
                 continue;
             }
-            to_read.push((entries.len(), meta.clone()));
+            to_read.push((entries.len(), meta));
             let stat = stat_entry(&rel, &meta);
             entries.push((rel, stat));
         }
@@ -571,36 +579,18 @@ impl SnapshotStore {
         }
         trace.mark("t:counts");
         drop(base_tree);
-        repo.objects.enable_object_memory();
-        let mut editor = repo
-            .edit_tree(base)
-            .map_err(|e| SnapshotError::Git(format!("tree editor: {e}")))?;
-        for (i, (path, e)) in entries.iter().enumerate() {
-            if failed.contains(&i) {
-                continue;
-            }
-            let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
-            editor
-                .upsert(
-                    path.as_str(),
-                    kind.entry_kind(),
-                    ObjectId::from_bytes_or_panic(&e.oid),
-                )
-                .map_err(|err| bad_tree_path(path, err))?;
-        }
-        for path in &removed {
-            editor
-                .remove(path.as_str())
-                .map_err(|err| bad_tree_path(path, err))?;
-        }
-        let tree = editor
-            .write()
-            .map_err(|e| SnapshotError::Git(format!("writing a tree: {e}")))?
-            .detach();
-        drop(editor);
-        trace.mark("t:tree edit");
-        self.persist(repo.objects.take_object_memory())?;
-        trace.mark("t:tree persist");
+        let upserts = entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !failed.contains(i))
+            .map(|(_, (path, e))| (path.as_str(), e));
+        let tree = self.edit_tree(
+            &mut repo,
+            Some(base),
+            upserts,
+            removed.iter().map(String::as_str),
+        )?;
+        trace.mark("t:tree");
         self.keep(tree)?;
         trace.mark("t:ref");
         let mut tree_bytes = [0u8; 20];
@@ -625,6 +615,7 @@ impl SnapshotStore {
             objects_written: read.written,
             excluded,
             full_scan: false,
+            walked: false,
         })
     }
 
@@ -635,7 +626,7 @@ impl SnapshotStore {
         &self,
         workspace: &Path,
         entries: &mut [(String, CacheEntry)],
-        to_read: &[(usize, std::fs::Metadata)],
+        to_read: &[(usize, FileStat)],
     ) -> Result<(ReadCounters, Vec<(usize, ExcludeReason)>), SnapshotError> {
         let next = AtomicUsize::new(0);
         let threads = self.threads.min(to_read.len().div_ceil(8)).max(1);
@@ -685,6 +676,52 @@ impl SnapshotStore {
             }
         }
         Ok((counters, problems))
+    }
+
+    /// Edits `base` (or an empty tree): `upserts` set files, `removals` delete them.
+    /// Changed trees are built in memory, then written on all threads. Entry names come
+    /// from the file system and were checked when listed, and every blob was just
+    /// stored, so gix's per-entry existence checks (a file lookup for every entry of
+    /// every changed tree) are skipped by editing with gix-object's editor.
+    fn edit_tree<'e>(
+        &self,
+        repo: &mut gix::Repository,
+        base: Option<ObjectId>,
+        upserts: impl Iterator<Item = (&'e str, &'e CacheEntry)>,
+        removals: impl Iterator<Item = &'e str>,
+    ) -> Result<ObjectId, SnapshotError> {
+        let root = match base {
+            Some(id) => repo
+                .find_tree(id)
+                .and_then(|t| t.decode().map(Into::into))
+                .map_err(|e| SnapshotError::Git(format!("reading tree {id}: {e}")))?,
+            None => gix::objs::Tree::empty(),
+        };
+        repo.objects.enable_object_memory();
+        let tree = {
+            let find = repo.objects.clone();
+            let mut editor = gix::objs::tree::Editor::new(root, &find, gix::hash::Kind::Sha1);
+            for (path, e) in upserts {
+                let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
+                editor
+                    .upsert(
+                        path.split('/'),
+                        kind.entry_kind(),
+                        ObjectId::from_bytes_or_panic(&e.oid),
+                    )
+                    .map_err(|err| bad_tree_path(path, err))?;
+            }
+            for path in removals {
+                editor
+                    .remove(path.split('/'))
+                    .map_err(|err| bad_tree_path(path, err))?;
+            }
+            editor
+                .write(|t| repo.write_object(t).map(gix::Id::detach))
+                .map_err(|e| SnapshotError::Git(format!("writing a tree: {e}")))?
+        };
+        self.persist(repo.objects.take_object_memory())?;
+        Ok(tree)
     }
 
     /// Writes objects kept in memory to the store, on all threads.
@@ -900,58 +937,185 @@ fn now_ns() -> i64 {
 
 use cache::CacheEntry;
 
-fn stat_entry(path: &str, m: &std::fs::Metadata) -> CacheEntry {
+fn stat_entry(path: &str, m: &FileStat) -> CacheEntry {
     CacheEntry {
         path: path.to_owned(),
-        size: m.len(),
-        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
-        ino: m.ino(),
-        dev: m.dev(),
-        mode: m.mode(),
+        size: m.size,
+        mtime_ns: m.mtime_ns,
+        ctime_ns: m.ctime_ns,
+        ino: m.ino,
+        dev: m.dev,
+        mode: m.mode,
         git_mode: 0,
         oid: [0; 20],
     }
 }
 
 /// The metadata (not following links) of every listed path, on `threads` threads;
-/// what the walk already read is kept.
+/// what the walk already read is kept. Paths are sorted, so the files of a directory
+/// come together and are looked up through one descriptor of it.
 fn stat_all(
     workspace: &Path,
-    paths: Vec<(String, Option<std::fs::Metadata>)>,
+    paths: Vec<(String, Option<FileStat>)>,
     threads: usize,
-) -> Vec<(String, std::io::Result<std::fs::Metadata>)> {
-    let missing = paths.iter().filter(|p| p.1.is_none()).count();
-    let stat = |(p, m): (String, Option<std::fs::Metadata>)| {
-        let m = match m {
-            Some(m) => Ok(m),
-            None => std::fs::symlink_metadata(workspace.join(&p)),
-        };
-        (p, m)
-    };
-    if missing < 512 || threads < 2 {
-        return paths.into_iter().map(stat).collect();
-    }
-    let chunk = paths.len().div_ceil(threads);
-    let mut chunks: Vec<Vec<(String, Option<std::fs::Metadata>)>> = Vec::new();
-    let mut it = paths.into_iter();
-    loop {
-        let c: Vec<_> = it.by_ref().take(chunk).collect();
-        if c.is_empty() {
-            break;
+) -> Vec<(String, std::io::Result<FileStat>)> {
+    // Runs of paths that share a directory and have no metadata yet.
+    let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+    let dir_of = |p: &str| p.rfind('/').map_or("", |i| &p[..i]).to_owned();
+    let mut i = 0;
+    while i < paths.len() {
+        let mut j = i + 1;
+        if paths[i].1.is_none() {
+            let d = dir_of(&paths[i].0);
+            while j < paths.len() && paths[j].1.is_none() && dir_of(&paths[j].0) == d {
+                j += 1;
+            }
         }
-        chunks.push(c);
+        groups.push(i..j);
+        i = j;
     }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|c| s.spawn(move || c.into_iter().map(stat).collect::<Vec<_>>()))
+    let stat_group = |r: std::ops::Range<usize>| -> Vec<std::io::Result<FileStat>> {
+        let group = &paths[r];
+        if let Some(m) = group[0].1 {
+            return vec![Ok(m)];
+        }
+        let dir = dir_of(&group[0].0);
+        let names: Vec<&str> = group
+            .iter()
+            .map(|(p, _)| p.rsplit('/').next().unwrap_or(p))
             .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+        stat::lstat_in(&workspace.join(&dir), &names)
+    };
+    let missing = paths.iter().filter(|p| p.1.is_none()).count();
+    let results: Vec<std::io::Result<FileStat>> = if missing < 512 || threads < 2 {
+        groups.into_iter().flat_map(stat_group).collect()
+    } else {
+        // Contiguous shares of the groups, one per thread, joined in order.
+        let share = groups.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = groups
+                .chunks(share)
+                .map(|c| {
+                    let c = c.to_vec();
+                    s.spawn(move || c.into_iter().flat_map(stat_group).collect::<Vec<_>>())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
+    };
+    paths.into_iter().map(|(p, _)| p).zip(results).collect()
+}
+
+/// The last walk's listing, when repeating the walk would give the same: it was a walk
+/// outside Git that read every directory, no directory has changed since (and none
+/// changed within the racy window before that scan), and no ignore file changed.
+fn reuse_listing(
+    workspace: &Path,
+    old: &cache::CacheFile,
+    old_index: &HashMap<&str, &CacheEntry>,
+    trusted_before: i64,
+) -> Option<scan::Listing> {
+    if old.dirs.is_empty() {
+        return None;
+    }
+    for d in &old.dirs {
+        let m = stat::lstat(&workspace.join(&d.path)).ok()?;
+        let now = cache::DirStamp::of(d.path.clone(), &m);
+        if now != *d || d.mtime_ns >= trusted_before || !m.is_dir() {
+            return None;
+        }
+    }
+    let mut listed: Vec<&str> = old
+        .entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .chain(old.listed_extra.iter().map(String::as_str))
+        .collect();
+    if !old.listed_extra.is_empty() {
+        listed.sort_unstable();
+    }
+    for p in &listed {
+        let name = p.rsplit('/').next().unwrap_or(p);
+        if name == ".gitignore" || name == ".ignore" {
+            let c = old_index.get(p)?;
+            let m = stat::lstat(&workspace.join(p)).ok()?;
+            if !same_stat(c, &stat_entry("", &m)) || c.mtime_ns >= trusted_before {
+                return None;
+            }
+        }
+    }
+    let excluded = old
+        .listed_excluded
+        .iter()
+        .map(|x| {
+            let reason = match x.code {
+                0 => ExcludeReason::Special,
+                1 => ExcludeReason::NestedRepository,
+                3 => ExcludeReason::NotUtf8,
+                _ => ExcludeReason::Unreadable(x.detail.clone()),
+            };
+            Excluded::new(x.path.clone(), reason)
+        })
+        .collect();
+    Some(scan::Listing {
+        paths: listed.into_iter().map(|p| (p.to_owned(), None)).collect(),
+        excluded,
+        dirs: old.dirs.clone(),
     })
+}
+
+/// A walk's exclusion as the cache keeps it.
+fn listed_exclusion(x: &Excluded) -> Option<cache::ListedExclusion> {
+    let (code, detail) = match &x.reason {
+        ExcludeReason::Special => (0, String::new()),
+        ExcludeReason::NestedRepository => (1, String::new()),
+        ExcludeReason::Unreadable(e) => (2, e.clone()),
+        ExcludeReason::NotUtf8 => (3, String::new()),
+        _ => return None,
+    };
+    Some(cache::ListedExclusion {
+        path: x.path.clone(),
+        code,
+        detail,
+    })
+}
+
+/// What differs between two path-sorted entry lists: (set in `new`, gone from `old`).
+#[allow(clippy::type_complexity)]
+fn changes<'a>(
+    old: &'a [CacheEntry],
+    new: &'a [CacheEntry],
+) -> (Vec<(&'a str, &'a CacheEntry)>, Vec<&'a str>) {
+    let (mut set, mut gone) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        match (old.get(i), new.get(j)) {
+            (Some(o), Some(n)) if o.path == n.path => {
+                if o.oid != n.oid || o.git_mode != n.git_mode {
+                    set.push((n.path.as_str(), n));
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(o), Some(n)) if o.path < n.path => {
+                gone.push(o.path.as_str());
+                i += 1;
+            }
+            (Some(o), None) => {
+                gone.push(o.path.as_str());
+                i += 1;
+            }
+            (_, Some(n)) => {
+                set.push((n.path.as_str(), n));
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    (set, gone)
 }
 
 fn same_stat(a: &CacheEntry, b: &CacheEntry) -> bool {
@@ -969,10 +1133,10 @@ fn store_file(
     repo: &gix::Repository,
     workspace: &Path,
     rel: &str,
-    listed: &std::fs::Metadata,
+    listed: &FileStat,
 ) -> Result<Result<(CacheEntry, bool), ExcludeReason>, SnapshotError> {
     let abs = workspace.join(rel);
-    let mut meta = listed.clone();
+    let mut meta = *listed;
     for _attempt in 0..3 {
         let (data, kind) = if meta.file_type().is_symlink() {
             let target = match std::fs::read_link(&abs) {
@@ -997,7 +1161,7 @@ fn store_file(
                 return Ok(Err(ExcludeReason::Unreadable(e.to_string())));
             }
             let after = match f.metadata() {
-                Ok(m) => m,
+                Ok(m) => FileStat::of(&m),
                 Err(e) => return Ok(Err(ExcludeReason::Unreadable(e.to_string()))),
             };
             if !same_stat(&stat_entry(rel, &after), &stat_entry(rel, &meta))
@@ -1006,7 +1170,7 @@ fn store_file(
                 meta = after;
                 continue;
             }
-            let kind = if meta.permissions().mode() & 0o111 != 0 {
+            let kind = if meta.executable() {
                 FileKind::Executable
             } else {
                 FileKind::Regular

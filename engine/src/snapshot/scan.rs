@@ -17,8 +17,13 @@ use super::{ExcludeReason, Excluded, SnapshotError};
 /// The candidate paths of a workspace, relative to it, with `/` separators, sorted,
 /// with their metadata (not following links) when the walk already read it.
 pub(crate) struct Listing {
-    pub paths: Vec<(String, Option<std::fs::Metadata>)>,
+    pub paths: Vec<(String, Option<super::stat::FileStat>)>,
     pub excluded: Vec<Excluded>,
+    /// Outside Git: every directory the walk read (the workspace is `""`) and every
+    /// nested repository it pruned, with its metadata. While none of them changes, and
+    /// no ignore file does, the same walk would list the same paths. Empty when the walk
+    /// cannot be repeated this way (inside Git, or after an error).
+    pub dirs: Vec<super::cache::DirStamp>,
 }
 
 /// How the workspace sits in its Git repository.
@@ -187,6 +192,7 @@ fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
     Ok(Listing {
         paths: paths.into_iter().map(|p| (p, None)).collect(),
         excluded,
+        dirs: Vec::new(),
     })
 }
 
@@ -235,11 +241,19 @@ fn list_plain(workspace: &Path, threads: usize) -> Result<Listing, SnapshotError
                         path,
                         ExcludeReason::Unreadable(e.to_string()),
                     )));
+                    local.push(Found::Unrepeatable);
                     flush(found, local);
                     return ignore::WalkState::Continue;
                 }
             };
             if entry.depth() == 0 {
+                match entry.metadata() {
+                    Ok(m) => local.push(Found::Dir(super::cache::DirStamp::of(
+                        String::new(),
+                        &super::stat::FileStat::of(&m),
+                    ))),
+                    Err(_) => local.push(Found::Unrepeatable),
+                }
                 return ignore::WalkState::Continue;
             }
             let Ok(rel) = entry.path().strip_prefix(workspace) else {
@@ -253,9 +267,18 @@ fn list_plain(workspace: &Path, threads: usize) -> Result<Listing, SnapshotError
                 return ignore::WalkState::Continue;
             };
             match entry.file_type() {
-                Some(t) if t.is_dir() => {}
+                Some(t) if t.is_dir() => match entry.metadata() {
+                    Ok(m) => local.push(Found::Dir(super::cache::DirStamp::of(
+                        rel,
+                        &super::stat::FileStat::of(&m),
+                    ))),
+                    Err(_) => local.push(Found::Unrepeatable),
+                },
                 Some(t) if t.is_file() || t.is_symlink() => {
-                    local.push(Found::Path(rel, entry.metadata().ok()));
+                    local.push(Found::Path(
+                        rel,
+                        entry.metadata().ok().map(|m| super::stat::FileStat::of(&m)),
+                    ));
                 }
                 _ => local.push(Found::Excluded(Excluded::new(rel, ExcludeReason::Special))),
             }
@@ -267,26 +290,48 @@ fn list_plain(workspace: &Path, threads: usize) -> Result<Listing, SnapshotError
     });
     let mut paths = Vec::new();
     let mut excluded = Vec::new();
+    let mut dirs = Vec::new();
+    let mut repeatable = true;
     for f in found.into_inner().unwrap_or_default() {
         match f {
             Found::Path(p, m) => paths.push((p, m)),
             Found::Excluded(x) => excluded.push(x),
+            Found::Dir(d) => dirs.push(d),
+            Found::Unrepeatable => repeatable = false,
         }
     }
     paths.sort_by(|a, b| a.0.cmp(&b.0));
     let nested = nested.lock().map(|n| n.clone()).unwrap_or_default();
     for dir in nested {
         if let Some(rel) = dir.strip_prefix(workspace).ok().and_then(slash_path) {
+            match std::fs::symlink_metadata(&dir) {
+                Ok(m) => dirs.push(super::cache::DirStamp::of(
+                    rel.clone(),
+                    &super::stat::FileStat::of(&m),
+                )),
+                Err(_) => repeatable = false,
+            }
             excluded.push(Excluded::new(rel, ExcludeReason::NestedRepository));
         }
     }
-    Ok(Listing { paths, excluded })
+    if !repeatable {
+        dirs.clear();
+    }
+    dirs.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Listing {
+        paths,
+        excluded,
+        dirs,
+    })
 }
 
 /// What a walker thread found.
 enum Found {
-    Path(String, Option<std::fs::Metadata>),
+    Path(String, Option<super::stat::FileStat>),
     Excluded(Excluded),
+    Dir(super::cache::DirStamp),
+    /// Something the walk could not read: the next scan walks again.
+    Unrepeatable,
 }
 
 /// A walker thread's findings not yet handed over; handed over when the walk ends
