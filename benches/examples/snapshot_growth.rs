@@ -109,19 +109,24 @@ fn main() {
     let elapsed = t.elapsed().as_secs_f64();
     let u = store.usage().unwrap();
     println!(
-        "after {rounds} incremental snapshots ({:.1} ms per round, tacho and git together): {} snapshots, {} loose objects, store {} bytes on disk",
+        "after {rounds} incremental snapshots ({:.1} ms per round, tacho and git together): {} snapshots, {} loose objects, store {} bytes ({} allocated on disk)",
         elapsed * 1000.0 / rounds as f64,
         u.snapshots,
         u.loose_objects,
+        du(store.root()),
         u.disk_bytes()
     );
     if with_git {
-        println!("shadow git directory (loose): {} bytes", du(&git_dir));
+        println!(
+            "shadow git directory (loose): {} bytes (du -sb, as above)",
+            du(&git_dir)
+        );
     }
     let r = store.gc(&ids, false).unwrap();
     println!(
-        "after tacho gc: {} packed, store {} bytes on disk ({} loose objects left)",
+        "after tacho gc: {} packed, store {} bytes ({} allocated; {} loose objects left)",
         r.packed_objects,
+        du(store.root()),
         r.after.disk_bytes(),
         r.after.loose_objects
     );

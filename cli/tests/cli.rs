@@ -496,6 +496,7 @@ fn graph_and_risk_on_the_session_of_every_kind() {
         --- stdout
         ## Session ses_fixture_all_kinds
         Every kind — 全部
+        Parent: ses_parent_1
         Duration: 15s | Risk: HIGH (50/100) | Tokens: 78,000 in / 2,886 out (cache read 39,000, cache write 78)
         Agents: planner, builder, reviewer
         Route: → builder

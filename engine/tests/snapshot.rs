@@ -109,6 +109,12 @@ fn fsck(store: &SnapshotStore) {
     );
 }
 
+fn fsck_if_git(store: &SnapshotStore) {
+    if have_git() {
+        fsck(store);
+    }
+}
+
 /// What is on disk under `ws` (not following links, skipping `.git`), as git would
 /// record it: path → (mode, blob id).
 fn disk(ws: &Path) -> BTreeMap<String, (String, String)> {
@@ -329,9 +335,7 @@ fn an_incremental_snapshot_reads_only_changed_files() {
         .take(ws, &Scope::Paths(vec![".gitignore".into(), "x.bak".into()]))
         .unwrap();
     assert_eq!(t.tree, fresh.take(ws, &Scope::Full).unwrap().tree);
-    if have_git() {
-        fsck(&e.store);
-    }
+    fsck_if_git(&e.store);
 }
 
 /// Sets every file and directory time under `ws` a while back, as for a workspace
@@ -395,6 +399,7 @@ fn the_last_walk_is_reused_only_while_nothing_it_depends_on_changed() {
     assert!(s.walked);
     let paths: Vec<String> = e.store.files(s.tree).unwrap().into_keys().collect();
     assert_eq!(paths, [".gitignore", "x.log"]);
+    fsck_if_git(&e.store);
 }
 
 #[test]
@@ -409,6 +414,7 @@ fn targeted_paths_cannot_leave_the_workspace() {
             .unwrap_err();
         assert!(err.to_string().contains("invalid path"), "{bad}: {err}");
     }
+    fsck_if_git(&e.store);
 }
 
 // ---------------------------------------------------------------------------------
@@ -639,6 +645,7 @@ fn dry_run_and_real_run_use_one_plan() {
             & 0o777,
         0o644
     );
+    fsck_if_git(&e.store);
 }
 
 #[test]
@@ -671,6 +678,7 @@ fn conflicts_are_left_alone_unless_forced() {
     let (plan, _) = rollback_to(&e, &points, 0, true);
     assert!(plan.items[0].forced);
     assert_eq!(std::fs::read_to_string(e.ws.join("a.txt")).unwrap(), "1\n");
+    fsck_if_git(&e.store);
 }
 
 // ---------------------------------------------------------------------------------
@@ -759,6 +767,7 @@ fn a_link_swapped_in_after_planning_does_not_redirect_writes() {
         std::fs::read_to_string(outside.join("file.txt")).unwrap(),
         "changed by the session\n"
     );
+    fsck_if_git(&e.store);
 }
 
 #[test]
@@ -794,4 +803,5 @@ fn a_file_replaced_by_a_link_after_planning_is_left_alone() {
         "changed since the plan was made; left alone"
     );
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "two\n");
+    fsck_if_git(&e.store);
 }

@@ -136,6 +136,24 @@ pub fn markdown(g: &ExecutionGraph, risk: &RiskAssessment) -> String {
     if let Some(t) = &g.title {
         o.push_str(&format!("{t}\n"));
     }
+    match (&g.branch, &g.parent) {
+        (Some(b), _) => o.push_str(&format!(
+            "Branch of {} (its events through #{} copied)\n",
+            b.parent, b.through_seq
+        )),
+        (None, Some(p)) => o.push_str(&format!("Parent: {p}\n")),
+        (None, None) => {}
+    }
+    for r in &g.rollbacks_of {
+        o.push_str(&format!("Rollback of {r}\n"));
+    }
+    if !g.snapshots.is_empty() {
+        o.push_str(&format!(
+            "Snapshots: {} (rollback points: tacho session rollback {} --list)\n",
+            g.snapshots.len(),
+            g.session
+        ));
+    }
     o.push_str(&format!(
         "Duration: {} | Risk: {} ({}/100) | Tokens: {} in / {} out (cache read {}, cache write {})\n",
         g.duration_ms().map_or("-".into(), duration),
