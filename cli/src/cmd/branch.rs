@@ -108,9 +108,7 @@ pub fn run(a: BranchArgs) -> Result<(), CliError> {
         }
         None => new_session_id(),
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
+    let now = crate::cmd::record::now_unix_ns();
     let point = a.from.clone().unwrap_or_else(|| "end".into());
     let mut start = start.clone();
     start.parent = Some(parent.clone());

@@ -4,7 +4,6 @@
 //! rollback points and a rollback dry run.
 
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use tacho_engine::Durability;
@@ -112,9 +111,7 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
         events.push((p.time_unix_ns.unwrap_or(0), p.body));
     }
     let last = events.last().map_or(0, |e| e.0);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
+    let now = crate::cmd::record::now_unix_ns();
     let store = open_store()?;
     let snaps = crate::snapshots::open_snapshots()?;
     let mut w = store.writer(&session)?;

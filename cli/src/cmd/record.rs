@@ -106,7 +106,8 @@ struct Recorder {
     workspaces: BTreeMap<String, Option<PathBuf>>,
 }
 
-fn now_unix_ns() -> i64 {
+/// Now, in nanoseconds since the epoch.
+pub fn now_unix_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)

@@ -479,11 +479,7 @@ fn record_rollback(
     forced: bool,
 ) -> Result<Recorded, CliError> {
     let id = new_session_id();
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64)
-    };
+    let now = crate::cmd::record::now_unix_ns;
     let (post, _) = crate::snapshots::take(snaps, h.workspace, &[])?;
     let done = |a: Action| applied.done.iter().filter(|i| i.action == a).count() as u64;
     let mut skipped: Vec<ExcludedPath> = plan

@@ -56,9 +56,7 @@ pub fn run(a: SnapshotArgs) -> Result<(), CliError> {
             SnapshotReason::Manual
         };
         let body = taken_event(&snap, &ws, reason, a.before_step);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64);
+        let now = crate::cmd::record::now_unix_ns();
         let mut w = log.writer(s)?;
         let receipt = w.append(now, &body, Durability::Sync)?;
         recorded_seq = Some(receipt.last_seq);

@@ -441,28 +441,17 @@ impl SnapshotStore {
                 dirs,
             },
         )?;
-        cache::save_head(
-            &cache_paths.head,
-            &cache::Head {
-                tree: tree_bytes,
-                files,
-                bytes,
-            },
-        )?;
         trace.mark("cache save");
-        excluded.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(Snapshot {
-            id: tree.to_hex().to_string(),
+        finish(
+            cache_paths,
             tree,
             files,
             bytes,
-            files_read: read.files,
-            bytes_read: read.bytes,
-            objects_written: read.written,
+            read,
             excluded,
-            full_scan: true,
+            true,
             walked,
-        })
+        )
     }
 
     fn take_paths(
@@ -593,30 +582,17 @@ impl SnapshotStore {
         trace.mark("t:tree");
         self.keep(tree)?;
         trace.mark("t:ref");
-        let mut tree_bytes = [0u8; 20];
-        tree_bytes.copy_from_slice(tree.as_bytes());
         let (files, bytes) = (files.max(0) as u64, bytes.max(0) as u64);
-        cache::save_head(
-            &cache_paths.head,
-            &cache::Head {
-                tree: tree_bytes,
-                files,
-                bytes,
-            },
-        )?;
-        excluded.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(Snapshot {
-            id: tree.to_hex().to_string(),
+        finish(
+            cache_paths,
             tree,
             files,
             bytes,
-            files_read: read.files,
-            bytes_read: read.bytes,
-            objects_written: read.written,
+            read,
             excluded,
-            full_scan: false,
-            walked: false,
-        })
+            false,
+            false,
+        )
     }
 
     /// Reads, hashes and stores the files at `to_read` (indexes into `entries`) on all
@@ -949,6 +925,43 @@ fn stat_entry(path: &str, m: &FileStat) -> CacheEntry {
         git_mode: 0,
         oid: [0; 20],
     }
+}
+
+/// Records a snapshot as the workspace's last one and describes it.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    cache_paths: &cache::CachePaths,
+    tree: ObjectId,
+    files: u64,
+    bytes: u64,
+    read: ReadCounters,
+    mut excluded: Vec<Excluded>,
+    full_scan: bool,
+    walked: bool,
+) -> Result<Snapshot, SnapshotError> {
+    let mut tree_bytes = [0u8; 20];
+    tree_bytes.copy_from_slice(tree.as_bytes());
+    cache::save_head(
+        &cache_paths.head,
+        &cache::Head {
+            tree: tree_bytes,
+            files,
+            bytes,
+        },
+    )?;
+    excluded.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Snapshot {
+        id: tree.to_hex().to_string(),
+        tree,
+        files,
+        bytes,
+        files_read: read.files,
+        bytes_read: read.bytes,
+        objects_written: read.written,
+        excluded,
+        full_scan,
+        walked,
+    })
 }
 
 /// The metadata (not following links) of every listed path, on `threads` threads;

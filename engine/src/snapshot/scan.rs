@@ -111,6 +111,26 @@ pub(crate) fn list(
     Ok(listing)
 }
 
+/// A repository path made workspace-relative: `None` outside the workspace, and for a
+/// name that is not UTF-8 (which is listed as excluded).
+fn inside<'a>(
+    full: &'a gix::bstr::BStr,
+    prefix: &str,
+    excluded: &mut Vec<Excluded>,
+) -> Option<&'a str> {
+    let rel = full.strip_prefix(prefix.as_bytes())?;
+    match rel.to_str() {
+        Ok(rel) => Some(rel),
+        Err(_) => {
+            excluded.push(Excluded::new(
+                rel.to_str_lossy().into_owned(),
+                ExcludeReason::NotUtf8,
+            ));
+            None
+        }
+    }
+}
+
 fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
     let repo = &ctx.repo;
     let prefix = ctx.prefix.as_str();
@@ -120,15 +140,7 @@ fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
     let mut paths = BTreeSet::new();
     let mut excluded = Vec::new();
     for entry in index.entries() {
-        let full = entry.path(&index);
-        let Some(rel) = full.strip_prefix(prefix.as_bytes()) else {
-            continue;
-        };
-        let Ok(rel) = rel.to_str() else {
-            excluded.push(Excluded::new(
-                rel.to_str_lossy().into_owned(),
-                ExcludeReason::NotUtf8,
-            ));
+        let Some(rel) = inside(entry.path(&index), prefix, &mut excluded) else {
             continue;
         };
         if entry.mode == gix::index::entry::Mode::COMMIT {
@@ -163,14 +175,7 @@ fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
         if entry.status != gix::dir::entry::Status::Untracked {
             continue;
         }
-        let Some(rel) = entry.rela_path.strip_prefix(prefix.as_bytes()) else {
-            continue;
-        };
-        let Ok(rel) = rel.to_str() else {
-            excluded.push(Excluded::new(
-                rel.to_str_lossy().into_owned(),
-                ExcludeReason::NotUtf8,
-            ));
+        let Some(rel) = inside(entry.rela_path.as_ref(), prefix, &mut excluded) else {
             continue;
         };
         use gix::dir::entry::Kind;
