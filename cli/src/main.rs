@@ -46,6 +46,9 @@ enum Command {
     Snapshot(cmd::snapshot::SnapshotArgs),
     /// Drop snapshots no session references and pack the snapshot store.
     Gc(cmd::gc::GcArgs),
+    /// The source fingerprint of paths of the workspace (what goal receipts are bound
+    /// to), or why no fresh evidence can be produced.
+    Fingerprint(cmd::fingerprint::FingerprintArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Log(c) => cmd::log::run(c),
         Command::Snapshot(a) => cmd::snapshot::run(a),
         Command::Gc(a) => cmd::gc::run(a),
+        Command::Fingerprint(a) => cmd::fingerprint::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

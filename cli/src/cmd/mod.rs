@@ -1,6 +1,7 @@
 pub mod branch;
 pub mod compare;
 pub mod demo;
+pub mod fingerprint;
 pub mod gc;
 pub mod graph;
 pub mod log;

@@ -9,8 +9,8 @@
 
 mod cache;
 mod gc;
-mod scan;
-mod stat;
+pub(crate) mod scan;
+pub(crate) mod stat;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;

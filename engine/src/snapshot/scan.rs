@@ -101,7 +101,7 @@ pub(crate) fn list(
     threads: usize,
 ) -> Result<Listing, SnapshotError> {
     let mut listing = match git_context(workspace)? {
-        Some(ctx) => list_git(ctx)?,
+        Some(ctx) => list_git(&ctx, &[])?,
         None => list_plain(workspace, threads)?,
     };
     if let Some(skip) = skip {
@@ -131,9 +131,19 @@ fn inside<'a>(
     }
 }
 
-fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
+/// What Git would list under the workspace: tracked files (whether or not they still
+/// exist) and untracked files no ignore rule matches. With `within` (workspace-relative
+/// paths), only what lies at or under one of them.
+pub(crate) fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, SnapshotError> {
     let repo = &ctx.repo;
     let prefix = ctx.prefix.as_str();
+    let wanted = |rel: &str| {
+        within.is_empty()
+            || within.iter().any(|w| {
+                rel == w
+                    || (rel.starts_with(w.as_str()) && rel.as_bytes().get(w.len()) == Some(&b'/'))
+            })
+    };
     let index = repo
         .index_or_empty()
         .map_err(|e| git_err("reading the index", e))?;
@@ -143,6 +153,9 @@ fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
         let Some(rel) = inside(entry.path(&index), prefix, &mut excluded) else {
             continue;
         };
+        if !wanted(rel) {
+            continue;
+        }
         if entry.mode == gix::index::entry::Mode::COMMIT {
             excluded.push(Excluded::new(
                 rel.to_owned(),
@@ -163,10 +176,18 @@ fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
         .emit_empty_directories(false)
         .recurse_repositories(false)
         .emit_untracked(gix::dir::walk::EmissionMode::Matching);
-    let patterns: Vec<gix::bstr::BString> = if prefix.is_empty() {
-        Vec::new()
+    // Literal pathspecs: names are never globs.
+    let patterns: Vec<gix::bstr::BString> = if within.is_empty() {
+        if prefix.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!(":(literal){}", prefix.trim_end_matches('/')).into()]
+        }
     } else {
-        vec![prefix.trim_end_matches('/').into()]
+        within
+            .iter()
+            .map(|w| format!(":(literal){prefix}{w}").into())
+            .collect()
     };
     let mut collect = gix::dir::walk::delegate::Collect::default();
     repo.dirwalk(&index, patterns, &interrupt, options, &mut collect)
@@ -178,6 +199,9 @@ fn list_git(ctx: GitContext) -> Result<Listing, SnapshotError> {
         let Some(rel) = inside(entry.rela_path.as_ref(), prefix, &mut excluded) else {
             continue;
         };
+        if !wanted(rel) {
+            continue;
+        }
         use gix::dir::entry::Kind;
         match entry.disk_kind {
             Some(Kind::File | Kind::Symlink) => {

@@ -1,0 +1,397 @@
+//! The source fingerprint: one digest over the actual bytes of the files a goal's
+//! checks depend on, so that a receipt can say "this passed on exactly this source".
+//!
+//! Which files (BRIEF §3): under each declared source path, inside Git, the tracked
+//! files and the untracked files that are not ignored (what `git ls-files --cached
+//! --others --exclude-standard -- PATH` lists); a path named explicitly as a file is
+//! included even when ignored; outside Git every file under the path, and a missing path
+//! as missing. Files that edit events reported are added like explicit files.
+//!
+//! Anything that cannot be read as plain, stable file content (a link, a nested
+//! repository, a special file, a path escaping the workspace, an unreadable file, a file
+//! that changes while it is read) means there is **no fresh evidence**, with the path
+//! and the reason: a fingerprint is never computed over part of the source.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde::Serialize;
+
+use crate::snapshot::scan::{self, slash_path};
+use crate::snapshot::stat::{self, FileStat};
+use crate::snapshot::{ExcludeReason, SnapshotError, relative_path};
+
+/// At most this many entries.
+pub const MAX_ENTRIES: usize = 20_000;
+/// At most this many bytes of content.
+pub const MAX_BYTES: u64 = 128 * 1024 * 1024;
+
+/// One fingerprinted path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Entry {
+    pub path: String,
+    /// `file` or `missing`.
+    pub kind: &'static str,
+    pub size: u64,
+    pub executable: bool,
+    /// BLAKE3 of the content, hex; empty for a missing path.
+    pub content: String,
+}
+
+/// Why no fresh evidence can be produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NoEvidence {
+    /// The path at fault (workspace-relative, or as given when it escapes).
+    pub path: String,
+    pub reason: String,
+}
+
+/// A fingerprint, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fingerprint {
+    Fresh {
+        /// Hex of BLAKE3-derive("tacho source fingerprint v1", canonical entries).
+        digest: String,
+        entries: Vec<Entry>,
+        bytes: u64,
+    },
+    NoFreshEvidence(NoEvidence),
+}
+
+fn none(path: impl Into<String>, reason: impl Into<String>) -> Fingerprint {
+    Fingerprint::NoFreshEvidence(NoEvidence {
+        path: path.into(),
+        reason: reason.into(),
+    })
+}
+
+/// Fingerprints `source_paths` (workspace-relative; `.` is the whole workspace) and
+/// the explicitly named `files` of `workspace`, reading on `threads` threads.
+pub fn fingerprint(
+    workspace: &Path,
+    source_paths: &[String],
+    files: &[String],
+    threads: usize,
+) -> Result<Fingerprint, SnapshotError> {
+    let ws = crate::snapshot::canonical_workspace(workspace)?;
+    // path → explicit (named as a file: included even when ignored)
+    let mut wanted: BTreeMap<String, bool> = BTreeMap::new();
+    let mut dirs: Vec<String> = Vec::new();
+    let mut missing: Vec<String> = Vec::new();
+    let git = scan::git_context(&ws)?;
+    let named = source_paths
+        .iter()
+        .map(|p| (p, false))
+        .chain(files.iter().map(|p| (p, true)));
+    for (given, from_edit) in named {
+        let rel = if given == "." || given.is_empty() {
+            String::new()
+        } else {
+            match relative_path(&ws, given) {
+                Ok(r) => r,
+                Err(e) => return Ok(none(given.clone(), format!("escapes the workspace: {e}"))),
+            }
+        };
+        if let Some(why) = linked_parent(&ws, &rel) {
+            return Ok(why);
+        }
+        let m = if rel.is_empty() {
+            stat::lstat(&ws)
+        } else {
+            stat::lstat(&ws.join(&rel))
+        };
+        match m {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Outside Git a missing path is part of the state; inside Git the
+                // index decides (a deleted tracked file is listed, as missing).
+                if git.is_none() || from_edit {
+                    missing.push(rel);
+                } else {
+                    dirs.push(rel);
+                }
+            }
+            Err(e) => return Ok(none(rel, format!("unreadable: {e}"))),
+            Ok(m) if m.is_symlink() => return Ok(none(rel, "is a symbolic link")),
+            Ok(m) if m.is_file() => {
+                wanted.insert(rel, true);
+            }
+            Ok(m) if m.is_dir() => dirs.push(rel),
+            Ok(_) => return Ok(none(rel, "is a special file")),
+        }
+    }
+
+    // Directories: Git's list, or everything.
+    if !dirs.is_empty() {
+        let listing = match &git {
+            Some(ctx) => {
+                let within: Vec<String> = if dirs.iter().any(String::is_empty) {
+                    Vec::new()
+                } else {
+                    dirs.clone()
+                };
+                scan::list_git(ctx, &within)?
+            }
+            None => {
+                let mut all = scan::Listing {
+                    paths: Vec::new(),
+                    excluded: Vec::new(),
+                    dirs: Vec::new(),
+                };
+                for d in &dirs {
+                    walk_all(&ws, d, &mut all)?;
+                }
+                all
+            }
+        };
+        if let Some(x) = listing.excluded.first() {
+            let reason = match &x.reason {
+                ExcludeReason::NestedRepository => "is a nested Git repository".to_string(),
+                ExcludeReason::Special => "is a special file".to_string(),
+                ExcludeReason::NotUtf8 => "has a name that is not UTF-8".to_string(),
+                other => other.to_string(),
+            };
+            return Ok(none(x.path.clone(), reason));
+        }
+        for (p, _) in listing.paths {
+            wanted.entry(p).or_insert(false);
+        }
+    }
+    for m in missing {
+        wanted.entry(m).or_insert(true);
+    }
+    if wanted.len() > MAX_ENTRIES {
+        return Ok(none(
+            source_paths.join(" "),
+            format!(
+                "{} entries, more than the limit of {MAX_ENTRIES}: declare narrower source paths",
+                wanted.len()
+            ),
+        ));
+    }
+
+    // Read and hash on all threads.
+    let paths: Vec<&String> = wanted.keys().collect();
+    let next = AtomicUsize::new(0);
+    let threads = threads.max(1).min(paths.len().div_ceil(16).max(1));
+    let results: Vec<Vec<(usize, Result<Entry, NoEvidence>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (next, paths, ws) = (&next, &paths, &ws);
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(p) = paths.get(k) else { break };
+                        out.push((k, read_entry(ws, p)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut entries: Vec<Option<Entry>> = vec![None; paths.len()];
+    for (k, r) in results.into_iter().flatten() {
+        match r {
+            Ok(e) => entries[k] = Some(e),
+            Err(why) => return Ok(Fingerprint::NoFreshEvidence(why)),
+        }
+    }
+    let entries: Vec<Entry> = entries.into_iter().flatten().collect();
+    let bytes: u64 = entries.iter().map(|e| e.size).sum();
+    if bytes > MAX_BYTES {
+        return Ok(none(
+            source_paths.join(" "),
+            format!("{bytes} bytes of content, more than the limit of {MAX_BYTES}"),
+        ));
+    }
+    Ok(Fingerprint::Fresh {
+        digest: digest(&entries),
+        entries,
+        bytes,
+    })
+}
+
+/// The digest of entries (sorted by path): for each, the path's length (u32 LE) and
+/// bytes, a kind byte (1 file, 2 missing), an executable byte, the size (u64 LE) and
+/// the 32-byte content hash (zeros when missing).
+pub fn digest(entries: &[Entry]) -> String {
+    let mut h = blake3::Hasher::new_derive_key("tacho source fingerprint v1");
+    for e in entries {
+        h.update(&(e.path.len() as u32).to_le_bytes());
+        h.update(e.path.as_bytes());
+        h.update(&[if e.kind == "file" { 1 } else { 2 }, e.executable as u8]);
+        h.update(&e.size.to_le_bytes());
+        let mut content = [0u8; 32];
+        if let Ok(c) = blake3::Hash::from_hex(&e.content) {
+            content = *c.as_bytes();
+        }
+        h.update(&content);
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// A link among the parents of `rel` takes it outside what was declared.
+fn linked_parent(ws: &Path, rel: &str) -> Option<Fingerprint> {
+    let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+    let mut p = PathBuf::from(ws);
+    for (i, c) in comps.iter().enumerate().take(comps.len().saturating_sub(1)) {
+        p.push(c);
+        if stat::lstat(&p).is_ok_and(|m| m.is_symlink()) {
+            return Some(none(
+                comps[..=i].join("/"),
+                "is a symbolic link (a parent of a source path)",
+            ));
+        }
+    }
+    None
+}
+
+/// Outside Git: every entry under `dir`, recursively, without ignore rules. Links and
+/// special files are listed as found; nested repositories are reported.
+fn walk_all(ws: &Path, dir: &str, out: &mut scan::Listing) -> Result<(), SnapshotError> {
+    let root = if dir.is_empty() {
+        ws.to_path_buf()
+    } else {
+        ws.join(dir)
+    };
+    let mut stack = vec![root];
+    while let Some(d) = stack.pop() {
+        let rd = std::fs::read_dir(&d).map_err(|e| SnapshotError::io(&d, e))?;
+        for e in rd {
+            let e = e.map_err(|e| SnapshotError::io(&d, e))?;
+            let p = e.path();
+            let Some(rel) = p.strip_prefix(ws).ok().and_then(slash_path) else {
+                out.excluded.push(crate::snapshot::Excluded::new(
+                    p.to_string_lossy().into_owned(),
+                    ExcludeReason::NotUtf8,
+                ));
+                continue;
+            };
+            let t = e.file_type().map_err(|e| SnapshotError::io(&p, e))?;
+            if t.is_dir() {
+                if e.file_name() == ".git" || p.join(".git").exists() {
+                    out.excluded.push(crate::snapshot::Excluded::new(
+                        if e.file_name() == ".git" {
+                            rel.rsplit_once('/')
+                                .map_or(String::new(), |(a, _)| a.to_owned())
+                        } else {
+                            rel
+                        },
+                        ExcludeReason::NestedRepository,
+                    ));
+                    continue;
+                }
+                stack.push(p);
+            } else {
+                out.paths.push((rel, None));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads one path without following links and hashes it; the file must look the same
+/// before and after the read.
+fn read_entry(ws: &Path, rel: &str) -> Result<Entry, NoEvidence> {
+    let fail = |reason: String| NoEvidence {
+        path: rel.to_owned(),
+        reason,
+    };
+    let abs = ws.join(rel);
+    let before = match stat::lstat(&abs) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Entry {
+                path: rel.to_owned(),
+                kind: "missing",
+                size: 0,
+                executable: false,
+                content: String::new(),
+            });
+        }
+        Err(e) => return Err(fail(format!("unreadable: {e}"))),
+    };
+    if before.is_symlink() {
+        return Err(fail("is a symbolic link".into()));
+    }
+    if before.is_dir() {
+        return Err(fail("is a directory where a file was expected".into()));
+    }
+    if !before.is_file() {
+        return Err(fail("is a special file".into()));
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&abs)
+        .map_err(|e| fail(format!("unreadable: {e}")))?;
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| fail(format!("unreadable: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        h.update(&buf[..n]);
+    }
+    let after = f
+        .metadata()
+        .map(|m| FileStat::of(&m))
+        .map_err(|e| fail(format!("unreadable: {e}")))?;
+    if after.size != before.size
+        || after.mtime_ns != before.mtime_ns
+        || after.ino != before.ino
+        || size != after.size
+    {
+        return Err(fail("changed while it was being read".into()));
+    }
+    Ok(Entry {
+        path: rel.to_owned(),
+        kind: "file",
+        size,
+        executable: before.executable(),
+        content: h.finalize().to_hex().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The digest of a fixed set of entries, pinned: it must be the same on every
+    /// machine and in every version that claims format v1.
+    #[test]
+    fn the_digest_is_pinned() {
+        let entries = vec![
+            Entry {
+                path: "src/a.rs".into(),
+                kind: "file",
+                size: 3,
+                executable: false,
+                content: blake3::hash(b"abc").to_hex().to_string(),
+            },
+            Entry {
+                path: "src/gone.rs".into(),
+                kind: "missing",
+                size: 0,
+                executable: false,
+                content: String::new(),
+            },
+        ];
+        assert_eq!(
+            digest(&entries),
+            "caaf416ff377bb2e33d2f4a23e9395e6a0c90b759afa9660bccf5b3c67298388"
+        );
+    }
+}
