@@ -14,6 +14,7 @@
 //! `tacho-schema`'s.
 
 pub mod fingerprint;
+pub mod goal;
 mod link;
 mod package;
 mod reader;

@@ -1,0 +1,349 @@
+//! Goal plans: every validation rule with accepted and rejected examples and the exact
+//! error text, and the pinned contract digest.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use tacho_engine::goal::{Submission, contract_digest, validate};
+
+const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// A valid plan whose check command and assurance details can be swapped in.
+fn plan_with(assurance: &str) -> String {
+    format!(
+        "# Invoices match the legacy system\n\
+         Goal kind: migration\n\
+         \n\
+         ## Acceptance criteria\n\
+         - AC1: every invoice total equals the legacy total\n\
+         - AC2: the mapping covers every legacy column\n\
+         \n\
+         ## Verification plan\n\
+         Run the parity check against staging.\n\
+         \n\
+         ## Non-goals\n\
+         - UI changes\n\
+         \n\
+         ## Assumed scope\n\
+         src/ and checks/\n\
+         \n\
+         ## Assurance contract\n\
+         ```json\n\
+         {assurance}\n\
+         ```\n"
+    )
+}
+
+fn assurance(checks: &str) -> String {
+    format!(
+        r#"{{"version": 1, "sourcePaths": ["src", "checks", "package.json"], "sources": [{{"role": "legacy", "reference": "legacy/invoice-schema.sql at export-v1"}}], "checks": {checks}}}"#
+    )
+}
+
+fn check(command: &str) -> String {
+    let command = serde_json::to_string(command).unwrap();
+    assurance(&format!(
+        r#"[{{"id": "invoice-parity", "acceptanceIds": ["AC1", "AC2"], "command": {command}, "purpose": "Assert invoice totals and mappings", "environment": "staging"}}]"#
+    ))
+}
+
+fn submit(markdown: &str) -> Result<tacho_engine::goal::Plan, String> {
+    validate(&Submission {
+        markdown,
+        objective: "make invoices match the legacy system",
+        head: Some(HEAD),
+        assure: true,
+    })
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_good_plan_is_accepted() {
+    let p = submit(&plan_with(&check("node checks/invoice-parity.cjs"))).unwrap();
+    assert_eq!(p.title, "Invoices match the legacy system");
+    assert_eq!(p.kind, "migration");
+    assert_eq!(p.acceptance.len(), 2);
+    assert_eq!(p.assurance.unwrap().checks[0].id, "invoice-parity");
+}
+
+#[test]
+fn schema_rules() {
+    let table: &[(&str, String, &str)] = &[
+        (
+            "version",
+            plan_with(&assurance("[]").replace("\"version\": 1", "\"version\": 2")),
+            "plan: assurance: version 2 is not supported (use 1)",
+        ),
+        (
+            "no source paths",
+            plan_with(&check("make test").replace(r#"["src", "checks", "package.json"]"#, "[]")),
+            "plan: assurance: sourcePaths must list 1 to 20 paths, not 0",
+        ),
+        (
+            "too many source paths",
+            plan_with(
+                &check("make test").replace(
+                    r#"["src", "checks", "package.json"]"#,
+                    &serde_json::to_string(&(0..21).map(|i| format!("p{i}")).collect::<Vec<_>>())
+                        .unwrap(),
+                ),
+            ),
+            "plan: assurance: sourcePaths must list 1 to 20 paths, not 21",
+        ),
+        (
+            "dot-dot source path",
+            plan_with(
+                &check("make test").replace(r#""checks", "package"#, r#""../other", "package"#),
+            ),
+            "plan: assurance: sourcePaths entry \"../other\" must be relative to the workspace, without `..` or `.git`",
+        ),
+        (
+            ".git source path",
+            plan_with(
+                &check("make test").replace(r#""checks", "package"#, r#"".git/hooks", "package"#),
+            ),
+            "plan: assurance: sourcePaths entry \".git/hooks\" must be relative to the workspace, without `..` or `.git`",
+        ),
+        (
+            "duplicate source path",
+            plan_with(&check("make test").replace(r#""checks", "package"#, r#""src", "package"#)),
+            "plan: assurance: sourcePaths lists \"src\" twice",
+        ),
+        (
+            "no checks",
+            plan_with(&assurance("[]")),
+            "plan: assurance: checks must list 1 to 12 checks, not 0",
+        ),
+        (
+            "bad check id",
+            plan_with(&check("make test").replace("invoice-parity", "Invoice_Parity")),
+            "plan: assurance: check id \"Invoice_Parity\" must be lower-case words joined by `-`, like `invoice-parity`",
+        ),
+        (
+            "too many acceptance ids",
+            plan_with(&check("make test").replace(
+                r#"["AC1", "AC2"]"#,
+                r#"["AC1", "AC2", "AC1", "AC2", "AC1", "AC2"]"#,
+            )),
+            "plan: assurance: check invoice-parity must cover 1 to 5 acceptance ids, not 6",
+        ),
+        (
+            "unknown acceptance id",
+            plan_with(&check("make test").replace(r#"["AC1", "AC2"]"#, r#"["AC1", "AC2", "AC9"]"#)),
+            "plan: assurance: check invoice-parity covers AC9, which the acceptance criteria do not define",
+        ),
+        (
+            "uncovered acceptance id",
+            plan_with(&check("make test").replace(r#"["AC1", "AC2"]"#, r#"["AC1"]"#)),
+            "plan: assurance: acceptance criterion AC2 is covered by no check",
+        ),
+        (
+            "duplicate check id",
+            plan_with(&assurance(
+                r#"[{"id": "a", "acceptanceIds": ["AC1", "AC2"], "command": "make a", "purpose": "p"}, {"id": "a", "acceptanceIds": ["AC1"], "command": "make b", "purpose": "p"}]"#,
+            )),
+            "plan: assurance: check id a appears twice",
+        ),
+        (
+            "multi-line field",
+            plan_with(
+                &check("make test").replace("Assert invoice totals and mappings", "two\\nlines"),
+            ),
+            "plan: assurance: check invoice-parity purpose must be a single line",
+        ),
+        (
+            "unknown field",
+            plan_with(&check("make test").replace("\"environment\"", "\"env\"")),
+            "plan line 19: assurance JSON, column 300: unknown field `env`, expected one of `id`, `acceptanceIds`, `command`, `purpose`, `environment`",
+        ),
+        (
+            "missing acceptance section",
+            plan_with(&check("make test")).replace("## Acceptance criteria", "## Criteria"),
+            "plan: the plan needs a `## Acceptance criteria` section",
+        ),
+        (
+            "duplicate acceptance id",
+            plan_with(&check("make test")).replace("- AC2:", "- AC1:"),
+            "plan line 6: acceptance id AC1 appears twice",
+        ),
+        (
+            "no contract on an assured goal",
+            plan_with(&check("make test"))
+                .split("## Assurance contract")
+                .next()
+                .unwrap()
+                .to_owned(),
+            "plan: an assured goal needs an `## Assurance contract` section with the assurance JSON",
+        ),
+    ];
+    for (name, markdown, want) in table {
+        assert_eq!(submit(markdown).unwrap_err(), *want, "{name}");
+    }
+}
+
+#[test]
+fn the_size_limit_never_truncates() {
+    let mut md = plan_with(&check("make test"));
+    md.push_str(&"x".repeat(9000 - md.len()));
+    assert_eq!(
+        submit(&md).unwrap_err(),
+        "plan: the rendered plan is 9000 bytes, 808 over the limit of 8192: remove at least 808 bytes and resubmit the whole plan (plans are never truncated)"
+    );
+    let mut ok = plan_with(&check("make test"));
+    ok.push_str(&"x".repeat(8192 - ok.len()));
+    assert!(submit(&ok).is_ok());
+}
+
+#[test]
+fn baseline_is_the_head_at_submission() {
+    let md = plan_with(&check("git diff --exit-code {BASELINE} -- src/legacy"));
+    let p = submit(&md).unwrap();
+    assert!(
+        p.markdown
+            .contains(&format!("git diff --exit-code {HEAD} -- src/legacy"))
+    );
+    assert_eq!(p.baseline.as_deref(), Some(HEAD));
+    let err = validate(&Submission {
+        markdown: &md,
+        objective: "x",
+        head: None,
+        assure: true,
+    })
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err,
+        "plan: the plan uses {BASELINE}, but the workspace has no HEAD commit to stand for it; commit first"
+    );
+}
+
+#[test]
+fn remote_tracking_before_states_are_rejected_unless_the_objective_names_the_remote() {
+    let rejected = [
+        "git diff --exit-code origin/main -- src",
+        "git merge-base --is-ancestor upstream/main HEAD",
+        "git diff @{u} --exit-code",
+        "git log refs/remotes/origin/main..HEAD --oneline && make test",
+        "sh -c 'git diff --exit-code origin/main'",
+        "bash -c \"git diff --exit-code @{upstream}\"",
+        "eval git diff --exit-code origin/release",
+        "test $(git rev-list --count origin/main..HEAD) -gt 0 && make test",
+    ];
+    for cmd in rejected {
+        let err = submit(&plan_with(&check(cmd))).unwrap_err();
+        assert!(
+            err.contains("compares against the remote-tracking state"),
+            "{cmd}: {err}"
+        );
+    }
+    let err = submit(&plan_with(&check(
+        "git diff --exit-code origin/main -- src",
+    )))
+    .unwrap_err();
+    assert_eq!(
+        err,
+        "plan: assurance: check invoice-parity compares against the remote-tracking state `origin/main`, which moves; use {BASELINE} (the HEAD commit at submission), or name the remote in the objective"
+    );
+    let ok = validate(&Submission {
+        markdown: &plan_with(&check("git diff --exit-code upstream/main -- src")),
+        objective: "rebase the fork onto upstream",
+        head: Some(HEAD),
+        assure: true,
+    });
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+#[test]
+fn weak_checks_are_rejected() {
+    let observe = "it only observes (echo, ls, cat, grep, ...) and cannot fail on wrong behaviour";
+    let exists = "it only checks that files exist";
+    let gitlog = "a path-filtered `git log` only shows that some commit touched the path";
+    let table = [
+        ("echo done", observe),
+        ("ls src && cat src/a.rs | grep invoice", observe),
+        ("test -f checks/invoice-parity.cjs", exists),
+        ("[ -s out/report.json ]", exists),
+        ("for f in a b c; do test -f $f; done", exists),
+        ("git log --oneline -- src/invoices", gitlog),
+    ];
+    for (cmd, why) in table {
+        assert_eq!(
+            submit(&plan_with(&check(cmd))).unwrap_err(),
+            format!("plan: assurance: check invoice-parity is too weak to prove anything: {why}"),
+            "{cmd}"
+        );
+    }
+    for real in [
+        "git merge-base --is-ancestor {BASELINE} HEAD",
+        "git diff --exit-code {BASELINE} -- src/legacy",
+        "node checks/invoice-parity.cjs",
+        "cargo test -p invoices",
+        "test -f out.json && node checks/verify.cjs out.json",
+    ] {
+        assert!(submit(&plan_with(&check(real))).is_ok(), "{real}");
+    }
+}
+
+#[test]
+fn secrets_are_rejected_naming_the_line() {
+    let table = [
+        (
+            "Token: ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "a GitHub token",
+        ),
+        ("key AKIAABCDEFGHIJKLMNOP", "an AWS access key"),
+        (
+            "db: postgres://admin:hunter22@db.internal/app",
+            "a password in a URL",
+        ),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----", "a private key"),
+        (
+            "export API_KEY=sk-ant-abcdefghijklmnopqrstuvwx",
+            "an Anthropic API key",
+        ),
+        (
+            "password=correct-horse-battery",
+            "a secret assigned in the text",
+        ),
+    ];
+    for (line, what) in table {
+        let md =
+            plan_with(&check("make test")).replace("Run the parity check against staging.", line);
+        assert_eq!(
+            submit(&md).unwrap_err(),
+            format!(
+                "plan line 9: looks like it contains a credential ({what}); remove it and refer to it by name instead"
+            ),
+            "{line}"
+        );
+    }
+    // Names of secrets, placeholders and variables are fine.
+    let md = plan_with(&check("make test")).replace(
+        "Run the parity check against staging.",
+        "password=$DB_PASSWORD; token=<from the vault>; https://example.com/a:b",
+    );
+    assert!(submit(&md).is_ok());
+}
+
+#[test]
+fn the_contract_digest_is_pinned_and_ignores_title_and_checklist() {
+    let md = plan_with(&check("node checks/invoice-parity.cjs"));
+    let p = submit(&md).unwrap();
+    assert_eq!(
+        contract_digest(&p),
+        "2fcf884ed4d1e82fde2222c340c43f553408d2b9b1e14a1cff4c66df68142634"
+    );
+    let retitled = submit(
+        &md.replace("# Invoices match the legacy system", "# Invoice parity")
+            .replace("- UI changes", "- UI changes\n- [x] wrote the check"),
+    )
+    .unwrap();
+    assert_eq!(contract_digest(&retitled), contract_digest(&p));
+    let changed =
+        submit(&md.replace("every invoice total equals", "most invoice totals equal")).unwrap();
+    assert_ne!(contract_digest(&changed), contract_digest(&p));
+    let other_cmd = submit(&plan_with(&check(
+        "node checks/invoice-parity.cjs --strict",
+    )))
+    .unwrap();
+    assert_ne!(contract_digest(&other_cmd), contract_digest(&p));
+}
