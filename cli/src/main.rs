@@ -49,6 +49,9 @@ enum Command {
     /// The source fingerprint of paths of the workspace (what goal receipts are bound
     /// to), or why no fresh evidence can be produced.
     Fingerprint(cmd::fingerprint::FingerprintArgs),
+    /// Goal assurance: frozen plans, checks with receipts, status and the completion gate.
+    #[command(subcommand)]
+    Goal(cmd::goal::GoalCommand),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Snapshot(a) => cmd::snapshot::run(a),
         Command::Gc(a) => cmd::gc::run(a),
         Command::Fingerprint(a) => cmd::fingerprint::run(a),
+        Command::Goal(c) => cmd::goal::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

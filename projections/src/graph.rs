@@ -546,7 +546,7 @@ impl ExecutionGraph {
             EventView::RollbackApplied { rolled_back, .. } => {
                 self.rollbacks_of.push(rolled_back.to_string())
             }
-            EventView::Unknown => {}
+            EventView::Goal { .. } | EventView::Unknown => {}
         }
     }
 }

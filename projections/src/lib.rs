@@ -6,6 +6,7 @@
 //! left off, with the same result.
 
 mod compare;
+mod goals;
 mod graph;
 mod replay;
 mod risk;
@@ -13,6 +14,7 @@ mod rollback;
 mod summary;
 
 pub use compare::{Comparison, Side, StepPair, align, compare};
+pub use goals::{CheckState, Current, GoalState, Goals, check_states};
 pub use graph::{
     BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, RouteNode,
     SnapshotNode, StepNode, Tokens, ToolNode, VerificationNode, route_text,

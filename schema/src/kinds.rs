@@ -358,6 +358,74 @@ record_struct!(
     }
 );
 
+string_enum!(
+    /// What a `goal.update` asks for.
+    GoalAction {
+        Complete = "complete",
+        Block = "block",
+    }
+);
+
+record_struct!(
+    /// `goal.created`: a goal and its frozen plan.
+    GoalCreated {
+        /// `goal_` and a ULID.
+        goal: String,
+        #[serde(default)] revision: u32,
+        title: String,
+        kind: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] objective: Option<String>,
+        #[serde(default)] assured: bool,
+        contract_digest: String,
+        /// The HEAD commit `{BASELINE}` stood for.
+        #[serde(default, skip_serializing_if = "Option::is_none")] baseline: Option<String>,
+        workspace: String,
+        /// The plan as frozen (Markdown, at most 8,192 bytes).
+        plan: String,
+        /// The assurance object as canonical JSON text.
+        #[serde(default, skip_serializing_if = "Option::is_none")] assurance: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `goal.check`: the receipt of one run of a frozen check.
+    GoalCheckRun {
+        goal: String,
+        #[serde(default)] revision: u32,
+        check: String,
+        contract_digest: String,
+        workspace: String,
+        command: String,
+        started_unix_ns: i64,
+        ended_unix_ns: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")] exit_code: Option<i64>,
+        #[serde(default)] timed_out: bool,
+        /// BLAKE3 of the whole stdout and stderr.
+        stdout_digest: String,
+        stderr_digest: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] output_tail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] fingerprint_before: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] fingerprint_after: Option<String>,
+        /// Why no fresh evidence could be produced, if so.
+        #[serde(default, skip_serializing_if = "Option::is_none")] no_evidence: Option<String>,
+        #[serde(default)] passed: bool,
+    }
+);
+
+record_struct!(
+    /// `goal.update`: an attempt to complete or block a goal, and whether the gate let
+    /// it through.
+    GoalUpdate {
+        goal: String,
+        #[serde(default)] revision: u32,
+        action: GoalAction,
+        #[serde(default)] accepted: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")] reason: Option<String>,
+        /// For a refusal, each check not passed and why.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] details: Vec<String>,
+    }
+);
+
 macro_rules! kinds {
     ($($variant:ident($ty:ident) = $id:literal, $name:literal, v $version:literal;)+) => {
         /// The body of an event: one variant per kind.
@@ -478,6 +546,9 @@ kinds! {
     SnapshotTaken(SnapshotTaken) = 15, "snapshot.taken", v 1;
     RollbackApplied(RollbackApplied) = 16, "rollback.applied", v 1;
     SessionBranch(SessionBranch) = 17, "session.branch", v 1;
+    GoalCreated(GoalCreated) = 18, "goal.created", v 1;
+    GoalCheckRun(GoalCheckRun) = 19, "goal.check", v 1;
+    GoalUpdate(GoalUpdate) = 20, "goal.update", v 1;
 }
 
 /// A JSON field that does not fit the schema.

@@ -92,6 +92,11 @@ pub enum EventView<'a> {
         parent: &'a str,
         through_seq: u64,
     },
+    /// A goal event (`goal.created`, `goal.check`, `goal.update`): folded by the goal
+    /// projection from owned events, not by the graph.
+    Goal {
+        goal: &'a str,
+    },
     /// A kind this tacho does not know.
     Unknown,
 }
@@ -177,6 +182,9 @@ impl EventBody {
                 parent: &b.parent,
                 through_seq: b.through_seq,
             },
+            EventBody::GoalCreated(g) => EventView::Goal { goal: &g.goal },
+            EventBody::GoalCheckRun(g) => EventView::Goal { goal: &g.goal },
+            EventBody::GoalUpdate(g) => EventView::Goal { goal: &g.goal },
             EventBody::Unknown { .. } => EventView::Unknown,
         }
     }
@@ -363,6 +371,15 @@ impl<'a> EventView<'a> {
                     through_seq: a.through_seq.to_native(),
                 }
             }
+            18 => EventView::Goal {
+                goal: s(&access!(GoalCreated, kind, version, payload).goal),
+            },
+            19 => EventView::Goal {
+                goal: s(&access!(GoalCheckRun, kind, version, payload).goal),
+            },
+            20 => EventView::Goal {
+                goal: s(&access!(GoalUpdate, kind, version, payload).goal),
+            },
             _ => EventView::Unknown,
         })
     }

@@ -3,6 +3,7 @@ pub mod compare;
 pub mod demo;
 pub mod fingerprint;
 pub mod gc;
+pub mod goal;
 pub mod graph;
 pub mod log;
 pub mod record;

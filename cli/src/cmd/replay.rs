@@ -200,6 +200,22 @@ pub fn describe(body: &EventBody) -> String {
         EventBody::SessionBranch(b) => {
             format!("branch of {} through #{}", b.parent, b.through_seq)
         }
+        EventBody::GoalCreated(g) => format!("{} {}: {}", g.goal, g.kind, g.title),
+        EventBody::GoalCheckRun(r) => format!(
+            "{} {} {}{}",
+            r.goal,
+            r.check,
+            if r.passed { "passed" } else { "failed" },
+            r.exit_code
+                .map(|c| format!(" (exit {c})"))
+                .unwrap_or_default()
+        ),
+        EventBody::GoalUpdate(u) => format!(
+            "{} {} {}",
+            u.goal,
+            u.action,
+            if u.accepted { "accepted" } else { "refused" }
+        ),
         EventBody::Unknown { kind, version, .. } => format!("kind {kind} v{version}"),
     }
 }

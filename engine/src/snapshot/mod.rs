@@ -854,6 +854,16 @@ fn bad_tree_path(path: &str, e: impl std::fmt::Display) -> SnapshotError {
     }
 }
 
+/// The HEAD commit of the Git repository holding `workspace`, read with gix; `None`
+/// outside Git or before the first commit.
+pub fn head_commit(workspace: &Path) -> Result<Option<String>, SnapshotError> {
+    let ws = canonical_workspace(workspace)?;
+    let Some(ctx) = scan::git_context(&ws)? else {
+        return Ok(None);
+    };
+    Ok(ctx.repo.head_id().ok().map(|id| id.to_hex().to_string()))
+}
+
 /// The absolute, symlink-free path of an existing workspace directory.
 pub(crate) fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SnapshotError> {
     let ws = workspace

@@ -1,0 +1,465 @@
+//! `tacho goal ...`: frozen plans, checks run by id with receipts, the status of each
+//! check, and the completion gate (BRIEF §3).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use tacho_engine::fingerprint::{Fingerprint, fingerprint};
+use tacho_engine::goal::{Submission, contract_digest, validate};
+use tacho_engine::{Durability, Store};
+use tacho_projections::{CheckState, GoalState, Goals, check_states};
+use tacho_schema::{EventBody, GoalAction, GoalCheckRun, GoalCreated, GoalUpdate};
+
+use crate::cmd::record::now_unix_ns;
+use crate::error::CliError;
+use crate::home::open_store;
+use crate::output::Out;
+
+#[derive(Debug, Subcommand)]
+pub enum GoalCommand {
+    /// Freeze a plan (Markdown with an assurance contract) as a goal of a session.
+    Create(CreateArgs),
+    /// Run a frozen check by its id and record the receipt.
+    Check(CheckArgs),
+    /// Each check's state (passed, failed, stale, missing) and whether the goal can
+    /// complete.
+    Status(StatusArgs),
+    /// The completion gate: completes the goal only if every check passed on the
+    /// source as it is now; otherwise names every check that did not, and why.
+    Complete(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// The plan (Markdown; see SPEC.md §12).
+    #[arg(long)]
+    pub plan: PathBuf,
+    #[arg(long)]
+    pub objective: Option<String>,
+    /// The goal must be earned by its checks (the plan needs an assurance contract).
+    #[arg(long)]
+    pub assure: bool,
+    /// The session the goal belongs to.
+    #[arg(long)]
+    pub session: String,
+    /// The workspace (default: the session's, else the current directory).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The check id from the frozen plan.
+    pub check: String,
+    #[arg(long)]
+    pub session: String,
+    /// The goal (id or unique prefix; default the session's latest).
+    #[arg(long)]
+    pub goal: Option<String>,
+    /// Seconds before the check is stopped and counted as failed.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[arg(long)]
+    pub session: String,
+    #[arg(long)]
+    pub goal: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(c: GoalCommand) -> Result<(), CliError> {
+    match c {
+        GoalCommand::Create(a) => create(a),
+        GoalCommand::Check(a) => check(a),
+        GoalCommand::Status(a) => status(a, false),
+        GoalCommand::Complete(a) => status(a, true),
+    }
+}
+
+fn create(a: CreateArgs) -> Result<(), CliError> {
+    let log = open_store()?;
+    let session = log.resolve_session(&a.session)?;
+    let ws = match &a.workspace {
+        Some(w) => w.clone(),
+        None => crate::snapshots::session_workspace(&log, &session)?
+            .map(PathBuf::from)
+            .map_or_else(std::env::current_dir, Ok)?,
+    };
+    let ws = ws
+        .canonicalize()
+        .map_err(|e| CliError::Input(format!("workspace {}: {e}", ws.display())))?;
+    let markdown = std::fs::read_to_string(&a.plan)
+        .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let objective = a.objective.clone().unwrap_or_default();
+    let head = tacho_engine::snapshot::head_commit(&ws)?;
+    let plan = validate(&Submission {
+        markdown: &markdown,
+        objective: &objective,
+        head: head.as_deref(),
+        assure: a.assure,
+    })
+    .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let digest = contract_digest(&plan);
+    let goal = format!("goal_{}", ulid::Ulid::generate().to_string().to_lowercase());
+    let body = EventBody::GoalCreated(GoalCreated {
+        goal: goal.clone(),
+        revision: 1,
+        title: plan.title.clone(),
+        kind: plan.kind.clone(),
+        objective: a.objective.clone(),
+        assured: a.assure,
+        contract_digest: digest.clone(),
+        baseline: plan.baseline.clone(),
+        workspace: ws.display().to_string(),
+        plan: plan.markdown.clone(),
+        assurance: plan
+            .assurance
+            .as_ref()
+            .and_then(|x| serde_json::to_string(x).ok()),
+    });
+    let receipt = log
+        .writer(&session)?
+        .append(now_unix_ns(), &body, Durability::Sync)?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&serde_json::json!({
+            "type": "goal", "goal": goal, "session": session, "contract_digest": digest,
+            "baseline": plan.baseline, "checks": plan.assurance.map(|x| x.checks.into_iter().map(|c| c.id).collect::<Vec<_>>()),
+            "seq": receipt.last_seq,
+        }))?;
+    } else {
+        out.line(format!(
+            "goal {goal} frozen in session {session}: {} (contract {})",
+            plan.title,
+            &digest[..16]
+        ))?;
+        if let Some(x) = &plan.assurance {
+            for c in &x.checks {
+                out.line(format!("  check {}: {}", c.id, c.command))?;
+            }
+        } else {
+            out.line("  no assurance contract: completion follows the plain rule")?;
+        }
+    }
+    out.finish()
+}
+
+/// The session's goals, folded from its log.
+fn goals(log: &Store, session: &str) -> Result<Goals, CliError> {
+    let mut g = Goals::default();
+    log.read_session(session, |e| g.apply(e.seq, &e.event))?;
+    Ok(g)
+}
+
+fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalState, CliError> {
+    gs.find(id).ok_or_else(|| {
+        CliError::NotFound(match id {
+            Some(id) => format!("session {session} has no goal matching {id:?}"),
+            None => format!("session {session} has no goal; create one with `tacho goal create`"),
+        })
+    })
+}
+
+/// The fingerprint the goal's receipts are bound to: its source paths plus the files
+/// edit events reported since it was created.
+fn goal_fingerprint(g: &GoalState) -> Result<Fingerprint, CliError> {
+    let ws = PathBuf::from(&g.created.workspace);
+    let edited: Vec<String> = g
+        .edited
+        .keys()
+        .filter_map(|p| tacho_engine::snapshot::relative_path(&ws, p).ok())
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(fingerprint(&ws, &g.source_paths(), &edited, threads)?)
+}
+
+fn digest_of(fp: &Fingerprint) -> Result<String, String> {
+    match fp {
+        Fingerprint::Fresh { digest, .. } => Ok(digest.clone()),
+        Fingerprint::NoFreshEvidence(w) => Err(format!("{}: {}", w.path, w.reason)),
+    }
+}
+
+fn check(a: CheckArgs) -> Result<(), CliError> {
+    let log = open_store()?;
+    let session = log.resolve_session(&a.session)?;
+    let gs = goals(&log, &session)?;
+    let g = pick(&gs, &session, a.goal.as_deref())?;
+    let checks = g.check_ids();
+    let Some((_, command)) = checks.iter().find(|(id, _)| *id == a.check) else {
+        return Err(CliError::Input(format!(
+            "goal {} has no check {:?}; its checks: {}",
+            g.created.goal,
+            a.check,
+            checks
+                .iter()
+                .map(|c| c.0.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    let ws = PathBuf::from(&g.created.workspace);
+    let before = digest_of(&goal_fingerprint(g)?);
+    let started = now_unix_ns();
+    eprintln!("running check {} in {}: {command}", a.check, ws.display());
+    let run = run_command(command, &ws, Duration::from_secs(a.timeout))?;
+    let ended = now_unix_ns();
+    let after = digest_of(&goal_fingerprint(g)?);
+    let no_evidence = match (&before, &after) {
+        (Err(w), _) | (_, Err(w)) => Some(w.clone()),
+        _ => None,
+    };
+    let passed =
+        run.exit_code == Some(0) && !run.timed_out && no_evidence.is_none() && before == after;
+    let receipt = GoalCheckRun {
+        goal: g.created.goal.clone(),
+        revision: g.created.revision,
+        check: a.check.clone(),
+        contract_digest: g.created.contract_digest.clone(),
+        workspace: g.created.workspace.clone(),
+        command: command.clone(),
+        started_unix_ns: started,
+        ended_unix_ns: ended,
+        exit_code: run.exit_code,
+        timed_out: run.timed_out,
+        stdout_digest: run.stdout_digest,
+        stderr_digest: run.stderr_digest,
+        output_tail: Some(run.tail),
+        fingerprint_before: before.ok(),
+        fingerprint_after: after.ok(),
+        no_evidence,
+        passed,
+    };
+    let r = log.writer(&session)?.append(
+        now_unix_ns(),
+        &EventBody::GoalCheckRun(receipt.clone()),
+        Durability::Sync,
+    )?;
+    let mut out = Out::new();
+    let verdict = if passed { "passed" } else { "failed" };
+    if a.json {
+        out.json(&serde_json::json!({
+            "type": "receipt", "seq": r.last_seq, "passed": passed,
+            "receipt": serde_json::to_value(&receipt).map_err(|e| CliError::Io(e.to_string()))?,
+        }))?;
+    } else {
+        out.line(format!(
+            "check {} {verdict} (exit {}{}), receipt #{} in session {session}",
+            a.check,
+            receipt.exit_code.map_or("none".into(), |c| c.to_string()),
+            if receipt.timed_out { ", timed out" } else { "" },
+            r.last_seq
+        ))?;
+        if let Some(w) = &receipt.no_evidence {
+            out.line(format!("  no fresh evidence: {w}"))?;
+        } else if receipt.fingerprint_before != receipt.fingerprint_after {
+            out.line("  the source changed while the check ran")?;
+        }
+    }
+    out.finish()?;
+    if passed {
+        Ok(())
+    } else {
+        Err(CliError::Findings(format!("check {} {verdict}", a.check)))
+    }
+}
+
+struct Ran {
+    exit_code: Option<i64>,
+    timed_out: bool,
+    stdout_digest: String,
+    stderr_digest: String,
+    tail: String,
+}
+
+/// Runs `sh -c command` in `ws`, streaming its output to stderr, hashing all of it and
+/// keeping the last 4 KiB; stops it after `timeout`.
+fn run_command(command: &str, ws: &Path, timeout: Duration) -> Result<Ran, CliError> {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(ws)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| CliError::Io(format!("running the check: {e}")))?;
+    let pump = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut h = blake3::Hasher::new();
+            let mut tail: Vec<u8> = Vec::new();
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+                let _ = std::io::stderr().write_all(&buf[..n]);
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > 8192 {
+                    tail.drain(..tail.len() - 4096);
+                }
+            }
+            (h.finalize().to_hex().to_string(), tail)
+        })
+    };
+    let out = child.stdout.take().map(|s| pump(Box::new(s)));
+    let err = child.stderr.take().map(|s| pump(Box::new(s)));
+    let start = Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| CliError::Io(e.to_string()))? {
+            break s;
+        }
+        if start.elapsed() > timeout {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait().map_err(|e| CliError::Io(e.to_string()))?;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let join = |h: Option<std::thread::JoinHandle<(String, Vec<u8>)>>| {
+        h.and_then(|h| h.join().ok()).unwrap_or_default()
+    };
+    let (stdout_digest, mut tail) = join(out);
+    let (stderr_digest, etail) = join(err);
+    tail.extend_from_slice(&etail);
+    let tail = String::from_utf8_lossy(&tail[tail.len().saturating_sub(4096)..]).into_owned();
+    Ok(Ran {
+        exit_code: status.code().map(i64::from),
+        timed_out,
+        stdout_digest,
+        stderr_digest,
+        tail,
+    })
+}
+
+fn status(a: StatusArgs, complete: bool) -> Result<(), CliError> {
+    let log = open_store()?;
+    let session = log.resolve_session(&a.session)?;
+    let gs = goals(&log, &session)?;
+    let g = pick(&gs, &session, a.goal.as_deref())?;
+    let now = digest_of(&goal_fingerprint(g)?);
+    let states = check_states(g, now.as_deref().map_err(String::as_str));
+    let open: Vec<String> = states
+        .iter()
+        .filter(|(_, s)| *s != CheckState::Passed)
+        .map(|(id, s)| match s {
+            CheckState::Failed(w) | CheckState::Stale(w) => format!("{id}: {} ({w})", s.name()),
+            other => format!("{id}: {}", other.name()),
+        })
+        .collect();
+    let can_complete = g.created.assured && open.is_empty() && !states.is_empty();
+    let mut out = Out::new();
+    if complete {
+        let (accepted, reason) = if !g.created.assured {
+            (
+                false,
+                "the goal has no assurance contract: tacho cannot earn its completion by checks"
+                    .to_string(),
+            )
+        } else if can_complete {
+            (
+                true,
+                "every check passed on the source as it is now".to_string(),
+            )
+        } else {
+            (
+                false,
+                format!("{} of {} checks not passed", open.len(), states.len()),
+            )
+        };
+        let body = EventBody::GoalUpdate(GoalUpdate {
+            goal: g.created.goal.clone(),
+            revision: g.created.revision,
+            action: GoalAction::Complete,
+            accepted,
+            reason: Some(reason.clone()),
+            details: open.clone(),
+        });
+        log.writer(&session)?
+            .append(now_unix_ns(), &body, Durability::Sync)?;
+        if a.json {
+            out.json(&serde_json::json!({"type": "completion", "goal": g.created.goal, "accepted": accepted, "reason": reason, "open": open}))?;
+        } else if accepted {
+            out.line(format!("goal {} completed: {reason}", g.created.goal))?;
+        } else {
+            out.line(format!(
+                "completion of goal {} refused: {reason}",
+                g.created.goal
+            ))?;
+            for o in &open {
+                out.line(format!("  {o}"))?;
+            }
+        }
+        out.finish()?;
+        return if accepted {
+            Ok(())
+        } else {
+            Err(CliError::Findings(format!(
+                "goal {} cannot complete yet",
+                g.created.goal
+            )))
+        };
+    }
+    if a.json {
+        out.json(&serde_json::json!({
+            "type": "goal_status",
+            "goal": g.created.goal,
+            "title": g.created.title,
+            "assured": g.created.assured,
+            "contract_digest": g.created.contract_digest,
+            "completed": g.completed,
+            "fingerprint": now.as_ref().ok(),
+            "no_fresh_evidence": now.as_ref().err(),
+            "checks": states.iter().map(|(id, s)| serde_json::json!({
+                "id": id,
+                "state": s.name(),
+                "why": match s { CheckState::Failed(w) | CheckState::Stale(w) => Some(w.clone()), _ => None },
+                "receipt_seq": g.receipts.get(id).map(|r| r.0),
+            })).collect::<Vec<_>>(),
+            "can_complete": can_complete,
+        }))?;
+        return out.finish();
+    }
+    out.line(format!("Goal {}: {}", g.created.goal, g.created.title))?;
+    if !g.created.assured {
+        out.line("No assurance contract: this goal's completion is not earned by checks.")?;
+    }
+    out.line(format!("Contract: {}", g.created.contract_digest))?;
+    match &now {
+        Ok(fp) => out.line(format!("Source now: {}", &fp[..16]))?,
+        Err(w) => out.line(format!("Source now: no fresh evidence ({w})"))?,
+    }
+    for (id, s) in &states {
+        let why = match s {
+            CheckState::Failed(w) | CheckState::Stale(w) => format!(" — {w}"),
+            _ => String::new(),
+        };
+        let evidence = g
+            .receipts
+            .get(id)
+            .map(|r| format!(" (receipt #{})", r.0))
+            .unwrap_or_default();
+        out.line(format!("  {:<8} {id}{why}{evidence}", s.name()))?;
+    }
+    out.line(if g.completed {
+        "Completed.".to_string()
+    } else if can_complete {
+        "Can complete: every check passed on the source as it is now.".to_string()
+    } else {
+        "Cannot complete yet.".to_string()
+    })?;
+    out.finish()
+}

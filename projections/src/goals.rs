@@ -1,0 +1,290 @@
+//! Goal check status: a fold of a session's goal events (and the file edits that make
+//! receipts stale) into, per goal, its frozen plan and each check's latest receipt;
+//! then the state of each check against the source as it is now.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tacho_schema::{Event, EventBody, GoalAction, GoalCheckRun, GoalCreated};
+
+/// One goal as the log has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoalState {
+    pub created: GoalCreated,
+    pub created_seq: u64,
+    /// Check id → (seq, latest receipt).
+    pub receipts: BTreeMap<String, (u64, GoalCheckRun)>,
+    /// Paths edit events reported since the goal was created → the seq of the last edit.
+    pub edited: BTreeMap<String, u64>,
+    /// Completion attempts: (seq, accepted).
+    pub completions: Vec<(u64, bool)>,
+    pub completed: bool,
+}
+
+impl GoalState {
+    /// The check ids the frozen plan declares, in plan order.
+    pub fn check_ids(&self) -> Vec<(String, String)> {
+        let Some(text) = &self.created.assurance else {
+            return Vec::new();
+        };
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        v["checks"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| {
+                        Some((
+                            c["id"].as_str()?.to_owned(),
+                            c["command"].as_str()?.to_owned(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The declared source paths.
+    pub fn source_paths(&self) -> Vec<String> {
+        let Some(text) = &self.created.assurance else {
+            return Vec::new();
+        };
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        v["sourcePaths"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| p.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Every goal of a session, in creation order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Goals {
+    pub goals: Vec<GoalState>,
+}
+
+impl Goals {
+    /// Folds in one event.
+    pub fn apply(&mut self, seq: u64, e: &Event) {
+        match &e.body {
+            EventBody::GoalCreated(g) => self.goals.push(GoalState {
+                created: g.clone(),
+                created_seq: seq,
+                receipts: BTreeMap::new(),
+                edited: BTreeMap::new(),
+                completions: Vec::new(),
+                completed: false,
+            }),
+            EventBody::GoalCheckRun(r) => {
+                if let Some(g) = self.find_mut(&r.goal) {
+                    g.receipts.insert(r.check.clone(), (seq, r.clone()));
+                }
+            }
+            EventBody::GoalUpdate(u) => {
+                if let Some(g) = self.find_mut(&u.goal)
+                    && u.action == GoalAction::Complete
+                {
+                    g.completions.push((seq, u.accepted));
+                    g.completed |= u.accepted;
+                }
+            }
+            EventBody::FileEdit(f) => {
+                for g in &mut self.goals {
+                    for p in [Some(&f.path), f.from.as_ref()].into_iter().flatten() {
+                        g.edited.insert(p.clone(), seq);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn find_mut(&mut self, goal: &str) -> Option<&mut GoalState> {
+        self.goals.iter_mut().rev().find(|g| g.created.goal == goal)
+    }
+
+    /// A goal by id or unique prefix; the latest goal when `id` is `None`.
+    pub fn find(&self, id: Option<&str>) -> Option<&GoalState> {
+        match id {
+            None => self.goals.last(),
+            Some(id) => {
+                let mut m = self.goals.iter().filter(|g| g.created.goal.starts_with(id));
+                let first = m.next()?;
+                m.next().is_none().then_some(first)
+            }
+        }
+    }
+}
+
+/// The state of one check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "why", rename_all = "snake_case")]
+pub enum CheckState {
+    Passed,
+    Failed(String),
+    Stale(String),
+    Missing,
+}
+
+impl CheckState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            CheckState::Passed => "passed",
+            CheckState::Failed(_) => "failed",
+            CheckState::Stale(_) => "stale",
+            CheckState::Missing => "missing",
+        }
+    }
+}
+
+/// What the source looks like now: a fingerprint digest, or why there is none.
+pub type Current<'a> = Result<&'a str, &'a str>;
+
+/// Each declared check's state, given the fingerprint of the source now.
+pub fn check_states(g: &GoalState, now: Current<'_>) -> Vec<(String, CheckState)> {
+    g.check_ids()
+        .into_iter()
+        .map(|(id, _)| {
+            let state = match g.receipts.get(&id) {
+                None => CheckState::Missing,
+                Some((seq, r)) => receipt_state(g, *seq, r, now),
+            };
+            (id, state)
+        })
+        .collect()
+}
+
+fn receipt_state(g: &GoalState, seq: u64, r: &GoalCheckRun, now: Current<'_>) -> CheckState {
+    let c = &g.created;
+    if r.contract_digest != c.contract_digest || r.revision != c.revision {
+        return CheckState::Stale("ran against another contract (the plan was revised)".into());
+    }
+    if r.workspace != c.workspace {
+        return CheckState::Stale(format!("ran in another workspace ({})", r.workspace));
+    }
+    if let Some(why) = &r.no_evidence {
+        return CheckState::Failed(format!("no fresh evidence: {why}"));
+    }
+    if r.timed_out {
+        return CheckState::Failed("timed out".into());
+    }
+    if r.exit_code != Some(0) {
+        return CheckState::Failed(match r.exit_code {
+            Some(code) => format!("exit code {code}"),
+            None => "killed by a signal".into(),
+        });
+    }
+    if r.fingerprint_before != r.fingerprint_after {
+        return CheckState::Failed("the source changed while the check ran".into());
+    }
+    if !r.passed {
+        return CheckState::Failed("not passed".into());
+    }
+    if let Some((path, _)) = g.edited.iter().find(|(_, s)| **s > seq) {
+        return CheckState::Stale(format!("{path} was edited after the check ran"));
+    }
+    match now {
+        Err(why) => CheckState::Stale(format!("no fresh evidence now: {why}")),
+        Ok(fp) if Some(fp) != r.fingerprint_after.as_deref() => {
+            CheckState::Stale("the source changed since the check ran".into())
+        }
+        Ok(_) => CheckState::Passed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tacho_schema::{EditOp, FileEdit};
+
+    fn ev(body: EventBody) -> Event {
+        Event {
+            session: "s".into(),
+            time_unix_ns: 0,
+            body,
+        }
+    }
+
+    fn created() -> GoalCreated {
+        GoalCreated {
+            goal: "goal_1".into(),
+            revision: 1,
+            title: "t".into(),
+            kind: "k".into(),
+            assured: true,
+            contract_digest: "d1".into(),
+            workspace: "/w".into(),
+            plan: "# t".into(),
+            assurance: Some(r#"{"checks":[{"id":"a","command":"make a"},{"id":"b","command":"make b"}],"sourcePaths":["src"]}"#.into()),
+            ..GoalCreated::default()
+        }
+    }
+
+    fn receipt(check: &str, exit: i64, fp: &str) -> GoalCheckRun {
+        GoalCheckRun {
+            goal: "goal_1".into(),
+            revision: 1,
+            check: check.into(),
+            contract_digest: "d1".into(),
+            workspace: "/w".into(),
+            command: format!("make {check}"),
+            exit_code: Some(exit),
+            fingerprint_before: Some(fp.into()),
+            fingerprint_after: Some(fp.into()),
+            passed: exit == 0,
+            ..GoalCheckRun::default()
+        }
+    }
+
+    #[test]
+    fn states_follow_receipts_edits_and_the_source() {
+        let mut gs = Goals::default();
+        gs.apply(1, &ev(EventBody::GoalCreated(created())));
+        let g = gs.find(None).unwrap();
+        assert_eq!(
+            check_states(g, Ok("f1")),
+            [
+                ("a".into(), CheckState::Missing),
+                ("b".into(), CheckState::Missing)
+            ]
+        );
+        gs.apply(2, &ev(EventBody::GoalCheckRun(receipt("a", 1, "f1"))));
+        gs.apply(3, &ev(EventBody::GoalCheckRun(receipt("b", 0, "f1"))));
+        let g = gs.find(Some("goal")).unwrap();
+        assert_eq!(
+            check_states(g, Ok("f1")),
+            [
+                ("a".into(), CheckState::Failed("exit code 1".into())),
+                ("b".into(), CheckState::Passed)
+            ]
+        );
+        assert_eq!(
+            check_states(g, Ok("f2"))[1].1,
+            CheckState::Stale("the source changed since the check ran".into())
+        );
+        gs.apply(
+            4,
+            &ev(EventBody::FileEdit(FileEdit {
+                path: "src/x.rs".into(),
+                op: EditOp::Modify,
+                ..FileEdit::default()
+            })),
+        );
+        let g = gs.find(None).unwrap();
+        assert_eq!(
+            check_states(g, Ok("f1"))[1].1,
+            CheckState::Stale("src/x.rs was edited after the check ran".into())
+        );
+        let mut other = receipt("b", 0, "f1");
+        other.contract_digest = "d0".into();
+        gs.apply(5, &ev(EventBody::GoalCheckRun(other)));
+        let g = gs.find(None).unwrap();
+        assert_eq!(
+            check_states(g, Ok("f1"))[1].1,
+            CheckState::Stale("ran against another contract (the plan was revised)".into())
+        );
+    }
+}

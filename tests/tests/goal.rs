@@ -1,0 +1,245 @@
+//! Goal assurance end to end through the binary: a sample project whose check fails,
+//! then passes after an edit, then goes stale after another edit; completion is
+//! refused, then allowed.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+
+use tacho_tests::{run, tacho};
+
+const PLAN: &str = r#"# Value is the answer
+Goal kind: bugfix
+
+## Acceptance criteria
+- AC1: src/value.txt holds 42
+
+## Verification plan
+Run the parity check.
+
+## Non-goals
+- anything else
+
+## Assumed scope
+src/
+
+## Assurance contract
+```json
+{"version": 1, "sourcePaths": ["src", "checks"], "checks": [{"id": "parity", "acceptanceIds": ["AC1"], "command": "sh checks/parity.sh", "purpose": "the value is right"}]}
+```
+"#;
+
+fn t(home: &Path, ws: &Path, args: &[&str]) -> (i32, String, String) {
+    let mut c = tacho(home);
+    c.current_dir(ws).args(args);
+    run(c)
+}
+
+#[test]
+fn a_goal_is_completed_only_by_fresh_passing_receipts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::create_dir_all(ws.join("checks")).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
+    std::fs::write(
+        ws.join("checks/parity.sh"),
+        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("plan.md"), PLAN).unwrap();
+    let mut rec = tacho(&home);
+    rec.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped());
+    let mut child = rec.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            format!(
+                r#"{{"type":"session.start","session":"ses_goal","workspace":"{}"}}"#,
+                ws.display()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+
+    let (code, out, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--assure",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_goal",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let created: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(created["checks"], serde_json::json!(["parity"]));
+
+    // Fails: the value is wrong.
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_goal"],
+    );
+    assert_eq!(code, 1);
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_goal"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("parity: failed (exit code 1)"), "{out}");
+
+    // Passes after the fix.
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let (code, out, err) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_goal", "--json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let receipt: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(receipt["receipt"]["exit_code"], 0);
+    assert_eq!(
+        receipt["receipt"]["fingerprint_before"],
+        receipt["receipt"]["fingerprint_after"]
+    );
+    let (_, out, _) = t(
+        &home,
+        &ws,
+        &["goal", "status", "--session", "ses_goal", "--json"],
+    );
+    let status: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(status["checks"][0]["state"], "passed");
+    assert_eq!(status["can_complete"], true);
+    // The fingerprint the user can inspect is the one the receipt holds.
+    let (_, out, _) = t(&home, &ws, &["fingerprint", "src", "checks", "--json"]);
+    let fp: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(fp["digest"], receipt["receipt"]["fingerprint_after"]);
+
+    // Stale after another edit, even one that keeps the check passing.
+    std::fs::write(ws.join("src/value.txt"), "42\n# checked\n").unwrap();
+    let (_, out, _) = t(
+        &home,
+        &ws,
+        &["goal", "status", "--session", "ses_goal", "--json"],
+    );
+    let status: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(status["checks"][0]["state"], "stale");
+    assert_eq!(
+        status["checks"][0]["why"],
+        "the source changed since the check ran"
+    );
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_goal"]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("parity: stale (the source changed since the check ran)"),
+        "{out}"
+    );
+
+    // A fresh passing run lets it complete.
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_goal"],
+    );
+    assert_eq!(code, 0);
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_goal"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("completed: every check passed"), "{out}");
+    // Every attempt is in the record.
+    let (_, out, _) = t(
+        &home,
+        &ws,
+        &["session", "replay", "ses_goal", "--mode", "summary"],
+    );
+    assert_eq!(out.matches("goal.check").count(), 3, "{out}");
+    assert_eq!(out.matches("goal.update").count(), 3, "{out}");
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["session", "replay", "ses_goal", "--mode", "verify"],
+    );
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn a_check_is_run_by_id_only_and_a_bad_plan_names_the_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().canonicalize().unwrap();
+    std::fs::write(
+        ws.join("plan.md"),
+        PLAN.replace("sh checks/parity.sh", "echo ok"),
+    )
+    .unwrap();
+    let mut rec = tacho(&home);
+    rec.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped());
+    let mut child = rec.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            format!(
+                r#"{{"type":"session.start","session":"ses_bad","workspace":"{}"}}"#,
+                ws.display()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--assure",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_bad",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("check parity is too weak to prove anything: it only observes"),
+        "{err}"
+    );
+    std::fs::write(ws.join("plan.md"), PLAN).unwrap();
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--assure",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_bad",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &["goal", "check", "rm -rf /", "--session", "ses_bad"],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("has no check \"rm -rf /\"; its checks: parity"),
+        "{err}"
+    );
+}
