@@ -19,6 +19,28 @@ pub struct GoalState {
     /// Completion attempts: (seq, accepted).
     pub completions: Vec<(u64, bool)>,
     pub completed: bool,
+    /// Blocked (with the reason), paused (stalled), or replaced by a revision.
+    pub blocked: Option<String>,
+    pub paused: Option<String>,
+    pub revised_by: Option<String>,
+}
+
+impl GoalState {
+    /// Refused completion attempts since the last passing receipt: attempts that
+    /// produced no new successful evidence.
+    pub fn fruitless_attempts(&self) -> usize {
+        let last_pass = self
+            .receipts
+            .values()
+            .filter(|(_, r)| r.passed)
+            .map(|(s, _)| *s)
+            .max()
+            .unwrap_or(0);
+        self.completions
+            .iter()
+            .filter(|(s, accepted)| *s > last_pass && !accepted)
+            .count()
+    }
 }
 
 impl GoalState {
@@ -70,25 +92,33 @@ impl Goals {
     /// Folds in one event.
     pub fn apply(&mut self, seq: u64, e: &Event) {
         match &e.body {
-            EventBody::GoalCreated(g) => self.goals.push(GoalState {
-                created: g.clone(),
-                created_seq: seq,
-                receipts: BTreeMap::new(),
-                edited: BTreeMap::new(),
-                completions: Vec::new(),
-                completed: false,
-            }),
+            EventBody::GoalCreated(g) => {
+                if let Some(old) = &g.revises
+                    && let Some(o) = self.find_mut(old)
+                {
+                    o.revised_by = Some(g.goal.clone());
+                }
+                self.push_goal(seq, g)
+            }
             EventBody::GoalCheckRun(r) => {
                 if let Some(g) = self.find_mut(&r.goal) {
+                    if r.passed {
+                        g.paused = None;
+                    }
                     g.receipts.insert(r.check.clone(), (seq, r.clone()));
                 }
             }
             EventBody::GoalUpdate(u) => {
-                if let Some(g) = self.find_mut(&u.goal)
-                    && u.action == GoalAction::Complete
-                {
-                    g.completions.push((seq, u.accepted));
-                    g.completed |= u.accepted;
+                if let Some(g) = self.find_mut(&u.goal) {
+                    match u.action {
+                        GoalAction::Complete => {
+                            g.completions.push((seq, u.accepted));
+                            g.completed |= u.accepted;
+                        }
+                        GoalAction::Block if u.accepted => g.blocked = u.reason.clone(),
+                        GoalAction::Pause if u.accepted => g.paused = u.reason.clone(),
+                        _ => {}
+                    }
                 }
             }
             EventBody::FileEdit(f) => {
@@ -100,6 +130,20 @@ impl Goals {
             }
             _ => {}
         }
+    }
+
+    fn push_goal(&mut self, seq: u64, g: &GoalCreated) {
+        self.goals.push(GoalState {
+            created: g.clone(),
+            created_seq: seq,
+            receipts: BTreeMap::new(),
+            edited: BTreeMap::new(),
+            completions: Vec::new(),
+            completed: false,
+            blocked: None,
+            paused: None,
+            revised_by: None,
+        });
     }
 
     fn find_mut(&mut self, goal: &str) -> Option<&mut GoalState> {

@@ -363,6 +363,7 @@ string_enum!(
     GoalAction {
         Complete = "complete",
         Block = "block",
+        Pause = "pause",
     }
 );
 
@@ -384,6 +385,11 @@ record_struct!(
         plan: String,
         /// The assurance object as canonical JSON text.
         #[serde(default, skip_serializing_if = "Option::is_none")] assurance: Option<String>,
+        /// For a revision: the goal it replaces, that goal's contract digest, and the
+        /// correction that motivated it.
+        #[serde(default, skip_serializing_if = "Option::is_none")] revises: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] previous_digest: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] correction: Option<String>,
     }
 );
 
@@ -423,6 +429,14 @@ record_struct!(
         #[serde(default, skip_serializing_if = "Option::is_none")] reason: Option<String>,
         /// For a refusal, each check not passed and why.
         #[serde(default, skip_serializing_if = "Vec::is_empty")] details: Vec<String>,
+        /// For `block`: `external_dependency`, `authorization` or `user_input`.
+        #[serde(default, skip_serializing_if = "Option::is_none")] block_kind: Option<String>,
+        /// For `block`: the change outside the agent's reach that would unblock it.
+        #[serde(default, skip_serializing_if = "Option::is_none")] required_change: Option<String>,
+        /// For `block`: the receipts (event numbers) the block rests on.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] evidence: Vec<u64>,
+        /// For `block`: the statement that no independent work remains.
+        #[serde(default)] no_independent_work: bool,
     }
 );
 

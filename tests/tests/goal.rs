@@ -243,3 +243,259 @@ fn a_check_is_run_by_id_only_and_a_bad_plan_names_the_rule() {
         "{err}"
     );
 }
+
+/// A workspace with a failing check, a session and an assured goal.
+fn setup(tmp: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let home = tmp.join("home");
+    let ws = tmp.join("ws");
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::create_dir_all(ws.join("checks")).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
+    std::fs::write(
+        ws.join("checks/parity.sh"),
+        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("plan.md"), PLAN).unwrap();
+    let mut rec = tacho(&home);
+    rec.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = rec.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            format!(
+                r#"{{"type":"session.start","session":"ses_g2","workspace":"{}"}}"#,
+                ws.display()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--assure",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_g2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    (home, ws)
+}
+
+fn status(home: &Path, ws: &Path) -> serde_json::Value {
+    let (_, out, _) = t(
+        home,
+        ws,
+        &["goal", "status", "--session", "ses_g2", "--json"],
+    );
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+#[test]
+fn block_needs_kind_evidence_and_the_statement() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = setup(tmp.path());
+    let base = [
+        "goal",
+        "block",
+        "--session",
+        "ses_g2",
+        "--reason",
+        "staging is down",
+        "--required-change",
+        "restore staging",
+    ];
+    let with = |extra: &[&str]| {
+        let mut v: Vec<&str> = base.to_vec();
+        v.extend_from_slice(extra);
+        t(&home, &ws, &v)
+    };
+    let (code, _, err) = with(&[
+        "--kind",
+        "weather",
+        "--evidence",
+        "1",
+        "--no-independent-work",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("one of external_dependency, authorization, user_input"),
+        "{err}"
+    );
+    let (code, _, err) = with(&["--kind", "external_dependency", "--evidence", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no independent work remains"), "{err}");
+    let (code, _, err) = with(&[
+        "--kind",
+        "external_dependency",
+        "--evidence",
+        "1",
+        "--no-independent-work",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is not a receipt of goal"), "{err}");
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2"],
+    );
+    assert_eq!(code, 1);
+    let (code, _, err) = with(&[
+        "--kind",
+        "external_dependency",
+        "--evidence",
+        "2",
+        "--no-independent-work",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(status(&home, &ws)["blocked"], "staging is down");
+}
+
+#[test]
+fn revise_gives_a_new_identity_that_old_receipts_cannot_satisfy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = setup(tmp.path());
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2"],
+    );
+    assert_eq!(code, 0);
+    let old = status(&home, &ws);
+    assert_eq!(old["checks"][0]["state"], "passed");
+    std::fs::write(
+        ws.join("plan2.md"),
+        PLAN.replace("holds 42", "holds exactly 42"),
+    )
+    .unwrap();
+    let (code, out, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "revise",
+            "AC1 was ambiguous",
+            "--plan",
+            "plan2.md",
+            "--session",
+            "ses_g2",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let rev: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(rev["revises"], old["goal"]);
+    assert_eq!(rev["revision"], 2);
+    assert_eq!(rev["previous_digest"], old["contract_digest"]);
+    assert_ne!(rev["contract_digest"], old["contract_digest"]);
+    let new = status(&home, &ws);
+    assert_eq!(new["goal"], rev["goal"]);
+    assert_eq!(
+        new["checks"][0]["state"], "missing",
+        "the old receipt does not count"
+    );
+    let (code, out, _) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "status",
+            "--session",
+            "ses_g2",
+            "--goal",
+            old["goal"].as_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("Replaced by revision"), "{out}");
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2"],
+    );
+    assert_eq!(code, 0);
+    let (code, _, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert_eq!(code, 0);
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "revise",
+            "late",
+            "--plan",
+            "plan2.md",
+            "--session",
+            "ses_g2",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("a completed goal is not revised"), "{err}");
+}
+
+#[test]
+fn completion_attempts_without_new_evidence_pause_the_goal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = setup(tmp.path());
+    let (_, _, err1) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert!(!err1.contains("hint"), "{err1}");
+    let (_, _, err2) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert!(
+        err2.contains("hint: a completion attempt needs new passing evidence"),
+        "{err2}"
+    );
+    let (_, _, err3) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert!(err3.contains("goal paused (stalled: 3 completion attempts without new passing evidence); unfinished work: parity: missing"), "{err3}");
+    assert!(
+        status(&home, &ws)["paused"]
+            .as_str()
+            .unwrap()
+            .starts_with("stalled")
+    );
+    // New passing evidence resumes it.
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2"],
+    );
+    assert!(status(&home, &ws)["paused"].is_null());
+}
+
+#[test]
+fn a_branch_carries_the_contract_but_not_the_receipts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = setup(tmp.path());
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2"],
+    );
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &["session", "branch", "ses_g2", "--id", "ses_g2_b"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = t(
+        &home,
+        &ws,
+        &["goal", "status", "--session", "ses_g2_b", "--json"],
+    );
+    let s: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(s["contract_digest"], status(&home, &ws)["contract_digest"]);
+    assert_eq!(s["checks"][0]["state"], "missing");
+}

@@ -119,8 +119,17 @@ pub fn run(a: BranchArgs) -> Result<(), CliError> {
     });
     let copies: Vec<(i64, EventBody)> = events
         .iter()
+        // The goal and its frozen contract come along; receipts and gate decisions
+        // are evidence of the parent's run and stay there.
         .filter(|e| {
-            e.seq >= 1 && e.seq <= through && !matches!(e.event.body, EventBody::SessionEnd(_))
+            e.seq >= 1
+                && e.seq <= through
+                && !matches!(
+                    e.event.body,
+                    EventBody::SessionEnd(_)
+                        | EventBody::GoalCheckRun(_)
+                        | EventBody::GoalUpdate(_)
+                )
         })
         .map(|e| (e.event.time_unix_ns, e.event.body.clone()))
         .collect();

@@ -30,6 +30,49 @@ pub enum GoalCommand {
     /// The completion gate: completes the goal only if every check passed on the
     /// source as it is now; otherwise names every check that did not, and why.
     Complete(StatusArgs),
+    /// Mark the goal blocked by something outside the agent's reach.
+    Block(BlockArgs),
+    /// Replace the goal's plan after a correction: a new goal with a new contract; the
+    /// old plan, digest and receipts stay in the record and cannot satisfy it.
+    Revise(ReviseArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BlockArgs {
+    #[arg(long)]
+    pub session: String,
+    #[arg(long)]
+    pub goal: Option<String>,
+    /// `external_dependency`, `authorization` or `user_input`.
+    #[arg(long)]
+    pub kind: String,
+    #[arg(long)]
+    pub reason: String,
+    /// The change outside the agent's reach that would unblock the goal.
+    #[arg(long)]
+    pub required_change: String,
+    /// Receipts (event numbers of `goal.check` events of this goal) the block rests on.
+    #[arg(long = "evidence", required = true)]
+    pub evidence: Vec<u64>,
+    /// States that no independent work remains.
+    #[arg(long)]
+    pub no_independent_work: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReviseArgs {
+    /// What was wrong with the plan.
+    pub correction: String,
+    #[arg(long)]
+    pub plan: PathBuf,
+    #[arg(long)]
+    pub session: String,
+    #[arg(long)]
+    pub goal: Option<String>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -84,6 +127,8 @@ pub fn run(c: GoalCommand) -> Result<(), CliError> {
         GoalCommand::Check(a) => check(a),
         GoalCommand::Status(a) => status(a, false),
         GoalCommand::Complete(a) => status(a, true),
+        GoalCommand::Block(a) => block(a),
+        GoalCommand::Revise(a) => revise(a),
     }
 }
 
@@ -110,27 +155,13 @@ fn create(a: CreateArgs) -> Result<(), CliError> {
         assure: a.assure,
     })
     .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
-    let digest = contract_digest(&plan);
-    let goal = format!("goal_{}", ulid::Ulid::generate().to_string().to_lowercase());
-    let body = EventBody::GoalCreated(GoalCreated {
-        goal: goal.clone(),
-        revision: 1,
-        title: plan.title.clone(),
-        kind: plan.kind.clone(),
-        objective: a.objective.clone(),
-        assured: a.assure,
-        contract_digest: digest.clone(),
-        baseline: plan.baseline.clone(),
-        workspace: ws.display().to_string(),
-        plan: plan.markdown.clone(),
-        assurance: plan
-            .assurance
-            .as_ref()
-            .and_then(|x| serde_json::to_string(x).ok()),
-    });
-    let receipt = log
-        .writer(&session)?
-        .append(now_unix_ns(), &body, Durability::Sync)?;
+    let created = freeze(&plan, a.objective.clone(), a.assure, &ws, 1);
+    let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
+    let receipt = log.writer(&session)?.append(
+        now_unix_ns(),
+        &EventBody::GoalCreated(created),
+        Durability::Sync,
+    )?;
     let mut out = Out::new();
     if a.json {
         out.json(&serde_json::json!({
@@ -151,6 +182,180 @@ fn create(a: CreateArgs) -> Result<(), CliError> {
         } else {
             out.line("  no assurance contract: completion follows the plain rule")?;
         }
+    }
+    out.finish()
+}
+
+/// The `goal.created` of a validated plan, under a fresh goal id.
+fn freeze(
+    plan: &tacho_engine::goal::Plan,
+    objective: Option<String>,
+    assured: bool,
+    ws: &Path,
+    revision: u32,
+) -> GoalCreated {
+    GoalCreated {
+        goal: format!("goal_{}", ulid::Ulid::generate().to_string().to_lowercase()),
+        revision,
+        title: plan.title.clone(),
+        kind: plan.kind.clone(),
+        objective,
+        assured,
+        contract_digest: contract_digest(plan),
+        baseline: plan.baseline.clone(),
+        workspace: ws.display().to_string(),
+        plan: plan.markdown.clone(),
+        assurance: plan
+            .assurance
+            .as_ref()
+            .and_then(|x| serde_json::to_string(x).ok()),
+        ..GoalCreated::default()
+    }
+}
+
+fn block(a: BlockArgs) -> Result<(), CliError> {
+    const KINDS: &[&str] = &["external_dependency", "authorization", "user_input"];
+    if !KINDS.contains(&a.kind.as_str()) {
+        return Err(CliError::Input(format!(
+            "--kind {:?}: one of {}",
+            a.kind,
+            KINDS.join(", ")
+        )));
+    }
+    if !a.no_independent_work {
+        return Err(CliError::Input(
+            "a goal is blocked only when no independent work remains: pass --no-independent-work to state it, or keep working".into(),
+        ));
+    }
+    for (what, v) in [
+        ("--reason", &a.reason),
+        ("--required-change", &a.required_change),
+    ] {
+        if v.trim().is_empty() {
+            return Err(CliError::Input(format!("{what} must say something")));
+        }
+    }
+    let log = open_store()?;
+    let session = log.resolve_session(&a.session)?;
+    let gs = goals(&log, &session)?;
+    let g = pick(&gs, &session, a.goal.as_deref())?;
+    let mut all = Vec::new();
+    log.read_session(&session, |e| {
+        if let EventBody::GoalCheckRun(r) = &e.event.body
+            && r.goal == g.created.goal
+        {
+            all.push(e.seq);
+        }
+    })?;
+    for ev in &a.evidence {
+        if !all.contains(ev) {
+            return Err(CliError::Input(format!(
+                "--evidence {ev}: event #{ev} of session {session} is not a receipt of goal {} (its receipts: {})",
+                g.created.goal,
+                if all.is_empty() {
+                    "none yet".into()
+                } else {
+                    all.iter()
+                        .map(|s| format!("#{s}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            )));
+        }
+    }
+    let body = EventBody::GoalUpdate(GoalUpdate {
+        goal: g.created.goal.clone(),
+        revision: g.created.revision,
+        action: GoalAction::Block,
+        accepted: true,
+        reason: Some(a.reason.clone()),
+        block_kind: Some(a.kind.clone()),
+        required_change: Some(a.required_change.clone()),
+        evidence: a.evidence.clone(),
+        no_independent_work: true,
+        ..GoalUpdate::default()
+    });
+    let r = log
+        .writer(&session)?
+        .append(now_unix_ns(), &body, Durability::Sync)?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(
+            &serde_json::json!({"type": "goal_blocked", "goal": g.created.goal, "seq": r.last_seq}),
+        )?;
+    } else {
+        out.line(format!(
+            "goal {} blocked ({}): {} — needs: {}",
+            g.created.goal, a.kind, a.reason, a.required_change
+        ))?;
+    }
+    out.finish()
+}
+
+fn revise(a: ReviseArgs) -> Result<(), CliError> {
+    let log = open_store()?;
+    let session = log.resolve_session(&a.session)?;
+    let gs = goals(&log, &session)?;
+    let old = pick(&gs, &session, a.goal.as_deref())?;
+    if old.completed {
+        return Err(CliError::Input(format!(
+            "goal {} is completed: a completed goal is not revised; create a new goal",
+            old.created.goal
+        )));
+    }
+    if let Some(n) = &old.revised_by {
+        return Err(CliError::Input(format!(
+            "goal {} was already revised by {n}; revise that one",
+            old.created.goal
+        )));
+    }
+    if a.correction.trim().is_empty() {
+        return Err(CliError::Input(
+            "the correction must say what was wrong".into(),
+        ));
+    }
+    let ws = PathBuf::from(&old.created.workspace);
+    let markdown = std::fs::read_to_string(&a.plan)
+        .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let head = tacho_engine::snapshot::head_commit(&ws)?;
+    let objective = old.created.objective.clone().unwrap_or_default();
+    let plan = validate(&Submission {
+        markdown: &markdown,
+        objective: &objective,
+        head: head.as_deref(),
+        assure: old.created.assured,
+    })
+    .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let mut created = freeze(
+        &plan,
+        old.created.objective.clone(),
+        old.created.assured,
+        &ws,
+        old.created.revision + 1,
+    );
+    created.revises = Some(old.created.goal.clone());
+    created.previous_digest = Some(old.created.contract_digest.clone());
+    created.correction = Some(a.correction.clone());
+    let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
+    let r = log.writer(&session)?.append(
+        now_unix_ns(),
+        &EventBody::GoalCreated(created),
+        Durability::Sync,
+    )?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&serde_json::json!({
+            "type": "goal", "goal": goal, "revises": old.created.goal, "revision": old.created.revision + 1,
+            "contract_digest": digest, "previous_digest": old.created.contract_digest, "seq": r.last_seq,
+        }))?;
+    } else {
+        out.line(format!(
+            "goal {goal} (revision {}) replaces {}: contract {} → {}; earlier receipts cannot satisfy it",
+            old.created.revision + 1,
+            old.created.goal,
+            &old.created.contract_digest[..16],
+            &digest[..16]
+        ))?;
     }
     out.finish()
 }
@@ -387,9 +592,45 @@ fn status(a: StatusArgs, complete: bool) -> Result<(), CliError> {
             accepted,
             reason: Some(reason.clone()),
             details: open.clone(),
+            ..GoalUpdate::default()
         });
-        log.writer(&session)?
-            .append(now_unix_ns(), &body, Durability::Sync)?;
+        let mut w = log.writer(&session)?;
+        w.append(now_unix_ns(), &body, Durability::Sync)?;
+        // Stall: attempts that bring no new passing evidence. The second gets a hint;
+        // the third pauses the goal and discloses the unfinished work.
+        let fruitless = if accepted {
+            0
+        } else {
+            g.fruitless_attempts() + 1
+        };
+        let mut stall_note = None;
+        if fruitless == 2 {
+            stall_note = Some("hint: a completion attempt needs new passing evidence: run the checks listed (tacho goal check ID) after fixing what they report".to_string());
+        } else if fruitless >= 3 && g.paused.is_none() {
+            let why =
+                format!("stalled: {fruitless} completion attempts without new passing evidence");
+            w.append(
+                now_unix_ns(),
+                &EventBody::GoalUpdate(GoalUpdate {
+                    goal: g.created.goal.clone(),
+                    revision: g.created.revision,
+                    action: GoalAction::Pause,
+                    accepted: true,
+                    reason: Some(why.clone()),
+                    details: open.clone(),
+                    ..GoalUpdate::default()
+                }),
+                Durability::Sync,
+            )?;
+            stall_note = Some(format!(
+                "goal paused ({why}); unfinished work: {}",
+                open.join("; ")
+            ));
+        }
+        drop(w);
+        if let Some(n) = &stall_note {
+            eprintln!("{n}");
+        }
         if a.json {
             out.json(&serde_json::json!({"type": "completion", "goal": g.created.goal, "accepted": accepted, "reason": reason, "open": open}))?;
         } else if accepted {
@@ -421,6 +662,10 @@ fn status(a: StatusArgs, complete: bool) -> Result<(), CliError> {
             "assured": g.created.assured,
             "contract_digest": g.created.contract_digest,
             "completed": g.completed,
+            "blocked": g.blocked,
+            "paused": g.paused,
+            "revised_by": g.revised_by,
+            "revises": g.created.revises,
             "fingerprint": now.as_ref().ok(),
             "no_fresh_evidence": now.as_ref().err(),
             "checks": states.iter().map(|(id, s)| serde_json::json!({
@@ -453,6 +698,24 @@ fn status(a: StatusArgs, complete: bool) -> Result<(), CliError> {
             .map(|r| format!(" (receipt #{})", r.0))
             .unwrap_or_default();
         out.line(format!("  {:<8} {id}{why}{evidence}", s.name()))?;
+    }
+    if let Some(r) = &g.created.revises {
+        out.line(format!(
+            "Revision {} of {r} (correction: {})",
+            g.created.revision,
+            g.created.correction.as_deref().unwrap_or("-")
+        ))?;
+    }
+    if let Some(n) = &g.revised_by {
+        out.line(format!(
+            "Replaced by revision {n}: its receipts do not count here."
+        ))?;
+    }
+    if let Some(b) = &g.blocked {
+        out.line(format!("Blocked: {b}"))?;
+    }
+    if let Some(p) = &g.paused {
+        out.line(format!("Paused: {p}"))?;
     }
     out.line(if g.completed {
         "Completed.".to_string()
