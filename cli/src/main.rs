@@ -52,6 +52,9 @@ enum Command {
     /// Goal assurance: frozen plans, checks with receipts, status and the completion gate.
     #[command(subcommand)]
     Goal(cmd::goal::GoalCommand),
+    /// Check a commit range: baseline ancestry, not empty, every changed path inside the
+    /// allowed scopes and outside the forbidden ones, merges as chosen.
+    VerifyCommits(cmd::verify_commits::VerifyCommitsArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Gc(a) => cmd::gc::run(a),
         Command::Fingerprint(a) => cmd::fingerprint::run(a),
         Command::Goal(c) => cmd::goal::run(c),
+        Command::VerifyCommits(a) => cmd::verify_commits::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

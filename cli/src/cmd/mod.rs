@@ -13,3 +13,4 @@ pub mod rollback;
 pub mod session;
 pub mod snapshot;
 pub mod trace;
+pub mod verify_commits;

@@ -1,0 +1,84 @@
+//! `tacho verify-commits`: the commit-range verifier for goal checks.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use tacho_engine::goal::commits::{Merges, verify_commits};
+
+use crate::error::CliError;
+use crate::output::Out;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum MergesArg {
+    /// A merge commit in the range is a violation.
+    Reject,
+    /// Check a merge against its first parent only.
+    FirstParent,
+    /// Check a merge against every parent.
+    All,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyCommitsArgs {
+    /// The commit the range starts after (an ancestor of HEAD).
+    #[arg(long)]
+    pub baseline: String,
+    /// Paths (repository-relative prefixes) every change must stay under.
+    #[arg(long)]
+    pub allow: Vec<String>,
+    /// Paths no change may touch.
+    #[arg(long)]
+    pub forbid: Vec<String>,
+    #[arg(long, value_enum, default_value = "reject")]
+    pub merges: MergesArg,
+    /// The repository's work tree (default: the current directory).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: VerifyCommitsArgs) -> Result<(), CliError> {
+    let ws = match a.workspace {
+        Some(w) => w,
+        None => std::env::current_dir()?,
+    };
+    let merges = match a.merges {
+        MergesArg::Reject => Merges::Reject,
+        MergesArg::FirstParent => Merges::FirstParent,
+        MergesArg::All => Merges::All,
+    };
+    let r = verify_commits(&ws, &a.baseline, &a.allow, &a.forbid, merges)?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&serde_json::to_value(&r).map_err(|e| CliError::Io(e.to_string()))?)?;
+    } else {
+        out.line(format!(
+            "{}..{}: {} commit(s), {} changed path(s) checked",
+            &r.baseline[..r.baseline.len().min(12)],
+            &r.head[..r.head.len().min(12)],
+            r.commits.len(),
+            r.paths_checked
+        ))?;
+        for v in &r.violations {
+            out.line(format!(
+                "  VIOLATION {}{}: {}",
+                v.commit.as_deref().map(|c| &c[..12]).unwrap_or("range"),
+                v.path.as_ref().map(|p| format!(" {p}")).unwrap_or_default(),
+                v.reason
+            ))?;
+        }
+        if r.violations.is_empty() {
+            out.line("ok")?;
+        }
+    }
+    out.finish()?;
+    if r.violations.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Findings(format!(
+            "{} violation(s) in the commit range",
+            r.violations.len()
+        )))
+    }
+}

@@ -1,0 +1,190 @@
+//! The commit-range verifier on repositories built with the real `git`.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::Path;
+use std::process::Command;
+
+use tacho_engine::goal::commits::{Merges, verify_commits};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn commit(ws: &Path, files: &[(&str, Option<&str>)], msg: &str) -> String {
+    for (p, content) in files {
+        let path = ws.join(p);
+        match content {
+            Some(c) => {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(path, c).unwrap();
+            }
+            None => {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+    }
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-qm", msg]);
+    git(ws, &["rev-parse", "HEAD"])
+}
+
+fn repo() -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().canonicalize().unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    let base = commit(
+        &ws,
+        &[
+            ("src/a.rs", Some("a")),
+            ("legacy/schema.sql", Some("s")),
+            ("README", Some("r")),
+        ],
+        "base",
+    );
+    (tmp, ws, base)
+}
+
+fn have_git() -> bool {
+    Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn reasons(r: &tacho_engine::goal::commits::CommitReport) -> Vec<String> {
+    r.violations
+        .iter()
+        .map(|v| format!("{} {}", v.path.clone().unwrap_or_default(), v.reason))
+        .collect()
+}
+
+#[test]
+fn changes_inside_the_allowed_scope_pass() {
+    if !have_git() {
+        return;
+    }
+    let (_t, ws, base) = repo();
+    commit(&ws, &[("src/b.rs", Some("b"))], "add b");
+    commit(&ws, &[("src/a.rs", Some("a2"))], "edit a");
+    let r = verify_commits(
+        &ws,
+        &base,
+        &["src".into()],
+        &["legacy".into()],
+        Merges::Reject,
+    )
+    .unwrap();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.commits.len(), 2);
+    assert_eq!(r.paths_checked, 2);
+}
+
+#[test]
+fn deletions_and_both_sides_of_renames_are_examined() {
+    if !have_git() {
+        return;
+    }
+    let (_t, ws, base) = repo();
+    // A rename out of the forbidden area shows as its deletion there.
+    git(&ws, &["mv", "legacy/schema.sql", "src/schema.sql"]);
+    git(&ws, &["commit", "-qm", "move schema"]);
+    commit(&ws, &[("README", None)], "drop readme");
+    let r = verify_commits(
+        &ws,
+        &base,
+        &["src".into()],
+        &["legacy".into()],
+        Merges::Reject,
+    )
+    .unwrap();
+    assert_eq!(
+        reasons(&r),
+        [
+            "README deleted outside the allowed scopes",
+            "legacy/schema.sql deleted in a forbidden scope"
+        ]
+    );
+}
+
+#[test]
+fn merges_are_handled_as_chosen() {
+    if !have_git() {
+        return;
+    }
+    let (_t, ws, base) = repo();
+    git(&ws, &["checkout", "-q", "-b", "side"]);
+    commit(&ws, &[("legacy/x.sql", Some("x"))], "side change");
+    git(&ws, &["checkout", "-q", "main"]);
+    commit(&ws, &[("src/c.rs", Some("c"))], "main change");
+    git(&ws, &["merge", "-q", "--no-ff", "-m", "merge side", "side"]);
+    let reject = verify_commits(&ws, &base, &[], &["legacy".into()], Merges::Reject).unwrap();
+    assert!(
+        reasons(&reject)
+            .iter()
+            .any(|r| r.contains("merge commit with 2 parents")),
+        "{:?}",
+        reasons(&reject)
+    );
+    // The side branch's own commit is in the range either way.
+    assert!(reasons(&reject).contains(&"legacy/x.sql added in a forbidden scope".to_string()));
+    let first = verify_commits(&ws, &base, &[], &["legacy".into()], Merges::FirstParent).unwrap();
+    // Against its first parent, the merge brings legacy/x.sql in.
+    assert_eq!(
+        reasons(&first)
+            .iter()
+            .filter(|r| r.starts_with("legacy/x.sql"))
+            .count(),
+        2
+    );
+    let all = verify_commits(&ws, &base, &[], &["src".into()], Merges::All).unwrap();
+    assert!(
+        reasons(&all).iter().any(|r| r.starts_with("src/c.rs")),
+        "{:?}",
+        reasons(&all)
+    );
+}
+
+#[test]
+fn the_baseline_must_be_an_ancestor_and_the_range_not_empty() {
+    if !have_git() {
+        return;
+    }
+    let (_t, ws, base) = repo();
+    let r = verify_commits(&ws, &base, &[], &[], Merges::Reject).unwrap();
+    assert_eq!(
+        reasons(&r),
+        [format!(" the range {base}..{base} holds no commit")]
+    );
+    git(&ws, &["checkout", "-q", "-b", "other"]);
+    let other = commit(&ws, &[("src/o.rs", Some("o"))], "other");
+    git(&ws, &["checkout", "-q", "main"]);
+    commit(&ws, &[("src/m.rs", Some("m"))], "main");
+    let r = verify_commits(&ws, &other, &[], &[], Merges::Reject).unwrap();
+    assert!(
+        reasons(&r)[0].contains("is not an ancestor of HEAD"),
+        "{:?}",
+        reasons(&r)
+    );
+    let r = verify_commits(&ws, "no-such-ref", &[], &[], Merges::Reject).unwrap();
+    assert_eq!(
+        reasons(&r),
+        [" baseline no-such-ref does not name a commit of this repository"]
+    );
+}
