@@ -81,7 +81,7 @@ pub fn verify_commits(
     let base = match repo.rev_parse_single(baseline) {
         Ok(id) => match id
             .object()
-            .and_then(|o| o.peel_to_commit().map_err(Into::into))
+            .and_then(|o| o.peel_to_commit())
         {
             Ok(c) => c.id,
             Err(_) => {
