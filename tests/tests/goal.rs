@@ -37,11 +37,10 @@ fn t(home: &Path, ws: &Path, args: &[&str]) -> (i32, String, String) {
     run(c)
 }
 
-#[test]
-fn a_goal_is_completed_only_by_fresh_passing_receipts() {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let ws = tmp.path().join("ws");
+/// A workspace whose check fails (the value is 41), its plan, and a recorded session.
+fn workspace_and_session(tmp: &Path, session: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let home = tmp.join("home");
+    let ws = tmp.join("ws");
     std::fs::create_dir_all(ws.join("src")).unwrap();
     std::fs::create_dir_all(ws.join("checks")).unwrap();
     let ws = ws.canonicalize().unwrap();
@@ -54,22 +53,27 @@ fn a_goal_is_completed_only_by_fresh_passing_receipts() {
     std::fs::write(ws.join("plan.md"), PLAN).unwrap();
     let mut rec = tacho(&home);
     rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped());
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null());
     let mut child = rec.spawn().unwrap();
+    let line = format!(
+        r#"{{"type":"session.start","session":"{session}","workspace":"{}"}}"#,
+        ws.display()
+    );
     child
         .stdin
         .take()
         .unwrap()
-        .write_all(
-            format!(
-                r#"{{"type":"session.start","session":"ses_goal","workspace":"{}"}}"#,
-                ws.display()
-            )
-            .as_bytes(),
-        )
+        .write_all(line.as_bytes())
         .unwrap();
     assert!(child.wait().unwrap().success());
+    (home, ws)
+}
 
+#[test]
+fn a_goal_is_completed_only_by_fresh_passing_receipts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_goal");
     let (code, out, err) = t(
         &home,
         &ws,
@@ -175,30 +179,12 @@ fn a_goal_is_completed_only_by_fresh_passing_receipts() {
 #[test]
 fn a_check_is_run_by_id_only_and_a_bad_plan_names_the_rule() {
     let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let ws = tmp.path().canonicalize().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_bad");
     std::fs::write(
         ws.join("plan.md"),
         PLAN.replace("sh checks/parity.sh", "echo ok"),
     )
     .unwrap();
-    let mut rec = tacho(&home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped());
-    let mut child = rec.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            format!(
-                r#"{{"type":"session.start","session":"ses_bad","workspace":"{}"}}"#,
-                ws.display()
-            )
-            .as_bytes(),
-        )
-        .unwrap();
-    assert!(child.wait().unwrap().success());
     let (code, _, err) = t(
         &home,
         &ws,
@@ -246,36 +232,7 @@ fn a_check_is_run_by_id_only_and_a_bad_plan_names_the_rule() {
 
 /// A workspace with a failing check, a session and an assured goal.
 fn setup(tmp: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let home = tmp.join("home");
-    let ws = tmp.join("ws");
-    std::fs::create_dir_all(ws.join("src")).unwrap();
-    std::fs::create_dir_all(ws.join("checks")).unwrap();
-    let ws = ws.canonicalize().unwrap();
-    std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
-    std::fs::write(
-        ws.join("checks/parity.sh"),
-        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
-    )
-    .unwrap();
-    std::fs::write(ws.join("plan.md"), PLAN).unwrap();
-    let mut rec = tacho(&home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = rec.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            format!(
-                r#"{{"type":"session.start","session":"ses_g2","workspace":"{}"}}"#,
-                ws.display()
-            )
-            .as_bytes(),
-        )
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    let (home, ws) = workspace_and_session(tmp, "ses_g2");
     let (code, _, err) = t(
         &home,
         &ws,

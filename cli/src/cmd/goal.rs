@@ -144,17 +144,8 @@ fn create(a: CreateArgs) -> Result<(), CliError> {
     let ws = ws
         .canonicalize()
         .map_err(|e| CliError::Input(format!("workspace {}: {e}", ws.display())))?;
-    let markdown = std::fs::read_to_string(&a.plan)
-        .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
     let objective = a.objective.clone().unwrap_or_default();
-    let head = tacho_engine::snapshot::head_commit(&ws)?;
-    let plan = validate(&Submission {
-        markdown: &markdown,
-        objective: &objective,
-        head: head.as_deref(),
-        assure: a.assure,
-    })
-    .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let plan = read_plan(&a.plan, &ws, &objective, a.assure)?;
     let created = freeze(&plan, a.objective.clone(), a.assure, &ws, 1);
     let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
     let receipt = log.writer(&session)?.append(
@@ -184,6 +175,25 @@ fn create(a: CreateArgs) -> Result<(), CliError> {
         }
     }
     out.finish()
+}
+
+/// Reads and validates a plan file; `{BASELINE}` becomes the workspace's HEAD.
+fn read_plan(
+    path: &Path,
+    ws: &Path,
+    objective: &str,
+    assure: bool,
+) -> Result<tacho_engine::goal::Plan, CliError> {
+    let markdown = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+    let head = tacho_engine::snapshot::head_commit(ws)?;
+    validate(&Submission {
+        markdown: &markdown,
+        objective,
+        head: head.as_deref(),
+        assure,
+    })
+    .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
 }
 
 /// The `goal.created` of a validated plan, under a fresh goal id.
@@ -315,17 +325,8 @@ fn revise(a: ReviseArgs) -> Result<(), CliError> {
         ));
     }
     let ws = PathBuf::from(&old.created.workspace);
-    let markdown = std::fs::read_to_string(&a.plan)
-        .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
-    let head = tacho_engine::snapshot::head_commit(&ws)?;
     let objective = old.created.objective.clone().unwrap_or_default();
-    let plan = validate(&Submission {
-        markdown: &markdown,
-        objective: &objective,
-        head: head.as_deref(),
-        assure: old.created.assured,
-    })
-    .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let plan = read_plan(&a.plan, &ws, &objective, old.created.assured)?;
     let mut created = freeze(
         &plan,
         old.created.objective.clone(),

@@ -79,10 +79,7 @@ pub fn verify_commits(
         });
     };
     let base = match repo.rev_parse_single(baseline) {
-        Ok(id) => match id
-            .object()
-            .and_then(|o| o.peel_to_commit())
-        {
+        Ok(id) => match id.object().and_then(|o| o.peel_to_commit()) {
             Ok(c) => c.id,
             Err(_) => {
                 fail(&mut report, format!("baseline {baseline} is not a commit"));
