@@ -134,66 +134,113 @@ pub fn run(c: GoalCommand) -> Result<(), CliError> {
 
 fn create(a: CreateArgs) -> Result<(), CliError> {
     let log = open_store()?;
-    let session = log.resolve_session(&a.session)?;
-    let ws = match &a.workspace {
-        Some(w) => w.clone(),
-        None => crate::snapshots::session_workspace(&log, &session)?
+    let markdown = std::fs::read_to_string(&a.plan)
+        .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let v = create_goal(
+        &log,
+        &a.session,
+        &markdown,
+        &a.plan.display().to_string(),
+        a.objective.clone(),
+        a.assure,
+        a.workspace.clone(),
+    )?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&v)?;
+        return out.finish();
+    }
+    out.line(format!(
+        "goal {} frozen in session {}: {} (contract {})",
+        v["goal"].as_str().unwrap_or_default(),
+        v["session"].as_str().unwrap_or_default(),
+        v["title"].as_str().unwrap_or_default(),
+        v["contract_digest"]
+            .as_str()
+            .unwrap_or_default()
+            .get(..16)
+            .unwrap_or_default()
+    ))?;
+    match v["check_commands"].as_array() {
+        Some(cs) => {
+            for c in cs {
+                out.line(format!(
+                    "  check {}: {}",
+                    c["id"].as_str().unwrap_or_default(),
+                    c["command"].as_str().unwrap_or_default()
+                ))?;
+            }
+        }
+        None => out.line("  no assurance contract: completion follows the plain rule")?,
+    }
+    out.finish()
+}
+
+/// Freezes a plan (Markdown text) as a goal of `session`: what `goal create` and the
+/// MCP `create_goal` tool do. `source` names the plan in error messages.
+pub fn create_goal(
+    log: &Store,
+    session: &str,
+    markdown: &str,
+    source: &str,
+    objective: Option<String>,
+    assure: bool,
+    workspace: Option<PathBuf>,
+) -> Result<serde_json::Value, CliError> {
+    let session = log.resolve_session(session)?;
+    let ws = match workspace {
+        Some(w) => w,
+        None => crate::snapshots::session_workspace(log, &session)?
             .map(PathBuf::from)
             .map_or_else(std::env::current_dir, Ok)?,
     };
     let ws = ws
         .canonicalize()
         .map_err(|e| CliError::Input(format!("workspace {}: {e}", ws.display())))?;
-    let objective = a.objective.clone().unwrap_or_default();
-    let plan = read_plan(&a.plan, &ws, &objective, a.assure)?;
-    let created = freeze(&plan, a.objective.clone(), a.assure, &ws, 1);
+    let plan = validate_plan(
+        markdown,
+        source,
+        &ws,
+        objective.as_deref().unwrap_or(""),
+        assure,
+    )?;
+    let created = freeze(&plan, objective, assure, &ws, 1);
     let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
     let receipt = log.writer(&session)?.append(
         now_unix_ns(),
         &EventBody::GoalCreated(created),
         Durability::Sync,
     )?;
-    let mut out = Out::new();
-    if a.json {
-        out.json(&serde_json::json!({
-            "type": "goal", "goal": goal, "session": session, "contract_digest": digest,
-            "baseline": plan.baseline, "checks": plan.assurance.map(|x| x.checks.into_iter().map(|c| c.id).collect::<Vec<_>>()),
-            "seq": receipt.last_seq,
-        }))?;
-    } else {
-        out.line(format!(
-            "goal {goal} frozen in session {session}: {} (contract {})",
-            plan.title,
-            &digest[..16]
-        ))?;
-        if let Some(x) = &plan.assurance {
-            for c in &x.checks {
-                out.line(format!("  check {}: {}", c.id, c.command))?;
-            }
-        } else {
-            out.line("  no assurance contract: completion follows the plain rule")?;
-        }
-    }
-    out.finish()
+    let checks = plan
+        .assurance
+        .as_ref()
+        .map(|x| x.checks.clone())
+        .unwrap_or_default();
+    Ok(serde_json::json!({
+        "type": "goal", "goal": goal, "session": session, "title": plan.title,
+        "contract_digest": digest, "baseline": plan.baseline,
+        "checks": plan.assurance.as_ref().map(|_| checks.iter().map(|c| c.id.clone()).collect::<Vec<_>>()),
+        "check_commands": plan.assurance.as_ref().map(|_| checks.iter().map(|c| serde_json::json!({"id": c.id, "command": c.command})).collect::<Vec<_>>()),
+        "seq": receipt.last_seq,
+    }))
 }
 
-/// Reads and validates a plan file; `{BASELINE}` becomes the workspace's HEAD.
-fn read_plan(
-    path: &Path,
+/// Validates a plan; `{BASELINE}` becomes the workspace's HEAD.
+fn validate_plan(
+    markdown: &str,
+    source: &str,
     ws: &Path,
     objective: &str,
     assure: bool,
 ) -> Result<tacho_engine::goal::Plan, CliError> {
-    let markdown = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
     let head = tacho_engine::snapshot::head_commit(ws)?;
     validate(&Submission {
-        markdown: &markdown,
+        markdown,
         objective,
         head: head.as_deref(),
         assure,
     })
-    .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
+    .map_err(|e| CliError::Input(format!("{source}: {e}")))
 }
 
 /// The `goal.created` of a validated plan, under a fresh goal id.
@@ -224,31 +271,65 @@ fn freeze(
 }
 
 fn block(a: BlockArgs) -> Result<(), CliError> {
+    let log = open_store()?;
+    let v = block_goal(
+        &log,
+        &a.session,
+        a.goal.as_deref(),
+        &a.kind,
+        &a.reason,
+        &a.required_change,
+        &a.evidence,
+        a.no_independent_work,
+    )?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&v)?;
+    } else {
+        out.line(format!(
+            "goal {} blocked ({}): {} — needs: {}",
+            v["goal"].as_str().unwrap_or_default(),
+            a.kind,
+            a.reason,
+            a.required_change
+        ))?;
+    }
+    out.finish()
+}
+
+/// Marks a goal blocked: what `goal block` and the MCP `update_goal` tool do.
+#[allow(clippy::too_many_arguments)]
+pub fn block_goal(
+    log: &Store,
+    session: &str,
+    goal: Option<&str>,
+    kind: &str,
+    reason: &str,
+    required_change: &str,
+    evidence: &[u64],
+    no_independent_work: bool,
+) -> Result<serde_json::Value, CliError> {
     const KINDS: &[&str] = &["external_dependency", "authorization", "user_input"];
-    if !KINDS.contains(&a.kind.as_str()) {
+    if !KINDS.contains(&kind) {
         return Err(CliError::Input(format!(
             "--kind {:?}: one of {}",
-            a.kind,
+            kind,
             KINDS.join(", ")
         )));
     }
-    if !a.no_independent_work {
+    if !no_independent_work {
         return Err(CliError::Input(
             "a goal is blocked only when no independent work remains: pass --no-independent-work to state it, or keep working".into(),
         ));
     }
-    for (what, v) in [
-        ("--reason", &a.reason),
-        ("--required-change", &a.required_change),
-    ] {
+    for (what, v) in [("--reason", reason), ("--required-change", required_change)] {
         if v.trim().is_empty() {
             return Err(CliError::Input(format!("{what} must say something")));
         }
     }
-    let log = open_store()?;
-    let session = log.resolve_session(&a.session)?;
-    let gs = goals(&log, &session)?;
-    let g = pick(&gs, &session, a.goal.as_deref())?;
+    let session = log.resolve_session(session)?;
+    let gs = goals(log, &session)?;
+    let g = pick(&gs, &session, goal)?;
     let mut all = Vec::new();
     log.read_session(&session, |e| {
         if let EventBody::GoalCheckRun(r) = &e.event.body
@@ -257,7 +338,7 @@ fn block(a: BlockArgs) -> Result<(), CliError> {
             all.push(e.seq);
         }
     })?;
-    for ev in &a.evidence {
+    for ev in evidence {
         if !all.contains(ev) {
             return Err(CliError::Input(format!(
                 "--evidence {ev}: event #{ev} of session {session} is not a receipt of goal {} (its receipts: {})",
@@ -278,28 +359,17 @@ fn block(a: BlockArgs) -> Result<(), CliError> {
         revision: g.created.revision,
         action: GoalAction::Block,
         accepted: true,
-        reason: Some(a.reason.clone()),
-        block_kind: Some(a.kind.clone()),
-        required_change: Some(a.required_change.clone()),
-        evidence: a.evidence.clone(),
+        reason: Some(reason.to_owned()),
+        block_kind: Some(kind.to_owned()),
+        required_change: Some(required_change.to_owned()),
+        evidence: evidence.to_vec(),
         no_independent_work: true,
         ..GoalUpdate::default()
     });
     let r = log
         .writer(&session)?
         .append(now_unix_ns(), &body, Durability::Sync)?;
-    let mut out = Out::new();
-    if a.json {
-        out.json(
-            &serde_json::json!({"type": "goal_blocked", "goal": g.created.goal, "seq": r.last_seq}),
-        )?;
-    } else {
-        out.line(format!(
-            "goal {} blocked ({}): {} — needs: {}",
-            g.created.goal, a.kind, a.reason, a.required_change
-        ))?;
-    }
-    out.finish()
+    Ok(serde_json::json!({"type": "goal_blocked", "goal": g.created.goal, "seq": r.last_seq}))
 }
 
 fn revise(a: ReviseArgs) -> Result<(), CliError> {
@@ -326,7 +396,15 @@ fn revise(a: ReviseArgs) -> Result<(), CliError> {
     }
     let ws = PathBuf::from(&old.created.workspace);
     let objective = old.created.objective.clone().unwrap_or_default();
-    let plan = read_plan(&a.plan, &ws, &objective, old.created.assured)?;
+    let markdown = std::fs::read_to_string(&a.plan)
+        .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let plan = validate_plan(
+        &markdown,
+        &a.plan.display().to_string(),
+        &ws,
+        &objective,
+        old.created.assured,
+    )?;
     let mut created = freeze(
         &plan,
         old.created.objective.clone(),
@@ -399,15 +477,60 @@ fn digest_of(fp: &Fingerprint) -> Result<String, String> {
 
 fn check(a: CheckArgs) -> Result<(), CliError> {
     let log = open_store()?;
-    let session = log.resolve_session(&a.session)?;
-    let gs = goals(&log, &session)?;
-    let g = pick(&gs, &session, a.goal.as_deref())?;
+    let v = run_check(&log, &a.session, a.goal.as_deref(), &a.check, a.timeout)?;
+    let passed = v["passed"].as_bool().unwrap_or(false);
+    let verdict = if passed { "passed" } else { "failed" };
+    let r = &v["receipt"];
+    let mut out = Out::new();
+    if a.json {
+        out.json(&v)?;
+    } else {
+        out.line(format!(
+            "check {} {verdict} (exit {}{}), receipt #{} in session {}",
+            a.check,
+            r["exit_code"]
+                .as_i64()
+                .map_or("none".into(), |c| c.to_string()),
+            if r["timed_out"].as_bool().unwrap_or(false) {
+                ", timed out"
+            } else {
+                ""
+            },
+            v["seq"],
+            v["session"].as_str().unwrap_or_default()
+        ))?;
+        if let Some(w) = r["no_evidence"].as_str() {
+            out.line(format!("  no fresh evidence: {w}"))?;
+        } else if r["fingerprint_before"] != r["fingerprint_after"] {
+            out.line("  the source changed while the check ran")?;
+        }
+    }
+    out.finish()?;
+    if passed {
+        Ok(())
+    } else {
+        Err(CliError::Findings(format!("check {} {verdict}", a.check)))
+    }
+}
+
+/// Runs a frozen check by id and records its receipt: what `goal check` and the MCP
+/// `verify_project` tool do. The check's output goes to stderr.
+pub fn run_check(
+    log: &Store,
+    session: &str,
+    goal: Option<&str>,
+    check: &str,
+    timeout_secs: u64,
+) -> Result<serde_json::Value, CliError> {
+    let session = log.resolve_session(session)?;
+    let gs = goals(log, &session)?;
+    let g = pick(&gs, &session, goal)?;
     let checks = g.check_ids();
-    let Some((_, command)) = checks.iter().find(|(id, _)| *id == a.check) else {
+    let Some((_, command)) = checks.iter().find(|(id, _)| *id == check) else {
         return Err(CliError::Input(format!(
             "goal {} has no check {:?}; its checks: {}",
             g.created.goal,
-            a.check,
+            check,
             checks
                 .iter()
                 .map(|c| c.0.as_str())
@@ -418,8 +541,8 @@ fn check(a: CheckArgs) -> Result<(), CliError> {
     let ws = PathBuf::from(&g.created.workspace);
     let before = digest_of(&goal_fingerprint(g)?);
     let started = now_unix_ns();
-    eprintln!("running check {} in {}: {command}", a.check, ws.display());
-    let run = run_command(command, &ws, Duration::from_secs(a.timeout))?;
+    eprintln!("running check {check} in {}: {command}", ws.display());
+    let run = run_command(command, &ws, Duration::from_secs(timeout_secs))?;
     let ended = now_unix_ns();
     let after = digest_of(&goal_fingerprint(g)?);
     let no_evidence = match (&before, &after) {
@@ -431,7 +554,7 @@ fn check(a: CheckArgs) -> Result<(), CliError> {
     let receipt = GoalCheckRun {
         goal: g.created.goal.clone(),
         revision: g.created.revision,
-        check: a.check.clone(),
+        check: check.to_owned(),
         contract_digest: g.created.contract_digest.clone(),
         workspace: g.created.workspace.clone(),
         command: command.clone(),
@@ -452,33 +575,10 @@ fn check(a: CheckArgs) -> Result<(), CliError> {
         &EventBody::GoalCheckRun(receipt.clone()),
         Durability::Sync,
     )?;
-    let mut out = Out::new();
-    let verdict = if passed { "passed" } else { "failed" };
-    if a.json {
-        out.json(&serde_json::json!({
-            "type": "receipt", "seq": r.last_seq, "passed": passed,
-            "receipt": serde_json::to_value(&receipt).map_err(|e| CliError::Io(e.to_string()))?,
-        }))?;
-    } else {
-        out.line(format!(
-            "check {} {verdict} (exit {}{}), receipt #{} in session {session}",
-            a.check,
-            receipt.exit_code.map_or("none".into(), |c| c.to_string()),
-            if receipt.timed_out { ", timed out" } else { "" },
-            r.last_seq
-        ))?;
-        if let Some(w) = &receipt.no_evidence {
-            out.line(format!("  no fresh evidence: {w}"))?;
-        } else if receipt.fingerprint_before != receipt.fingerprint_after {
-            out.line("  the source changed while the check ran")?;
-        }
-    }
-    out.finish()?;
-    if passed {
-        Ok(())
-    } else {
-        Err(CliError::Findings(format!("check {} {verdict}", a.check)))
-    }
+    Ok(serde_json::json!({
+        "type": "receipt", "session": session, "seq": r.last_seq, "passed": passed,
+        "receipt": serde_json::to_value(&receipt).map_err(|e| CliError::Io(e.to_string()))?,
+    }))
 }
 
 struct Ran {
@@ -553,9 +653,145 @@ fn run_command(command: &str, ws: &Path, timeout: Duration) -> Result<Ran, CliEr
 
 fn status(a: StatusArgs, complete: bool) -> Result<(), CliError> {
     let log = open_store()?;
-    let session = log.resolve_session(&a.session)?;
-    let gs = goals(&log, &session)?;
-    let g = pick(&gs, &session, a.goal.as_deref())?;
+    let mut out = Out::new();
+    if complete {
+        let v = complete_goal(&log, &a.session, a.goal.as_deref())?;
+        if let Some(n) = v["note"].as_str() {
+            eprintln!("{n}");
+        }
+        let accepted = v["accepted"].as_bool().unwrap_or(false);
+        let goal = v["goal"].as_str().unwrap_or_default().to_owned();
+        let reason = v["reason"].as_str().unwrap_or_default();
+        if a.json {
+            out.json(&v)?;
+        } else if accepted {
+            out.line(format!("goal {goal} completed: {reason}"))?;
+        } else {
+            out.line(format!("completion of goal {goal} refused: {reason}"))?;
+            for o in v["open"].as_array().into_iter().flatten() {
+                out.line(format!("  {}", o.as_str().unwrap_or_default()))?;
+            }
+        }
+        out.finish()?;
+        return if accepted {
+            Ok(())
+        } else {
+            Err(CliError::Findings(format!(
+                "goal {goal} cannot complete yet"
+            )))
+        };
+    }
+    let v = goal_status(&log, &a.session, a.goal.as_deref())?;
+    if a.json {
+        out.json(&v)?;
+        return out.finish();
+    }
+    let text = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    out.line(format!("Goal {}: {}", text("goal"), text("title")))?;
+    if !v["assured"].as_bool().unwrap_or(false) {
+        out.line("No assurance contract: this goal's completion is not earned by checks.")?;
+    }
+    out.line(format!("Contract: {}", text("contract_digest")))?;
+    match v["fingerprint"].as_str() {
+        Some(fp) => out.line(format!("Source now: {}", fp.get(..16).unwrap_or(fp)))?,
+        None => out.line(format!(
+            "Source now: no fresh evidence ({})",
+            text("no_fresh_evidence")
+        ))?,
+    }
+    for c in v["checks"].as_array().into_iter().flatten() {
+        let why = c["why"]
+            .as_str()
+            .map(|w| format!(" — {w}"))
+            .unwrap_or_default();
+        let evidence = c["receipt_seq"]
+            .as_u64()
+            .map(|s| format!(" (receipt #{s})"))
+            .unwrap_or_default();
+        out.line(format!(
+            "  {:<8} {}{why}{evidence}",
+            c["state"].as_str().unwrap_or_default(),
+            c["id"].as_str().unwrap_or_default()
+        ))?;
+    }
+    if let Some(r) = v["revises"].as_str() {
+        out.line(format!(
+            "Revision {} of {r} (correction: {})",
+            v["revision"],
+            v["correction"].as_str().unwrap_or("-")
+        ))?;
+    }
+    if let Some(n) = v["revised_by"].as_str() {
+        out.line(format!(
+            "Replaced by revision {n}: its receipts do not count here."
+        ))?;
+    }
+    if let Some(b) = v["blocked"].as_str() {
+        out.line(format!("Blocked: {b}"))?;
+    }
+    if let Some(p) = v["paused"].as_str() {
+        out.line(format!("Paused: {p}"))?;
+    }
+    out.line(if v["completed"].as_bool().unwrap_or(false) {
+        "Completed."
+    } else if v["can_complete"].as_bool().unwrap_or(false) {
+        "Can complete: every check passed on the source as it is now."
+    } else {
+        "Cannot complete yet."
+    })?;
+    out.finish()
+}
+
+/// Each check's state against the source now (`goal status`, MCP `get_goal`).
+pub fn goal_status(
+    log: &Store,
+    session: &str,
+    goal: Option<&str>,
+) -> Result<serde_json::Value, CliError> {
+    let session = log.resolve_session(session)?;
+    let gs = goals(log, &session)?;
+    let g = pick(&gs, &session, goal)?;
+    let (now, states, _, can_complete) = assess_goal(g)?;
+    Ok(serde_json::json!({
+        "type": "goal_status",
+        "session": session,
+        "goal": g.created.goal,
+        "title": g.created.title,
+        "revision": g.created.revision,
+        "assured": g.created.assured,
+        "contract_digest": g.created.contract_digest,
+        "completed": g.completed,
+        "blocked": g.blocked,
+        "paused": g.paused,
+        "revised_by": g.revised_by,
+        "revises": g.created.revises,
+        "correction": g.created.correction,
+        "fingerprint": now.as_ref().ok(),
+        "no_fresh_evidence": now.as_ref().err(),
+        "checks": states.iter().map(|(id, s)| serde_json::json!({
+            "id": id,
+            "state": s.name(),
+            "why": match s { CheckState::Failed(w) | CheckState::Stale(w) => Some(w.clone()), _ => None },
+            "receipt_seq": g.receipts.get(id).map(|r| r.0),
+        })).collect::<Vec<_>>(),
+        "can_complete": can_complete,
+    }))
+}
+
+/// The source now, each check's state, the checks not passed, and whether the goal
+/// can complete.
+#[allow(clippy::type_complexity)]
+fn assess_goal(
+    g: &GoalState,
+) -> Result<
+    (
+        Result<String, String>,
+        Vec<(String, CheckState)>,
+        Vec<String>,
+        bool,
+    ),
+    CliError,
+> {
     let now = digest_of(&goal_fingerprint(g)?);
     let states = check_states(g, now.as_deref().map_err(String::as_str));
     let open: Vec<String> = states
@@ -567,163 +803,83 @@ fn status(a: StatusArgs, complete: bool) -> Result<(), CliError> {
         })
         .collect();
     let can_complete = g.created.assured && open.is_empty() && !states.is_empty();
-    let mut out = Out::new();
-    if complete {
-        let (accepted, reason) = if !g.created.assured {
-            (
-                false,
-                "the goal has no assurance contract: tacho cannot earn its completion by checks"
-                    .to_string(),
-            )
-        } else if can_complete {
-            (
-                true,
-                "every check passed on the source as it is now".to_string(),
-            )
-        } else {
-            (
-                false,
-                format!("{} of {} checks not passed", open.len(), states.len()),
-            )
-        };
-        let body = EventBody::GoalUpdate(GoalUpdate {
-            goal: g.created.goal.clone(),
-            revision: g.created.revision,
-            action: GoalAction::Complete,
-            accepted,
-            reason: Some(reason.clone()),
-            details: open.clone(),
-            ..GoalUpdate::default()
-        });
-        let mut w = log.writer(&session)?;
-        w.append(now_unix_ns(), &body, Durability::Sync)?;
-        // Stall: attempts that bring no new passing evidence. The second gets a hint;
-        // the third pauses the goal and discloses the unfinished work.
-        let fruitless = if accepted {
-            0
-        } else {
-            g.fruitless_attempts() + 1
-        };
-        let mut stall_note = None;
-        if fruitless == 2 {
-            stall_note = Some("hint: a completion attempt needs new passing evidence: run the checks listed (tacho goal check ID) after fixing what they report".to_string());
-        } else if fruitless >= 3 && g.paused.is_none() {
-            let why =
-                format!("stalled: {fruitless} completion attempts without new passing evidence");
-            w.append(
-                now_unix_ns(),
-                &EventBody::GoalUpdate(GoalUpdate {
-                    goal: g.created.goal.clone(),
-                    revision: g.created.revision,
-                    action: GoalAction::Pause,
-                    accepted: true,
-                    reason: Some(why.clone()),
-                    details: open.clone(),
-                    ..GoalUpdate::default()
-                }),
-                Durability::Sync,
-            )?;
-            stall_note = Some(format!(
-                "goal paused ({why}); unfinished work: {}",
-                open.join("; ")
-            ));
-        }
-        drop(w);
-        if let Some(n) = &stall_note {
-            eprintln!("{n}");
-        }
-        if a.json {
-            out.json(&serde_json::json!({"type": "completion", "goal": g.created.goal, "accepted": accepted, "reason": reason, "open": open}))?;
-        } else if accepted {
-            out.line(format!("goal {} completed: {reason}", g.created.goal))?;
-        } else {
-            out.line(format!(
-                "completion of goal {} refused: {reason}",
-                g.created.goal
-            ))?;
-            for o in &open {
-                out.line(format!("  {o}"))?;
-            }
-        }
-        out.finish()?;
-        return if accepted {
-            Ok(())
-        } else {
-            Err(CliError::Findings(format!(
-                "goal {} cannot complete yet",
-                g.created.goal
-            )))
-        };
-    }
-    if a.json {
-        out.json(&serde_json::json!({
-            "type": "goal_status",
-            "goal": g.created.goal,
-            "title": g.created.title,
-            "assured": g.created.assured,
-            "contract_digest": g.created.contract_digest,
-            "completed": g.completed,
-            "blocked": g.blocked,
-            "paused": g.paused,
-            "revised_by": g.revised_by,
-            "revises": g.created.revises,
-            "fingerprint": now.as_ref().ok(),
-            "no_fresh_evidence": now.as_ref().err(),
-            "checks": states.iter().map(|(id, s)| serde_json::json!({
-                "id": id,
-                "state": s.name(),
-                "why": match s { CheckState::Failed(w) | CheckState::Stale(w) => Some(w.clone()), _ => None },
-                "receipt_seq": g.receipts.get(id).map(|r| r.0),
-            })).collect::<Vec<_>>(),
-            "can_complete": can_complete,
-        }))?;
-        return out.finish();
-    }
-    out.line(format!("Goal {}: {}", g.created.goal, g.created.title))?;
-    if !g.created.assured {
-        out.line("No assurance contract: this goal's completion is not earned by checks.")?;
-    }
-    out.line(format!("Contract: {}", g.created.contract_digest))?;
-    match &now {
-        Ok(fp) => out.line(format!("Source now: {}", &fp[..16]))?,
-        Err(w) => out.line(format!("Source now: no fresh evidence ({w})"))?,
-    }
-    for (id, s) in &states {
-        let why = match s {
-            CheckState::Failed(w) | CheckState::Stale(w) => format!(" — {w}"),
-            _ => String::new(),
-        };
-        let evidence = g
-            .receipts
-            .get(id)
-            .map(|r| format!(" (receipt #{})", r.0))
-            .unwrap_or_default();
-        out.line(format!("  {:<8} {id}{why}{evidence}", s.name()))?;
-    }
-    if let Some(r) = &g.created.revises {
-        out.line(format!(
-            "Revision {} of {r} (correction: {})",
-            g.created.revision,
-            g.created.correction.as_deref().unwrap_or("-")
-        ))?;
-    }
-    if let Some(n) = &g.revised_by {
-        out.line(format!(
-            "Replaced by revision {n}: its receipts do not count here."
-        ))?;
-    }
-    if let Some(b) = &g.blocked {
-        out.line(format!("Blocked: {b}"))?;
-    }
-    if let Some(p) = &g.paused {
-        out.line(format!("Paused: {p}"))?;
-    }
-    out.line(if g.completed {
-        "Completed.".to_string()
+    Ok((now, states, open, can_complete))
+}
+
+/// The completion gate (`goal complete`, MCP `update_goal` with `complete`).
+pub fn complete_goal(
+    log: &Store,
+    session: &str,
+    goal: Option<&str>,
+) -> Result<serde_json::Value, CliError> {
+    let session = log.resolve_session(session)?;
+    let gs = goals(log, &session)?;
+    let g = pick(&gs, &session, goal)?;
+    let (_, states, open, can_complete) = assess_goal(g)?;
+    let (accepted, reason) = if !g.created.assured {
+        (
+            false,
+            "the goal has no assurance contract: tacho cannot earn its completion by checks"
+                .to_string(),
+        )
     } else if can_complete {
-        "Can complete: every check passed on the source as it is now.".to_string()
+        (
+            true,
+            "every check passed on the source as it is now".to_string(),
+        )
     } else {
-        "Cannot complete yet.".to_string()
-    })?;
-    out.finish()
+        (
+            false,
+            format!("{} of {} checks not passed", open.len(), states.len()),
+        )
+    };
+    let body = EventBody::GoalUpdate(GoalUpdate {
+        goal: g.created.goal.clone(),
+        revision: g.created.revision,
+        action: GoalAction::Complete,
+        accepted,
+        reason: Some(reason.clone()),
+        details: open.clone(),
+        ..GoalUpdate::default()
+    });
+    let mut w = log.writer(&session)?;
+    w.append(now_unix_ns(), &body, Durability::Sync)?;
+    // Stall: attempts that bring no new passing evidence. The second gets a hint;
+    // the third pauses the goal and discloses the unfinished work.
+    let fruitless = if accepted {
+        0
+    } else {
+        g.fruitless_attempts() + 1
+    };
+    let mut stall_note = None;
+    if fruitless == 2 {
+        stall_note = Some("hint: a completion attempt needs new passing evidence: run the checks listed (tacho goal check ID) after fixing what they report".to_string());
+    } else if fruitless >= 3 && g.paused.is_none() {
+        let why = format!("stalled: {fruitless} completion attempts without new passing evidence");
+        w.append(
+            now_unix_ns(),
+            &EventBody::GoalUpdate(GoalUpdate {
+                goal: g.created.goal.clone(),
+                revision: g.created.revision,
+                action: GoalAction::Pause,
+                accepted: true,
+                reason: Some(why.clone()),
+                details: open.clone(),
+                ..GoalUpdate::default()
+            }),
+            Durability::Sync,
+        )?;
+        stall_note = Some(format!(
+            "goal paused ({why}); unfinished work: {}",
+            open.join("; ")
+        ));
+    }
+    drop(w);
+    if let Some(n) = &stall_note {
+        eprintln!("{n}");
+    }
+    Ok(serde_json::json!({
+        "type": "completion", "session": session, "goal": g.created.goal,
+        "accepted": accepted, "reason": reason, "open": open, "note": stall_note,
+    }))
 }
