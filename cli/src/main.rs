@@ -55,6 +55,9 @@ enum Command {
     /// Check a commit range: baseline ancestry, not empty, every changed path inside the
     /// allowed scopes and outside the forbidden ones, merges as chosen.
     VerifyCommits(cmd::verify_commits::VerifyCommitsArgs),
+    /// A stdio MCP server exposing goal assurance (create_goal, get_goal,
+    /// verify_project, update_goal).
+    Mcp,
 }
 
 fn main() -> ExitCode {
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Fingerprint(a) => cmd::fingerprint::run(a),
         Command::Goal(c) => cmd::goal::run(c),
         Command::VerifyCommits(a) => cmd::verify_commits::run(a),
+        Command::Mcp => cmd::mcp::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -456,3 +456,63 @@ fn a_branch_carries_the_contract_but_not_the_receipts() {
     assert_eq!(s["contract_digest"], status(&home, &ws)["contract_digest"]);
     assert_eq!(s["checks"][0]["state"], "missing");
 }
+
+/// The MCP server driven by the official Python MCP client (`pip install mcp`, in
+/// `tests/mcp/.venv` as `.ci/run` makes it): initialize, list the tools, create a goal,
+/// run a check by id, read the status, complete.
+#[test]
+fn the_mcp_server_works_with_the_official_python_client() {
+    let python = tacho_tests::repo_root().join("tests/mcp/.venv/bin/python");
+    if !python.exists() {
+        let msg =
+            "the MCP check needs the Python MCP client in tests/mcp/.venv (.ci/run installs it)";
+        assert!(std::env::var_os("CI").is_none(), "{msg}");
+        eprintln!("skipped: {msg}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_mcp");
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let out = std::process::Command::new(&python)
+        .arg(tacho_tests::repo_root().join("tests/mcp/client.py"))
+        .arg(tacho_tests::tacho_bin())
+        .arg(&ws)
+        .arg("ses_mcp")
+        .env("TACHO_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["server"], "tacho");
+    assert_eq!(
+        v["tools"],
+        serde_json::json!(["create_goal", "get_goal", "update_goal", "verify_project"])
+    );
+    assert_eq!(v["create_error"], false);
+    assert_eq!(v["created"]["checks"], serde_json::json!(["parity"]));
+    assert_eq!(v["check_error"], false);
+    assert_eq!(v["check"]["receipt"]["exit_code"], 0);
+    assert_eq!(v["bad_check_error"], true);
+    assert!(
+        v["bad_check"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("has no check \"not-a-check\"")
+    );
+    assert_eq!(v["status"]["checks"][0]["state"], "passed");
+    assert_eq!(v["complete_error"], false);
+    assert_eq!(v["complete"]["accepted"], true);
+    // The same evidence as the CLI's: the receipt is in the session's log.
+    let (code, out, _) = t(
+        &home,
+        &ws,
+        &["goal", "status", "--session", "ses_mcp", "--json"],
+    );
+    assert_eq!(code, 0);
+    let s: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(s["completed"], true);
+}

@@ -6,6 +6,7 @@ pub mod gc;
 pub mod goal;
 pub mod graph;
 pub mod log;
+pub mod mcp;
 pub mod record;
 pub mod replay;
 pub mod risk;

@@ -1,0 +1,55 @@
+"""Drives `tacho mcp` with the official Python MCP client (the `mcp` package).
+
+Usage: client.py TACHO_BIN WORKSPACE SESSION
+The workspace holds src/value.txt (42), checks/parity.sh and plan.md; the session is
+recorded. Prints one JSON object with what each step returned; exits 1 on any surprise.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def payload(result):
+    """The structured result of a tool call, or its text."""
+    if getattr(result, "structured_content", None) is not None:
+        return result.structured_content
+    texts = [c.text for c in result.content if getattr(c, "type", "") == "text"]
+    return {"text": "\n".join(texts)}
+
+
+async def main(tacho, workspace, session):
+    env = dict(os.environ)
+    params = StdioServerParameters(command=tacho, args=["mcp"], env=env, cwd=workspace)
+    out = {}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as client:
+            init = await client.initialize()
+            out["server"] = init.server_info.name
+            tools = await client.list_tools()
+            out["tools"] = sorted(t.name for t in tools.tools)
+            with open(os.path.join(workspace, "plan.md"), encoding="utf-8") as f:
+                plan = f.read()
+            created = await client.call_tool("create_goal", {"session": session, "plan": plan, "objective": "make the value right"})
+            out["create_error"] = bool(created.is_error)
+            out["created"] = payload(created)
+            check = await client.call_tool("verify_project", {"session": session, "goalCheck": "parity"})
+            out["check_error"] = bool(check.is_error)
+            out["check"] = payload(check)
+            bad = await client.call_tool("verify_project", {"session": session, "goalCheck": "not-a-check"})
+            out["bad_check_error"] = bool(bad.is_error)
+            out["bad_check"] = payload(bad)
+            status = await client.call_tool("get_goal", {"session": session})
+            out["status"] = payload(status)
+            done = await client.call_tool("update_goal", {"session": session, "status": "complete"})
+            out["complete_error"] = bool(done.is_error)
+            out["complete"] = payload(done)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:4]))
