@@ -58,6 +58,9 @@ enum Command {
     /// A stdio MCP server exposing goal assurance (create_goal, get_goal,
     /// verify_project, update_goal).
     Mcp,
+    /// Review receipts: `tacho review verify --root DIR`.
+    #[command(subcommand)]
+    Review(cmd::review::ReviewCommand),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Goal(c) => cmd::goal::run(c),
         Command::VerifyCommits(a) => cmd::verify_commits::run(a),
         Command::Mcp => cmd::mcp::run(),
+        Command::Review(c) => cmd::review::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

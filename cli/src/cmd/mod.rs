@@ -9,6 +9,7 @@ pub mod log;
 pub mod mcp;
 pub mod record;
 pub mod replay;
+pub mod review;
 pub mod risk;
 pub mod rollback;
 pub mod session;

@@ -3,5 +3,6 @@
 
 pub mod commits;
 pub mod plan;
+pub mod review;
 
 pub use plan::{Assurance, Check, Plan, PlanError, Source, Submission, contract_digest, validate};

@@ -1,0 +1,65 @@
+//! `tacho review verify`: the review-receipts verifier for goal checks.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use tacho_engine::goal::review::verify_reviews;
+
+use crate::error::CliError;
+use crate::output::Out;
+
+#[derive(Debug, Subcommand)]
+pub enum ReviewCommand {
+    /// Verify review rounds: reviewers' exit codes and single verdicts, every finding
+    /// fixed (with a regression test seen passing exactly once in JUnit XML) or rejected
+    /// with evidence, the last round on HEAD, nothing uncommitted under the sources.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The directory holding review.json and one directory per round.
+    #[arg(long)]
+    pub root: PathBuf,
+    /// The repository's work tree (default: the current directory).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(c: ReviewCommand) -> Result<(), CliError> {
+    let ReviewCommand::Verify(a) = c;
+    let ws = match a.workspace {
+        Some(w) => w,
+        None => std::env::current_dir()?,
+    };
+    let r = verify_reviews(&a.root, &ws)?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&serde_json::to_value(&r).map_err(|e| CliError::Io(e.to_string()))?)?;
+    } else {
+        out.line(format!(
+            "{} round(s), {} reviewer run(s), {} finding(s), {} regression test(s) checked",
+            r.rounds.len(),
+            r.reviewers,
+            r.findings,
+            r.tests_checked
+        ))?;
+        for p in &r.problems {
+            out.line(format!("  PROBLEM {}: {}", p.at, p.problem))?;
+        }
+        if r.problems.is_empty() {
+            out.line("ok")?;
+        }
+    }
+    out.finish()?;
+    if r.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Findings(format!(
+            "{} problem(s) in the review receipts",
+            r.problems.len()
+        )))
+    }
+}
