@@ -23,9 +23,29 @@ pub struct GoalState {
     pub blocked: Option<String>,
     pub paused: Option<String>,
     pub revised_by: Option<String>,
+    /// The plain rule's inputs (goals without a contract): the last passing
+    /// verification run since the goal was created.
+    pub last_passing_verification: Option<u64>,
+    /// Checks started whose receipt has not been recorded: check id → start seq.
+    pub running: BTreeMap<String, u64>,
 }
 
 impl GoalState {
+    /// The plain rule for a goal without a contract: a verification run passed after
+    /// the last file edit. `Err` says why not.
+    pub fn plain_rule(&self) -> Result<(), String> {
+        let last_edit = self.edited.values().max().copied();
+        match (self.last_passing_verification, last_edit) {
+            (None, _) => {
+                Err("no passing verification run was recorded since the goal was created".into())
+            }
+            (Some(v), Some(e)) if e > v => {
+                Err("files were edited after the last passing verification run".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Refused completion attempts since the last passing receipt: attempts that
     /// produced no new successful evidence.
     pub fn fruitless_attempts(&self) -> usize {
@@ -100,8 +120,21 @@ impl Goals {
                 }
                 self.push_goal(seq, g)
             }
+            EventBody::GoalCheckStart(c) => {
+                if let Some(g) = self.find_mut(&c.goal) {
+                    g.running.insert(c.check.clone(), seq);
+                }
+            }
+            EventBody::VerificationRun(v) => {
+                if v.status == tacho_schema::VerificationStatus::Passed {
+                    for g in &mut self.goals {
+                        g.last_passing_verification = Some(seq);
+                    }
+                }
+            }
             EventBody::GoalCheckRun(r) => {
                 if let Some(g) = self.find_mut(&r.goal) {
+                    g.running.remove(&r.check);
                     if r.passed {
                         g.paused = None;
                     }
@@ -143,6 +176,8 @@ impl Goals {
             blocked: None,
             paused: None,
             revised_by: None,
+            last_passing_verification: None,
+            running: BTreeMap::new(),
         });
     }
 
@@ -170,6 +205,8 @@ pub enum CheckState {
     Passed,
     Failed(String),
     Stale(String),
+    /// Started (at this event) and no receipt yet.
+    Running(u64),
     Missing,
 }
 
@@ -179,6 +216,7 @@ impl CheckState {
             CheckState::Passed => "passed",
             CheckState::Failed(_) => "failed",
             CheckState::Stale(_) => "stale",
+            CheckState::Running(_) => "running",
             CheckState::Missing => "missing",
         }
     }
@@ -192,9 +230,10 @@ pub fn check_states(g: &GoalState, now: Current<'_>) -> Vec<(String, CheckState)
     g.check_ids()
         .into_iter()
         .map(|(id, _)| {
-            let state = match g.receipts.get(&id) {
-                None => CheckState::Missing,
-                Some((seq, r)) => receipt_state(g, *seq, r, now),
+            let state = match (g.running.get(&id), g.receipts.get(&id)) {
+                (Some(start), _) => CheckState::Running(*start),
+                (None, None) => CheckState::Missing,
+                (None, Some((seq, r))) => receipt_state(g, *seq, r, now),
             };
             (id, state)
         })
@@ -321,6 +360,18 @@ mod tests {
         assert_eq!(
             check_states(g, Ok("f1"))[1].1,
             CheckState::Stale("src/x.rs was edited after the check ran".into())
+        );
+        gs.apply(
+            5,
+            &ev(EventBody::GoalCheckStart(tacho_schema::GoalCheckStart {
+                goal: "goal_1".into(),
+                revision: 1,
+                check: "a".into(),
+            })),
+        );
+        assert_eq!(
+            check_states(gs.find(None).unwrap(), Ok("f1"))[0].1,
+            CheckState::Running(5)
         );
         let mut other = receipt("b", 0, "f1");
         other.contract_digest = "d0".into();

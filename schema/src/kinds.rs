@@ -419,6 +419,15 @@ record_struct!(
 );
 
 record_struct!(
+    /// `goal.check_start`: a frozen check began to run (its receipt follows).
+    GoalCheckStart {
+        goal: String,
+        #[serde(default)] revision: u32,
+        check: String,
+    }
+);
+
+record_struct!(
     /// `goal.update`: an attempt to complete or block a goal, and whether the gate let
     /// it through.
     GoalUpdate {
@@ -563,6 +572,7 @@ kinds! {
     GoalCreated(GoalCreated) = 18, "goal.created", v 1;
     GoalCheckRun(GoalCheckRun) = 19, "goal.check", v 1;
     GoalUpdate(GoalUpdate) = 20, "goal.update", v 1;
+    GoalCheckStart(GoalCheckStart) = 21, "goal.check_start", v 1;
 }
 
 /// A JSON field that does not fit the schema.

@@ -185,6 +185,7 @@ impl EventBody {
             EventBody::GoalCreated(g) => EventView::Goal { goal: &g.goal },
             EventBody::GoalCheckRun(g) => EventView::Goal { goal: &g.goal },
             EventBody::GoalUpdate(g) => EventView::Goal { goal: &g.goal },
+            EventBody::GoalCheckStart(g) => EventView::Goal { goal: &g.goal },
             EventBody::Unknown { .. } => EventView::Unknown,
         }
     }
@@ -379,6 +380,9 @@ impl<'a> EventView<'a> {
             },
             20 => EventView::Goal {
                 goal: s(&access!(GoalUpdate, kind, version, payload).goal),
+            },
+            21 => EventView::Goal {
+                goal: s(&access!(GoalCheckStart, kind, version, payload).goal),
             },
             _ => EventView::Unknown,
         })

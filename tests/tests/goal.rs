@@ -166,7 +166,7 @@ fn a_goal_is_completed_only_by_fresh_passing_receipts() {
         &ws,
         &["session", "replay", "ses_goal", "--mode", "summary"],
     );
-    assert_eq!(out.matches("goal.check").count(), 3, "{out}");
+    assert_eq!(out.matches("goal.check ").count(), 3, "{out}");
     assert_eq!(out.matches("goal.update").count(), 3, "{out}");
     let (code, _, _) = t(
         &home,
@@ -302,17 +302,19 @@ fn block_needs_kind_evidence_and_the_statement() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("is not a receipt of goal"), "{err}");
-    let (code, _, _) = t(
+    let (code, out, _) = t(
         &home,
         &ws,
-        &["goal", "check", "parity", "--session", "ses_g2"],
+        &["goal", "check", "parity", "--session", "ses_g2", "--json"],
     );
     assert_eq!(code, 1);
+    let receipt: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let seq = receipt["seq"].to_string();
     let (code, _, err) = with(&[
         "--kind",
         "external_dependency",
         "--evidence",
-        "2",
+        &seq,
         "--no-independent-work",
     ]);
     assert_eq!(code, 0, "{err}");
@@ -515,4 +517,64 @@ fn the_mcp_server_works_with_the_official_python_client() {
     assert_eq!(code, 0);
     let s: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(s["completed"], true);
+}
+
+/// A goal without a contract keeps the plain rule: a passing verification after the
+/// last edit; its status says plainly that it has no contract.
+#[test]
+fn a_goal_without_a_contract_keeps_the_plain_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_plain");
+    let plain = PLAN.split("## Assurance contract").next().unwrap();
+    std::fs::write(ws.join("plain.md"), plain).unwrap();
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--plan",
+            "plain.md",
+            "--session",
+            "ses_plain",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = t(&home, &ws, &["goal", "status", "--session", "ses_plain"]);
+    assert!(out.contains("No assurance contract"), "{out}");
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("the plain rule does not hold: no passing verification run"),
+        "{out}"
+    );
+    let record = |line: &str| {
+        let mut rec = tacho(&home);
+        rec.args(["record", "--session", "ses_plain", "--snapshots", "off"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = rec.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(line.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+    };
+    record(r#"{"type":"verification.run","command":"cargo test","status":"passed"}"#);
+    record(r#"{"type":"file.edit","path":"src/value.txt","op":"modify"}"#);
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("files were edited after the last passing verification run"),
+        "{out}"
+    );
+    record(r#"{"type":"verification.run","command":"cargo test","status":"passed"}"#);
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("no assurance contract; the plain rule holds"),
+        "{out}"
+    );
 }

@@ -127,6 +127,7 @@ pub fn run(a: BranchArgs) -> Result<(), CliError> {
                 && !matches!(
                     e.event.body,
                     EventBody::SessionEnd(_)
+                        | EventBody::GoalCheckStart(_)
                         | EventBody::GoalCheckRun(_)
                         | EventBody::GoalUpdate(_)
                 )

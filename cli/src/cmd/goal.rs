@@ -11,7 +11,7 @@ use tacho_engine::fingerprint::{Fingerprint, fingerprint};
 use tacho_engine::goal::{Submission, contract_digest, validate};
 use tacho_engine::{Durability, Store};
 use tacho_projections::{CheckState, GoalState, Goals, check_states};
-use tacho_schema::{EventBody, GoalAction, GoalCheckRun, GoalCreated, GoalUpdate};
+use tacho_schema::{EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate};
 
 use crate::cmd::record::now_unix_ns;
 use crate::error::CliError;
@@ -539,6 +539,16 @@ pub fn run_check(
         )));
     };
     let ws = PathBuf::from(&g.created.workspace);
+    // Recorded first, so that `goal status` shows the check as running meanwhile.
+    log.writer(&session)?.append(
+        now_unix_ns(),
+        &EventBody::GoalCheckStart(GoalCheckStart {
+            goal: g.created.goal.clone(),
+            revision: g.created.revision,
+            check: check.to_owned(),
+        }),
+        Durability::Sync,
+    )?;
     let before = digest_of(&goal_fingerprint(g)?);
     let started = now_unix_ns();
     eprintln!("running check {check} in {}: {command}", ws.display());
@@ -771,7 +781,11 @@ pub fn goal_status(
         "checks": states.iter().map(|(id, s)| serde_json::json!({
             "id": id,
             "state": s.name(),
-            "why": match s { CheckState::Failed(w) | CheckState::Stale(w) => Some(w.clone()), _ => None },
+            "why": match s {
+                CheckState::Failed(w) | CheckState::Stale(w) => Some(w.clone()),
+                CheckState::Running(at) => Some(format!("started at event #{at}, no receipt yet")),
+                _ => None,
+            },
             "receipt_seq": g.receipts.get(id).map(|r| r.0),
         })).collect::<Vec<_>>(),
         "can_complete": can_complete,
@@ -817,11 +831,17 @@ pub fn complete_goal(
     let g = pick(&gs, &session, goal)?;
     let (_, states, open, can_complete) = assess_goal(g)?;
     let (accepted, reason) = if !g.created.assured {
-        (
-            false,
-            "the goal has no assurance contract: tacho cannot earn its completion by checks"
-                .to_string(),
-        )
+        // No contract: the plain rule, and the answer says so.
+        match g.plain_rule() {
+            Ok(()) => (
+                true,
+                "no assurance contract; the plain rule holds: a verification passed after the last edit".to_string(),
+            ),
+            Err(why) => (
+                false,
+                format!("no assurance contract; the plain rule does not hold: {why}"),
+            ),
+        }
     } else if can_complete {
         (
             true,

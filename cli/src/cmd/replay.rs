@@ -210,6 +210,7 @@ pub fn describe(body: &EventBody) -> String {
                 .map(|c| format!(" (exit {c})"))
                 .unwrap_or_default()
         ),
+        EventBody::GoalCheckStart(c) => format!("{} {} started", c.goal, c.check),
         EventBody::GoalUpdate(u) => format!(
             "{} {} {}",
             u.goal,
