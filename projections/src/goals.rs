@@ -125,11 +125,11 @@ impl Goals {
                     g.running.insert(c.check.clone(), seq);
                 }
             }
-            EventBody::VerificationRun(v) => {
-                if v.status == tacho_schema::VerificationStatus::Passed {
-                    for g in &mut self.goals {
-                        g.last_passing_verification = Some(seq);
-                    }
+            EventBody::VerificationRun(v)
+                if v.status == tacho_schema::VerificationStatus::Passed =>
+            {
+                for g in &mut self.goals {
+                    g.last_passing_verification = Some(seq);
                 }
             }
             EventBody::GoalCheckRun(r) => {
