@@ -2,30 +2,12 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
+mod common;
+use common::{git, have_git};
+
 use std::path::Path;
-use std::process::Command;
 
 use tacho_engine::goal::commits::{Merges, verify_commits};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 fn commit(ws: &Path, files: &[(&str, Option<&str>)], msg: &str) -> String {
     for (p, content) in files {
@@ -59,13 +41,6 @@ fn repo() -> (tempfile::TempDir, std::path::PathBuf, String) {
         "base",
     );
     (tmp, ws, base)
-}
-
-fn have_git() -> bool {
-    Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 fn reasons(r: &tacho_engine::goal::commits::CommitReport) -> Vec<String> {

@@ -3,30 +3,12 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
+mod common;
+use common::git;
+
 use std::path::Path;
-use std::process::Command;
 
 use tacho_engine::goal::review::verify_reviews;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 /// A repository with one commit, and review receipts for it: round 1 requested
 /// changes, round 2 approved with one finding fixed (its regression test passed once,

@@ -1,7 +1,10 @@
 #![allow(clippy::unwrap_used)]
+
 //! The snapshot store and rollback, checked against the real `git` program where it is
 //! installed (`git --git-dir=<store> ls-tree`, `git ls-files`, `git fsck`).
 
+mod common;
+use common::{git_bytes as git, have_git};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -11,34 +14,6 @@ use proptest::prelude::*;
 use tacho_engine::rollback::{self, Action, PlanInput};
 use tacho_engine::safefs::Root;
 use tacho_engine::snapshot::{ExcludeReason, Files, Scope, SnapshotStore};
-
-fn have_git() -> bool {
-    Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Runs git and returns stdout; panics with stderr on failure.
-fn git(dir: &Path, args: &[&str]) -> Vec<u8> {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
 
 struct Env {
     _tmp: tempfile::TempDir,
