@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use tacho_benches::{edit_files, generate_workspace};
+use tacho_benches::{edit_files, generate_workspace, shadow_git};
 use tacho_engine::rollback::{self, PlanInput};
 use tacho_engine::snapshot::{Scope, SnapshotStore};
 
@@ -37,42 +37,15 @@ fn size() -> (usize, u64) {
 }
 
 fn git(git_dir: &Path, work: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .arg("--work-tree")
-        .arg(work)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    shadow_git::run(git_dir, work, args).unwrap()
 }
 
 fn git_init(git_dir: &Path) {
-    let out = Command::new("git")
-        .args(["init", "-q", "--bare"])
-        .arg(git_dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git init: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    shadow_git::init(git_dir).unwrap()
 }
 
 fn git_snapshot(git_dir: &Path, work: &Path) -> String {
-    git(git_dir, work, &["add", "-A"]);
-    git(git_dir, work, &["write-tree"])
+    shadow_git::snapshot(git_dir, work).unwrap()
 }
 
 struct Fixture {

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use tacho_benches::{edit_files, generate_workspace};
+use tacho_benches::{edit_files, generate_workspace, shadow_git};
 use tacho_engine::snapshot::{Scope, SnapshotStore};
 
 fn du(path: &Path) -> u64 {
@@ -26,31 +26,16 @@ fn du(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn git(git_dir: &Path, work: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .arg("--work-tree")
-        .arg(work)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 /// What a shadow repository does per snapshot: stage everything, write the tree, and
 /// keep it with a ref (as tacho does), so `git gc` keeps it too.
 fn git_snapshot(git_dir: &Path, work: &Path) {
-    git(git_dir, work, &["add", "-A"]);
-    let tree = git(git_dir, work, &["write-tree"]);
-    git(
+    let tree = shadow_git::snapshot(git_dir, work).unwrap();
+    shadow_git::run(
         git_dir,
         work,
         &["update-ref", &format!("refs/snapshots/{tree}"), &tree],
-    );
+    )
+    .unwrap();
 }
 
 fn main() {
@@ -71,12 +56,7 @@ fn main() {
     let git_dir = tmp.path().join("shadow.git");
     let with_git = Command::new("git").arg("--version").output().is_ok();
     if with_git {
-        let st = Command::new("git")
-            .args(["init", "-q", "--bare"])
-            .arg(&git_dir)
-            .status()
-            .unwrap();
-        assert!(st.success());
+        shadow_git::init(&git_dir).unwrap();
     }
     let t = Instant::now();
     let first = store.take(&ws, &Scope::Full).unwrap();
@@ -131,13 +111,7 @@ fn main() {
         r.after.loose_objects
     );
     if with_git {
-        let st = Command::new("git")
-            .arg("--git-dir")
-            .arg(&git_dir)
-            .args(["gc", "-q", "--prune=now"])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        shadow_git::run(&git_dir, &ws, &["gc", "-q", "--prune=now"]).unwrap();
         println!("shadow git directory after git gc: {} bytes", du(&git_dir));
     }
 }

@@ -373,3 +373,53 @@ fn source_text(rng: &mut u64, size: usize) -> Vec<u8> {
     }
     out
 }
+
+/// The baseline users run today for shadow snapshots: the `git` program with a separate
+/// git directory, isolated from the user's configuration.
+pub mod shadow_git {
+    use std::path::Path;
+    use std::process::Command;
+
+    fn git() -> Command {
+        let mut c = Command::new("git");
+        c.env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null");
+        c
+    }
+
+    fn checked(mut c: Command, what: &str) -> std::io::Result<String> {
+        let out = c.output()?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "git {what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// `git init --bare DIR`.
+    pub fn init(git_dir: &Path) -> std::io::Result<()> {
+        let mut c = git();
+        c.args(["init", "-q", "--bare"]).arg(git_dir);
+        checked(c, "init").map(|_| ())
+    }
+
+    /// `git --git-dir=G --work-tree=W ARGS...`, returning stdout.
+    pub fn run(git_dir: &Path, work: &Path, args: &[&str]) -> std::io::Result<String> {
+        let mut c = git();
+        c.arg("--git-dir")
+            .arg(git_dir)
+            .arg("--work-tree")
+            .arg(work)
+            .args(args);
+        checked(c, &args.join(" "))
+    }
+
+    /// A snapshot as a shadow repository takes one: `add -A`, then `write-tree`; the
+    /// tree id.
+    pub fn snapshot(git_dir: &Path, work: &Path) -> std::io::Result<String> {
+        run(git_dir, work, &["add", "-A"])?;
+        run(git_dir, work, &["write-tree"])
+    }
+}
