@@ -353,3 +353,37 @@ fn snapshot_command_targeted_lines_gc_and_stats() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("leaves the workspace"), "{err}");
 }
+
+#[test]
+fn a_snapshot_that_cannot_be_taken_never_costs_the_events() {
+    let e = env();
+    // The snapshot store cannot be created: a file is where its directory would be.
+    std::fs::create_dir_all(&e.home).unwrap();
+    std::fs::write(e.home.join("snapshots"), "in the way").unwrap();
+    let ws = e.ws.display();
+    let mut c = tacho(&e.home);
+    c.args(["record", "--session", "ses_ok"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{{\"type\":\"session.start\",\"workspace\":\"{ws}\"}}\n{{\"type\":\"step.start\",\"step\":1}}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("note: line 1: no baseline snapshot of"),
+        "{err}"
+    );
+    let (_, summary, _) = e.tacho(&["session", "replay", "ses_ok", "--mode", "summary"]);
+    assert_eq!(
+        summary.lines().count(),
+        2,
+        "both events recorded, no snapshot: {summary}"
+    );
+}

@@ -163,7 +163,6 @@ impl Recorder {
 
     /// Queues `p`, with the snapshots that automatic mode takes around it.
     fn push(&mut self, p: Pending, batch: &mut Vec<Pending>) -> Result<(), CliError> {
-        use tacho_schema::SnapshotReason;
         if let EventBody::SessionStart(s) = &p.body {
             let w = s
                 .workspace
@@ -178,34 +177,41 @@ impl Recorder {
         } else {
             None
         };
-        let auto = |rec: &mut Self,
-                    when: Option<(SnapshotReason, Option<u64>)>,
-                    batch: &mut Vec<Pending>|
-         -> Result<(), CliError> {
-            if let (Some(ws), Some((reason, step))) = (&ws, when) {
-                let body = rec.snapshot(ws, &[], reason, step)?;
-                batch.push(Pending {
-                    line: p.line,
-                    session: p.session.clone(),
-                    time_unix_ns: p.time_unix_ns,
-                    body,
-                });
-            }
-            Ok(())
-        };
-        auto(self, before, batch)?;
         let (line, session, time) = (p.line, p.session.clone(), p.time_unix_ns);
-        batch.push(p);
-        if let (Some(ws), Some((reason, step))) = (&ws, after) {
-            let body = self.snapshot(ws, &[], reason, step)?;
-            batch.push(Pending {
-                line,
-                session,
-                time_unix_ns: time,
-                body,
-            });
+        if let Some(ws) = &ws {
+            self.auto_snapshot(ws, before, line, &session, time, batch);
+            batch.push(p);
+            self.auto_snapshot(ws, after, line, &session, time, batch);
+        } else {
+            batch.push(p);
         }
         Ok(())
+    }
+
+    /// Takes an automatic snapshot and queues its event. A snapshot that cannot be
+    /// taken never costs the events: it is reported on stderr and left out.
+    fn auto_snapshot(
+        &mut self,
+        ws: &std::path::Path,
+        when: crate::snapshots::AutoPoint,
+        line: usize,
+        session: &str,
+        time_unix_ns: i64,
+        batch: &mut Vec<Pending>,
+    ) {
+        let Some((reason, step)) = when else { return };
+        match self.snapshot(ws, &[], reason, step) {
+            Ok(body) => batch.push(Pending {
+                line,
+                session: session.to_owned(),
+                time_unix_ns,
+                body,
+            }),
+            Err(e) => eprintln!(
+                "note: line {line}: no {reason} snapshot of {} for session {session}: {e}",
+                ws.display()
+            ),
+        }
     }
 
     fn writer(&mut self, session: &str) -> Result<&mut Writer, CliError> {
