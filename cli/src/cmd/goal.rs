@@ -327,8 +327,7 @@ pub fn block_goal(
             return Err(CliError::Input(format!("{what} must say something")));
         }
     }
-    let session = log.resolve_session(session)?;
-    let gs = goals(log, &session)?;
+    let (session, gs) = goals(log, session)?;
     let g = pick(&gs, &session, goal)?;
     let mut all = Vec::new();
     log.read_session(&session, |e| {
@@ -374,8 +373,7 @@ pub fn block_goal(
 
 fn revise(a: ReviseArgs) -> Result<(), CliError> {
     let log = open_store()?;
-    let session = log.resolve_session(&a.session)?;
-    let gs = goals(&log, &session)?;
+    let (session, gs) = goals(&log, &a.session)?;
     let old = pick(&gs, &session, a.goal.as_deref())?;
     if old.completed {
         return Err(CliError::Input(format!(
@@ -439,11 +437,12 @@ fn revise(a: ReviseArgs) -> Result<(), CliError> {
     out.finish()
 }
 
-/// The session's goals, folded from its log.
-fn goals(log: &Store, session: &str) -> Result<Goals, CliError> {
+/// The session (resolved from an id or prefix) and its goals, folded from its log.
+fn goals(log: &Store, session: &str) -> Result<(String, Goals), CliError> {
+    let session = log.resolve_session(session)?;
     let mut g = Goals::default();
-    log.read_session(session, |e| g.apply(e.seq, &e.event))?;
-    Ok(g)
+    log.read_session(&session, |e| g.apply(e.seq, &e.event))?;
+    Ok((session, g))
 }
 
 fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalState, CliError> {
@@ -522,8 +521,7 @@ pub fn run_check(
     check: &str,
     timeout_secs: u64,
 ) -> Result<serde_json::Value, CliError> {
-    let session = log.resolve_session(session)?;
-    let gs = goals(log, &session)?;
+    let (session, gs) = goals(log, session)?;
     let g = pick(&gs, &session, goal)?;
     let checks = g.check_ids();
     let Some((_, command)) = checks.iter().find(|(id, _)| *id == check) else {
@@ -758,8 +756,7 @@ pub fn goal_status(
     session: &str,
     goal: Option<&str>,
 ) -> Result<serde_json::Value, CliError> {
-    let session = log.resolve_session(session)?;
-    let gs = goals(log, &session)?;
+    let (session, gs) = goals(log, session)?;
     let g = pick(&gs, &session, goal)?;
     let (now, states, _, can_complete) = assess_goal(g)?;
     Ok(serde_json::json!({
@@ -826,8 +823,7 @@ pub fn complete_goal(
     session: &str,
     goal: Option<&str>,
 ) -> Result<serde_json::Value, CliError> {
-    let session = log.resolve_session(session)?;
-    let gs = goals(log, &session)?;
+    let (session, gs) = goals(log, session)?;
     let g = pick(&gs, &session, goal)?;
     let (_, states, open, can_complete) = assess_goal(g)?;
     let (accepted, reason) = if !g.created.assured {

@@ -286,6 +286,18 @@ impl SnapshotStore {
         }
     }
 
+    /// Why a listed file or link cannot be snapshotted, if it cannot: a special file,
+    /// or a file over the size limit.
+    fn unsupported(&self, meta: &FileStat) -> Option<ExcludeReason> {
+        if !meta.is_file() && !meta.is_symlink() {
+            Some(ExcludeReason::Special)
+        } else if meta.is_file() && meta.len() > self.max_file_bytes {
+            Some(ExcludeReason::TooLarge(self.max_file_bytes))
+        } else {
+            None
+        }
+    }
+
     /// The data directory's path relative to `workspace`, when it lies inside it.
     fn own_dir_inside(&self, workspace: &Path) -> Option<String> {
         let home = self.root.parent()?.canonicalize().ok()?;
@@ -339,19 +351,11 @@ impl SnapshotStore {
                     continue;
                 }
             };
-            let ft = meta.file_type();
-            if ft.is_dir() {
+            if meta.is_dir() {
                 continue;
             }
-            if !ft.is_file() && !ft.is_symlink() {
-                excluded.push(Excluded::new(path, ExcludeReason::Special));
-                continue;
-            }
-            if ft.is_file() && meta.len() > self.max_file_bytes {
-                excluded.push(Excluded::new(
-                    path,
-                    ExcludeReason::TooLarge(self.max_file_bytes),
-                ));
+            if let Some(reason) = self.unsupported(&meta) {
+                excluded.push(Excluded::new(path, reason));
                 continue;
             }
             let mut stat = stat_entry("", &meta);
@@ -499,17 +503,8 @@ impl SnapshotStore {
                 removed.push(rel);
                 continue;
             }
-            let ft = meta.file_type();
-            if !ft.is_file() && !ft.is_symlink() {
-                excluded.push(Excluded::new(rel.clone(), ExcludeReason::Special));
-                removed.push(rel);
-                continue;
-            }
-            if ft.is_file() && meta.len() > self.max_file_bytes {
-                excluded.push(Excluded::new(
-                    rel.clone(),
-                    ExcludeReason::TooLarge(self.max_file_bytes),
-                ));
+            if let Some(reason) = self.unsupported(&meta) {
+                excluded.push(Excluded::new(rel.clone(), reason));
                 removed.push(rel);
                 continue;
             }
