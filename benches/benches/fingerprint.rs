@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tacho_benches::generate_workspace;
-use tacho_engine::fingerprint::{Fingerprint, MAX_BYTES, fingerprint};
+use tacho_git::fingerprint::{Fingerprint, MAX_BYTES, fingerprint};
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tacho_benches::{JsonlLog, SqliteLog, event_of_size, json_line, session_start};
-use tacho_engine::{Durability, Store, StoreOptions};
 use tacho_schema::EventBody;
+use tacho_store::{Durability, Store, StoreOptions};
 
 const SIZES: [usize; 3] = [200, 1024, 4096];
 const BATCH: usize = 100;

@@ -12,9 +12,9 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rusqlite::Connection;
 use tacho_benches::realistic_session;
-use tacho_engine::{Durability, Store, StoreOptions};
 use tacho_projections::{ExecutionGraph, SessionSummary, assess};
 use tacho_schema::{Event, EventBody};
+use tacho_store::{Durability, Store, StoreOptions};
 
 const PER_SESSION: u64 = 1_000;
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use tacho_benches::{edit_files, generate_workspace, shadow_git};
-use tacho_engine::rollback::{self, PlanInput};
-use tacho_engine::snapshot::{Scope, SnapshotStore};
+use tacho_git::rollback::{self, PlanInput};
+use tacho_git::snapshot::{Scope, SnapshotStore};
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")

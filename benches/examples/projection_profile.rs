@@ -2,8 +2,8 @@
 //! `valgrind --tool=callgrind target/release/examples/projection_profile`.
 
 use tacho_benches::realistic_session;
-use tacho_engine::{Durability, Store, StoreOptions};
 use tacho_projections::{ExecutionGraph, SessionSummary, assess};
+use tacho_store::{Durability, Store, StoreOptions};
 
 fn main() {
     let dir = tempfile::tempdir().expect("tempdir");

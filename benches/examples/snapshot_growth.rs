@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use tacho_benches::{edit_files, generate_workspace, shadow_git};
-use tacho_engine::snapshot::{Scope, SnapshotStore};
+use tacho_git::snapshot::{Scope, SnapshotStore};
 
 fn du(path: &Path) -> u64 {
     let out = Command::new("du").arg("-sb").arg(path).output().unwrap();

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use tacho_benches::{edit_files, generate_workspace};
-use tacho_engine::snapshot::{Scope, SnapshotStore};
+use tacho_git::snapshot::{Scope, SnapshotStore};
 
 fn main() {
     let tmp = tempfile::tempdir().unwrap();

@@ -2,7 +2,7 @@
 //! target/release/examples/verify_profile` (instruction counts are repeatable).
 
 use tacho_benches::{event_of_size, session_start};
-use tacho_engine::{Durability, Store, StoreOptions};
+use tacho_store::{Durability, Store, StoreOptions};
 
 fn main() {
     let size: usize = std::env::args()

@@ -1,6 +1,6 @@
 //! The command error and its exit codes (documented in the README).
 
-use tacho_engine::StoreError;
+use tacho_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

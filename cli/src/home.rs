@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use tacho_engine::{Store, StoreOptions};
+use tacho_store::{Store, StoreOptions};
 
 use crate::error::CliError;
 

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use tacho_engine::{Store, hex, stream_dir_name};
 use tacho_projections::{ExecutionGraph, FoldState};
+use tacho_store::{Store, hex, stream_dir_name};
 
 use crate::error::CliError;
 

@@ -2,11 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tacho_engine::Store;
-use tacho_engine::snapshot::{
-    MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, SnapshotStore,
-};
+use tacho_git::snapshot::{MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, SnapshotStore};
 use tacho_schema::{EventBody, ExcludedPath, SnapshotReason, SnapshotTaken};
+use tacho_store::Store;
 
 use crate::error::CliError;
 use crate::home::data_dir;

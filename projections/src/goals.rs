@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use tacho_schema::{Event, EventBody, GoalAction, GoalCheckRun, GoalCreated};
+use tacho_schema::{Assurance, Event, EventBody, GoalAction, GoalCheckRun, GoalCreated};
 
 /// One goal as the log has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,41 +64,25 @@ impl GoalState {
 }
 
 impl GoalState {
-    /// The check ids the frozen plan declares, in plan order.
+    /// The frozen assurance contract, typed (`None` without one, or when the recorded
+    /// text is not a contract: such a goal has no checks that could pass).
+    pub fn assurance(&self) -> Option<Assurance> {
+        self.created
+            .assurance
+            .as_deref()
+            .and_then(Assurance::from_json)
+    }
+
+    /// The check ids the frozen plan declares with their commands, in plan order.
     pub fn check_ids(&self) -> Vec<(String, String)> {
-        let Some(text) = &self.created.assurance else {
-            return Vec::new();
-        };
-        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
-        v["checks"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|c| {
-                        Some((
-                            c["id"].as_str()?.to_owned(),
-                            c["command"].as_str()?.to_owned(),
-                        ))
-                    })
-                    .collect()
-            })
+        self.assurance()
+            .map(|a| a.checks.into_iter().map(|c| (c.id, c.command)).collect())
             .unwrap_or_default()
     }
 
     /// The declared source paths.
     pub fn source_paths(&self) -> Vec<String> {
-        let Some(text) = &self.created.assurance else {
-            return Vec::new();
-        };
-        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
-        v["sourcePaths"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|p| p.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.assurance().map(|a| a.source_paths).unwrap_or_default()
     }
 }
 
@@ -301,7 +285,7 @@ mod tests {
             contract_digest: "d1".into(),
             workspace: "/w".into(),
             plan: "# t".into(),
-            assurance: Some(r#"{"checks":[{"id":"a","command":"make a"},{"id":"b","command":"make b"}],"sourcePaths":["src"]}"#.into()),
+            assurance: Some(r#"{"version":1,"sourcePaths":["src"],"checks":[{"id":"a","acceptanceIds":["AC1"],"command":"make a","purpose":"a"},{"id":"b","acceptanceIds":["AC1"],"command":"make b","purpose":"b"}]}"#.into()),
             ..GoalCreated::default()
         }
     }

@@ -9,10 +9,12 @@
 //!
 //! This crate knows nothing about frames, segments or files.
 
+mod goal;
 mod json;
 mod kinds;
 mod view;
 
+pub use goal::{Assurance, Check, Source};
 pub use json::{JsonError, ParsedLine, parse_json_line, parse_rfc3339, time_to_rfc3339};
 pub use kinds::*;
 pub use view::EventView;

@@ -9,8 +9,8 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use tacho_engine::{Durability, Severity, Store, StoreOptions, hex};
 use tacho_schema::{EventBody, parse_json_line};
+use tacho_store::{Durability, Severity, Store, StoreOptions, hex};
 use tacho_tests::{repo_root, run, tacho};
 
 fn store(home: &Path) -> Store {

@@ -1,8 +1,8 @@
 //! `tacho session branch`: fork a session's saved state into a new session.
 
 use clap::Args;
-use tacho_engine::Durability;
 use tacho_schema::{EventBody, SessionBranch};
+use tacho_store::Durability;
 
 use crate::cmd::record::new_session_id;
 use crate::error::CliError;

@@ -26,7 +26,7 @@ pub struct CompareArgs {
 }
 
 fn load(
-    store: &tacho_engine::Store,
+    store: &tacho_store::Store,
     session: &str,
 ) -> Result<(ExecutionGraph, BTreeMap<String, u64>), CliError> {
     let mut g = ExecutionGraph::new(session);

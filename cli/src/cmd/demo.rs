@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tacho_engine::Durability;
 use tacho_projections::assess;
 use tacho_schema::{EventBody, parse_json_line};
+use tacho_store::Durability;
 
 use crate::cmd::graph::{load_graph, markdown};
 use crate::cmd::record::new_session_id;
@@ -117,7 +117,7 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
     let mut w = store.writer(&session)?;
     // Snapshots as `tacho record` takes them: a baseline, one before each step, and a
     // final one, of the files as they are at that moment.
-    let snapshot = |w: &mut tacho_engine::Writer,
+    let snapshot = |w: &mut tacho_store::Writer,
                     t: i64,
                     point: crate::snapshots::AutoPoint|
      -> Result<(), CliError> {

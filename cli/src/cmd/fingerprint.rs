@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tacho_engine::fingerprint::{Fingerprint, fingerprint};
+use tacho_git::fingerprint::{Fingerprint, fingerprint};
 
 use crate::error::CliError;
 use crate::output::{Out, bytes, thousands};

@@ -38,7 +38,7 @@ pub fn run(a: GcArgs) -> Result<(), CliError> {
     let r = snaps.gc(&keep, a.dry_run)?;
     let mut out = Out::new();
     if a.json {
-        let usage = |u: &tacho_engine::snapshot::StoreUsage| {
+        let usage = |u: &tacho_git::snapshot::StoreUsage| {
             serde_json::json!({
                 "snapshots": u.snapshots,
                 "loose_objects": u.loose_objects,

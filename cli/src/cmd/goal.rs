@@ -7,11 +7,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use tacho_engine::fingerprint::{Fingerprint, fingerprint};
-use tacho_engine::goal::{Submission, contract_digest, validate};
-use tacho_engine::{Durability, Store};
+use tacho_git::fingerprint::{Fingerprint, fingerprint};
+use tacho_goals::{Submission, contract_digest, validate};
 use tacho_projections::{CheckState, GoalState, Goals, check_states};
 use tacho_schema::{EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate};
+use tacho_store::{Durability, Store};
 
 use crate::cmd::record::now_unix_ns;
 use crate::error::CliError;
@@ -232,8 +232,8 @@ fn validate_plan(
     ws: &Path,
     objective: &str,
     assure: bool,
-) -> Result<tacho_engine::goal::Plan, CliError> {
-    let head = tacho_engine::snapshot::head_commit(ws)?;
+) -> Result<tacho_goals::Plan, CliError> {
+    let head = tacho_git::snapshot::head_commit(ws)?;
     validate(&Submission {
         markdown,
         objective,
@@ -245,7 +245,7 @@ fn validate_plan(
 
 /// The `goal.created` of a validated plan, under a fresh goal id.
 fn freeze(
-    plan: &tacho_engine::goal::Plan,
+    plan: &tacho_goals::Plan,
     objective: Option<String>,
     assured: bool,
     ws: &Path,
@@ -461,7 +461,7 @@ fn goal_fingerprint(g: &GoalState) -> Result<Fingerprint, CliError> {
     let edited: Vec<String> = g
         .edited
         .keys()
-        .filter_map(|p| tacho_engine::snapshot::relative_path(&ws, p).ok())
+        .filter_map(|p| tacho_git::snapshot::relative_path(&ws, p).ok())
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     Ok(fingerprint(&ws, &g.source_paths(), &edited, threads)?)

@@ -1,9 +1,9 @@
 //! `tacho graph`: a session rebuilt as an execution graph, in five formats.
 
 use clap::{Args, ValueEnum};
-use tacho_engine::Store;
 use tacho_projections::{ExecutionGraph, RiskAssessment, StepNode, ToolNode, assess};
 use tacho_schema::time_to_rfc3339;
+use tacho_store::Store;
 
 use crate::error::CliError;
 use crate::home::open_store;

@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use tacho_engine::vfs::{RealFs, Vfs};
-use tacho_engine::{Severity, StoreReport, hex};
 use tacho_log_format::{
     CommitPayload, FrameType, SEGMENT_HEADER_LEN, SealPayload, SegmentHeader, decode_frame,
 };
 use tacho_schema::{Event, EventBody, kind_name, time_to_rfc3339};
+use tacho_store::vfs::{RealFs, Vfs};
+use tacho_store::{Severity, StoreReport, hex};
 
 use crate::error::CliError;
 use crate::home::open_store;
@@ -97,7 +97,7 @@ fn each_session(deep: bool, only: Option<&str>, quiet: bool) -> Result<StoreRepo
     Ok(report)
 }
 
-fn finding_json(f: &tacho_engine::Finding) -> serde_json::Value {
+fn finding_json(f: &tacho_store::Finding) -> serde_json::Value {
     serde_json::json!({
         "type": "finding",
         "severity": match f.severity { Severity::Error => "error", Severity::Warning => "warning" },

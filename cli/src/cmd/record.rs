@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
-use tacho_engine::{Durability, Writer, hex};
 use tacho_schema::{EventBody, parse_json_line};
+use tacho_store::{Durability, Writer, hex};
 
 use crate::error::CliError;
 use crate::home::open_store;
@@ -91,7 +91,7 @@ struct Total {
 }
 
 struct Recorder {
-    store: tacho_engine::Store,
+    store: tacho_store::Store,
     /// With `--json`: one acknowledgement per committed batch, written (and flushed)
     /// as soon as the batch is durable as requested.
     acks: Option<Out>,
@@ -101,7 +101,7 @@ struct Recorder {
     totals: BTreeMap<String, Total>,
     recorded: u64,
     auto_snapshots: bool,
-    snapshots: Option<tacho_engine::snapshot::SnapshotStore>,
+    snapshots: Option<tacho_git::snapshot::SnapshotStore>,
     /// Each session's workspace, when it is a directory on this machine.
     workspaces: BTreeMap<String, Option<PathBuf>>,
 }

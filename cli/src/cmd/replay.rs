@@ -2,9 +2,9 @@
 //! model or a tool and never reproduces external state; it reads the log.
 
 use clap::{Args, ValueEnum};
-use tacho_engine::{Severity, Store, StoredEvent};
 use tacho_projections::{ReplayCheck, ReplayRule};
 use tacho_schema::{EventBody, time_to_rfc3339};
+use tacho_store::{Severity, Store, StoredEvent};
 
 use crate::error::CliError;
 use crate::home::open_store;
@@ -54,8 +54,8 @@ pub fn run(a: ReplayArgs) -> Result<(), CliError> {
         }
         let bytes =
             std::fs::read(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
-        let (store, session) = tacho_engine::open_package(&bytes).map_err(|e| match e {
-            tacho_engine::PackageError::Store(e) => CliError::from(e),
+        let (store, session) = tacho_store::open_package(&bytes).map_err(|e| match e {
+            tacho_store::PackageError::Store(e) => CliError::from(e),
             e => CliError::Findings(format!("{}: {e}", path.display())),
         })?;
         if !a.json {
@@ -95,7 +95,7 @@ fn export(store: &Store, session: &str, output: Option<&std::path::Path>) -> Res
             "session {session} does not verify; run `tacho session replay {session} --mode verify` (a package of a damaged record would only fail elsewhere)"
         )));
     }
-    let pkg = tacho_engine::export_package(store, session)?;
+    let pkg = tacho_store::export_package(store, session)?;
     match output {
         Some(path) => {
             // Written next to its final name, then renamed: never a half-written package.
@@ -119,7 +119,7 @@ fn export(store: &Store, session: &str, output: Option<&std::path::Path>) -> Res
     eprintln!(
         "exported session {session}: {} events, head {}, {} bytes{}",
         log.next_seq,
-        tacho_engine::hex(&log.chain),
+        tacho_store::hex(&log.chain),
         pkg.len(),
         output
             .map(|p| format!(" to {}", p.display()))
@@ -410,7 +410,7 @@ pub fn verify(store: &Store, session: &str, json: bool, out: &mut Out) -> Result
     if let Some((stored, head)) = crate::materialize::read_stored(store, session) {
         let backed = store
             .head_at(session, stored.next_seq)?
-            .is_some_and(|h| tacho_engine::hex(&h) == head);
+            .is_some_and(|h| tacho_store::hex(&h) == head);
         let problem = if !backed {
             Some(format!(
                 "the stored projection claims events 0..{} with head {head}, which the log does not hold",
@@ -461,7 +461,7 @@ pub fn verify(store: &Store, session: &str, json: bool, out: &mut Out) -> Result
             "type": "summary", "session": session, "ok": failed == 0, "findings": failed,
             "events": log.events, "tool_results_checked": report.tool_results_checked,
             "interrupted": report.interrupted.len(), "pending": report.pending.len(),
-            "head": tacho_engine::hex(&log.chain), "stored_projection": projection,
+            "head": tacho_store::hex(&log.chain), "stored_projection": projection,
         }))?;
         return Ok(failed);
     }
@@ -506,7 +506,7 @@ pub fn verify(store: &Store, session: &str, json: bool, out: &mut Out) -> Result
         out.line(format!(
             "  head: {} events, chain {}",
             log.next_seq,
-            tacho_engine::hex(&log.chain)
+            tacho_store::hex(&log.chain)
         ))?;
     }
     if let Some(t) = last_time {

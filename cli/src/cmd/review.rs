@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use tacho_engine::goal::review::verify_reviews;
+use tacho_goals::review::verify_reviews;
 
 use crate::error::CliError;
 use crate::output::Out;

@@ -10,14 +10,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tacho_engine::rollback::{self, Action, Applied, Plan, PlanInput};
-use tacho_engine::snapshot::{Files, Snapshot, SnapshotStore, relative_path};
-use tacho_engine::{Durability, Store};
+use tacho_git::rollback::{self, Action, Applied, Plan, PlanInput};
+use tacho_git::snapshot::{Files, Snapshot, SnapshotStore, relative_path};
 use tacho_projections::{ExecutionGraph, RollbackPoints, SnapshotNode};
 use tacho_schema::{
     EndReason, EventBody, EventView, ExcludedPath, RollbackApplied, SessionEnd, SessionStart,
     SnapshotReason, time_to_rfc3339,
 };
+use tacho_store::{Durability, Store};
 
 use crate::cmd::graph::duration;
 use crate::cmd::record::new_session_id;

@@ -90,7 +90,7 @@ fn parse_since(s: &str) -> Result<i64, CliError> {
 
 /// A session's graph (its stored projection brought up to date) and summary.
 fn fold(
-    store: &tacho_engine::Store,
+    store: &tacho_store::Store,
     id: &str,
 ) -> Result<(SessionSummary, ExecutionGraph), CliError> {
     let g = crate::materialize::graph(store, id)?;

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tacho_engine::Durability;
 use tacho_schema::SnapshotReason;
+use tacho_store::Durability;
 
 use crate::error::CliError;
 use crate::home::open_store;

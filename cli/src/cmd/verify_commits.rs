@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use tacho_engine::goal::commits::{Merges, verify_commits};
+use tacho_goals::commits::{Merges, verify_commits};
 
 use crate::error::CliError;
 use crate::output::Out;

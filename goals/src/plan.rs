@@ -8,39 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
+use tacho_schema::Assurance;
 
 /// The rendered plan's limit.
 pub const MAX_PLAN_BYTES: usize = 8192;
-
-/// The assurance object, version 1.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Assurance {
-    pub version: u32,
-    pub source_paths: Vec<String>,
-    #[serde(default)]
-    pub sources: Vec<Source>,
-    pub checks: Vec<Check>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Source {
-    pub role: String,
-    pub reference: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Check {
-    pub id: String,
-    pub acceptance_ids: Vec<String>,
-    pub command: String,
-    pub purpose: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub environment: Option<String>,
-}
 
 /// A parsed, validated plan.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,18 +16,25 @@ use super::{ExcludeReason, Excluded, SnapshotError};
 
 /// The candidate paths of a workspace, relative to it, with `/` separators, sorted,
 /// with their metadata (not following links) when the walk already read it.
-pub(crate) struct Listing {
-    pub paths: Vec<(String, Option<super::stat::FileStat>)>,
-    pub excluded: Vec<Excluded>,
+pub struct Listing {
+    pub(crate) paths: Vec<(String, Option<super::stat::FileStat>)>,
+    pub(crate) excluded: Vec<Excluded>,
     /// Outside Git: every directory the walk read (the workspace is `""`) and every
     /// nested repository it pruned, with its metadata. While none of them changes, and
     /// no ignore file does, the same walk would list the same paths. Empty when the walk
     /// cannot be repeated this way (inside Git, or after an error).
-    pub dirs: Vec<super::cache::DirStamp>,
+    pub(crate) dirs: Vec<super::cache::DirStamp>,
+}
+
+impl Listing {
+    /// The listed paths (relative to the workspace, `/` separators, sorted).
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.paths.iter().map(|(p, _)| p.as_str())
+    }
 }
 
 /// How the workspace sits in its Git repository.
-pub(crate) struct GitContext {
+pub struct GitContext {
     pub repo: gix::Repository,
     /// The workspace's path inside the repository's work tree (`""` at its root), with a
     /// trailing `/` when not empty.
@@ -40,7 +47,7 @@ fn git_err(what: &str, e: impl std::fmt::Display) -> SnapshotError {
 
 /// Opens the Git repository that holds `workspace`, if any. A repository found above
 /// the workspace counts; the workspace is then a prefix inside it.
-pub(crate) fn git_context(workspace: &Path) -> Result<Option<GitContext>, SnapshotError> {
+pub fn git_context(workspace: &Path) -> Result<Option<GitContext>, SnapshotError> {
     // Only a `.git` at or above the workspace makes it a Git workspace; gix's
     // discovery would also accept a bare repository, which has no work tree.
     let mut probe = Some(workspace);
@@ -134,7 +141,7 @@ fn inside<'a>(
 /// What Git would list under the workspace: tracked files (whether or not they still
 /// exist) and untracked files no ignore rule matches. With `within` (workspace-relative
 /// paths), only what lies at or under one of them.
-pub(crate) fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, SnapshotError> {
+pub fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, SnapshotError> {
     let repo = &ctx.repo;
     let prefix = ctx.prefix.as_str();
     let wanted = |rel: &str| {

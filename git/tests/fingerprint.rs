@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use tacho_engine::fingerprint::{Fingerprint, MAX_ENTRIES, fingerprint};
+use tacho_git::fingerprint::{Fingerprint, MAX_ENTRIES, fingerprint};
 
 fn write(ws: &Path, rel: &str, text: &str) {
     let p = ws.join(rel);

@@ -9,7 +9,7 @@
 
 mod cache;
 mod gc;
-pub(crate) mod scan;
+pub mod scan;
 pub(crate) mod stat;
 
 use std::collections::{BTreeMap, HashMap};
@@ -55,7 +55,7 @@ pub enum SnapshotError {
 }
 
 impl SnapshotError {
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
         SnapshotError::Io {
             path: path.to_path_buf(),
             source,
@@ -860,7 +860,7 @@ pub fn head_commit(workspace: &Path) -> Result<Option<String>, SnapshotError> {
 }
 
 /// The absolute, symlink-free path of an existing workspace directory.
-pub(crate) fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SnapshotError> {
+pub fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SnapshotError> {
     let ws = workspace
         .canonicalize()
         .map_err(|e| SnapshotError::Workspace {
@@ -1168,7 +1168,9 @@ fn store_file(
         } else {
             let mut f = match std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .custom_flags(
+                    (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32,
+                )
                 .open(&abs)
             {
                 Ok(f) => f,

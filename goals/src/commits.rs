@@ -10,8 +10,8 @@ use std::path::Path;
 use gix::ObjectId;
 use serde::Serialize;
 
-use crate::snapshot::SnapshotError;
-use crate::snapshot::scan;
+use tacho_git::snapshot::SnapshotError;
+use tacho_git::snapshot::scan;
 
 /// What to do with merge commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub fn verify_commits(
     forbid: &[String],
     merges: Merges,
 ) -> Result<CommitReport, SnapshotError> {
-    let ws = crate::snapshot::canonical_workspace(workspace)?;
+    let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
     let ctx = scan::git_context(&ws)?.ok_or_else(|| SnapshotError::Workspace {
         path: ws.clone(),
         reason: "not inside a Git repository".into(),

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::SnapshotError;
-use crate::snapshot::scan;
+use tacho_git::snapshot::SnapshotError;
+use tacho_git::snapshot::scan;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -202,7 +202,7 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
     }
     // The last round must be about the commit being verified, with nothing uncommitted
     // under the declared source paths.
-    let ws = crate::snapshot::canonical_workspace(workspace)?;
+    let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
     let ctx = scan::git_context(&ws)?;
     match (&ctx, last_commit) {
         (None, _) => problem(".", "the workspace is not inside a Git repository".into()),
@@ -358,8 +358,8 @@ fn uncommitted(
         .join(ctx.prefix.trim_end_matches('/'));
     let mut changed = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    for (p, _) in &listing.paths {
-        seen.insert(p.clone());
+    for p in listing.paths() {
+        seen.insert(p.to_owned());
         let abs = workdir.join(p);
         let now = match std::fs::symlink_metadata(&abs) {
             Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&abs)
@@ -373,7 +373,7 @@ fn uncommitted(
             .transpose()
             .map_err(|e| git("hashing", &e))?;
         if now != committed.get(p).copied() {
-            changed.push(p.clone());
+            changed.push(p.to_owned());
         }
     }
     for p in committed.keys() {

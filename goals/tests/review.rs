@@ -8,7 +8,7 @@ use common::git;
 
 use std::path::Path;
 
-use tacho_engine::goal::review::verify_reviews;
+use tacho_goals::review::verify_reviews;
 
 /// A repository with one commit, and review receipts for it: round 1 requested
 /// changes, round 2 approved with one finding fixed (its regression test passed once,

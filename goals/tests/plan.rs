@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use tacho_engine::goal::{Submission, contract_digest, validate};
+use tacho_goals::{Submission, contract_digest, validate};
 
 const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -46,7 +46,7 @@ fn check(command: &str) -> String {
     ))
 }
 
-fn submit(markdown: &str) -> Result<tacho_engine::goal::Plan, String> {
+fn submit(markdown: &str) -> Result<tacho_goals::Plan, String> {
     validate(&Submission {
         markdown,
         objective: "make invoices match the legacy system",

@@ -7,7 +7,7 @@ use common::{git, have_git};
 
 use std::path::Path;
 
-use tacho_engine::goal::commits::{Merges, verify_commits};
+use tacho_goals::commits::{Merges, verify_commits};
 
 fn commit(ws: &Path, files: &[(&str, Option<&str>)], msg: &str) -> String {
     for (p, content) in files {
@@ -43,7 +43,7 @@ fn repo() -> (tempfile::TempDir, std::path::PathBuf, String) {
     (tmp, ws, base)
 }
 
-fn reasons(r: &tacho_engine::goal::commits::CommitReport) -> Vec<String> {
+fn reasons(r: &tacho_goals::commits::CommitReport) -> Vec<String> {
     r.violations
         .iter()
         .map(|v| format!("{} {}", v.path.clone().unwrap_or_default(), v.reason))

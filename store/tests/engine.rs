@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tacho_engine::vfs::{CrashKeep, SimFs, Vfs};
-use tacho_engine::{Durability, Severity, Store, StoreError, StoreOptions};
 use tacho_schema::{
     EndReason, EventBody, SessionEnd, SessionStart, ToolCall, ToolResult, ToolStatus,
 };
+use tacho_store::vfs::{CrashKeep, SimFs, Vfs};
+use tacho_store::{Durability, Severity, Store, StoreError, StoreOptions};
 
 const ROOT: &str = "/store";
 
@@ -661,8 +661,8 @@ fn replay_packages_round_trip_and_reveal_any_edit() {
     let store = sim_store(&fs, 1500);
     let written = write_session(&store, "ses_pkg", &[1, 4, 4, 4, 4, 4], 100);
     assert!(store.segments("ses_pkg").unwrap().len() > 1);
-    let pkg = tacho_engine::export_package(&store, "ses_pkg").unwrap();
-    let (copy, session) = tacho_engine::open_package(&pkg).unwrap();
+    let pkg = tacho_store::export_package(&store, "ses_pkg").unwrap();
+    let (copy, session) = tacho_store::open_package(&pkg).unwrap();
     assert_eq!(session, "ses_pkg");
     let rep = copy.verify_session(&session, true).unwrap();
     assert!(rep.findings.is_empty(), "{:?}", rep.findings);
@@ -676,11 +676,11 @@ fn replay_packages_round_trip_and_reveal_any_edit() {
     for at in [0, 20, pkg.len() / 2, pkg.len() - 1] {
         let mut bad = pkg.clone();
         bad[at] ^= 1;
-        assert!(tacho_engine::open_package(&bad).is_err(), "byte {at}");
+        assert!(tacho_store::open_package(&bad).is_err(), "byte {at}");
     }
     assert!(matches!(
-        tacho_engine::open_package(&pkg[..pkg.len() - 40]),
-        Err(tacho_engine::PackageError::DigestMismatch)
+        tacho_store::open_package(&pkg[..pkg.len() - 40]),
+        Err(tacho_store::PackageError::DigestMismatch)
     ));
     // A forger who recomputes the package digest is still caught by the chain.
     let mut forged = pkg.clone();
@@ -694,7 +694,7 @@ fn replay_packages_round_trip_and_reveal_any_edit() {
         .update(&forged[..body])
         .finalize();
     forged[body..].copy_from_slice(d.as_bytes());
-    let (copy, session) = tacho_engine::open_package(&forged).unwrap();
+    let (copy, session) = tacho_store::open_package(&forged).unwrap();
     let rep = copy.verify_session(&session, true).unwrap();
     assert!(
         rep.findings.iter().any(|f| f.severity == Severity::Error),

@@ -329,7 +329,7 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, NoEvidence> {
     }
     let mut f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32)
         .open(&abs)
         .map_err(|e| fail(format!("unreadable: {e}")))?;
     let mut h = blake3::Hasher::new();

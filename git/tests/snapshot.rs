@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use proptest::prelude::*;
-use tacho_engine::rollback::{self, Action, PlanInput};
-use tacho_engine::safefs::Root;
-use tacho_engine::snapshot::{ExcludeReason, Files, Scope, SnapshotStore};
+use tacho_git::rollback::{self, Action, PlanInput};
+use tacho_git::safefs::Root;
+use tacho_git::snapshot::{ExcludeReason, Files, Scope, SnapshotStore};
 
 struct Env {
     _tmp: tempfile::TempDir,

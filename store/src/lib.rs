@@ -9,18 +9,13 @@
 //! <root>/streams/<stream dir>/00000000000000012345.tseg
 //! ```
 //!
-//! The engine owns I/O policy: where files live, when they are synced, what is repaired
+//! The store owns I/O policy: where files live, when they are synced, what is repaired
 //! and what is refused. The byte layout is `tacho-log-format`'s; what payloads mean is
 //! `tacho-schema`'s.
 
-pub mod fingerprint;
-pub mod goal;
 mod link;
 mod package;
 mod reader;
-pub mod rollback;
-pub mod safefs;
-pub mod snapshot;
 mod store;
 mod verify;
 pub mod vfs;

@@ -1,0 +1,15 @@
+//! tacho's Git side: everything that reads a workspace or writes Git objects.
+//!
+//! - [`snapshot`]: the snapshot store, a bare Git repository written in-process with
+//!   gix (SPEC.md §10), with the per-workspace stat cache and `gc`.
+//! - [`rollback`]: the pure rollback planner and its executor.
+//! - [`safefs`]: the only code that writes into a user's workspace, confined to it.
+//! - [`fingerprint`]: the source fingerprint goal receipts are bound to (SPEC.md §11).
+//!
+//! This crate knows nothing about the event log, sessions or events: it takes paths and
+//! returns values.
+
+pub mod fingerprint;
+pub mod rollback;
+pub mod safefs;
+pub mod snapshot;

@@ -1,0 +1,12 @@
+//! Goal assurance rules (BRIEF §3): plans and their contracts, and the verifiers a
+//! contract's checks call (`tacho verify-commits`, `tacho review verify`).
+//!
+//! Pure apart from the verifiers, which read a repository through `tacho-git`. Running
+//! checks, recording receipts and the completion gate are the application layer's.
+
+pub mod commits;
+pub mod plan;
+pub mod review;
+
+pub use plan::{Plan, PlanError, Submission, contract_digest, validate};
+pub use tacho_schema::{Assurance, Check, Source};

@@ -1,0 +1,44 @@
+//! Helpers shared by the engine's integration tests: the real `git` program, isolated
+//! from the user's configuration.
+
+#![allow(dead_code, clippy::unwrap_used)] // each test file uses some of them
+
+use std::path::Path;
+use std::process::Command;
+
+pub fn have_git() -> bool {
+    Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs git in `dir` and returns its stdout; fails the test with stderr on failure.
+pub fn git_bytes(dir: &Path, args: &[&str]) -> Vec<u8> {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("HOME", dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Like `git_bytes`, as trimmed text.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    String::from_utf8(git_bytes(dir, args))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
