@@ -1,1 +1,63 @@
-//! placeholder
+//! tacho's application layer: every operation a frontend offers, over the log store
+//! (`tacho-store`), the Git side (`tacho-git`), goal rules (`tacho-goals`) and the
+//! pure folds (`tacho-projections`). The CLI, the MCP server and the frontends to come
+//! (hooks, importers, exporters, the report) call these and nothing below them:
+//! only this crate appends events, runs Git or decides policy.
+//!
+//! Operations are methods of [`Tacho`] (the opened data directory with its clock, id
+//! source and notes sink). They return typed results (`Serialize` where a frontend
+//! prints them as JSON) and one error enum per operation; [`error::Kind`] says what
+//! kind of failure an error is, so frontends decide on kinds, never on message text.
+//! [`render`] turns results into text.
+
+mod branch;
+mod context;
+mod demo;
+pub mod error;
+mod goals;
+mod ingest;
+mod logs;
+mod logtools;
+mod projection;
+pub mod render;
+mod replay;
+mod rollback;
+pub mod runner;
+mod sessions;
+mod snapshots;
+mod verifiers;
+
+pub use branch::{BranchError, Branched};
+pub use context::{Clock, Config, Ids, Notes, OpenError, StderrNotes, SystemClock, Tacho, UlidIds};
+pub use demo::{Demo, DemoError};
+pub use error::{ErrorKind, Kind};
+pub use goals::{
+    BLOCK_KINDS, BlockRequest, Blocked, CheckCommand, CheckStatus, Completion, CreateRequest,
+    Frozen, GoalError, GoalStatus, Receipt, Revised, read_plan,
+};
+pub use ingest::{BatchAck, Ingest, IngestError, IngestOptions, RecordError, SessionTotal};
+pub use logs::{LogReport, LogsError, analyse_logs};
+pub use logtools::{DumpError, dump_segment_file};
+pub use replay::{
+    ExpectCall, ExpectStep, Expected, ProjectionCheck, ReplayError, Verification, verify_package,
+};
+pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
+pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
+pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
+pub use verifiers::{WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
+
+/// Types of the layers below that appear in results, re-exported so that frontends
+/// depend on this crate alone for them.
+pub mod types {
+    pub use tacho_git::fingerprint::{Entry as FingerprintEntry, Fingerprint, NoEvidence};
+    pub use tacho_git::rollback::{Action, Applied, Conflict, Plan, PlanItem};
+    pub use tacho_git::snapshot::{GcReport, Snapshot, SnapshotError, StoreUsage};
+    pub use tacho_goals::commits::{CommitReport, Merges, Violation};
+    pub use tacho_goals::review::ReviewReport;
+    pub use tacho_log_format::{ChainValue, FrameHeader, FrameType, HeaderError};
+    pub use tacho_projections::RollbackPoints;
+    pub use tacho_store::dump::{DumpFrame, SegmentDump};
+    pub use tacho_store::{
+        Durability, Finding, Severity, StoreError, StoreReport, StoredEvent, StreamReport, hex,
+    };
+}

@@ -1,64 +1,71 @@
-//! The command error and its exit codes (documented in the README).
+//! The command error and its exit codes (documented in the README): an operation's
+//! error keeps its kind, which decides the code.
 
-use tacho_store::StoreError;
+use tacho_app::{ErrorKind, Kind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// Exit 1: verification found problems, or the log is corrupt.
-    #[error("{0}")]
-    Findings(String),
-    /// Exit 2: bad input (a malformed event line, a rejected event, a bad argument).
-    #[error("{0}")]
-    Input(String),
-    /// Exit 3: another process is writing the same session.
-    #[error("{0}")]
-    Busy(String),
-    /// Exit 4: no such session.
-    #[error("{0}")]
-    NotFound(String),
-    /// Exit 5: an I/O error.
-    #[error("{0}")]
-    Io(String),
+    /// An operation's error, with its kind.
+    #[error("{error}")]
+    Op {
+        kind: ErrorKind,
+        #[source]
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A refusal or finding the command itself states.
+    #[error("{text}")]
+    Said { kind: ErrorKind, text: String },
     /// stdout was closed (`tacho ... | head`): a normal exit.
     #[error("broken pipe")]
     BrokenPipe,
 }
 
 impl CliError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            CliError::BrokenPipe => 0,
-            CliError::Findings(_) => 1,
-            CliError::Input(_) => 2,
-            CliError::Busy(_) => 3,
-            CliError::NotFound(_) => 4,
-            CliError::Io(_) => 5,
+    /// A finding (exit 1): verification failed, a check failed, the gate refused.
+    pub fn findings(text: impl Into<String>) -> Self {
+        CliError::Said {
+            kind: ErrorKind::Findings,
+            text: text.into(),
         }
     }
-}
 
-impl From<StoreError> for CliError {
-    fn from(e: StoreError) -> Self {
-        let text = e.to_string();
-        match e {
-            StoreError::Io { .. } => CliError::Io(text),
-            StoreError::Busy { .. } => CliError::Busy(text),
-            StoreError::Corrupt { .. } => CliError::Findings(text),
-            StoreError::NotFound(_)
-            | StoreError::UnknownSession { .. }
-            | StoreError::AmbiguousSession { .. } => CliError::NotFound(text),
-            StoreError::BadSessionId(_) | StoreError::Rejected { .. } => CliError::Input(text),
-            StoreError::Poisoned(_) => CliError::Io(text),
+    /// Bad input (exit 2).
+    pub fn input(text: impl Into<String>) -> Self {
+        CliError::Said {
+            kind: ErrorKind::Input,
+            text: text.into(),
         }
     }
-}
 
-impl From<std::io::Error> for CliError {
-    fn from(e: std::io::Error) -> Self {
+    /// Writing the command's output failed; a closed pipe is a normal exit.
+    pub fn output(e: std::io::Error) -> Self {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             CliError::BrokenPipe
         } else {
-            CliError::Io(e.to_string())
+            CliError::from(e)
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        let kind = match self {
+            CliError::BrokenPipe => return 0,
+            CliError::Op { kind, .. } | CliError::Said { kind, .. } => *kind,
+        };
+        match kind {
+            ErrorKind::Findings => 1,
+            ErrorKind::Input => 2,
+            ErrorKind::Busy => 3,
+            ErrorKind::NotFound => 4,
+            ErrorKind::Io => 5,
+        }
+    }
+}
+
+impl<E: Kind + std::error::Error + Send + Sync + 'static> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError::Op {
+            kind: e.kind(),
+            error: Box::new(e),
         }
     }
 }

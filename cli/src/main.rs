@@ -1,20 +1,24 @@
 //! `tacho`: a flight recorder for AI coding agents.
 //!
-//! One module per command group, one dispatch `match`, and one error type mapped to the
-//! exit codes documented in the README. Data goes to stdout, everything else to stderr.
+//! A thin frontend over the application layer (`tacho-app`): one module per command
+//! group that turns arguments into an operation's options and renders its result, one
+//! dispatch `match`, and one error type whose kind decides the exit code documented in
+//! the README. Data goes to stdout, everything else to stderr.
 
 mod cmd;
 mod error;
-mod home;
-mod materialize;
 mod output;
-mod snapshots;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use crate::error::CliError;
+
+/// tacho's data as configured by the environment (`TACHO_HOME`, ...).
+pub fn open() -> Result<tacho_app::Tacho, CliError> {
+    Ok(tacho_app::Tacho::from_env()?)
+}
 
 /// A flight recorder for AI coding agents: records what an agent does into a local,
 /// tamper-evident, append-only log.

@@ -78,6 +78,10 @@ pub struct PlanItem {
 pub struct Conflict {
     pub path: String,
     pub reason: String,
+    /// The file changed outside the session: `--force` would restore it. False for
+    /// files that cannot be restored at all (never snapshotted, unsafe, failed).
+    #[serde(skip)]
+    pub forceable: bool,
 }
 
 /// The plan.
@@ -114,6 +118,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             plan.conflicts.push(Conflict {
                 path: path.to_owned(),
                 reason: format!("cannot be restored: {why}"),
+                forceable: false,
             });
             continue;
         }
@@ -131,6 +136,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                     plan.conflicts.push(Conflict {
                         path: path.to_owned(),
                         reason: describe_conflict(known, now),
+                        forceable: true,
                     });
                     continue;
                 }
@@ -260,6 +266,7 @@ pub fn apply(
             Err(reason) => out.failed.push(Conflict {
                 path: item.path.clone(),
                 reason,
+                forceable: false,
             }),
         }
     }
@@ -279,6 +286,7 @@ pub fn apply(
             Err(reason) => out.failed.push(Conflict {
                 path: item.path.clone(),
                 reason,
+                forceable: false,
             }),
         }
     }

@@ -44,8 +44,23 @@ pub struct CommitReport {
     pub violations: Vec<Violation>,
 }
 
-fn git(what: &str, e: impl std::fmt::Display) -> SnapshotError {
-    SnapshotError::Git(format!("{what}: {e}"))
+fn git(
+    what: &str,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+) -> SnapshotError {
+    SnapshotError::git(what, e)
+}
+
+/// Why the commit range could not be checked (a range that breaks a rule is a
+/// report with violations, not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum CommitsError {
+    #[error(
+        "--baseline {0:?}: not a revision; give a commit id, branch, tag or revision expression in ASCII"
+    )]
+    BadBaseline(String),
+    #[error(transparent)]
+    Repository(#[from] SnapshotError),
 }
 
 /// Checks the commits between `baseline` and HEAD of the repository holding
@@ -56,7 +71,12 @@ pub fn verify_commits(
     allow: &[String],
     forbid: &[String],
     merges: Merges,
-) -> Result<CommitReport, SnapshotError> {
+) -> Result<CommitReport, CommitsError> {
+    // Revision syntax is ASCII; anything else is a typo or a paste gone wrong, and
+    // the report echoes the baseline, so it must be text every reader can cut.
+    if baseline.is_empty() || !baseline.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(CommitsError::BadBaseline(baseline.to_owned()));
+    }
     let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
     let ctx = scan::git_context(&ws)?.ok_or_else(|| SnapshotError::Workspace {
         path: ws.clone(),

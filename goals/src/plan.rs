@@ -55,6 +55,8 @@ impl std::fmt::Display for PlanError {
     }
 }
 
+impl std::error::Error for PlanError {}
+
 fn err(line: Option<usize>, message: impl Into<String>) -> PlanError {
     PlanError {
         line,

@@ -320,22 +320,27 @@ fn uncommitted(
     source_paths: &[String],
 ) -> Result<Vec<String>, SnapshotError> {
     let repo = &ctx.repo;
-    let git = |what: &str, e: &dyn std::fmt::Display| SnapshotError::Git(format!("{what}: {e}"));
+    fn git(
+        what: &str,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> SnapshotError {
+        SnapshotError::git(what, e)
+    }
     let head_tree = repo
         .head_commit()
-        .map_err(|e| git("reading HEAD", &e))?
+        .map_err(|e| git("reading HEAD", e))?
         .tree_id()
-        .map_err(|e| git("reading HEAD", &e))?
+        .map_err(|e| git("reading HEAD", e))?
         .detach();
     let tree = repo
         .find_tree(head_tree)
-        .map_err(|e| git("reading HEAD", &e))?;
+        .map_err(|e| git("reading HEAD", e))?;
     let mut committed: BTreeMap<String, gix::ObjectId> = BTreeMap::new();
     for r in tree
         .traverse()
         .breadthfirst
         .files()
-        .map_err(|e| git("reading HEAD", &e))?
+        .map_err(|e| git("reading HEAD", e))?
     {
         if !r.mode.is_tree() {
             let p = r.filepath.to_string();
@@ -371,7 +376,7 @@ fn uncommitted(
         let now = now
             .map(|d| gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, &d))
             .transpose()
-            .map_err(|e| git("hashing", &e))?;
+            .map_err(|e| git("hashing", e))?;
         if now != committed.get(p).copied() {
             changed.push(p.to_owned());
         }

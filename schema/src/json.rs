@@ -76,7 +76,7 @@ pub fn parse_json_line(text: &str, line_no: usize) -> Result<ParsedLine, JsonErr
     let time_unix_ns = match fields.remove("ts") {
         None | Some(serde_json::Value::Null) => None,
         Some(v) => {
-            Some(parse_time(&v).map_err(|m| err(column_of("ts"), format!("field `ts`: {m}")))?)
+            Some(parse_ts(&v).map_err(|m| err(column_of("ts"), format!("field `ts`: {m}")))?)
         }
     };
     let body =
@@ -142,7 +142,7 @@ pub fn parse_rfc3339(s: &str) -> Result<i64, String> {
 }
 
 /// `ts` is an RFC 3339 string or an integer number of milliseconds since the epoch.
-fn parse_time(v: &serde_json::Value) -> Result<i64, String> {
+pub fn parse_ts(v: &serde_json::Value) -> Result<i64, String> {
     match v {
         serde_json::Value::Number(n) => {
             let ms = n

@@ -15,7 +15,7 @@ mod kinds;
 mod view;
 
 pub use goal::{Assurance, Check, Source};
-pub use json::{JsonError, ParsedLine, parse_json_line, parse_rfc3339, time_to_rfc3339};
+pub use json::{JsonError, ParsedLine, parse_json_line, parse_rfc3339, parse_ts, time_to_rfc3339};
 pub use kinds::*;
 pub use view::EventView;
 

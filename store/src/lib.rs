@@ -13,6 +13,7 @@
 //! and what is refused. The byte layout is `tacho-log-format`'s; what payloads mean is
 //! `tacho-schema`'s.
 
+pub mod dump;
 mod link;
 mod package;
 mod reader;

@@ -1,15 +1,12 @@
 //! `tacho session compare`: two runs side by side, and with `--deep` their steps
 //! aligned against each other.
 
-use std::collections::BTreeMap;
-
 use clap::Args;
-use tacho_projections::{ExecutionGraph, StepPair, assess, compare};
+use tacho_app::render::{duration, thousands};
+use tacho_projections::{StepPair, assess, compare};
 
-use crate::cmd::graph::duration;
 use crate::error::CliError;
-use crate::home::open_store;
-use crate::output::{Out, thousands};
+use crate::output::Out;
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
@@ -25,21 +22,6 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
-fn load(
-    store: &tacho_store::Store,
-    session: &str,
-) -> Result<(ExecutionGraph, BTreeMap<String, u64>), CliError> {
-    let mut g = ExecutionGraph::new(session);
-    let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
-    store.read_session(session, |e| {
-        *kinds
-            .entry(e.event.body.kind_name().to_string())
-            .or_default() += 1;
-        g.apply(e.seq, &e.event);
-    })?;
-    Ok((g, kinds))
-}
-
 fn arrow(a: i64, b: i64) -> &'static str {
     match b.cmp(&a) {
         std::cmp::Ordering::Greater => " ↑",
@@ -49,15 +31,15 @@ fn arrow(a: i64, b: i64) -> &'static str {
 }
 
 pub fn run(a: CompareArgs) -> Result<(), CliError> {
-    let store = open_store()?;
-    let (sa, sb) = (store.resolve_session(&a.a)?, store.resolve_session(&a.b)?);
-    let (ga, ka) = load(&store, &sa)?;
-    let (gb, kb) = load(&store, &sb)?;
+    let tacho = crate::open()?;
+    let (sa, sb) = (tacho.resolve_session(&a.a)?, tacho.resolve_session(&a.b)?);
+    let (ga, ka) = tacho.graph_and_kinds(&sa)?;
+    let (gb, kb) = tacho.graph_and_kinds(&sb)?;
     let (ra, rb) = (assess(&ga), assess(&gb));
     let c = compare((&ga, &ra, &ka), (&gb, &rb, &kb), a.deep);
     let mut out = Out::new();
     if a.json {
-        out.json(&serde_json::to_value(&c).map_err(|e| CliError::Io(e.to_string()))?)?;
+        out.json(&c)?;
         return out.finish();
     }
     let line = "-".repeat(40);

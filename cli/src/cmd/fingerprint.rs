@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tacho_git::fingerprint::{Fingerprint, fingerprint};
+use tacho_app::render::{bytes, thousands};
+use tacho_app::types::Fingerprint;
 
 use crate::error::CliError;
-use crate::output::{Out, bytes, thousands};
+use crate::output::Out;
 
 #[derive(Debug, Args)]
 pub struct FingerprintArgs {
@@ -24,17 +25,7 @@ pub struct FingerprintArgs {
 }
 
 pub fn run(a: FingerprintArgs) -> Result<(), CliError> {
-    let ws = match a.workspace {
-        Some(w) => w,
-        None => std::env::current_dir()?,
-    };
-    let paths = if a.paths.is_empty() && a.files.is_empty() {
-        vec![".".to_string()]
-    } else {
-        a.paths
-    };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let fp = fingerprint(&ws, &paths, &a.files, threads)?;
+    let fp = tacho_app::fingerprint(a.workspace.as_deref(), &a.paths, &a.files)?;
     let mut out = Out::new();
     match fp {
         Fingerprint::Fresh {
@@ -79,7 +70,7 @@ pub fn run(a: FingerprintArgs) -> Result<(), CliError> {
                 }))?;
                 out.finish()?;
             }
-            Err(CliError::Findings(format!(
+            Err(CliError::findings(format!(
                 "no fresh evidence: {}: {}",
                 why.path, why.reason
             )))

@@ -1,15 +1,12 @@
 //! `tacho gc`: drop snapshots that no recorded session references, delete the objects
 //! only they held, and pack the rest.
 
-use std::collections::HashSet;
-
 use clap::Args;
-use tacho_schema::EventView;
+use tacho_app::render::{bytes, thousands};
+use tacho_app::types::StoreUsage;
 
 use crate::error::CliError;
-use crate::home::open_store;
-use crate::output::{Out, bytes, thousands};
-use crate::snapshots::open_snapshots;
+use crate::output::Out;
 
 #[derive(Debug, Args)]
 pub struct GcArgs {
@@ -21,24 +18,12 @@ pub struct GcArgs {
 }
 
 pub fn run(a: GcArgs) -> Result<(), CliError> {
-    let log = open_store()?;
-    let mut keep = HashSet::new();
-    for id in log.sessions()? {
-        log.read_session_views(&id, 0, |_, _, v| match *v {
-            EventView::SnapshotTaken { snapshot, .. } => {
-                keep.insert(snapshot.to_string());
-            }
-            EventView::RollbackApplied { to_snapshot, .. } => {
-                keep.insert(to_snapshot.to_string());
-            }
-            _ => {}
-        })?;
-    }
-    let snaps = open_snapshots()?;
-    let r = snaps.gc(&keep, a.dry_run)?;
+    let tacho = crate::open()?;
+    let g = tacho.gc(a.dry_run)?;
+    let r = &g.report;
     let mut out = Out::new();
     if a.json {
-        let usage = |u: &tacho_git::snapshot::StoreUsage| {
+        let usage = |u: &StoreUsage| {
             serde_json::json!({
                 "snapshots": u.snapshots,
                 "loose_objects": u.loose_objects,
@@ -49,8 +34,8 @@ pub fn run(a: GcArgs) -> Result<(), CliError> {
             })
         };
         out.json(&serde_json::json!({
-            "dry_run": a.dry_run,
-            "referenced_snapshots": keep.len(),
+            "dry_run": g.dry_run,
+            "referenced_snapshots": g.referenced,
             "dropped_snapshots": r.dropped_snapshots,
             "pruned_objects": r.pruned_objects,
             "packed_objects": r.packed_objects,

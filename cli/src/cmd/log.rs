@@ -1,21 +1,17 @@
 //! `tacho log verify | dump | stats`: tooling for the raw log.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use tacho_log_format::{
-    CommitPayload, FrameType, SEGMENT_HEADER_LEN, SealPayload, SegmentHeader, decode_frame,
-};
-use tacho_schema::{Event, EventBody, kind_name, time_to_rfc3339};
-use tacho_store::vfs::{RealFs, Vfs};
-use tacho_store::{Severity, StoreReport, hex};
+use tacho_app::render::{bytes, thousands};
+use tacho_app::types::{DumpFrame, FrameHeader, SegmentDump, Severity, StoreReport, hex};
+use tacho_app::{Tacho, dump_segment_file};
+use tacho_schema::{Event, kind_name, time_to_rfc3339};
 
 use crate::error::CliError;
-use crate::home::open_store;
-use crate::output::{Out, bytes, thousands};
+use crate::output::Out;
 
 #[derive(Debug, Subcommand)]
 pub enum LogCommand {
@@ -68,36 +64,43 @@ pub fn run(c: LogCommand) -> Result<(), CliError> {
     }
 }
 
-/// Runs `f` on every session, with a progress line on a terminal for long runs.
-fn each_session(deep: bool, only: Option<&str>, quiet: bool) -> Result<StoreReport, CliError> {
-    let store = open_store()?;
-    let sessions = match only {
-        Some(s) => vec![store.resolve_session(s)?],
-        None => store.sessions()?,
-    };
-    let show = !quiet && std::io::stderr().is_terminal();
-    let started = Instant::now();
-    let mut last = started;
-    let mut report = StoreReport::default();
-    for (i, s) in sessions.iter().enumerate() {
-        if show && last.elapsed() > Duration::from_millis(250) {
-            eprint!(
-                "\r{} {}/{} sessions",
-                if deep { "verifying" } else { "counting" },
-                i,
-                sessions.len()
-            );
-            last = Instant::now();
+/// Verifies or counts every session (or one), with a progress bar on a terminal for
+/// runs that take more than a moment.
+fn each_session(
+    tacho: &Tacho,
+    deep: bool,
+    only: Option<&str>,
+    quiet: bool,
+) -> Result<StoreReport, CliError> {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        None,
+        if quiet {
+            indicatif::ProgressDrawTarget::hidden()
+        } else {
+            indicatif::ProgressDrawTarget::stderr()
+        },
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(if deep {
+            "verifying {pos}/{len} sessions"
+        } else {
+            "counting {pos}/{len} sessions"
+        })
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let report = tacho.verify_store(deep, only, &mut |done, total| {
+        // Only for work that takes longer than a moment.
+        if started.elapsed() > Duration::from_millis(250) {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
         }
-        report.streams.push(store.verify_session(s, deep)?);
-    }
-    if show && started.elapsed() > Duration::from_millis(250) {
-        eprint!("\r\x1b[K");
-    }
-    Ok(report)
+    });
+    bar.finish_and_clear();
+    Ok(report?)
 }
 
-fn finding_json(f: &tacho_store::Finding) -> serde_json::Value {
+fn finding_json(f: &tacho_app::types::Finding) -> serde_json::Value {
     serde_json::json!({
         "type": "finding",
         "severity": match f.severity { Severity::Error => "error", Severity::Warning => "warning" },
@@ -115,7 +118,8 @@ fn totals(r: &StoreReport) -> (u64, u64, u64, u64) {
 }
 
 fn verify(a: VerifyArgs) -> Result<(), CliError> {
-    let report = each_session(true, a.session.as_deref(), a.json)?;
+    let tacho = crate::open()?;
+    let report = each_session(&tacho, true, a.session.as_deref(), a.json)?;
     let (segments, events, size, _) = totals(&report);
     let errors = report
         .findings()
@@ -192,7 +196,7 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
     }
     out.finish()?;
     if errors > 0 {
-        return Err(CliError::Findings(format!(
+        return Err(CliError::findings(format!(
             "verification failed with {errors} error(s)"
         )));
     }
@@ -200,7 +204,8 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
 }
 
 fn stats(a: StatsArgs) -> Result<(), CliError> {
-    let report = each_session(false, None, a.json)?;
+    let tacho = crate::open()?;
+    let report = each_session(&tacho, false, None, a.json)?;
     let (segments, events, size, batches) = totals(&report);
     let mut by_kind: BTreeMap<u16, u64> = BTreeMap::new();
     let mut sealed = 0;
@@ -213,14 +218,7 @@ fn stats(a: StatsArgs) -> Result<(), CliError> {
         }
     }
     // The snapshot store, when there is one (stats never creates it).
-    let snapshots = match crate::home::data_dir()?
-        .join("snapshots")
-        .join("HEAD")
-        .exists()
-    {
-        true => Some(crate::snapshots::open_snapshots()?.usage()?),
-        false => None,
-    };
+    let snapshots = tacho.snapshot_usage()?;
     let mut out = Out::new();
     if a.json {
         let kinds: serde_json::Map<String, serde_json::Value> = by_kind
@@ -289,58 +287,36 @@ fn kind_label(k: u16) -> String {
 
 fn dump(a: DumpArgs) -> Result<(), CliError> {
     let mut out = Out::new();
-    let files: Vec<PathBuf> = match (&a.file, &a.session) {
-        (Some(f), _) => vec![f.clone()],
+    let (files, session): (Vec<PathBuf>, String) = match (&a.file, &a.session) {
+        (Some(f), _) => (vec![f.clone()], String::new()),
         (None, Some(given)) => {
-            let store = open_store()?;
-            let s = &store.resolve_session(given)?;
-            let segs = store.segments(s)?;
-            match a.segment {
-                Some(i) => vec![
-                    segs.get(i)
-                        .ok_or_else(|| {
-                            CliError::NotFound(format!(
-                                "session {s} has {} segment(s); there is no segment {i}",
-                                segs.len()
-                            ))
-                        })?
-                        .path
-                        .clone(),
-                ],
-                None => segs.into_iter().map(|s| s.path).collect(),
-            }
+            let tacho = crate::open()?;
+            let s = tacho.resolve_session(given)?;
+            (tacho.segment_paths(&s, a.segment)?, s)
         }
-        (None, None) => return Err(CliError::Input("give a session or --file".into())),
-    };
-    let session = match &a.session {
-        Some(s) => open_store()?.resolve_session(s)?,
-        None => String::new(),
+        (None, None) => return Err(CliError::input("give a session or --file")),
     };
     let mut damaged = false;
     for path in files {
-        // The engine's reader returns an aligned copy: rkyv payloads need alignment.
-        let data = RealFs
-            .read(&path, false)
-            .map_err(|e| CliError::Io(format!("{}: {e}", path.display())))?;
-        damaged |= dump_segment(&mut out, &path, &data, &session, a.json)?;
+        let d = dump_segment_file(&path)?;
+        print_segment(&mut out, &path, &d, &session, a.json)?;
+        damaged |= d.damaged();
     }
     out.finish()?;
     if damaged {
-        return Err(CliError::Findings(
-            "the dump stopped at damaged bytes".into(),
-        ));
+        return Err(CliError::findings("the dump stopped at damaged bytes"));
     }
     Ok(())
 }
 
-fn dump_segment(
+fn print_segment(
     out: &mut Out,
     path: &Path,
-    buf: &[u8],
+    d: &SegmentDump,
     session: &str,
     json: bool,
-) -> Result<bool, CliError> {
-    let header = match SegmentHeader::decode(buf) {
+) -> Result<(), CliError> {
+    let header = match &d.header {
         Ok(h) => h,
         Err(e) => {
             if json {
@@ -348,7 +324,7 @@ fn dump_segment(
             } else {
                 out.line(format!("{}: damaged header: {e}", path.display()))?;
             }
-            return Ok(true);
+            return Ok(());
         }
     };
     if json {
@@ -356,7 +332,7 @@ fn dump_segment(
             "type": "segment", "segment": path.display().to_string(), "format_version": header.format_version,
             "segment_index": header.segment_index, "first_seq": header.first_seq,
             "prev_chain": hex(&header.prev_chain), "first_time": time_to_rfc3339(header.first_time_unix_ns),
-            "bytes": buf.len(),
+            "bytes": d.len,
         }))?;
     } else {
         out.line(format!(
@@ -365,16 +341,16 @@ fn dump_segment(
             header.segment_index,
             header.format_version,
             header.first_seq,
-            buf.len(),
+            d.len,
             time_to_rfc3339(header.first_time_unix_ns)
         ))?;
     }
-    let mut off = SEGMENT_HEADER_LEN;
-    while off < buf.len() {
-        let f = match decode_frame(buf, off) {
-            Ok(f) => f,
-            Err(tacho_log_format::FrameError::Zeroed) if buf[off..].iter().all(|&b| b == 0) => {
-                let free = buf.len() - off;
+    for f in &d.frames {
+        match f {
+            DumpFrame::Free {
+                offset: off,
+                bytes: free,
+            } => {
                 if json {
                     out.json(&serde_json::json!({"type": "free", "offset": off, "bytes": free}))?;
                 } else {
@@ -382,73 +358,37 @@ fn dump_segment(
                         "@{off:<8} FREE   {free} bytes of zeros ahead of the data"
                     ))?;
                 }
-                break;
             }
-            Err(e) => {
+            DumpFrame::Damage {
+                offset: off,
+                error: e,
+                remaining,
+            } => {
                 if json {
                     out.json(&serde_json::json!({"type":"damage","segment":path.display().to_string(),"offset":off,"error":e.to_string()}))?;
                 } else {
                     out.line(format!(
-                        "@{off:<8} DAMAGED: {e} ({} bytes to the end)",
-                        buf.len() - off
-                    ))?;
-                }
-                return Ok(true);
-            }
-        };
-        let h = f.header;
-        match h.frame_type {
-            FrameType::Event => {
-                let body = EventBody::decode(h.kind, h.kind_version, f.payload);
-                let (ev_json, err) = match body {
-                    Ok(body) => (
-                        Event {
-                            session: session.to_string(),
-                            time_unix_ns: h.time_unix_ns,
-                            body,
-                        }
-                        .to_json(),
-                        None,
-                    ),
-                    Err(e) => (serde_json::Value::Null, Some(e.to_string())),
-                };
-                if json {
-                    out.json(&serde_json::json!({
-                        "type": "event", "offset": off, "seq": h.seq, "kind": kind_label(h.kind),
-                        "kind_version": h.kind_version, "len": h.frame_len, "crc": format!("{:08x}", h.crc),
-                        "event": ev_json, "error": err,
-                    }))?;
-                } else {
-                    out.line(format!(
-                        "@{off:<8} EVENT  seq={} {} v{} len={} crc={:08x} {}",
-                        h.seq,
-                        kind_label(h.kind),
-                        h.kind_version,
-                        h.frame_len,
-                        h.crc,
-                        err.unwrap_or_else(|| ev_json.to_string())
+                        "@{off:<8} DAMAGED: {e} ({remaining} bytes to the end)"
                     ))?;
                 }
             }
-            FrameType::Commit | FrameType::Seal => {
-                let (name, chain, first, count, n) = if h.frame_type == FrameType::Commit {
-                    let c = CommitPayload::decode(f.payload);
-                    (
-                        "commit",
-                        c.map(|c| c.chain),
-                        c.map(|c| c.first_seq),
-                        c.map(|c| c.event_count),
-                        c.map(|c| c.span_len),
-                    )
+            DumpFrame::Event {
+                offset: off,
+                header: h,
+                body,
+            } => print_event(out, *off, h, body, session, json)?,
+            DumpFrame::Chain {
+                offset: off,
+                header: h,
+                chain,
+                first_seq: first,
+                events: count,
+                len: n,
+            } => {
+                let name = if h.frame_type == tacho_app::types::FrameType::Commit {
+                    "commit"
                 } else {
-                    let s = SealPayload::decode(f.payload);
-                    (
-                        "seal",
-                        s.map(|s| s.chain),
-                        s.map(|s| s.first_seq),
-                        s.map(|s| s.event_count),
-                        s.map(|s| s.sealed_len),
-                    )
+                    "seal"
                 };
                 let chain = chain.map(|c| hex(&c)).unwrap_or_default();
                 if json {
@@ -468,7 +408,45 @@ fn dump_segment(
                 }
             }
         }
-        off = f.end();
     }
-    Ok(false)
+    Ok(())
+}
+
+fn print_event(
+    out: &mut Out,
+    off: usize,
+    h: &FrameHeader,
+    body: &Result<tacho_schema::EventBody, tacho_schema::SchemaError>,
+    session: &str,
+    json: bool,
+) -> Result<(), CliError> {
+    let (ev_json, err) = match body {
+        Ok(body) => (
+            Event {
+                session: session.to_string(),
+                time_unix_ns: h.time_unix_ns,
+                body: body.clone(),
+            }
+            .to_json(),
+            None,
+        ),
+        Err(e) => (serde_json::Value::Null, Some(e.to_string())),
+    };
+    if json {
+        out.json(&serde_json::json!({
+            "type": "event", "offset": off, "seq": h.seq, "kind": kind_label(h.kind),
+            "kind_version": h.kind_version, "len": h.frame_len, "crc": format!("{:08x}", h.crc),
+            "event": ev_json, "error": err,
+        }))
+    } else {
+        out.line(format!(
+            "@{off:<8} EVENT  seq={} {} v{} len={} crc={:08x} {}",
+            h.seq,
+            kind_label(h.kind),
+            h.kind_version,
+            h.frame_len,
+            h.crc,
+            err.unwrap_or_else(|| ev_json.to_string())
+        ))
+    }
 }

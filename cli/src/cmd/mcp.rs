@@ -1,18 +1,21 @@
 //! `tacho mcp`: a stdio MCP server (the official `rmcp` SDK) exposing goal assurance to
 //! agents: `create_goal`, `get_goal`, `verify_project` (with `goalCheck`) and
-//! `update_goal` (complete / blocked). It calls the same operations as `tacho goal`,
-//! so a receipt made through MCP is the same evidence. Nothing but protocol goes to
-//! stdout; check output and notes go to stderr.
+//! `update_goal` (complete / blocked). It calls the same typed operations of the
+//! application layer as `tacho goal`, so a receipt made through MCP is the same
+//! evidence. Operations run on tokio's blocking pool (a check can run for minutes), off
+//! the thread that serves the protocol. Nothing but protocol goes to stdout; check
+//! output and notes go to stderr.
+
+use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use tacho_app::{BlockRequest, CreateRequest, Tacho};
 
-use crate::cmd::goal;
 use crate::error::CliError;
-use crate::home::open_store;
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -78,17 +81,55 @@ pub struct TachoMcp {
     tool_router: ToolRouter<Self>,
 }
 
-/// A tool's answer: the operation's JSON, flagged as an error when the gate refused or
-/// the check failed (the agent must not take it as success).
-fn answer(
-    v: Result<serde_json::Value, CliError>,
-    ok: impl Fn(&serde_json::Value) -> bool,
-) -> CallToolResult {
-    match v {
-        Ok(v) if ok(&v) => CallToolResult::structured(v),
-        Ok(v) => CallToolResult::structured_error(v),
+/// Why a tool call could not be answered with a result.
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    #[error("{0}")]
+    Op(#[from] CliError),
+    #[error("status {0:?}: `complete` or `blocked`")]
+    BadStatus(String),
+    #[error("the operation stopped unexpectedly: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// Runs an operation on the blocking pool with tacho opened from the environment.
+async fn blocking<T, E>(
+    op: impl FnOnce(&Tacho) -> Result<T, E> + Send + 'static,
+) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    E: Into<CliError> + Send + 'static,
+{
+    let r = tokio::task::spawn_blocking(move || {
+        let tacho = crate::open()?;
+        op(&tacho).map_err(Into::into)
+    })
+    .await?;
+    Ok(r?)
+}
+
+/// A tool's answer: the operation's result, flagged as an error when the gate refused
+/// or the check failed (the agent must not take it as success).
+fn answer<T: Serialize>(r: Result<T, ToolError>, ok: impl Fn(&T) -> bool) -> CallToolResult {
+    match r {
+        Ok(v) => {
+            let passed = ok(&v);
+            match serde_json::to_value(&v) {
+                Ok(json) if passed => CallToolResult::structured(json),
+                Ok(json) => CallToolResult::structured_error(json),
+                Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+            }
+        }
         Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
     }
+}
+
+/// What `update_goal` answers: a completion or a block.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Update {
+    Completion(tacho_app::Completion),
+    Blocked(tacho_app::Blocked),
 }
 
 #[tool_router]
@@ -102,66 +143,80 @@ impl TachoMcp {
     #[tool(
         description = "Freeze a goal plan (Markdown with acceptance criteria AC1.. and an Assurance contract JSON block) for a session. Returns the goal id, contract digest and check ids."
     )]
-    fn create_goal(&self, Parameters(p): Parameters<CreateGoal>) -> CallToolResult {
-        let r = open_store().and_then(|log| {
-            goal::create_goal(
-                &log,
-                &p.session,
-                &p.plan,
-                "plan",
-                p.objective,
-                p.assure.unwrap_or(true),
-                None,
-            )
-        });
+    async fn create_goal(&self, Parameters(p): Parameters<CreateGoal>) -> CallToolResult {
+        let r = blocking(move |t| {
+            t.create_goal(CreateRequest {
+                session: &p.session,
+                markdown: &p.plan,
+                source_name: "plan",
+                objective: p.objective,
+                assure: p.assure.unwrap_or(true),
+                workspace: None,
+            })
+        })
+        .await;
         answer(r, |_| true)
     }
 
     #[tool(
         description = "The goal's status: each check passed, failed, stale (and why) or missing, with receipt numbers, and whether the goal can complete."
     )]
-    fn get_goal(&self, Parameters(p): Parameters<GetGoal>) -> CallToolResult {
-        let r = open_store().and_then(|log| goal::goal_status(&log, &p.session, p.goal.as_deref()));
+    async fn get_goal(&self, Parameters(p): Parameters<GetGoal>) -> CallToolResult {
+        let r = blocking(move |t| t.goal_status(&p.session, p.goal.as_deref())).await;
         answer(r, |_| true)
     }
 
     #[tool(
         description = "Run a frozen acceptance check by id (goalCheck) from the workspace root and record a receipt bound to the source fingerprint. Fails unless the check exits 0, in time, on unchanged source."
     )]
-    fn verify_project(&self, Parameters(p): Parameters<VerifyProject>) -> CallToolResult {
-        let r = open_store().and_then(|log| {
-            goal::run_check(
-                &log,
+    async fn verify_project(&self, Parameters(p): Parameters<VerifyProject>) -> CallToolResult {
+        let r = blocking(move |t| {
+            t.run_check(
                 &p.session,
                 p.goal.as_deref(),
                 &p.goal_check,
-                p.timeout.unwrap_or(600),
+                Duration::from_secs(p.timeout.unwrap_or(600)),
             )
-        });
-        answer(r, |v| v["passed"].as_bool().unwrap_or(false))
+        })
+        .await;
+        answer(r, |v| v.passed)
     }
 
     #[tool(
         description = "Ask to complete the goal (the completion gate: refused unless every check passed on the current source; the refusal names each check and why) or mark it blocked (kind, reason, requiredChange, evidence receipt numbers, noIndependentWork)."
     )]
-    fn update_goal(&self, Parameters(p): Parameters<UpdateGoal>) -> CallToolResult {
-        let r = open_store().and_then(|log| match p.status.as_str() {
-            "complete" => goal::complete_goal(&log, &p.session, p.goal.as_deref()),
-            "blocked" => goal::block_goal(
-                &log,
-                &p.session,
-                p.goal.as_deref(),
-                p.kind.as_deref().unwrap_or_default(),
-                p.reason.as_deref().unwrap_or_default(),
-                p.required_change.as_deref().unwrap_or_default(),
-                &p.evidence,
-                p.no_independent_work,
-            ),
-            other => Err(CliError::Input(format!(
-                "status {other:?}: `complete` or `blocked`"
-            ))),
-        });
-        answer(r, |v| v["accepted"].as_bool().unwrap_or(true))
+    async fn update_goal(&self, Parameters(p): Parameters<UpdateGoal>) -> CallToolResult {
+        let r = match p.status.as_str() {
+            "complete" => {
+                blocking(move |t| {
+                    t.complete_goal(&p.session, p.goal.as_deref())
+                        .map(Update::Completion)
+                })
+                .await
+            }
+            "blocked" => {
+                blocking(move |t| {
+                    t.block_goal(
+                        &p.session,
+                        p.goal.as_deref(),
+                        &BlockRequest {
+                            kind: p.kind.as_deref().unwrap_or_default(),
+                            reason: p.reason.as_deref().unwrap_or_default(),
+                            required_change: p.required_change.as_deref().unwrap_or_default(),
+                            evidence: &p.evidence,
+                            no_independent_work: p.no_independent_work,
+                        },
+                    )
+                    .map(Update::Blocked)
+                })
+                .await
+            }
+            other => Err(ToolError::BadStatus(other.to_owned())),
+        };
+        answer(r, |v| match v {
+            Update::Completion(c) => c.accepted,
+            Update::Blocked(_) => true,
+        })
     }
 }
 
@@ -187,16 +242,21 @@ pub fn run() -> Result<(), CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CliError::Io(format!("starting the MCP server: {e}")))?;
+        .map_err(|e| {
+            CliError::from(std::io::Error::new(
+                e.kind(),
+                format!("starting the MCP server: {e}"),
+            ))
+        })?;
     rt.block_on(async {
         let service = TachoMcp::new()
             .serve(rmcp::transport::stdio())
             .await
-            .map_err(|e| CliError::Io(format!("MCP: {e}")))?;
+            .map_err(|e| CliError::from(std::io::Error::other(format!("MCP: {e}"))))?;
         service
             .waiting()
             .await
-            .map_err(|e| CliError::Io(format!("MCP: {e}")))?;
+            .map_err(|e| CliError::from(std::io::Error::other(format!("MCP: {e}"))))?;
         Ok(())
     })
 }

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use tacho_goals::review::verify_reviews;
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -30,14 +29,10 @@ pub struct VerifyArgs {
 
 pub fn run(c: ReviewCommand) -> Result<(), CliError> {
     let ReviewCommand::Verify(a) = c;
-    let ws = match a.workspace {
-        Some(w) => w,
-        None => std::env::current_dir()?,
-    };
-    let r = verify_reviews(&a.root, &ws)?;
+    let r = tacho_app::verify_reviews(&a.root, a.workspace.as_deref())?;
     let mut out = Out::new();
     if a.json {
-        out.json(&serde_json::to_value(&r).map_err(|e| CliError::Io(e.to_string()))?)?;
+        out.json(&r)?;
     } else {
         out.line(format!(
             "{} round(s), {} reviewer run(s), {} finding(s), {} regression test(s) checked",
@@ -57,7 +52,7 @@ pub fn run(c: ReviewCommand) -> Result<(), CliError> {
     if r.problems.is_empty() {
         Ok(())
     } else {
-        Err(CliError::Findings(format!(
+        Err(CliError::findings(format!(
             "{} problem(s) in the review receipts",
             r.problems.len()
         )))

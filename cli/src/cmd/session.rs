@@ -1,15 +1,13 @@
 //! `tacho session ...`.
 
 use clap::{Args, Subcommand};
-use tacho_projections::{
-    ExecutionGraph, RiskAssessment, RiskLevel, SessionStatus, SessionSummary, assess,
-};
+use tacho_app::render::{duration, thousands};
+use tacho_app::{ListFilter, project_of};
+use tacho_projections::{RiskAssessment, SessionStatus, SessionSummary};
 use tacho_schema::time_to_rfc3339;
 
-use crate::cmd::graph::duration;
 use crate::error::CliError;
-use crate::home::open_store;
-use crate::output::{Out, thousands};
+use crate::output::Out;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -74,40 +72,6 @@ fn status_text(s: SessionStatus) -> String {
     }
 }
 
-/// `--since`: an RFC 3339 time, or a date meaning its midnight UTC.
-fn parse_since(s: &str) -> Result<i64, CliError> {
-    let text = if s.len() == 10 {
-        format!("{s}T00:00:00Z")
-    } else {
-        s.to_string()
-    };
-    tacho_schema::parse_rfc3339(&text).map_err(|_| {
-        CliError::Input(format!(
-            "--since {s:?} is not a date (2026-08-01) or an RFC 3339 time"
-        ))
-    })
-}
-
-/// A session's graph (its stored projection brought up to date) and summary.
-fn fold(
-    store: &tacho_store::Store,
-    id: &str,
-) -> Result<(SessionSummary, ExecutionGraph), CliError> {
-    let g = crate::materialize::graph(store, id)?;
-    Ok((SessionSummary::from_graph(&g), g))
-}
-
-fn project_of(s: &SessionSummary) -> Option<String> {
-    s.project.clone().or_else(|| {
-        s.workspace.as_ref().and_then(|w| {
-            w.trim_end_matches('/')
-                .rsplit('/')
-                .next()
-                .map(str::to_string)
-        })
-    })
-}
-
 fn row_json(s: &SessionSummary, r: &RiskAssessment) -> serde_json::Value {
     let fields = match serde_json::to_value(s) {
         Ok(serde_json::Value::Object(m)) => m,
@@ -129,33 +93,17 @@ fn row_json(s: &SessionSummary, r: &RiskAssessment) -> serde_json::Value {
 }
 
 fn list(a: ListArgs) -> Result<(), CliError> {
-    let since = a.since.as_deref().map(parse_since).transpose()?;
-    let min_risk = match &a.risk {
-        Some(r) => Some(RiskLevel::parse(r).ok_or_else(|| {
-            CliError::Input(format!(
-                "--risk {r:?} is not one of low, medium, high, critical"
-            ))
-        })?),
-        None => None,
+    let filter = ListFilter {
+        since: a.since.clone(),
+        risk: a.risk.clone(),
+        project: a.project.clone(),
     };
-    let store = open_store()?;
-    let mut rows = Vec::new();
-    for id in store.sessions()? {
-        let (s, g) = fold(&store, &id)?;
-        let r = assess(&g);
-        if since.is_some_and(|t| s.started_unix_ns.is_none_or(|st| st < t))
-            || min_risk.is_some_and(|m| r.level < m)
-            || a.project
-                .as_ref()
-                .is_some_and(|p| project_of(&s).as_deref() != Some(p.as_str()))
-        {
-            continue;
-        }
-        rows.push((s, r));
-    }
-    rows.sort_by(|(a, _), (b, _)| {
-        (a.started_unix_ns, &a.session).cmp(&(b.started_unix_ns, &b.session))
-    });
+    let tacho = crate::open()?;
+    let rows: Vec<(SessionSummary, RiskAssessment)> = tacho
+        .list_sessions(&filter)?
+        .into_iter()
+        .map(|r| (r.summary, r.risk))
+        .collect();
     let mut out = Out::new();
     if a.json {
         for (s, r) in &rows {
@@ -164,7 +112,7 @@ fn list(a: ListArgs) -> Result<(), CliError> {
         return out.finish();
     }
     if rows.is_empty() {
-        let filtered = a.since.is_some() || a.risk.is_some() || a.project.is_some();
+        let filtered = !filter.is_empty();
         eprintln!(
             "{} (store: {})",
             if filtered {
@@ -172,7 +120,7 @@ fn list(a: ListArgs) -> Result<(), CliError> {
             } else {
                 "no sessions recorded yet"
             },
-            store.root().display()
+            tacho.log_dir().display()
         );
         return out.finish();
     }
@@ -222,14 +170,13 @@ fn list(a: ListArgs) -> Result<(), CliError> {
 }
 
 fn show(a: ShowArgs) -> Result<(), CliError> {
-    let store = open_store()?;
-    let id = store.resolve_session(&a.session)?;
-    let (s, g) = fold(&store, &id)?;
-    let r = assess(&g);
-    let segments = store.segments(&id)?.len();
+    let tacho = crate::open()?;
+    let id = tacho.resolve_session(&a.session)?;
+    let d = tacho.show_session(&id)?;
+    let (s, g, r, segments) = (&d.summary, &d.graph, &d.risk, d.segments);
     let mut out = Out::new();
     if a.json {
-        let mut v = row_json(&s, &r);
+        let mut v = row_json(s, r);
         if let Some(o) = v.as_object_mut() {
             o.insert("duration_ms".into(), g.duration_ms().into());
             o.insert("agents".into(), g.agents.clone().into());
@@ -259,7 +206,7 @@ fn show(a: ShowArgs) -> Result<(), CliError> {
     out.line(format!("Workspace {}", opt(&s.workspace)))?;
     out.line(format!(
         "Project   {}",
-        project_of(&s).unwrap_or_else(|| "-".into())
+        project_of(s).unwrap_or_else(|| "-".into())
     ))?;
     if let Some(p) = &s.parent {
         out.line(format!("Parent    {p}"))?;

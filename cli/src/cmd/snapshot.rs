@@ -3,13 +3,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tacho_schema::SnapshotReason;
-use tacho_store::Durability;
+use tacho_app::SnapshotRequest;
+use tacho_app::render::{bytes, thousands};
 
 use crate::error::CliError;
-use crate::home::open_store;
-use crate::output::{Out, bytes, thousands};
-use crate::snapshots::{open_snapshots, session_workspace, take, taken_event};
+use crate::output::Out;
 
 #[derive(Debug, Args)]
 pub struct SnapshotArgs {
@@ -30,37 +28,16 @@ pub struct SnapshotArgs {
 }
 
 pub fn run(a: SnapshotArgs) -> Result<(), CliError> {
-    let log = open_store()?;
-    let session = a
-        .session
-        .as_deref()
-        .map(|s| log.resolve_session(s))
-        .transpose()?;
-    let workspace = match (&a.workspace, &session) {
-        (Some(w), _) => w.clone(),
-        (None, Some(s)) => match session_workspace(&log, s)? {
-            Some(w) => PathBuf::from(w),
-            None => std::env::current_dir()?,
-        },
-        (None, None) => std::env::current_dir()?,
-    };
-    let store = open_snapshots()?;
-    let started = std::time::Instant::now();
-    let (snap, ws) = take(&store, &workspace, &a.paths)?;
-    let elapsed = started.elapsed();
-    let mut recorded_seq = None;
-    if let Some(s) = &session {
-        let reason = if a.before_step.is_some() {
-            SnapshotReason::Step
-        } else {
-            SnapshotReason::Manual
-        };
-        let body = taken_event(&snap, &ws, reason, a.before_step);
-        let now = crate::cmd::record::now_unix_ns();
-        let mut w = log.writer(s)?;
-        let receipt = w.append(now, &body, Durability::Sync)?;
-        recorded_seq = Some(receipt.last_seq);
-    }
+    let tacho = crate::open()?;
+    let o = tacho.snapshot(&SnapshotRequest {
+        paths: a.paths,
+        workspace: a.workspace,
+        session: a.session,
+        before_step: a.before_step,
+    })?;
+    let (snap, ws, elapsed) = (&o.snapshot, &o.workspace, o.elapsed);
+    let session = o.recorded.as_ref().map(|r| r.0.clone());
+    let recorded_seq = o.recorded.as_ref().map(|r| r.1);
     let mut out = Out::new();
     if a.json {
         out.json(&serde_json::json!({

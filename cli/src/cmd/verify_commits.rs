@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use tacho_goals::commits::{Merges, verify_commits};
+use tacho_app::render::prefix;
+use tacho_app::types::Merges;
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -39,31 +40,33 @@ pub struct VerifyCommitsArgs {
 }
 
 pub fn run(a: VerifyCommitsArgs) -> Result<(), CliError> {
-    let ws = match a.workspace {
-        Some(w) => w,
-        None => std::env::current_dir()?,
-    };
     let merges = match a.merges {
         MergesArg::Reject => Merges::Reject,
         MergesArg::FirstParent => Merges::FirstParent,
         MergesArg::All => Merges::All,
     };
-    let r = verify_commits(&ws, &a.baseline, &a.allow, &a.forbid, merges)?;
+    let r = tacho_app::verify_commits(
+        a.workspace.as_deref(),
+        &a.baseline,
+        &a.allow,
+        &a.forbid,
+        merges,
+    )?;
     let mut out = Out::new();
     if a.json {
-        out.json(&serde_json::to_value(&r).map_err(|e| CliError::Io(e.to_string()))?)?;
+        out.json(&r)?;
     } else {
         out.line(format!(
             "{}..{}: {} commit(s), {} changed path(s) checked",
-            &r.baseline[..r.baseline.len().min(12)],
-            &r.head[..r.head.len().min(12)],
+            prefix(&r.baseline, 12),
+            prefix(&r.head, 12),
             r.commits.len(),
             r.paths_checked
         ))?;
         for v in &r.violations {
             out.line(format!(
                 "  VIOLATION {}{}: {}",
-                v.commit.as_deref().map(|c| &c[..12]).unwrap_or("range"),
+                v.commit.as_deref().map_or("range", |c| prefix(c, 12)),
                 v.path.as_ref().map(|p| format!(" {p}")).unwrap_or_default(),
                 v.reason
             ))?;
@@ -76,7 +79,7 @@ pub fn run(a: VerifyCommitsArgs) -> Result<(), CliError> {
     if r.violations.is_empty() {
         Ok(())
     } else {
-        Err(CliError::Findings(format!(
+        Err(CliError::findings(format!(
             "{} violation(s) in the commit range",
             r.violations.len()
         )))

@@ -113,7 +113,7 @@ pub(crate) fn index(cache: &CacheFile) -> HashMap<&str, &CacheEntry> {
 
 pub(crate) fn save(path: &Path, cache: &CacheFile) -> Result<(), SnapshotError> {
     let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(cache)
-        .map_err(|e| SnapshotError::Git(format!("encoding the stat cache: {e}")))?;
+        .map_err(|e| SnapshotError::git("encoding the stat cache", e))?;
     write_atomic(path, &bytes)
 }
 

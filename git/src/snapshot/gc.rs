@@ -142,9 +142,9 @@ fn reach(
         }
         let tree = repo
             .find_tree(t)
-            .map_err(|e| SnapshotError::Git(format!("reading tree {t}: {e}")))?;
+            .map_err(|e| SnapshotError::git(format!("reading tree {t}"), e))?;
         for entry in tree.iter() {
-            let entry = entry.map_err(|e| SnapshotError::Git(format!("reading tree {t}: {e}")))?;
+            let entry = entry.map_err(|e| SnapshotError::git(format!("reading tree {t}"), e))?;
             let oid = entry.oid().to_owned();
             if entry.mode().is_tree() {
                 stack.push(oid);
@@ -198,8 +198,12 @@ impl SnapshotStore {
         if loose.is_empty() {
             return Ok(0);
         }
-        let err =
-            |what: &str, e: &dyn std::fmt::Display| SnapshotError::Git(format!("{what}: {e}"));
+        fn err(
+            what: &str,
+            e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+        ) -> SnapshotError {
+            SnapshotError::git(what, e)
+        }
         let repo = self.repo();
         let counts: Vec<output::Count> = loose
             .iter()
@@ -219,7 +223,7 @@ impl SnapshotStore {
                 ..Default::default()
             },
         )
-        .map_err(|e| err("counting objects to pack", &e))?;
+        .map_err(|e| err("counting objects to pack", e))?;
         let pack_dir = objects.join("pack");
         std::fs::create_dir_all(&pack_dir).map_err(|e| SnapshotError::io(&pack_dir, e))?;
         // The pack is streamed to a temporary file, then indexed into its final name.
@@ -231,12 +235,12 @@ impl SnapshotStore {
                 in_order,
                 std::io::BufWriter::new(file),
                 u32::try_from(n)
-                    .map_err(|_| SnapshotError::Git("too many objects for one pack".into()))?,
+                    .map_err(|_| SnapshotError::Internal("too many objects for one pack"))?,
                 gix_pack::data::Version::V2,
                 gix::hash::Kind::Sha1,
             );
             for step in &mut writer {
-                step.map_err(|e| err("writing the pack", &e))?;
+                step.map_err(|e| err("writing the pack", e))?;
             }
             let mut w = writer.into_write();
             std::io::Write::flush(&mut w).map_err(|e| SnapshotError::io(&tmp_path, e))?;
@@ -257,7 +261,7 @@ impl SnapshotStore {
                 gix::hash::Kind::Sha1,
                 gix_pack::bundle::write::Options::default(),
             )
-            .map_err(|e| err("indexing the pack", &e))?;
+            .map_err(|e| err("indexing the pack", e))?;
             Ok::<_, SnapshotError>(())
         })();
         let _ = std::fs::remove_file(&tmp_path);

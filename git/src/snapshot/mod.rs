@@ -42,8 +42,19 @@ pub enum SnapshotError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A Git operation failed: what was being done, and gix's error.
+    #[error("snapshot store: {what}: {source}")]
+    Git {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The repository is not as a snapshot needs it.
     #[error("snapshot store: {0}")]
-    Git(String),
+    Repository(String),
+    /// Something that cannot happen with a healthy program did.
+    #[error("snapshot store: {0}")]
+    Internal(&'static str),
     #[error("path is not UTF-8: {}", .0.display())]
     NotUtf8(PathBuf),
     #[error("workspace {}: {reason}", path.display())]
@@ -55,6 +66,17 @@ pub enum SnapshotError {
 }
 
 impl SnapshotError {
+    /// A failed Git operation, keeping gix's error as the source.
+    pub fn git(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        SnapshotError::Git {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
     pub fn io(path: &Path, source: std::io::Error) -> Self {
         SnapshotError::Io {
             path: path.to_path_buf(),
@@ -225,7 +247,7 @@ impl SnapshotStore {
             std::fs::create_dir_all(&root).map_err(|e| SnapshotError::io(&root, e))?;
             gix::init_bare(&root).and_then(|_| gix::open_opts(&root, opts()))
         }
-        .map_err(|e| SnapshotError::Git(format!("opening {}: {e}", root.display())))?;
+        .map_err(|e| SnapshotError::git(format!("opening {}", root.display()), e))?;
         Ok(SnapshotStore {
             root,
             cache_dir: cache_dir.into(),
@@ -528,18 +550,18 @@ impl SnapshotStore {
         // The counts move by what the named paths held before and hold now.
         let base_tree = repo
             .find_tree(base)
-            .map_err(|e| SnapshotError::Git(format!("reading tree {base}: {e}")))?;
+            .map_err(|e| SnapshotError::git(format!("reading tree {base}"), e))?;
         let mut files = head.files as i64;
         let mut bytes = head.bytes as i64;
         // The size of what the base held at a path, if it held a file there.
         let before = |path: &str| -> Result<Option<u64>, SnapshotError> {
             let old = base_tree
                 .lookup_entry_by_path(path)
-                .map_err(|e| SnapshotError::Git(format!("reading tree {base}: {e}")))?;
+                .map_err(|e| SnapshotError::git(format!("reading tree {base}"), e))?;
             match old.filter(|o| !o.mode().is_tree()) {
                 Some(old) => Ok(Some(
                     repo.find_header(old.object_id())
-                        .map_err(|e| SnapshotError::Git(format!("reading {path}: {e}")))?
+                        .map_err(|e| SnapshotError::git(format!("reading {path}"), e))?
                         .size(),
                 )),
                 None => Ok(None),
@@ -626,7 +648,7 @@ impl SnapshotStore {
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        vec![Err(SnapshotError::Git("a hashing thread panicked".into()))]
+                        vec![Err(SnapshotError::Internal("a hashing thread panicked"))]
                     })
                 })
                 .collect()
@@ -665,7 +687,7 @@ impl SnapshotStore {
             Some(id) => repo
                 .find_tree(id)
                 .and_then(|t| t.decode().map(Into::into))
-                .map_err(|e| SnapshotError::Git(format!("reading tree {id}: {e}")))?,
+                .map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?,
             None => gix::objs::Tree::empty(),
         };
         repo.objects.enable_object_memory();
@@ -689,7 +711,7 @@ impl SnapshotStore {
             }
             editor
                 .write(|t| repo.write_object(t).map(gix::Id::detach))
-                .map_err(|e| SnapshotError::Git(format!("writing a tree: {e}")))?
+                .map_err(|e| SnapshotError::git("writing a tree", e))?
         };
         self.persist(repo.objects.take_object_memory())?;
         Ok(tree)
@@ -712,7 +734,7 @@ impl SnapshotStore {
                 if !repo.objects.exists_without_refresh(id) {
                     repo.objects
                         .write_buf_with_known_id(*kind, data, **id)
-                        .map_err(|e| SnapshotError::Git(format!("writing object {id}: {e}")))?;
+                        .map_err(|e| SnapshotError::git(format!("writing object {id}"), e))?;
                 }
             }
         };
@@ -738,7 +760,7 @@ impl SnapshotStore {
             gix::refs::transaction::PreviousValue::Any,
             "snapshot",
         )
-        .map_err(|e| SnapshotError::Git(format!("writing {name}: {e}")))?;
+        .map_err(|e| SnapshotError::git(format!("writing {name}"), e))?;
         Ok(())
     }
 
@@ -763,7 +785,7 @@ impl SnapshotStore {
             .traverse()
             .breadthfirst
             .files()
-            .map_err(|e| SnapshotError::Git(format!("reading tree {}: {e}", tree.id)))?;
+            .map_err(|e| SnapshotError::git(format!("reading tree {}", tree.id), e))?;
         let mut out = Files::new();
         for r in records {
             let kind = match FileKind::from_git_mode(r.mode.value() as u32) {
@@ -771,7 +793,7 @@ impl SnapshotStore {
                 None => continue,
             };
             let path = String::from_utf8(r.filepath.into())
-                .map_err(|e| SnapshotError::Git(format!("non-UTF-8 path in a snapshot: {e}")))?;
+                .map_err(|e| SnapshotError::git("non-UTF-8 path in a snapshot", e))?;
             out.insert(path, FileEntry { kind, oid: r.oid });
         }
         Ok(out)
@@ -782,7 +804,7 @@ impl SnapshotStore {
         let repo = self.repo();
         let mut blob = repo
             .find_blob(oid)
-            .map_err(|e| SnapshotError::Git(format!("reading blob {oid}: {e}")))?;
+            .map_err(|e| SnapshotError::git(format!("reading blob {oid}"), e))?;
         Ok(blob.take_data())
     }
 
@@ -791,13 +813,13 @@ impl SnapshotStore {
         let repo = self.repo();
         let refs = repo
             .references()
-            .map_err(|e| SnapshotError::Git(format!("listing refs: {e}")))?;
+            .map_err(|e| SnapshotError::git("listing refs", e))?;
         let iter = refs
             .prefixed("refs/snapshots/")
-            .map_err(|e| SnapshotError::Git(format!("listing refs: {e}")))?;
+            .map_err(|e| SnapshotError::git("listing refs", e))?;
         let mut out = Vec::new();
         for r in iter {
-            let r = r.map_err(|e| SnapshotError::Git(format!("listing refs: {e}")))?;
+            let r = r.map_err(|e| SnapshotError::git("listing refs", e))?;
             if let Some(id) = r
                 .name()
                 .as_bstr()
@@ -1198,7 +1220,7 @@ fn store_file(
             (data, kind)
         };
         let oid = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, &data)
-            .map_err(|e| SnapshotError::Git(format!("hashing {rel}: {e}")))?;
+            .map_err(|e| SnapshotError::git(format!("hashing {rel}"), e))?;
         // No refresh of the pack list on a miss: a first snapshot misses on every file,
         // and a blob that only a pack written meanwhile holds is merely stored twice.
         let written = if repo.objects.exists_without_refresh(&oid) {
@@ -1207,7 +1229,7 @@ fn store_file(
             use gix::prelude::Write;
             repo.objects
                 .write_buf_with_known_id(gix::object::Kind::Blob, &data, oid)
-                .map_err(|e| SnapshotError::Git(format!("writing the blob of {rel}: {e}")))?;
+                .map_err(|e| SnapshotError::git(format!("writing the blob of {rel}"), e))?;
             true
         };
         let mut e = stat_entry(rel, &meta);

@@ -41,8 +41,11 @@ pub struct GitContext {
     pub prefix: String,
 }
 
-fn git_err(what: &str, e: impl std::fmt::Display) -> SnapshotError {
-    SnapshotError::Git(format!("{what}: {e}"))
+fn git_err(
+    what: &str,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+) -> SnapshotError {
+    SnapshotError::git(what, e)
 }
 
 /// Opens the Git repository that holds `workspace`, if any. A repository found above
@@ -73,7 +76,7 @@ pub fn git_context(workspace: &Path) -> Result<Option<GitContext>, SnapshotError
         .canonicalize()
         .map_err(|e| SnapshotError::io(workdir, e))?;
     let rel = workspace.strip_prefix(&workdir).map_err(|_| {
-        SnapshotError::Git(format!(
+        SnapshotError::Repository(format!(
             "{} is not inside the work tree {} of its repository",
             workspace.display(),
             workdir.display()

@@ -7,9 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use tacho_projections::{ExecutionGraph, FoldState};
-use tacho_store::{Store, hex, stream_dir_name};
-
-use crate::error::CliError;
+use tacho_store::{Store, StoreError, hex, stream_dir_name};
 
 /// The format of a stored projection file.
 pub const STORED_FORMAT: &str = "tacho.projections.v1";
@@ -25,7 +23,7 @@ struct Stored {
 }
 
 /// Where the stored projection of a session lives.
-pub fn path(store: &Store, session: &str) -> PathBuf {
+pub(crate) fn path(store: &Store, session: &str) -> PathBuf {
     store
         .root()
         .join("projections")
@@ -33,7 +31,7 @@ pub fn path(store: &Store, session: &str) -> PathBuf {
 }
 
 /// The stored projection as it is on disk, unchecked: (graph, recorded head).
-pub fn read_stored(store: &Store, session: &str) -> Option<(ExecutionGraph, String)> {
+pub(crate) fn read_stored(store: &Store, session: &str) -> Option<(ExecutionGraph, String)> {
     let bytes = std::fs::read(path(store, session)).ok()?;
     let s: Stored = serde_json::from_slice(&bytes).ok()?;
     (s.format == STORED_FORMAT && s.session == session)
@@ -69,7 +67,11 @@ fn save(store: &Store, session: &str, g: &ExecutionGraph, head: &[u8; 32]) -> st
 
 /// The execution graph of a session: the stored projection brought up to date, or a
 /// rebuild when there is none it can trust. Stores the result when it moved on.
-pub fn graph(store: &Store, session: &str) -> Result<ExecutionGraph, CliError> {
+pub(crate) fn graph(
+    store: &Store,
+    session: &str,
+    note: &dyn Fn(&str),
+) -> Result<ExecutionGraph, StoreError> {
     let stored = load_trusted(store, session);
     let had = stored.as_ref().map(|g| g.next_seq);
     let mut g = stored.unwrap_or_else(|| ExecutionGraph::new(session));
@@ -78,14 +80,20 @@ pub fn graph(store: &Store, session: &str) -> Result<ExecutionGraph, CliError> {
     if had != Some(g.next_seq) && g.next_seq == end.next_seq {
         // Derived data: failing to store it costs a rebuild next time, nothing more.
         if let Err(e) = save(store, session, &g, &end.head) {
-            eprintln!("note: could not store the projection of {session}: {e}");
+            note(&format!(
+                "note: could not store the projection of {session}: {e}"
+            ));
         }
     }
     Ok(g)
 }
 
 /// A graph built from the log alone, up to (not including) event `until`.
-pub fn rebuild(store: &Store, session: &str, until: u64) -> Result<ExecutionGraph, CliError> {
+pub(crate) fn rebuild(
+    store: &Store,
+    session: &str,
+    until: u64,
+) -> Result<ExecutionGraph, StoreError> {
     let mut g = ExecutionGraph::new(session);
     store.read_session_views(session, 0, |seq, at, v| {
         if seq < until {

@@ -1,0 +1,196 @@
+//! `session branch`: fork a session's saved state up to a point into a new session.
+
+use serde::Serialize;
+use tacho_schema::{EventBody, SessionBranch};
+use tacho_store::{Durability, StoreError};
+
+use crate::Tacho;
+use crate::error::kinds;
+
+/// Why a branch could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BranchError {
+    #[error("session {0} has no events")]
+    Empty(String),
+    #[error("session {0} does not begin with session.start")]
+    NoStart(String),
+    #[error("--from {0:?}: #SEQ needs a number")]
+    BadSeq(String),
+    #[error("--from {point}: session {session} has events #0..=#{last}")]
+    SeqOutOfRange {
+        point: String,
+        session: String,
+        last: u64,
+    },
+    #[error("--from {point}: session {session} has no step {step}")]
+    NoStep {
+        point: String,
+        session: String,
+        step: u64,
+    },
+    #[error(
+        "--from {point:?}: not a step (`step N`), an event (`#SEQ`) or a model request id of session {session}"
+    )]
+    UnknownPoint { point: String, session: String },
+    #[error("--id: {0}")]
+    BadId(String),
+    #[error("--id: session {0} already exists")]
+    Exists(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+kinds!(BranchError {
+    BranchError::Empty(_) => NotFound,
+    BranchError::NoStart(_) => Findings,
+    BranchError::Store(e) => e.kind(),
+    _ => Input,
+});
+
+/// A branch made.
+#[derive(Debug, Clone, Serialize)]
+pub struct Branched {
+    pub session: String,
+    pub parent: String,
+    pub through_seq: u64,
+    pub copied: usize,
+}
+
+impl Tacho {
+    /// Forks `parent` (resolved) into a new session. `from`: `step N` (or just `N`:
+    /// everything before step N), `#SEQ` (everything through event SEQ), or a model
+    /// request id (through its response); default the whole session without its end.
+    /// The goal and its frozen contract come along; receipts and gate decisions are
+    /// evidence of the parent's run and stay there.
+    pub fn branch(
+        &self,
+        parent: &str,
+        from: Option<&str>,
+        id: Option<String>,
+    ) -> Result<Branched, BranchError> {
+        let events = self.events(parent)?;
+        let Some(first) = events.first() else {
+            return Err(BranchError::Empty(parent.to_owned()));
+        };
+        let EventBody::SessionStart(start) = &first.event.body else {
+            return Err(BranchError::NoStart(parent.to_owned()));
+        };
+        // The last event (by seq) that the branch copies.
+        let through = match from.map(str::trim) {
+            None => events
+                .iter()
+                .rev()
+                .find(|e| !matches!(e.event.body, EventBody::SessionEnd(_)))
+                .map_or(0, |e| e.seq),
+            Some(point) => {
+                let step = point
+                    .strip_prefix("step")
+                    .map(str::trim)
+                    .unwrap_or(point)
+                    .parse::<u64>()
+                    .ok();
+                if let Some(seq) = point.strip_prefix('#') {
+                    let seq: u64 = seq
+                        .parse()
+                        .map_err(|_| BranchError::BadSeq(point.to_owned()))?;
+                    if seq >= events.len() as u64 {
+                        return Err(BranchError::SeqOutOfRange {
+                            point: point.to_owned(),
+                            session: parent.to_owned(),
+                            last: (events.len() as u64).saturating_sub(1),
+                        });
+                    }
+                    seq
+                } else if let Some(n) = step {
+                    let start = events
+                        .iter()
+                        .find(|e| matches!(&e.event.body, EventBody::StepStart(s) if s.step == n));
+                    match start {
+                        Some(e) => e.seq.saturating_sub(1),
+                        None => {
+                            return Err(BranchError::NoStep {
+                                point: point.to_owned(),
+                                session: parent.to_owned(),
+                                step: n,
+                            });
+                        }
+                    }
+                } else {
+                    let response = events.iter().rev().find(|e| {
+                        matches!(&e.event.body, EventBody::LlmResponse(r) if r.request_id == point)
+                    });
+                    let request = events.iter().find(|e| {
+                        matches!(&e.event.body, EventBody::LlmRequest(r) if r.request_id == point)
+                    });
+                    match response.or(request) {
+                        Some(e) => e.seq,
+                        None => {
+                            return Err(BranchError::UnknownPoint {
+                                point: point.to_owned(),
+                                session: parent.to_owned(),
+                            });
+                        }
+                    }
+                }
+            }
+        };
+        let id = match id {
+            Some(id) => {
+                tacho_schema::validate_session_id(&id)
+                    .map_err(|e| BranchError::BadId(e.to_string()))?;
+                if self.log().has_session(&id) {
+                    return Err(BranchError::Exists(id));
+                }
+                id
+            }
+            None => self.new_session_id(),
+        };
+        let now = self.now();
+        let point = from.unwrap_or("end");
+        let mut start = start.clone();
+        start.parent = Some(parent.to_owned());
+        start.source = Some("tacho-branch".into());
+        start.title = Some(match &start.title {
+            Some(t) => format!("{t} (branch of {parent} at {point})"),
+            None => format!("branch of {parent} at {point}"),
+        });
+        let copies: Vec<(i64, EventBody)> = events
+            .iter()
+            .filter(|e| {
+                e.seq >= 1
+                    && e.seq <= through
+                    && !matches!(
+                        e.event.body,
+                        EventBody::SessionEnd(_)
+                            | EventBody::GoalCheckStart(_)
+                            | EventBody::GoalCheckRun(_)
+                            | EventBody::GoalUpdate(_)
+                    )
+            })
+            .map(|e| (e.event.time_unix_ns, e.event.body.clone()))
+            .collect();
+        let copied = copies.len();
+        let mut batch = vec![
+            (now, EventBody::SessionStart(start)),
+            (
+                now,
+                EventBody::SessionBranch(SessionBranch {
+                    parent: parent.to_owned(),
+                    through_seq: through,
+                    point: from.map(str::to_owned),
+                    copied: copied as u64,
+                }),
+            ),
+        ];
+        batch.extend(copies);
+        self.log()
+            .writer(&id)?
+            .append_batch(&batch, Durability::Sync)?;
+        Ok(Branched {
+            session: id,
+            parent: parent.to_owned(),
+            through_seq: through,
+            copied,
+        })
+    }
+}

@@ -1,0 +1,726 @@
+//! Goal assurance operations (BRIEF §3): freeze a plan, run a frozen check and record
+//! its receipt, each check's state, the completion gate with the stall rule, block and
+//! revise. `tacho goal …` and the MCP server call these.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use tacho_git::fingerprint::{Fingerprint, fingerprint};
+use tacho_git::snapshot::{SnapshotError, head_commit, relative_path};
+use tacho_goals::{Plan, PlanError, Submission, contract_digest, validate};
+use tacho_projections::{CheckState, GoalState, Goals, check_states};
+use tacho_schema::{EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate};
+use tacho_store::{Durability, StoreError};
+
+use crate::Tacho;
+use crate::error::kinds;
+use crate::runner::{RunError, run_command};
+
+/// The kinds a block can name.
+pub const BLOCK_KINDS: &[&str] = &["external_dependency", "authorization", "user_input"];
+
+/// Why a goal operation failed (a refused completion and a failed check are results,
+/// not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum GoalError {
+    #[error("{}: {source}", path.display())]
+    ReadPlan {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("workspace {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the current directory: {0}")]
+    CurrentDir(#[source] std::io::Error),
+    #[error("{source_name}: {error}")]
+    Plan {
+        source_name: String,
+        #[source]
+        error: PlanError,
+    },
+    #[error("session {session} has no goal; create one with `tacho goal create`")]
+    NoGoal { session: String },
+    #[error("session {session} has no goal matching {given:?}")]
+    NoSuchGoal { session: String, given: String },
+    #[error("goal {goal} has no check {check:?}; its checks: {}", checks.join(", "))]
+    NoSuchCheck {
+        goal: String,
+        check: String,
+        checks: Vec<String>,
+    },
+    #[error("--kind {given:?}: one of {}", BLOCK_KINDS.join(", "))]
+    BadBlockKind { given: String },
+    #[error(
+        "a goal is blocked only when no independent work remains: pass --no-independent-work to state it, or keep working"
+    )]
+    IndependentWorkRemains,
+    #[error("{0} must say something")]
+    Empty(&'static str),
+    #[error(
+        "--evidence {seq}: event #{seq} of session {session} is not a receipt of goal {goal} (its receipts: {})",
+        if receipts.is_empty() { "none yet".to_string() } else {
+            receipts.iter().map(|s| format!("#{s}")).collect::<Vec<_>>().join(", ")
+        }
+    )]
+    NotAReceipt {
+        seq: u64,
+        session: String,
+        goal: String,
+        receipts: Vec<u64>,
+    },
+    #[error("goal {0} is completed: a completed goal is not revised; create a new goal")]
+    Completed(String),
+    #[error("goal {goal} was already revised by {by}; revise that one")]
+    AlreadyRevised { goal: String, by: String },
+    #[error("the correction must say what was wrong")]
+    EmptyCorrection,
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+}
+
+kinds!(GoalError {
+    GoalError::NoGoal { .. } | GoalError::NoSuchGoal { .. } => NotFound,
+    GoalError::CurrentDir(_) | GoalError::Run(_) => Io,
+    GoalError::Store(e) => e.kind(),
+    GoalError::Snapshot(e) => e.kind(),
+    _ => Input,
+});
+
+/// A check of a frozen plan, as `goal create` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckCommand {
+    pub id: String,
+    pub command: String,
+}
+
+/// A frozen goal.
+#[derive(Debug, Clone, Serialize)]
+pub struct Frozen {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub goal: String,
+    pub session: String,
+    pub title: String,
+    pub contract_digest: String,
+    pub baseline: Option<String>,
+    /// The check ids; `None` without an assurance contract.
+    pub checks: Option<Vec<String>>,
+    pub check_commands: Option<Vec<CheckCommand>>,
+    pub seq: u64,
+}
+
+/// A revision of a goal.
+#[derive(Debug, Clone, Serialize)]
+pub struct Revised {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub goal: String,
+    pub revises: String,
+    pub revision: u32,
+    pub contract_digest: String,
+    pub previous_digest: String,
+    pub seq: u64,
+}
+
+/// A goal marked blocked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Blocked {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub goal: String,
+    pub seq: u64,
+}
+
+/// A check's receipt, recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Receipt {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub session: String,
+    pub seq: u64,
+    pub passed: bool,
+    pub receipt: GoalCheckRun,
+}
+
+/// One check's state against the source now.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckStatus {
+    pub id: String,
+    pub state: &'static str,
+    pub why: Option<String>,
+    pub receipt_seq: Option<u64>,
+}
+
+/// A goal's status.
+#[derive(Debug, Clone, Serialize)]
+pub struct GoalStatus {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub session: String,
+    pub goal: String,
+    pub title: String,
+    pub revision: u32,
+    pub assured: bool,
+    pub contract_digest: String,
+    pub completed: bool,
+    pub blocked: Option<String>,
+    pub paused: Option<String>,
+    pub revised_by: Option<String>,
+    pub revises: Option<String>,
+    pub correction: Option<String>,
+    /// The source fingerprint now, or why there is no fresh evidence.
+    pub fingerprint: Option<String>,
+    pub no_fresh_evidence: Option<String>,
+    pub checks: Vec<CheckStatus>,
+    pub can_complete: bool,
+}
+
+/// The completion gate's answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Completion {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub session: String,
+    pub goal: String,
+    pub accepted: bool,
+    pub reason: String,
+    /// Every check not passed, and why.
+    pub open: Vec<String>,
+    /// The stall rule's hint (second fruitless attempt) or pause (third).
+    pub note: Option<String>,
+}
+
+/// What `goal block` states.
+#[derive(Debug, Clone)]
+pub struct BlockRequest<'a> {
+    pub kind: &'a str,
+    pub reason: &'a str,
+    pub required_change: &'a str,
+    /// Receipts (event numbers of this goal's `goal.check` events) it rests on.
+    pub evidence: &'a [u64],
+    pub no_independent_work: bool,
+}
+
+/// What `goal create` is given.
+#[derive(Debug, Clone)]
+pub struct CreateRequest<'a> {
+    pub session: &'a str,
+    /// The plan's Markdown.
+    pub markdown: &'a str,
+    /// Names the plan in error messages.
+    pub source_name: &'a str,
+    pub objective: Option<String>,
+    pub assure: bool,
+    /// Default: the session's workspace, else the current directory.
+    pub workspace: Option<PathBuf>,
+}
+
+/// Reads a plan file.
+pub fn read_plan(path: &Path) -> Result<String, GoalError> {
+    std::fs::read_to_string(path).map_err(|source| GoalError::ReadPlan {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Validates a plan; `{BASELINE}` becomes the workspace's HEAD.
+fn validate_plan(
+    markdown: &str,
+    source_name: &str,
+    ws: &Path,
+    objective: &str,
+    assure: bool,
+) -> Result<Plan, GoalError> {
+    let head = head_commit(ws)?;
+    validate(&Submission {
+        markdown,
+        objective,
+        head: head.as_deref(),
+        assure,
+    })
+    .map_err(|error| GoalError::Plan {
+        source_name: source_name.to_owned(),
+        error,
+    })
+}
+
+/// The fingerprint the goal's receipts are bound to: its source paths plus the files
+/// edit events reported since it was created. `Err` says why there is no fresh
+/// evidence.
+fn goal_fingerprint(g: &GoalState) -> Result<Result<String, String>, SnapshotError> {
+    let ws = PathBuf::from(&g.created.workspace);
+    let edited: Vec<String> = g
+        .edited
+        .keys()
+        .filter_map(|p| relative_path(&ws, p).ok())
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(
+        match fingerprint(&ws, &g.source_paths(), &edited, threads)? {
+            Fingerprint::Fresh { digest, .. } => Ok(digest),
+            Fingerprint::NoFreshEvidence(w) => Err(format!("{}: {}", w.path, w.reason)),
+        },
+    )
+}
+
+/// The source now, each check's state, the checks not passed, and whether the goal can
+/// complete.
+struct Assessed {
+    now: Result<String, String>,
+    states: Vec<(String, CheckState)>,
+    open: Vec<String>,
+    can_complete: bool,
+}
+
+fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
+    let now = goal_fingerprint(g)?;
+    let states = check_states(g, now.as_deref().map_err(String::as_str));
+    let open: Vec<String> = states
+        .iter()
+        .filter(|(_, s)| *s != CheckState::Passed)
+        .map(|(id, s)| match s {
+            CheckState::Failed(w) | CheckState::Stale(w) => format!("{id}: {} ({w})", s.name()),
+            other => format!("{id}: {}", other.name()),
+        })
+        .collect();
+    let can_complete = g.created.assured && open.is_empty() && !states.is_empty();
+    Ok(Assessed {
+        now,
+        states,
+        open,
+        can_complete,
+    })
+}
+
+fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalState, GoalError> {
+    gs.find(id).ok_or_else(|| match id {
+        Some(given) => GoalError::NoSuchGoal {
+            session: session.to_owned(),
+            given: given.to_owned(),
+        },
+        None => GoalError::NoGoal {
+            session: session.to_owned(),
+        },
+    })
+}
+
+impl Tacho {
+    /// The session (resolved from an id or prefix) and its goals, folded from its log.
+    fn goals(&self, session: &str) -> Result<(String, Goals), GoalError> {
+        let session = self.resolve_session(session)?;
+        let mut g = Goals::default();
+        self.log()
+            .read_session(&session, |e| g.apply(e.seq, &e.event))?;
+        Ok((session, g))
+    }
+
+    fn append_goal_event(&self, session: &str, body: EventBody) -> Result<u64, GoalError> {
+        let r = self
+            .log()
+            .writer(session)?
+            .append(self.now(), &body, Durability::Sync)?;
+        Ok(r.last_seq)
+    }
+
+    /// The `goal.created` of a validated plan, under a fresh goal id.
+    fn freeze(
+        &self,
+        plan: &Plan,
+        objective: Option<String>,
+        assured: bool,
+        ws: &Path,
+        revision: u32,
+    ) -> GoalCreated {
+        GoalCreated {
+            goal: self.new_goal_id(),
+            revision,
+            title: plan.title.clone(),
+            kind: plan.kind.clone(),
+            objective,
+            assured,
+            contract_digest: contract_digest(plan),
+            baseline: plan.baseline.clone(),
+            workspace: ws.display().to_string(),
+            plan: plan.markdown.clone(),
+            assurance: plan
+                .assurance
+                .as_ref()
+                .and_then(|x| serde_json::to_string(x).ok()),
+            ..GoalCreated::default()
+        }
+    }
+
+    /// Freezes a plan as a goal of a session.
+    pub fn create_goal(&self, req: CreateRequest<'_>) -> Result<Frozen, GoalError> {
+        let session = self.resolve_session(req.session)?;
+        let ws = match req.workspace {
+            Some(w) => w,
+            None => match self.recorded_workspace(&session)? {
+                Some(w) => PathBuf::from(w),
+                None => std::env::current_dir().map_err(GoalError::CurrentDir)?,
+            },
+        };
+        let ws = ws.canonicalize().map_err(|source| GoalError::Workspace {
+            path: ws.clone(),
+            source,
+        })?;
+        let plan = validate_plan(
+            req.markdown,
+            req.source_name,
+            &ws,
+            req.objective.as_deref().unwrap_or(""),
+            req.assure,
+        )?;
+        let created = self.freeze(&plan, req.objective, req.assure, &ws, 1);
+        let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
+        let seq = self.append_goal_event(&session, EventBody::GoalCreated(created))?;
+        let checks = plan.assurance.as_ref().map(|x| x.checks.clone());
+        Ok(Frozen {
+            kind: "goal",
+            goal,
+            session,
+            title: plan.title,
+            contract_digest: digest,
+            baseline: plan.baseline,
+            checks: checks
+                .as_ref()
+                .map(|cs| cs.iter().map(|c| c.id.clone()).collect()),
+            check_commands: checks.map(|cs| {
+                cs.into_iter()
+                    .map(|c| CheckCommand {
+                        id: c.id,
+                        command: c.command,
+                    })
+                    .collect()
+            }),
+            seq,
+        })
+    }
+
+    /// Marks a goal blocked.
+    pub fn block_goal(
+        &self,
+        session: &str,
+        goal: Option<&str>,
+        req: &BlockRequest<'_>,
+    ) -> Result<Blocked, GoalError> {
+        if !BLOCK_KINDS.contains(&req.kind) {
+            return Err(GoalError::BadBlockKind {
+                given: req.kind.to_owned(),
+            });
+        }
+        if !req.no_independent_work {
+            return Err(GoalError::IndependentWorkRemains);
+        }
+        for (what, v) in [
+            ("--reason", req.reason),
+            ("--required-change", req.required_change),
+        ] {
+            if v.trim().is_empty() {
+                return Err(GoalError::Empty(what));
+            }
+        }
+        let (session, gs) = self.goals(session)?;
+        let g = pick(&gs, &session, goal)?;
+        let mut all = Vec::new();
+        self.log().read_session(&session, |e| {
+            if let EventBody::GoalCheckRun(r) = &e.event.body
+                && r.goal == g.created.goal
+            {
+                all.push(e.seq);
+            }
+        })?;
+        if let Some(seq) = req.evidence.iter().find(|ev| !all.contains(ev)) {
+            return Err(GoalError::NotAReceipt {
+                seq: *seq,
+                session,
+                goal: g.created.goal.clone(),
+                receipts: all,
+            });
+        }
+        let body = EventBody::GoalUpdate(GoalUpdate {
+            goal: g.created.goal.clone(),
+            revision: g.created.revision,
+            action: GoalAction::Block,
+            accepted: true,
+            reason: Some(req.reason.to_owned()),
+            block_kind: Some(req.kind.to_owned()),
+            required_change: Some(req.required_change.to_owned()),
+            evidence: req.evidence.to_vec(),
+            no_independent_work: true,
+            ..GoalUpdate::default()
+        });
+        let seq = self.append_goal_event(&session, body)?;
+        Ok(Blocked {
+            kind: "goal_blocked",
+            goal: g.created.goal.clone(),
+            seq,
+        })
+    }
+
+    /// Replaces a goal's plan after a correction: a new goal, revision and digest
+    /// linked to the old one; the old receipts cannot satisfy it.
+    pub fn revise_goal(
+        &self,
+        session: &str,
+        goal: Option<&str>,
+        correction: &str,
+        plan_path: &Path,
+    ) -> Result<Revised, GoalError> {
+        let (session, gs) = self.goals(session)?;
+        let old = pick(&gs, &session, goal)?;
+        if old.completed {
+            return Err(GoalError::Completed(old.created.goal.clone()));
+        }
+        if let Some(n) = &old.revised_by {
+            return Err(GoalError::AlreadyRevised {
+                goal: old.created.goal.clone(),
+                by: n.clone(),
+            });
+        }
+        if correction.trim().is_empty() {
+            return Err(GoalError::EmptyCorrection);
+        }
+        let ws = PathBuf::from(&old.created.workspace);
+        let objective = old.created.objective.clone().unwrap_or_default();
+        let markdown = read_plan(plan_path)?;
+        let plan = validate_plan(
+            &markdown,
+            &plan_path.display().to_string(),
+            &ws,
+            &objective,
+            old.created.assured,
+        )?;
+        let revision = old.created.revision.saturating_add(1);
+        let mut created = self.freeze(
+            &plan,
+            old.created.objective.clone(),
+            old.created.assured,
+            &ws,
+            revision,
+        );
+        created.revises = Some(old.created.goal.clone());
+        created.previous_digest = Some(old.created.contract_digest.clone());
+        created.correction = Some(correction.to_owned());
+        let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
+        let seq = self.append_goal_event(&session, EventBody::GoalCreated(created))?;
+        Ok(Revised {
+            kind: "goal",
+            goal,
+            revises: old.created.goal.clone(),
+            revision,
+            contract_digest: digest,
+            previous_digest: old.created.contract_digest.clone(),
+            seq,
+        })
+    }
+
+    /// Runs a frozen check by id and records its receipt. The check's output goes to
+    /// stderr.
+    pub fn run_check(
+        &self,
+        session: &str,
+        goal: Option<&str>,
+        check: &str,
+        timeout: Duration,
+    ) -> Result<Receipt, GoalError> {
+        let (session, gs) = self.goals(session)?;
+        let g = pick(&gs, &session, goal)?;
+        let checks = g.check_ids();
+        let Some((_, command)) = checks.iter().find(|(id, _)| *id == check) else {
+            return Err(GoalError::NoSuchCheck {
+                goal: g.created.goal.clone(),
+                check: check.to_owned(),
+                checks: checks.into_iter().map(|c| c.0).collect(),
+            });
+        };
+        let ws = PathBuf::from(&g.created.workspace);
+        // Recorded first, so that `goal status` shows the check as running meanwhile.
+        self.append_goal_event(
+            &session,
+            EventBody::GoalCheckStart(GoalCheckStart {
+                goal: g.created.goal.clone(),
+                revision: g.created.revision,
+                check: check.to_owned(),
+            }),
+        )?;
+        let before = goal_fingerprint(g)?;
+        let started = self.now();
+        self.note(&format!(
+            "running check {check} in {}: {command}",
+            ws.display()
+        ));
+        let run = run_command(command, &ws, timeout)?;
+        let ended = self.now();
+        let after = goal_fingerprint(g)?;
+        let no_evidence = match (&before, &after) {
+            (Err(w), _) | (_, Err(w)) => Some(w.clone()),
+            _ => None,
+        };
+        let passed =
+            run.exit_code == Some(0) && !run.timed_out && no_evidence.is_none() && before == after;
+        let receipt = GoalCheckRun {
+            goal: g.created.goal.clone(),
+            revision: g.created.revision,
+            check: check.to_owned(),
+            contract_digest: g.created.contract_digest.clone(),
+            workspace: g.created.workspace.clone(),
+            command: command.clone(),
+            started_unix_ns: started,
+            ended_unix_ns: ended,
+            exit_code: run.exit_code,
+            timed_out: run.timed_out,
+            stdout_digest: run.stdout_digest,
+            stderr_digest: run.stderr_digest,
+            output_tail: Some(run.tail),
+            fingerprint_before: before.ok(),
+            fingerprint_after: after.ok(),
+            no_evidence,
+            passed,
+        };
+        let seq = self.append_goal_event(&session, EventBody::GoalCheckRun(receipt.clone()))?;
+        Ok(Receipt {
+            kind: "receipt",
+            session,
+            seq,
+            passed,
+            receipt,
+        })
+    }
+
+    /// Each check's state against the source now.
+    pub fn goal_status(&self, session: &str, goal: Option<&str>) -> Result<GoalStatus, GoalError> {
+        let (session, gs) = self.goals(session)?;
+        let g = pick(&gs, &session, goal)?;
+        let a = assess_goal(g)?;
+        Ok(GoalStatus {
+            kind: "goal_status",
+            session,
+            goal: g.created.goal.clone(),
+            title: g.created.title.clone(),
+            revision: g.created.revision,
+            assured: g.created.assured,
+            contract_digest: g.created.contract_digest.clone(),
+            completed: g.completed,
+            blocked: g.blocked.clone(),
+            paused: g.paused.clone(),
+            revised_by: g.revised_by.clone(),
+            revises: g.created.revises.clone(),
+            correction: g.created.correction.clone(),
+            fingerprint: a.now.as_ref().ok().cloned(),
+            no_fresh_evidence: a.now.as_ref().err().cloned(),
+            checks: a
+                .states
+                .iter()
+                .map(|(id, s)| CheckStatus {
+                    id: id.clone(),
+                    state: s.name(),
+                    why: match s {
+                        CheckState::Failed(w) | CheckState::Stale(w) => Some(w.clone()),
+                        CheckState::Running(at) => {
+                            Some(format!("started at event #{at}, no receipt yet"))
+                        }
+                        _ => None,
+                    },
+                    receipt_seq: g.receipts.get(id).map(|r| r.0),
+                })
+                .collect(),
+            can_complete: a.can_complete,
+        })
+    }
+
+    /// The completion gate, with the stall rule: attempts that bring no new passing
+    /// evidence get a hint on the second and pause the goal on the third, disclosing
+    /// the unfinished work.
+    pub fn complete_goal(
+        &self,
+        session: &str,
+        goal: Option<&str>,
+    ) -> Result<Completion, GoalError> {
+        let (session, gs) = self.goals(session)?;
+        let g = pick(&gs, &session, goal)?;
+        let a = assess_goal(g)?;
+        let (accepted, reason) = if !g.created.assured {
+            // No contract: the plain rule, and the answer says so.
+            match g.plain_rule() {
+                Ok(()) => (
+                    true,
+                    "no assurance contract; the plain rule holds: a verification passed after the last edit".to_string(),
+                ),
+                Err(why) => (
+                    false,
+                    format!("no assurance contract; the plain rule does not hold: {why}"),
+                ),
+            }
+        } else if a.can_complete {
+            (
+                true,
+                "every check passed on the source as it is now".to_string(),
+            )
+        } else {
+            (
+                false,
+                format!("{} of {} checks not passed", a.open.len(), a.states.len()),
+            )
+        };
+        let body = EventBody::GoalUpdate(GoalUpdate {
+            goal: g.created.goal.clone(),
+            revision: g.created.revision,
+            action: GoalAction::Complete,
+            accepted,
+            reason: Some(reason.clone()),
+            details: a.open.clone(),
+            ..GoalUpdate::default()
+        });
+        let mut w = self.log().writer(&session)?;
+        w.append(self.now(), &body, Durability::Sync)?;
+        let fruitless = if accepted {
+            0
+        } else {
+            g.fruitless_attempts() + 1
+        };
+        let mut note = None;
+        if fruitless == 2 {
+            note = Some("hint: a completion attempt needs new passing evidence: run the checks listed (tacho goal check ID) after fixing what they report".to_string());
+        } else if fruitless >= 3 && g.paused.is_none() {
+            let why =
+                format!("stalled: {fruitless} completion attempts without new passing evidence");
+            w.append(
+                self.now(),
+                &EventBody::GoalUpdate(GoalUpdate {
+                    goal: g.created.goal.clone(),
+                    revision: g.created.revision,
+                    action: GoalAction::Pause,
+                    accepted: true,
+                    reason: Some(why.clone()),
+                    details: a.open.clone(),
+                    ..GoalUpdate::default()
+                }),
+                Durability::Sync,
+            )?;
+            note = Some(format!(
+                "goal paused ({why}); unfinished work: {}",
+                a.open.join("; ")
+            ));
+        }
+        Ok(Completion {
+            kind: "completion",
+            session,
+            goal: g.created.goal.clone(),
+            accepted,
+            reason,
+            open: a.open,
+            note,
+        })
+    }
+}

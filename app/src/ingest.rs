@@ -1,0 +1,479 @@
+//! The one ingest path: JSON Lines (or typed events) in, validated batches appended,
+//! with automatic snapshots at step boundaries. `tacho record` and `tacho demo` use
+//! it, and so will hooks and importers.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::path::{Path, PathBuf};
+
+use tacho_schema::{EventBody, JsonError, SnapshotReason, parse_json_line};
+use tacho_store::{Durability, StoreError, Writer, hex};
+
+use crate::Tacho;
+use crate::error::{ErrorKind, Kind, kinds};
+use crate::snapshots::{AutoPoint, SnapshotOpError, auto_points, taken_event};
+
+/// How to ingest.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    /// Names the input in error messages (a path, or `stdin`).
+    pub source: String,
+    /// The session of lines that have no `session` field.
+    pub session: Option<String>,
+    /// Each session of the input gets a fresh id (a parent recorded in the same input
+    /// is renamed with it), so the same input can be recorded again.
+    pub new_session: bool,
+    pub durability: Durability,
+    /// Events per batch; 0 makes the whole input one batch.
+    pub batch_lines: usize,
+    /// Take a baseline after `session.start`, one before each `step.start` and a final
+    /// one before `session.end`, when the session's workspace exists here.
+    pub auto_snapshots: bool,
+}
+
+/// A committed batch of one session.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BatchAck {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub session: String,
+    pub events: usize,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    /// The chain value after the batch.
+    pub head: String,
+}
+
+/// What one session received.
+#[derive(Debug, Clone, Default)]
+pub struct SessionTotal {
+    pub first_seq: Option<u64>,
+    pub last_seq: u64,
+    pub events: u64,
+}
+
+/// Why ingesting stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("--session: {0}")]
+    BadSession(String),
+    #[error("{source_name}: line {line}: {error}")]
+    Read {
+        source_name: String,
+        line: usize,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error("{source_name}: {error}")]
+    Parse {
+        source_name: String,
+        #[source]
+        error: JsonError,
+    },
+    #[error(
+        "{source_name}: line {line}: no session: give the line a `session` field, or pass --session or --new-session"
+    )]
+    NoSession { source_name: String, line: usize },
+    #[error("{source_name}: line {line}: snapshot.take: no session")]
+    SnapshotNoSession { source_name: String, line: usize },
+    #[error(
+        "{source_name}: line {line}: snapshot.take: no `workspace`, and session {session} names none that exists here"
+    )]
+    SnapshotNoWorkspace {
+        source_name: String,
+        line: usize,
+        session: String,
+    },
+    #[error("{source_name}: line {line}: snapshot.take: field `ts`: {reason}")]
+    SnapshotTime {
+        source_name: String,
+        line: usize,
+        reason: String,
+    },
+    #[error("{source_name}: line {line}: snapshot.take: {error}")]
+    Snapshot {
+        source_name: String,
+        line: usize,
+        #[source]
+        error: Box<SnapshotOpError>,
+    },
+    /// The store refused the batch (sequence, lifecycle): nothing of it was written.
+    #[error("{source_name}: line {line}: {reason}")]
+    Rejected {
+        source_name: String,
+        line: usize,
+        reason: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The acknowledgement of a committed batch could not be delivered.
+    #[error("acknowledging a batch: {0}")]
+    Ack(#[source] std::io::Error),
+}
+
+kinds!(IngestError {
+    IngestError::Store(e) => e.kind(),
+    IngestError::Ack(_) => Io,
+    _ => Input,
+});
+
+/// An ingest that stopped, with what it had recorded before.
+#[derive(Debug, thiserror::Error)]
+pub struct RecordError {
+    #[source]
+    pub error: IngestError,
+    /// Events of earlier batches that are recorded.
+    pub recorded: u64,
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.error.kind() != ErrorKind::Input {
+            return write!(f, "{}", self.error);
+        }
+        if self.recorded == 0 {
+            write!(f, "{}\nnothing was recorded", self.error)
+        } else {
+            write!(
+                f,
+                "{}\nthat batch was not recorded; {} events of earlier batches were",
+                self.error, self.recorded
+            )
+        }
+    }
+}
+
+impl Kind for RecordError {
+    fn kind(&self) -> ErrorKind {
+        self.error.kind()
+    }
+}
+
+/// A `snapshot.take` line: not an event but a request to take a snapshot now, which is
+/// recorded as a `snapshot.taken` event.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SnapshotTake {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    ts: Option<serde_json::Value>,
+    #[serde(default)]
+    workspace: Option<String>,
+    #[serde(default)]
+    before_step: Option<u64>,
+    /// Only these paths (reported by an edit tool), on top of the last snapshot.
+    #[serde(default)]
+    paths: Vec<String>,
+}
+
+struct Pending {
+    line: usize,
+    session: String,
+    time_unix_ns: i64,
+    body: EventBody,
+}
+
+/// An ingest in progress. Feed it lines or events; batches are appended as they fill
+/// (every `batch_lines` events) and at [`Ingest::finish`].
+pub struct Ingest<'t> {
+    tacho: &'t Tacho,
+    opts: IngestOptions,
+    on_batch: Box<dyn FnMut(&BatchAck) -> std::io::Result<()> + 't>,
+    writers: BTreeMap<String, Writer>,
+    totals: BTreeMap<String, SessionTotal>,
+    recorded: u64,
+    /// Each session's workspace, when it is a directory on this machine.
+    workspaces: BTreeMap<String, Option<PathBuf>>,
+    /// With `new_session`: the input's session ids and their fresh ids.
+    renamed: BTreeMap<Option<String>, String>,
+    batch: Vec<Pending>,
+}
+
+impl<'t> Ingest<'t> {
+    /// Starts an ingest. `on_batch` hears of every committed batch as soon as it is as
+    /// durable as asked.
+    pub fn new(
+        tacho: &'t Tacho,
+        opts: IngestOptions,
+        on_batch: impl FnMut(&BatchAck) -> std::io::Result<()> + 't,
+    ) -> Result<Ingest<'t>, IngestError> {
+        if let Some(s) = &opts.session {
+            tacho_schema::validate_session_id(s)
+                .map_err(|e| IngestError::BadSession(e.to_string()))?;
+        }
+        Ok(Ingest {
+            tacho,
+            opts,
+            on_batch: Box::new(on_batch),
+            writers: BTreeMap::new(),
+            totals: BTreeMap::new(),
+            recorded: 0,
+            workspaces: BTreeMap::new(),
+            renamed: BTreeMap::new(),
+            batch: Vec::new(),
+        })
+    }
+
+    /// Events recorded so far.
+    pub fn recorded(&self) -> u64 {
+        self.recorded
+    }
+
+    fn fresh_id(&mut self, given: Option<String>) -> String {
+        let tacho = self.tacho;
+        self.renamed
+            .entry(given)
+            .or_insert_with(|| tacho.new_session_id())
+            .clone()
+    }
+
+    /// One line of JSON Lines input (`line` is 1-based; blank lines are skipped).
+    pub fn line(&mut self, line: usize, text: &str) -> Result<(), IngestError> {
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        if text.contains("\"snapshot.take\"")
+            && let Ok(req) = serde_json::from_str::<SnapshotTake>(text)
+            && req.kind == "snapshot.take"
+        {
+            return self.snapshot_take(line, req);
+        }
+        let source_name = &self.opts.source;
+        let mut parsed = parse_json_line(text, line).map_err(|error| IngestError::Parse {
+            source_name: source_name.clone(),
+            error,
+        })?;
+        let session = if self.opts.new_session {
+            let fresh = self.fresh_id(parsed.session.clone());
+            // A parent recorded in the same input is renamed with it; a session
+            // without a parent keeps none.
+            if let EventBody::SessionStart(s) = &mut parsed.body
+                && let Some(parent) = s.parent.take()
+            {
+                let fresh_parent = self.renamed.get(&Some(parent.clone())).cloned();
+                s.parent = Some(fresh_parent.unwrap_or(parent));
+            }
+            fresh
+        } else {
+            parsed
+                .session
+                .or_else(|| self.opts.session.clone())
+                .ok_or_else(|| IngestError::NoSession {
+                    source_name: source_name.clone(),
+                    line,
+                })?
+        };
+        let time_unix_ns = parsed.time_unix_ns.unwrap_or_else(|| self.tacho.now());
+        self.event(line, session, time_unix_ns, parsed.body)
+    }
+
+    fn snapshot_take(&mut self, line: usize, req: SnapshotTake) -> Result<(), IngestError> {
+        let source_name = self.opts.source.clone();
+        let session = if self.opts.new_session {
+            self.fresh_id(req.session.clone())
+        } else {
+            req.session
+                .clone()
+                .or_else(|| self.opts.session.clone())
+                .ok_or_else(|| IngestError::SnapshotNoSession {
+                    source_name: source_name.clone(),
+                    line,
+                })?
+        };
+        let ws = match &req.workspace {
+            Some(w) => Some(PathBuf::from(w)),
+            None => self.workspace(&session)?,
+        };
+        let ws = ws.ok_or_else(|| IngestError::SnapshotNoWorkspace {
+            source_name: source_name.clone(),
+            line,
+            session: session.clone(),
+        })?;
+        let time_unix_ns = match &req.ts {
+            Some(v) => tacho_schema::parse_ts(v).map_err(|reason| IngestError::SnapshotTime {
+                source_name: source_name.clone(),
+                line,
+                reason,
+            })?,
+            None => self.tacho.now(),
+        };
+        let reason = if req.before_step.is_some() {
+            SnapshotReason::Step
+        } else {
+            SnapshotReason::Manual
+        };
+        let (snap, ws) =
+            self.tacho
+                .take_snapshot(&ws, &req.paths)
+                .map_err(|error| IngestError::Snapshot {
+                    source_name,
+                    line,
+                    error: Box::new(error),
+                })?;
+        self.batch.push(Pending {
+            line,
+            session,
+            time_unix_ns,
+            body: taken_event(&snap, &ws, reason, req.before_step),
+        });
+        Ok(())
+    }
+
+    /// One typed event, with the snapshots automatic mode takes around it.
+    pub fn event(
+        &mut self,
+        line: usize,
+        session: String,
+        time_unix_ns: i64,
+        body: EventBody,
+    ) -> Result<(), IngestError> {
+        if let EventBody::SessionStart(s) = &body {
+            let w = s
+                .workspace
+                .as_ref()
+                .map(PathBuf::from)
+                .filter(|w| w.is_dir());
+            self.workspaces.insert(session.clone(), w);
+        }
+        let (before, after) = auto_points(&body);
+        let ws = if self.opts.auto_snapshots && (before.is_some() || after.is_some()) {
+            self.workspace(&session)?
+        } else {
+            None
+        };
+        if let Some(ws) = &ws {
+            self.auto_snapshot(ws, before, line, &session, time_unix_ns);
+        }
+        let after_session = ws.as_ref().map(|_| session.clone());
+        self.batch.push(Pending {
+            line,
+            session,
+            time_unix_ns,
+            body,
+        });
+        if let (Some(ws), Some(session)) = (&ws, after_session) {
+            self.auto_snapshot(ws, after, line, &session, time_unix_ns);
+        }
+        if self.opts.batch_lines > 0 && self.batch.len() >= self.opts.batch_lines {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The workspace of `session`: from a `session.start` seen in this input, else
+    /// from the log.
+    fn workspace(&mut self, session: &str) -> Result<Option<PathBuf>, IngestError> {
+        if let Some(w) = self.workspaces.get(session) {
+            return Ok(w.clone());
+        }
+        let w = self.tacho.session_workspace(session)?;
+        self.workspaces.insert(session.to_string(), w.clone());
+        Ok(w)
+    }
+
+    /// Takes an automatic snapshot and queues its event. A snapshot that cannot be
+    /// taken never costs the events: it is reported as a note and left out.
+    fn auto_snapshot(
+        &mut self,
+        ws: &Path,
+        when: AutoPoint,
+        line: usize,
+        session: &str,
+        time_unix_ns: i64,
+    ) {
+        let Some((reason, step)) = when else { return };
+        match self.tacho.take_snapshot(ws, &[]) {
+            Ok((snap, path)) => self.batch.push(Pending {
+                line,
+                session: session.to_owned(),
+                time_unix_ns,
+                body: taken_event(&snap, &path, reason, step),
+            }),
+            Err(e) => self.tacho.note(&format!(
+                "note: line {line}: no {reason} snapshot of {} for session {session}: {e}",
+                ws.display()
+            )),
+        }
+    }
+
+    fn writer(&mut self, session: &str) -> Result<&mut Writer, IngestError> {
+        let tacho = self.tacho;
+        match self.writers.entry(session.to_string()) {
+            Entry::Occupied(o) => Ok(o.into_mut()),
+            Entry::Vacant(v) => {
+                let w = tacho.log().writer(session)?;
+                for r in w.recovered() {
+                    tacho.note(&format!(
+                        "note: session {session}: cut a torn tail of {} bytes at offset {} of {} ({})",
+                        r.truncated_bytes,
+                        r.offset,
+                        r.segment.display(),
+                        r.reason
+                    ));
+                }
+                Ok(v.insert(w))
+            }
+        }
+    }
+
+    /// Checks the queued events against every session's rules, then appends them, one
+    /// batch per session.
+    pub fn flush(&mut self) -> Result<(), IngestError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let mut groups: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
+        for p in self.batch.drain(..) {
+            groups.entry(p.session.clone()).or_default().push(p);
+        }
+        // Writers open in id order, so two ingests never wait for each other in a cycle.
+        for (session, items) in &groups {
+            let source_name = self.opts.source.clone();
+            let w = self.writer(session)?;
+            if let Err((i, reason)) = w.check_batch(items.iter().map(|p| &p.body)) {
+                return Err(IngestError::Rejected {
+                    source_name,
+                    line: items.get(i).map_or(0, |p| p.line),
+                    reason,
+                });
+            }
+        }
+        for (session, items) in groups {
+            let events: Vec<(i64, EventBody)> = items
+                .into_iter()
+                .map(|p| (p.time_unix_ns, p.body))
+                .collect();
+            let durability = self.opts.durability;
+            let receipt = self.writer(&session)?.append_batch(&events, durability)?;
+            let t = self.totals.entry(session.clone()).or_default();
+            t.first_seq.get_or_insert(receipt.first_seq);
+            t.last_seq = receipt.last_seq;
+            t.events += events.len() as u64;
+            self.recorded += events.len() as u64;
+            (self.on_batch)(&BatchAck {
+                kind: "recorded",
+                session,
+                events: events.len(),
+                first_seq: receipt.first_seq,
+                last_seq: receipt.last_seq,
+                head: hex(&receipt.chain),
+            })
+            .map_err(IngestError::Ack)?;
+        }
+        Ok(())
+    }
+
+    /// Appends what is queued and returns what each session received.
+    pub fn finish(mut self) -> Result<BTreeMap<String, SessionTotal>, RecordError> {
+        match self.flush() {
+            Ok(()) => Ok(std::mem::take(&mut self.totals)),
+            Err(error) => Err(RecordError {
+                error,
+                recorded: self.recorded,
+            }),
+        }
+    }
+}

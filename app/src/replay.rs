@@ -1,0 +1,261 @@
+//! Replay: verification of a session's record (log checks, semantic checks, the stored
+//! projection against a rebuild), the expectations for a harness that re-drives an
+//! agent, and portable packages. Replay never re-runs the model or a tool.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use tacho_projections::{ExecutionGraph, ReplayCheck, ReplayReport};
+use tacho_schema::{EventBody, ToolResult, ToolStatus};
+use tacho_store::{PackageError, Severity, Store, StoreError, StreamReport, hex, open_package};
+
+use crate::Tacho;
+use crate::error::kinds;
+use crate::projection;
+
+/// Why a replay operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(
+        "session {0} does not verify; run `tacho session replay {0} --mode verify` (a package of a damaged record would only fail elsewhere)"
+    )]
+    Unverified(String),
+    #[error("{}: {source}", path.display())]
+    ReadPackage {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Package {
+        path: PathBuf,
+        #[source]
+        source: PackageError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+kinds!(ReplayError {
+    ReplayError::Unverified(_) | ReplayError::Package { .. } => Findings,
+    ReplayError::ReadPackage { .. } => Input,
+    ReplayError::Store(e) => e.kind(),
+});
+
+/// The stored projection compared with a rebuild.
+#[derive(Debug, Clone)]
+pub enum ProjectionCheck {
+    NoneStored,
+    /// Equal to a rebuild up to this event.
+    Equal {
+        next_seq: u64,
+    },
+    /// Not backed by the log, or different from a rebuild.
+    Failed {
+        location: PathBuf,
+        problem: String,
+    },
+}
+
+/// What verifying a session's record found.
+#[derive(Debug)]
+pub struct Verification {
+    pub session: String,
+    /// Checksums, hash chain, sequence numbers, payloads.
+    pub log: StreamReport,
+    /// The session could not be read to its end.
+    pub read_error: Option<StoreError>,
+    /// Tool results against their calls, balanced steps, one start and one end.
+    pub replay: ReplayReport,
+    pub projection: ProjectionCheck,
+    pub last_event_unix_ns: Option<i64>,
+}
+
+impl Verification {
+    /// Log errors (warnings do not count).
+    pub fn log_errors(&self) -> impl Iterator<Item = &tacho_store::Finding> {
+        self.log
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+    }
+
+    /// How many findings, of every check.
+    pub fn failed(&self) -> usize {
+        self.log_errors().count()
+            + usize::from(self.read_error.is_some())
+            + usize::from(matches!(self.projection, ProjectionCheck::Failed { .. }))
+            + self.replay.findings.len()
+    }
+}
+
+/// A tool call a re-driven agent is expected to make, with the recorded result.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExpectCall {
+    pub seq: u64,
+    pub call_id: String,
+    pub tool: String,
+    pub target: Option<String>,
+    pub input: Option<serde_json::Value>,
+    pub expected: Option<Expected>,
+}
+
+/// The result a call got in the original run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Expected {
+    pub status: ToolStatus,
+    pub exit_code: Option<i64>,
+    pub error: Option<String>,
+    pub output: Option<String>,
+}
+
+/// One step's expectations.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExpectStep {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub session: String,
+    pub step: u64,
+    pub implicit: bool,
+    pub agent: Option<String>,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub tool_calls: Vec<ExpectCall>,
+}
+
+/// Runs every check of a session's record in `store`.
+fn verify(store: &Store, session: &str) -> Result<Verification, StoreError> {
+    let log = store.verify_session(session, true)?;
+    let mut check = ReplayCheck::new();
+    let mut last = None;
+    let read = store.read_session(session, |e| {
+        last = Some(e.event.time_unix_ns);
+        check.apply(e.seq, &e.event)
+    });
+    let replay = check.finish();
+    // A stored projection must be what a rebuild from the log gives.
+    let mut projection = ProjectionCheck::NoneStored;
+    if let Some((stored, head)) = projection::read_stored(store, session) {
+        let backed = store
+            .head_at(session, stored.next_seq)?
+            .is_some_and(|h| hex(&h) == head);
+        let location = projection::path(store, session);
+        projection = if !backed {
+            ProjectionCheck::Failed {
+                location,
+                problem: format!(
+                    "the stored projection claims events 0..{} with head {head}, which the log does not hold",
+                    stored.next_seq
+                ),
+            }
+        } else if projection::rebuild(store, session, stored.next_seq)? != stored {
+            ProjectionCheck::Failed {
+                location,
+                problem: format!(
+                    "the stored projection (events 0..{}) differs from a rebuild from the log",
+                    stored.next_seq
+                ),
+            }
+        } else {
+            ProjectionCheck::Equal {
+                next_seq: stored.next_seq,
+            }
+        };
+    }
+    Ok(Verification {
+        session: session.to_owned(),
+        log,
+        read_error: read.err(),
+        replay,
+        projection,
+        last_event_unix_ns: last,
+    })
+}
+
+/// Verifies a package (SPEC.md §9) without a store: its digest, then every check of
+/// the session it holds.
+pub fn verify_package(path: &Path) -> Result<Verification, ReplayError> {
+    let bytes = std::fs::read(path).map_err(|source| ReplayError::ReadPackage {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (store, session) = open_package(&bytes).map_err(|e| match e {
+        PackageError::Store(e) => ReplayError::Store(e),
+        source => ReplayError::Package {
+            path: path.to_path_buf(),
+            source,
+        },
+    })?;
+    Ok(verify(&store, &session)?)
+}
+
+impl Tacho {
+    /// Verifies a session's record.
+    pub fn verify_session(&self, session: &str) -> Result<Verification, StoreError> {
+        verify(self.log(), session)
+    }
+
+    /// A portable, self-verifying package of a session's record (refused for a record
+    /// that does not verify), with the log's report.
+    pub fn export_package(&self, session: &str) -> Result<(Vec<u8>, StreamReport), ReplayError> {
+        let log = self.log().verify_session(session, true)?;
+        if log.findings.iter().any(|f| f.severity == Severity::Error) {
+            return Err(ReplayError::Unverified(session.to_owned()));
+        }
+        Ok((tacho_store::export_package(self.log(), session)?, log))
+    }
+
+    /// Per step, what a re-driven agent is expected to do: the calls, in order, with
+    /// their inputs, and the results the original run got. Steps and their usage come
+    /// from the execution graph, so the attribution is the same as in `tacho graph`.
+    pub fn expectations(&self, session: &str) -> Result<Vec<ExpectStep>, StoreError> {
+        let mut g = ExecutionGraph::new(session);
+        let mut inputs: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut results: BTreeMap<String, ToolResult> = BTreeMap::new();
+        self.log().read_session(session, |e| {
+            g.apply(e.seq, &e.event);
+            match e.event.body {
+                EventBody::ToolCall(c) => {
+                    inputs.insert(c.call_id, c.input);
+                }
+                EventBody::ToolResult(r) => {
+                    results.entry(r.call_id.clone()).or_insert(r);
+                }
+                _ => {}
+            }
+        })?;
+        Ok(g.steps
+            .iter()
+            .map(|s| ExpectStep {
+                kind: "expect_step",
+                session: session.to_owned(),
+                step: s.number,
+                implicit: s.implicit,
+                agent: s.agent.clone(),
+                tokens_in: s.tokens.input,
+                tokens_out: s.tokens.output,
+                tool_calls: s
+                    .tools
+                    .iter()
+                    .map(|t| ExpectCall {
+                        seq: t.seq,
+                        call_id: t.call_id.clone(),
+                        tool: t.tool.clone(),
+                        target: t.target.clone(),
+                        input: inputs
+                            .get(&t.call_id)
+                            .and_then(|i| i.as_deref())
+                            .and_then(|i| serde_json::from_str(i).ok()),
+                        expected: results.get(&t.call_id).map(|r| Expected {
+                            status: r.status,
+                            exit_code: r.exit_code,
+                            error: r.error.clone(),
+                            output: r.output.clone(),
+                        }),
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+}

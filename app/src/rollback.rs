@@ -1,0 +1,391 @@
+//! Rollback and its orchestration: which sessions a rollback includes, the snapshots
+//! and edit events after the point, the workspace as it is now, one plan that both a
+//! dry run and the real run use, and the rollback recorded as a session of its own
+//! (which can itself be rolled back).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use tacho_git::rollback::{self, Action, Applied, Plan, PlanInput};
+use tacho_git::snapshot::{Files, Snapshot, SnapshotError, relative_path};
+use tacho_projections::{ExecutionGraph, RollbackPoints, SnapshotNode};
+use tacho_schema::{
+    EndReason, EventBody, EventView, ExcludedPath, RollbackApplied, SessionEnd, SessionStart,
+    SnapshotReason,
+};
+use tacho_store::{Durability, StoreError};
+
+use crate::Tacho;
+use crate::error::kinds;
+use crate::snapshots::{SnapshotOpError, taken_event};
+
+/// Why a rollback could not be planned or applied.
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    #[error("session {session} has no step {step} (steps: {range})")]
+    NoStep {
+        session: String,
+        step: u64,
+        range: String,
+    },
+    #[error(
+        "no snapshot was recorded before step {step} of {session}: that point cannot be restored (see --list)"
+    )]
+    NoSnapshotBefore { session: String, step: u64 },
+    #[error("session {0} recorded no snapshot: files it changed cannot be restored this way")]
+    NoSnapshot(String),
+    #[error(
+        "refusing to roll back while included sessions are still running: {} (end them first, or use --dry-run to see the plan)",
+        .0.join(", ")
+    )]
+    Running(Vec<String>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Take(#[from] SnapshotOpError),
+}
+
+kinds!(RollbackError {
+    RollbackError::Store(e) => e.kind(),
+    RollbackError::Snapshot(e) => e.kind(),
+    RollbackError::Take(e) => e.kind(),
+    _ => Input,
+});
+
+/// A session whose changes the rollback includes.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub id: String,
+    /// Still running (no `session.end`).
+    pub running: bool,
+    /// Paths of edit events: (seq, time, workspace-relative path).
+    edits: Vec<(u64, i64, String)>,
+    graph: ExecutionGraph,
+}
+
+/// A descendant session that worked in another directory: excluded, but named.
+#[derive(Debug, Clone)]
+pub struct Elsewhere {
+    pub session: String,
+    pub workspace: String,
+}
+
+/// A rollback planned: everything a dry run shows and the real run applies.
+#[derive(Debug)]
+pub struct Prepared {
+    pub session: String,
+    /// The workspace, canonical.
+    pub workspace: PathBuf,
+    /// The point restored to.
+    pub target: SnapshotNode,
+    pub step: Option<u64>,
+    /// The session first, then its descendants in the same workspace.
+    pub members: Vec<Member>,
+    pub elsewhere: Vec<Elsewhere>,
+    /// The workspace as it is now: rolling back can be undone from it.
+    pub pre: Snapshot,
+    /// No snapshot after the point: changes are known from edit events only.
+    pub no_later: bool,
+    pub plan: Plan,
+    pub force: bool,
+}
+
+impl Prepared {
+    pub fn running(&self) -> impl Iterator<Item = &str> {
+        self.members
+            .iter()
+            .filter(|m| m.running)
+            .map(|m| m.id.as_str())
+    }
+}
+
+/// A rollback applied and recorded.
+#[derive(Debug)]
+pub struct Done {
+    pub applied: Applied,
+    /// The session that records the rollback (roll it back to undo this one).
+    pub session: String,
+    /// The workspace after the rollback.
+    pub post: String,
+}
+
+fn step_range(p: &RollbackPoints) -> String {
+    match (p.points.first(), p.points.last()) {
+        (Some(a), Some(b)) => format!("{}..={}", a.step, b.step),
+        _ => "none".into(),
+    }
+}
+
+impl Tacho {
+    /// The recoverable points of a session: steps with the snapshot before them.
+    pub fn rollback_points(&self, session: &str) -> Result<RollbackPoints, StoreError> {
+        Ok(RollbackPoints::from_graph(&self.graph(session)?))
+    }
+
+    /// Plans restoring `session`'s workspace to the state before step `step` (default:
+    /// the baseline). Included sessions still running are refused unless
+    /// `allow_running` (a dry run only looks).
+    pub fn plan_rollback(
+        &self,
+        session: &str,
+        step: Option<u64>,
+        force: bool,
+        allow_running: bool,
+    ) -> Result<Prepared, RollbackError> {
+        let graph = self.graph(session)?;
+        let points = RollbackPoints::from_graph(&graph);
+        let target = match step {
+            Some(n) => {
+                let p = points.step(n).ok_or_else(|| RollbackError::NoStep {
+                    session: session.to_owned(),
+                    step: n,
+                    range: step_range(&points),
+                })?;
+                p.snapshot
+                    .clone()
+                    .ok_or_else(|| RollbackError::NoSnapshotBefore {
+                        session: session.to_owned(),
+                        step: n,
+                    })?
+            }
+            None => points
+                .baseline
+                .clone()
+                .ok_or_else(|| RollbackError::NoSnapshot(session.to_owned()))?,
+        };
+        let ws_path = PathBuf::from(&target.workspace);
+
+        // The session, and descendants that worked in the very same directory.
+        let (members, elsewhere) = self.members(session, graph, &target.workspace, &ws_path)?;
+        let running: Vec<String> = members
+            .iter()
+            .filter(|m| m.running)
+            .map(|m| m.id.clone())
+            .collect();
+        if !running.is_empty() && !allow_running {
+            return Err(RollbackError::Running(running));
+        }
+
+        let snaps = self.snapshots()?;
+        let target_files = snaps.files(snaps.resolve(&target.id)?)?;
+        // Snapshots after the point, oldest first, across the included sessions.
+        let mut later: Vec<(i64, u64, String)> = Vec::new();
+        for m in &members {
+            for s in &m.graph.snapshots {
+                let after = if m.id == session {
+                    s.seq > target.seq
+                } else {
+                    s.at_unix_ns >= target.at_unix_ns
+                };
+                if after && s.workspace == target.workspace {
+                    later.push((s.at_unix_ns, s.seq, s.id.clone()));
+                }
+            }
+        }
+        later.sort();
+        // Each tree once, at its last occurrence, so the last stays the latest state.
+        let mut seen = BTreeSet::new();
+        let mut ids: Vec<&str> = Vec::new();
+        for (_, _, id) in later.iter().rev() {
+            if seen.insert(id.as_str()) {
+                ids.push(id);
+            }
+        }
+        ids.reverse();
+        let mut later_files: Vec<Files> = Vec::new();
+        for id in ids {
+            later_files.push(snaps.files(snaps.resolve(id)?)?);
+        }
+        let last_time = later.last().map(|l| l.0);
+        let mut edited = BTreeSet::new();
+        let mut edited_after_last = BTreeSet::new();
+        for m in &members {
+            for (seq, at, path) in &m.edits {
+                let after = if m.id == session {
+                    *seq > target.seq
+                } else {
+                    *at >= target.at_unix_ns
+                };
+                if !after {
+                    continue;
+                }
+                edited.insert(path.clone());
+                if last_time.is_none_or(|t| *at > t) {
+                    edited_after_last.insert(path.clone());
+                }
+            }
+        }
+
+        let (pre, ws) = self.take_snapshot(&ws_path, &[])?;
+        let current = snaps.files(pre.tree)?;
+        let unprotected: BTreeMap<String, String> = pre
+            .excluded
+            .iter()
+            .map(|x| (x.path.clone(), x.reason.to_string()))
+            .collect();
+        let plan = rollback::plan(&PlanInput {
+            target: &target_files,
+            later: later_files.iter().collect(),
+            edited: &edited,
+            edited_after_last: &edited_after_last,
+            current: &current,
+            unprotected: &unprotected,
+            force,
+        });
+        Ok(Prepared {
+            session: session.to_owned(),
+            workspace: ws,
+            target,
+            step,
+            members,
+            elsewhere,
+            pre,
+            no_later: later_files.is_empty(),
+            plan,
+            force,
+        })
+    }
+
+    /// Applies a planned rollback and records it as a session of its own: its baseline
+    /// is the workspace before the rollback, so rolling that session back undoes this
+    /// one.
+    pub fn apply_rollback(&self, p: &Prepared) -> Result<Done, RollbackError> {
+        let snaps = self.snapshots()?;
+        let applied = rollback::apply(snaps, &p.workspace, &p.plan)?;
+        let id = self.new_session_id();
+        let (post, _) = self.take_snapshot(&p.workspace, &[])?;
+        let done = |a: Action| applied.done.iter().filter(|i| i.action == a).count() as u64;
+        let mut skipped: Vec<ExcludedPath> = p
+            .plan
+            .conflicts
+            .iter()
+            .chain(&applied.failed)
+            .map(|c| ExcludedPath {
+                path: c.path.clone(),
+                reason: c.reason.clone(),
+            })
+            .collect();
+        skipped.sort_by(|a, b| a.path.cmp(&b.path));
+        let ws = p.workspace.display().to_string();
+        let t = self.now();
+        let events = vec![
+            (
+                t,
+                EventBody::SessionStart(SessionStart {
+                    agent: Some("tacho".into()),
+                    workspace: Some(ws.clone()),
+                    title: Some(format!("rollback of {}", p.session)),
+                    source: Some("tacho-rollback".into()),
+                    ..SessionStart::default()
+                }),
+            ),
+            (
+                t,
+                taken_event(&p.pre, &p.workspace, SnapshotReason::PreRollback, None),
+            ),
+            (
+                t,
+                EventBody::RollbackApplied(RollbackApplied {
+                    rolled_back: p.session.clone(),
+                    to_snapshot: p.target.id.clone(),
+                    before_step: p.step,
+                    pre_snapshot: p.pre.id.clone(),
+                    sessions: p.members.iter().map(|m| m.id.clone()).collect(),
+                    restored: done(Action::Restore),
+                    modes: done(Action::Mode),
+                    deleted: done(Action::Delete),
+                    recreated: done(Action::Recreate),
+                    skipped,
+                    forced: p.force,
+                }),
+            ),
+            (
+                self.now(),
+                taken_event(&post, &p.workspace, SnapshotReason::Final, None),
+            ),
+            (
+                self.now(),
+                EventBody::SessionEnd(SessionEnd {
+                    reason: if applied.failed.is_empty() {
+                        EndReason::Completed
+                    } else {
+                        EndReason::Error
+                    },
+                    message: None,
+                }),
+            ),
+        ];
+        self.log()
+            .writer(&id)?
+            .append_batch(&events, Durability::Sync)?;
+        Ok(Done {
+            applied,
+            session: id,
+            post: post.id,
+        })
+    }
+
+    /// The session and its descendants in the same workspace; also the descendants
+    /// elsewhere (excluded, but named).
+    fn members(
+        &self,
+        session: &str,
+        graph: ExecutionGraph,
+        workspace: &str,
+        ws_path: &Path,
+    ) -> Result<(Vec<Member>, Vec<Elsewhere>), StoreError> {
+        let log = self.log();
+        let mut children: BTreeMap<String, Vec<(String, Option<String>)>> = BTreeMap::new();
+        for id in log.sessions()? {
+            if let Some(ev) = log.first_event(&id)?
+                && let EventBody::SessionStart(s) = ev.body
+                && let Some(p) = s.parent
+            {
+                children.entry(p).or_default().push((id, s.workspace));
+            }
+        }
+        let mut out = vec![self.member(session.to_string(), graph, ws_path)?];
+        let mut elsewhere = Vec::new();
+        let mut queue = vec![session.to_string()];
+        let mut seen = BTreeSet::from([session.to_string()]);
+        while let Some(p) = queue.pop() {
+            for (c, ws) in children.get(&p).cloned().unwrap_or_default() {
+                if !seen.insert(c.clone()) {
+                    continue;
+                }
+                if ws.as_deref() == Some(workspace) {
+                    let g = self.graph(&c)?;
+                    out.push(self.member(c.clone(), g, ws_path)?);
+                    queue.push(c);
+                } else {
+                    elsewhere.push(Elsewhere {
+                        session: c,
+                        workspace: ws.unwrap_or_else(|| "(no workspace)".into()),
+                    });
+                }
+            }
+        }
+        Ok((out, elsewhere))
+    }
+
+    fn member(&self, id: String, graph: ExecutionGraph, ws: &Path) -> Result<Member, StoreError> {
+        let mut edits = Vec::new();
+        self.log().read_session_views(&id, 0, |seq, at, v| {
+            if let EventView::FileEdit { path, from, .. } = *v {
+                for p in [Some(path), from].into_iter().flatten() {
+                    if let Ok(rel) = relative_path(ws, p) {
+                        edits.push((seq, at, rel));
+                    }
+                }
+            }
+        })?;
+        Ok(Member {
+            id,
+            running: graph.end_reason.is_none(),
+            edits,
+            graph,
+        })
+    }
+}

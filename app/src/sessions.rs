@@ -1,0 +1,183 @@
+//! Sessions: resolving them, their workspace (defined here once), their graph, and the
+//! listing with its filters.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use tacho_projections::{ExecutionGraph, RiskAssessment, RiskLevel, SessionSummary, assess};
+use tacho_schema::EventBody;
+use tacho_store::{StoreError, StoredEvent};
+
+use crate::Tacho;
+use crate::error::kinds;
+
+/// Why `session list` could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error("--since {0:?} is not a date (2026-08-01) or an RFC 3339 time")]
+    BadSince(String),
+    #[error("--risk {0:?} is not one of low, medium, high, critical")]
+    BadRisk(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+kinds!(ListError {
+    ListError::BadSince(_) | ListError::BadRisk(_) => Input,
+    ListError::Store(e) => e.kind(),
+});
+
+/// The filters of `session list`, as given.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// An RFC 3339 time, or a date meaning its midnight UTC.
+    pub since: Option<String>,
+    /// A risk level: only sessions at or above it.
+    pub risk: Option<String>,
+    /// A project: the `project` of session.start, or the last component of the
+    /// workspace.
+    pub project: Option<String>,
+}
+
+impl ListFilter {
+    pub fn is_empty(&self) -> bool {
+        self.since.is_none() && self.risk.is_none() && self.project.is_none()
+    }
+}
+
+/// One session of a listing.
+#[derive(Debug, Clone)]
+pub struct SessionRow {
+    pub summary: SessionSummary,
+    pub risk: RiskAssessment,
+}
+
+/// One session in detail (`session show`).
+#[derive(Debug, Clone)]
+pub struct SessionDetail {
+    pub summary: SessionSummary,
+    pub graph: ExecutionGraph,
+    pub risk: RiskAssessment,
+    pub segments: usize,
+}
+
+/// `--since`: an RFC 3339 time, or a date meaning its midnight UTC.
+fn parse_since(s: &str) -> Result<i64, ListError> {
+    let text = if s.len() == 10 {
+        format!("{s}T00:00:00Z")
+    } else {
+        s.to_string()
+    };
+    tacho_schema::parse_rfc3339(&text).map_err(|_| ListError::BadSince(s.to_owned()))
+}
+
+/// The project of a session: its `project`, else the last component of its workspace.
+pub fn project_of(s: &SessionSummary) -> Option<String> {
+    s.project.clone().or_else(|| {
+        s.workspace.as_ref().and_then(|w| {
+            w.trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .map(str::to_string)
+        })
+    })
+}
+
+impl Tacho {
+    /// The execution graph of a session (resolved id): its stored projection brought
+    /// up to date, or a rebuild when there is none it can trust.
+    pub fn graph(&self, session: &str) -> Result<ExecutionGraph, StoreError> {
+        crate::projection::graph(self.log(), session, &|n| self.note(n))
+    }
+
+    /// The workspace a session recorded in its `session.start`, as recorded.
+    pub fn recorded_workspace(&self, session: &str) -> Result<Option<String>, StoreError> {
+        Ok(match self.log().first_event(session)? {
+            Some(e) => match e.body {
+                EventBody::SessionStart(s) => s.workspace,
+                _ => None,
+            },
+            None => None,
+        })
+    }
+
+    /// The workspace of a session on this machine: the one it recorded, when that is a
+    /// directory here. The one definition every operation uses.
+    pub fn session_workspace(&self, session: &str) -> Result<Option<PathBuf>, StoreError> {
+        if !self.log().has_session(session) {
+            return Ok(None);
+        }
+        Ok(self
+            .recorded_workspace(session)?
+            .map(PathBuf::from)
+            .filter(|p| p.is_dir()))
+    }
+
+    /// Every event of a session, in order.
+    pub fn events(&self, session: &str) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut all = Vec::new();
+        self.log().read_session(session, |e| all.push(e))?;
+        Ok(all)
+    }
+
+    /// A session's graph folded from the log with its events counted by kind (what
+    /// `session compare` weighs).
+    pub fn graph_and_kinds(
+        &self,
+        session: &str,
+    ) -> Result<(ExecutionGraph, BTreeMap<String, u64>), StoreError> {
+        let mut g = ExecutionGraph::new(session);
+        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+        self.log().read_session(session, |e| {
+            *kinds
+                .entry(e.event.body.kind_name().to_string())
+                .or_default() += 1;
+            g.apply(e.seq, &e.event);
+        })?;
+        Ok((g, kinds))
+    }
+
+    /// The sessions that pass the filters, oldest first.
+    pub fn list_sessions(&self, filter: &ListFilter) -> Result<Vec<SessionRow>, ListError> {
+        let since = filter.since.as_deref().map(parse_since).transpose()?;
+        let min_risk = match &filter.risk {
+            Some(r) => Some(RiskLevel::parse(r).ok_or_else(|| ListError::BadRisk(r.clone()))?),
+            None => None,
+        };
+        let mut rows = Vec::new();
+        for id in self.log().sessions()? {
+            let g = self.graph(&id)?;
+            let s = SessionSummary::from_graph(&g);
+            let r = assess(&g);
+            if since.is_some_and(|t| s.started_unix_ns.is_none_or(|st| st < t))
+                || min_risk.is_some_and(|m| r.level < m)
+                || filter
+                    .project
+                    .as_ref()
+                    .is_some_and(|p| project_of(&s).as_deref() != Some(p.as_str()))
+            {
+                continue;
+            }
+            rows.push(SessionRow {
+                summary: s,
+                risk: r,
+            });
+        }
+        rows.sort_by(|a, b| {
+            (a.summary.started_unix_ns, &a.summary.session)
+                .cmp(&(b.summary.started_unix_ns, &b.summary.session))
+        });
+        Ok(rows)
+    }
+
+    /// One session in detail.
+    pub fn show_session(&self, session: &str) -> Result<SessionDetail, StoreError> {
+        let graph = self.graph(session)?;
+        Ok(SessionDetail {
+            summary: SessionSummary::from_graph(&graph),
+            risk: assess(&graph),
+            segments: self.log().segments(session)?.len(),
+            graph,
+        })
+    }
+}

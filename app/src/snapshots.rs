@@ -1,0 +1,211 @@
+//! Snapshots of a workspace, the events that record them, and `gc`.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tacho_git::snapshot::{
+    GcReport, MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, StoreUsage,
+};
+use tacho_schema::{EventBody, EventView, ExcludedPath, SnapshotReason, SnapshotTaken};
+use tacho_store::{Durability, StoreError};
+
+use crate::Tacho;
+use crate::error::kinds;
+
+/// Why a snapshot could not be taken or recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotOpError {
+    #[error("workspace {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the current directory: {0}")]
+    CurrentDir(#[source] std::io::Error),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+kinds!(SnapshotOpError {
+    SnapshotOpError::Workspace { .. } => Input,
+    SnapshotOpError::CurrentDir(_) => Io,
+    SnapshotOpError::Snapshot(e) => e.kind(),
+    SnapshotOpError::Store(e) => e.kind(),
+});
+
+/// What `tacho snapshot` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotRequest {
+    /// Only these paths, on top of the workspace's last snapshot; every file when empty.
+    pub paths: Vec<String>,
+    /// The workspace: default the session's, else the current directory.
+    pub workspace: Option<PathBuf>,
+    /// Record the snapshot in this session (id or unique prefix).
+    pub session: Option<String>,
+    /// The snapshot is the state before this step's changes.
+    pub before_step: Option<u64>,
+}
+
+/// A snapshot taken (and perhaps recorded).
+#[derive(Debug)]
+pub struct SnapshotOutcome {
+    pub snapshot: Snapshot,
+    /// The workspace, canonical.
+    pub workspace: PathBuf,
+    /// The session it was recorded in, with the event's sequence number.
+    pub recorded: Option<(String, u64)>,
+    pub elapsed: Duration,
+}
+
+/// A snapshot to take: why, and which step it precedes.
+pub type AutoPoint = Option<(SnapshotReason, Option<u64>)>;
+
+/// Where automatic snapshots go around an event: (before it, after it). A baseline
+/// after `session.start`, one before each `step.start`, a final one before
+/// `session.end`.
+pub fn auto_points(body: &EventBody) -> (AutoPoint, AutoPoint) {
+    match body {
+        EventBody::SessionStart(_) => (None, Some((SnapshotReason::Baseline, None))),
+        EventBody::StepStart(s) => (Some((SnapshotReason::Step, Some(s.step))), None),
+        EventBody::SessionEnd(_) => (Some((SnapshotReason::Final, None)), None),
+        _ => (None, None),
+    }
+}
+
+/// The event that records a snapshot.
+pub fn taken_event(
+    snap: &Snapshot,
+    workspace: &Path,
+    reason: SnapshotReason,
+    before_step: Option<u64>,
+) -> EventBody {
+    EventBody::SnapshotTaken(SnapshotTaken {
+        snapshot: snap.id.clone(),
+        workspace: workspace.display().to_string(),
+        reason,
+        before_step,
+        files: snap.files,
+        bytes: snap.bytes,
+        targeted: !snap.full_scan,
+        excluded: snap
+            .excluded
+            .iter()
+            .take(MAX_LISTED_EXCLUSIONS)
+            .map(|x| ExcludedPath {
+                path: x.path.clone(),
+                reason: x.reason.to_string(),
+            })
+            .collect(),
+        excluded_total: snap.excluded.len() as u64,
+    })
+}
+
+/// What `gc` did (or would do).
+#[derive(Debug)]
+pub struct GcOutcome {
+    pub dry_run: bool,
+    /// Snapshots some recorded session references.
+    pub referenced: usize,
+    pub report: GcReport,
+}
+
+impl Tacho {
+    /// Takes a snapshot of `workspace` (canonicalized), returning it with the path used.
+    pub(crate) fn take_snapshot(
+        &self,
+        workspace: &Path,
+        paths: &[String],
+    ) -> Result<(Snapshot, PathBuf), SnapshotOpError> {
+        let ws = workspace
+            .canonicalize()
+            .map_err(|source| SnapshotOpError::Workspace {
+                path: workspace.to_path_buf(),
+                source,
+            })?;
+        let scope = if paths.is_empty() {
+            Scope::Full
+        } else {
+            Scope::Paths(paths.to_vec())
+        };
+        let snap = self.snapshots()?.take(&ws, &scope)?;
+        Ok((snap, ws))
+    }
+
+    /// `tacho snapshot`: stores the workspace's files now, and records it in a session
+    /// when asked.
+    pub fn snapshot(&self, req: &SnapshotRequest) -> Result<SnapshotOutcome, SnapshotOpError> {
+        let session = req
+            .session
+            .as_deref()
+            .map(|s| self.resolve_session(s))
+            .transpose()?;
+        let workspace = match (&req.workspace, &session) {
+            (Some(w), _) => w.clone(),
+            (None, Some(s)) => match self.recorded_workspace(s)? {
+                Some(w) => PathBuf::from(w),
+                None => std::env::current_dir().map_err(SnapshotOpError::CurrentDir)?,
+            },
+            (None, None) => std::env::current_dir().map_err(SnapshotOpError::CurrentDir)?,
+        };
+        self.snapshots()?;
+        let started = Instant::now();
+        let (snap, ws) = self.take_snapshot(&workspace, &req.paths)?;
+        let elapsed = started.elapsed();
+        let mut recorded = None;
+        if let Some(s) = session {
+            let reason = if req.before_step.is_some() {
+                SnapshotReason::Step
+            } else {
+                SnapshotReason::Manual
+            };
+            let body = taken_event(&snap, &ws, reason, req.before_step);
+            let receipt = self
+                .log()
+                .writer(&s)?
+                .append(self.now(), &body, Durability::Sync)?;
+            recorded = Some((s, receipt.last_seq));
+        }
+        Ok(SnapshotOutcome {
+            snapshot: snap,
+            workspace: ws,
+            recorded,
+            elapsed,
+        })
+    }
+
+    /// The snapshot store's space, when there is a store (queries never create one).
+    pub fn snapshot_usage(&self) -> Result<Option<StoreUsage>, SnapshotError> {
+        if !self.has_snapshot_store() {
+            return Ok(None);
+        }
+        Ok(Some(self.snapshots()?.usage()?))
+    }
+
+    /// `tacho gc`: drops snapshots that no recorded session references, deletes the
+    /// objects only they held, and packs the rest.
+    pub fn gc(&self, dry_run: bool) -> Result<GcOutcome, SnapshotOpError> {
+        let log = self.log();
+        let mut keep = HashSet::new();
+        for id in log.sessions()? {
+            log.read_session_views(&id, 0, |_, _, v| match *v {
+                EventView::SnapshotTaken { snapshot, .. } => {
+                    keep.insert(snapshot.to_string());
+                }
+                EventView::RollbackApplied { to_snapshot, .. } => {
+                    keep.insert(to_snapshot.to_string());
+                }
+                _ => {}
+            })?;
+        }
+        let report = self.snapshots()?.gc(&keep, dry_run)?;
+        Ok(GcOutcome {
+            dry_run,
+            referenced: keep.len(),
+            report,
+        })
+    }
+}
