@@ -80,6 +80,10 @@ pub enum GoalError {
     AlreadyRevised { goal: String, by: String },
     #[error("the correction must say what was wrong")]
     EmptyCorrection,
+    #[error(
+        "goal {goal} records {digest:?} as its contract digest, which is not a digest tacho makes (64 hex digits); it cannot be revised"
+    )]
+    MalformedDigest { goal: String, digest: String },
     #[error(transparent)]
     Run(#[from] RunError),
     #[error(transparent)]
@@ -490,6 +494,15 @@ impl Tacho {
         }
         if correction.trim().is_empty() {
             return Err(GoalError::EmptyCorrection);
+        }
+        // The revision links to the old digest: refuse before writing anything when
+        // the recorded one is not a digest at all.
+        let digest = &old.created.contract_digest;
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(GoalError::MalformedDigest {
+                goal: old.created.goal.clone(),
+                digest: digest.clone(),
+            });
         }
         let ws = PathBuf::from(&old.created.workspace);
         let objective = old.created.objective.clone().unwrap_or_default();

@@ -169,6 +169,9 @@ struct SnapshotTake {
     paths: Vec<String>,
 }
 
+/// Hears of each committed batch; an error stops the ingest.
+type OnBatch<'t> = Box<dyn FnMut(&BatchAck) -> std::io::Result<()> + 't>;
+
 struct Pending {
     line: usize,
     session: String,
@@ -181,7 +184,7 @@ struct Pending {
 pub struct Ingest<'t> {
     tacho: &'t Tacho,
     opts: IngestOptions,
-    on_batch: Box<dyn FnMut(&BatchAck) -> std::io::Result<()> + 't>,
+    on_batch: OnBatch<'t>,
     writers: BTreeMap<String, Writer>,
     totals: BTreeMap<String, SessionTotal>,
     recorded: u64,

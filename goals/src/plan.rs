@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use tacho_projections::shell::commands;
 use tacho_schema::Assurance;
 
 /// The rendered plan's limit.
@@ -370,40 +371,6 @@ fn single_line(what: &str, v: &str) -> Result<(), PlanError> {
         ));
     }
     Ok(())
-}
-
-/// The commands a shell command line runs, looking inside `sh -c`, `bash -c`, `eval` and
-/// `$(...)`. Each is split into words (no quoting subtleties beyond simple quotes).
-fn commands(line: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let mut text = line.to_owned();
-    // $(...) bodies are commands of their own.
-    while let Some(i) = text.find("$(") {
-        let rest = &text[i + 2..];
-        let end = rest.find(')').unwrap_or(rest.len());
-        out.extend(commands(&rest[..end]));
-        text = format!("{} {}", &text[..i], rest.get(end + 1..).unwrap_or(""));
-    }
-    for part in text.split(['|', ';', '&', '\n']) {
-        let words: Vec<String> = part
-            .split_whitespace()
-            .map(|w| w.trim_matches(|c| c == '\'' || c == '"').to_owned())
-            .filter(|w| !w.is_empty())
-            .collect();
-        if words.is_empty() {
-            continue;
-        }
-        match words[0].as_str() {
-            "sh" | "bash" | "zsh" if words.get(1).is_some_and(|w| w == "-c") => {
-                // The script is the rest of the part, quoted as one argument.
-                let script = part.split_once("-c").map_or("", |(_, s)| s).trim();
-                out.extend(commands(script.trim_matches(|c| c == '\'' || c == '"')));
-            }
-            "eval" => out.extend(commands(&words[1..].join(" "))),
-            _ => out.push(words),
-        }
-    }
-    out
 }
 
 const OBSERVERS: &[&str] = &[

@@ -22,7 +22,7 @@ pub use frame::{
     encode_commit_frame, encode_event_frame, encode_seal_frame, padded_len,
 };
 pub use scan::{
-    Batch, Damage, DamageClass, ScanError, ScanLimits, Scanner, SegmentEnd, find_commit_after, hex,
+    Batch, Damage, DamageClass, ScanError, ScanLimits, Scanner, SegmentEnd, find_commit_after,
 };
 pub use segment::{
     FORMAT_VERSION, HeaderError, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, SegmentHeader, StreamId,

@@ -46,8 +46,8 @@ pub enum ScanError {
     },
     #[error(
         "hash chain broken at the commit frame at offset {offset}: stored {}, computed {} (bytes of this batch were changed)",
-        hex(stored),
-        hex(computed)
+        faster_hex::hex_string(stored),
+        faster_hex::hex_string(computed)
     )]
     ChainMismatch {
         offset: usize,
@@ -85,11 +85,6 @@ impl ScanError {
             | ScanError::UncommittedBatch { offset, .. } => *offset,
         }
     }
-}
-
-/// Lower-case hexadecimal of a byte string (for chain values and digests).
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Whether committed data follows a damaged spot.

@@ -11,6 +11,7 @@ mod graph;
 mod replay;
 mod risk;
 mod rollback;
+pub mod shell;
 mod summary;
 
 pub use compare::{Comparison, Side, StepPair, align, compare};

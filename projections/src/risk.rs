@@ -207,10 +207,14 @@ pub fn is_api_surface(path: &str) -> bool {
 /// Whether a shell command runs tests, a build, a linter or a type checker, and which.
 /// Recognises the common runners of many ecosystems.
 pub fn verification_kind(command: &str) -> Option<&'static str> {
-    let words: Vec<&str> = command
-        .split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
-        .filter(|w| !w.is_empty())
-        .collect();
+    crate::shell::commands(command).iter().find_map(|c| {
+        let words: Vec<&str> = c.iter().map(String::as_str).collect();
+        command_kind(&words)
+    })
+}
+
+/// What one simple command (its words) verifies, if anything.
+fn command_kind(words: &[&str]) -> Option<&'static str> {
     let has = |i: usize, w: &str| words.get(i).is_some_and(|x| *x == w);
     for (i, w) in words.iter().enumerate() {
         let tool = w.rsplit('/').next().unwrap_or(w);

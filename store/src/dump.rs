@@ -18,8 +18,9 @@ pub enum DumpFrame {
     Event {
         offset: usize,
         header: FrameHeader,
-        /// The payload decoded, or why it does not decode.
-        body: Result<EventBody, SchemaError>,
+        /// The payload decoded, or why it does not decode (boxed: events are large,
+        /// the other frames small).
+        body: Box<Result<EventBody, SchemaError>>,
     },
     /// A commit or seal frame; the payload fields are `None` when it does not decode.
     Chain {
@@ -90,7 +91,7 @@ pub fn dump_segment(buf: &[u8]) -> SegmentDump {
                 FrameType::Event => DumpFrame::Event {
                     offset: off,
                     header: h,
-                    body: EventBody::decode(h.kind, h.kind_version, f.payload),
+                    body: Box::new(EventBody::decode(h.kind, h.kind_version, f.payload)),
                 },
                 FrameType::Commit => {
                     let c = CommitPayload::decode(f.payload);

@@ -22,9 +22,10 @@ mod verify;
 pub mod vfs;
 mod writer;
 
+/// Lower-case hexadecimal of chain values and digests (the crate gix uses for ids).
+pub use faster_hex::hex_string as hex;
 pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, open_package};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
-pub use tacho_log_format::hex;
 pub use verify::{Finding, Severity, StoreReport, StreamReport};
 pub use writer::{AppendReceipt, Durability, Recovery, Writer};

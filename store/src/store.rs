@@ -202,7 +202,7 @@ impl Store {
                 given: given.to_string(),
                 nearest: all
                     .iter()
-                    .map(|s| (edit_distance(given, s), s))
+                    .map(|s| (strsim::levenshtein(given, s), s))
                     .filter(|(d, _)| *d <= (given.len() / 3).max(2))
                     .min()
                     .map(|(_, s)| s.clone()),
@@ -240,32 +240,9 @@ impl Store {
     }
 }
 
-/// Levenshtein distance over bytes (session ids are ASCII).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.iter().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn edit_distances() {
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("ses_a", "ses_a"), 0);
-    }
 
     #[test]
     fn stream_dir_names_round_trip_and_separate_case() {

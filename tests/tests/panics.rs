@@ -1,0 +1,145 @@
+//! Inputs that once panicked the binary. Each is now a clear error with exit 2 that
+//! names the input, and nothing is written.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use tacho_tests::{run, tacho};
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .args(args)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+fn record(home: &Path, input: &str) -> (i32, String, String) {
+    let mut c = tacho(home);
+    c.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn events(home: &Path, session: &str) -> usize {
+    let mut c = tacho(home);
+    c.args(["log", "dump", session, "--json"]);
+    let (_, out, _) = run(c);
+    out.lines()
+        .filter(|l| l.contains("\"type\":\"event\""))
+        .count()
+}
+
+#[test]
+fn a_non_ascii_baseline_is_bad_input() {
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("skipped: no git");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    git(&ws, &["init", "-q"]);
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    git(&ws, &["add", "a.txt"]);
+    git(&ws, &["commit", "-q", "-m", "a"]);
+    // 13 bytes: byte 12 falls inside a character, where the report once was cut.
+    let mut c = tacho(&tmp.path().join("home"));
+    c.args(["verify-commits", "--baseline", "aéééééé", "--workspace"])
+        .arg(&ws);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("--baseline \"aéééééé\": not a revision"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_overflowing_snapshot_time_is_bad_input_and_records_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let input = format!(
+        "{{\"type\":\"session.start\",\"session\":\"ses_ts\",\"workspace\":\"{0}\"}}\n{{\"type\":\"snapshot.take\",\"session\":\"ses_ts\",\"workspace\":\"{0}\",\"ts\":9223372036854775}}\n",
+        ws.display()
+    );
+    let (code, _, err) = record(&home, &input);
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains(
+            "stdin: line 2: snapshot.take: field `ts`: 9223372036854775 ms is out of range\nnothing was recorded"
+        ),
+        "{err}"
+    );
+    assert_eq!(events(&home, "ses_ts"), 0);
+}
+
+#[test]
+fn revising_a_goal_with_a_malformed_digest_is_refused_before_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    std::fs::write(
+        ws.join("plan.md"),
+        "# A plan\nGoal kind: bugfix\n\n## Acceptance criteria\n- AC1: it works\n",
+    )
+    .unwrap();
+    // A goal whose digest tacho never made (recorded from outside).
+    let input = format!(
+        "{{\"type\":\"session.start\",\"session\":\"ses_rev\",\"workspace\":\"{0}\"}}\n{{\"type\":\"goal.created\",\"session\":\"ses_rev\",\"goal\":\"goal_x\",\"revision\":1,\"title\":\"t\",\"kind\":\"bugfix\",\"contract_digest\":\"é\",\"workspace\":\"{0}\",\"plan\":\"p\"}}\n",
+        ws.display()
+    );
+    let (code, _, err) = record(&home, &input);
+    assert_eq!(code, 0, "{err}");
+    let before = events(&home, "ses_rev");
+    let mut c = tacho(&home);
+    c.current_dir(&ws).args([
+        "goal",
+        "revise",
+        "the plan was wrong",
+        "--plan",
+        "plan.md",
+        "--session",
+        "ses_rev",
+    ]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("goal goal_x records \"é\" as its contract digest"),
+        "{err}"
+    );
+    assert_eq!(events(&home, "ses_rev"), before, "nothing was written");
+}
