@@ -1,0 +1,193 @@
+//! The application layer driven directly, with a fixed clock and fixed ids: the same
+//! operations give the same store, byte for byte, and errors are told apart by their
+//! variants and kinds.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tacho_app::types::{Durability, StoreError, hex};
+use tacho_app::{
+    Clock, Config, ErrorKind, Ids, Ingest, IngestOptions, Kind, ListError, ListFilter, Notes,
+    RollbackError, Tacho,
+};
+
+/// 2026-12-01T00:00:00Z, one millisecond more at every reading.
+struct FixedClock(AtomicU64);
+
+impl Clock for FixedClock {
+    fn now_unix_ns(&self) -> i64 {
+        1_795_996_800_000_000_000 + self.0.fetch_add(1, Ordering::SeqCst) as i64 * 1_000_000
+    }
+}
+
+struct CountingIds(AtomicU64);
+
+impl Ids for CountingIds {
+    fn session_id(&self) -> String {
+        format!("ses_fixed{:04}", self.0.fetch_add(1, Ordering::SeqCst))
+    }
+    fn goal_id(&self) -> String {
+        format!("goal_fixed{:04}", self.0.fetch_add(1, Ordering::SeqCst))
+    }
+}
+
+#[derive(Default)]
+struct Collected(std::sync::Mutex<Vec<String>>);
+
+impl Notes for Collected {
+    fn note(&self, text: &str) {
+        self.0.lock().unwrap().push(text.to_owned());
+    }
+}
+
+fn open(dir: &Path, notes: Arc<Collected>) -> Tacho {
+    let mut cfg = Config::from_env().unwrap();
+    cfg.data_dir = dir.to_path_buf();
+    cfg.clock = Arc::new(FixedClock(AtomicU64::new(0)));
+    cfg.ids = Arc::new(CountingIds(AtomicU64::new(1)));
+    cfg.notes = notes;
+    Tacho::open(cfg).unwrap()
+}
+
+const EXAMPLE: &str = include_str!("../../examples/sessions/rate-limit.jsonl");
+
+/// Records the bundled example under a fresh id (without `ts` on its first line, so
+/// the clock is read) and branches it; returns the store digest.
+fn run_operations(t: &Tacho) -> (String, Vec<String>) {
+    let mut ingest = Ingest::new(
+        t,
+        IngestOptions {
+            source: "example".into(),
+            session: None,
+            new_session: true,
+            durability: Durability::Buffered,
+            batch_lines: 0,
+            auto_snapshots: false,
+        },
+        |_| Ok(()),
+    )
+    .unwrap();
+    for (i, line) in EXAMPLE.lines().enumerate() {
+        ingest.line(i + 1, line).unwrap();
+    }
+    let totals = ingest.finish().unwrap();
+    let recorded: Vec<String> = totals.keys().cloned().collect();
+    let b = t.branch(&recorded[0], Some("step 2"), None).unwrap();
+    let report = t.verify_store(true, None, &mut |_, _| {}).unwrap();
+    let mut ids = recorded;
+    ids.push(b.session);
+    (hex(&report.store_digest()), ids)
+}
+
+#[test]
+fn a_fixed_clock_and_fixed_ids_give_the_same_store() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let ta = open(a.path(), Arc::default());
+    let tb = open(b.path(), Arc::default());
+    let (da, ids_a) = run_operations(&ta);
+    let (db, ids_b) = run_operations(&tb);
+    assert_eq!(ids_a, vec!["ses_fixed0001", "ses_fixed0002"]);
+    assert_eq!(ids_a, ids_b);
+    assert_eq!(da, db, "same operations, same clock and ids: same bytes");
+    // The branch was stamped by the clock, not the wall time.
+    let events = ta.events("ses_fixed0002").unwrap();
+    assert_eq!(events[0].event.time_unix_ns, 1_795_996_800_000_000_000);
+}
+
+#[test]
+fn errors_are_told_apart_by_variant_and_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = open(dir.path(), Arc::default());
+    let (_, ids) = run_operations(&t);
+
+    let e = t.resolve_session("ses_nope").unwrap_err();
+    assert!(matches!(e, StoreError::UnknownSession { .. }), "{e}");
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+
+    let e = t
+        .list_sessions(&ListFilter {
+            since: Some("yesterday".into()),
+            ..ListFilter::default()
+        })
+        .unwrap_err();
+    assert!(matches!(e, ListError::BadSince(_)), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Input);
+
+    // Recorded without snapshots: nothing to roll back to, said as such.
+    let e = t.plan_rollback(&ids[0], None, false, true).unwrap_err();
+    assert!(matches!(e, RollbackError::NoSnapshot(_)), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Input);
+    let e = t.plan_rollback(&ids[0], Some(99), false, true).unwrap_err();
+    assert!(matches!(e, RollbackError::NoStep { step: 99, .. }), "{e}");
+}
+
+#[test]
+fn notes_go_to_the_sink_and_results_carry_the_stall_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = Arc::new(Collected::default());
+    let t = open(dir.path(), notes.clone());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let mut ingest = Ingest::new(
+        &t,
+        IngestOptions {
+            source: "test".into(),
+            session: Some("ses_goal".into()),
+            new_session: false,
+            durability: Durability::Sync,
+            batch_lines: 0,
+            auto_snapshots: false,
+        },
+        |_| Ok(()),
+    )
+    .unwrap();
+    ingest
+        .line(
+            1,
+            &format!(
+                r#"{{"type":"session.start","workspace":"{}"}}"#,
+                ws.display()
+            ),
+        )
+        .unwrap();
+    ingest.finish().unwrap();
+    std::fs::write(ws.join("check.sh"), "exit 1\n").unwrap();
+    let plan = "# Value\nGoal kind: bugfix\n\n## Acceptance criteria\n- AC1: it holds\n\n## Verification plan\nRun the check.\n\n## Non-goals\n- anything else\n\n## Assumed scope\n.\n\n## Assurance contract\n```json\n{\"version\": 1, \"sourcePaths\": [\".\"], \"checks\": [{\"id\": \"fails\", \"acceptanceIds\": [\"AC1\"], \"command\": \"sh check.sh\", \"purpose\": \"fails\"}]}\n```\n";
+    let frozen = t
+        .create_goal(tacho_app::CreateRequest {
+            session: "ses_goal",
+            markdown: plan,
+            source_name: "plan",
+            objective: None,
+            assure: true,
+            workspace: None,
+        })
+        .unwrap();
+    assert_eq!(frozen.goal, "goal_fixed0001");
+    let r = t
+        .run_check(
+            "ses_goal",
+            None,
+            "fails",
+            std::time::Duration::from_secs(60),
+        )
+        .unwrap();
+    assert!(!r.passed);
+    assert!(
+        notes.0.lock().unwrap()[0].starts_with("running check fails in "),
+        "{:?}",
+        notes.0.lock().unwrap()
+    );
+    let first = t.complete_goal("ses_goal", None).unwrap();
+    assert!(!first.accepted && first.note.is_none());
+    let second = t.complete_goal("ses_goal", None).unwrap();
+    assert!(second.note.unwrap().starts_with("hint: "));
+    let third = t.complete_goal("ses_goal", None).unwrap();
+    assert!(third.note.unwrap().starts_with("goal paused (stalled: 3"));
+    let status = t.goal_status("ses_goal", None).unwrap();
+    assert!(status.paused.is_some());
+}
