@@ -1,0 +1,333 @@
+//! A full scan: list the workspace (or reuse the last walk), stat every path, read
+//! only what changed since the stat cache, and edit the previous tree.
+
+use super::*;
+
+impl SnapshotStore {
+    pub(super) fn take_full(
+        &self,
+        workspace: &Path,
+        ws_text: &str,
+        skip: Option<&str>,
+        cache_paths: &cache::CachePaths,
+    ) -> Result<Snapshot, SnapshotError> {
+        let scan_start_ns = now_ns();
+        let trace = Trace::new();
+        let old = cache::load(&cache_paths.stat, ws_text);
+        let old_index = cache::index(&old);
+        let trusted_before = old.scan_start_ns - cache::RACY_NS;
+        trace.mark("cache load");
+        let reused = reuse_listing(workspace, &old, &old_index, trusted_before);
+        let walked = reused.is_none();
+        let listing = match reused {
+            Some(l) => l,
+            None => scan::list(workspace, skip, self.threads)?,
+        };
+        trace.mark("list");
+        let listed: Vec<String> = listing.paths.iter().map(|p| p.0.clone()).collect();
+        let listed_excluded: Vec<cache::ListedExclusion> = listing
+            .excluded
+            .iter()
+            .filter_map(listed_exclusion)
+            .collect();
+        let dirs = listing.dirs;
+        let mut excluded = listing.excluded;
+        let metas = stat_all(workspace, listing.paths, self.threads);
+        let mut entries: Vec<(String, CacheEntry)> = Vec::with_capacity(metas.len());
+        let mut to_read: Vec<(usize, FileStat)> = Vec::new();
+        for (path, meta) in metas {
+            let meta = match meta {
+                Ok(m) => m,
+                // Deleted since it was listed (or a tracked file that is gone).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    excluded.push(Excluded::new(
+                        path,
+                        ExcludeReason::Unreadable(e.to_string()),
+                    ));
+                    continue;
+                }
+            };
+            if meta.is_dir() {
+                continue;
+            }
+            if let Some(reason) = self.unsupported(&meta) {
+                excluded.push(Excluded::new(path, reason));
+                continue;
+            }
+            let mut stat = stat_entry("", &meta);
+            if let Some(c) = old_index.get(path.as_str())
+                && same_stat(c, &stat)
+                && c.mtime_ns < trusted_before
+            {
+                stat.git_mode = c.git_mode;
+                stat.oid = c.oid;
+                entries.push((path, stat));
+                continue;
+            }
+            to_read.push((entries.len(), meta));
+            entries.push((path, stat));
+        }
+        trace.mark("lstat");
+        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        trace.mark("hash");
+        let mut failed = std::collections::HashSet::new();
+        for (i, reason) in problems {
+            failed.insert(i);
+            excluded.push(Excluded::new(entries[i].0.clone(), reason));
+        }
+        let entries: Vec<CacheEntry> = entries
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !failed.contains(i))
+            .map(|(_, (path, mut e))| {
+                e.path = path;
+                e
+            })
+            .collect();
+
+        // Edit the previous tree where there is one: only changed directories are
+        // rewritten.
+        let mut repo = self.repo();
+        repo.object_cache_size(Some(8 * 1024 * 1024));
+        // Trees are built in memory and written to disk on all threads afterwards.
+        repo.objects.enable_object_memory();
+        let base = ObjectId::from_bytes_or_panic(&old.tree);
+        let base_ok = !old.entries.is_empty() && repo.has_object(base);
+        // Only what changed since the cached tree is edited into it: one merge of the
+        // two sorted lists.
+        let (upserts, removals) = if base_ok {
+            changes(&old.entries, &entries)
+        } else {
+            (
+                entries.iter().map(|e| (e.path.as_str(), e)).collect(),
+                Vec::new(),
+            )
+        };
+        let upserts = upserts.into_iter();
+        let tree = self.edit_tree(
+            &mut repo,
+            base_ok.then_some(base),
+            upserts,
+            removals.into_iter(),
+        )?;
+        trace.mark("tree");
+        self.keep(tree)?;
+        trace.mark("ref");
+
+        let files = entries.len() as u64;
+        let bytes = entries.iter().map(|e| e.size).sum();
+        let mut tree_bytes = [0u8; 20];
+        tree_bytes.copy_from_slice(tree.as_bytes());
+        cache::save(
+            &cache_paths.stat,
+            &cache::CacheFile {
+                version: cache::CACHE_VERSION,
+                workspace: ws_text.to_owned(),
+                tree: tree_bytes,
+                scan_start_ns,
+                listed_extra: {
+                    // Both lists are sorted: what `entries` lacks, in one pass.
+                    let mut kept = entries.iter().map(|e| e.path.as_str()).peekable();
+                    listed
+                        .into_iter()
+                        .filter(|p| {
+                            while kept.next_if(|k| *k < p.as_str()).is_some() {}
+                            kept.next_if(|k| *k == p.as_str()).is_none()
+                        })
+                        .collect()
+                },
+                entries,
+                listed_excluded,
+                dirs,
+            },
+        )?;
+        trace.mark("cache save");
+        finish(
+            cache_paths,
+            tree,
+            files,
+            bytes,
+            read,
+            excluded,
+            true,
+            walked,
+        )
+    }
+}
+
+/// The metadata (not following links) of every listed path, on `threads` threads;
+/// what the walk already read is kept. Paths are sorted, so the files of a directory
+/// come together and are looked up through one descriptor of it.
+pub(super) fn stat_all(
+    workspace: &Path,
+    paths: Vec<(String, Option<FileStat>)>,
+    threads: usize,
+) -> Vec<(String, std::io::Result<FileStat>)> {
+    // Runs of paths that share a directory and have no metadata yet.
+    let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+    let dir_of = |p: &str| p.rfind('/').map_or("", |i| &p[..i]).to_owned();
+    let mut i = 0;
+    while i < paths.len() {
+        let mut j = i + 1;
+        if paths[i].1.is_none() {
+            let d = dir_of(&paths[i].0);
+            while j < paths.len() && paths[j].1.is_none() && dir_of(&paths[j].0) == d {
+                j += 1;
+            }
+        }
+        groups.push(i..j);
+        i = j;
+    }
+    let stat_group = |r: std::ops::Range<usize>| -> Vec<std::io::Result<FileStat>> {
+        let group = &paths[r];
+        if let Some(m) = group[0].1 {
+            return vec![Ok(m)];
+        }
+        let dir = dir_of(&group[0].0);
+        let names: Vec<&str> = group
+            .iter()
+            .map(|(p, _)| p.rsplit('/').next().unwrap_or(p))
+            .collect();
+        stat::lstat_in(&workspace.join(&dir), &names)
+    };
+    let missing = paths.iter().filter(|p| p.1.is_none()).count();
+    let results: Vec<std::io::Result<FileStat>> = if missing < 512 || threads < 2 {
+        groups.into_iter().flat_map(stat_group).collect()
+    } else {
+        // Contiguous shares of the groups, one per thread, joined in order.
+        let share = groups.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = groups
+                .chunks(share)
+                .map(|c| {
+                    let c = c.to_vec();
+                    s.spawn(move || c.into_iter().flat_map(stat_group).collect::<Vec<_>>())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
+    };
+    paths.into_iter().map(|(p, _)| p).zip(results).collect()
+}
+
+/// The last walk's listing, when repeating the walk would give the same: it was a walk
+/// outside Git that read every directory, no directory has changed since (and none
+/// changed within the racy window before that scan), and no ignore file changed.
+pub(super) fn reuse_listing(
+    workspace: &Path,
+    old: &cache::CacheFile,
+    old_index: &HashMap<&str, &CacheEntry>,
+    trusted_before: i64,
+) -> Option<scan::Listing> {
+    if old.dirs.is_empty() {
+        return None;
+    }
+    for d in &old.dirs {
+        let m = stat::lstat(&workspace.join(&d.path)).ok()?;
+        let now = cache::DirStamp::of(d.path.clone(), &m);
+        if now != *d || d.mtime_ns >= trusted_before || !m.is_dir() {
+            return None;
+        }
+    }
+    let mut listed: Vec<&str> = old
+        .entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .chain(old.listed_extra.iter().map(String::as_str))
+        .collect();
+    if !old.listed_extra.is_empty() {
+        listed.sort_unstable();
+    }
+    for p in &listed {
+        let name = p.rsplit('/').next().unwrap_or(p);
+        if name == ".gitignore" || name == ".ignore" {
+            let c = old_index.get(p)?;
+            let m = stat::lstat(&workspace.join(p)).ok()?;
+            if !same_stat(c, &stat_entry("", &m)) || c.mtime_ns >= trusted_before {
+                return None;
+            }
+        }
+    }
+    let excluded = old
+        .listed_excluded
+        .iter()
+        .map(|x| {
+            let reason = match x.code {
+                0 => ExcludeReason::Special,
+                1 => ExcludeReason::NestedRepository,
+                3 => ExcludeReason::NotUtf8,
+                _ => ExcludeReason::Unreadable(x.detail.clone()),
+            };
+            Excluded::new(x.path.clone(), reason)
+        })
+        .collect();
+    Some(scan::Listing {
+        paths: listed.into_iter().map(|p| (p.to_owned(), None)).collect(),
+        excluded,
+        dirs: old.dirs.clone(),
+    })
+}
+
+/// A walk's exclusion as the cache keeps it.
+pub(super) fn listed_exclusion(x: &Excluded) -> Option<cache::ListedExclusion> {
+    let (code, detail) = match &x.reason {
+        ExcludeReason::Special => (0, String::new()),
+        ExcludeReason::NestedRepository => (1, String::new()),
+        ExcludeReason::Unreadable(e) => (2, e.clone()),
+        ExcludeReason::NotUtf8 => (3, String::new()),
+        _ => return None,
+    };
+    Some(cache::ListedExclusion {
+        path: x.path.clone(),
+        code,
+        detail,
+    })
+}
+
+/// What differs between two path-sorted entry lists: (set in `new`, gone from `old`).
+#[allow(clippy::type_complexity)]
+pub(super) fn changes<'a>(
+    old: &'a [CacheEntry],
+    new: &'a [CacheEntry],
+) -> (Vec<(&'a str, &'a CacheEntry)>, Vec<&'a str>) {
+    let (mut set, mut gone) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        match (old.get(i), new.get(j)) {
+            (Some(o), Some(n)) if o.path == n.path => {
+                if o.oid != n.oid || o.git_mode != n.git_mode {
+                    set.push((n.path.as_str(), n));
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(o), Some(n)) if o.path < n.path => {
+                gone.push(o.path.as_str());
+                i += 1;
+            }
+            (Some(o), None) => {
+                gone.push(o.path.as_str());
+                i += 1;
+            }
+            (_, Some(n)) => {
+                set.push((n.path.as_str(), n));
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    (set, gone)
+}
+
+pub(super) fn same_stat(a: &CacheEntry, b: &CacheEntry) -> bool {
+    a.size == b.size
+        && a.mtime_ns == b.mtime_ns
+        && a.ctime_ns == b.ctime_ns
+        && a.ino == b.ino
+        && a.dev == b.dev
+        && a.mode == b.mode
+}

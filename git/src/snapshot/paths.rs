@@ -1,0 +1,123 @@
+//! Paths: the workspace, its HEAD, caller-named paths made relative and kept inside,
+//! and links judged by their text.
+
+use super::*;
+
+/// The HEAD commit of the Git repository holding `workspace`, read with gix; `None`
+/// outside Git or before the first commit.
+pub fn head_commit(workspace: &Path) -> Result<Option<String>, SnapshotError> {
+    let ws = canonical_workspace(workspace)?;
+    let Some(ctx) = scan::git_context(&ws)? else {
+        return Ok(None);
+    };
+    Ok(ctx.repo.head_id().ok().map(|id| id.to_hex().to_string()))
+}
+
+/// The absolute, symlink-free path of an existing workspace directory.
+pub fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SnapshotError> {
+    let ws = workspace
+        .canonicalize()
+        .map_err(|e| SnapshotError::Workspace {
+            path: workspace.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if !ws.is_dir() {
+        return Err(SnapshotError::Workspace {
+            path: ws,
+            reason: "not a directory".into(),
+        });
+    }
+    Ok(ws)
+}
+
+/// A path named by a caller, made relative to the workspace: absolute paths must lie
+/// inside it; `..`, empty components and `.git` are refused.
+pub fn relative_path(workspace: &Path, path: &str) -> Result<String, SnapshotError> {
+    let bad = |reason: &str| SnapshotError::BadPath {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let p = Path::new(path);
+    let rel = if p.is_absolute() {
+        p.strip_prefix(workspace)
+            .map_err(|_| bad("outside the workspace"))?
+    } else {
+        p
+    };
+    let mut out = Vec::new();
+    for c in rel.components() {
+        match c {
+            std::path::Component::Normal(s) => {
+                let s = s.to_str().ok_or_else(|| bad("not UTF-8"))?;
+                if s == ".git" {
+                    return Err(bad("inside .git"));
+                }
+                out.push(s);
+            }
+            std::path::Component::CurDir => {}
+            _ => return Err(bad("leaves the workspace (`..` or a root)")),
+        }
+    }
+    if out.is_empty() {
+        return Err(bad("names the workspace itself"));
+    }
+    Ok(out.join("/"))
+}
+
+/// Whether a link at `rel` (workspace-relative) with this target points outside the
+/// workspace, judged on the text of the target (links are never followed).
+pub(super) fn link_leaves(rel: &str, target: &Path) -> bool {
+    if target.is_absolute() {
+        return true;
+    }
+    // Depth of the link's directory below the workspace root.
+    let mut depth = rel.split('/').count() as i64 - 1;
+    for c in target.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                depth -= 1;
+                if depth < 0 {
+                    return true;
+                }
+            }
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            _ => return true,
+        }
+    }
+    false
+}
+
+pub(super) fn bad_tree_path(path: &str, e: impl std::fmt::Display) -> SnapshotError {
+    SnapshotError::BadPath {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn links_that_climb_out_are_outside() {
+        assert!(link_leaves("a", Path::new("/etc/passwd")));
+        assert!(link_leaves("a", Path::new("../x")));
+        assert!(link_leaves("d/a", Path::new("../../x")));
+        assert!(!link_leaves("d/a", Path::new("../x")));
+        assert!(!link_leaves("d/a", Path::new("e/../../x")));
+        assert!(link_leaves("d/a", Path::new("e/../../../x")));
+    }
+
+    #[test]
+    pub(super) fn caller_paths_stay_inside() {
+        let ws = Path::new("/w");
+        assert_eq!(relative_path(ws, "a/./b").unwrap(), "a/b");
+        assert_eq!(relative_path(ws, "/w/a").unwrap(), "a");
+        assert!(relative_path(ws, "../a").is_err());
+        assert!(relative_path(ws, "a/../../b").is_err());
+        assert!(relative_path(ws, "/etc/passwd").is_err());
+        assert!(relative_path(ws, ".git/config").is_err());
+        assert!(relative_path(ws, ".").is_err());
+    }
+}

@@ -1,0 +1,137 @@
+//! A targeted snapshot: only the named paths, on top of the workspace's last tree.
+
+use super::*;
+
+impl SnapshotStore {
+    pub(super) fn take_paths(
+        &self,
+        workspace: &Path,
+        head: cache::Head,
+        paths: &[String],
+        skip: Option<&str>,
+        cache_paths: &cache::CachePaths,
+    ) -> Result<Snapshot, SnapshotError> {
+        let trace = Trace::new();
+        let git = scan::git_context(workspace)?;
+        trace.mark("t:git context");
+        let mut excluded = Vec::new();
+        let mut entries: Vec<(String, CacheEntry)> = Vec::new();
+        let mut to_read = Vec::new();
+        let mut removed = Vec::new();
+        let mut rels = std::collections::BTreeSet::new();
+        for p in paths {
+            rels.insert(relative_path(workspace, p)?);
+        }
+        for rel in rels {
+            if skip.is_some_and(|s| rel == s || rel.starts_with(&format!("{s}/"))) {
+                continue;
+            }
+            let abs = workspace.join(&rel);
+            let meta = match stat::lstat(&abs) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    removed.push(rel);
+                    continue;
+                }
+                Err(e) => {
+                    excluded.push(Excluded::new(rel, ExcludeReason::Unreadable(e.to_string())));
+                    continue;
+                }
+            };
+            if meta.is_dir() {
+                // A directory appeared where the edit happened: only a full scan knows
+                // what is inside it and which of it is ignored.
+                let ws_text = workspace.to_str().unwrap_or_default().to_owned();
+                return self.take_full(workspace, &ws_text, skip, cache_paths);
+            }
+            if !scan::is_listed(workspace, git.as_ref(), &rel)? {
+                removed.push(rel);
+                continue;
+            }
+            if let Some(reason) = self.unsupported(&meta) {
+                excluded.push(Excluded::new(rel.clone(), reason));
+                removed.push(rel);
+                continue;
+            }
+            to_read.push((entries.len(), meta));
+            let stat = stat_entry(&rel, &meta);
+            entries.push((rel, stat));
+        }
+        trace.mark("t:check paths");
+        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        trace.mark("t:hash");
+        let mut failed = std::collections::HashSet::new();
+        for (i, reason) in problems {
+            failed.insert(i);
+            removed.push(entries[i].0.clone());
+            excluded.push(Excluded::new(entries[i].0.clone(), reason));
+        }
+        let mut repo = self.repo();
+        // The counts and the editor read the same few trees.
+        repo.object_cache_size(Some(8 * 1024 * 1024));
+        let base = ObjectId::from_bytes_or_panic(&head.tree);
+        // The counts move by what the named paths held before and hold now.
+        let base_tree = repo
+            .find_tree(base)
+            .map_err(|e| SnapshotError::git(format!("reading tree {base}"), e))?;
+        let mut files = head.files as i64;
+        let mut bytes = head.bytes as i64;
+        // The size of what the base held at a path, if it held a file there.
+        let before = |path: &str| -> Result<Option<u64>, SnapshotError> {
+            let old = base_tree
+                .lookup_entry_by_path(path)
+                .map_err(|e| SnapshotError::git(format!("reading tree {base}"), e))?;
+            match old.filter(|o| !o.mode().is_tree()) {
+                Some(old) => Ok(Some(
+                    repo.find_header(old.object_id())
+                        .map_err(|e| SnapshotError::git(format!("reading {path}"), e))?
+                        .size(),
+                )),
+                None => Ok(None),
+            }
+        };
+        for (i, (path, e)) in entries.iter().enumerate() {
+            if !failed.contains(&i) {
+                if let Some(size) = before(path)? {
+                    files -= 1;
+                    bytes -= size as i64;
+                }
+                files += 1;
+                bytes += e.size as i64;
+            }
+        }
+        for path in &removed {
+            if let Some(size) = before(path)? {
+                files -= 1;
+                bytes -= size as i64;
+            }
+        }
+        trace.mark("t:counts");
+        drop(base_tree);
+        let upserts = entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !failed.contains(i))
+            .map(|(_, (path, e))| (path.as_str(), e));
+        let tree = self.edit_tree(
+            &mut repo,
+            Some(base),
+            upserts,
+            removed.iter().map(String::as_str),
+        )?;
+        trace.mark("t:tree");
+        self.keep(tree)?;
+        trace.mark("t:ref");
+        let (files, bytes) = (files.max(0) as u64, bytes.max(0) as u64);
+        finish(
+            cache_paths,
+            tree,
+            files,
+            bytes,
+            read,
+            excluded,
+            false,
+            false,
+        )
+    }
+}

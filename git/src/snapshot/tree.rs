@@ -1,0 +1,228 @@
+//! Reading and hashing files on all threads, editing trees in memory, and writing
+//! the new objects.
+
+use super::*;
+
+impl SnapshotStore {
+    /// Reads, hashes and stores the files at `to_read` (indexes into `entries`) on all
+    /// threads, filling in their blob ids and modes. Returns counters and the files
+    /// that could not be snapshotted.
+    pub(super) fn hash_files(
+        &self,
+        workspace: &Path,
+        entries: &mut [(String, CacheEntry)],
+        to_read: &[(usize, FileStat)],
+    ) -> Result<(ReadCounters, Vec<(usize, ExcludeReason)>), SnapshotError> {
+        let next = AtomicUsize::new(0);
+        let threads = self.threads.min(to_read.len().div_ceil(8)).max(1);
+        let shared: &[(String, CacheEntry)] = entries;
+        type Outcome = Result<(usize, Result<(CacheEntry, bool), ExcludeReason>), SnapshotError>;
+        let results: Vec<Vec<Outcome>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    let next = &next;
+                    s.spawn(move || {
+                        let repo = self.repo();
+                        let mut out = Vec::new();
+                        loop {
+                            let k = next.fetch_add(1, Ordering::Relaxed);
+                            let Some((i, meta)) = to_read.get(k) else {
+                                break;
+                            };
+                            let path = &shared[*i].0;
+                            out.push(store_file(&repo, workspace, path, meta).map(|r| (*i, r)));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![Err(SnapshotError::Internal("a hashing thread panicked"))]
+                    })
+                })
+                .collect()
+        });
+        let mut counters = ReadCounters::default();
+        let mut problems = Vec::new();
+        for r in results.into_iter().flatten() {
+            let (i, r) = r?;
+            match r {
+                Ok((e, written)) => {
+                    counters.files += 1;
+                    counters.bytes += e.size;
+                    counters.written += written as u64;
+                    let path = std::mem::take(&mut entries[i].0);
+                    entries[i] = (path, e);
+                }
+                Err(reason) => problems.push((i, reason)),
+            }
+        }
+        Ok((counters, problems))
+    }
+
+    /// Edits `base` (or an empty tree): `upserts` set files, `removals` delete them.
+    /// Changed trees are built in memory, then written on all threads. Entry names come
+    /// from the file system and were checked when listed, and every blob was just
+    /// stored, so gix's per-entry existence checks (a file lookup for every entry of
+    /// every changed tree) are skipped by editing with gix-object's editor.
+    pub(super) fn edit_tree<'e>(
+        &self,
+        repo: &mut gix::Repository,
+        base: Option<ObjectId>,
+        upserts: impl Iterator<Item = (&'e str, &'e CacheEntry)>,
+        removals: impl Iterator<Item = &'e str>,
+    ) -> Result<ObjectId, SnapshotError> {
+        let root = match base {
+            Some(id) => repo
+                .find_tree(id)
+                .and_then(|t| t.decode().map(Into::into))
+                .map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?,
+            None => gix::objs::Tree::empty(),
+        };
+        repo.objects.enable_object_memory();
+        let tree = {
+            let find = repo.objects.clone();
+            let mut editor = gix::objs::tree::Editor::new(root, &find, gix::hash::Kind::Sha1);
+            for (path, e) in upserts {
+                let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
+                editor
+                    .upsert(
+                        path.split('/'),
+                        kind.entry_kind(),
+                        ObjectId::from_bytes_or_panic(&e.oid),
+                    )
+                    .map_err(|err| bad_tree_path(path, err))?;
+            }
+            for path in removals {
+                editor
+                    .remove(path.split('/'))
+                    .map_err(|err| bad_tree_path(path, err))?;
+            }
+            editor
+                .write(|t| repo.write_object(t).map(gix::Id::detach))
+                .map_err(|e| SnapshotError::git("writing a tree", e))?
+        };
+        self.persist(repo.objects.take_object_memory())?;
+        Ok(tree)
+    }
+
+    /// Writes objects kept in memory to the store, on all threads.
+    pub(super) fn persist(
+        &self,
+        memory: Option<gix::odb::memory::Storage>,
+    ) -> Result<(), SnapshotError> {
+        let Some(memory) = memory else { return Ok(()) };
+        let objects: Vec<(&ObjectId, &(gix::object::Kind, Vec<u8>))> = memory.iter().collect();
+        let next = AtomicUsize::new(0);
+        let threads = self.threads.min(objects.len()).max(1);
+        let write = || -> Result<(), SnapshotError> {
+            use gix::prelude::Write;
+            let repo = self.repo();
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some((id, (kind, data))) = objects.get(k) else {
+                    return Ok(());
+                };
+                if !repo.objects.exists_without_refresh(id) {
+                    repo.objects
+                        .write_buf_with_known_id(*kind, data, **id)
+                        .map_err(|e| SnapshotError::git(format!("writing object {id}"), e))?;
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (1..threads).map(|_| s.spawn(write)).collect();
+            let mine = write();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .chain([mine])
+                .collect::<Result<Vec<()>, _>>()
+                .map(|_| ())
+        })
+    }
+}
+
+#[derive(Default)]
+pub(super) struct ReadCounters {
+    pub(super) files: u64,
+    pub(super) bytes: u64,
+    pub(super) written: u64,
+}
+
+/// Reads one file or link without following links and stores its blob. A file that
+/// changes while being read is retried, then reported.
+pub(super) fn store_file(
+    repo: &gix::Repository,
+    workspace: &Path,
+    rel: &str,
+    listed: &FileStat,
+) -> Result<Result<(CacheEntry, bool), ExcludeReason>, SnapshotError> {
+    let abs = workspace.join(rel);
+    let mut meta = *listed;
+    for _attempt in 0..3 {
+        let (data, kind) = if meta.file_type().is_symlink() {
+            let target = match std::fs::read_link(&abs) {
+                Ok(t) => t,
+                Err(e) => return Ok(Err(ExcludeReason::Unreadable(e.to_string()))),
+            };
+            if link_leaves(rel, &target) {
+                return Ok(Err(ExcludeReason::LinkOutside));
+            }
+            (target.into_os_string().into_encoded_bytes(), FileKind::Link)
+        } else {
+            let mut f = match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(
+                    (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32,
+                )
+                .open(&abs)
+            {
+                Ok(f) => f,
+                Err(e) => return Ok(Err(ExcludeReason::Unreadable(e.to_string()))),
+            };
+            let mut data = Vec::with_capacity(meta.len() as usize);
+            if let Err(e) = f.read_to_end(&mut data) {
+                return Ok(Err(ExcludeReason::Unreadable(e.to_string())));
+            }
+            let after = match f.metadata() {
+                Ok(m) => FileStat::of(&m),
+                Err(e) => return Ok(Err(ExcludeReason::Unreadable(e.to_string()))),
+            };
+            if !same_stat(&stat_entry(rel, &after), &stat_entry(rel, &meta))
+                || data.len() as u64 != after.len()
+            {
+                meta = after;
+                continue;
+            }
+            let kind = if meta.executable() {
+                FileKind::Executable
+            } else {
+                FileKind::Regular
+            };
+            (data, kind)
+        };
+        let oid = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, &data)
+            .map_err(|e| SnapshotError::git(format!("hashing {rel}"), e))?;
+        // No refresh of the pack list on a miss: a first snapshot misses on every file,
+        // and a blob that only a pack written meanwhile holds is merely stored twice.
+        let written = if repo.objects.exists_without_refresh(&oid) {
+            false
+        } else {
+            use gix::prelude::Write;
+            repo.objects
+                .write_buf_with_known_id(gix::object::Kind::Blob, &data, oid)
+                .map_err(|e| SnapshotError::git(format!("writing the blob of {rel}"), e))?;
+            true
+        };
+        let mut e = stat_entry(rel, &meta);
+        e.size = data.len() as u64;
+        e.git_mode = kind.git_mode();
+        e.oid.copy_from_slice(oid.as_bytes());
+        return Ok(Ok((e, written)));
+    }
+    Ok(Err(ExcludeReason::Unstable))
+}
