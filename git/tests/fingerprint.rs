@@ -3,8 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-mod common;
-use common::{git_bytes as git, have_git};
+use tacho_tests::git::{git_bytes as git, have_git};
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -3,12 +3,11 @@
 //! The snapshot store and rollback, checked against the real `git` program where it is
 //! installed (`git --git-dir=<store> ls-tree`, `git ls-files`, `git fsck`).
 
-mod common;
-use common::{git_bytes as git, have_git};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tacho_tests::git::{git_bytes as git, have_git};
 
 use proptest::prelude::*;
 use tacho_git::rollback::{self, Action, PlanInput};

@@ -2,8 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-mod common;
-use common::{git, have_git};
+use tacho_tests::git::{git, have_git};
 
 use std::path::Path;
 

@@ -3,8 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-mod common;
-use common::git;
+use tacho_tests::git::git;
 
 use std::path::Path;
 

@@ -1,6 +1,8 @@
 //! Support for the end-to-end tests: find the `tacho` binary that cargo built, and run
 //! it hermetically (cleared environment, a scratch `TACHO_HOME`).
 
+pub mod git;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -91,4 +93,28 @@ pub fn fuzz_segment_decoder(data: &[u8]) {
         let _ = decode_frame(&buf, off);
     }
     let _ = find_commit_after(&buf, 0);
+}
+
+/// Runs `tacho ARGS` with `input` on stdin; returns (exit code, stdout, stderr).
+pub fn run_with_stdin(home: &Path, args: &[&str], input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut c = tacho(home);
+    c.args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn tacho");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(input.as_bytes()).expect("write stdin");
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().expect("wait for tacho");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
 }

@@ -3,47 +3,13 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
-use tacho_tests::{run, tacho};
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .args(args)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
+use tacho_tests::git::{git, have_git};
+use tacho_tests::{run, run_with_stdin, tacho};
 
 fn record(home: &Path, input: &str) -> (i32, String, String) {
-    let mut c = tacho(home);
-    c.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_with_stdin(home, &["record", "--snapshots", "off"], input)
 }
 
 fn events(home: &Path, session: &str) -> usize {
@@ -57,7 +23,7 @@ fn events(home: &Path, session: &str) -> usize {
 
 #[test]
 fn a_non_ascii_baseline_is_bad_input() {
-    if Command::new("git").arg("--version").output().is_err() {
+    if !have_git() {
         eprintln!("skipped: no git");
         return;
     }

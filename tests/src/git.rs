@@ -1,7 +1,6 @@
-//! Helpers shared by the engine's integration tests: the real `git` program, isolated
-//! from the user's configuration.
+//! The real `git` program for tests, isolated from the user's configuration.
 
-#![allow(dead_code, clippy::unwrap_used)] // each test file uses some of them
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 use std::path::Path;
 use std::process::Command;
