@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::path::{Path, PathBuf};
 
-use tacho_schema::{EventBody, JsonError, SnapshotReason, parse_json_line};
+use tacho_schema::{EventBody, JsonError, Provenance, SnapshotReason, parse_json_line};
 use tacho_store::{Durability, StoreError, Writer, hex};
 
 use crate::Tacho;
@@ -96,6 +96,15 @@ pub enum IngestError {
         line: usize,
         #[source]
         error: Box<SnapshotOpError>,
+    },
+    /// An evidence kind from outside: only tacho writes those.
+    #[error(
+        "{source_name}: line {line}: `{kind}` is evidence that only tacho writes (snapshots, rollbacks, branches, goals and their receipts); it is not accepted from outside"
+    )]
+    Evidence {
+        source_name: String,
+        line: usize,
+        kind: &'static str,
     },
     /// The store refused the batch (sequence, lifecycle): nothing of it was written.
     #[error("{source_name}: line {line}: {reason}")]
@@ -325,7 +334,8 @@ impl<'t> Ingest<'t> {
         Ok(())
     }
 
-    /// One typed event, with the snapshots automatic mode takes around it.
+    /// One typed event from outside, with the snapshots automatic mode takes around
+    /// it. Evidence kinds are refused: tacho writes those itself.
     pub fn event(
         &mut self,
         line: usize,
@@ -333,6 +343,13 @@ impl<'t> Ingest<'t> {
         time_unix_ns: i64,
         body: EventBody,
     ) -> Result<(), IngestError> {
+        if body.provenance() == Provenance::Tacho {
+            return Err(IngestError::Evidence {
+                source_name: self.opts.source.clone(),
+                line,
+                kind: body.kind_name(),
+            });
+        }
         if let EventBody::SessionStart(s) = &body {
             let w = s
                 .workspace

@@ -213,21 +213,35 @@ pub type Current<'a> = Result<&'a str, &'a str>;
 pub fn check_states(g: &GoalState, now: Current<'_>) -> Vec<(String, CheckState)> {
     g.check_ids()
         .into_iter()
-        .map(|(id, _)| {
+        .map(|(id, command)| {
             let state = match (g.running.get(&id), g.receipts.get(&id)) {
                 (Some(start), _) => CheckState::Running(*start),
                 (None, None) => CheckState::Missing,
-                (None, Some((seq, r))) => receipt_state(g, *seq, r, now),
+                (None, Some((seq, r))) => receipt_state(g, *seq, r, &command, now),
             };
             (id, state)
         })
         .collect()
 }
 
-fn receipt_state(g: &GoalState, seq: u64, r: &GoalCheckRun, now: Current<'_>) -> CheckState {
+fn receipt_state(
+    g: &GoalState,
+    seq: u64,
+    r: &GoalCheckRun,
+    command: &str,
+    now: Current<'_>,
+) -> CheckState {
     let c = &g.created;
     if r.contract_digest != c.contract_digest || r.revision != c.revision {
         return CheckState::Stale("ran against another contract (the plan was revised)".into());
+    }
+    // Only the frozen command earns a pass: a receipt that ran anything else
+    // contradicts its plan and counts for nothing.
+    if r.command != command {
+        return CheckState::Failed(format!(
+            "the receipt ran {:?}, not the frozen plan's command",
+            r.command
+        ));
     }
     if r.workspace != c.workspace {
         return CheckState::Stale(format!("ran in another workspace ({})", r.workspace));
@@ -304,6 +318,25 @@ mod tests {
             passed: exit == 0,
             ..GoalCheckRun::default()
         }
+    }
+
+    #[test]
+    fn a_receipt_that_ran_another_command_never_passes() {
+        let mut gs = Goals::default();
+        gs.apply(1, &ev(EventBody::GoalCreated(created())));
+        let mut forged = receipt("a", 0, "f1");
+        forged.command = "true".into();
+        gs.apply(2, &ev(EventBody::GoalCheckRun(forged)));
+        let g = gs.find(None).unwrap();
+        assert_eq!(
+            check_states(g, Ok("f1"))[0],
+            (
+                "a".into(),
+                CheckState::Failed(
+                    "the receipt ran \"true\", not the frozen plan's command".into()
+                )
+            )
+        );
     }
 
     #[test]

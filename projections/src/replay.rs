@@ -18,6 +18,9 @@ pub enum ReplayRule {
     Steps,
     /// One start, first; at most one end, last.
     Lifecycle,
+    /// Every goal receipt agrees with the frozen plan of its goal: goal, revision,
+    /// contract digest, check id and command.
+    Evidence,
 }
 
 /// One problem, at the event where it shows.
@@ -47,6 +50,9 @@ pub struct ReplayCheck {
     ended: bool,
     events: u64,
     tool_results: u64,
+    /// goal id → (revision, contract digest, check id → command), as frozen.
+    goals: BTreeMap<String, (u32, String, BTreeMap<String, String>)>,
+    receipts: u64,
 }
 
 /// What the checks found once every event is in.
@@ -55,6 +61,8 @@ pub struct ReplayReport {
     pub events: u64,
     /// Tool results checked against their calls: all of them.
     pub tool_results_checked: u64,
+    /// Goal receipts checked against their frozen plans: all of them.
+    pub receipts_checked: u64,
     pub findings: Vec<ReplayFinding>,
     /// Calls without a result in a session that ended (reported, not a fault).
     pub interrupted: Vec<Interrupted>,
@@ -155,6 +163,49 @@ impl ReplayCheck {
                     Some((_, _, seen)) => *seen = true,
                 }
             }
+            EventBody::GoalCreated(g) => {
+                let checks = g
+                    .assurance
+                    .as_deref()
+                    .and_then(tacho_schema::Assurance::from_json)
+                    .map(|a| a.checks.into_iter().map(|c| (c.id, c.command)).collect())
+                    .unwrap_or_default();
+                self.goals.insert(
+                    g.goal.clone(),
+                    (g.revision, g.contract_digest.clone(), checks),
+                );
+            }
+            EventBody::GoalCheckRun(r) => {
+                self.receipts += 1;
+                let problem = match self.goals.get(&r.goal) {
+                    None => Some(format!(
+                        "receipt of check {} for goal {}, which this session never created",
+                        r.check, r.goal
+                    )),
+                    Some((revision, digest, _))
+                        if *revision != r.revision || *digest != r.contract_digest =>
+                    {
+                        Some(format!(
+                            "receipt of check {} names revision {} and contract {}, but goal {} froze revision {revision} with contract {digest}",
+                            r.check, r.revision, r.contract_digest, r.goal
+                        ))
+                    }
+                    Some((_, _, checks)) => match checks.get(&r.check) {
+                        None => Some(format!(
+                            "receipt of check {}, which the frozen plan of goal {} does not declare",
+                            r.check, r.goal
+                        )),
+                        Some(command) if *command != r.command => Some(format!(
+                            "receipt of check {} ran {:?}, but the frozen plan's command is {command:?}",
+                            r.check, r.command
+                        )),
+                        Some(_) => None,
+                    },
+                };
+                if let Some(p) = problem {
+                    self.find(seq, ReplayRule::Evidence, p);
+                }
+            }
             _ => {}
         }
     }
@@ -182,6 +233,7 @@ impl ReplayCheck {
         ReplayReport {
             events: self.events,
             tool_results_checked: self.tool_results,
+            receipts_checked: self.receipts,
             findings: self.findings.clone(),
             interrupted,
             pending,
@@ -195,6 +247,45 @@ mod tests {
     use tacho_schema::{
         EndReason, SessionEnd, SessionStart, StepFinish, StepStart, ToolCall, ToolResult,
     };
+
+    #[test]
+    fn receipts_must_agree_with_their_frozen_plan() {
+        use tacho_schema::{GoalCheckRun, GoalCreated};
+        let goal = EventBody::GoalCreated(GoalCreated {
+            goal: "g".into(),
+            revision: 1,
+            contract_digest: "d".into(),
+            assurance: Some(r#"{"version":1,"sourcePaths":["."],"checks":[{"id":"c","acceptanceIds":["AC1"],"command":"make c","purpose":"p"}]}"#.into()),
+            ..GoalCreated::default()
+        });
+        let receipt = |goal: &str, check: &str, command: &str, digest: &str| {
+            EventBody::GoalCheckRun(GoalCheckRun {
+                goal: goal.into(),
+                revision: 1,
+                check: check.into(),
+                command: command.into(),
+                contract_digest: digest.into(),
+                ..GoalCheckRun::default()
+            })
+        };
+        let r = run(vec![
+            EventBody::SessionStart(SessionStart::default()),
+            goal,
+            receipt("g", "c", "make c", "d"),
+            receipt("g", "c", "true", "d"),
+            receipt("g", "x", "make c", "d"),
+            receipt("g", "c", "make c", "other"),
+            receipt("h", "c", "make c", "d"),
+        ]);
+        assert_eq!(r.receipts_checked, 5);
+        let found: Vec<(u64, ReplayRule)> = r.findings.iter().map(|f| (f.seq, f.rule)).collect();
+        assert_eq!(
+            found,
+            [3, 4, 5, 6].map(|s| (s, ReplayRule::Evidence)),
+            "{:?}",
+            r.findings
+        );
+    }
 
     fn run(bodies: Vec<EventBody>) -> ReplayReport {
         let mut c = ReplayCheck::new();

@@ -450,7 +450,7 @@ record_struct!(
 );
 
 macro_rules! kinds {
-    ($($variant:ident($ty:ident) = $id:literal, $name:literal, v $version:literal;)+) => {
+    ($($variant:ident($ty:ident) = $id:literal, $name:literal, v $version:literal, by $by:ident;)+) => {
         /// The body of an event: one variant per kind.
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(tag = "type")]
@@ -465,7 +465,19 @@ macro_rules! kinds {
         /// Every kind this tacho knows: (id, name, current schema version).
         pub const KINDS: &[(u16, &str, u16)] = &[$(($id, $name, $version)),+];
 
+        /// Who may write a kind id (a kind this tacho does not know counts as evidence:
+        /// it cannot be vouched for).
+        pub fn kind_provenance(id: u16) -> Provenance {
+            match id { $($id => Provenance::$by,)+ _ => Provenance::Tacho }
+        }
+
         impl EventBody {
+            /// Who may write this event: an agent (through any ingest path), or tacho
+            /// alone (evidence).
+            pub fn provenance(&self) -> Provenance {
+                kind_provenance(self.kind_id())
+            }
+
             /// The kind's numeric id, as stored in the frame header.
             pub fn kind_id(&self) -> u16 {
                 match self { $(EventBody::$variant(_) => $id,)+ EventBody::Unknown { kind, .. } => *kind }
@@ -552,27 +564,39 @@ macro_rules! kinds {
 }
 
 kinds! {
-    SessionStart(SessionStart) = 1, "session.start", v 1;
-    SessionEnd(SessionEnd) = 2, "session.end", v 1;
-    AgentRoute(AgentRoute) = 3, "agent.route", v 1;
-    LlmRequest(LlmRequest) = 4, "llm.request", v 1;
-    LlmResponse(LlmResponse) = 5, "llm.response", v 1;
-    StepStart(StepStart) = 6, "step.start", v 1;
-    StepFinish(StepFinish) = 7, "step.finish", v 1;
-    ToolCall(ToolCall) = 8, "tool.call", v 1;
-    ToolResult(ToolResult) = 9, "tool.result", v 1;
-    PermissionAsk(PermissionAsk) = 10, "permission.ask", v 1;
-    PermissionReply(PermissionReply) = 11, "permission.reply", v 1;
-    Error(ErrorEvent) = 12, "error", v 1;
-    VerificationRun(VerificationRun) = 13, "verification.run", v 1;
-    FileEdit(FileEdit) = 14, "file.edit", v 1;
-    SnapshotTaken(SnapshotTaken) = 15, "snapshot.taken", v 1;
-    RollbackApplied(RollbackApplied) = 16, "rollback.applied", v 1;
-    SessionBranch(SessionBranch) = 17, "session.branch", v 1;
-    GoalCreated(GoalCreated) = 18, "goal.created", v 1;
-    GoalCheckRun(GoalCheckRun) = 19, "goal.check", v 1;
-    GoalUpdate(GoalUpdate) = 20, "goal.update", v 1;
-    GoalCheckStart(GoalCheckStart) = 21, "goal.check_start", v 1;
+    SessionStart(SessionStart) = 1, "session.start", v 1, by Agent;
+    SessionEnd(SessionEnd) = 2, "session.end", v 1, by Agent;
+    AgentRoute(AgentRoute) = 3, "agent.route", v 1, by Agent;
+    LlmRequest(LlmRequest) = 4, "llm.request", v 1, by Agent;
+    LlmResponse(LlmResponse) = 5, "llm.response", v 1, by Agent;
+    StepStart(StepStart) = 6, "step.start", v 1, by Agent;
+    StepFinish(StepFinish) = 7, "step.finish", v 1, by Agent;
+    ToolCall(ToolCall) = 8, "tool.call", v 1, by Agent;
+    ToolResult(ToolResult) = 9, "tool.result", v 1, by Agent;
+    PermissionAsk(PermissionAsk) = 10, "permission.ask", v 1, by Agent;
+    PermissionReply(PermissionReply) = 11, "permission.reply", v 1, by Agent;
+    Error(ErrorEvent) = 12, "error", v 1, by Agent;
+    VerificationRun(VerificationRun) = 13, "verification.run", v 1, by Agent;
+    FileEdit(FileEdit) = 14, "file.edit", v 1, by Agent;
+    SnapshotTaken(SnapshotTaken) = 15, "snapshot.taken", v 1, by Tacho;
+    RollbackApplied(RollbackApplied) = 16, "rollback.applied", v 1, by Tacho;
+    SessionBranch(SessionBranch) = 17, "session.branch", v 1, by Tacho;
+    GoalCreated(GoalCreated) = 18, "goal.created", v 1, by Tacho;
+    GoalCheckRun(GoalCheckRun) = 19, "goal.check", v 1, by Tacho;
+    GoalUpdate(GoalUpdate) = 20, "goal.update", v 1, by Tacho;
+    GoalCheckStart(GoalCheckStart) = 21, "goal.check_start", v 1, by Tacho;
+}
+
+/// Who may write an event kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provenance {
+    /// What an agent did: reported by the agent or its adapter, through any ingest
+    /// path (`tacho record`, hooks, importers).
+    Agent,
+    /// Evidence: written by tacho itself (snapshots, rollbacks, branches, goals and
+    /// their receipts), never accepted from an outside input.
+    Tacho,
 }
 
 /// A JSON field that does not fit the schema.

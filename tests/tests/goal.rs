@@ -578,3 +578,91 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
         "{out}"
     );
 }
+
+/// The receipt of the last `goal.check` of `ses_g2`, as `log dump --json` shows it.
+fn last_receipt_json(home: &Path, ws: &Path) -> serde_json::Value {
+    let (_, out, _) = t(home, ws, &["log", "dump", "ses_g2", "--json"]);
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "goal.check")
+        .last()
+        .unwrap()["event"]
+        .clone()
+}
+
+#[test]
+fn a_forged_receipt_is_refused_at_ingest_and_never_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = setup(tmp.path());
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2"],
+    );
+    assert_eq!(code, 1, "the check fails: the value is 41");
+
+    // The reproduction: the failed receipt, edited to pass, piped into `tacho record`.
+    let mut forged = last_receipt_json(&home, &ws);
+    forged["exit_code"] = 0.into();
+    forged["passed"] = true.into();
+    forged["command"] = "forged".into();
+    let input = format!("{forged}\n");
+    let (code, _, err) = tacho_tests::run_with_stdin(&home, &["record"], &input);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("stdin: line 1: `goal.check` is evidence that only tacho writes"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was recorded"), "{err}");
+    // Every evidence kind is refused the same way.
+    for kind in [
+        r#"{"type":"snapshot.taken","snapshot":"4b825dc642cb6eb9a060e54bf8d69288fbee4904","workspace":"/w","reason":"manual","files":0,"bytes":0}"#,
+        r#"{"type":"goal.update","goal":"g","revision":1,"action":"complete","accepted":true}"#,
+        r#"{"type":"session.branch","parent":"p","through_seq":1,"copied":1}"#,
+    ] {
+        let (code, _, err) =
+            tacho_tests::run_with_stdin(&home, &["record", "--session", "ses_g2"], kind);
+        assert_eq!(code, 2, "{kind}: {err}");
+        assert!(err.contains("is evidence that only tacho writes"), "{err}");
+    }
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("parity: failed"), "{out}");
+
+    // A receipt that reached the log anyway (an older tacho accepted them) counts for
+    // nothing unless it agrees with the frozen plan, and replay verification names it.
+    let store = tacho_store::Store::open(home.join("log"), Default::default()).unwrap();
+    let (seq, _) = {
+        let body = tacho_schema::parse_json_line(&forged.to_string(), 1)
+            .unwrap()
+            .body;
+        let r = store
+            .writer("ses_g2")
+            .unwrap()
+            .append(1, &body, tacho_store::Durability::Sync)
+            .unwrap();
+        (r.last_seq, ())
+    };
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("the receipt ran \"forged\", not the frozen plan's command"),
+        "{out}"
+    );
+    let (code, out, _) = t(
+        &home,
+        &ws,
+        &["session", "replay", "ses_g2", "--mode", "verify"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "finding: event {seq}: receipt of check parity ran \"forged\", but the frozen plan's command is \"sh checks/parity.sh\""
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("goal receipts agree with their frozen plans: FAILED (2 checked)"),
+        "{out}"
+    );
+}

@@ -82,13 +82,24 @@ fn revising_a_goal_with_a_malformed_digest_is_refused_before_writing() {
         "# A plan\nGoal kind: bugfix\n\n## Acceptance criteria\n- AC1: it works\n",
     )
     .unwrap();
-    // A goal whose digest tacho never made (recorded from outside).
-    let input = format!(
-        "{{\"type\":\"session.start\",\"session\":\"ses_rev\",\"workspace\":\"{0}\"}}\n{{\"type\":\"goal.created\",\"session\":\"ses_rev\",\"goal\":\"goal_x\",\"revision\":1,\"title\":\"t\",\"kind\":\"bugfix\",\"contract_digest\":\"é\",\"workspace\":\"{0}\",\"plan\":\"p\"}}\n",
-        ws.display()
-    );
-    let (code, _, err) = record(&home, &input);
-    assert_eq!(code, 0, "{err}");
+    // A goal whose digest tacho never made, in a log an older tacho wrote (it
+    // accepted goal events from outside; `record` now refuses them).
+    let store = tacho_store::Store::open(home.join("log"), Default::default()).unwrap();
+    let mut w = store.writer("ses_rev").unwrap();
+    for line in [
+        format!(
+            r#"{{"type":"session.start","workspace":"{}"}}"#,
+            ws.display()
+        ),
+        format!(
+            r#"{{"type":"goal.created","goal":"goal_x","revision":1,"title":"t","kind":"bugfix","contract_digest":"é","workspace":"{}","plan":"p"}}"#,
+            ws.display()
+        ),
+    ] {
+        let body = tacho_schema::parse_json_line(&line, 1).unwrap().body;
+        w.append(1, &body, tacho_store::Durability::Sync).unwrap();
+    }
+    drop(w);
     let before = events(&home, "ses_rev");
     let mut c = tacho(&home);
     c.current_dir(&ws).args([

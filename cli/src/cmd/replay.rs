@@ -270,6 +270,7 @@ pub fn print_verification(v: &Verification, json: bool, out: &mut Out) -> Result
         out.json(&serde_json::json!({
             "type": "summary", "session": v.session, "ok": failed == 0, "findings": failed,
             "events": log.events, "tool_results_checked": report.tool_results_checked,
+            "receipts_checked": report.receipts_checked,
             "interrupted": report.interrupted.len(), "pending": report.pending.len(),
             "head": hex(&log.chain), "stored_projection": projection,
         }))?;
@@ -309,8 +310,19 @@ pub fn print_verification(v: &Verification, json: bool, out: &mut Out) -> Result
         ok(!report
             .findings
             .iter()
-            .any(|f| f.rule != ReplayRule::Pairing))
+            .any(|f| matches!(f.rule, ReplayRule::Steps | ReplayRule::Lifecycle)))
     ))?;
+    let evidence_ok = !report
+        .findings
+        .iter()
+        .any(|f| f.rule == ReplayRule::Evidence);
+    if report.receipts_checked > 0 || !evidence_ok {
+        out.line(format!(
+            "  goal receipts agree with their frozen plans: {} ({} checked)",
+            ok(evidence_ok),
+            report.receipts_checked
+        ))?;
+    }
     out.line(format!("  stored projections: {projection}"))?;
     if log_ok {
         out.line(format!(
