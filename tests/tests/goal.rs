@@ -583,9 +583,9 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
 fn last_receipt_json(home: &Path, ws: &Path) -> serde_json::Value {
     let (_, out, _) = t(home, ws, &["log", "dump", "ses_g2", "--json"]);
     out.lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["kind"] == "goal.check")
-        .last()
+        .find(|v| v["kind"] == "goal.check")
         .unwrap()["event"]
         .clone()
 }
