@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use tacho_git::rollback::{self, Action, Applied, Plan, PlanInput};
-use tacho_git::snapshot::{Files, Snapshot, SnapshotError, relative_path};
+use tacho_git::snapshot::{FileEntry, Files, Snapshot, SnapshotError, relative_path};
 use tacho_projections::{ExecutionGraph, RollbackPoints, SnapshotNode};
 use tacho_schema::{
     EndReason, EventBody, EventView, ExcludedPath, RollbackApplied, SessionEnd, SessionStart,
@@ -63,6 +63,12 @@ pub struct Member {
     /// Paths of edit events: (seq, time, workspace-relative path).
     edits: Vec<(u64, i64, String)>,
     graph: ExecutionGraph,
+}
+
+/// One of tacho's own rollbacks: when, and each file it changed as it left it.
+struct OwnRollback {
+    at: i64,
+    changed: BTreeMap<String, Option<FileEntry>>,
 }
 
 /// A descendant session that worked in another directory: excluded, but named.
@@ -158,7 +164,8 @@ impl Tacho {
         let ws_path = PathBuf::from(&target.workspace);
 
         // The session, and descendants that worked in the very same directory.
-        let (members, elsewhere) = self.members(session, graph, &target.workspace, &ws_path)?;
+        let (members, elsewhere, rollback_sessions) =
+            self.members(session, graph, &target.workspace, &ws_path)?;
         let running: Vec<String> = members
             .iter()
             .filter(|m| m.running)
@@ -199,6 +206,26 @@ impl Tacho {
             later_files.push(snaps.files(snaps.resolve(id)?)?);
         }
         let last_time = later.last().map(|l| l.0);
+        // tacho's own rollbacks of these sessions since their last snapshot are not
+        // outside changes: the files they changed are known as they left them.
+        if let Some(mut known) = later_files.last().cloned() {
+            let mut moved = false;
+            for r in self.own_rollbacks(&rollback_sessions, &members)? {
+                if last_time.is_some_and(|t| r.at <= t) {
+                    continue;
+                }
+                for (path, entry) in r.changed {
+                    match entry {
+                        Some(e) => known.insert(path, e),
+                        None => known.remove(&path),
+                    };
+                    moved = true;
+                }
+            }
+            if moved {
+                later_files.push(known);
+            }
+        }
         let mut edited = BTreeSet::new();
         let mut edited_after_last = BTreeSet::new();
         for m in &members {
@@ -335,15 +362,22 @@ impl Tacho {
         graph: ExecutionGraph,
         workspace: &str,
         ws_path: &Path,
-    ) -> Result<(Vec<Member>, Vec<Elsewhere>), StoreError> {
+    ) -> Result<(Vec<Member>, Vec<Elsewhere>, Vec<String>), StoreError> {
         let log = self.log();
         let mut children: BTreeMap<String, Vec<(String, Option<String>)>> = BTreeMap::new();
+        let mut rollback_sessions = Vec::new();
         for id in log.sessions()? {
             if let Some(ev) = log.first_event(&id)?
                 && let EventBody::SessionStart(s) = ev.body
-                && let Some(p) = s.parent
             {
-                children.entry(p).or_default().push((id, s.workspace));
+                if s.source.as_deref() == Some("tacho-rollback")
+                    && s.workspace.as_deref() == Some(workspace)
+                {
+                    rollback_sessions.push(id.clone());
+                }
+                if let Some(p) = s.parent {
+                    children.entry(p).or_default().push((id, s.workspace));
+                }
             }
         }
         let mut out = vec![self.member(session.to_string(), graph, ws_path)?];
@@ -367,7 +401,57 @@ impl Tacho {
                 }
             }
         }
-        Ok((out, elsewhere))
+        Ok((out, elsewhere, rollback_sessions))
+    }
+
+    /// tacho's own rollbacks of any of `members` — and of those rollbacks, and so on
+    /// (an undo is a rollback of a rollback) — in time order: the files each one
+    /// changed, as it left them. The record of a rollback is evidence (only tacho
+    /// writes `rollback.applied`); a session that merely calls itself one is not taken
+    /// for one.
+    fn own_rollbacks(
+        &self,
+        candidates: &[String],
+        members: &[Member],
+    ) -> Result<Vec<OwnRollback>, RollbackError> {
+        let mut found = Vec::new();
+        for id in candidates {
+            let mut applied = None;
+            let mut post = None;
+            for e in self.events(id)? {
+                match e.event.body {
+                    EventBody::RollbackApplied(r) => applied = Some((e.event.time_unix_ns, r)),
+                    EventBody::SnapshotTaken(t) if t.reason == SnapshotReason::Final => {
+                        post = Some(t.snapshot)
+                    }
+                    _ => {}
+                }
+            }
+            if let (Some((at, r)), Some(post)) = (applied, post) {
+                found.push((at, id.clone(), r, post));
+            }
+        }
+        found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let mut ours: BTreeSet<String> = members.iter().map(|m| m.id.clone()).collect();
+        let snaps = self.snapshots()?;
+        let mut out = Vec::new();
+        for (at, id, r, post) in found {
+            if !ours.contains(&r.rolled_back) && !r.sessions.iter().any(|s| ours.contains(s)) {
+                continue;
+            }
+            ours.insert(id);
+            let before = snaps.files(snaps.resolve(&r.pre_snapshot)?)?;
+            let after = snaps.files(snaps.resolve(&post)?)?;
+            let skipped: BTreeSet<&str> = r.skipped.iter().map(|x| x.path.as_str()).collect();
+            let changed: BTreeMap<String, Option<FileEntry>> = before
+                .keys()
+                .chain(after.keys())
+                .filter(|p| before.get(*p) != after.get(*p) && !skipped.contains(p.as_str()))
+                .map(|p| (p.clone(), after.get(p).copied()))
+                .collect();
+            out.push(OwnRollback { at, changed });
+        }
+        Ok(out)
     }
 
     fn member(&self, id: String, graph: ExecutionGraph, ws: &Path) -> Result<Member, StoreError> {

@@ -169,10 +169,13 @@ fn record_snapshots_steps_and_rollback_restores_and_is_undoable() {
         e.read("new/made.txt").is_some(),
         "a dry run changes nothing"
     );
-    // Without --yes nothing happens either, and it says so.
-    let (code, _, err) = e.tacho(&["session", "rollback", "ses_rb", "--step", "2"]);
-    assert_eq!(code, 2);
+    // Without --yes (and no terminal to ask on) nothing happens either, and it says
+    // how to apply the plan it showed.
+    let (code, out, err) = e.tacho(&["session", "rollback", "ses_rb", "--step", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("delete    new/made.txt"), "{out}");
     assert!(err.contains("pass --yes"), "{err}");
+    assert!(e.read("new/made.txt").is_some(), "nothing was changed");
 
     let real = e.json(&[
         "session", "rollback", "ses_rb", "--step", "2", "--yes", "--json",
@@ -220,7 +223,11 @@ fn a_running_session_is_refused_and_outside_changes_are_conflicts() {
     e.write("new/made.txt", "edited by the user\n");
     let plan = e.json(&["session", "rollback", "ses_open", "--dry-run", "--json"]);
     assert_eq!(plan["conflicts"][0]["path"], "new/made.txt");
-    let real = e.json(&["session", "rollback", "ses_open", "--yes", "--json"]);
+    // A run that leaves a conflict says so and exits non-zero.
+    let (code, out, err) = e.tacho(&["session", "rollback", "ses_open", "--yes", "--json"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("1 were left alone as conflicts"), "{err}");
+    let real: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert_eq!(real["conflicts"][0]["path"], "new/made.txt");
     assert_eq!(
         e.read("new/made.txt").as_deref(),
@@ -386,4 +393,52 @@ fn a_snapshot_that_cannot_be_taken_never_costs_the_events() {
         2,
         "both events recorded, no snapshot: {summary}"
     );
+}
+
+/// Stepping back one step at a time, then to the start: each rollback restores the
+/// state before its step, tacho's own earlier rollbacks are not taken for outside
+/// changes, and no run claims success while a conflict remains.
+#[test]
+fn stepping_back_one_step_at_a_time_restores_every_point() {
+    let e = env();
+    if tacho_tests::git::have_git() {
+        tacho_tests::git::git(&e.ws, &["init", "-q"]);
+    }
+    e.write("f", "v0\n");
+    e.write("g", "g0\n");
+    let ws = e.ws.display();
+    let id = "ses_steps";
+    e.record(
+        id,
+        &format!(r#"{{"type":"session.start","workspace":"{ws}"}}"#),
+    );
+    for (step, f, g) in [(1, "v1", None), (2, "v2", Some("g2")), (3, "v3", None)] {
+        e.record(id, &format!(r#"{{"type":"step.start","step":{step}}}"#));
+        e.write("f", &format!("{f}\n"));
+        if let Some(g) = g {
+            e.write("g", &format!("{g}\n"));
+        }
+        e.record(id, &format!(r#"{{"type":"step.finish","step":{step}}}"#));
+    }
+    e.record(id, r#"{"type":"session.end","reason":"completed"}"#);
+    let expect = |f: &str, g: &str| {
+        assert_eq!(e.read("f").as_deref(), Some(format!("{f}\n").as_str()));
+        assert_eq!(e.read("g").as_deref(), Some(format!("{g}\n").as_str()));
+    };
+    expect("v3", "g2");
+    for (args, f, g) in [
+        (vec!["--step", "3"], "v2", "g2"),
+        (vec!["--step", "2"], "v1", "g0"),
+        (vec!["--step", "1"], "v0", "g0"),
+        (vec![], "v0", "g0"),
+    ] {
+        let mut cmd = vec!["session", "rollback", id, "--yes"];
+        cmd.extend(args.iter().copied());
+        let (code, out, err) = e.tacho(&cmd);
+        assert_eq!(code, 0, "{cmd:?}: {out}{err}");
+        assert!(!out.contains("  conflict  "), "{cmd:?}: {out}");
+        assert!(out.contains(" 0 conflict(s)"), "{cmd:?}: {out}");
+        expect(f, g);
+    }
+    e.fsck();
 }

@@ -49,24 +49,52 @@ pub fn run(a: RollbackArgs) -> Result<(), CliError> {
     if a.dry_run || !a.yes {
         print_plan(&p, None, a.json, &mut out)?;
         out.finish()?;
-        if !a.dry_run {
-            return Err(CliError::input(
-                "nothing was changed: this is the plan; pass --yes to apply it (or --dry-run to only look)",
-            ));
+        if a.dry_run || !confirmed(&p, a.json)? {
+            return Ok(());
         }
-        return Ok(());
+        out = Out::new();
     }
     let done = tacho.apply_rollback(&p)?;
     print_plan(&p, Some(&done), a.json, &mut out)?;
     out.finish()?;
-    if !done.applied.failed.is_empty() {
+    let failed = done.applied.failed.len();
+    let conflicts = p.plan.conflicts.len();
+    if failed + conflicts > 0 {
         return Err(CliError::findings(format!(
-            "{} file(s) could not be restored (listed above); the workspace before the rollback is snapshot {}",
-            done.applied.failed.len(),
+            "{failed} file(s) could not be restored and {conflicts} were left alone as conflicts (listed above); the workspace before the rollback is snapshot {}",
             p.pre.id
         )));
     }
     Ok(())
+}
+
+/// Without `--yes`: on a terminal, asks whether to apply the plan just shown;
+/// otherwise says how to apply it. Nothing is changed unless the answer is yes.
+fn confirmed(p: &tacho_app::Prepared, json: bool) -> Result<bool, CliError> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let stdin = std::io::stdin();
+    if json || !stdin.is_terminal() || !std::io::stderr().is_terminal() {
+        eprintln!(
+            "nothing was changed: this is the plan; pass --yes to apply it (or --dry-run to only look)"
+        );
+        return Ok(false);
+    }
+    if p.plan.items.is_empty() {
+        eprintln!("nothing to apply");
+        return Ok(false);
+    }
+    eprint!("Apply this plan to {}? [y/N] ", p.workspace.display());
+    std::io::stderr().flush().map_err(CliError::from)?;
+    let mut answer = String::new();
+    stdin
+        .lock()
+        .read_line(&mut answer)
+        .map_err(CliError::from)?;
+    let yes = matches!(answer.trim(), "y" | "Y" | "yes" | "Yes");
+    if !yes {
+        eprintln!("nothing was changed");
+    }
+    Ok(yes)
 }
 
 /// The recoverable points of a session.
@@ -192,8 +220,13 @@ pub fn print_plan(
         out.line("note: no snapshot after this point; changes are known from edit events only")?;
     }
     out.line("")?;
-    if plan.items.is_empty() {
+    if plan.items.is_empty() && plan.conflicts.is_empty() {
         out.line("Nothing to change: every file the session changed is as it was at that point.")?;
+    } else if plan.items.is_empty() {
+        out.line(format!(
+            "Nothing can be restored as planned: {} file(s) conflict (below).",
+            plan.conflicts.len()
+        ))?;
     }
     for i in &plan.items {
         let detail = match i.action {
@@ -243,8 +276,16 @@ pub fn print_plan(
             for f in &d.applied.failed {
                 out.line(format!("  FAILED    {}: {}", f.path, f.reason))?;
             }
+            let left = if plan.conflicts.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} conflict(s) left alone (listed above)",
+                    plan.conflicts.len()
+                )
+            };
             out.line(format!(
-                "Applied {} of {} change(s). Recorded as session {} (undo: tacho session rollback {} --yes).",
+                "Applied {} of {} change(s){left}. Recorded as session {} (undo: tacho session rollback {} --yes).",
                 d.applied.done.len(),
                 plan.items.len(),
                 d.session,
