@@ -65,6 +65,10 @@ pub struct Member {
     graph: ExecutionGraph,
 }
 
+/// The included sessions, the excluded descendants, and the rollback sessions of the
+/// same workspace (candidates for `own_rollbacks`).
+type Family = (Vec<Member>, Vec<Elsewhere>, Vec<String>);
+
 /// One of tacho's own rollbacks: when, and each file it changed as it left it.
 struct OwnRollback {
     at: i64,
@@ -362,7 +366,7 @@ impl Tacho {
         graph: ExecutionGraph,
         workspace: &str,
         ws_path: &Path,
-    ) -> Result<(Vec<Member>, Vec<Elsewhere>, Vec<String>), StoreError> {
+    ) -> Result<Family, StoreError> {
         let log = self.log();
         let mut children: BTreeMap<String, Vec<(String, Option<String>)>> = BTreeMap::new();
         let mut rollback_sessions = Vec::new();
