@@ -1,14 +1,25 @@
-//! Runs a goal check's frozen command: `sh -c` in the workspace root, output streamed
-//! to stderr, hashed whole and its last 4 KiB kept, stopped at the timeout.
+//! Runs a goal check's frozen command: `sh -c` in the workspace root, in a process
+//! group of its own, output streamed to stderr, hashed whole and its last 4 KiB kept.
+//! At the timeout the whole group gets TERM, then KILL after a short grace, and the
+//! runner returns: neither a child that ignores TERM nor one that keeps the output pipe
+//! open can hold it. Processes a check leaves running in its group after it exits are
+//! ended the same way once the output has had its grace to drain.
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rustix::process::{Pid, Signal, kill_process_group};
+
 /// How much of a check's output a receipt keeps (the end of it).
 pub const OUTPUT_TAIL_BYTES: usize = 4096;
+
+/// How long a process group has between TERM and KILL, and the output pipes to drain
+/// once the check's shell is gone.
+pub const KILL_GRACE: Duration = Duration::from_secs(1);
 
 /// What a finished check process left.
 #[derive(Debug, Clone)]
@@ -30,31 +41,60 @@ pub enum RunError {
     Wait(#[source] std::io::Error),
 }
 
+/// One output stream as read so far: its hash and its tail.
+#[derive(Default)]
+struct Stream {
+    hash: blake3::Hasher,
+    tail: Vec<u8>,
+}
+
 /// Reads one of the child's streams to its end on a thread of its own: echoes it to
-/// stderr, hashes it, keeps its tail.
-fn pump(mut r: Box<dyn Read + Send>) -> JoinHandle<(String, Vec<u8>)> {
+/// stderr, hashes it, keeps its tail. What it read is shared, so the runner can stop
+/// waiting for the end of a pipe that something still holds open.
+fn pump(mut r: Box<dyn Read + Send>, into: Arc<Mutex<Stream>>) -> JoinHandle<()> {
     std::thread::spawn(move || {
-        let mut h = blake3::Hasher::new();
-        let mut tail: Vec<u8> = Vec::new();
         let mut buf = [0u8; 8192];
         while let Ok(n) = r.read(&mut buf) {
             let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
                 break;
             };
-            h.update(chunk);
             // The echo is for the person watching; losing it loses nothing recorded.
             let _ = std::io::stderr().write_all(chunk);
-            tail.extend_from_slice(chunk);
-            if tail.len() > 2 * OUTPUT_TAIL_BYTES {
-                tail.drain(..tail.len() - OUTPUT_TAIL_BYTES);
+            let Ok(mut s) = into.lock() else { break };
+            s.hash.update(chunk);
+            s.tail.extend_from_slice(chunk);
+            if s.tail.len() > 2 * OUTPUT_TAIL_BYTES {
+                let cut = s.tail.len() - OUTPUT_TAIL_BYTES;
+                s.tail.drain(..cut);
             }
         }
-        (h.finalize().to_hex().to_string(), tail)
     })
 }
 
-/// Runs `sh -c command` in `ws` until it ends or `timeout` passes (then it is killed).
+/// Sends `signal` to the check's process group (gone already is fine).
+fn signal_group(child: &Child, signal: Signal) {
+    let pid = i32::try_from(child.id()).ok().and_then(Pid::from_raw);
+    if let Some(pid) = pid {
+        let _ = kill_process_group(pid, signal);
+    }
+}
+
+/// Waits for the child until `deadline`; `None` if it is still running then.
+fn wait_until(child: &mut Child, deadline: Instant) -> Result<Option<ExitStatus>, RunError> {
+    loop {
+        if let Some(s) = child.try_wait().map_err(RunError::Wait)? {
+            return Ok(Some(s));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `sh -c command` in `ws` until it ends or `timeout` passes.
 pub fn run_command(command: &str, ws: &Path, timeout: Duration) -> Result<Ran, RunError> {
+    use std::os::unix::process::CommandExt;
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(command)
@@ -62,29 +102,63 @@ pub fn run_command(command: &str, ws: &Path, timeout: Duration) -> Result<Ran, R
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group: at the end, every process the check started can be
+        // signalled at once.
+        .process_group(0)
         .spawn()
         .map_err(RunError::Spawn)?;
-    let out = child.stdout.take().map(|s| pump(Box::new(s)));
-    let err = child.stderr.take().map(|s| pump(Box::new(s)));
+    let streams = [Arc::new(Mutex::default()), Arc::new(Mutex::default())];
+    let pumps = [
+        child
+            .stdout
+            .take()
+            .map(|s| pump(Box::new(s), streams[0].clone())),
+        child
+            .stderr
+            .take()
+            .map(|s| pump(Box::new(s), streams[1].clone())),
+    ];
     let start = Instant::now();
     let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(RunError::Wait)? {
-            break s;
-        }
-        if start.elapsed() > timeout {
+    let status = match wait_until(&mut child, start + timeout)? {
+        Some(s) => s,
+        None => {
             timed_out = true;
-            // Already gone is fine: wait() below collects it either way.
-            let _ = child.kill();
-            break child.wait().map_err(RunError::Wait)?;
+            signal_group(&child, Signal::TERM);
+            match wait_until(&mut child, Instant::now() + KILL_GRACE)? {
+                Some(s) => s,
+                None => {
+                    signal_group(&child, Signal::KILL);
+                    child.wait().map_err(RunError::Wait)?
+                }
+            }
+        }
+    };
+    // The output pipes end when every process holding them is gone. Give them a grace
+    // to drain; then end what is left of the group, and after another grace stop
+    // waiting and keep what was read.
+    let drained = |deadline: Instant| loop {
+        if pumps.iter().flatten().all(JoinHandle::is_finished) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    let join = |h: Option<JoinHandle<(String, Vec<u8>)>>| {
-        h.and_then(|h| h.join().ok()).unwrap_or_default()
+    if !drained(Instant::now() + KILL_GRACE) {
+        signal_group(&child, Signal::KILL);
+        drained(Instant::now() + KILL_GRACE);
+    }
+    let take = |s: &Arc<Mutex<Stream>>| match s.lock() {
+        Ok(s) => (s.hash.finalize().to_hex().to_string(), s.tail.clone()),
+        Err(_) => (
+            blake3::Hasher::new().finalize().to_hex().to_string(),
+            Vec::new(),
+        ),
     };
-    let (stdout_digest, mut tail) = join(out);
-    let (stderr_digest, etail) = join(err);
+    let (stdout_digest, mut tail) = take(&streams[0]);
+    let (stderr_digest, etail) = take(&streams[1]);
     tail.extend_from_slice(&etail);
     let keep = tail
         .get(tail.len().saturating_sub(OUTPUT_TAIL_BYTES)..)

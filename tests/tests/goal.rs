@@ -666,3 +666,71 @@ fn a_forged_receipt_is_refused_at_ingest_and_never_counts() {
         "{out}"
     );
 }
+
+/// A check that outlives its timeout: its shell ignores TERM and a child it started
+/// ignores TERM too and keeps the output pipe open. The runner ends the whole process
+/// group and returns soon after the timeout, with a failed, timed-out receipt.
+#[test]
+fn a_timeout_ends_every_process_of_the_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_slow");
+    std::fs::write(
+        ws.join("checks/slow.sh"),
+        "trap '' TERM\n(trap '' TERM; sleep 60; echo late) &\nsleep 60\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("plan.md"),
+        PLAN.replace("\"parity\"", "\"slow\"")
+            .replace("sh checks/parity.sh", "sh checks/slow.sh"),
+    )
+    .unwrap();
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--assure",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_slow",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let started = std::time::Instant::now();
+    let (code, out, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "check",
+            "slow",
+            "--session",
+            "ses_slow",
+            "--timeout",
+            "1",
+            "--json",
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(code, 1, "{out}{err}");
+    // 1 s timeout + 1 s TERM grace + the drain grace; the check itself would run 60 s.
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "the check held the runner for {took:?}"
+    );
+    let receipt: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(receipt["receipt"]["timed_out"], true, "{out}");
+    assert_eq!(receipt["passed"], false);
+    // Nothing of the check is left running.
+    let ps = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "command -v ps >/dev/null || { echo 0; exit; }; ps -eo args | grep -c '[s]leep 60' || true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&ps.stdout).trim(), "0");
+}
