@@ -391,6 +391,69 @@ fn targeted_paths_cannot_leave_the_workspace() {
     fsck_if_git(&e.store);
 }
 
+/// A targeted snapshot never goes through a symbolic link to a directory, outside the
+/// workspace or inside it: the path is reported as not protected, and the tree keeps
+/// the link as a link.
+#[test]
+fn targeted_paths_through_links_are_not_protected() {
+    for in_git in [false, true] {
+        if in_git && !have_git() {
+            continue;
+        }
+        let e = env();
+        if in_git {
+            git(&e.ws, &["init", "-q"]);
+        }
+        let outside = e._tmp.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.txt"), "outside secret").unwrap();
+        std::os::unix::fs::symlink(&outside, e.ws.join("outlink")).unwrap();
+        write(&e.ws, "realdir/file.txt", "v1");
+        std::os::unix::fs::symlink("realdir", e.ws.join("inlink")).unwrap();
+        if in_git {
+            git(&e.ws, &["add", "-A"]);
+        }
+        let full = e.store.take(&e.ws, &Scope::Full).unwrap();
+        write(&e.ws, "realdir/file.txt", "v2");
+        let snap = e
+            .store
+            .take(
+                &e.ws,
+                &Scope::Paths(vec!["outlink/secret.txt".into(), "inlink/file.txt".into()]),
+            )
+            .unwrap();
+        let reasons: Vec<(String, String)> = snap
+            .excluded
+            .iter()
+            .map(|x| (x.path.clone(), x.reason.to_string()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (
+                    "inlink/file.txt".to_string(),
+                    "reached through the symbolic link inlink".to_string()
+                ),
+                (
+                    "outlink/secret.txt".to_string(),
+                    "reached through the symbolic link outlink".to_string()
+                ),
+            ],
+            "in git: {in_git}"
+        );
+        // Nothing changed in the tree: the links are links, nothing outside is stored.
+        assert_eq!(ls_tree(&e.store, &snap.id), ls_tree(&e.store, &full.id));
+        let tree = ls_tree(&e.store, &snap.id);
+        assert!(
+            !tree
+                .keys()
+                .any(|p| p.starts_with("outlink/") || p.starts_with("inlink/"))
+        );
+        assert_eq!(tree["inlink"].0, "120000", "in git: {in_git}");
+        fsck_if_git(&e.store);
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Rollback
 

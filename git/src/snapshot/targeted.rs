@@ -26,6 +26,12 @@ impl SnapshotStore {
             if skip.is_some_and(|s| rel == s || rel.starts_with(&format!("{s}/"))) {
                 continue;
             }
+            // Only what a full scan would list is stored, and a full scan never goes
+            // through a link: neither stored nor removed, reported as not protected.
+            if let Some(link) = linked_parent(workspace, &rel) {
+                excluded.push(Excluded::new(rel, ExcludeReason::ThroughLink(link)));
+                continue;
+            }
             let abs = workspace.join(&rel);
             let meta = match stat::lstat(&abs) {
                 Ok(m) => m,

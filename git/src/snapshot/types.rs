@@ -78,6 +78,9 @@ pub enum ExcludeReason {
     Unstable,
     /// The name is not UTF-8.
     NotUtf8,
+    /// Named through a symbolic link to a directory (`link/file`): a full scan never
+    /// goes through links, so neither does a targeted snapshot.
+    ThroughLink(String),
 }
 
 impl std::fmt::Display for ExcludeReason {
@@ -90,6 +93,9 @@ impl std::fmt::Display for ExcludeReason {
             ExcludeReason::Unreadable(e) => write!(f, "unreadable: {e}"),
             ExcludeReason::Unstable => f.write_str("changed while being read"),
             ExcludeReason::NotUtf8 => f.write_str("name is not UTF-8"),
+            ExcludeReason::ThroughLink(link) => {
+                write!(f, "reached through the symbolic link {link}")
+            }
         }
     }
 }
