@@ -95,6 +95,26 @@ pub(super) fn bad_tree_path(path: &str, e: impl std::fmt::Display) -> SnapshotEr
     }
 }
 
+/// The first parent of `rel` (workspace-relative, `/` separators) that is not a real
+/// directory — a symbolic link, or anything else — if there is one.
+pub(super) fn linked_parent(workspace: &Path, rel: &str) -> Option<String> {
+    let mut at = String::new();
+    let parts: Vec<&str> = rel.split('/').collect();
+    for part in parts.iter().take(parts.len().saturating_sub(1)) {
+        if !at.is_empty() {
+            at.push('/');
+        }
+        at.push_str(part);
+        match std::fs::symlink_metadata(workspace.join(&at)) {
+            Ok(m) if m.file_type().is_dir() => {}
+            // Missing: the path is gone, which the caller handles.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            _ => return Some(at),
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,24 +140,4 @@ mod tests {
         assert!(relative_path(ws, ".git/config").is_err());
         assert!(relative_path(ws, ".").is_err());
     }
-}
-
-/// The first parent of `rel` (workspace-relative, `/` separators) that is not a real
-/// directory — a symbolic link, or anything else — if there is one.
-pub(super) fn linked_parent(workspace: &Path, rel: &str) -> Option<String> {
-    let mut at = String::new();
-    let parts: Vec<&str> = rel.split('/').collect();
-    for part in parts.iter().take(parts.len().saturating_sub(1)) {
-        if !at.is_empty() {
-            at.push('/');
-        }
-        at.push_str(part);
-        match std::fs::symlink_metadata(workspace.join(&at)) {
-            Ok(m) if m.file_type().is_dir() => {}
-            // Missing: the path is gone, which the caller handles.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            _ => return Some(at),
-        }
-    }
-    None
 }
