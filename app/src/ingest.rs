@@ -350,12 +350,19 @@ impl<'t> Ingest<'t> {
                 kind: body.kind_name(),
             });
         }
-        if let EventBody::SessionStart(s) = &body {
+        let mut body = body;
+        if let EventBody::SessionStart(s) = &mut body {
+            // One spelling of the workspace for everything that follows (snapshots,
+            // edits, receipts): canonical — links resolved, no `.` or trailing slash —
+            // when it is a directory here; as reported otherwise.
             let w = s
                 .workspace
                 .as_ref()
-                .map(PathBuf::from)
+                .and_then(|w| Path::new(w).canonicalize().ok())
                 .filter(|w| w.is_dir());
+            if let Some(w) = &w {
+                s.workspace = Some(w.display().to_string());
+            }
             self.workspaces.insert(session.clone(), w);
         }
         let (before, after) = auto_points(&body);

@@ -734,3 +734,112 @@ fn a_timeout_ends_every_process_of_the_check() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&ps.stdout).trim(), "0");
 }
+
+/// Results do not depend on the current directory nor on the spelling of the
+/// workspace: run from a subdirectory, with the session's workspace and an edit
+/// reported through a symbolic link (and a trailing slash), every source file counts.
+#[test]
+fn results_do_not_depend_on_the_current_directory_or_the_spelling_of_the_workspace() {
+    if !tacho_tests::git::have_git() {
+        eprintln!("skipped: no git");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::create_dir_all(ws.join("checks")).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    tacho_tests::git::git(&ws, &["init", "-q"]);
+    std::fs::write(ws.join(".gitignore"), "src/gen.txt\n").unwrap();
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    tacho_tests::git::git(&ws, &["add", "-A"]);
+    tacho_tests::git::git(&ws, &["commit", "-q", "-m", "base"]);
+    // Untracked, not ignored: part of the source.
+    std::fs::write(
+        ws.join("checks/parity.sh"),
+        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
+    )
+    .unwrap();
+    // Ignored: part of the source only because an edit event names it.
+    std::fs::write(ws.join("src/gen.txt"), "generated v1\n").unwrap();
+    std::fs::write(ws.join("plan.md"), PLAN).unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&ws, &link).unwrap();
+    let input = format!(
+        "{{\"type\":\"session.start\",\"session\":\"ses_cwd\",\"workspace\":\"{}/\"}}\n",
+        link.display()
+    );
+    let (code, _, err) = tacho_tests::run_with_stdin(&home, &["record"], &input);
+    assert_eq!(code, 0, "{err}");
+    let sub = ws.join("checks");
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--assure",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_cwd",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let edit = format!(
+        "{{\"type\":\"file.edit\",\"session\":\"ses_cwd\",\"path\":\"{}/src/gen.txt\",\"op\":\"modify\"}}\n",
+        link.display()
+    );
+    let (code, _, err) = tacho_tests::run_with_stdin(&home, &["record"], &edit);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = t(
+        &home,
+        &sub,
+        &["goal", "check", "parity", "--session", "ses_cwd"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let state = |home: &Path| {
+        let (_, out, _) = t(
+            home,
+            &sub,
+            &["goal", "status", "--session", "ses_cwd", "--json"],
+        );
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["checks"][0]["state"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(state(&home), "passed");
+    // The same fingerprint from the workspace root and from a subdirectory.
+    let fp = |cwd: &Path| {
+        let mut c = tacho_tests::tacho(&home);
+        c.current_dir(cwd).args([
+            "fingerprint",
+            "src",
+            "checks",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--json",
+        ]);
+        let (_, out, _) = run(c);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        (v["digest"].clone(), v["entries"].as_array().unwrap().len())
+    };
+    assert_eq!(fp(&ws), fp(&sub));
+    assert_eq!(fp(&sub).1, 2, "src/value.txt and checks/parity.sh");
+    // An edit of the untracked check script, seen from the subdirectory.
+    std::fs::write(ws.join("checks/parity.sh"), "true\n").unwrap();
+    assert_eq!(state(&home), "stale");
+    std::fs::write(
+        ws.join("checks/parity.sh"),
+        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
+    )
+    .unwrap();
+    assert_eq!(state(&home), "passed");
+    // The ignored file named by an edit through the link is fingerprinted too.
+    std::fs::write(ws.join("src/gen.txt"), "generated v2\n").unwrap();
+    assert_eq!(state(&home), "stale");
+    // The session's workspace is recorded in one spelling: the canonical one.
+    let (_, out, _) = t(&home, &ws, &["session", "show", "ses_cwd", "--json"]);
+    let show: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(show["workspace"], ws.display().to_string());
+}

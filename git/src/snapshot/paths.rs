@@ -38,9 +38,19 @@ pub fn relative_path(workspace: &Path, path: &str) -> Result<String, SnapshotErr
         reason: reason.to_owned(),
     };
     let p = Path::new(path);
+    let respelled;
     let rel = if p.is_absolute() {
-        p.strip_prefix(workspace)
-            .map_err(|_| bad("outside the workspace"))?
+        match p.strip_prefix(workspace) {
+            Ok(rel) => rel,
+            // Another spelling of the workspace (a symbolic link on the way, `.`):
+            // resolve the part that exists, keep the rest as written.
+            Err(_) => {
+                respelled = resolve_existing_prefix(p);
+                respelled
+                    .strip_prefix(workspace)
+                    .map_err(|_| bad("outside the workspace"))?
+            }
+        }
     } else {
         p
     };
@@ -62,6 +72,25 @@ pub fn relative_path(workspace: &Path, path: &str) -> Result<String, SnapshotErr
         return Err(bad("names the workspace itself"));
     }
     Ok(out.join("/"))
+}
+
+/// `p` with its longest existing ancestor made canonical (links resolved) and the rest
+/// appended as written; `p` itself when nothing of it resolves.
+fn resolve_existing_prefix(p: &Path) -> PathBuf {
+    let mut head = p;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = head.canonicalize() {
+            return rest.iter().rev().fold(real, |acc, c| acc.join(c));
+        }
+        match (head.parent(), head.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                head = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }
 
 /// Whether a link at `rel` (workspace-relative) with this target points outside the
@@ -139,5 +168,29 @@ mod tests {
         assert!(relative_path(ws, "/etc/passwd").is_err());
         assert!(relative_path(ws, ".git/config").is_err());
         assert!(relative_path(ws, ".").is_err());
+    }
+
+    #[test]
+    fn another_spelling_of_the_workspace_is_inside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        let ws = ws.canonicalize().unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&ws, &link).unwrap();
+        for spelled in [
+            link.join("src/new.txt"),
+            link.join("./src/new.txt"),
+            ws.join("./src/new.txt"),
+        ] {
+            assert_eq!(
+                relative_path(&ws, spelled.to_str().unwrap()).unwrap(),
+                "src/new.txt",
+                "{}",
+                spelled.display()
+            );
+        }
+        let outside = tmp.path().join("elsewhere/f.txt");
+        assert!(relative_path(&ws, outside.to_str().unwrap()).is_err());
     }
 }

@@ -186,17 +186,18 @@ pub fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, Snapshot
         .emit_empty_directories(false)
         .recurse_repositories(false)
         .emit_untracked(gix::dir::walk::EmissionMode::Matching);
-    // Literal pathspecs: names are never globs.
+    // Literal pathspecs (names are never globs) from the top of the work tree: gix
+    // would otherwise read them relative to the current directory, as git does.
     let patterns: Vec<gix::bstr::BString> = if within.is_empty() {
         if prefix.is_empty() {
             Vec::new()
         } else {
-            vec![format!(":(literal){}", prefix.trim_end_matches('/')).into()]
+            vec![format!(":(top,literal){}", prefix.trim_end_matches('/')).into()]
         }
     } else {
         within
             .iter()
-            .map(|w| format!(":(literal){prefix}{w}").into())
+            .map(|w| format!(":(top,literal){prefix}{w}").into())
             .collect()
     };
     let mut collect = gix::dir::walk::delegate::Collect::default();
