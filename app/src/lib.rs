@@ -11,6 +11,7 @@
 //! [`render`] turns results into text.
 
 mod branch;
+mod changes;
 mod context;
 mod demo;
 pub mod error;

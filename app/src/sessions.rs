@@ -86,8 +86,24 @@ pub fn project_of(s: &SessionSummary) -> Option<String> {
 impl Tacho {
     /// The execution graph of a session (resolved id): its stored projection brought
     /// up to date, or a rebuild when there is none it can trust.
+    /// Changes the session's snapshots show are merged in (a session scores the same
+    /// whether its tools reported edits or not); when the snapshot store cannot be
+    /// read, the graph of the events alone, with a note.
     pub fn graph(&self, session: &str) -> Result<ExecutionGraph, StoreError> {
-        crate::projection::graph(self.log(), session, &|n| self.note(n))
+        let mut g = crate::projection::graph(self.log(), session, &|n| self.note(n))?;
+        self.merge_observed(&mut g);
+        Ok(g)
+    }
+
+    /// Merges what the snapshots show into a graph folded from the events.
+    pub(crate) fn merge_observed(&self, g: &mut ExecutionGraph) {
+        match self.observed_changes(g) {
+            Ok(changes) => g.merge_observed(&changes),
+            Err(e) => self.note(&format!(
+                "note: session {}: changes seen in snapshots are left out: {e}",
+                g.session
+            )),
+        }
     }
 
     /// The workspace a session recorded in its `session.start`, as recorded.
@@ -134,6 +150,7 @@ impl Tacho {
                 .or_default() += 1;
             g.apply(e.seq, &e.event);
         })?;
+        self.merge_observed(&mut g);
         Ok((g, kinds))
     }
 

@@ -116,7 +116,8 @@ pub struct VerificationNode {
     pub step: Option<u64>,
 }
 
-/// What happened to one file, from recorded file edits.
+/// What happened to one file: from recorded file edits, merged with what the session's
+/// snapshots show (`ExecutionGraph::merge_observed`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileChange {
     pub edits: u64,
@@ -126,6 +127,34 @@ pub struct FileChange {
     pub lines_added: u64,
     pub lines_removed: u64,
     pub last_edit_seq: u64,
+    /// Seen changing in the session's snapshots with no edit event naming it (a shell
+    /// command, a generator, anything that reported nothing).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub observed: bool,
+    /// Only its kind changed (executable bit, file and link).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mode_changed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A change tacho saw between two of the session's snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedChange {
+    /// The key of the file in `ExecutionGraph::files`: the path an edit event used for
+    /// it when one did, else the workspace-relative path.
+    pub key: String,
+    pub created: bool,
+    pub deleted: bool,
+    pub mode_only: bool,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+    /// The event the change is attributed to (for "edited after the last verification").
+    pub seq: u64,
+    /// The step it happened in, when it happened in one.
+    pub step: Option<u64>,
 }
 
 /// A snapshot of the workspace recorded in the session.
@@ -209,6 +238,41 @@ pub struct FoldState {
 }
 
 impl ExecutionGraph {
+    /// Merges what the session's snapshots show into the files and steps: a session
+    /// scores the same whether its tools reported their edits or not. A file an edit
+    /// event named keeps its edit count, and its line counts when the events reported
+    /// any; a file only the snapshots show is marked `observed`. (Snapshots hold file
+    /// contents outside the log, so this is done after the fold, by the caller that
+    /// can read them; the fold and its stored form stay a function of the events.)
+    pub fn merge_observed(&mut self, changes: &[ObservedChange]) {
+        let reported: std::collections::BTreeSet<String> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.edits > 0 && f.lines_added + f.lines_removed > 0)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for c in changes {
+            let f = self.files.entry(c.key.clone()).or_default();
+            if f.edits == 0 {
+                f.observed = true;
+            }
+            if !reported.contains(&c.key) {
+                f.lines_added += c.lines_added;
+                f.lines_removed += c.lines_removed;
+            }
+            f.created |= c.created && !f.deleted;
+            f.deleted = c.deleted;
+            f.mode_changed |= c.mode_only;
+            f.last_edit_seq = f.last_edit_seq.max(c.seq);
+            if let Some(step) = c.step
+                && let Some(s) = self.steps.iter_mut().find(|s| s.number == step)
+                && !s.edits.contains(&c.key)
+            {
+                s.edits.push(c.key.clone());
+            }
+        }
+    }
+
     /// An empty graph of `session`.
     pub fn new(session: &str) -> Self {
         ExecutionGraph {

@@ -442,3 +442,81 @@ fn stepping_back_one_step_at_a_time_restores_every_point() {
     }
     e.fsck();
 }
+
+/// Changes made only by shell commands (no edit event names them) are seen in the
+/// session's snapshots and count everywhere: risk, the graph's files, rollback points
+/// and comparisons. The same session with its edits reported scores the same.
+#[test]
+fn changes_made_by_shell_commands_count_like_reported_edits() {
+    let e = env();
+    e.write("old.txt", "old\n");
+    e.write("src/app.ts", "export {}\n");
+    let ws = e.ws.display();
+    let run = |id: &str, report: bool| {
+        e.write("old.txt", "old\n");
+        let _ = std::fs::remove_file(e.ws.join(".env"));
+        let _ = std::fs::remove_dir_all(e.ws.join("src/auth"));
+        e.record(
+            id,
+            &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"coder"}}"#),
+        );
+        e.record(id, r#"{"type":"step.start","step":1}"#);
+        e.record(
+            id,
+            r#"{"type":"tool.call","call_id":"c1","tool":"bash","target":"echo KEY=1 > .env; mkdir -p src/auth; printf 'a\nb\n' > src/auth/token.ts; rm old.txt"}"#,
+        );
+        e.write(".env", "KEY=1\n");
+        e.write("src/auth/token.ts", "a\nb\n");
+        std::fs::remove_file(e.ws.join("old.txt")).unwrap();
+        e.record(id, r#"{"type":"tool.result","call_id":"c1","status":"ok"}"#);
+        if report {
+            for (path, op) in [
+                (".env", "create"),
+                ("src/auth/token.ts", "create"),
+                ("old.txt", "delete"),
+            ] {
+                e.record(
+                    id,
+                    &format!(r#"{{"type":"file.edit","path":"{path}","op":"{op}"}}"#),
+                );
+            }
+        }
+        e.record(id, r#"{"type":"step.finish","step":1}"#);
+        e.record(id, r#"{"type":"session.end","reason":"completed"}"#);
+    };
+    run("ses_shell", false);
+    let risk = e.json(&["risk", "ses_shell", "--json"]);
+    assert_eq!(risk["files_changed"], 3, "{risk}");
+    assert_eq!(risk["lines_changed"], 4, "{risk}");
+    assert_ne!(risk["readiness"], "ready", "{risk}");
+    let factors: Vec<&str> = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(factors.contains(&"security_sensitive"), "{factors:?}");
+    let graph = e.json(&["graph", "ses_shell", "--format", "json"]);
+    assert_eq!(
+        graph["files"][".env"]["observed"], true,
+        "{}",
+        graph["files"]
+    );
+    assert_eq!(graph["files"]["src/auth/token.ts"]["created"], true);
+    assert_eq!(graph["files"]["src/auth/token.ts"]["lines_added"], 2);
+    assert_eq!(graph["files"]["old.txt"]["deleted"], true);
+    let (_, md, _) = e.tacho(&["graph", "ses_shell"]);
+    assert!(md.contains("src/auth/token.ts"), "{md}");
+    let points = e.json(&["session", "rollback", "ses_shell", "--list", "--json"]);
+    assert_eq!(
+        points["points"][0]["files"],
+        serde_json::json!([".env", "old.txt", "src/auth/token.ts"])
+    );
+    // The same work with its edits reported: the same assessment.
+    run("ses_reported", true);
+    let reported = e.json(&["risk", "ses_reported", "--json"]);
+    assert_eq!(reported["score"], risk["score"]);
+    assert_eq!(reported["files_changed"], risk["files_changed"]);
+    let cmp = e.json(&["session", "compare", "ses_shell", "ses_reported", "--json"]);
+    assert_eq!(cmp["files_in_both"].as_array().unwrap().len(), 3, "{cmp}");
+}

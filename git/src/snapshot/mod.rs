@@ -8,6 +8,7 @@
 //! See SPEC.md §10 for what a snapshot holds and what it leaves out.
 
 mod cache;
+mod diff;
 mod full;
 mod gc;
 mod paths;
@@ -29,6 +30,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gix::ObjectId;
 use gix::object::tree::EntryKind;
 
+pub use diff::{ChangeKind, LINE_DIFF_BYTES_MAX, PathChange};
 pub use gc::{GcReport, StoreUsage};
 pub use paths::{canonical_workspace, head_commit, relative_path};
 pub use types::*;

@@ -1,0 +1,79 @@
+//! What the session's snapshots show changed, merged into its graph: changes made by
+//! shell commands (or anything that reported no edit) count like reported edits.
+
+use tacho_git::snapshot::{ChangeKind, SnapshotError, relative_path};
+use tacho_projections::{ExecutionGraph, ObservedChange, verification_kind};
+
+use crate::Tacho;
+
+impl Tacho {
+    /// The changes between consecutive snapshots of the session's workspace, each
+    /// attributed to the step it happened in and to that step's last tool call that is
+    /// not a verification run (the call that most plausibly made it), else to the
+    /// later snapshot. Sessions without two snapshots have nothing to add.
+    pub(crate) fn observed_changes(
+        &self,
+        g: &ExecutionGraph,
+    ) -> Result<Vec<ObservedChange>, SnapshotError> {
+        let Some(first) = g.snapshots.first() else {
+            return Ok(Vec::new());
+        };
+        let ws = std::path::PathBuf::from(&first.workspace);
+        let snaps: Vec<_> = g
+            .snapshots
+            .iter()
+            .filter(|s| s.workspace == first.workspace)
+            .collect();
+        if snaps.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let store = self.snapshots()?;
+        // The keys edit events used, by workspace-relative path.
+        let keys: std::collections::BTreeMap<String, String> = g
+            .files
+            .keys()
+            .filter_map(|k| relative_path(&ws, k).ok().map(|r| (r, k.clone())))
+            .collect();
+        let mut out = Vec::new();
+        for pair in snaps.windows(2) {
+            let [a, b] = pair else { continue };
+            if a.id == b.id {
+                continue;
+            }
+            // The steps that started between the two snapshots; the changes belong to
+            // the last of them.
+            let step = g
+                .steps
+                .iter()
+                .filter(|s| s.start_seq > a.seq && s.start_seq < b.seq)
+                .next_back();
+            let seq = step
+                .and_then(|s| {
+                    s.tools
+                        .iter()
+                        .filter(|t| t.seq < b.seq)
+                        .filter(|t| {
+                            t.target
+                                .as_deref()
+                                .is_none_or(|c| verification_kind(c).is_none())
+                        })
+                        .map(|t| t.seq)
+                        .next_back()
+                })
+                .unwrap_or(b.seq);
+            for c in store.diff(&a.id, &b.id)? {
+                out.push(ObservedChange {
+                    key: keys.get(&c.path).cloned().unwrap_or(c.path),
+                    created: c.change == ChangeKind::Created,
+                    deleted: c.change == ChangeKind::Deleted,
+                    mode_only: c.change == ChangeKind::Mode,
+                    lines_added: c.lines_added,
+                    lines_removed: c.lines_removed,
+                    seq,
+                    step: step.map(|s| s.number),
+                });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,136 @@
+//! What changed between two snapshots: each path created, modified, deleted or with
+//! only its mode changed, with line counts from a diff of the blobs. The answer for a
+//! pair of snapshot ids never changes (they are content addresses), so it is cached
+//! under the store's cache directory; deleting the cache costs a recomputation.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// Blobs larger than this, or holding a NUL byte in their first 8 KiB (binary), are
+/// counted as changed without line counts.
+pub const LINE_DIFF_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// How a path differs between two snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Created,
+    Modified,
+    Deleted,
+    /// The same content, another kind (file, executable, link).
+    Mode,
+}
+
+/// One path that differs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathChange {
+    pub path: String,
+    pub change: ChangeKind,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+}
+
+/// Lines of a blob, or `None` when it is binary or too large to diff.
+fn text(data: &[u8]) -> Option<&str> {
+    if data.len() > LINE_DIFF_BYTES_MAX || data.iter().take(8192).any(|&b| b == 0) {
+        return None;
+    }
+    std::str::from_utf8(data).ok()
+}
+
+/// (added, removed) lines from `old` to `new`.
+fn line_counts(old: &str, new: &str) -> (u64, u64) {
+    use similar::{DiffTag, TextDiff};
+    let diff = TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(500))
+        .diff_lines(old, new);
+    let (mut added, mut removed) = (0u64, 0u64);
+    for op in diff.ops() {
+        match op.tag() {
+            DiffTag::Equal => {}
+            DiffTag::Insert => added += op.new_range().len() as u64,
+            DiffTag::Delete => removed += op.old_range().len() as u64,
+            DiffTag::Replace => {
+                added += op.new_range().len() as u64;
+                removed += op.old_range().len() as u64;
+            }
+        }
+    }
+    (added, removed)
+}
+
+fn lines(s: &str) -> u64 {
+    s.lines().count() as u64
+}
+
+impl SnapshotStore {
+    /// What changed from snapshot `from` to snapshot `to`, in path order.
+    pub fn diff(&self, from: &str, to: &str) -> Result<Vec<PathChange>, SnapshotError> {
+        let cached = self
+            .cache_dir
+            .join("diffs")
+            .join(format!("{from}-{to}.json"));
+        if let Some(c) = std::fs::read(&cached)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+        {
+            return Ok(c);
+        }
+        let (a, b) = (
+            self.files(self.resolve(from)?)?,
+            self.files(self.resolve(to)?)?,
+        );
+        let blob_text = |e: &FileEntry| -> Result<Option<String>, SnapshotError> {
+            if e.kind == FileKind::Link {
+                return Ok(None);
+            }
+            let data = self.blob(e.oid)?;
+            Ok(text(&data).map(str::to_owned))
+        };
+        let mut out = Vec::new();
+        let paths: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        for path in paths {
+            let (old, new) = (a.get(path), b.get(path));
+            if old == new {
+                continue;
+            }
+            let (change, (added, removed)) = match (old, new) {
+                (None, Some(n)) => (
+                    ChangeKind::Created,
+                    (blob_text(n)?.as_deref().map_or(0, lines), 0),
+                ),
+                (Some(o), None) => (
+                    ChangeKind::Deleted,
+                    (0, blob_text(o)?.as_deref().map_or(0, lines)),
+                ),
+                (Some(o), Some(n)) if o.oid == n.oid => (ChangeKind::Mode, (0, 0)),
+                (Some(o), Some(n)) => (
+                    ChangeKind::Modified,
+                    match (blob_text(o)?, blob_text(n)?) {
+                        (Some(o), Some(n)) => line_counts(&o, &n),
+                        _ => (0, 0),
+                    },
+                ),
+                (None, None) => continue,
+            };
+            out.push(PathChange {
+                path: path.clone(),
+                change,
+                lines_added: added,
+                lines_removed: removed,
+            });
+        }
+        // Derived data: failing to cache it costs a recomputation next time.
+        if let Some(dir) = cached.parent()
+            && std::fs::create_dir_all(dir).is_ok()
+            && let Ok(text) = serde_json::to_vec(&out)
+        {
+            let tmp = cached.with_extension(format!("tmp{}", std::process::id()));
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(&tmp, &cached);
+            }
+        }
+        Ok(out)
+    }
+}
