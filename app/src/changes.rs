@@ -45,8 +45,7 @@ impl Tacho {
             let step = g
                 .steps
                 .iter()
-                .filter(|s| s.start_seq > a.seq && s.start_seq < b.seq)
-                .next_back();
+                .rfind(|s| s.start_seq > a.seq && s.start_seq < b.seq);
             let seq = step
                 .and_then(|s| {
                     s.tools
