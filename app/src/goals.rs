@@ -385,7 +385,10 @@ impl Tacho {
             req.objective.as_deref().unwrap_or(""),
             req.assure,
         )?;
-        let created = self.freeze(&plan, req.objective, req.assure, &ws, 1);
+        // A contract makes the goal assured: its checks, not a promise, decide
+        // completion. `assure` only makes a contract required.
+        let assured = req.assure || plan.assurance.is_some();
+        let created = self.freeze(&plan, req.objective, assured, &ws, 1);
         let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
         let seq = self.append_goal_event(&session, EventBody::GoalCreated(created))?;
         let checks = plan.assurance.as_ref().map(|x| x.checks.clone());

@@ -142,6 +142,8 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
             problem(&name, "no reviewer".into());
         }
         let tests = junit_results(dir);
+        // A finding (by id) has one disposition in a round, whoever reports it.
+        let mut dispositions: BTreeMap<&str, &str> = BTreeMap::new();
         for r in &round.reviewers {
             report.reviewers += 1;
             let at = format!("{name}/{}", r.name);
@@ -169,6 +171,16 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
             for f in &r.findings {
                 report.findings += 1;
                 let at = format!("{at}/{}", f.id);
+                match dispositions.insert(f.id.as_str(), f.disposition.as_str()) {
+                    Some(other) if other != f.disposition => problem(
+                        &at,
+                        format!(
+                            "finding {} is both {other:?} and {:?}: one finding has one disposition",
+                            f.id, f.disposition
+                        ),
+                    ),
+                    _ => {}
+                }
                 match (f.disposition.as_str(), &f.test, &f.evidence) {
                     ("fixed", Some(t), _) if !t.trim().is_empty() => {
                         report.tests_checked += 1;

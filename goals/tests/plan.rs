@@ -264,6 +264,18 @@ fn weak_checks_are_rejected() {
         ("[ -s out/report.json ]", exists),
         ("for f in a b c; do test -f $f; done", exists),
         ("git log --oneline -- src/invoices", gitlog),
+        (
+            "node checks/invoice-parity.cjs || true",
+            "`|| true` hides the failure of what runs before it",
+        ),
+        (
+            "cargo test -p invoices || :",
+            "`|| :` hides the failure of what runs before it",
+        ),
+        (
+            "node checks/invoice-parity.cjs; exit 0",
+            "it ends with `exit 0` after `;`, which hides every failure before it",
+        ),
     ];
     for (cmd, why) in table {
         assert_eq!(

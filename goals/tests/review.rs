@@ -144,6 +144,15 @@ fn each_broken_rule_is_reported() {
             ),
             "round-02/claude/F2: disposition \"ignored\" is neither fixed nor rejected",
         ),
+        (
+            // One finding, two dispositions (one reviewer rejects it, another fixes it).
+            good.replacen(
+                r#"{"id": "F3", "disposition": "fixed""#,
+                r#"{"id": "F2", "disposition": "fixed""#,
+                1,
+            ),
+            "round-02/codex/F2: finding F2 is both \"rejected\" and \"fixed\": one finding has one disposition",
+        ),
     ];
     for (json, want) in table {
         std::fs::write(&r2, &json).unwrap();

@@ -843,3 +843,22 @@ fn results_do_not_depend_on_the_current_directory_or_the_spelling_of_the_workspa
     let show: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(show["workspace"], ws.display().to_string());
 }
+
+/// A plan with an assurance contract makes an assured goal, with or without
+/// `--assure`: its completion is earned by its checks.
+#[test]
+fn a_contract_makes_the_goal_assured() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_g2");
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &["goal", "create", "--plan", "plan.md", "--session", "ses_g2"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let s = status(&home, &ws);
+    assert_eq!(s["assured"], true, "{s}");
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("parity: missing"), "{out}");
+}

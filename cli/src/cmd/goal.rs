@@ -76,7 +76,8 @@ pub struct CreateArgs {
     pub plan: PathBuf,
     #[arg(long)]
     pub objective: Option<String>,
-    /// The goal must be earned by its checks (the plan needs an assurance contract).
+    /// Require an assurance contract. (A plan with a contract always makes an assured
+    /// goal: its completion is earned by its checks.)
     #[arg(long)]
     pub assure: bool,
     /// The session the goal belongs to.

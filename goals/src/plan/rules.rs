@@ -1,7 +1,7 @@
 //! The rules a plan and its assurance contract must keep: ids, fields, weak checks
 //! and remote before-states.
 
-use tacho_projections::shell::commands;
+use tacho_projections::shell::{commands, hides_failure};
 
 use super::*;
 
@@ -181,6 +181,9 @@ pub(super) fn weak_check(command: &str) -> Option<String> {
     const KEYWORDS: &[&str] = &[
         "do", "done", "while", "until", "if", "then", "else", "elif", "fi", "!",
     ];
+    if let Some(why) = hides_failure(command) {
+        return Some(why);
+    }
     let mut real: Vec<Vec<String>> = Vec::new();
     let mut presence = false;
     for c in commands(command) {
