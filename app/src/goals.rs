@@ -272,7 +272,7 @@ fn goal_fingerprint(g: &GoalState) -> Result<Result<String, String>, SnapshotErr
     Ok(
         match fingerprint(&ws, &g.source_paths(), &edited, threads)? {
             Fingerprint::Fresh { digest, .. } => Ok(digest),
-            Fingerprint::NoFreshEvidence(w) => Err(format!("{}: {}", w.path, w.reason)),
+            Fingerprint::NoFreshEvidence(w) => Err(w.to_string()),
         },
     )
 }

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
@@ -41,12 +41,69 @@ pub struct Entry {
     pub content: String,
 }
 
-/// Why no fresh evidence can be produced.
+/// At most this many problems are listed by name; the rest are counted.
+pub const MAX_LISTED_PROBLEMS: usize = 20;
+
+/// One path that stands in the way of a fingerprint, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NoEvidence {
+pub struct Problem {
     /// The path at fault (workspace-relative, or as given when it escapes).
     pub path: String,
     pub reason: String,
+}
+
+/// Why no fresh evidence can be produced: every problem found, so that a user can fix
+/// them in one pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NoEvidence {
+    /// The first problem.
+    pub path: String,
+    pub reason: String,
+    /// The problems, the first one first, at most `MAX_LISTED_PROBLEMS`.
+    pub problems: Vec<Problem>,
+    /// How many problems there are in all.
+    pub total: usize,
+}
+
+impl std::fmt::Display for NoEvidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", p.path, p.reason)?;
+        }
+        if self.total > self.problems.len() {
+            write!(f, "; and {} more", self.total - self.problems.len())?;
+        }
+        Ok(())
+    }
+}
+
+/// The problems found so far.
+#[derive(Default)]
+struct Problems(Vec<Problem>, usize);
+
+impl Problems {
+    fn add(&mut self, path: impl Into<String>, reason: impl Into<String>) {
+        self.1 += 1;
+        if self.0.len() < MAX_LISTED_PROBLEMS {
+            self.0.push(Problem {
+                path: path.into(),
+                reason: reason.into(),
+            });
+        }
+    }
+
+    fn refusal(self) -> Option<Fingerprint> {
+        let first = self.0.first()?.clone();
+        Some(Fingerprint::NoFreshEvidence(NoEvidence {
+            path: first.path,
+            reason: first.reason,
+            problems: self.0,
+            total: self.1,
+        }))
+    }
 }
 
 /// A fingerprint, or why there is none.
@@ -62,9 +119,12 @@ pub enum Fingerprint {
 }
 
 fn none(path: impl Into<String>, reason: impl Into<String>) -> Fingerprint {
-    Fingerprint::NoFreshEvidence(NoEvidence {
-        path: path.into(),
-        reason: reason.into(),
+    let mut p = Problems::default();
+    p.add(path, reason);
+    p.refusal().unwrap_or(Fingerprint::Fresh {
+        digest: String::new(),
+        entries: Vec::new(),
+        bytes: 0,
     })
 }
 
@@ -82,6 +142,7 @@ pub fn fingerprint(
     let mut dirs: Vec<String> = Vec::new();
     let mut missing: Vec<String> = Vec::new();
     let git = scan::git_context(&ws)?;
+    let mut problems = Problems::default();
     let named = source_paths
         .iter()
         .map(|p| (p, false))
@@ -92,11 +153,15 @@ pub fn fingerprint(
         } else {
             match relative_path(&ws, given) {
                 Ok(r) => r,
-                Err(e) => return Ok(none(given.clone(), format!("escapes the workspace: {e}"))),
+                Err(e) => {
+                    problems.add(given.clone(), format!("escapes the workspace: {e}"));
+                    continue;
+                }
             }
         };
-        if let Some(why) = linked_parent(&ws, &rel) {
-            return Ok(why);
+        if let Some(link) = crate::snapshot::linked_parent(&ws, &rel) {
+            problems.add(link, "is a symbolic link (a parent of a source path)");
+            continue;
         }
         let m = if rel.is_empty() {
             stat::lstat(&ws)
@@ -113,13 +178,13 @@ pub fn fingerprint(
                     dirs.push(rel);
                 }
             }
-            Err(e) => return Ok(none(rel, format!("unreadable: {e}"))),
-            Ok(m) if m.is_symlink() => return Ok(none(rel, "is a symbolic link")),
+            Err(e) => problems.add(rel, format!("unreadable: {e}")),
+            Ok(m) if m.is_symlink() => problems.add(rel, "is a symbolic link"),
             Ok(m) if m.is_file() => {
                 wanted.insert(rel, true);
             }
             Ok(m) if m.is_dir() => dirs.push(rel),
-            Ok(_) => return Ok(none(rel, "is a special file")),
+            Ok(_) => problems.add(rel, "is a special file"),
         }
     }
 
@@ -146,14 +211,14 @@ pub fn fingerprint(
                 all
             }
         };
-        if let Some(x) = listing.excluded.first() {
+        for x in &listing.excluded {
             let reason = match &x.reason {
                 ExcludeReason::NestedRepository => "is a nested Git repository".to_string(),
                 ExcludeReason::Special => "is a special file".to_string(),
                 ExcludeReason::NotUtf8 => "has a name that is not UTF-8".to_string(),
                 other => other.to_string(),
             };
-            return Ok(none(x.path.clone(), reason));
+            problems.add(x.path.clone(), reason);
         }
         for (p, _) in listing.paths {
             wanted.entry(p).or_insert(false);
@@ -176,7 +241,7 @@ pub fn fingerprint(
     let paths: Vec<&String> = wanted.keys().collect();
     let next = AtomicUsize::new(0);
     let threads = threads.max(1).min(paths.len().div_ceil(16).max(1));
-    let results: Vec<Vec<(usize, Result<Entry, NoEvidence>)>> = std::thread::scope(|s| {
+    let results: Vec<Vec<(usize, Result<Entry, Problem>)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let (next, paths, ws) = (&next, &paths, &ws);
@@ -197,11 +262,16 @@ pub fn fingerprint(
             .collect()
     });
     let mut entries: Vec<Option<Entry>> = vec![None; paths.len()];
-    for (k, r) in results.into_iter().flatten() {
+    let mut results: Vec<(usize, Result<Entry, Problem>)> = results.into_iter().flatten().collect();
+    results.sort_by_key(|r| r.0);
+    for (k, r) in results {
         match r {
             Ok(e) => entries[k] = Some(e),
-            Err(why) => return Ok(Fingerprint::NoFreshEvidence(why)),
+            Err(why) => problems.add(why.path, why.reason),
         }
+    }
+    if let Some(refusal) = problems.refusal() {
+        return Ok(refusal);
     }
     let entries: Vec<Entry> = entries.into_iter().flatten().collect();
     let bytes: u64 = entries.iter().map(|e| e.size).sum();
@@ -235,22 +305,6 @@ pub fn digest(entries: &[Entry]) -> String {
         h.update(&content);
     }
     h.finalize().to_hex().to_string()
-}
-
-/// A link among the parents of `rel` takes it outside what was declared.
-fn linked_parent(ws: &Path, rel: &str) -> Option<Fingerprint> {
-    let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-    let mut p = PathBuf::from(ws);
-    for (i, c) in comps.iter().enumerate().take(comps.len().saturating_sub(1)) {
-        p.push(c);
-        if stat::lstat(&p).is_ok_and(|m| m.is_symlink()) {
-            return Some(none(
-                comps[..=i].join("/"),
-                "is a symbolic link (a parent of a source path)",
-            ));
-        }
-    }
-    None
 }
 
 /// Outside Git: every entry under `dir`, recursively, without ignore rules. Links and
@@ -299,8 +353,8 @@ fn walk_all(ws: &Path, dir: &str, out: &mut scan::Listing) -> Result<(), Snapsho
 
 /// Reads one path without following links and hashes it; the file must look the same
 /// before and after the read.
-fn read_entry(ws: &Path, rel: &str) -> Result<Entry, NoEvidence> {
-    let fail = |reason: String| NoEvidence {
+fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
+    let fail = |reason: String| Problem {
         path: rel.to_owned(),
         reason,
     };

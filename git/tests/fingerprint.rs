@@ -368,3 +368,25 @@ fn the_limits_give_no_fresh_evidence() {
         "135266304 bytes of content, more than the limit of 134217728"
     );
 }
+
+/// A refusal names every path in the way (the first 20, and how many in all), so that
+/// a user can fix them in one pass.
+#[test]
+fn a_refusal_lists_every_problem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("ok.txt"), "ok").unwrap();
+    for i in 0..25 {
+        std::os::unix::fs::symlink("ok.txt", ws.join(format!("link-{i:02}"))).unwrap();
+    }
+    let Fingerprint::NoFreshEvidence(why) = fingerprint(&ws, &[".".into()], &[], 2).unwrap() else {
+        panic!("links are no fresh evidence");
+    };
+    assert_eq!(why.total, 25);
+    assert_eq!(why.problems.len(), 20);
+    assert_eq!(why.path, "link-00");
+    assert_eq!(why.problems[19].path, "link-19");
+    assert!(why.to_string().ends_with("; and 5 more"), "{why}");
+    assert!(why.to_string().starts_with("link-00: "), "{why}");
+}

@@ -602,3 +602,36 @@ fn mermaid_output_parses_with_the_real_mermaid_parser() {
     );
     assert_eq!(text.matches("ok ").count(), 3, "{text}");
 }
+
+/// A closed stdout is a normal exit for every kind of output, JSON included
+/// (`tacho fingerprint --json | head -1`).
+#[test]
+fn a_closed_stdout_is_success_for_json_output_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for i in 0..200 {
+        std::fs::write(ws.join(format!("file-{i:03}.txt")), "x").unwrap();
+    }
+    for args in [
+        vec!["fingerprint", "--json"],
+        vec!["fingerprint"],
+        vec!["session", "list", "--json"],
+    ] {
+        let mut c = tacho_tests::tacho(&tmp.path().join("home"));
+        c.current_dir(&ws)
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        // The reader goes away before tacho writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

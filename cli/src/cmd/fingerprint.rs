@@ -67,13 +67,12 @@ pub fn run(a: FingerprintArgs) -> Result<(), CliError> {
                     "fresh": false,
                     "path": why.path,
                     "reason": why.reason,
+                    "problems": why.problems,
+                    "problems_total": why.total,
                 }))?;
                 out.finish()?;
             }
-            Err(CliError::findings(format!(
-                "no fresh evidence: {}: {}",
-                why.path, why.reason
-            )))
+            Err(CliError::findings(format!("no fresh evidence: {why}")))
         }
     }
 }

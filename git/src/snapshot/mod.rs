@@ -36,6 +36,7 @@ pub use paths::{canonical_workspace, head_commit, relative_path};
 pub use types::*;
 
 use full::*;
+pub(crate) use paths::linked_parent;
 use paths::*;
 pub(crate) use scan::slash_path;
 use tree::*;

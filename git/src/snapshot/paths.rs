@@ -126,7 +126,7 @@ pub(super) fn bad_tree_path(path: &str, e: impl std::fmt::Display) -> SnapshotEr
 
 /// The first parent of `rel` (workspace-relative, `/` separators) that is not a real
 /// directory — a symbolic link, or anything else — if there is one.
-pub(super) fn linked_parent(workspace: &Path, rel: &str) -> Option<String> {
+pub(crate) fn linked_parent(workspace: &Path, rel: &str) -> Option<String> {
     let mut at = String::new();
     let parts: Vec<&str> = rel.split('/').collect();
     for part in parts.iter().take(parts.len().saturating_sub(1)) {
