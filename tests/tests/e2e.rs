@@ -635,3 +635,48 @@ fn a_closed_stdout_is_success_for_json_output_too() {
         );
     }
 }
+
+/// A record that cannot be read to its end is not called paired or balanced: replay
+/// verification says those checks were not made.
+#[test]
+fn replay_verify_of_an_unreadable_record_checks_nothing_it_did_not_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let example = tacho_tests::repo_root().join("examples/sessions/rate-limit.jsonl");
+    let mut c = tacho_tests::tacho(&home);
+    c.args(["record", "--snapshots", "off", "--batch-lines", "1"])
+        .arg(&example);
+    let (code, _, err) = run(c);
+    assert_eq!(code, 0, "{err}");
+    let dir = std::fs::read_dir(home.join("log/streams"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let seg = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    std::fs::write(&seg, bytes).unwrap();
+    let mut c = tacho_tests::tacho(&home);
+    c.args([
+        "session",
+        "replay",
+        "ses_01jdemo8xk4rate1imit0000a",
+        "--mode",
+        "verify",
+    ]);
+    let (code, out, _) = run(c);
+    assert_eq!(code, 1, "{out}");
+    assert!(!out.contains("paired with their calls: ok"), "{out}");
+    assert!(
+        out.contains("tool results paired with their calls: NOT CHECKED"),
+        "{out}"
+    );
+}

@@ -235,9 +235,13 @@ pub fn print_verification(v: &Verification, json: bool, out: &mut Out) -> Result
         }
     }
     if let Some(e) = &v.read_error {
-        out.line(format!(
-            "finding: the session could not be read to its end: {e}"
-        ))?;
+        if json {
+            out.json(&serde_json::json!({"type": "finding", "check": "read", "message": format!("the session could not be read to its end: {e}")}))?;
+        } else {
+            out.line(format!(
+                "finding: the session could not be read to its end: {e}"
+            ))?;
+        }
     }
     let projection = match &v.projection {
         ProjectionCheck::NoneStored => "none stored, so none to compare with a rebuild".to_string(),
@@ -272,6 +276,7 @@ pub fn print_verification(v: &Verification, json: bool, out: &mut Out) -> Result
             "events": log.events, "tool_results_checked": report.tool_results_checked,
             "receipts_checked": report.receipts_checked,
             "interrupted": report.interrupted.len(), "pending": report.pending.len(),
+            "read_to_end": v.read_error.is_none(),
             "head": hex(&log.chain), "stored_projection": projection,
         }))?;
         return Ok(());
@@ -285,43 +290,52 @@ pub fn print_verification(v: &Verification, json: bool, out: &mut Out) -> Result
         log.events,
         log.segments
     ))?;
-    out.line(format!(
-        "  tool results paired with their calls: {} (all {} results checked, none skipped)",
-        ok(!report
+    if v.read_error.is_some() {
+        // What was read is not the record: nothing about it can be called ok.
+        out.line(format!(
+            "  tool results paired with their calls: NOT CHECKED (the record could not be read to its end; {} results seen before that)",
+            report.tool_results_checked
+        ))?;
+        out.line("  steps balanced, one start, nothing after the end: NOT CHECKED")?;
+    } else {
+        out.line(format!(
+            "  tool results paired with their calls: {} (all {} results checked, none skipped)",
+            ok(!report
+                .findings
+                .iter()
+                .any(|f| f.rule == ReplayRule::Pairing)),
+            report.tool_results_checked
+        ))?;
+        for i in &report.interrupted {
+            out.line(format!(
+                "  interrupted: call {} ({}) at event {} has no result",
+                i.call_id, i.tool, i.seq
+            ))?;
+        }
+        if !report.pending.is_empty() {
+            out.line(format!(
+                "  running: {} call(s) without a result yet",
+                report.pending.len()
+            ))?;
+        }
+        out.line(format!(
+            "  steps balanced, one start, nothing after the end: {}",
+            ok(!report
+                .findings
+                .iter()
+                .any(|f| matches!(f.rule, ReplayRule::Steps | ReplayRule::Lifecycle)))
+        ))?;
+        let evidence_ok = !report
             .findings
             .iter()
-            .any(|f| f.rule == ReplayRule::Pairing)),
-        report.tool_results_checked
-    ))?;
-    for i in &report.interrupted {
-        out.line(format!(
-            "  interrupted: call {} ({}) at event {} has no result",
-            i.call_id, i.tool, i.seq
-        ))?;
-    }
-    if !report.pending.is_empty() {
-        out.line(format!(
-            "  running: {} call(s) without a result yet",
-            report.pending.len()
-        ))?;
-    }
-    out.line(format!(
-        "  steps balanced, one start, nothing after the end: {}",
-        ok(!report
-            .findings
-            .iter()
-            .any(|f| matches!(f.rule, ReplayRule::Steps | ReplayRule::Lifecycle)))
-    ))?;
-    let evidence_ok = !report
-        .findings
-        .iter()
-        .any(|f| f.rule == ReplayRule::Evidence);
-    if report.receipts_checked > 0 || !evidence_ok {
-        out.line(format!(
-            "  goal receipts agree with their frozen plans: {} ({} checked)",
-            ok(evidence_ok),
-            report.receipts_checked
-        ))?;
+            .any(|f| f.rule == ReplayRule::Evidence);
+        if report.receipts_checked > 0 || !evidence_ok {
+            out.line(format!(
+                "  goal receipts agree with their frozen plans: {} ({} checked)",
+                ok(evidence_ok),
+                report.receipts_checked
+            ))?;
+        }
     }
     out.line(format!("  stored projections: {projection}"))?;
     if log_ok {
