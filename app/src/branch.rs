@@ -145,7 +145,9 @@ impl Tacho {
             }
             None => self.new_session_id(),
         };
-        let now = self.now();
+        // The branch starts when the run it was cut from started, so that its steps
+        // and its duration read as that run's.
+        let started = first.event.time_unix_ns;
         let point = from.unwrap_or("end");
         let mut start = start.clone();
         start.parent = Some(parent.to_owned());
@@ -171,9 +173,9 @@ impl Tacho {
             .collect();
         let copied = copies.len();
         let mut batch = vec![
-            (now, EventBody::SessionStart(start)),
+            (started, EventBody::SessionStart(start)),
             (
-                now,
+                started,
                 EventBody::SessionBranch(SessionBranch {
                     parent: parent.to_owned(),
                     through_seq: through,

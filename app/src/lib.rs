@@ -40,7 +40,8 @@ pub use ingest::{BatchAck, Ingest, IngestError, IngestOptions, RecordError, Sess
 pub use logs::{LogReport, LogsError, analyse_logs};
 pub use logtools::{DumpError, dump_segment_file};
 pub use replay::{
-    ExpectCall, ExpectStep, Expected, ProjectionCheck, ReplayError, Verification, verify_package,
+    ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,
+    ReplayError, Verification, verify_package,
 };
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};

@@ -10,7 +10,8 @@ use tacho_projections::{ExecutionGraph, FoldState};
 use tacho_store::{Store, StoreError, hex, stream_dir_name};
 
 /// The format of a stored projection file.
-pub const STORED_FORMAT: &str = "tacho.projections.v1";
+/// (v2: the graph counts goal events; a v1 file is rebuilt.)
+pub const STORED_FORMAT: &str = "tacho.projections.v2";
 
 #[derive(Serialize, Deserialize)]
 struct Stored {

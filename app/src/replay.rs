@@ -124,6 +124,41 @@ pub struct ExpectStep {
     pub tool_calls: Vec<ExpectCall>,
 }
 
+/// What a re-driven run starts from: the first record of `--mode execute`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExpectHeader {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub session: String,
+    pub workspace: Option<String>,
+    pub agent: Option<String>,
+    pub model: Option<String>,
+    /// The snapshot to restore before re-driving (the session's first), if any.
+    pub start_snapshot: Option<String>,
+    pub steps: usize,
+}
+
+/// How the recorded run ended: the last record of `--mode execute`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExpectEnd {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub session: String,
+    pub end_reason: Option<tacho_schema::EndReason>,
+    pub steps: usize,
+    pub tool_calls: usize,
+    /// The snapshot of the workspace at the end (the last one recorded), if any.
+    pub end_snapshot: Option<String>,
+}
+
+/// The expectations of a run for a harness that re-drives an agent.
+#[derive(Debug, Clone)]
+pub struct Expectations {
+    pub header: ExpectHeader,
+    pub steps: Vec<ExpectStep>,
+    pub end: ExpectEnd,
+}
+
 /// Runs every check of a session's record in `store`.
 fn verify(store: &Store, session: &str) -> Result<Verification, StoreError> {
     let log = store.verify_session(session, true)?;
@@ -209,13 +244,15 @@ impl Tacho {
     /// Per step, what a re-driven agent is expected to do: the calls, in order, with
     /// their inputs, and the results the original run got. Steps and their usage come
     /// from the execution graph, so the attribution is the same as in `tacho graph`.
-    pub fn expectations(&self, session: &str) -> Result<Vec<ExpectStep>, StoreError> {
+    pub fn expectations(&self, session: &str) -> Result<Expectations, StoreError> {
         let mut g = ExecutionGraph::new(session);
+        let mut model = None;
         let mut inputs: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut results: BTreeMap<String, ToolResult> = BTreeMap::new();
         self.log().read_session(session, |e| {
             g.apply(e.seq, &e.event);
             match e.event.body {
+                EventBody::SessionStart(s) => model = s.model,
                 EventBody::ToolCall(c) => {
                     inputs.insert(c.call_id, c.input);
                 }
@@ -225,7 +262,8 @@ impl Tacho {
                 _ => {}
             }
         })?;
-        Ok(g.steps
+        let steps: Vec<ExpectStep> = g
+            .steps
             .iter()
             .map(|s| ExpectStep {
                 kind: "expect_step",
@@ -256,6 +294,26 @@ impl Tacho {
                     })
                     .collect(),
             })
-            .collect())
+            .collect();
+        Ok(Expectations {
+            header: ExpectHeader {
+                kind: "expect_session",
+                session: session.to_owned(),
+                workspace: g.workspace.clone(),
+                agent: g.agents.first().cloned(),
+                model,
+                start_snapshot: g.snapshots.first().map(|s| s.id.clone()),
+                steps: steps.len(),
+            },
+            end: ExpectEnd {
+                kind: "expect_end",
+                session: session.to_owned(),
+                end_reason: g.end_reason,
+                steps: steps.len(),
+                tool_calls: steps.iter().map(|s| s.tool_calls.len()).sum(),
+                end_snapshot: g.snapshots.last().map(|s| s.id.clone()),
+            },
+            steps,
+        })
     }
 }

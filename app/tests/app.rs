@@ -73,6 +73,13 @@ fn run_operations(t: &Tacho) -> (String, Vec<String>) {
     for (i, line) in EXAMPLE.lines().enumerate() {
         ingest.line(i + 1, line).unwrap();
     }
+    // A line without `ts`: stamped by the clock.
+    ingest
+        .line(
+            1000,
+            r#"{"type":"session.start","session":"clocked","agent":"a"}"#,
+        )
+        .unwrap();
     let totals = ingest.finish().unwrap();
     let recorded: Vec<String> = totals.keys().cloned().collect();
     let b = t.branch(&recorded[0], Some("step 2"), None).unwrap();
@@ -89,12 +96,19 @@ fn a_fixed_clock_and_fixed_ids_give_the_same_store() {
     let tb = open(b.path(), Arc::default());
     let (da, ids_a) = run_operations(&ta);
     let (db, ids_b) = run_operations(&tb);
-    assert_eq!(ids_a, vec!["ses_fixed0001", "ses_fixed0002"]);
+    assert_eq!(
+        ids_a,
+        vec!["ses_fixed0001", "ses_fixed0002", "ses_fixed0003"]
+    );
     assert_eq!(ids_a, ids_b);
     assert_eq!(da, db, "same operations, same clock and ids: same bytes");
-    // The branch was stamped by the clock, not the wall time.
+    // The line without a time was stamped by the clock, not the wall time.
     let events = ta.events("ses_fixed0002").unwrap();
     assert_eq!(events[0].event.time_unix_ns, 1_795_996_800_000_000_000);
+    // The branch starts when the run it was cut from started.
+    let branch = ta.events("ses_fixed0003").unwrap();
+    let parent = ta.events("ses_fixed0001").unwrap();
+    assert_eq!(branch[0].event.time_unix_ns, parent[0].event.time_unix_ns);
 }
 
 #[test]

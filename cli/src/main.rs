@@ -40,7 +40,7 @@ enum Command {
     Graph(cmd::graph::GraphArgs),
     /// The risk assessment of a session: score, level and every factor.
     Risk(cmd::risk::RiskArgs),
-    /// Sessions: list them.
+    /// Sessions: list, show, replay, compare, trace, roll back and branch them.
     #[command(subcommand)]
     Session(cmd::session::SessionCommand),
     /// Log-level tooling: verify, dump and count the raw segments.

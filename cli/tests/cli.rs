@@ -677,12 +677,23 @@ fn replay_modes() {
         &["session", "replay", "ses_01jdemo", "--mode", "execute"],
         None,
     );
-    let steps: Vec<serde_json::Value> = exec
+    let records: Vec<serde_json::Value> = exec
         .lines()
         .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(steps.len(), 4, "{exec}");
+    // A header (what to start from), the steps, an end record (how the run ended).
+    assert_eq!(records.len(), 6, "{exec}");
+    let (header, end) = (&records[0], &records[5]);
+    assert_eq!(header["type"], "expect_session");
+    assert_eq!(header["agent"], "architect");
+    assert_eq!(header["model"], "claude-sonnet-4-5");
+    assert_eq!(header["steps"], 4);
+    assert_eq!(end["type"], "expect_end");
+    assert_eq!(end["end_reason"], "completed");
+    assert_eq!(end["tool_calls"], 9);
+    let steps = &records[1..5];
+    assert!(steps.iter().all(|s| s["type"] == "expect_step"));
     assert_eq!(steps[0]["tokens_in"], 12263);
     assert_eq!(steps[2]["tool_calls"][0]["input"]["command"], "npm test");
     assert_eq!(steps[2]["tool_calls"][0]["expected"]["status"], "error");
@@ -1015,7 +1026,7 @@ fn trace_of_a_session_and_of_log_files() {
         +  0:58.000   END     completed
 
         9 tool calls (1 failed), 5 model calls (99,380 in / 4,860 out tokens), 1 route(s), 0 error(s); slowest call: bash npm test 6.4s
-        Lines marked ! are what the risk score weighs: failures, errors, denials, gate decisions.
+        Lines marked ! are what the risk score weighs: failures, errors, denials, refused completions, pauses and blocks.
         --- stderr
     "#]]);
     let logs = env.home.path().join("logs");

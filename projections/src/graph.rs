@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tacho_schema::{EndReason, Event, EventView, SnapshotReason, ToolStatus, VerificationStatus};
+use tacho_schema::{
+    EndReason, Event, EventView, GoalAction, SnapshotReason, ToolStatus, VerificationStatus,
+};
 
 /// The JSON schema identifier of [`ExecutionGraph`] (SPEC.md §8).
 pub const GRAPH_SCHEMA: &str = "tacho.graph.v1";
@@ -140,6 +142,27 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// What the session's goal events say, counted (the `Goals` projection has the detail).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GoalActivity {
+    /// Receipts recorded, and how many of them failed.
+    pub receipts: u64,
+    pub receipts_failed: u64,
+    /// Completion attempts the gate refused.
+    pub completions_refused: u64,
+    /// A goal was completed (the gate accepted).
+    pub completed: bool,
+    /// Goals paused by the stall rule, and goals marked blocked.
+    pub paused: u64,
+    pub blocked: u64,
+}
+
+impl GoalActivity {
+    pub fn is_empty(&self) -> bool {
+        *self == GoalActivity::default()
+    }
+}
+
 /// A change tacho saw between two of the session's snapshots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedChange {
@@ -210,6 +233,9 @@ pub struct ExecutionGraph {
     /// Sessions this one rolled back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rollbacks_of: Vec<String>,
+    /// Goal receipts and completion attempts (absent when the session has none).
+    #[serde(default, skip_serializing_if = "GoalActivity::is_empty")]
+    pub goals: GoalActivity,
     pub permission_asks: u64,
     pub permission_denials: u64,
     pub events: u64,
@@ -297,6 +323,7 @@ impl ExecutionGraph {
             snapshots: Vec::new(),
             branch: None,
             rollbacks_of: Vec::new(),
+            goals: GoalActivity::default(),
             permission_asks: 0,
             permission_denials: 0,
             events: 0,
@@ -610,6 +637,21 @@ impl ExecutionGraph {
             EventView::RollbackApplied { rolled_back, .. } => {
                 self.rollbacks_of.push(rolled_back.to_string())
             }
+            EventView::GoalCheck { passed, .. } => {
+                self.goals.receipts += 1;
+                if !passed {
+                    self.goals.receipts_failed += 1;
+                }
+            }
+            EventView::GoalUpdate {
+                action, accepted, ..
+            } => match (action, accepted) {
+                (GoalAction::Complete, true) => self.goals.completed = true,
+                (GoalAction::Complete, false) => self.goals.completions_refused += 1,
+                (GoalAction::Pause, true) => self.goals.paused += 1,
+                (GoalAction::Block, true) => self.goals.blocked += 1,
+                _ => {}
+            },
             EventView::Goal { .. } | EventView::Unknown => {}
         }
     }

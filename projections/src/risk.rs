@@ -500,6 +500,37 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             mitigation: "Treat the work as unfinished until it is completed and verified.",
         });
     }
+    // Goal assurance: a refused completion that no later completion made good means
+    // the goal's own checks say the work is not done.
+    let goals = &g.goals;
+    let goal_open = !goals.completed
+        && (goals.completions_refused > 0 || goals.paused > 0 || goals.blocked > 0);
+    if goal_open {
+        let mut what = Vec::new();
+        if goals.completions_refused > 0 {
+            what.push(format!(
+                "the completion gate refused {} time(s)",
+                goals.completions_refused
+            ));
+        }
+        if goals.paused > 0 {
+            what.push("the goal was paused as stalled".to_string());
+        }
+        if goals.blocked > 0 {
+            what.push("the goal was marked blocked".to_string());
+        }
+        factors.push(RiskFactor {
+            id: "goal_not_completed",
+            weight: 15,
+            evidence: format!(
+                "{}, and no completion was accepted ({} receipt(s), {} failed)",
+                what.join("; "),
+                goals.receipts,
+                goals.receipts_failed
+            ),
+            mitigation: "Make the goal's checks pass (tacho goal status) before calling the work done.",
+        });
+    }
     let score = factors.iter().map(|f| f.weight).sum::<u32>().min(100);
     let level = RiskLevel::of_score(score);
     let confidence = match (n_files > 0, !runs.is_empty()) {
@@ -508,7 +539,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         (false, false) => Confidence::Low,
     };
     let failed_last = matches!(last_run, Some((_, false, _)));
-    let readiness = if g.end_reason == Some(EndReason::GateBlocked) || failed_last {
+    let readiness = if g.end_reason == Some(EndReason::GateBlocked) || failed_last || goal_open {
         Readiness::Blocked
     } else if n_files > 0 && !verified {
         Readiness::NeedsValidation

@@ -92,10 +92,22 @@ pub enum EventView<'a> {
         parent: &'a str,
         through_seq: u64,
     },
-    /// A goal event (`goal.created`, `goal.check`, `goal.update`): folded by the goal
-    /// projection from owned events, not by the graph.
+    /// `goal.created` or `goal.check_start`: folded by the goal projection from owned
+    /// events, not by the graph.
     Goal {
         goal: &'a str,
+    },
+    /// `goal.check`: a receipt.
+    GoalCheck {
+        goal: &'a str,
+        check: &'a str,
+        passed: bool,
+    },
+    /// `goal.update`: a completion attempt, a block or a pause.
+    GoalUpdate {
+        goal: &'a str,
+        action: GoalAction,
+        accepted: bool,
     },
     /// A kind this tacho does not know.
     Unknown,
@@ -183,8 +195,16 @@ impl EventBody {
                 through_seq: b.through_seq,
             },
             EventBody::GoalCreated(g) => EventView::Goal { goal: &g.goal },
-            EventBody::GoalCheckRun(g) => EventView::Goal { goal: &g.goal },
-            EventBody::GoalUpdate(g) => EventView::Goal { goal: &g.goal },
+            EventBody::GoalCheckRun(g) => EventView::GoalCheck {
+                goal: &g.goal,
+                check: &g.check,
+                passed: g.passed,
+            },
+            EventBody::GoalUpdate(g) => EventView::GoalUpdate {
+                goal: &g.goal,
+                action: g.action,
+                accepted: g.accepted,
+            },
             EventBody::GoalCheckStart(g) => EventView::Goal { goal: &g.goal },
             EventBody::Unknown { .. } => EventView::Unknown,
         }
@@ -375,12 +395,22 @@ impl<'a> EventView<'a> {
             18 => EventView::Goal {
                 goal: s(&access!(GoalCreated, kind, version, payload).goal),
             },
-            19 => EventView::Goal {
-                goal: s(&access!(GoalCheckRun, kind, version, payload).goal),
-            },
-            20 => EventView::Goal {
-                goal: s(&access!(GoalUpdate, kind, version, payload).goal),
-            },
+            19 => {
+                let a = access!(GoalCheckRun, kind, version, payload);
+                EventView::GoalCheck {
+                    goal: s(&a.goal),
+                    check: s(&a.check),
+                    passed: a.passed,
+                }
+            }
+            20 => {
+                let a = access!(GoalUpdate, kind, version, payload);
+                EventView::GoalUpdate {
+                    goal: s(&a.goal),
+                    action: e::<GoalAction>(&a.action),
+                    accepted: a.accepted,
+                }
+            }
             21 => EventView::Goal {
                 goal: s(&access!(GoalCheckStart, kind, version, payload).goal),
             },

@@ -862,3 +862,52 @@ fn a_contract_makes_the_goal_assured() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("parity: missing"), "{out}");
 }
+
+/// Goal events are part of the story: the trace shows receipts and gate decisions, and
+/// a refused completion that nothing made good is a risk factor.
+#[test]
+fn trace_and_risk_show_goal_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = setup(tmp.path());
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2"],
+    );
+    assert_eq!(code, 1);
+    let (code, _, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert_eq!(code, 1);
+    let (_, trace, _) = t(&home, &ws, &["session", "trace", "ses_g2"]);
+    assert!(
+        trace.contains("! CHECK   parity failed (exit 1)"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("! GATE    completion refused: 1 of 1 checks not passed"),
+        "{trace}"
+    );
+    let (_, risk, _) = t(&home, &ws, &["risk", "ses_g2", "--json"]);
+    let risk: serde_json::Value = serde_json::from_str(risk.trim()).unwrap();
+    let ids: Vec<&str> = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"goal_not_completed"), "{ids:?}");
+    assert_eq!(risk["readiness"], "blocked");
+    // Made good: the check passes, the gate accepts, the factor goes.
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let (code, _, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2"],
+    );
+    assert_eq!(code, 0);
+    let (code, _, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+    assert_eq!(code, 0);
+    let (_, risk, _) = t(&home, &ws, &["risk", "ses_g2", "--json"]);
+    assert!(!risk.contains("goal_not_completed"), "{risk}");
+    let (_, trace, _) = t(&home, &ws, &["session", "trace", "ses_g2"]);
+    assert!(trace.contains("  GATE    completion accepted"), "{trace}");
+}

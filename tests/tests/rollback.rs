@@ -300,6 +300,17 @@ fn branch_forks_up_to_a_step_and_names_its_parent() {
         1,
         "only step 1 is copied"
     );
+    // The branch reads as the run it was cut from: it starts when that run started,
+    // so its duration is that run's up to the cut, not "0ms".
+    let orig = e.json(&["graph", "ses_orig", "--format", "json"]);
+    assert_eq!(graph["started_unix_ns"], orig["started_unix_ns"]);
+    assert!(
+        graph["duration_ms"].as_u64().is_some_and(|d| d > 0),
+        "{}",
+        graph["duration_ms"]
+    );
+    let last_copied = graph["last_event_unix_ns"].as_i64().unwrap();
+    assert!(last_copied <= orig["last_event_unix_ns"].as_i64().unwrap());
     let (_, list, _) = e.tacho(&["session", "list", "--json"]);
     let fork = list
         .lines()

@@ -18,8 +18,8 @@ pub enum GoalCommand {
     Create(CreateArgs),
     /// Run a frozen check by its id and record the receipt.
     Check(CheckArgs),
-    /// Each check's state (passed, failed, stale, missing) and whether the goal can
-    /// complete.
+    /// Each check's state (passed, failed, stale, running, missing) and whether the goal
+    /// can complete.
     Status(StatusArgs),
     /// The completion gate: completes the goal only if every check passed on the
     /// source as it is now; otherwise names every check that did not, and why.

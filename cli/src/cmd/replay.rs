@@ -67,9 +67,12 @@ pub fn run(a: ReplayArgs) -> Result<(), CliError> {
         ReplayMode::Reconstruct => reconstruct(&tacho.events(&session)?, a.json, &mut out)?,
         ReplayMode::Export => return export(&tacho, &session, a.output.as_deref()),
         ReplayMode::Execute => {
-            for step in tacho.expectations(&session)? {
-                out.json(&step)?;
+            let x = tacho.expectations(&session)?;
+            out.json(&x.header)?;
+            for step in &x.steps {
+                out.json(step)?;
             }
+            out.json(&x.end)?;
         }
         ReplayMode::Verify => {
             let v = tacho.verify_session(&session)?;

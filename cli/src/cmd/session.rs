@@ -15,8 +15,8 @@ pub enum SessionCommand {
     List(ListArgs),
     /// One session's headline: who, where, when, how it ended, tokens, files, risk.
     Show(ShowArgs),
-    /// Rebuild a session from its events (never re-running anything): summary, verify
-    /// or reconstruct.
+    /// Rebuild a session from its events (never re-running anything): summary, verify,
+    /// reconstruct, execute (expectations for a harness) or export (a portable package).
     Replay(crate::cmd::replay::ReplayArgs),
     /// Compare two runs: risk, files, failures, decision paths; --deep aligns their steps.
     Compare(crate::cmd::compare::CompareArgs),

@@ -133,6 +133,38 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
             EventBody::PermissionReply(p) if p.decision == tacho_schema::Decision::Deny => {
                 ("DENIED", p.request_id.clone(), "!")
             }
+            EventBody::GoalCreated(gc) => {
+                ("GOAL", format!("{} {}: {}", gc.goal, gc.kind, gc.title), "")
+            }
+            EventBody::GoalCheckRun(r) => (
+                "CHECK",
+                format!(
+                    "{} {}{}",
+                    r.check,
+                    if r.passed { "passed" } else { "failed" },
+                    r.exit_code
+                        .map(|c| format!(" (exit {c})"))
+                        .unwrap_or_else(|| if r.timed_out {
+                            " (timed out)".into()
+                        } else {
+                            String::new()
+                        })
+                ),
+                if r.passed { "" } else { "!" },
+            ),
+            EventBody::GoalUpdate(u) => {
+                let reason = u.reason.clone().unwrap_or_default();
+                match (u.action, u.accepted) {
+                    (tacho_schema::GoalAction::Complete, true) => {
+                        ("GATE", format!("completion accepted: {reason}"), "")
+                    }
+                    (tacho_schema::GoalAction::Complete, false) => {
+                        ("GATE", format!("completion refused: {reason}"), "!")
+                    }
+                    (tacho_schema::GoalAction::Pause, _) => ("PAUSE", reason, "!"),
+                    (tacho_schema::GoalAction::Block, _) => ("BLOCK", reason, "!"),
+                }
+            }
             EventBody::SessionEnd(en) => match en.reason {
                 EndReason::GateBlocked => (
                     "GATE",
@@ -182,7 +214,7 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
             .unwrap_or_default()
     ))?;
     out.line(
-        "Lines marked ! are what the risk score weighs: failures, errors, denials, gate decisions.",
+        "Lines marked ! are what the risk score weighs: failures, errors, denials, refused completions, pauses and blocks.",
     )?;
     out.finish()
 }
