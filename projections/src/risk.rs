@@ -91,8 +91,12 @@ pub struct RiskFactor {
     /// A stable identifier (`files_changed`, `security_sensitive`, ...).
     pub id: &'static str,
     pub weight: u32,
+    /// One line for people (long lists are shortened here, never in `paths`).
     pub evidence: String,
     pub mitigation: &'static str,
+    /// Every path the factor is about, in full.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 /// The assessment of one session.
@@ -324,6 +328,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             weight: (n_files as u32 * 5 / 2).min(20),
             evidence: format!("{n_files} file(s) changed: {}", list(&files)),
             mitigation: "Review every changed file; split unrelated changes into separate pull requests.",
+            paths: files.iter().map(|f| f.to_string()).collect(),
         });
     }
     if lines > 500 {
@@ -332,6 +337,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             weight: if lines > 2000 { 10 } else { 5 },
             evidence: format!("{lines} lines added or removed"),
             mitigation: "Large diffs hide mistakes: review in parts, or ask the agent for smaller steps.",
+            paths: Vec::new(),
         });
     }
     // Top-level areas of the change. Tests and docs travel with the code they cover,
@@ -352,6 +358,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
                 areas.iter().copied().collect::<Vec<_>>().join(", ")
             ),
             mitigation: "Have an owner of each area review its part.",
+            paths: Vec::new(),
         });
     }
     let failures: Vec<_> = g
@@ -381,6 +388,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
                     .join("; ")
             ),
             mitigation: "Check that every failure was resolved, not worked around.",
+            paths: Vec::new(),
         });
     }
     // Verification: recorded runs, and shell calls of known test runners and builds.
@@ -426,18 +434,21 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             weight: 15,
             evidence: "files changed and no test, build or lint run was recorded".into(),
             mitigation: "Run the test suite on the change before merging.",
+            paths: Vec::new(),
         }),
         (Some((_, false, cmd)), _) => factors.push(RiskFactor {
             id: "verification_failed",
             weight: 20,
             evidence: format!("the last verification failed: {cmd}"),
             mitigation: "Fix the failure and run the verification again.",
+            paths: Vec::new(),
         }),
         (Some((seq, true, cmd)), Some(edit)) if *seq < edit => factors.push(RiskFactor {
             id: "edited_after_verification",
             weight: 10,
             evidence: format!("files changed after the last passing run ({cmd})"),
             mitigation: "Run the verification again on the final state.",
+            paths: Vec::new(),
         }),
         _ => {}
     }
@@ -447,6 +458,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             weight: 5,
             evidence: "no file snapshot was recorded, so the diff cannot be checked against the edits the agent reported".into(),
             mitigation: "Record snapshots (adapters take them at step boundaries) so the real diff can be reviewed.",
+            paths: Vec::new(),
         });
     }
     let api: Vec<&String> = files
@@ -464,6 +476,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
                 list(&api)
             ),
             mitigation: "Check callers and compatibility; document the change.",
+            paths: api.iter().map(|f| f.to_string()).collect(),
         });
     }
     let sensitive: Vec<&String> = files
@@ -477,6 +490,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             weight: (sensitive.len() as u32 * 8).min(24),
             evidence: format!("security-sensitive path(s) touched: {}", list(&sensitive)),
             mitigation: "Ask for a security review of these files.",
+            paths: sensitive.iter().map(|f| f.to_string()).collect(),
         });
     }
     let ending = match g.end_reason {
@@ -498,6 +512,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             weight,
             evidence: evidence.into(),
             mitigation: "Treat the work as unfinished until it is completed and verified.",
+            paths: Vec::new(),
         });
     }
     // Goal assurance: a refused completion that no later completion made good means
@@ -529,6 +544,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
                 goals.receipts_failed
             ),
             mitigation: "Make the goal's checks pass (tacho goal status) before calling the work done.",
+            paths: Vec::new(),
         });
     }
     let score = factors.iter().map(|f| f.weight).sum::<u32>().min(100);

@@ -680,3 +680,71 @@ fn replay_verify_of_an_unreadable_record_checks_nothing_it_did_not_read() {
         "{out}"
     );
 }
+
+/// Every `--json` output is JSON Lines whose records carry a `type`, with each Unix
+/// nanosecond time beside its RFC 3339 form.
+#[test]
+fn every_json_record_has_a_type_and_readable_times() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let input = format!(
+        "{}\n{}\n{}\n{}\n{}\n",
+        format_args!(
+            r#"{{"type":"session.start","session":"ses_j","workspace":"{}","agent":"a"}}"#,
+            ws.display()
+        ),
+        r#"{"type":"step.start","session":"ses_j","step":1}"#,
+        r#"{"type":"tool.call","session":"ses_j","call_id":"c","tool":"bash","target":"cargo test"}"#,
+        r#"{"type":"tool.result","session":"ses_j","call_id":"c","status":"ok"}"#,
+        r#"{"type":"step.finish","session":"ses_j","step":1}"#,
+    );
+    let (code, _, err) = tacho_tests::run_with_stdin(&home, &["record", "--json"], &input);
+    assert_eq!(code, 0, "{err}");
+    let ws_arg = ws.to_str().unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["session", "list", "--json"],
+        vec!["session", "show", "ses_j", "--json"],
+        vec!["graph", "ses_j", "--format", "json"],
+        vec!["risk", "ses_j", "--json"],
+        vec!["session", "replay", "ses_j", "--mode", "verify", "--json"],
+        vec!["session", "replay", "ses_j", "--mode", "execute"],
+        vec![
+            "session",
+            "replay",
+            "ses_j",
+            "--mode",
+            "reconstruct",
+            "--json",
+        ],
+        vec!["session", "compare", "ses_j", "ses_j", "--json"],
+        vec!["session", "trace", "ses_j", "--json"],
+        vec!["session", "rollback", "ses_j", "--list", "--json"],
+        vec!["session", "branch", "ses_j", "--json"],
+        vec!["log", "verify", "--json"],
+        vec!["log", "stats", "--json"],
+        vec!["log", "dump", "ses_j", "--json"],
+        vec!["snapshot", "--workspace", ws_arg, "--json"],
+        vec!["gc", "--dry-run", "--json"],
+        vec!["fingerprint", "--workspace", ws_arg, "--json"],
+    ];
+    for args in commands {
+        let mut c = tacho(&home);
+        c.args(&args);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(!out.trim().is_empty(), "{args:?}");
+        for line in out.lines() {
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{args:?}: {e}: {line}"));
+            assert!(v["type"].is_string(), "{args:?}: no type: {line}");
+            if let Some(ns) = v.get("started_unix_ns").and_then(|t| t.as_i64()) {
+                assert!(v["started"].is_string(), "{args:?}: {line}");
+                assert!(ns > 0);
+            }
+        }
+    }
+}

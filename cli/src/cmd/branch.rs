@@ -27,7 +27,7 @@ pub fn run(a: BranchArgs) -> Result<(), CliError> {
     let b = tacho.branch(&parent, a.from.as_deref(), a.id)?;
     let mut out = Out::new();
     if a.json {
-        out.json(&b)?;
+        out.typed("branch", &b)?;
     } else {
         out.line(format!(
             "branched {} through event #{} into {} ({} events copied; {} is unchanged)",

@@ -39,7 +39,7 @@ pub fn run(a: CompareArgs) -> Result<(), CliError> {
     let c = compare((&ga, &ra, &ka), (&gb, &rb, &kb), a.deep);
     let mut out = Out::new();
     if a.json {
-        out.json(&c)?;
+        out.typed("comparison", &c)?;
         return out.finish();
     }
     let line = "-".repeat(40);

@@ -34,6 +34,7 @@ pub fn run(a: GcArgs) -> Result<(), CliError> {
             })
         };
         out.json(&serde_json::json!({
+            "type": "gc",
             "dry_run": g.dry_run,
             "referenced_snapshots": g.referenced,
             "dropped_snapshots": r.dropped_snapshots,

@@ -39,7 +39,11 @@ pub fn run(a: GraphArgs) -> Result<(), CliError> {
         GraphFormat::Mermaid => graph::mermaid(&g, &risk),
         GraphFormat::Topology => graph::topology(&g),
         GraphFormat::Timeline => graph::timeline(&g),
-        GraphFormat::Json => graph::json(&g, &risk).to_string(),
+        GraphFormat::Json => {
+            let mut out = Out::new();
+            out.typed("graph", &graph::json(&g, &risk))?;
+            return out.finish();
+        }
     };
     let mut out = Out::new();
     out.line(text.trim_end())?;

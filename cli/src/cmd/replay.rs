@@ -143,7 +143,7 @@ fn summary(all: &[StoredEvent], json: bool, out: &mut Out) -> Result<(), CliErro
     let start = all.first().map_or(0, |e| e.event.time_unix_ns);
     for e in all {
         if json {
-            out.json(&with_seq(e))?;
+            out.event(&with_seq(e))?;
         } else {
             out.line(format!(
                 "#{:<5} {} {:<17} {}",

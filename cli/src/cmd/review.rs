@@ -32,7 +32,7 @@ pub fn run(c: ReviewCommand) -> Result<(), CliError> {
     let r = tacho_app::verify_reviews(&a.root, a.workspace.as_deref())?;
     let mut out = Out::new();
     if a.json {
-        out.json(&r)?;
+        out.typed("review_report", &r)?;
     } else {
         out.line(format!(
             "{} round(s), {} reviewer run(s), {} finding(s), {} regression test(s) checked",

@@ -25,7 +25,7 @@ pub fn run(a: RiskArgs) -> Result<(), CliError> {
     let r = assess(&tacho.graph(&session)?);
     let mut out = Out::new();
     if a.json {
-        out.json(&r)?;
+        out.typed("risk", &r)?;
     } else {
         out.line(risk::text(&r, a.explain).trim_end())?;
     }

@@ -100,7 +100,7 @@ fn confirmed(p: &tacho_app::Prepared, json: bool) -> Result<bool, CliError> {
 /// The recoverable points of a session.
 pub fn print_points(p: &RollbackPoints, json: bool, out: &mut Out) -> Result<(), CliError> {
     if json {
-        return out.json(p);
+        return out.typed("rollback_points", p);
     }
     out.line(format!("Rollback points of {}", p.session))?;
     match &p.baseline {
@@ -163,6 +163,7 @@ pub fn print_plan(
             })
         };
         out.json(&serde_json::json!({
+            "type": if applied.is_some() { "rollback" } else { "rollback_plan" },
             "session": h.session,
             "workspace": h.workspace.display().to_string(),
             "to_snapshot": h.target.id,

@@ -41,6 +41,7 @@ pub fn run(a: SnapshotArgs) -> Result<(), CliError> {
     let mut out = Out::new();
     if a.json {
         out.json(&serde_json::json!({
+            "type": "snapshot",
             "snapshot": snap.id,
             "workspace": ws.display().to_string(),
             "files": snap.files,

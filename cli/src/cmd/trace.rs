@@ -33,7 +33,7 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
     if let Some(path) = &a.logs {
         let report = tacho_app::analyse_logs(path, a.slow_ms)?;
         if a.json {
-            out.json(&report)?;
+            out.typed("log_report", &report)?;
         } else {
             out.line(render_logs(&report).trim_end())?;
         }

@@ -54,7 +54,7 @@ pub fn run(a: VerifyCommitsArgs) -> Result<(), CliError> {
     )?;
     let mut out = Out::new();
     if a.json {
-        out.json(&r)?;
+        out.typed("commit_report", &r)?;
     } else {
         out.line(format!(
             "{}..{}: {} commit(s), {} changed path(s) checked",
