@@ -748,3 +748,28 @@ fn every_json_record_has_a_type_and_readable_times() {
         }
     }
 }
+
+/// The help texts name every mode and state there is.
+#[test]
+fn help_texts_name_every_mode_and_state() {
+    let home = tempfile::tempdir().unwrap();
+    let help = |args: &[&str]| {
+        let mut c = tacho(home.path());
+        c.args(args);
+        run(c).1
+    };
+    let top = help(&["--help"]);
+    assert!(
+        top.contains("Sessions: list, show, replay, compare, trace, roll back and branch them"),
+        "{top}"
+    );
+    let session = help(&["session", "--help"]);
+    for mode in ["summary", "verify", "reconstruct", "execute", "export"] {
+        assert!(session.contains(mode), "{mode}: {session}");
+    }
+    let goal = help(&["goal", "--help"]);
+    assert!(
+        goal.contains("passed, failed, stale, running, missing"),
+        "{goal}"
+    );
+}
