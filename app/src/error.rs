@@ -46,6 +46,7 @@ impl Kind for SnapshotError {
             | SnapshotError::BadPath { .. }
             | SnapshotError::NotUtf8(_) => ErrorKind::Input,
             SnapshotError::Missing(_) => ErrorKind::NotFound,
+            SnapshotError::Busy(_) => ErrorKind::Busy,
             SnapshotError::Io { .. }
             | SnapshotError::Git { .. }
             | SnapshotError::Repository(_)

@@ -202,6 +202,9 @@ pub struct Ingest<'t> {
     /// With `new_session`: the input's session ids and their fresh ids.
     renamed: BTreeMap<Option<String>, String>,
     batch: Vec<Pending>,
+    /// Held from the first snapshot taken until the ingest ends: gc cannot drop a
+    /// snapshot that waits in a batch to be recorded.
+    guard: Option<tacho_git::snapshot::WriteGuard>,
 }
 
 impl<'t> Ingest<'t> {
@@ -226,6 +229,7 @@ impl<'t> Ingest<'t> {
             workspaces: BTreeMap::new(),
             renamed: BTreeMap::new(),
             batch: Vec::new(),
+            guard: None,
         })
     }
 
@@ -317,6 +321,18 @@ impl<'t> Ingest<'t> {
         } else {
             SnapshotReason::Manual
         };
+        if self.guard.is_none() {
+            self.guard =
+                Some(
+                    self.tacho
+                        .snapshot_guard()
+                        .map_err(|error| IngestError::Snapshot {
+                            source_name: source_name.clone(),
+                            line,
+                            error: Box::new(error),
+                        })?,
+                );
+        }
         let (snap, ws) =
             self.tacho
                 .take_snapshot(&ws, &req.paths)
@@ -412,6 +428,18 @@ impl<'t> Ingest<'t> {
         time_unix_ns: i64,
     ) {
         let Some((reason, step)) = when else { return };
+        if self.guard.is_none() {
+            match self.tacho.snapshot_guard() {
+                Ok(g) => self.guard = Some(g),
+                Err(e) => {
+                    self.tacho.note(&format!(
+                        "note: line {line}: no {reason} snapshot of {} for session {session}: {e}",
+                        ws.display()
+                    ));
+                    return;
+                }
+            }
+        }
         match self.tacho.take_snapshot(ws, &[]) {
             Ok((snap, path)) => self.batch.push(Pending {
                 line,

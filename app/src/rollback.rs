@@ -100,6 +100,9 @@ pub struct Prepared {
     pub no_later: bool,
     pub plan: Plan,
     pub force: bool,
+    /// Holds the snapshot store until the rollback is recorded (or not applied): gc
+    /// cannot drop the workspace-now snapshot in between.
+    _guard: tacho_git::snapshot::WriteGuard,
 }
 
 impl Prepared {
@@ -249,6 +252,7 @@ impl Tacho {
             }
         }
 
+        let guard = self.snapshot_guard()?;
         let (pre, ws) = self.take_snapshot(&ws_path, &[])?;
         let current = snaps.files(pre.tree)?;
         let unprotected: BTreeMap<String, String> = pre
@@ -276,6 +280,7 @@ impl Tacho {
             no_later: later_files.is_empty(),
             plan,
             force,
+            _guard: guard,
         })
     }
 

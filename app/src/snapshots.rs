@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tacho_git::snapshot::{
-    GcReport, MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, StoreUsage,
+    GcReport, MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, StoreUsage, WriteGuard,
 };
 use tacho_schema::{EventBody, EventView, ExcludedPath, SnapshotReason, SnapshotTaken};
 use tacho_store::{Durability, StoreError};
@@ -115,6 +115,11 @@ pub struct GcOutcome {
 
 impl Tacho {
     /// Takes a snapshot of `workspace` (canonicalized), returning it with the path used.
+    /// A hold on the snapshot store until what is taken under it is recorded.
+    pub(crate) fn snapshot_guard(&self) -> Result<WriteGuard, SnapshotOpError> {
+        Ok(self.snapshots()?.write_guard()?)
+    }
+
     pub(crate) fn take_snapshot(
         &self,
         workspace: &Path,
@@ -151,7 +156,8 @@ impl Tacho {
             },
             (None, None) => std::env::current_dir().map_err(SnapshotOpError::CurrentDir)?,
         };
-        self.snapshots()?;
+        // Held until the snapshot is recorded: gc cannot drop it in between.
+        let _guard = self.snapshots()?.write_guard()?;
         let started = Instant::now();
         let (snap, ws) = self.take_snapshot(&workspace, &req.paths)?;
         let elapsed = started.elapsed();

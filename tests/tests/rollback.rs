@@ -531,3 +531,96 @@ fn changes_made_by_shell_commands_count_like_reported_edits() {
     let cmp = e.json(&["session", "compare", "ses_shell", "ses_reported", "--json"]);
     assert_eq!(cmp["files_in_both"].as_array().unwrap().len(), 3, "{cmp}");
 }
+
+/// gc drops an unrecorded snapshot and its objects; the stat cache still names the
+/// dropped blobs. The next snapshot must not reuse them: it reads the files again, so
+/// every snapshot is whole and a rollback restores.
+#[test]
+fn gc_never_leaves_a_later_snapshot_pointing_at_dropped_content() {
+    let e = env();
+    e.write("notes.txt", "v1\n");
+    // Written well before the scan, as at human speed: the stat cache trusts it.
+    std::fs::File::options()
+        .write(true)
+        .open(e.ws.join("notes.txt"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .unwrap();
+    let ws = e.ws.display().to_string();
+    let (code, _, err) = e.tacho(&["snapshot", "--workspace", &ws]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = e.tacho(&["gc", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let gc: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(gc["dropped_snapshots"].as_array().unwrap().len(), 1, "{gc}");
+    e.record(
+        "ses_gc",
+        &format!(r#"{{"type":"session.start","workspace":"{ws}"}}"#),
+    );
+    e.write("notes.txt", "v2\n");
+    e.record("ses_gc", r#"{"type":"session.end","reason":"completed"}"#);
+    e.fsck();
+    let (code, out, err) = e.tacho(&["session", "rollback", "ses_gc", "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(e.read("notes.txt").as_deref(), Some("v1\n"));
+    e.fsck();
+}
+
+/// Snapshots recorded while gc runs over and over: none is lost, gc never fails, and
+/// the store stays whole. `TACHO_CAMPAIGN_SECS=60` runs the campaign longer.
+#[test]
+fn gc_racing_snapshots_loses_none() {
+    let e = env();
+    e.write("a.txt", "a\n");
+    let ws = e.ws.display().to_string();
+    e.record(
+        "ses_race",
+        &format!(r#"{{"type":"session.start","workspace":"{ws}"}}"#),
+    );
+    let secs: u64 = std::env::var("TACHO_CAMPAIGN_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let home = e.home.clone();
+    let gc = std::thread::spawn(move || {
+        let mut runs = 0;
+        while std::time::Instant::now() < until {
+            let mut c = tacho(&home);
+            c.args(["gc"]);
+            let (code, _, err) = run(c);
+            assert!(code == 0 || code == 3, "gc exit {code}: {err}");
+            runs += 1;
+        }
+        runs
+    });
+    let mut taken = 0;
+    let mut n = 0;
+    while std::time::Instant::now() < until {
+        n += 1;
+        e.write("a.txt", &format!("a {n}\n"));
+        let (code, _, err) = e.tacho(&["snapshot", "--workspace", &ws, "--session", "ses_race"]);
+        assert_eq!(code, 0, "{err}");
+        taken += 1;
+    }
+    let gc_runs = gc.join().unwrap();
+    assert!(taken > 0 && gc_runs > 0);
+    // One more gc, then every recorded snapshot is whole.
+    let (code, out, err) = e.tacho(&["gc", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        report["incomplete_snapshots"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    let graph = e.json(&["graph", "ses_race", "--format", "json"]);
+    let snaps = graph["snapshots"].as_array().unwrap();
+    assert_eq!(
+        snaps.len(),
+        taken + 1,
+        "the baseline and every snapshot taken"
+    );
+    e.fsck();
+    eprintln!("{taken} snapshots recorded while gc ran {gc_runs} times: none lost");
+}

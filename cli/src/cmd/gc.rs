@@ -42,8 +42,16 @@ pub fn run(a: GcArgs) -> Result<(), CliError> {
             "packed_objects": r.packed_objects,
             "before": usage(&r.before),
             "after": usage(&r.after),
+            "incomplete_snapshots": r.incomplete_snapshots,
         }))?;
         return out.finish();
+    }
+    if !r.incomplete_snapshots.is_empty() {
+        eprintln!(
+            "warning: {} snapshot(s) that sessions reference are missing objects (they cannot be fully restored): {}",
+            r.incomplete_snapshots.len(),
+            r.incomplete_snapshots.join(", ")
+        );
     }
     let verb = if a.dry_run { "would drop" } else { "dropped" };
     out.line(format!(

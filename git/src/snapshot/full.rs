@@ -33,6 +33,12 @@ impl SnapshotStore {
         let dirs = listing.dirs;
         let mut excluded = listing.excluded;
         let metas = stat_all(workspace, listing.paths, self.threads);
+        // The cache's blob ids are trusted only while the store still holds them: with
+        // the last tree gone (gc dropped it), each reused id is looked up, and a file
+        // whose blob is missing is read again. A snapshot never names a missing object.
+        let mut repo = self.repo();
+        let base = ObjectId::from_bytes_or_panic(&old.tree);
+        let base_ok = !old.entries.is_empty() && repo.has_object(base);
         let mut entries: Vec<(String, CacheEntry)> = Vec::with_capacity(metas.len());
         let mut to_read: Vec<(usize, FileStat)> = Vec::new();
         for (path, meta) in metas {
@@ -59,6 +65,7 @@ impl SnapshotStore {
             if let Some(c) = old_index.get(path.as_str())
                 && same_stat(c, &stat)
                 && c.mtime_ns < trusted_before
+                && (base_ok || repo.has_object(ObjectId::from_bytes_or_panic(&c.oid)))
             {
                 stat.git_mode = c.git_mode;
                 stat.oid = c.oid;
@@ -88,12 +95,9 @@ impl SnapshotStore {
 
         // Edit the previous tree where there is one: only changed directories are
         // rewritten.
-        let mut repo = self.repo();
         repo.object_cache_size(Some(8 * 1024 * 1024));
         // Trees are built in memory and written to disk on all threads afterwards.
         repo.objects.enable_object_memory();
-        let base = ObjectId::from_bytes_or_panic(&old.tree);
-        let base_ok = !old.entries.is_empty() && repo.has_object(base);
         // Only what changed since the cached tree is edited into it: one merge of the
         // two sorted lists.
         let (upserts, removals) = if base_ok {

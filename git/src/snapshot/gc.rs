@@ -37,6 +37,41 @@ pub struct GcReport {
     pub pruned_objects: u64,
     /// Loose objects moved into a pack.
     pub packed_objects: u64,
+    /// Kept snapshots whose tree, or an object under it, is missing from the store:
+    /// reported every time, never a reason to fail.
+    pub incomplete_snapshots: Vec<String>,
+}
+
+/// How long `gc` waits for snapshot writers to finish before it gives up.
+pub const GC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Held by whoever takes snapshots, from before the first object is written until what
+/// it took is recorded in a session; `gc` holds it exclusively. So gc never drops a
+/// snapshot, or objects of one, that is being written or not yet recorded.
+#[derive(Debug)]
+pub struct WriteGuard {
+    _file: std::fs::File,
+}
+
+impl SnapshotStore {
+    fn lock_file(&self) -> Result<std::fs::File, SnapshotError> {
+        let path = self.root().join("tacho-gc.lock");
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| SnapshotError::io(&path, e))
+    }
+
+    /// A shared hold on the store for writing snapshots (see [`WriteGuard`]).
+    pub fn write_guard(&self) -> Result<WriteGuard, SnapshotError> {
+        let file = self.lock_file()?;
+        file.lock_shared()
+            .map_err(|e| SnapshotError::io(&self.root().join("tacho-gc.lock"), e))?;
+        Ok(WriteGuard { _file: file })
+    }
 }
 
 impl SnapshotStore {
@@ -76,6 +111,25 @@ impl SnapshotStore {
     /// Deletes the snapshots not in `keep` (and, with them, the objects only they
     /// held), then packs what is left. With `dry_run`, only reports what it would drop.
     pub fn gc(&self, keep: &HashSet<String>, dry_run: bool) -> Result<GcReport, SnapshotError> {
+        // No snapshot is being written or waits to be recorded while gc decides.
+        let lock = self.lock_file()?;
+        let waited = std::time::Instant::now();
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if waited.elapsed() < GC_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(SnapshotError::Busy(
+                        "snapshots are being taken and not yet recorded (a `tacho record`, snapshot or rollback is running); gc changed nothing — run it again when they have finished".into(),
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(SnapshotError::io(&self.root().join("tacho-gc.lock"), e));
+                }
+            }
+        }
         let before = self.usage()?;
         let ids = self.snapshot_ids()?;
         let dropped: Vec<String> = ids
@@ -86,11 +140,14 @@ impl SnapshotStore {
         let kept: Vec<&String> = ids.iter().filter(|id| keep.contains(*id)).collect();
         let repo = self.repo();
         let mut reachable: HashSet<ObjectId> = HashSet::new();
+        let mut incomplete = Vec::new();
         for id in &kept {
             let Ok(oid) = ObjectId::from_hex(id.as_bytes()) else {
                 continue;
             };
-            reach(&repo, oid, &mut reachable)?;
+            if !reach(&repo, oid, &mut reachable)? {
+                incomplete.push((*id).clone());
+            }
         }
         let objects = self.root().join("objects");
         let unreachable: Vec<_> = loose_objects(&objects)?
@@ -103,6 +160,7 @@ impl SnapshotStore {
             dropped_snapshots: dropped.clone(),
             pruned_objects: unreachable.len() as u64,
             packed_objects: 0,
+            incomplete_snapshots: incomplete,
         };
         if dry_run {
             return Ok(report);
@@ -129,15 +187,21 @@ impl SnapshotStore {
     }
 }
 
-/// Every object a tree reaches (itself, its subtrees and blobs).
+/// Every object a tree reaches (itself, its subtrees and blobs). `false` when any of
+/// them is missing from the store (the snapshot is incomplete; gc goes on).
 fn reach(
     repo: &gix::Repository,
     tree: ObjectId,
     seen: &mut HashSet<ObjectId>,
-) -> Result<(), SnapshotError> {
+) -> Result<bool, SnapshotError> {
+    let mut complete = true;
     let mut stack = vec![tree];
     while let Some(t) = stack.pop() {
         if !seen.insert(t) {
+            continue;
+        }
+        if !repo.has_object(t) {
+            complete = false;
             continue;
         }
         let tree = repo
@@ -149,11 +213,12 @@ fn reach(
             if entry.mode().is_tree() {
                 stack.push(oid);
             } else {
+                complete &= repo.has_object(oid);
                 seen.insert(oid);
             }
         }
     }
-    Ok(())
+    Ok(complete)
 }
 
 /// The loose objects under `objects/`: (id, file).

@@ -31,7 +31,7 @@ use gix::ObjectId;
 use gix::object::tree::EntryKind;
 
 pub use diff::{ChangeKind, LINE_DIFF_BYTES_MAX, PathChange};
-pub use gc::{GcReport, StoreUsage};
+pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
 pub use paths::{canonical_workspace, head_commit, relative_path};
 pub use types::*;
 
@@ -104,6 +104,9 @@ impl SnapshotStore {
     /// Takes a snapshot of `workspace`. `skip` names a directory inside it (relative)
     /// that is never snapshotted, such as tacho's own data directory.
     pub fn take(&self, workspace: &Path, scope: &Scope) -> Result<Snapshot, SnapshotError> {
+        // gc waits while objects are written and the ref is made (callers hold their
+        // own guard on top, until the snapshot is recorded).
+        let _guard = self.write_guard()?;
         let workspace = canonical_workspace(workspace)?;
         let ws_text = workspace
             .to_str()

@@ -25,6 +25,9 @@ pub enum SnapshotError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// Someone else holds the store (gc waiting for snapshot writers).
+    #[error("snapshot store: {0}")]
+    Busy(String),
     /// The repository is not as a snapshot needs it.
     #[error("snapshot store: {0}")]
     Repository(String),
