@@ -39,6 +39,12 @@ pub enum RollbackError {
         .0.join(", ")
     )]
     Running(Vec<String>),
+    #[error(
+        "the workspace {} now resolves to {}: a directory on the way was replaced by a symbolic link since the session; refusing to write there",
+        recorded.display(),
+        now.display()
+    )]
+    WorkspaceMoved { recorded: PathBuf, now: PathBuf },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -252,6 +258,16 @@ impl Tacho {
             }
         }
 
+        // The recorded workspace is canonical: if it resolves elsewhere now, a link
+        // replaced part of it, and writes would land outside it.
+        if let Ok(now) = ws_path.canonicalize()
+            && now != ws_path
+        {
+            return Err(RollbackError::WorkspaceMoved {
+                recorded: ws_path,
+                now,
+            });
+        }
         let guard = self.snapshot_guard()?;
         let (pre, ws) = self.take_snapshot(&ws_path, &[])?;
         let current = snaps.files(pre.tree)?;

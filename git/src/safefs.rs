@@ -58,13 +58,26 @@ pub struct Root {
 }
 
 impl Root {
+    /// Opens the workspace at `path` (absolute), every component without following a
+    /// symbolic link: a workspace, or a directory above it, replaced by a link since it
+    /// was recorded is refused, not followed.
     pub fn open(path: &Path) -> Result<Root, SafeFsError> {
-        let fd = rustix::fs::open(
-            path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io(&path.display().to_string(), e))?;
+        let shown = path.display().to_string();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let mut fd = rustix::fs::open("/", flags, Mode::empty()).map_err(|e| io(&shown, e))?;
+        for c in path.components() {
+            match c {
+                std::path::Component::RootDir => {}
+                std::path::Component::Normal(name) => {
+                    // A link here fails with ELOOP (or ENOTDIR): refused, not followed.
+                    fd = rustix::fs::openat(&fd, name, flags, Mode::empty())
+                        .map_err(|e| io(&shown, e))?;
+                }
+                _ => {
+                    return Err(io(&shown, Errno::INVAL));
+                }
+            }
+        }
         Ok(Root {
             fd,
             path: path.to_path_buf(),
@@ -270,6 +283,16 @@ impl Root {
         )
         .map_err(|e| io(rel, e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io(rel, e))?;
+        if st.st_nlink > 1 {
+            // Hard-linked: the mode belongs to every name of the file, some perhaps
+            // outside the workspace. Change it the way contents are changed: a new file
+            // with the same bytes, renamed into place.
+            let mut data = Vec::new();
+            std::fs::File::from(fd)
+                .read_to_end(&mut data)
+                .map_err(|e| io(rel, e))?;
+            return self.write_file(rel, &data, executable);
+        }
         let mode = st.st_mode & 0o7777;
         let mode = if executable {
             mode | ((mode & 0o444) >> 2)

@@ -842,3 +842,37 @@ fn a_file_replaced_by_a_link_after_planning_is_left_alone() {
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "two\n");
     fsck_if_git(&e.store);
 }
+
+/// A workspace (or a directory above it) that is now a symbolic link is refused, not
+/// followed; a file hard-linked to one outside changes its mode alone.
+#[test]
+fn the_writer_follows_no_link_to_the_workspace_and_changes_no_outside_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().canonicalize().unwrap();
+    let real = base.join("real");
+    std::fs::create_dir_all(real.join("ws")).unwrap();
+    std::os::unix::fs::symlink(&real, base.join("link")).unwrap();
+    assert!(
+        Root::open(&base.join("link/ws")).is_err(),
+        "a linked parent"
+    );
+    std::os::unix::fs::symlink(real.join("ws"), base.join("wslink")).unwrap();
+    assert!(
+        Root::open(&base.join("wslink")).is_err(),
+        "a linked workspace"
+    );
+    let root = Root::open(&real.join("ws")).unwrap();
+
+    let outside = base.join("outside.txt");
+    std::fs::write(&outside, "shared\n").unwrap();
+    std::fs::hard_link(&outside, real.join("ws/inside.txt")).unwrap();
+    root.set_executable("inside.txt", true).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o111;
+    assert_eq!(mode(&outside), 0, "the outside name keeps its mode");
+    assert_ne!(mode(&real.join("ws/inside.txt")), 0);
+    assert_eq!(
+        std::fs::read_to_string(real.join("ws/inside.txt")).unwrap(),
+        "shared\n"
+    );
+}

@@ -624,3 +624,25 @@ fn gc_racing_snapshots_loses_none() {
     e.fsck();
     eprintln!("{taken} snapshots recorded while gc ran {gc_runs} times: none lost");
 }
+
+/// A workspace replaced by a symbolic link after its session: the rollback refuses to
+/// write where the link points.
+#[test]
+fn a_workspace_replaced_by_a_link_is_not_rolled_back_through_it() {
+    let e = env();
+    e.session("ses_moved", true);
+    let elsewhere = e._tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("keep.txt"), "mine\n").unwrap();
+    let moved = e._tmp.path().join("ws-moved");
+    std::fs::rename(&e.ws, &moved).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &e.ws).unwrap();
+    let (code, out, err) = e.tacho(&["session", "rollback", "ses_moved", "--yes"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("now resolves to"), "{err}");
+    let names: Vec<String> = std::fs::read_dir(&elsewhere)
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["keep.txt"], "nothing was written through the link");
+}
