@@ -229,12 +229,38 @@ pub struct CreateRequest<'a> {
     pub workspace: Option<PathBuf>,
 }
 
-/// Reads a plan file.
+/// Reads a plan file: a regular file (a FIFO would block), and no larger than a plan
+/// can be (its limit applies to the plan as frozen; a file eight times that size cannot
+/// fit), so nothing large is read only to be refused.
 pub fn read_plan(path: &Path) -> Result<String, GoalError> {
-    std::fs::read_to_string(path).map_err(|source| GoalError::ReadPlan {
+    use std::io::Read;
+    const FILE_BYTES_MAX: u64 = 8 * tacho_goals::plan::MAX_PLAN_BYTES as u64;
+    let bad = |source: std::io::Error| GoalError::ReadPlan {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    let meta = std::fs::metadata(path).map_err(bad)?;
+    if !meta.is_file() {
+        return Err(bad(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    if meta.len() > FILE_BYTES_MAX {
+        return Err(bad(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "{} bytes; a plan is at most {} bytes",
+                meta.len(),
+                tacho_goals::plan::MAX_PLAN_BYTES
+            ),
+        )));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(FILE_BYTES_MAX + 1).read_to_string(&mut text))
+        .map_err(bad)?;
+    Ok(text)
 }
 
 /// Validates a plan; `{BASELINE}` becomes the workspace's HEAD.

@@ -13,6 +13,58 @@ use crate::Tacho;
 use crate::error::{ErrorKind, Kind, kinds};
 use crate::snapshots::{AutoPoint, SnapshotOpError, auto_points, taken_event};
 
+/// The longest input line accepted: the largest event payload, with room for its JSON
+/// form (escaping can double a string). A longer line is refused before it is held.
+pub const LINE_BYTES_MAX: usize = 2 * tacho_log_format::FRAME_PAYLOAD_BYTES_MAX as usize + 4096;
+
+/// The lines of a JSON Lines input, each at most `LINE_BYTES_MAX` bytes: `Err` names
+/// the line that is too long or not UTF-8 (and ends the input).
+pub fn capped_lines(
+    input: impl std::io::BufRead,
+) -> impl Iterator<Item = (usize, std::io::Result<String>)> {
+    capped_lines_with(input, LINE_BYTES_MAX)
+}
+
+fn capped_lines_with(
+    mut input: impl std::io::BufRead,
+    cap: usize,
+) -> impl Iterator<Item = (usize, std::io::Result<String>)> {
+    use std::io::{BufRead, Read};
+    let mut line = 0;
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        line += 1;
+        let mut buf = Vec::new();
+        let read = (&mut input)
+            .take(cap as u64 + 1)
+            .read_until(b'\n', &mut buf);
+        let r = match read {
+            Ok(0) => return None,
+            Ok(_) if buf.len() > cap && buf.last() != Some(&b'\n') => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("longer than {cap} bytes: an event line is at most that"),
+            )),
+            Ok(_) => {
+                if buf.last() == Some(&b'\n') {
+                    buf.pop();
+                    if buf.last() == Some(&b'\r') {
+                        buf.pop();
+                    }
+                }
+                String::from_utf8(buf).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())
+                })
+            }
+            Err(e) => Err(e),
+        };
+        done = r.is_err();
+        Some((line, r))
+    })
+}
+
 /// How to ingest.
 #[derive(Debug, Clone)]
 pub struct IngestOptions {
@@ -163,8 +215,9 @@ impl Kind for RecordError {
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SnapshotTake {
+    /// Always `snapshot.take` (checked before this is read).
     #[serde(rename = "type")]
-    kind: String,
+    _kind: String,
     #[serde(default)]
     session: Option<String>,
     #[serde(default)]
@@ -205,6 +258,8 @@ pub struct Ingest<'t> {
     /// Held from the first snapshot taken until the ingest ends: gc cannot drop a
     /// snapshot that waits in a batch to be recorded.
     guard: Option<tacho_git::snapshot::WriteGuard>,
+    /// Sessions known to have ended (their last event is `session.end`).
+    ended: BTreeMap<String, bool>,
 }
 
 impl<'t> Ingest<'t> {
@@ -230,6 +285,7 @@ impl<'t> Ingest<'t> {
             renamed: BTreeMap::new(),
             batch: Vec::new(),
             guard: None,
+            ended: BTreeMap::new(),
         })
     }
 
@@ -252,9 +308,15 @@ impl<'t> Ingest<'t> {
             return Ok(());
         }
         if text.contains("\"snapshot.take\"")
-            && let Ok(req) = serde_json::from_str::<SnapshotTake>(text)
-            && req.kind == "snapshot.take"
+            && serde_json::from_str::<serde_json::Value>(text)
+                .is_ok_and(|v| v["type"] == "snapshot.take")
         {
+            let req =
+                serde_json::from_str::<SnapshotTake>(text).map_err(|e| IngestError::Rejected {
+                    source_name: self.opts.source.clone(),
+                    line,
+                    reason: format!("snapshot.take: {e}"),
+                })?;
             return self.snapshot_take(line, req);
         }
         let source_name = &self.opts.source;
@@ -474,6 +536,21 @@ impl<'t> Ingest<'t> {
         }
     }
 
+    /// Whether `session` (whose next event would be `next`) has ended.
+    fn has_ended(&mut self, session: &str, next: u64) -> Result<bool, IngestError> {
+        if let Some(e) = self.ended.get(session) {
+            return Ok(*e);
+        }
+        let mut ended = false;
+        if next > 0 {
+            self.tacho.log().read_session_from(session, next - 1, |e| {
+                ended = matches!(e.event.body, EventBody::SessionEnd(_));
+            })?;
+        }
+        self.ended.insert(session.to_owned(), ended);
+        Ok(ended)
+    }
+
     /// Checks the queued events against every session's rules, then appends them, one
     /// batch per session.
     pub fn flush(&mut self) -> Result<(), IngestError> {
@@ -495,6 +572,22 @@ impl<'t> Ingest<'t> {
                     reason,
                 });
             }
+            // Nothing after session.end, as nothing before session.start.
+            let next = w.next_seq();
+            let mut ended = self.has_ended(session, next)?;
+            for p in items {
+                if ended {
+                    return Err(IngestError::Rejected {
+                        source_name,
+                        line: p.line,
+                        reason: format!(
+                            "session {session} has ended: a {} after session.end is refused",
+                            p.body.kind_name()
+                        ),
+                    });
+                }
+                ended = matches!(p.body, EventBody::SessionEnd(_));
+            }
         }
         for (session, items) in groups {
             let events: Vec<(i64, EventBody)> = items
@@ -503,6 +596,9 @@ impl<'t> Ingest<'t> {
                 .collect();
             let durability = self.opts.durability;
             let receipt = self.writer(&session)?.append_batch(&events, durability)?;
+            if matches!(events.last(), Some((_, EventBody::SessionEnd(_)))) {
+                self.ended.insert(session.clone(), true);
+            }
             let t = self.totals.entry(session.clone()).or_default();
             t.first_seq.get_or_insert(receipt.first_seq);
             t.last_seq = receipt.last_seq;
@@ -530,5 +626,32 @@ impl<'t> Ingest<'t> {
                 recorded: self.recorded,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::capped_lines_with;
+
+    #[test]
+    fn lines_longer_than_the_cap_are_refused_before_they_are_held() {
+        let input = b"{\"a\":1}\n0123456789abcdef0123\nnever read\n";
+        let got: Vec<(usize, Result<String, String>)> = capped_lines_with(&input[..], 16)
+            .map(|(n, r)| (n, r.map_err(|e| e.to_string())))
+            .collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0], (1, Ok("{\"a\":1}".to_string())));
+        assert_eq!(got[1].0, 2);
+        assert!(
+            got[1]
+                .1
+                .as_ref()
+                .unwrap_err()
+                .contains("longer than 16 bytes")
+        );
+        let crlf: Vec<_> = capped_lines_with(&b"x\r\ny"[..], 16)
+            .map(|(_, r)| r.unwrap())
+            .collect();
+        assert_eq!(crlf, ["x", "y"]);
     }
 }

@@ -36,7 +36,10 @@ pub use goals::{
     BLOCK_KINDS, BlockRequest, Blocked, CheckCommand, CheckStatus, Completion, CreateRequest,
     Frozen, GoalError, GoalStatus, Receipt, Revised, read_plan,
 };
-pub use ingest::{BatchAck, Ingest, IngestError, IngestOptions, RecordError, SessionTotal};
+pub use ingest::{
+    BatchAck, Ingest, IngestError, IngestOptions, LINE_BYTES_MAX, RecordError, SessionTotal,
+    capped_lines,
+};
 pub use logs::{LogReport, LogsError, analyse_logs};
 pub use logtools::{DumpError, dump_segment_file};
 pub use replay::{

@@ -211,10 +211,18 @@ fn verify(store: &Store, session: &str) -> Result<Verification, StoreError> {
 /// Verifies a package (SPEC.md §9) without a store: its digest, then every check of
 /// the session it holds.
 pub fn verify_package(path: &Path) -> Result<Verification, ReplayError> {
-    let bytes = std::fs::read(path).map_err(|source| ReplayError::ReadPackage {
+    let bad = |source: std::io::Error| ReplayError::ReadPackage {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // A FIFO or a device would block or never end: a package is a regular file.
+    if !std::fs::metadata(path).map_err(bad)?.is_file() {
+        return Err(bad(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(bad)?;
     let (store, session) = open_package(&bytes).map_err(|e| match e {
         PackageError::Store(e) => ReplayError::Store(e),
         source => ReplayError::Package {

@@ -92,8 +92,7 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         Ok(())
     })?;
     let mut failed = None;
-    for (i, line) in input.lines().enumerate() {
-        let line_no = i + 1;
+    for (line_no, line) in tacho_app::capped_lines(input) {
         let fed = match line {
             Ok(text) => ingest.line(line_no, &text),
             Err(error) => Err(IngestError::Read {

@@ -114,6 +114,13 @@ impl SnapshotStore {
             .to_owned();
         let cache_paths = cache::paths(&self.cache_dir, &workspace);
         let skip = self.own_dir_inside(&workspace);
+        // Named paths are checked whatever scan follows: a bad one is an error even when
+        // there is no earlier snapshot to update and a full scan is taken instead.
+        if let Scope::Paths(paths) = scope {
+            for p in paths {
+                relative_path(&workspace, p)?;
+            }
+        }
         match scope {
             Scope::Paths(paths) => match cache::load_head(&cache_paths.head) {
                 Some(head)

@@ -1,0 +1,121 @@
+//! Bad input is refused clearly, naming what is wrong, and nothing of it is recorded.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::Path;
+
+use tacho_tests::{run, run_with_stdin, tacho};
+
+fn events(home: &Path, session: &str) -> usize {
+    let mut c = tacho(home);
+    c.args(["log", "dump", session, "--json"]);
+    let (_, out, _) = run(c);
+    out.lines()
+        .filter(|l| l.contains("\"type\":\"event\""))
+        .count()
+}
+
+#[test]
+fn nothing_is_accepted_after_session_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let rec = |input: &str| run_with_stdin(&home, &["record", "--session", "ses_end"], input);
+    let (code, _, err) =
+        rec("{\"type\":\"session.start\"}\n{\"type\":\"session.end\",\"reason\":\"completed\"}\n");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = rec("{\"type\":\"tool.call\",\"call_id\":\"c\",\"tool\":\"bash\"}\n");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("session ses_end has ended: a tool.call after session.end is refused"),
+        "{err}"
+    );
+    // Within one input too.
+    let (code, _, err) = run_with_stdin(
+        &home,
+        &["record", "--session", "ses_end2"],
+        "{\"type\":\"session.start\"}\n{\"type\":\"session.end\",\"reason\":\"completed\"}\n{\"type\":\"step.start\",\"step\":1}\n",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("stdin: line 3:"), "{err}");
+    assert_eq!(events(&home, "ses_end"), 2);
+}
+
+#[test]
+fn snapshot_take_lines_are_checked_whatever_scan_follows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.display().to_string();
+    let start =
+        format!("{{\"type\":\"session.start\",\"session\":\"s\",\"workspace\":\"{ws}\"}}\n");
+    for (line, want) in [
+        (
+            format!(
+                "{{\"type\":\"snapshot.take\",\"session\":\"s\",\"workspace\":\"{ws}\",\"paths\":[\"../x\"]}}"
+            ),
+            "invalid path \"../x\"",
+        ),
+        (
+            format!(
+                "{{\"type\":\"snapshot.take\",\"session\":\"s\",\"workspace\":\"{ws}\",\"paths\":[\"/etc/passwd\"]}}"
+            ),
+            "invalid path \"/etc/passwd\"",
+        ),
+        (
+            format!(
+                "{{\"type\":\"snapshot.take\",\"session\":\"s\",\"workspace\":\"{ws}\",\"ts\":\"yesterday\"}}"
+            ),
+            "snapshot.take: field `ts`:",
+        ),
+        (
+            format!(
+                "{{\"type\":\"snapshot.take\",\"session\":\"s\",\"workspace\":\"{ws}\",\"path\":\"a\"}}"
+            ),
+            "snapshot.take: unknown field `path`",
+        ),
+    ] {
+        let (code, _, err) = run_with_stdin(
+            &home,
+            &["record", "--snapshots", "off"],
+            &format!("{start}{line}\n"),
+        );
+        assert_eq!(code, 2, "{line}: {err}");
+        assert!(err.contains(want), "{line}: {err}");
+        assert!(err.contains("nothing was recorded"), "{err}");
+    }
+}
+
+#[test]
+fn a_line_too_long_a_fifo_and_an_oversized_plan_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    // A plan far larger than a plan can be is refused without being read whole.
+    let big = tmp.path().join("big.md");
+    std::fs::write(&big, vec![b'x'; 200_000]).unwrap();
+    let mut c = tacho(&home);
+    c.args(["goal", "create", "--plan"])
+        .arg(&big)
+        .args(["--session", "s"]);
+    let (code, _, err) = run(c);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("200000 bytes; a plan is at most 8192 bytes"),
+        "{err}"
+    );
+    // A FIFO would block forever.
+    let fifo = tmp.path().join("fifo");
+    let ok = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if ok.is_ok_and(|s| s.success()) {
+        for args in [
+            vec!["goal", "create", "--session", "s", "--plan"],
+            vec!["session", "replay", "--mode", "verify", "--package"],
+        ] {
+            let mut c = tacho(&home);
+            c.args(&args).arg(&fifo);
+            let (code, _, err) = run(c);
+            assert_eq!(code, 2, "{args:?}: {err}");
+            assert!(err.contains("not a regular file"), "{args:?}: {err}");
+        }
+    }
+}
