@@ -45,6 +45,8 @@ pub enum RollbackError {
         now.display()
     )]
     WorkspaceMoved { recorded: PathBuf, now: PathBuf },
+    #[error("a rollback of this workspace is in progress (session {0}); wait for it to finish")]
+    InProgress(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -54,6 +56,7 @@ pub enum RollbackError {
 }
 
 kinds!(RollbackError {
+    RollbackError::InProgress(_) => Busy,
     RollbackError::Store(e) => e.kind(),
     RollbackError::Snapshot(e) => e.kind(),
     RollbackError::Take(e) => e.kind(),
@@ -179,6 +182,7 @@ impl Tacho {
         // The session, and descendants that worked in the very same directory.
         let (members, elsewhere, rollback_sessions) =
             self.members(session, graph, &target.workspace, &ws_path)?;
+        self.close_interrupted(&rollback_sessions, session, allow_running)?;
         let running: Vec<String> = members
             .iter()
             .filter(|m| m.running)
@@ -305,8 +309,35 @@ impl Tacho {
     /// one.
     pub fn apply_rollback(&self, p: &Prepared) -> Result<Done, RollbackError> {
         let snaps = self.snapshots()?;
-        let applied = rollback::apply(snaps, &p.workspace, &p.plan)?;
         let id = self.new_session_id();
+        let ws = p.workspace.display().to_string();
+        // The intent first, durably, before the first file is touched: a rollback cut
+        // short (killed, crashed) leaves a session that names the workspace as it was
+        // before, so the next run can say so and the user can undo it; and gc keeps that
+        // snapshot, which a session now references. The writer is held to the end, so
+        // a rollback in progress is never taken for an abandoned one.
+        let mut w = self.log().writer(&id)?;
+        let t = self.now();
+        w.append_batch(
+            &[
+                (
+                    t,
+                    EventBody::SessionStart(SessionStart {
+                        agent: Some("tacho".into()),
+                        workspace: Some(ws.clone()),
+                        title: Some(format!("rollback of {}", p.session)),
+                        source: Some("tacho-rollback".into()),
+                        ..SessionStart::default()
+                    }),
+                ),
+                (
+                    t,
+                    taken_event(&p.pre, &p.workspace, SnapshotReason::PreRollback, None),
+                ),
+            ],
+            Durability::Sync,
+        )?;
+        let applied = rollback::apply(snaps, &p.workspace, &p.plan)?;
         let (post, _) = self.take_snapshot(&p.workspace, &[])?;
         let done = |a: Action| applied.done.iter().filter(|i| i.action == a).count() as u64;
         let mut skipped: Vec<ExcludedPath> = p
@@ -320,23 +351,8 @@ impl Tacho {
             })
             .collect();
         skipped.sort_by(|a, b| a.path.cmp(&b.path));
-        let ws = p.workspace.display().to_string();
         let t = self.now();
         let events = vec![
-            (
-                t,
-                EventBody::SessionStart(SessionStart {
-                    agent: Some("tacho".into()),
-                    workspace: Some(ws.clone()),
-                    title: Some(format!("rollback of {}", p.session)),
-                    source: Some("tacho-rollback".into()),
-                    ..SessionStart::default()
-                }),
-            ),
-            (
-                t,
-                taken_event(&p.pre, &p.workspace, SnapshotReason::PreRollback, None),
-            ),
             (
                 t,
                 EventBody::RollbackApplied(RollbackApplied {
@@ -369,14 +385,86 @@ impl Tacho {
                 }),
             ),
         ];
-        self.log()
-            .writer(&id)?
-            .append_batch(&events, Durability::Sync)?;
+        w.append_batch(&events, Durability::Sync)?;
         Ok(Done {
             applied,
             session: id,
             post: post.id,
         })
+    }
+
+    /// Rollbacks of this workspace that were cut short (no `session.end`, and no
+    /// process writing them): each is closed as interrupted, so it can be rolled back
+    /// (undone), and the user is told. A rollback still in progress is refused.
+    fn close_interrupted(
+        &self,
+        candidates: &[String],
+        session: &str,
+        look_only: bool,
+    ) -> Result<(), RollbackError> {
+        for id in candidates {
+            let events = self.events(id)?;
+            if events
+                .iter()
+                .any(|e| matches!(e.event.body, EventBody::SessionEnd(_)))
+            {
+                continue;
+            }
+            let mut w = match self.log().try_writer(id) {
+                Ok(w) => w,
+                Err(StoreError::Busy { .. }) => {
+                    return Err(RollbackError::InProgress(id.clone()));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let pre = events.iter().find_map(|e| match &e.event.body {
+                EventBody::SnapshotTaken(t) if t.reason == SnapshotReason::PreRollback => {
+                    Some(t.snapshot.clone())
+                }
+                _ => None,
+            });
+            let applied = events
+                .iter()
+                .any(|e| matches!(e.event.body, EventBody::RollbackApplied(_)));
+            if look_only {
+                self.note(&format!(
+                    "note: rollback {id} was interrupted before it finished; a real run records that, and then `tacho session rollback {id} --yes` undoes it"
+                ));
+                continue;
+            }
+            // The workspace as the cut-short rollback left it: with it, rolling this
+            // session back (to its `pre_rollback` snapshot) knows what to restore.
+            let mut closing = Vec::new();
+            if let Some(ws) = events.iter().find_map(|e| match &e.event.body {
+                EventBody::SessionStart(s) => s.workspace.clone(),
+                _ => None,
+            }) {
+                let ws = PathBuf::from(ws);
+                let _guard = self.snapshot_guard()?;
+                let (now, path) = self.take_snapshot(&ws, &[])?;
+                closing.push((
+                    self.now(),
+                    taken_event(&now, &path, SnapshotReason::Final, None),
+                ));
+            }
+            closing.push((
+                self.now(),
+                EventBody::SessionEnd(SessionEnd {
+                    reason: EndReason::Error,
+                    message: Some(
+                        "interrupted: the rollback was cut short (killed or crashed)".into(),
+                    ),
+                }),
+            ));
+            w.append_batch(&closing, Durability::Sync)?;
+            self.note(&format!(
+                "note: rollback {id} was interrupted{} before it finished{}; undo it with `tacho session rollback {id} --yes`, or run the rollback of {session} again to finish it",
+                if applied { " after its files were written" } else { "" },
+                pre.map(|p| format!(" (the workspace before it is snapshot {p})"))
+                    .unwrap_or_default()
+            ));
+        }
+        Ok(())
     }
 
     /// The session and its descendants in the same workspace; also the descendants

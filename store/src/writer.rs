@@ -137,19 +137,30 @@ impl Store {
     /// session, then fails with [`StoreError::Busy`]. Repairs a torn tail and reports
     /// it in [`Writer::recovered`].
     pub fn writer(&self, session: &str) -> Result<Writer, StoreError> {
+        self.writer_waiting(session, self.opts.lock_timeout)
+    }
+
+    /// Like [`Store::writer`], without waiting: `Busy` at once when another writer holds
+    /// the session (so a caller can tell a session being written from an abandoned one).
+    pub fn try_writer(&self, session: &str) -> Result<Writer, StoreError> {
+        self.writer_waiting(session, std::time::Duration::ZERO)
+    }
+
+    fn writer_waiting(
+        &self,
+        session: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Writer, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
         let lock_path = self.lock_path(session);
-        let lock = self
-            .vfs
-            .lock(&lock_path, self.opts.lock_timeout)
-            .map_err(|e| match e {
-                LockError::Busy { holder } => StoreError::Busy {
-                    session: session.to_string(),
-                    holder: holder.unwrap_or_else(|| "unknown process".into()),
-                    waited_ms: self.opts.lock_timeout.as_millis(),
-                },
-                LockError::Io(e) => StoreError::io(&lock_path, e),
-            })?;
+        let lock = self.vfs.lock(&lock_path, timeout).map_err(|e| match e {
+            LockError::Busy { holder } => StoreError::Busy {
+                session: session.to_string(),
+                holder: holder.unwrap_or_else(|| "unknown process".into()),
+                waited_ms: timeout.as_millis(),
+            },
+            LockError::Io(e) => StoreError::io(&lock_path, e),
+        })?;
         let mut w = Writer {
             session: session.to_string(),
             stream: StreamId::of_name(session),

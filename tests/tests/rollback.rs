@@ -646,3 +646,85 @@ fn a_workspace_replaced_by_a_link_is_not_rolled_back_through_it() {
         .collect();
     assert_eq!(names, ["keep.txt"], "nothing was written through the link");
 }
+
+/// `kill -9` during `rollback --yes` loses none of the user's work: the rollback's
+/// intent (with the workspace as it was) is recorded before the first write, the next
+/// run says the rollback was interrupted, and undoing it restores the workspace exactly.
+/// `TACHO_CAMPAIGN_KILLS=100` runs more kills.
+#[test]
+fn a_rollback_killed_midway_can_be_undone() {
+    let kills: u64 = std::env::var("TACHO_CAMPAIGN_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    let mut interrupted = 0;
+    for round in 0..kills {
+        let e = env();
+        let ws = e.ws.display().to_string();
+        for i in 0..300 {
+            e.write(&format!("f{i:03}.txt"), "v0\n");
+        }
+        e.record(
+            "ses_k",
+            &format!(r#"{{"type":"session.start","workspace":"{ws}"}}"#),
+        );
+        for i in 0..300 {
+            e.write(&format!("f{i:03}.txt"), "v1 by the agent\n");
+        }
+        e.record("ses_k", r#"{"type":"session.end","reason":"completed"}"#);
+        let before: Vec<Option<String>> =
+            (0..300).map(|i| e.read(&format!("f{i:03}.txt"))).collect();
+        let mut c = tacho(&e.home);
+        c.args(["session", "rollback", "ses_k", "--yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        // Spread over the run (about half a second in a debug build).
+        std::thread::sleep(std::time::Duration::from_millis(40 + round * 73 % 420));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        // The next run tells of an interrupted rollback (a dry run only looks; a real
+        // run records that it was cut short), which can then be undone.
+        let (_, _, looked) = e.tacho(&["session", "rollback", "ses_k", "--dry-run"]);
+        let (_, _, told) = e.tacho(&["session", "rollback", "ses_k"]);
+        let (code, out, _) = e.tacho(&["session", "list", "--json"]);
+        assert_eq!(code, 0);
+        let rollbacks: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["title"] == "rollback of ses_k")
+            .collect();
+        if rollbacks.is_empty() {
+            // Killed before it recorded anything: nothing was written either.
+            assert_eq!(
+                (0..300)
+                    .map(|i| e.read(&format!("f{i:03}.txt")))
+                    .collect::<Vec<_>>(),
+                before,
+                "round {round}"
+            );
+            continue;
+        }
+        let id = rollbacks[0]["session"].as_str().unwrap().to_owned();
+        // Cut short (closed by the real run as an error), or finished before the kill.
+        if rollbacks[0]["status"] == "error" {
+            assert!(!status.success());
+            assert!(
+                looked.contains(&format!("rollback {id} was interrupted")),
+                "{looked}"
+            );
+            assert!(
+                told.contains(&format!("rollback {id} was interrupted")),
+                "{told}"
+            );
+            interrupted += 1;
+        }
+        let (code, out, err) = e.tacho(&["session", "rollback", &id, "--yes"]);
+        assert_eq!(code, 0, "round {round}: {out}{err}");
+        let after: Vec<Option<String>> =
+            (0..300).map(|i| e.read(&format!("f{i:03}.txt"))).collect();
+        assert_eq!(after, before, "round {round}: the user's work is back");
+        e.fsck();
+    }
+    eprintln!("{kills} kills during rollbacks, {interrupted} interrupted mid-way: no work lost");
+}
