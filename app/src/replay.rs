@@ -70,6 +70,8 @@ pub struct Verification {
     pub replay: ReplayReport,
     pub projection: ProjectionCheck,
     pub last_event_unix_ns: Option<i64>,
+    /// For a package: what export would not have produced (each a finding).
+    pub package_findings: Vec<String>,
 }
 
 impl Verification {
@@ -87,6 +89,7 @@ impl Verification {
             + usize::from(self.read_error.is_some())
             + usize::from(matches!(self.projection, ProjectionCheck::Failed { .. }))
             + self.replay.findings.len()
+            + self.package_findings.len()
     }
 }
 
@@ -205,6 +208,7 @@ fn verify(store: &Store, session: &str) -> Result<Verification, StoreError> {
         replay,
         projection,
         last_event_unix_ns: last,
+        package_findings: Vec::new(),
     })
 }
 
@@ -230,7 +234,31 @@ pub fn verify_package(path: &Path) -> Result<Verification, ReplayError> {
             source,
         },
     })?;
-    Ok(verify(&store, &session)?)
+    let mut v = verify(&store, &session)?;
+    // Export writes whole sessions: every segment up to its last commit, nothing after
+    // it, from `session.start` on. Anything else was not made by export.
+    let mut extra = Vec::new();
+    for f in &v.log.findings {
+        if f.severity == Severity::Warning {
+            extra.push(format!("{} (export writes no such thing)", f.message));
+        }
+    }
+    if v.log.free_bytes > 0 {
+        extra.push(format!(
+            "{} bytes of zeros after the committed data (export writes none)",
+            v.log.free_bytes
+        ));
+    }
+    if v.log.events == 0 {
+        extra.push("the package holds no events: a package holds a whole session".into());
+    } else {
+        let first = store.first_event(&session)?;
+        if !matches!(first.map(|e| e.body), Some(EventBody::SessionStart(_))) {
+            extra.push("the package's session does not begin with session.start".into());
+        }
+    }
+    v.package_findings = extra;
+    Ok(v)
 }
 
 impl Tacho {

@@ -95,6 +95,12 @@ pub fn open_package(bytes: &[u8]) -> Result<(Store, String), PackageError> {
         return Err(PackageError::DigestMismatch);
     }
     let body = &bytes[..body_len];
+    if bytes[10..12] != [0, 0] {
+        return Err(PackageError::Malformed {
+            offset: 10,
+            what: "the reserved field is not zero".into(),
+        });
+    }
     let mut pos = 12;
     let take = |pos: &mut usize, n: usize| -> Result<&[u8], PackageError> {
         let s = body
@@ -121,9 +127,22 @@ pub fn open_package(bytes: &[u8]) -> Result<(Store, String), PackageError> {
     let dir = root.join("streams").join(stream_dir_name(&session));
     fs.create_dir_all(&dir)
         .map_err(|e| StoreError::io(&dir, e))?;
+    if count == 0 {
+        return Err(PackageError::Malformed {
+            offset: 12,
+            what: "no segment: a package holds a whole session".into(),
+        });
+    }
+    let mut seen = std::collections::BTreeSet::new();
     for _ in 0..count {
         let at = pos;
         let first_seq = u64_at(take(&mut pos, 8)?);
+        if !seen.insert(first_seq) {
+            return Err(PackageError::Malformed {
+                offset: at,
+                what: format!("a second segment starting at event {first_seq}"),
+            });
+        }
         let len = u64_at(take(&mut pos, 8)?) as usize;
         let data = take(&mut pos, len)?;
         let name = segment_file_name(first_seq);

@@ -773,3 +773,81 @@ fn help_texts_name_every_mode_and_state() {
         "{goal}"
     );
 }
+
+/// A package holds a whole session exactly as export writes it; anything else — no
+/// segment, only a header, a segment cut inside a batch, zeros after the data, a
+/// non-zero reserved field, the same segment twice — is a finding, never "intact".
+#[test]
+fn a_package_must_be_what_export_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let example = repo_root().join("examples/sessions/rate-limit.jsonl");
+    let mut c = tacho(&home);
+    c.args(["record", "--snapshots", "off", "--batch-lines", "1"])
+        .arg(&example);
+    assert_eq!(run(c).0, 0);
+    let pkg = tmp.path().join("good.tacho");
+    let mut c = tacho(&home);
+    c.args([
+        "session",
+        "replay",
+        "ses_01jdemo",
+        "--mode",
+        "export",
+        "--output",
+    ])
+    .arg(&pkg);
+    let (code, _, err) = run(c);
+    assert_eq!(code, 0, "{err}");
+    let good = std::fs::read(&pkg).unwrap();
+    // Layout: magic 8, version 2, reserved 2, count 4, id length 2, id, then per
+    // segment first_seq 8, length 8, bytes; then the 32-byte digest of all before it.
+    let id_len = u16::from_le_bytes([good[16], good[17]]) as usize;
+    let head = 18 + id_len;
+    let seg_len = u64::from_le_bytes(good[head + 8..head + 16].try_into().unwrap()) as usize;
+    let seg = &good[head + 16..head + 16 + seg_len];
+    let build = |reserved: u16, segs: &[(u64, &[u8])]| -> Vec<u8> {
+        let mut b = good[..10].to_vec();
+        b.extend_from_slice(&reserved.to_le_bytes());
+        b.extend_from_slice(&(segs.len() as u32).to_le_bytes());
+        b.extend_from_slice(&good[16..head]);
+        for (first, data) in segs {
+            b.extend_from_slice(&first.to_le_bytes());
+            b.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            b.extend_from_slice(data);
+        }
+        let d = blake3::Hasher::new_derive_key("tacho replay package v1")
+            .update(&b)
+            .finalize();
+        b.extend_from_slice(d.as_bytes());
+        b
+    };
+    assert_eq!(
+        build(0, &[(0, seg)]),
+        good,
+        "the layout as the test reads it"
+    );
+    let mut zeros = seg.to_vec();
+    zeros.extend(std::iter::repeat_n(0u8, 4096));
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("no segment", build(0, &[])),
+        ("only a header", build(0, &[(0, &seg[..128])])),
+        (
+            "cut inside a batch",
+            build(0, &[(0, &seg[..seg.len() / 2])]),
+        ),
+        ("zeros after the data", build(0, &[(0, &zeros)])),
+        ("reserved field", build(7, &[(0, seg)])),
+        ("a segment twice", build(0, &[(0, seg), (0, seg)])),
+    ];
+    for (what, bytes) in cases {
+        let p = tmp.path().join("bad.tacho");
+        std::fs::write(&p, bytes).unwrap();
+        let mut c = tacho(&home);
+        c.args(["session", "replay", "--mode", "verify", "--package"])
+            .arg(&p);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 1, "{what}: {out}{err}");
+        assert!(!out.contains("intact"), "{what}: {out}");
+    }
+}

@@ -237,6 +237,13 @@ pub fn print_verification(v: &Verification, json: bool, out: &mut Out) -> Result
             out.line(format!("finding: {loc}: {}", f.message))?;
         }
     }
+    for f in &v.package_findings {
+        if json {
+            out.json(&serde_json::json!({"type": "finding", "check": "package", "message": f}))?;
+        } else {
+            out.line(format!("finding: package: {f}"))?;
+        }
+    }
     if let Some(e) = &v.read_error {
         if json {
             out.json(&serde_json::json!({"type": "finding", "check": "read", "message": format!("the session could not be read to its end: {e}")}))?;
