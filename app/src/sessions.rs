@@ -50,6 +50,9 @@ impl ListFilter {
 pub struct SessionRow {
     pub summary: SessionSummary,
     pub risk: RiskAssessment,
+    /// The session's record does not verify (where and why): nothing else about it is
+    /// shown, and the other sessions still answer.
+    pub damaged: Option<String>,
 }
 
 /// One session in detail (`session show`).
@@ -163,7 +166,19 @@ impl Tacho {
         };
         let mut rows = Vec::new();
         for id in self.log().sessions()? {
-            let g = self.graph(&id)?;
+            let g = match self.graph(&id) {
+                Ok(g) => g,
+                Err(e @ (StoreError::Corrupt { .. } | StoreError::Io { .. })) => {
+                    let g = ExecutionGraph::new(&id);
+                    rows.push(SessionRow {
+                        summary: SessionSummary::from_graph(&g),
+                        risk: assess(&g),
+                        damaged: Some(e.to_string()),
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let s = SessionSummary::from_graph(&g);
             let r = assess(&g);
             if since.is_some_and(|t| s.started_unix_ns.is_none_or(|st| st < t))
@@ -178,6 +193,7 @@ impl Tacho {
             rows.push(SessionRow {
                 summary: s,
                 risk: r,
+                damaged: None,
             });
         }
         rows.sort_by(|a, b| {

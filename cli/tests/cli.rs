@@ -1225,3 +1225,51 @@ fn empty_store_running_session_and_corrupt_segment() {
         error: corruption in $TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg at offset 352: frame at offset 352: frame checksum mismatch: stored 0xd0e2225c, computed 0xa57de4c1
     "#]]);
 }
+
+/// Queries answer only from verified data: a payload forged with a recomputed checksum
+/// is refused by graph and risk at its offset, and `session list` still lists the other
+/// sessions, naming the damaged one.
+#[test]
+fn queries_refuse_a_forged_payload_and_list_the_rest() {
+    let env = Env::new();
+    env.record_example();
+    let other = env.run(
+        &["record", "--session", "ses_other", "-"],
+        Some("{\"type\":\"session.start\",\"ts\":\"2026-11-30T08:00:00Z\",\"agent\":\"coder\"}\n"),
+    );
+    assert!(other.starts_with("exit: 0"), "{other}");
+    let seg = env
+        .home
+        .path()
+        .join("log/streams")
+        .join(EXAMPLE_SESSION)
+        .join("00000000000000000000.tseg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.windows(9).position(|w| w == b"architect").unwrap();
+    bytes[at] = b'b';
+    let len = u32::from_le_bytes(bytes[128..132].try_into().unwrap()) as usize;
+    let mut crc = Crc32::new();
+    crc.update(&bytes[128..132]);
+    crc.update(&bytes[136..128 + len]);
+    let c = crc.finish();
+    bytes[132..136].copy_from_slice(&c.to_le_bytes());
+    std::fs::write(&seg, bytes).unwrap();
+    for args in [
+        vec!["graph", EXAMPLE_SESSION],
+        vec!["risk", EXAMPLE_SESSION],
+    ] {
+        let out = env.run(&args, None);
+        assert!(out.starts_with("exit: 1"), "{args:?}: {out}");
+        assert!(out.contains("hash chain broken"), "{args:?}: {out}");
+        assert!(!out.contains("brchitect"), "{args:?}: {out}");
+    }
+    let list = env.run(&["session", "list"], None);
+    assert!(list.starts_with("exit: 1"), "{list}");
+    assert!(list.contains("ses_other"), "{list}");
+    assert!(
+        list.contains(&format!(
+            "warning: session {EXAMPLE_SESSION} is damaged and left out"
+        )),
+        "{list}"
+    );
+}

@@ -214,12 +214,10 @@ impl Store {
                 offset: offset as u64,
                 detail,
             };
-            let mut scan = Scanner::new(
-                &bytes,
-                ScanLimits {
-                    verify_chain: false,
-                },
-            );
+            // Every batch read is checked against its chain step: queries answer only
+            // from verified data, and a payload forged with a recomputed checksum is
+            // refused at its offset instead of shown.
+            let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: true });
             if let Some(h) = scan.header() {
                 let expected = Expected {
                     stream,

@@ -99,9 +99,14 @@ fn list(a: ListArgs) -> Result<(), CliError> {
         project: a.project.clone(),
     };
     let tacho = crate::open()?;
-    let rows: Vec<(SessionSummary, RiskAssessment)> = tacho
-        .list_sessions(&filter)?
+    let listed = tacho.list_sessions(&filter)?;
+    let damaged: Vec<(String, String)> = listed
+        .iter()
+        .filter_map(|r| Some((r.summary.session.clone(), r.damaged.clone()?)))
+        .collect();
+    let rows: Vec<(SessionSummary, RiskAssessment)> = listed
         .into_iter()
+        .filter(|r| r.damaged.is_none())
         .map(|r| (r.summary, r.risk))
         .collect();
     let mut out = Out::new();
@@ -109,9 +114,18 @@ fn list(a: ListArgs) -> Result<(), CliError> {
         for (s, r) in &rows {
             out.json(&row_json(s, r))?;
         }
-        return out.finish();
+        for (id, why) in &damaged {
+            out.json(&serde_json::json!({
+                "type": "session", "session": id, "status": "damaged", "damage": why,
+            }))?;
+        }
+        out.finish()?;
+        return damaged_exit(&damaged);
     }
-    if rows.is_empty() {
+    for (id, why) in &damaged {
+        eprintln!("warning: session {id} is damaged and left out: {why}");
+    }
+    if rows.is_empty() && damaged.is_empty() {
         let filtered = !filter.is_empty();
         eprintln!(
             "{} (store: {})",
@@ -166,7 +180,20 @@ fn list(a: ListArgs) -> Result<(), CliError> {
             who
         ))?;
     }
-    out.finish()
+    out.finish()?;
+    damaged_exit(&damaged)
+}
+
+/// A listing that had to leave damaged sessions out answers for the others, then
+/// exits 1 (a finding), naming how many.
+fn damaged_exit(damaged: &[(String, String)]) -> Result<(), CliError> {
+    if damaged.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::findings(format!(
+        "{} session(s) are damaged (run `tacho log verify`); the others are listed",
+        damaged.len()
+    )))
 }
 
 fn show(a: ShowArgs) -> Result<(), CliError> {
