@@ -617,6 +617,7 @@ fn a_closed_stdout_is_success_for_json_output_too() {
         vec!["fingerprint", "--json"],
         vec!["fingerprint"],
         vec!["session", "list", "--json"],
+        vec!["log", "stats", "--json"],
     ] {
         let mut c = tacho_tests::tacho(&tmp.path().join("home"));
         c.current_dir(&ws)
@@ -849,5 +850,60 @@ fn a_package_must_be_what_export_writes() {
         let (code, out, err) = run(c);
         assert_eq!(code, 1, "{what}: {out}{err}");
         assert!(!out.contains("intact"), "{what}: {out}");
+    }
+}
+
+/// Many recorders starting at once on a fresh data directory: the snapshot store is
+/// created once, and every session gets its baseline snapshot.
+#[test]
+fn first_use_of_the_snapshot_store_is_safe_under_concurrency() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let children: Vec<_> = (0..12)
+        .map(|i| {
+            let mut c = tacho(&home);
+            c.args(["record", "--session", &format!("ses_c{i:02}")])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(
+                    format!(
+                        r#"{{"type":"session.start","workspace":"{}"}}"#,
+                        ws.display()
+                    )
+                    .as_bytes(),
+                )
+                .unwrap();
+            child
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(!err.contains("no baseline snapshot"), "{err}");
+    }
+    for i in 0..12 {
+        let mut c = tacho(&home);
+        c.args([
+            "session",
+            "rollback",
+            &format!("ses_c{i:02}"),
+            "--list",
+            "--json",
+        ]);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert!(v["baseline"]["id"].is_string(), "session {i}: {v}");
     }
 }

@@ -50,6 +50,37 @@ pub struct SnapshotStore {
     threads: usize,
 }
 
+/// Creates the store's repository once, however many processes try at the same time:
+/// each initialises a repository of its own beside `root` and renames it into place;
+/// the first rename wins and the others open what it made.
+fn init_once(root: &Path) -> Result<(), SnapshotError> {
+    let parent = root.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| SnapshotError::io(parent, e))?;
+    let tmp = parent.join(format!(
+        ".{}.init-{}-{}",
+        root.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("snapshots"),
+        std::process::id(),
+        now_ns()
+    ));
+    gix::init_bare(&tmp)
+        .map_err(|e| SnapshotError::git(format!("creating {}", tmp.display()), e))?;
+    match std::fs::rename(&tmp, root) {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            // Another process made it first (or an empty directory stood there).
+            let _ = std::fs::remove_dir_all(&tmp);
+            if root.join("HEAD").exists() {
+                return Ok(());
+            }
+            // An empty directory: take its place.
+            std::fs::remove_dir(root).map_err(|e| SnapshotError::io(root, e))?;
+            init_once(root)
+        }
+    }
+}
+
 impl SnapshotStore {
     /// Opens (creating it if needed) the store at `root`, a bare Git repository, with
     /// derived caches under `cache_dir`.
@@ -58,14 +89,11 @@ impl SnapshotStore {
         cache_dir: impl Into<PathBuf>,
     ) -> Result<Self, SnapshotError> {
         let root = root.into();
-        let opts = || gix::open::Options::isolated();
-        let repo = if root.join("HEAD").exists() {
-            gix::open_opts(&root, opts())
-        } else {
-            std::fs::create_dir_all(&root).map_err(|e| SnapshotError::io(&root, e))?;
-            gix::init_bare(&root).and_then(|_| gix::open_opts(&root, opts()))
+        if !root.join("HEAD").exists() {
+            init_once(&root)?;
         }
-        .map_err(|e| SnapshotError::git(format!("opening {}", root.display()), e))?;
+        let repo = gix::open_opts(&root, gix::open::Options::isolated())
+            .map_err(|e| SnapshotError::git(format!("opening {}", root.display()), e))?;
         Ok(SnapshotStore {
             root,
             cache_dir: cache_dir.into(),
