@@ -1273,3 +1273,35 @@ fn queries_refuse_a_forged_payload_and_list_the_rest() {
         "{list}"
     );
 }
+
+/// A writer never appends after committed data that was changed: recording into a
+/// session whose last batch was forged (checksum recomputed) is refused, and nothing
+/// is cut.
+#[test]
+fn a_forged_stream_is_not_appended_to() {
+    let env = Env::new();
+    env.record_example();
+    let seg = env
+        .home
+        .path()
+        .join("log/streams")
+        .join(EXAMPLE_SESSION)
+        .join("00000000000000000000.tseg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.windows(9).position(|w| w == b"architect").unwrap();
+    bytes[at] = b'b';
+    let len = u32::from_le_bytes(bytes[128..132].try_into().unwrap()) as usize;
+    let mut crc = Crc32::new();
+    crc.update(&bytes[128..132]);
+    crc.update(&bytes[136..128 + len]);
+    let c = crc.finish();
+    bytes[132..136].copy_from_slice(&c.to_le_bytes());
+    std::fs::write(&seg, &bytes).unwrap();
+    let out = env.run(
+        &["record", "--session", EXAMPLE_SESSION, "-"],
+        Some("{\"type\":\"error\",\"message\":\"late\"}\n"),
+    );
+    assert!(out.starts_with("exit: 1"), "{out}");
+    assert!(out.contains("hash chain broken"), "{out}");
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "nothing was cut or appended");
+}

@@ -197,12 +197,9 @@ impl Writer {
             .vfs
             .read(&path, false)
             .map_err(|e| StoreError::io(&path, e))?;
-        let mut scan = Scanner::new(
-            &bytes,
-            ScanLimits {
-                verify_chain: false,
-            },
-        );
+        // The chain is checked too: a writer never appends after committed data that
+        // was changed (a forged batch is corruption, not a torn tail).
+        let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: true });
         while scan.next_batch().is_some() {}
         let corrupt = |offset: usize, detail: String| StoreError::Corrupt {
             path: path.clone(),
