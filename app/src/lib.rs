@@ -41,7 +41,7 @@ pub use ingest::{
     capped_lines,
 };
 pub use logs::{LogReport, LogsError, analyse_logs};
-pub use logtools::{DumpError, dump_segment_file};
+pub use logtools::{DumpError, NoData, dump_segment_file};
 pub use replay::{
     ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,
     ReplayError, Verification, verify_package,

@@ -27,6 +27,16 @@ pub enum DumpError {
     Store(#[from] StoreError),
 }
 
+/// Nothing was ever recorded in the data directory.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no tacho data in {}: nothing was ever recorded there (is TACHO_HOME right?)",
+    .0.display()
+)]
+pub struct NoData(pub PathBuf);
+
+kinds!(NoData { _ => NotFound });
+
 kinds!(DumpError {
     DumpError::NoSegment { .. } => NotFound,
     DumpError::Read { .. } => Io,
@@ -42,6 +52,16 @@ pub fn dump_segment_file(path: &Path) -> Result<SegmentDump, DumpError> {
 }
 
 impl Tacho {
+    /// Whether anything was ever recorded here; `NoData` otherwise (for commands whose
+    /// answer about an empty store would mislead, such as a digest of nothing).
+    pub fn require_data(&self) -> Result<(), NoData> {
+        if self.log().exists() {
+            Ok(())
+        } else {
+            Err(NoData(self.data_dir().to_path_buf()))
+        }
+    }
+
     /// Verifies (`deep`: every checksum, chain step, sequence number and payload) or
     /// counts every stream, or one. `progress(done, total)` hears of each session
     /// before it starts.

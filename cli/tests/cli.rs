@@ -1303,5 +1303,9 @@ fn a_forged_stream_is_not_appended_to() {
     );
     assert!(out.starts_with("exit: 1"), "{out}");
     assert!(out.contains("hash chain broken"), "{out}");
-    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "nothing was cut or appended");
+    assert_eq!(
+        std::fs::read(&seg).unwrap(),
+        bytes,
+        "nothing was cut or appended"
+    );
 }

@@ -140,11 +140,9 @@ impl Store {
         root: impl Into<PathBuf>,
         opts: StoreOptions,
     ) -> Result<Store, StoreError> {
+        // Nothing is created until something is written: a read under a mistyped
+        // data directory leaves no trace there.
         let root = root.into();
-        for dir in [root.join("streams"), root.join("locks")] {
-            vfs.create_dir_all(&dir)
-                .map_err(|e| StoreError::io(&dir, e))?;
-        }
         Ok(Store { root, vfs, opts })
     }
 
@@ -159,6 +157,11 @@ impl Store {
 
     /// Lock files live apart from the streams, so that taking a lock creates nothing in
     /// `streams/` and a writer that appends nothing leaves no trace.
+    /// Whether anything was ever written here (the streams directory exists).
+    pub fn exists(&self) -> bool {
+        self.vfs.exists(&self.streams_dir())
+    }
+
     pub(crate) fn lock_path(&self, session: &str) -> PathBuf {
         self.root
             .join("locks")
@@ -172,10 +175,12 @@ impl Store {
     /// Every session in the store, sorted by id.
     pub fn sessions(&self) -> Result<Vec<String>, StoreError> {
         let dir = self.streams_dir();
-        let mut names: Vec<String> = self
-            .vfs
-            .list_dir(&dir)
-            .map_err(|e| StoreError::io(&dir, e))?
+        let listed = match self.vfs.list_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(StoreError::io(&dir, e)),
+        };
+        let mut names: Vec<String> = listed
             .iter()
             .filter_map(|d| stream_name_from_dir(d))
             .collect();

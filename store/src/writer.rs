@@ -153,6 +153,11 @@ impl Store {
     ) -> Result<Writer, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
         let lock_path = self.lock_path(session);
+        for dir in [self.root().join("locks"), self.root().join("streams")] {
+            self.vfs
+                .create_dir_all(&dir)
+                .map_err(|e| StoreError::io(&dir, e))?;
+        }
         let lock = self.vfs.lock(&lock_path, timeout).map_err(|e| match e {
             LockError::Busy { holder } => StoreError::Busy {
                 session: session.to_string(),

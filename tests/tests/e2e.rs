@@ -907,3 +907,27 @@ fn first_use_of_the_snapshot_store_is_safe_under_concurrency() {
         assert!(v["baseline"]["id"].is_string(), "session {i}: {v}");
     }
 }
+
+/// Reading under a mistyped data directory creates nothing there, and `log verify`
+/// says there is no data instead of printing a digest of nothing.
+#[test]
+fn a_missing_data_directory_is_reported_and_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("typo");
+    for args in [vec!["session", "list"], vec!["log", "stats"]] {
+        let mut c = tacho(&home);
+        c.args(&args);
+        let (code, _, err) = run(c);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+    let mut c = tacho(&home);
+    c.args(["log", "verify"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(err.contains("no tacho data in"), "{err}");
+    assert!(!out.contains("store digest"), "{out}");
+    assert!(
+        !home.exists(),
+        "nothing was created under the mistyped directory"
+    );
+}

@@ -119,6 +119,7 @@ fn totals(r: &StoreReport) -> (u64, u64, u64, u64) {
 
 fn verify(a: VerifyArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
+    tacho.require_data()?;
     let report = each_session(&tacho, true, a.session.as_deref(), a.json)?;
     let (segments, events, size, _) = totals(&report);
     let errors = report
