@@ -58,6 +58,29 @@ impl Env {
         expect.assert_eq(&self.run(args, stdin));
     }
 
+    /// Turns "architect" into "brchitect" in the example session's first event and
+    /// fixes up that frame's CRC, as someone quietly editing the log would. Returns the
+    /// segment and its bytes as forged.
+    fn forge_first_event(&self) -> (PathBuf, Vec<u8>) {
+        let seg = self
+            .home
+            .path()
+            .join("log/streams")
+            .join(EXAMPLE_SESSION)
+            .join("00000000000000000000.tseg");
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let at = bytes.windows(9).position(|w| w == b"architect").unwrap();
+        bytes[at] = b'b';
+        let len = u32::from_le_bytes(bytes[128..132].try_into().unwrap()) as usize;
+        let mut crc = Crc32::new();
+        crc.update(&bytes[128..132]);
+        crc.update(&bytes[136..128 + len]);
+        let c = crc.finish();
+        bytes[132..136].copy_from_slice(&c.to_le_bytes());
+        std::fs::write(&seg, &bytes).unwrap();
+        (seg, bytes)
+    }
+
     fn record_example(&self) {
         let ex = example();
         let out = self.run(&["record", ex.to_str().unwrap()], None);
@@ -212,24 +235,7 @@ fn log_verify_stats_and_dump() {
 fn verify_locates_an_edit_and_fails() {
     let env = Env::new();
     env.record_example();
-    let seg = env
-        .home
-        .path()
-        .join("log/streams")
-        .join(EXAMPLE_SESSION)
-        .join("00000000000000000000.tseg");
-    let mut bytes = std::fs::read(&seg).unwrap();
-    // Turn "architect" into "brchitect" in the first event's payload and fix up that
-    // frame's CRC, as someone quietly editing the log would.
-    let at = bytes.windows(9).position(|w| w == b"architect").unwrap();
-    bytes[at] = b'b';
-    let len = u32::from_le_bytes(bytes[128..132].try_into().unwrap()) as usize;
-    let mut crc = Crc32::new();
-    crc.update(&bytes[128..132]);
-    crc.update(&bytes[136..128 + len]);
-    let c = crc.finish();
-    bytes[132..136].copy_from_slice(&c.to_le_bytes());
-    std::fs::write(&seg, bytes).unwrap();
+    env.forge_first_event();
     env.check(
         &["log", "verify"],
         None,
@@ -1238,22 +1244,7 @@ fn queries_refuse_a_forged_payload_and_list_the_rest() {
         Some("{\"type\":\"session.start\",\"ts\":\"2026-11-30T08:00:00Z\",\"agent\":\"coder\"}\n"),
     );
     assert!(other.starts_with("exit: 0"), "{other}");
-    let seg = env
-        .home
-        .path()
-        .join("log/streams")
-        .join(EXAMPLE_SESSION)
-        .join("00000000000000000000.tseg");
-    let mut bytes = std::fs::read(&seg).unwrap();
-    let at = bytes.windows(9).position(|w| w == b"architect").unwrap();
-    bytes[at] = b'b';
-    let len = u32::from_le_bytes(bytes[128..132].try_into().unwrap()) as usize;
-    let mut crc = Crc32::new();
-    crc.update(&bytes[128..132]);
-    crc.update(&bytes[136..128 + len]);
-    let c = crc.finish();
-    bytes[132..136].copy_from_slice(&c.to_le_bytes());
-    std::fs::write(&seg, bytes).unwrap();
+    env.forge_first_event();
     for args in [
         vec!["graph", EXAMPLE_SESSION],
         vec!["risk", EXAMPLE_SESSION],
@@ -1281,22 +1272,7 @@ fn queries_refuse_a_forged_payload_and_list_the_rest() {
 fn a_forged_stream_is_not_appended_to() {
     let env = Env::new();
     env.record_example();
-    let seg = env
-        .home
-        .path()
-        .join("log/streams")
-        .join(EXAMPLE_SESSION)
-        .join("00000000000000000000.tseg");
-    let mut bytes = std::fs::read(&seg).unwrap();
-    let at = bytes.windows(9).position(|w| w == b"architect").unwrap();
-    bytes[at] = b'b';
-    let len = u32::from_le_bytes(bytes[128..132].try_into().unwrap()) as usize;
-    let mut crc = Crc32::new();
-    crc.update(&bytes[128..132]);
-    crc.update(&bytes[136..128 + len]);
-    let c = crc.finish();
-    bytes[132..136].copy_from_slice(&c.to_le_bytes());
-    std::fs::write(&seg, &bytes).unwrap();
+    let (seg, bytes) = env.forge_first_event();
     let out = env.run(
         &["record", "--session", EXAMPLE_SESSION, "-"],
         Some("{\"type\":\"error\",\"message\":\"late\"}\n"),

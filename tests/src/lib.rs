@@ -118,3 +118,13 @@ pub fn run_with_stdin(home: &Path, args: &[&str], input: &str) -> (i32, String, 
         String::from_utf8_lossy(&stderr).into_owned(),
     )
 }
+
+/// How many events `log dump` shows for a session.
+pub fn event_count(home: &Path, session: &str) -> usize {
+    let mut c = tacho(home);
+    c.args(["log", "dump", session, "--json"]);
+    let (_, out, _) = run(c);
+    out.lines()
+        .filter(|l| l.contains("\"type\":\"event\""))
+        .count()
+}

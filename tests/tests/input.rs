@@ -2,18 +2,8 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::path::Path;
 
 use tacho_tests::{run, run_with_stdin, tacho};
-
-fn events(home: &Path, session: &str) -> usize {
-    let mut c = tacho(home);
-    c.args(["log", "dump", session, "--json"]);
-    let (_, out, _) = run(c);
-    out.lines()
-        .filter(|l| l.contains("\"type\":\"event\""))
-        .count()
-}
 
 #[test]
 fn nothing_is_accepted_after_session_end() {
@@ -37,7 +27,7 @@ fn nothing_is_accepted_after_session_end() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("stdin: line 3:"), "{err}");
-    assert_eq!(events(&home, "ses_end"), 2);
+    assert_eq!(tacho_tests::event_count(&home, "ses_end"), 2);
 }
 
 #[test]

@@ -12,15 +12,6 @@ fn record(home: &Path, input: &str) -> (i32, String, String) {
     run_with_stdin(home, &["record", "--snapshots", "off"], input)
 }
 
-fn events(home: &Path, session: &str) -> usize {
-    let mut c = tacho(home);
-    c.args(["log", "dump", session, "--json"]);
-    let (_, out, _) = run(c);
-    out.lines()
-        .filter(|l| l.contains("\"type\":\"event\""))
-        .count()
-}
-
 #[test]
 fn a_non_ascii_baseline_is_bad_input() {
     if !have_git() {
@@ -67,7 +58,7 @@ fn an_overflowing_snapshot_time_is_bad_input_and_records_nothing() {
         ),
         "{err}"
     );
-    assert_eq!(events(&home, "ses_ts"), 0);
+    assert_eq!(tacho_tests::event_count(&home, "ses_ts"), 0);
 }
 
 #[test]
@@ -100,7 +91,7 @@ fn revising_a_goal_with_a_malformed_digest_is_refused_before_writing() {
         w.append(1, &body, tacho_store::Durability::Sync).unwrap();
     }
     drop(w);
-    let before = events(&home, "ses_rev");
+    let before = tacho_tests::event_count(&home, "ses_rev");
     let mut c = tacho(&home);
     c.current_dir(&ws).args([
         "goal",
@@ -118,5 +109,9 @@ fn revising_a_goal_with_a_malformed_digest_is_refused_before_writing() {
         err.contains("goal goal_x records \"é\" as its contract digest"),
         "{err}"
     );
-    assert_eq!(events(&home, "ses_rev"), before, "nothing was written");
+    assert_eq!(
+        tacho_tests::event_count(&home, "ses_rev"),
+        before,
+        "nothing was written"
+    );
 }
