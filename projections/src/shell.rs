@@ -51,7 +51,7 @@ pub fn commands(line: &str) -> Vec<Vec<String>> {
             Some(sh) if is_shell(sh) && words.get(1).is_some_and(|w| w == "-c") => {
                 out.extend(commands(words.get(2).map_or("", String::as_str)));
             }
-            Some("eval") => out.extend(commands(&words[1..].join(" "))),
+            Some("eval") => out.extend(commands(&words.get(1..).unwrap_or_default().join(" "))),
             _ => out.push(words),
         }
     }
@@ -98,11 +98,10 @@ pub fn hides_failure(line: &str) -> Option<String> {
     };
     for (i, t) in tokens.iter().enumerate() {
         if t == "||" && masks(i + 1) {
-            let what = tokens[i + 1..].iter().take(2).cloned().collect::<Vec<_>>();
-            let what = if what.first().is_some_and(|w| w == "exit") {
-                "exit 0".to_string()
-            } else {
-                what[0].clone()
+            let what = match tokens.get(i + 1).map(String::as_str) {
+                Some("exit") => "exit 0",
+                Some(w) => w,
+                None => "",
             };
             return Some(format!(
                 "`|| {what}` hides the failure of what runs before it"
@@ -124,7 +123,7 @@ pub fn hides_failure(line: &str) -> Option<String> {
         && masks(at + 1)
         && tokens.len() <= at + 3
     {
-        let tail = tokens[at + 1..].join(" ");
+        let tail = tokens.get(at + 1..).unwrap_or_default().join(" ");
         return Some(format!(
             "it ends with `{tail}` after `;`, which hides every failure before it"
         ));

@@ -2,7 +2,6 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-
 use tacho_tests::{run, run_with_stdin, tacho};
 
 #[test]
