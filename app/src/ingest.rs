@@ -260,6 +260,18 @@ pub struct Ingest<'t> {
     guard: Option<tacho_git::snapshot::WriteGuard>,
     /// Sessions known to have ended (their last event is `session.end`).
     ended: BTreeMap<String, bool>,
+    /// Automatic snapshots that could not be taken (the events were recorded).
+    missed_snapshots: u64,
+}
+
+/// What an ingest recorded.
+#[derive(Debug, Clone, Default)]
+pub struct Ingested {
+    /// What each session received.
+    pub totals: BTreeMap<String, SessionTotal>,
+    /// Automatic snapshots that could not be taken (each reported as a note): the
+    /// events were recorded, but those points of the workspace are not protected.
+    pub missed_snapshots: u64,
 }
 
 impl<'t> Ingest<'t> {
@@ -286,6 +298,7 @@ impl<'t> Ingest<'t> {
             batch: Vec::new(),
             guard: None,
             ended: BTreeMap::new(),
+            missed_snapshots: 0,
         })
     }
 
@@ -494,6 +507,7 @@ impl<'t> Ingest<'t> {
             match self.tacho.snapshot_guard() {
                 Ok(g) => self.guard = Some(g),
                 Err(e) => {
+                    self.missed_snapshots += 1;
                     self.tacho.note(&format!(
                         "note: line {line}: no {reason} snapshot of {} for session {session}: {e}",
                         ws.display()
@@ -509,10 +523,13 @@ impl<'t> Ingest<'t> {
                 time_unix_ns,
                 body: taken_event(&snap, &path, reason, step),
             }),
-            Err(e) => self.tacho.note(&format!(
-                "note: line {line}: no {reason} snapshot of {} for session {session}: {e}",
-                ws.display()
-            )),
+            Err(e) => {
+                self.missed_snapshots += 1;
+                self.tacho.note(&format!(
+                    "note: line {line}: no {reason} snapshot of {} for session {session}: {e}",
+                    ws.display()
+                ));
+            }
         }
     }
 
@@ -618,9 +635,12 @@ impl<'t> Ingest<'t> {
     }
 
     /// Appends what is queued and returns what each session received.
-    pub fn finish(mut self) -> Result<BTreeMap<String, SessionTotal>, RecordError> {
+    pub fn finish(mut self) -> Result<Ingested, RecordError> {
         match self.flush() {
-            Ok(()) => Ok(std::mem::take(&mut self.totals)),
+            Ok(()) => Ok(Ingested {
+                totals: std::mem::take(&mut self.totals),
+                missed_snapshots: self.missed_snapshots,
+            }),
             Err(error) => Err(RecordError {
                 error,
                 recorded: self.recorded,

@@ -37,8 +37,8 @@ pub use goals::{
     Frozen, GoalError, GoalStatus, Receipt, Revised, read_plan,
 };
 pub use ingest::{
-    BatchAck, Ingest, IngestError, IngestOptions, LINE_BYTES_MAX, RecordError, SessionTotal,
-    capped_lines,
+    BatchAck, Ingest, IngestError, IngestOptions, Ingested, LINE_BYTES_MAX, RecordError,
+    SessionTotal, capped_lines,
 };
 pub use logs::{LogReport, LogsError, analyse_logs};
 pub use logtools::{DumpError, NoData, dump_segment_file};

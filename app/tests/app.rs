@@ -80,7 +80,7 @@ fn run_operations(t: &Tacho) -> (String, Vec<String>) {
             r#"{"type":"session.start","session":"clocked","agent":"a"}"#,
         )
         .unwrap();
-    let totals = ingest.finish().unwrap();
+    let totals = ingest.finish().unwrap().totals;
     let recorded: Vec<String> = totals.keys().cloned().collect();
     let b = t.branch(&recorded[0], Some("step 2"), None).unwrap();
     let report = t.verify_store(true, None, &mut |_, _| {}).unwrap();

@@ -393,9 +393,14 @@ fn a_snapshot_that_cannot_be_taken_never_costs_the_events() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    // The events are recorded; the missed snapshots are an error the user sees.
+    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("note: line 1: no baseline snapshot of"),
+        "{err}"
+    );
+    assert!(
+        err.contains("2 automatic snapshot(s) could not be taken"),
         "{err}"
     );
     let (_, summary, _) = e.tacho(&["session", "replay", "ses_ok", "--mode", "summary"]);

@@ -116,7 +116,7 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         }
         None => ingest.finish(),
     };
-    let totals = match result {
+    let done = match result {
         Ok(t) => t,
         Err(RecordError {
             error: IngestError::Ack(_),
@@ -124,10 +124,12 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         }) => return Err(ack_error.unwrap_or(CliError::BrokenPipe)),
         Err(e) => return Err(e.into()),
     };
+    let missed = missed_error(done.missed_snapshots);
     if let Some(out) = acks.take() {
-        return out.finish();
+        out.finish()?;
+        return missed;
     }
-    for (session, t) in &totals {
+    for (session, t) in &done.totals {
         eprintln!(
             "recorded {} event(s) in session {session} (seq {}..={})",
             t.events,
@@ -135,8 +137,19 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
             t.last_seq
         );
     }
-    if totals.is_empty() {
+    if done.totals.is_empty() {
         eprintln!("no events in {source}");
     }
-    Ok(())
+    missed
+}
+
+/// Events are recorded even when an automatic snapshot cannot be taken, but the user
+/// must see that those points of the workspace are not protected: exit 1.
+fn missed_error(missed: u64) -> Result<(), CliError> {
+    if missed == 0 {
+        return Ok(());
+    }
+    Err(CliError::findings(format!(
+        "{missed} automatic snapshot(s) could not be taken (see the notes above): the events were recorded, but those points of the workspace cannot be restored"
+    )))
 }
