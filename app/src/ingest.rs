@@ -589,9 +589,14 @@ impl<'t> Ingest<'t> {
                     reason,
                 });
             }
-            // Nothing after session.end, as nothing before session.start.
-            let next = w.next_seq();
-            let mut ended = self.has_ended(session, next)?;
+            // Nothing after session.end, as nothing before session.start. The writer
+            // has read the stream's tail already; only when its last event lies in an
+            // earlier segment is it read again.
+            let (next, known) = (w.next_seq(), w.ended());
+            let mut ended = match known {
+                Some(e) => e,
+                None => self.has_ended(session, next)?,
+            };
             for p in items {
                 if ended {
                     return Err(IngestError::Rejected {

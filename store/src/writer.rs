@@ -129,6 +129,9 @@ pub struct Writer {
     buf: Vec<u8>,
     poisoned: bool,
     recovered: Vec<Recovery>,
+    /// The kind of the stream's last event, when the writer has seen it (`None` for an
+    /// empty stream, or when its last segment holds no event).
+    last_kind: Option<u16>,
 }
 
 impl Store {
@@ -179,6 +182,7 @@ impl Store {
             buf: Vec::new(),
             poisoned: false,
             recovered: Vec::new(),
+            last_kind: None,
         };
         while !w.resume()? {}
         Ok(w)
@@ -205,7 +209,11 @@ impl Writer {
         // The chain is checked too: a writer never appends after committed data that
         // was changed (a forged batch is corruption, not a torn tail).
         let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: true });
-        while scan.next_batch().is_some() {}
+        while let Some(b) = scan.next_batch() {
+            if let Some(f) = b.events.last() {
+                self.last_kind = Some(f.header.kind);
+            }
+        }
         let corrupt = |offset: usize, detail: String| StoreError::Corrupt {
             path: path.clone(),
             offset: offset as u64,
@@ -323,6 +331,16 @@ impl Writer {
     }
 
     /// The sequence number the next event gets (= number of events in the stream).
+    /// Whether the stream's last event is `session.end`: `None` when the writer has not
+    /// seen the last event (it lies in an earlier segment).
+    pub fn ended(&self) -> Option<bool> {
+        if self.next_seq == 0 {
+            return Some(false);
+        }
+        self.last_kind
+            .map(|k| tacho_schema::kind_name(k) == "session.end")
+    }
+
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }
@@ -474,6 +492,7 @@ impl Writer {
         seg.events += events.len() as u64;
         seg.span_prefix = None;
         self.next_seq += events.len() as u64;
+        self.last_kind = events.last().map(|(_, b)| b.kind_id());
         self.chain = chain;
         if seg.len >= self.store.opts.segment_bytes_max {
             self.seal()?;
