@@ -258,7 +258,8 @@ pub struct Ingest<'t> {
     /// Held from the first snapshot taken until the ingest ends: gc cannot drop a
     /// snapshot that waits in a batch to be recorded.
     guard: Option<tacho_git::snapshot::WriteGuard>,
-    /// Sessions known to have ended (their last event is `session.end`).
+    /// Whether a session has ended, for sessions whose writer did not see their last
+    /// event (it lies in an earlier segment).
     ended: BTreeMap<String, bool>,
     /// Automatic snapshots that could not be taken (the events were recorded).
     missed_snapshots: u64,
@@ -618,9 +619,6 @@ impl<'t> Ingest<'t> {
                 .collect();
             let durability = self.opts.durability;
             let receipt = self.writer(&session)?.append_batch(&events, durability)?;
-            if matches!(events.last(), Some((_, EventBody::SessionEnd(_)))) {
-                self.ended.insert(session.clone(), true);
-            }
             let t = self.totals.entry(session.clone()).or_default();
             t.first_seq.get_or_insert(receipt.first_seq);
             t.last_seq = receipt.last_seq;

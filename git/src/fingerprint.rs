@@ -118,13 +118,17 @@ pub enum Fingerprint {
     NoFreshEvidence(NoEvidence),
 }
 
+/// A refusal for one reason about the whole set (a limit).
 fn none(path: impl Into<String>, reason: impl Into<String>) -> Fingerprint {
-    let mut p = Problems::default();
-    p.add(path, reason);
-    p.refusal().unwrap_or(Fingerprint::Fresh {
-        digest: String::new(),
-        entries: Vec::new(),
-        bytes: 0,
+    let p = Problem {
+        path: path.into(),
+        reason: reason.into(),
+    };
+    Fingerprint::NoFreshEvidence(NoEvidence {
+        path: p.path.clone(),
+        reason: p.reason.clone(),
+        problems: vec![p],
+        total: 1,
     })
 }
 

@@ -93,26 +93,23 @@ pub fn dump_segment(buf: &[u8]) -> SegmentDump {
                     header: h,
                     body: Box::new(EventBody::decode(h.kind, h.kind_version, f.payload)),
                 },
-                FrameType::Commit => {
-                    let c = CommitPayload::decode(f.payload);
+                FrameType::Commit | FrameType::Seal => {
+                    // Both payloads: the chain value, the first event, the count, and a
+                    // length (the span hashed, or the sealed length).
+                    let fields = if h.frame_type == FrameType::Commit {
+                        CommitPayload::decode(f.payload)
+                            .map(|c| (c.chain, c.first_seq, c.event_count, c.span_len))
+                    } else {
+                        SealPayload::decode(f.payload)
+                            .map(|s| (s.chain, s.first_seq, s.event_count, s.sealed_len))
+                    };
                     DumpFrame::Chain {
                         offset: off,
                         header: h,
-                        chain: c.map(|c| c.chain),
-                        first_seq: c.map(|c| c.first_seq),
-                        events: c.map(|c| c.event_count),
-                        len: c.map(|c| c.span_len),
-                    }
-                }
-                FrameType::Seal => {
-                    let s = SealPayload::decode(f.payload);
-                    DumpFrame::Chain {
-                        offset: off,
-                        header: h,
-                        chain: s.map(|s| s.chain),
-                        first_seq: s.map(|s| s.first_seq),
-                        events: s.map(|s| s.event_count),
-                        len: s.map(|s| s.sealed_len),
+                        chain: fields.map(|x| x.0),
+                        first_seq: fields.map(|x| x.1),
+                        events: fields.map(|x| x.2),
+                        len: fields.map(|x| x.3),
                     }
                 }
             });

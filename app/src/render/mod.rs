@@ -24,7 +24,7 @@ pub fn tool_duration(ms: u64) -> String {
 
 /// The first 12 hex digits of a snapshot id, as Git abbreviates.
 pub fn short_id(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
+    prefix(id, 12)
 }
 
 /// The first `n` characters of an id or digest (all of it when shorter).
