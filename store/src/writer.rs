@@ -201,6 +201,9 @@ impl Writer {
         let Some((name_seq, path)) = segs.last().cloned() else {
             return Ok(true);
         };
+        if segs.len() > 1 {
+            self.check_stream_links()?;
+        }
         let bytes = self
             .store
             .vfs
@@ -317,6 +320,33 @@ impl Writer {
                 Ok(false)
             }
             (end, _) => Err(corrupt(0, format!("unexpected segment state {end:?}"))),
+        }
+    }
+
+    /// A writer never appends to a damaged stream. The last segment is checked in full
+    /// by [`Writer::resume`]; the sealed ones before it are checked here for every
+    /// checksum, their structure and their links (sequence numbers, segment indexes and
+    /// chain values carried from seal to header) — what any accidental damage breaks.
+    /// Recomputing their chain (what a forgery with recomputed checksums needs) is left
+    /// to readers and `log verify`: it costs a hash of the whole stream per open.
+    /// (A torn tail of the last segment is a warning there, which `resume` repairs.)
+    fn check_stream_links(&self) -> Result<(), StoreError> {
+        let report = self.store.verify_session(&self.session, false)?;
+        let damage = report
+            .findings
+            .into_iter()
+            .find(|f| f.severity == crate::verify::Severity::Error);
+        match damage {
+            Some(f) => Err(StoreError::Corrupt {
+                path: f.segment.unwrap_or_else(|| self.dir.clone()),
+                offset: f.offset.unwrap_or(0),
+                detail: format!(
+                    "{} (the stream is damaged; nothing is appended \
+                     to it — run `tacho log verify`)",
+                    f.message
+                ),
+            }),
+            None => Ok(()),
         }
     }
 

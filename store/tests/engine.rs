@@ -382,9 +382,14 @@ fn every_bit_flip_is_a_located_hard_error_and_never_a_panic() {
                 if let Err(e) = &err {
                     assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
                 }
-                // Opening a writer never silently truncates committed data.
-                if let Ok(w) = store.writer("ses_b") {
-                    assert!(w.recovered().is_empty(), "bit {bit}: {:?}", w.recovered());
+                // A writer refuses a damaged stream, wherever the damage is (and so
+                // never truncates committed data).
+                match store.writer("ses_b") {
+                    Ok(w) => panic!(
+                        "{path:?} bit {bit}: a writer opened a damaged stream ({:?})",
+                        w.recovered()
+                    ),
+                    Err(e) => assert!(matches!(e, StoreError::Corrupt { .. }), "{e}"),
                 }
             }
             checked += 1;
