@@ -35,6 +35,7 @@ impl Kind for StoreError {
             | StoreError::UnknownSession { .. }
             | StoreError::AmbiguousSession { .. } => ErrorKind::NotFound,
             StoreError::BadSessionId(_) | StoreError::Rejected { .. } => ErrorKind::Input,
+            StoreError::GroupNotTakenBack { .. } => ErrorKind::Io,
         }
     }
 }

@@ -612,13 +612,35 @@ impl<'t> Ingest<'t> {
                 ended = matches!(p.body, EventBody::SessionEnd(_));
             }
         }
-        for (session, items) in groups {
-            let events: Vec<(i64, EventBody)> = items
-                .into_iter()
-                .map(|p| (p.time_unix_ns, p.body))
+        // Every session's batch is written, then all are synced together; a failure
+        // anywhere takes back what was written, so an input spanning sessions is
+        // recorded whole or not at all (up to a crash, which keeps each batch atomic).
+        let batches: Vec<(String, Vec<(i64, EventBody)>)> = groups
+            .into_iter()
+            .map(|(session, items)| {
+                let events = items
+                    .into_iter()
+                    .map(|p| (p.time_unix_ns, p.body))
+                    .collect();
+                (session, events)
+            })
+            .collect();
+        let receipts = {
+            let mut writers: Vec<&mut Writer> = self
+                .writers
+                .iter_mut()
+                .filter(|(s, _)| batches.iter().any(|(b, _)| b == *s))
+                .map(|(_, w)| w)
                 .collect();
-            let durability = self.opts.durability;
-            let receipt = self.writer(&session)?.append_batch(&events, durability)?;
+            // Both are in session order (BTreeMap), so writers and batches pair up.
+            let mut group: Vec<(&mut Writer, &[(i64, EventBody)])> = writers
+                .iter_mut()
+                .zip(&batches)
+                .map(|(w, (_, events))| (&mut **w, events.as_slice()))
+                .collect();
+            tacho_store::append_group(&mut group, self.opts.durability)?
+        };
+        for ((session, events), receipt) in batches.into_iter().zip(receipts) {
             let t = self.totals.entry(session.clone()).or_default();
             t.first_seq.get_or_insert(receipt.first_seq);
             t.last_seq = receipt.last_seq;

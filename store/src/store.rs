@@ -70,6 +70,12 @@ pub enum StoreError {
     Rejected { session: String, reason: String },
     #[error("the writer of session {0} failed earlier; reopen it to recover")]
     Poisoned(String),
+    #[error("{error}; and the batches already written for {} could not be taken back ({detail}): run `tacho log verify`", sessions.join(", "))]
+    GroupNotTakenBack {
+        error: Box<StoreError>,
+        sessions: Vec<String>,
+        detail: String,
+    },
 }
 
 impl StoreError {

@@ -71,6 +71,8 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     /// Makes a directory's entries durable (fsync of the directory).
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Removes an empty directory.
+    fn remove_dir(&self, path: &Path) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (created if missing), waiting at most `timeout`.
     fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError>;
     /// Whether a path exists.
@@ -162,6 +164,9 @@ impl Vfs for RealFs {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
+    }
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir(path)
     }
 
     fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError> {
@@ -550,6 +555,26 @@ impl Vfs for SimFs {
             .remove(path)
             .map(|_| ())
             .ok_or_else(|| not_found(path))
+    }
+
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        let mut st = self.state();
+        let busy = st
+            .files
+            .keys()
+            .chain(st.dirs.iter())
+            .any(|p| p.parent() == Some(path));
+        if busy {
+            return Err(io::Error::new(
+                io::ErrorKind::DirectoryNotEmpty,
+                format!("{} is not empty", path.display()),
+            ));
+        }
+        if st.dirs.remove(path) {
+            Ok(())
+        } else {
+            Err(not_found(path))
+        }
     }
 
     fn lock(&self, path: &Path, _timeout: Duration) -> Result<Box<dyn LockGuard>, LockError> {

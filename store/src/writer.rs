@@ -132,6 +132,9 @@ pub struct Writer {
     /// The kind of the stream's last event, when the writer has seen it (`None` for an
     /// empty stream, or when its last segment holds no event).
     last_kind: Option<u16>,
+    /// Where the last batch this writer appended starts (its segment and the data
+    /// length before it), until it is taken back or the writer appends again.
+    last_batch: Option<(PathBuf, u64)>,
 }
 
 impl Store {
@@ -183,9 +186,60 @@ impl Store {
             poisoned: false,
             recovered: Vec::new(),
             last_kind: None,
+            last_batch: None,
         };
         while !w.resume()? {}
         Ok(w)
+    }
+}
+
+/// Appends one batch to each writer, all recorded or none: every batch is written,
+/// then (with [`Durability::Sync`]) every stream is synced; a failure anywhere takes
+/// back the batches already written, so a failed group leaves every stream as it was.
+/// One crash can still leave some batches of the group durable and not others: each
+/// batch is atomic on its own stream, the group only against errors.
+pub fn append_group(
+    group: &mut [(&mut Writer, &[(i64, EventBody)])],
+    durability: Durability,
+) -> Result<Vec<AppendReceipt>, StoreError> {
+    let mut receipts = Vec::with_capacity(group.len());
+    let mut failed = None;
+    for (w, events) in group.iter_mut() {
+        // Cleared first, so that a batch written before its append failed (say, while
+        // sealing the segment) is taken back too, and nothing else is.
+        w.last_batch = None;
+        match w.append_batch(events, Durability::Buffered) {
+            Ok(r) => receipts.push(r),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    if failed.is_none() && durability == Durability::Sync {
+        failed = group.iter_mut().find_map(|(w, _)| w.sync().err());
+    }
+    let Some(error) = failed else {
+        return Ok(receipts);
+    };
+    let mut kept = Vec::new();
+    let mut detail = String::new();
+    for (w, _) in group.iter_mut().take(receipts.len() + 1) {
+        if let Err(e) = w.take_back_last_batch() {
+            kept.push(w.session.clone());
+            if detail.is_empty() {
+                detail = e.to_string();
+            }
+        }
+    }
+    if kept.is_empty() {
+        Err(error)
+    } else {
+        Err(StoreError::GroupNotTakenBack {
+            error: Box::new(error),
+            sessions: kept,
+            detail,
+        })
     }
 }
 
@@ -259,11 +313,7 @@ impl Writer {
                     // No committed batch (maybe not even a whole header). Segments are
                     // created together with their first batch, so removing the file
                     // only undoes an unfinished creation.
-                    self.store
-                        .vfs
-                        .remove_file(&path)
-                        .and_then(|()| self.store.vfs.sync_dir(&self.dir))
-                        .map_err(|e| StoreError::io(&path, e))?;
+                    self.remove_segment(&path)?;
                 } else {
                     let mut f = self
                         .store
@@ -312,11 +362,7 @@ impl Writer {
                     truncated_bytes: bytes.len() as u64,
                     reason: "segment holds no committed batch".into(),
                 });
-                self.store
-                    .vfs
-                    .remove_file(&path)
-                    .and_then(|()| self.store.vfs.sync_dir(&self.dir))
-                    .map_err(|e| StoreError::io(&path, e))?;
+                self.remove_segment(&path)?;
                 Ok(false)
             }
             (end, _) => Err(corrupt(0, format!("unexpected segment state {end:?}"))),
@@ -496,8 +542,19 @@ impl Writer {
             if seg.trim().is_err() {
                 self.poisoned = true;
             }
-            return Err(StoreError::io(&seg.path, e));
+            let err = StoreError::io(&seg.path, e);
+            if created {
+                // A segment created for this batch (and a stream, for a new session)
+                // is removed with it: no empty stream is left behind.
+                let path = seg.path.clone();
+                self.seg = None;
+                if self.remove_segment(&path).is_err() {
+                    self.poisoned = true;
+                }
+            }
+            return Err(err);
         }
+        self.last_batch = Some((seg.path.clone(), seg.len));
         let data_len = seg.len;
         seg.len += self.buf.len() as u64;
         // A session that ended takes no more events: give its free space back.
@@ -528,6 +585,53 @@ impl Writer {
             self.seal()?;
         }
         Ok(receipt)
+    }
+
+    /// Takes back the last batch this writer appended, as if it had never been
+    /// (for a group of batches that must all be recorded or none, see
+    /// [`Store::append_group`]). Its segment is cut back to where the batch began —
+    /// removed when the batch created it, with the stream's directory when the stream
+    /// is left empty — and the writer reloads its state from the stream.
+    pub fn take_back_last_batch(&mut self) -> Result<(), StoreError> {
+        let Some((path, offset)) = self.last_batch.take() else {
+            return Ok(());
+        };
+        // Drop the open file before cutting it; `resume` opens it again.
+        self.seg = None;
+        if offset == 0 {
+            self.remove_segment(&path)?;
+        } else {
+            let mut f = self
+                .store
+                .vfs
+                .open_append(&path, false)
+                .map_err(|e| StoreError::io(&path, e))?;
+            f.set_len(offset)
+                .and_then(|()| f.sync_data())
+                .map_err(|e| StoreError::io(&path, e))?;
+        }
+        self.seg_index = 0;
+        self.chain = [0; 32];
+        self.next_seq = 0;
+        self.last_kind = None;
+        while !self.resume()? {}
+        Ok(())
+    }
+
+    /// Removes a segment that holds no acknowledged batch, and the stream's directory
+    /// when nothing else is in it.
+    fn remove_segment(&self, path: &std::path::Path) -> Result<(), StoreError> {
+        let vfs = self.store.vfs.as_ref();
+        vfs.remove_file(path)
+            .and_then(|()| vfs.sync_dir(&self.dir))
+            .map_err(|e| StoreError::io(path, e))?;
+        if vfs.list_dir(&self.dir).is_ok_and(|names| names.is_empty()) {
+            let parent = self.store.streams_dir();
+            vfs.remove_dir(&self.dir)
+                .and_then(|()| vfs.sync_dir(&parent))
+                .map_err(|e| StoreError::io(&self.dir, e))?;
+        }
+        Ok(())
     }
 
     /// Syncs everything appended so far (after [`Durability::Buffered`] appends).

@@ -706,3 +706,71 @@ fn replay_packages_round_trip_and_reveal_any_edit() {
         "forgery not detected"
     );
 }
+
+/// A group of batches across sessions is recorded whole or not at all: for every point
+/// at which the disk fills, the streams afterwards hold either every batch or exactly
+/// what they held before — never an empty stream, never one session without the other.
+#[test]
+fn a_group_across_sessions_is_all_or_nothing_when_the_disk_fills() {
+    use tacho_store::append_group;
+    let mut outcomes = (0, 0);
+    // Byte budgets from "nothing fits" to "everything fits", with the segment size
+    // small enough that some budgets fail while a batch seals its segment.
+    for budget in (0..70_000).step_by(331) {
+        let fs = SimFs::new();
+        let store = sim_store(&fs, 1_200);
+        let before_a = write_session(&store, "ses_a", &[1, 3], 60);
+        let mut wa = store.writer("ses_a").unwrap();
+        let mut wb = store.writer("ses_b").unwrap();
+        let mut wc = store.writer("ses_c").unwrap();
+        let batch_a: Vec<(i64, EventBody)> =
+            (4..10).map(|i| (5_000 + i, ev(i as u64, 90))).collect();
+        let batch_b = vec![(5_000, start()), (5_001, ev(1, 40))];
+        let batch_c = vec![(6_000, start())];
+        fs.fail_writes_after(budget);
+        let result = append_group(
+            &mut [
+                (&mut wa, batch_a.as_slice()),
+                (&mut wb, batch_b.as_slice()),
+                (&mut wc, batch_c.as_slice()),
+            ],
+            Durability::Sync,
+        );
+        fs.fail_writes_after(u64::MAX);
+        drop((wa, wb, wc));
+        let a: Vec<_> = read_all(&store, "ses_a")
+            .unwrap()
+            .into_iter()
+            .map(|(_, t, b)| (t, b))
+            .collect();
+        let sessions = store.sessions().unwrap();
+        match result {
+            Ok(receipts) => {
+                outcomes.0 += 1;
+                assert_eq!(receipts.len(), 3);
+                assert_eq!(a.len(), before_a.len() + batch_a.len(), "budget {budget}");
+                assert_eq!(read_all(&store, "ses_b").unwrap().len(), 2);
+                assert_eq!(read_all(&store, "ses_c").unwrap().len(), 1);
+            }
+            Err(e) => {
+                outcomes.1 += 1;
+                assert!(matches!(e, StoreError::Io { .. }), "budget {budget}: {e}");
+                assert_eq!(a, before_a, "budget {budget}: session a changed");
+                assert_eq!(sessions, vec!["ses_a".to_string()], "budget {budget}");
+            }
+        }
+        // Whatever happened, the store verifies clean and takes the next append.
+        let rep = store.verify_all(true).unwrap();
+        assert!(
+            rep.is_clean(),
+            "budget {budget}: {:?}",
+            rep.findings().collect::<Vec<_>>()
+        );
+        store
+            .writer("ses_a")
+            .unwrap()
+            .append(9_000, &ev(20, 10), Durability::Sync)
+            .unwrap();
+    }
+    assert!(outcomes.0 > 0 && outcomes.1 > 10, "{outcomes:?}");
+}
