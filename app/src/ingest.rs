@@ -375,15 +375,6 @@ impl<'t> Ingest<'t> {
                     line,
                 })?
         };
-        let ws = match &req.workspace {
-            Some(w) => Some(PathBuf::from(w)),
-            None => self.workspace(&session)?,
-        };
-        let ws = ws.ok_or_else(|| IngestError::SnapshotNoWorkspace {
-            source_name: source_name.clone(),
-            line,
-            session: session.clone(),
-        })?;
         let time_unix_ns = match &req.ts {
             Some(v) => tacho_schema::parse_ts(v).map_err(|reason| IngestError::SnapshotTime {
                 source_name: source_name.clone(),
@@ -397,6 +388,42 @@ impl<'t> Ingest<'t> {
         } else {
             SnapshotReason::Manual
         };
+        let ws = req.workspace.as_ref().map(PathBuf::from);
+        self.snapshot(
+            line,
+            session,
+            ws,
+            time_unix_ns,
+            &req.paths,
+            reason,
+            req.before_step,
+        )
+    }
+
+    /// Takes a snapshot of `session`'s workspace (or of `workspace`) — of `paths`
+    /// only, relative to the workspace, or of everything when empty — and queues its
+    /// event. From the first snapshot until the ingest ends, gc waits.
+    #[allow(clippy::too_many_arguments)] // each is one fact of the snapshot event
+    pub fn snapshot(
+        &mut self,
+        line: usize,
+        session: String,
+        workspace: Option<PathBuf>,
+        time_unix_ns: i64,
+        paths: &[String],
+        reason: SnapshotReason,
+        before_step: Option<u64>,
+    ) -> Result<(), IngestError> {
+        let source_name = self.opts.source.clone();
+        let ws = match workspace {
+            Some(w) => Some(w),
+            None => self.workspace(&session)?,
+        };
+        let ws = ws.ok_or_else(|| IngestError::SnapshotNoWorkspace {
+            source_name: source_name.clone(),
+            line,
+            session: session.clone(),
+        })?;
         if self.guard.is_none() {
             self.guard =
                 Some(
@@ -411,7 +438,7 @@ impl<'t> Ingest<'t> {
         }
         let (snap, ws) =
             self.tacho
-                .take_snapshot(&ws, &req.paths)
+                .take_snapshot(&ws, paths)
                 .map_err(|error| IngestError::Snapshot {
                     source_name,
                     line,
@@ -421,7 +448,7 @@ impl<'t> Ingest<'t> {
             line,
             session,
             time_unix_ns,
-            body: taken_event(&snap, &ws, reason, req.before_step),
+            body: taken_event(&snap, &ws, reason, before_step),
         });
         Ok(())
     }
@@ -484,7 +511,7 @@ impl<'t> Ingest<'t> {
 
     /// The workspace of `session`: from a `session.start` seen in this input, else
     /// from the log.
-    fn workspace(&mut self, session: &str) -> Result<Option<PathBuf>, IngestError> {
+    pub fn workspace(&mut self, session: &str) -> Result<Option<PathBuf>, IngestError> {
         if let Some(w) = self.workspaces.get(session) {
             return Ok(w.clone());
         }

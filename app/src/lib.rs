@@ -16,7 +16,10 @@ mod context;
 mod demo;
 pub mod error;
 mod goals;
+mod hooks;
+pub mod import;
 mod ingest;
+pub mod install;
 mod logs;
 mod logtools;
 mod projection;
@@ -36,6 +39,7 @@ pub use goals::{
     BLOCK_KINDS, BlockRequest, Blocked, CheckCommand, CheckStatus, Completion, CreateRequest,
     Frozen, GoalError, GoalStatus, Receipt, Revised, read_plan,
 };
+pub use hooks::{GATE_BLOCKS_MAX, HookAnswer};
 pub use ingest::{
     BatchAck, Ingest, IngestError, IngestOptions, Ingested, LINE_BYTES_MAX, RecordError,
     SessionTotal, capped_lines,
@@ -50,6 +54,11 @@ pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
 pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
 pub use verifiers::{WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
+
+/// The agents tacho records (from `tacho-agents`).
+pub mod agents {
+    pub use tacho_agents::Agent;
+}
 
 /// Types of the layers below that appear in results, re-exported so that frontends
 /// depend on this crate alone for them.

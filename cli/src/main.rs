@@ -65,6 +65,15 @@ enum Command {
     /// Review receipts: `tacho review verify --root DIR`.
     #[command(subcommand)]
     Review(cmd::review::ReviewCommand),
+    /// Record one hook payload of an agent (read on stdin): what the hooks that
+    /// `tacho hooks install` sets up run. Always exits 0; a blocked stop is JSON on
+    /// stdout.
+    Hook(cmd::hooks::HookArgs),
+    /// Install, remove or show tacho's hooks in Claude Code's or Codex's settings.
+    #[command(subcommand)]
+    Hooks(cmd::hooks::HooksCommand),
+    /// Import transcripts of sessions that already happened (Claude Code).
+    Import(cmd::hooks::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +92,9 @@ fn main() -> ExitCode {
         Command::VerifyCommits(a) => cmd::verify_commits::run(a),
         Command::Mcp => cmd::mcp::run(),
         Command::Review(c) => cmd::review::run(c),
+        Command::Hook(a) => cmd::hooks::hook(a),
+        Command::Hooks(c) => cmd::hooks::hooks(c),
+        Command::Import(a) => cmd::hooks::import(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

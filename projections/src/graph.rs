@@ -652,7 +652,7 @@ impl ExecutionGraph {
                 (GoalAction::Block, true) => self.goals.blocked += 1,
                 _ => {}
             },
-            EventView::Goal { .. } | EventView::Unknown => {}
+            EventView::Goal { .. } | EventView::AgentNotice { .. } | EventView::Unknown => {}
         }
     }
 }

@@ -32,9 +32,12 @@ pub struct RollbackPoints {
 impl RollbackPoints {
     /// The points of a session's graph.
     pub fn from_graph(g: &ExecutionGraph) -> Self {
+        // Implicit steps (tool calls outside any recorded step) are not points: their
+        // numbers are the graph's, not the agent's, and may repeat a recorded one.
         let points = g
             .steps
             .iter()
+            .filter(|s| !s.implicit)
             .map(|s| RollbackPoint {
                 step: s.number,
                 started_unix_ns: s.started_unix_ns,

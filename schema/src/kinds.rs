@@ -563,6 +563,18 @@ macro_rules! kinds {
     };
 }
 
+record_struct!(
+    /// Something the agent's host reported that is neither a model call nor a tool
+    /// call: a user prompt, a context compaction, a resumed or cleared conversation, a
+    /// notification, a stop. `notice` names it (`prompt`, `compaction`, `resume`,
+    /// `clear`, `notification`, `stop`, `subagent_start`, `subagent_stop`, ...).
+    AgentNotice {
+        notice: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] agent: Option<String>,
+    }
+);
+
 kinds! {
     SessionStart(SessionStart) = 1, "session.start", v 1, by Agent;
     SessionEnd(SessionEnd) = 2, "session.end", v 1, by Agent;
@@ -585,6 +597,7 @@ kinds! {
     GoalCheckRun(GoalCheckRun) = 19, "goal.check", v 1, by Tacho;
     GoalUpdate(GoalUpdate) = 20, "goal.update", v 1, by Tacho;
     GoalCheckStart(GoalCheckStart) = 21, "goal.check_start", v 1, by Tacho;
+    AgentNotice(AgentNotice) = 22, "agent.notice", v 1, by Agent;
 }
 
 /// Who may write an event kind.

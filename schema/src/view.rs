@@ -69,6 +69,9 @@ pub enum EventView<'a> {
         status: VerificationStatus,
         duration_ms: Option<u64>,
     },
+    AgentNotice {
+        notice: &'a str,
+    },
     FileEdit {
         path: &'a str,
         op: EditOp,
@@ -171,6 +174,7 @@ impl EventBody {
                 status: v.status,
                 duration_ms: v.duration_ms,
             },
+            EventBody::AgentNotice(n) => EventView::AgentNotice { notice: &n.notice },
             EventBody::FileEdit(f) => EventView::FileEdit {
                 path: &f.path,
                 op: f.op,
@@ -413,6 +417,9 @@ impl<'a> EventView<'a> {
             }
             21 => EventView::Goal {
                 goal: s(&access!(GoalCheckStart, kind, version, payload).goal),
+            },
+            22 => EventView::AgentNotice {
+                notice: s(&access!(AgentNotice, kind, version, payload).notice),
             },
             _ => EventView::Unknown,
         })

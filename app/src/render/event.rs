@@ -56,6 +56,10 @@ pub fn describe(body: &EventBody) -> String {
         EventBody::Error(e) => e.message.lines().next().unwrap_or("").to_string(),
         EventBody::VerificationRun(v) => format!("{} {}", v.command, v.status),
         EventBody::FileEdit(f) => format!("{} {}", f.op, f.path),
+        EventBody::AgentNotice(n) => match &n.message {
+            Some(m) => format!("{} {}", n.notice, m.lines().next().unwrap_or("")),
+            None => n.notice.clone(),
+        },
         EventBody::SnapshotTaken(t) => format!(
             "{} {} ({} files{})",
             t.reason,

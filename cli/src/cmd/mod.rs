@@ -5,6 +5,7 @@ pub mod fingerprint;
 pub mod gc;
 pub mod goal;
 pub mod graph;
+pub mod hooks;
 pub mod log;
 pub mod mcp;
 pub mod record;

@@ -1,0 +1,1128 @@
+//! One hook payload of Claude Code or Codex, mapped to what tacho records.
+//!
+//! Both agents send one JSON object on stdin per hook event with `session_id`,
+//! `transcript_path`, `cwd` and `hook_event_name`; tool events add `tool_name`,
+//! `tool_input` and `tool_use_id`; `PostToolUse` adds `tool_response`, Claude Code's
+//! `PostToolUseFailure` carries `error` instead; subagent events carry `agent_id` and
+//! `agent_type`. Unknown fields are ignored and unknown events are recorded as a
+//! notice, so a newer agent version never breaks recording.
+//!
+//! The mapping:
+//! - `SessionStart` → `session.start` (the agent's session id is tacho's; a
+//!   conversation resumed after it ended continues as a new session `<id>.2`, … whose
+//!   parent is the previous one); `resume`, `clear` and `compact` starts of a running
+//!   session are notices.
+//! - `UserPromptSubmit` → `agent.notice` `prompt`.
+//! - A tool that can change files gets a step of its own: a snapshot before it
+//!   (targeted to the path for Edit, Write, MultiEdit, NotebookEdit and `apply_patch`;
+//!   a full scan for Bash, MCP and unknown tools), `step.start`, `tool.call`; after it
+//!   `tool.result`, `file.edit` for file tools, a snapshot after it and `step.finish`.
+//!   So `tacho session rollback --step N` undoes one tool call, shell commands
+//!   included. Tools that only read get `tool.call` and `tool.result`, no step.
+//! - `SubagentStart`/`SubagentStop` → a child session (parent: the main one) started
+//!   and ended, and `agent.route` in the parent; tool events carrying `agent_id` are
+//!   recorded in the child.
+//! - `PreCompact`, `Notification`, `Stop`, `SubagentStop` → notices; a notification
+//!   that asks for permission, and `PermissionRequest`, → `permission.ask`.
+//! - `SessionEnd` → `session.end` with its reason.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tacho_schema::{
+    AgentNotice, AgentRoute, EditOp, EndReason, EventBody, FileEdit, PermissionAsk, SessionEnd,
+    SessionStart, SnapshotReason, StepFinish, StepStart, ToolCall, ToolResult, ToolStatus,
+};
+
+use crate::patch::{PatchOp, patch_files};
+use crate::transcript::Cursor;
+use crate::{Agent, session_id_from};
+
+/// The longest step title or notice kept from a prompt or command, in characters.
+const TITLE_CHARS_MAX: usize = 120;
+
+/// A hook payload: the fields tacho reads (others are ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HookPayload {
+    pub session_id: String,
+    pub hook_event_name: String,
+    #[serde(default)]
+    pub transcript_path: Option<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub model: Option<Value>,
+    #[serde(default)]
+    pub tool_name: Option<String>,
+    #[serde(default)]
+    pub tool_input: Option<Value>,
+    #[serde(default)]
+    pub tool_use_id: Option<String>,
+    #[serde(default)]
+    pub tool_response: Option<Value>,
+    #[serde(default)]
+    pub error: Option<Value>,
+    #[serde(default)]
+    pub is_interrupt: Option<bool>,
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
+    #[serde(default)]
+    pub source: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub prompt: Option<String>,
+    #[serde(default)]
+    pub stop_hook_active: Option<bool>,
+    #[serde(default)]
+    pub last_assistant_message: Option<String>,
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    #[serde(default)]
+    pub agent_type: Option<String>,
+    #[serde(default)]
+    pub agent_transcript_path: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub notification_type: Option<String>,
+    #[serde(default)]
+    pub trigger: Option<String>,
+}
+
+/// Why a payload cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    #[error("the hook payload is not JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("the hook payload has no {0}")]
+    Missing(&'static str),
+}
+
+impl HookPayload {
+    pub fn parse(bytes: &[u8]) -> Result<HookPayload, PayloadError> {
+        let p: HookPayload = serde_json::from_slice(bytes).map_err(|e| {
+            // serde names a missing field in its message; keep it.
+            PayloadError::Json(e)
+        })?;
+        if p.session_id.trim().is_empty() {
+            return Err(PayloadError::Missing("session_id"));
+        }
+        if p.hook_event_name.trim().is_empty() {
+            return Err(PayloadError::Missing("hook_event_name"));
+        }
+        Ok(p)
+    }
+}
+
+/// One session's recording state (the main one, or a subagent's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Track {
+    pub session: String,
+    pub started: bool,
+    pub ended: bool,
+    /// The last step number used.
+    pub steps: u64,
+    /// Open steps by tool call id.
+    pub open: BTreeMap<String, u64>,
+    /// Tool calls recorded, by id (so that a result without its call is told apart).
+    pub calls: Vec<String>,
+}
+
+/// What a hook process keeps between the events of one agent session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookState {
+    pub main: Track,
+    /// How many times the conversation was resumed after it ended.
+    pub continuations: u32,
+    pub subagents: BTreeMap<String, Track>,
+    pub transcript: Cursor,
+    pub subagent_transcripts: BTreeMap<String, Cursor>,
+    /// Permission requests numbered in this session.
+    pub permission_asks: u64,
+    /// Stops the completion gate blocked.
+    pub gate_blocks: u32,
+    /// Payloads whose event was unknown, by name.
+    pub unknown_events: BTreeMap<String, u64>,
+}
+
+/// One thing to record, in order.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // a handful per hook event; boxing buys nothing
+pub enum Action {
+    Event {
+        session: String,
+        body: EventBody,
+    },
+    /// A snapshot of the session's workspace: of `paths` only (targeted), or of the
+    /// whole workspace when `paths` is empty.
+    Snapshot {
+        session: String,
+        paths: Vec<String>,
+        reason: SnapshotReason,
+        before_step: Option<u64>,
+    },
+    /// Read the transcript's new token usage into the session (`finish`: the session
+    /// stops, count the response held back too).
+    Tokens {
+        session: String,
+        transcript: String,
+        subagent: Option<String>,
+        finish: bool,
+    },
+    /// The completion gate: a stop the session's assured goal may refuse.
+    Gate {
+        session: String,
+        already_blocked: bool,
+    },
+}
+
+/// How a tool is snapshotted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ToolKind {
+    /// Reads only: no snapshot, no step.
+    ReadOnly,
+    /// Changes these paths only: targeted snapshots.
+    Files(Vec<String>),
+    /// Can change anything (a shell, an MCP server, a tool tacho does not know).
+    Anything,
+}
+
+const READ_ONLY_TOOLS: &[&str] = &[
+    "Read",
+    "Glob",
+    "Grep",
+    "LS",
+    "WebFetch",
+    "WebSearch",
+    "TodoWrite",
+    "TodoRead",
+    "Task",
+    "Agent",
+    "ExitPlanMode",
+    "EnterPlanMode",
+    "BashOutput",
+    "TaskOutput",
+    "ListMcpResourcesTool",
+    "ReadMcpResourceTool",
+    "AskUserQuestion",
+    "Skill",
+    "ToolSearch",
+    "view_image",
+    "update_plan",
+    "web_search",
+];
+
+fn str_field<'a>(input: Option<&'a Value>, key: &str) -> Option<&'a str> {
+    input?.get(key)?.as_str()
+}
+
+/// The patch text of an `apply_patch` input: a string input, or the first string
+/// field that holds a patch.
+fn patch_text(input: Option<&Value>) -> Option<&str> {
+    match input? {
+        Value::String(s) => Some(s.as_str()),
+        Value::Object(m) => m
+            .values()
+            .filter_map(Value::as_str)
+            .find(|s| s.trim_start().starts_with("*** Begin Patch")),
+        _ => None,
+    }
+}
+
+fn tool_kind(tool: &str, input: Option<&Value>) -> ToolKind {
+    match tool {
+        "Edit" | "Write" | "MultiEdit" => str_field(input, "file_path")
+            .map_or(ToolKind::Anything, |p| ToolKind::Files(vec![p.to_owned()])),
+        "NotebookEdit" => str_field(input, "notebook_path")
+            .map_or(ToolKind::Anything, |p| ToolKind::Files(vec![p.to_owned()])),
+        "apply_patch" => match patch_text(input).and_then(patch_files) {
+            Some(files) if !files.is_empty() => {
+                let mut paths = Vec::new();
+                for f in files {
+                    if let PatchOp::MoveTo { from } = &f.op {
+                        paths.push(from.clone());
+                    }
+                    paths.push(f.path);
+                }
+                ToolKind::Files(paths)
+            }
+            _ => ToolKind::Anything,
+        },
+        t if READ_ONLY_TOOLS.contains(&t) => ToolKind::ReadOnly,
+        _ => ToolKind::Anything,
+    }
+}
+
+fn clip(s: &str, chars: usize) -> String {
+    let line = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if line.chars().count() <= chars {
+        line.to_owned()
+    } else {
+        let mut out: String = line.chars().take(chars.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// What a tool call is about: its file, command, pattern or address.
+fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
+    if tool == "apply_patch" {
+        let files = patch_text(input).and_then(patch_files)?;
+        return Some(
+            files
+                .iter()
+                .map(|f| f.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
+    [
+        "file_path",
+        "notebook_path",
+        "command",
+        "cmd",
+        "path",
+        "pattern",
+        "url",
+        "query",
+        "description",
+    ]
+    .iter()
+    .find_map(|k| match input?.get(*k)? {
+        Value::String(s) => Some(clip(s, 400)),
+        // Codex's shell tool gives the command as an argument vector.
+        Value::Array(a) => Some(clip(
+            &a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+            400,
+        )),
+        _ => None,
+    })
+}
+
+/// A tool's output as text: a shell's stdout and stderr, a file read's content, a
+/// string as it is, anything else as JSON. Never cut.
+fn output_text(tool: &str, resp: &Value) -> String {
+    match resp {
+        Value::String(s) => s.clone(),
+        Value::Object(m) if m.contains_key("stdout") || m.contains_key("stderr") => {
+            let out = m.get("stdout").and_then(Value::as_str).unwrap_or("");
+            let err = m.get("stderr").and_then(Value::as_str).unwrap_or("");
+            match (out.is_empty(), err.is_empty()) {
+                (_, true) => out.to_owned(),
+                (true, false) => err.to_owned(),
+                (false, false) => format!("{out}\n{err}"),
+            }
+        }
+        Value::Object(m) if tool == "Read" => m
+            .get("file")
+            .and_then(|f| f.get("content"))
+            .and_then(Value::as_str)
+            .map_or_else(|| resp.to_string(), str::to_owned),
+        other => other.to_string(),
+    }
+}
+
+/// "Exit code 3" (Claude Code's shell failure) → 3.
+fn exit_code_of(error: &str) -> Option<i64> {
+    let rest = error.trim().strip_prefix("Exit code ")?;
+    rest.split(|c: char| !c.is_ascii_digit() && c != '-')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Lines added and removed by an edit, from Claude Code's `structuredPatch`.
+fn patch_counts(resp: Option<&Value>) -> (Option<u64>, Option<u64>) {
+    let Some(hunks) = resp
+        .and_then(|r| r.get("structuredPatch"))
+        .and_then(Value::as_array)
+    else {
+        return (None, None);
+    };
+    let (mut add, mut del) = (0u64, 0u64);
+    for h in hunks {
+        for l in h
+            .get("lines")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            match l.as_str().and_then(|s| s.chars().next()) {
+                Some('+') => add += 1,
+                Some('-') => del += 1,
+                _ => {}
+            }
+        }
+    }
+    (Some(add), Some(del))
+}
+
+fn end_reason(reason: Option<&str>) -> EndReason {
+    match reason {
+        Some("error") => EndReason::Error,
+        Some("aborted" | "interrupted") => EndReason::Aborted,
+        _ => EndReason::Completed,
+    }
+}
+
+fn model_name(model: Option<&Value>) -> Option<String> {
+    match model? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(m) => m
+            .get("id")
+            .or_else(|| m.get("display_name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// Maps one payload to what to record, updating `state`.
+pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<Action> {
+    let mut out = Vec::new();
+    let main_id = session_id_from(&p.session_id);
+    if state.main.session.is_empty() {
+        state.main.session = main_id.clone();
+    }
+    let event = p.hook_event_name.as_str();
+    // A conversation resumed after its session ended continues as a new session.
+    if state.main.ended && event != "SessionEnd" {
+        state.continuations += 1;
+        let parent = state.main.session.clone();
+        let id = session_id_from(&format!("{main_id}.{}", state.continuations + 1));
+        state.main = Track {
+            session: id,
+            ..Track::default()
+        };
+        start(agent, p, &mut state.main, Some(parent), &mut out);
+    }
+    if !state.main.started {
+        start(agent, p, &mut state.main, None, &mut out);
+    }
+    let main = state.main.session.clone();
+    let notice = |out: &mut Vec<Action>, session: &str, notice: &str, message: Option<String>| {
+        out.push(Action::Event {
+            session: session.to_owned(),
+            body: EventBody::AgentNotice(AgentNotice {
+                notice: notice.to_owned(),
+                message,
+                agent: None,
+            }),
+        });
+    };
+    match event {
+        "SessionStart" => {
+            // A fresh start was recorded above; resuming, clearing or compacting a
+            // running session is worth a line.
+            if let Some(src) = p.source.as_deref().filter(|s| *s != "startup")
+                && !out.iter().any(|a| {
+                    matches!(
+                        a,
+                        Action::Event {
+                            body: EventBody::SessionStart(_),
+                            ..
+                        }
+                    )
+                })
+            {
+                notice(&mut out, &main, src, None);
+            }
+        }
+        "UserPromptSubmit" => {
+            notice(&mut out, &main, "prompt", p.prompt.clone());
+        }
+        "PreToolUse" | "PostToolUse" | "PostToolUseFailure" => {
+            let track = match p.agent_id.as_deref() {
+                Some(a) => subagent(agent, p, state, a, &mut out),
+                None => &mut state.main,
+            };
+            if event == "PreToolUse" {
+                tool_call(agent, p, track, &mut out);
+            } else {
+                tool_result(agent, p, track, &mut out);
+            }
+        }
+        "PermissionRequest" => {
+            state.permission_asks += 1;
+            let tool = p.tool_name.clone();
+            out.push(Action::Event {
+                session: main.clone(),
+                body: EventBody::PermissionAsk(PermissionAsk {
+                    request_id: format!("perm-{}", state.permission_asks),
+                    permission: tool.clone().unwrap_or_else(|| "tool".into()),
+                    target: tool
+                        .as_deref()
+                        .and_then(|t| tool_target(t, p.tool_input.as_ref())),
+                    tool,
+                    call_id: p.tool_use_id.clone(),
+                }),
+            });
+        }
+        "Notification" => {
+            if p.notification_type.as_deref() == Some("permission_prompt") {
+                state.permission_asks += 1;
+                out.push(Action::Event {
+                    session: main.clone(),
+                    body: EventBody::PermissionAsk(PermissionAsk {
+                        request_id: format!("perm-{}", state.permission_asks),
+                        permission: p.message.clone().unwrap_or_else(|| "permission".into()),
+                        tool: None,
+                        call_id: None,
+                        target: None,
+                    }),
+                });
+            } else {
+                let kind = p.notification_type.as_deref().unwrap_or("notification");
+                notice(&mut out, &main, kind, p.message.clone());
+            }
+        }
+        "PreCompact" => {
+            let how = p.trigger.as_deref().unwrap_or("auto");
+            notice(&mut out, &main, "compaction", Some(how.to_owned()));
+        }
+        "SubagentStart" => {
+            if let Some(a) = p.agent_id.as_deref() {
+                subagent(agent, p, state, a, &mut out);
+            }
+        }
+        "SubagentStop" => {
+            if let Some(a) = p.agent_id.as_deref() {
+                let transcript = p.agent_transcript_path.clone();
+                let track = subagent(agent, p, state, a, &mut out);
+                let session = track.session.clone();
+                if let Some(t) = transcript {
+                    out.push(Action::Tokens {
+                        session: session.clone(),
+                        transcript: t,
+                        subagent: Some(a.to_owned()),
+                        finish: true,
+                    });
+                }
+                finish_open_steps(track, &mut out);
+                if !track.ended {
+                    track.ended = true;
+                    out.push(Action::Event {
+                        session,
+                        body: EventBody::SessionEnd(SessionEnd {
+                            reason: EndReason::Completed,
+                            message: p.last_assistant_message.as_deref().map(|m| clip(m, 400)),
+                        }),
+                    });
+                }
+            }
+        }
+        "Stop" => {
+            notice(
+                &mut out,
+                &main,
+                "stop",
+                p.last_assistant_message.as_deref().map(|m| clip(m, 400)),
+            );
+        }
+        "SessionEnd" => {}
+        other => {
+            *state.unknown_events.entry(other.to_owned()).or_default() += 1;
+            notice(&mut out, &main, &format!("hook:{}", clip(other, 60)), None);
+        }
+    }
+    // Token usage, caught up at every event of the main session (the transcript may
+    // lag the hook); counted in full when the session stops or ends.
+    let stops = matches!(event, "Stop" | "SessionEnd");
+    if let Some(t) = &p.transcript_path {
+        out.push(Action::Tokens {
+            session: main.clone(),
+            transcript: t.clone(),
+            subagent: None,
+            finish: stops,
+        });
+    }
+    if event == "Stop" {
+        out.push(Action::Gate {
+            session: main.clone(),
+            already_blocked: p.stop_hook_active.unwrap_or(false),
+        });
+    }
+    if event == "SessionEnd" {
+        finish_open_steps(&mut state.main, &mut out);
+        for track in state
+            .subagents
+            .values_mut()
+            .filter(|t| t.started && !t.ended)
+        {
+            finish_open_steps(track, &mut out);
+            track.ended = true;
+            out.push(Action::Event {
+                session: track.session.clone(),
+                body: EventBody::SessionEnd(SessionEnd {
+                    reason: EndReason::Aborted,
+                    message: Some("the main session ended first".into()),
+                }),
+            });
+        }
+        if !state.main.ended {
+            state.main.ended = true;
+            out.push(Action::Event {
+                session: main,
+                body: EventBody::SessionEnd(SessionEnd {
+                    reason: end_reason(p.reason.as_deref()),
+                    message: p.reason.as_ref().map(|r| format!("{agent}: {r}")),
+                }),
+            });
+        }
+    }
+    out
+}
+
+fn start(
+    agent: Agent,
+    p: &HookPayload,
+    track: &mut Track,
+    parent: Option<String>,
+    out: &mut Vec<Action>,
+) {
+    track.started = true;
+    out.push(Action::Event {
+        session: track.session.clone(),
+        body: EventBody::SessionStart(SessionStart {
+            agent: Some(agent.name().to_owned()),
+            model: model_name(p.model.as_ref()),
+            workspace: p.cwd.clone(),
+            project: p
+                .cwd
+                .as_deref()
+                .and_then(|c| std::path::Path::new(c).file_name())
+                .map(|n| n.to_string_lossy().into_owned()),
+            parent,
+            title: None,
+            source: Some(agent.name().to_owned()),
+        }),
+    });
+    // The baseline: what a rollback of the whole session restores.
+    out.push(Action::Snapshot {
+        session: track.session.clone(),
+        paths: Vec::new(),
+        reason: SnapshotReason::Baseline,
+        before_step: None,
+    });
+}
+
+/// The track of a subagent, started (with a route in the main session) on first use.
+fn subagent<'s>(
+    agent: Agent,
+    p: &HookPayload,
+    state: &'s mut HookState,
+    agent_id: &str,
+    out: &mut Vec<Action>,
+) -> &'s mut Track {
+    let main = state.main.session.clone();
+    let track = state.subagents.entry(agent_id.to_owned()).or_default();
+    if !track.started {
+        track.session = session_id_from(&format!("{main}.{agent_id}"));
+        track.started = true;
+        let kind = p.agent_type.clone().unwrap_or_else(|| "subagent".into());
+        out.push(Action::Event {
+            session: main.clone(),
+            body: EventBody::AgentRoute(AgentRoute {
+                from: Some(agent.name().to_owned()),
+                to: kind.clone(),
+                reason: Some(format!("subagent {agent_id} (session {})", track.session)),
+            }),
+        });
+        out.push(Action::Event {
+            session: track.session.clone(),
+            body: EventBody::SessionStart(SessionStart {
+                agent: Some(kind),
+                model: model_name(p.model.as_ref()),
+                workspace: p.cwd.clone(),
+                project: None,
+                parent: Some(main),
+                title: None,
+                source: Some(agent.name().to_owned()),
+            }),
+        });
+    }
+    track
+}
+
+fn tool_call(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Action>) {
+    let tool = p.tool_name.clone().unwrap_or_else(|| "unknown".into());
+    let call_id = p
+        .tool_use_id
+        .clone()
+        .unwrap_or_else(|| format!("call-{}", track.calls.len() + 1));
+    if track.calls.contains(&call_id) {
+        return; // the same call reported twice
+    }
+    track.calls.push(call_id.clone());
+    let input = p.tool_input.as_ref();
+    let target = tool_target(&tool, input);
+    let kind = tool_kind(&tool, input);
+    if kind != ToolKind::ReadOnly {
+        track.steps += 1;
+        let step = track.steps;
+        track.open.insert(call_id.clone(), step);
+        let paths = match &kind {
+            ToolKind::Files(p) => p.clone(),
+            _ => Vec::new(),
+        };
+        out.push(Action::Snapshot {
+            session: track.session.clone(),
+            paths,
+            reason: SnapshotReason::Step,
+            before_step: Some(step),
+        });
+        out.push(Action::Event {
+            session: track.session.clone(),
+            body: EventBody::StepStart(StepStart {
+                step,
+                agent: Some(agent.name().to_owned()),
+                title: Some(match &target {
+                    Some(t) => format!("{tool}: {}", clip(t, TITLE_CHARS_MAX)),
+                    None => tool.clone(),
+                }),
+            }),
+        });
+    }
+    out.push(Action::Event {
+        session: track.session.clone(),
+        body: EventBody::ToolCall(ToolCall {
+            call_id,
+            tool,
+            target,
+            input: input.map(Value::to_string),
+            agent: p.agent_type.clone(),
+        }),
+    });
+}
+
+fn tool_result(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Action>) {
+    let tool = p.tool_name.clone().unwrap_or_else(|| "unknown".into());
+    let Some(call_id) = p
+        .tool_use_id
+        .clone()
+        .or_else(|| track.calls.last().cloned())
+    else {
+        return;
+    };
+    if !track.calls.contains(&call_id) {
+        // No PreToolUse was seen (the hook was installed mid-call, say): record the
+        // call now, so that the result has one.
+        tool_call(agent, p, track, out);
+    }
+    let failed = p.hook_event_name == "PostToolUseFailure";
+    let error = p.error.as_ref().map(|e| match e {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    });
+    let status = if !failed {
+        ToolStatus::Ok
+    } else if p.is_interrupt == Some(true) {
+        ToolStatus::Cancelled
+    } else {
+        ToolStatus::Error
+    };
+    let resp = p.tool_response.as_ref();
+    let exit_code = error.as_deref().and_then(exit_code_of).or(
+        // Codex reports a shell's exit code in its response.
+        resp.and_then(|r| r.get("exit_code").or_else(|| r.get("exitCode")))
+            .and_then(Value::as_i64),
+    );
+    out.push(Action::Event {
+        session: track.session.clone(),
+        body: EventBody::ToolResult(ToolResult {
+            call_id: call_id.clone(),
+            status,
+            duration_ms: p.duration_ms,
+            error,
+            output: resp.map(|r| output_text(&tool, r)),
+            exit_code,
+        }),
+    });
+    if !failed {
+        file_edits(&tool, p, &call_id, track, out);
+    }
+    if let Some(step) = track.open.remove(&call_id) {
+        let paths = match tool_kind(&tool, p.tool_input.as_ref()) {
+            ToolKind::Files(p) => p,
+            _ => Vec::new(),
+        };
+        out.push(Action::Snapshot {
+            session: track.session.clone(),
+            paths,
+            reason: SnapshotReason::Step,
+            before_step: None,
+        });
+        out.push(Action::Event {
+            session: track.session.clone(),
+            body: EventBody::StepFinish(StepFinish {
+                step,
+                reason: Some(if failed { "failed" } else { "done" }.into()),
+            }),
+        });
+    }
+}
+
+fn file_edits(tool: &str, p: &HookPayload, call_id: &str, track: &Track, out: &mut Vec<Action>) {
+    let input = p.tool_input.as_ref();
+    let resp = p.tool_response.as_ref();
+    // Paths inside the workspace are recorded relative to it, as snapshots see them.
+    let relative = |path: String| match p.cwd.as_deref().map(std::path::Path::new) {
+        Some(cwd) => match std::path::Path::new(&path).strip_prefix(cwd) {
+            Ok(r) if !r.as_os_str().is_empty() => r.display().to_string(),
+            _ => path,
+        },
+        None => path,
+    };
+    let mut edit = |path: String, op: EditOp, from: Option<String>, added, removed| {
+        out.push(Action::Event {
+            session: track.session.clone(),
+            body: EventBody::FileEdit(FileEdit {
+                path: relative(path),
+                op,
+                from: from.map(relative),
+                tool: Some(tool.to_owned()),
+                call_id: Some(call_id.to_owned()),
+                lines_added: added,
+                lines_removed: removed,
+            }),
+        });
+    };
+    match tool {
+        "Edit" | "MultiEdit" | "Write" | "NotebookEdit" => {
+            let Some(path) = str_field(input, "file_path").or(str_field(input, "notebook_path"))
+            else {
+                return;
+            };
+            let created = str_field(resp, "type") == Some("create");
+            let (added, removed) = patch_counts(resp);
+            let op = if created {
+                EditOp::Create
+            } else {
+                EditOp::Modify
+            };
+            edit(path.to_owned(), op, None, added, removed);
+        }
+        "apply_patch" => {
+            for f in patch_text(input).and_then(patch_files).unwrap_or_default() {
+                let (op, from) = match f.op {
+                    PatchOp::Add => (EditOp::Create, None),
+                    PatchOp::Delete => (EditOp::Delete, None),
+                    PatchOp::Update => (EditOp::Modify, None),
+                    PatchOp::MoveTo { from } => (EditOp::Rename, Some(from)),
+                };
+                edit(f.path, op, from, Some(f.lines_added), Some(f.lines_removed));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn finish_open_steps(track: &mut Track, out: &mut Vec<Action>) {
+    for (_, step) in std::mem::take(&mut track.open) {
+        out.push(Action::Event {
+            session: track.session.clone(),
+            body: EventBody::StepFinish(StepFinish {
+                step,
+                reason: Some("interrupted".into()),
+            }),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(v: Value) -> HookPayload {
+        HookPayload::parse(v.to_string().as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn base(event: &str) -> Value {
+        serde_json::json!({
+            "session_id": "s-1", "transcript_path": "/t.jsonl", "cwd": "/w",
+            "hook_event_name": event
+        })
+    }
+
+    fn with(mut v: Value, extra: Value) -> Value {
+        if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        v
+    }
+
+    fn kinds(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .map(|a| match a {
+                Action::Event { body, .. } => body.kind_name().to_owned(),
+                Action::Snapshot {
+                    paths, before_step, ..
+                } => {
+                    format!(
+                        "snapshot{}{}",
+                        if paths.is_empty() {
+                            "(full)"
+                        } else {
+                            "(targeted)"
+                        },
+                        before_step
+                            .map(|s| format!(" before {s}"))
+                            .unwrap_or_default()
+                    )
+                }
+                Action::Tokens { finish, .. } => {
+                    format!("tokens{}", if *finish { "(finish)" } else { "" })
+                }
+                Action::Gate { .. } => "gate".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_shell_command_is_a_step_with_full_snapshots_around_it() {
+        let mut st = HookState::default();
+        let a = map_payload(
+            Agent::ClaudeCode,
+            &payload(with(
+                base("SessionStart"),
+                serde_json::json!({"source": "startup"}),
+            )),
+            &mut st,
+        );
+        assert_eq!(kinds(&a), ["session.start", "snapshot(full)", "tokens"]);
+        let pre = with(
+            base("PreToolUse"),
+            serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "rm x"}, "tool_use_id": "t1"}),
+        );
+        let a = map_payload(Agent::ClaudeCode, &payload(pre), &mut st);
+        assert_eq!(
+            kinds(&a),
+            [
+                "snapshot(full) before 1",
+                "step.start",
+                "tool.call",
+                "tokens"
+            ]
+        );
+        let post = with(
+            base("PostToolUseFailure"),
+            serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "rm x"}, "tool_use_id": "t1", "error": "Exit code 1", "duration_ms": 7}),
+        );
+        let a = map_payload(Agent::ClaudeCode, &payload(post), &mut st);
+        assert_eq!(
+            kinds(&a),
+            ["tool.result", "snapshot(full)", "step.finish", "tokens"]
+        );
+        match &a[0] {
+            Action::Event {
+                body: EventBody::ToolResult(r),
+                ..
+            } => {
+                assert_eq!(
+                    (r.status, r.exit_code, r.duration_ms),
+                    (ToolStatus::Error, Some(1), Some(7))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn file_tools_get_targeted_snapshots_and_edits_reads_get_no_step() {
+        let mut st = HookState::default();
+        let edit = serde_json::json!({"tool_name": "Edit", "tool_input": {"file_path": "/w/a.rs", "old_string": "a", "new_string": "b"}, "tool_use_id": "t2"});
+        let a = map_payload(
+            Agent::ClaudeCode,
+            &payload(with(base("PreToolUse"), edit.clone())),
+            &mut st,
+        );
+        assert_eq!(
+            kinds(&a),
+            [
+                "session.start",
+                "snapshot(full)",
+                "snapshot(targeted) before 1",
+                "step.start",
+                "tool.call",
+                "tokens"
+            ]
+        );
+        let resp = serde_json::json!({"tool_response": {"filePath": "/w/a.rs", "structuredPatch": [{"lines": ["-a", "+b", "+c"]}]}});
+        let a = map_payload(
+            Agent::ClaudeCode,
+            &payload(with(with(base("PostToolUse"), edit), resp)),
+            &mut st,
+        );
+        assert_eq!(
+            kinds(&a),
+            [
+                "tool.result",
+                "file.edit",
+                "snapshot(targeted)",
+                "step.finish",
+                "tokens"
+            ]
+        );
+        match &a[1] {
+            Action::Event {
+                body: EventBody::FileEdit(f),
+                ..
+            } => {
+                assert_eq!(
+                    (f.lines_added, f.lines_removed, f.op),
+                    (Some(2), Some(1), EditOp::Modify)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let read = serde_json::json!({"tool_name": "Read", "tool_input": {"file_path": "/w/a.rs"}, "tool_use_id": "t3"});
+        let a = map_payload(
+            Agent::ClaudeCode,
+            &payload(with(base("PreToolUse"), read)),
+            &mut st,
+        );
+        assert_eq!(kinds(&a), ["tool.call", "tokens"]);
+    }
+
+    #[test]
+    fn a_codex_patch_snapshots_exactly_its_paths() {
+        let mut st = HookState::default();
+        let patch = "*** Begin Patch\n*** Update File: src/a.rs\n*** Move to: src/b.rs\n-x\n+y\n*** Add File: c.txt\n+c\n*** End Patch\n";
+        let pre = with(
+            base("PreToolUse"),
+            serde_json::json!({"tool_name": "apply_patch", "tool_input": {"command": patch}, "tool_use_id": "c1"}),
+        );
+        let a = map_payload(Agent::Codex, &payload(pre), &mut st);
+        let paths = a.iter().find_map(|a| match a {
+            Action::Snapshot {
+                paths,
+                before_step: Some(_),
+                ..
+            } => Some(paths.clone()),
+            _ => None,
+        });
+        assert_eq!(
+            paths,
+            Some(vec![
+                "src/a.rs".to_string(),
+                "src/b.rs".into(),
+                "c.txt".into()
+            ])
+        );
+    }
+
+    #[test]
+    fn subagents_are_child_sessions_and_the_end_closes_everything() {
+        let mut st = HookState::default();
+        map_payload(Agent::ClaudeCode, &payload(base("SessionStart")), &mut st);
+        let pre = with(
+            base("PreToolUse"),
+            serde_json::json!({"tool_name": "Write", "tool_input": {"file_path": "/w/n"}, "tool_use_id": "t9", "agent_id": "ag1", "agent_type": "Explore"}),
+        );
+        let a = map_payload(Agent::ClaudeCode, &payload(pre), &mut st);
+        assert_eq!(
+            kinds(&a)[..3],
+            [
+                "agent.route",
+                "session.start",
+                "snapshot(targeted) before 1"
+            ]
+        );
+        let child = st
+            .subagents
+            .get("ag1")
+            .map(|t| t.session.clone())
+            .unwrap_or_default();
+        assert_eq!(child, "s-1.ag1");
+        let a = map_payload(
+            Agent::ClaudeCode,
+            &payload(with(
+                base("SessionEnd"),
+                serde_json::json!({"reason": "other"}),
+            )),
+            &mut st,
+        );
+        assert_eq!(
+            kinds(&a),
+            [
+                "tokens(finish)",
+                "step.finish",
+                "session.end",
+                "session.end"
+            ]
+        );
+        // The conversation resumed: a new session continues it.
+        let a = map_payload(
+            Agent::ClaudeCode,
+            &payload(with(
+                base("SessionStart"),
+                serde_json::json!({"source": "resume"}),
+            )),
+            &mut st,
+        );
+        match &a[0] {
+            Action::Event {
+                session,
+                body: EventBody::SessionStart(s),
+            } => {
+                assert_eq!(session, "s-1.2");
+                assert_eq!(s.parent.as_deref(), Some("s-1"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn stop_asks_the_gate_and_counts_tokens_in_full() {
+        let mut st = HookState::default();
+        let a = map_payload(
+            Agent::ClaudeCode,
+            &payload(with(
+                base("Stop"),
+                serde_json::json!({"stop_hook_active": true}),
+            )),
+            &mut st,
+        );
+        assert_eq!(
+            kinds(&a),
+            [
+                "session.start",
+                "snapshot(full)",
+                "agent.notice",
+                "tokens(finish)",
+                "gate"
+            ]
+        );
+        assert!(matches!(
+            a.last(),
+            Some(Action::Gate {
+                already_blocked: true,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn bad_payloads_are_named() {
+        assert!(HookPayload::parse(b"{").is_err());
+        assert!(HookPayload::parse(br#"{"hook_event_name":"Stop"}"#).is_err());
+        assert!(HookPayload::parse(br#"{"session_id":"","hook_event_name":"Stop"}"#).is_err());
+        let mut st = HookState::default();
+        let a = map_payload(Agent::ClaudeCode, &payload(base("SomethingNew")), &mut st);
+        assert_eq!(
+            kinds(&a),
+            ["session.start", "snapshot(full)", "agent.notice", "tokens"]
+        );
+        assert_eq!(st.unknown_events.get("SomethingNew"), Some(&1));
+    }
+}

@@ -1,0 +1,98 @@
+//! What real coding agents report, in tacho's schema.
+//!
+//! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
+//!   `session_id`, `transcript_path`, `cwd`, `hook_event_name`, and per event the tool,
+//!   its input and response) mapped to the events and snapshots tacho records, with
+//!   the little state a hook process keeps between events ([`hook::HookState`]).
+//! - [`transcript`]: token usage read from a Claude Code transcript, from a kept
+//!   offset, one count per model response.
+//! - [`patch`]: the paths an `apply_patch` patch touches (Codex).
+//! - [`settings`]: tacho's entries merged into (and taken out of) each agent's hook
+//!   settings file, keeping everything else.
+//!
+//! Nothing here writes the log: the application layer records what these functions
+//! return, through its one ingest path, which refuses evidence kinds.
+
+pub mod hook;
+pub mod import;
+pub mod patch;
+pub mod settings;
+pub mod transcript;
+
+/// The agents tacho records through their hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Agent {
+    ClaudeCode,
+    Codex,
+}
+
+impl Agent {
+    /// The name used on the command line and in recorded events.
+    pub fn name(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => "claude-code",
+            Agent::Codex => "codex",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Agent> {
+        match s {
+            "claude-code" | "claude" => Some(Agent::ClaudeCode),
+            "codex" => Some(Agent::Codex),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A session id tacho accepts, made from an agent's id: characters outside letters,
+/// digits, `.`, `_` and `-` become `-`, a leading `.` or `-` gets a `s` in front, and
+/// the result is cut to the schema's limit.
+pub fn session_id_from(raw: &str) -> String {
+    let mut id: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if id.is_empty() || id.starts_with(['.', '-']) {
+        id.insert(0, 's');
+    }
+    id.truncate(tacho_schema::SESSION_ID_BYTES_MAX);
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_made_valid() {
+        for raw in [
+            "f315c152-cf0f-4af4-a417-7602a53a305e",
+            "-x",
+            "a b/c",
+            "",
+            &"z".repeat(500),
+        ] {
+            let id = session_id_from(raw);
+            assert!(
+                tacho_schema::validate_session_id(&id).is_ok(),
+                "{raw:?} → {id:?}"
+            );
+        }
+        assert_eq!(
+            session_id_from("f315c152-cf0f-4af4-a417-7602a53a305e"),
+            "f315c152-cf0f-4af4-a417-7602a53a305e"
+        );
+    }
+}

@@ -1,0 +1,371 @@
+//! tacho's entries in an agent's hook settings file: merged in, taken out, and read
+//! back, keeping every other hook and key as it was.
+//!
+//! Both agents use the same shape: `{"hooks": {"<Event>": [{"matcher": "…", "hooks":
+//! [{"type": "command", "command": "…", "timeout": N}]}]}}` (Claude Code in
+//! `settings.json`, Codex in `hooks.json`). tacho's handlers are the ones whose
+//! command runs `<tacho> hook <agent>`; everything else is never touched.
+
+use serde_json::{Map, Value};
+
+use crate::Agent;
+
+/// The hook events tacho installs, with the matcher they need (tool events match
+/// every tool) and a timeout in seconds.
+pub fn events(agent: Agent) -> &'static [(&'static str, Option<&'static str>, u64)] {
+    match agent {
+        Agent::ClaudeCode => &[
+            ("SessionStart", None, 10),
+            ("UserPromptSubmit", None, 10),
+            ("PreToolUse", Some("*"), 30),
+            ("PostToolUse", Some("*"), 30),
+            ("PostToolUseFailure", Some("*"), 30),
+            ("Notification", None, 10),
+            ("PreCompact", None, 10),
+            ("SubagentStart", None, 10),
+            ("SubagentStop", None, 30),
+            ("Stop", None, 60),
+            // Claude Code gives every SessionEnd hook 1.5 s in all by default.
+            ("SessionEnd", None, 2),
+        ],
+        Agent::Codex => &[
+            ("SessionStart", None, 10),
+            ("UserPromptSubmit", None, 10),
+            ("PreToolUse", Some("*"), 30),
+            ("PostToolUse", Some("*"), 30),
+            ("Stop", None, 60),
+        ],
+    }
+}
+
+/// Why a settings file cannot be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error(
+        "{path}: line {line}, column {column}: {message}; the file was left as it is (fix it, or move it away, and run the command again)"
+    )]
+    Malformed {
+        path: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {what} is not {expected}; the file was left as it is")]
+    Shape {
+        path: String,
+        what: String,
+        expected: &'static str,
+    },
+}
+
+/// Parses a settings file's text (empty text is an empty object). Comments are not
+/// JSON, and a file rewritten without them would lose them, so they are refused like
+/// any other syntax error.
+pub fn parse(path: &str, text: &str) -> Result<Map<String, Value>, SettingsError> {
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        let near = text
+            .lines()
+            .nth(e.line().saturating_sub(1))
+            .map(str::trim_start)
+            .unwrap_or("");
+        let message = if near.starts_with("//") || near.starts_with("/*") {
+            format!("{e} (comments are not JSON; tacho does not rewrite a file it would have to drop them from)")
+        } else {
+            e.to_string()
+        };
+        SettingsError::Malformed {
+            path: path.to_owned(),
+            line: e.line(),
+            column: e.column(),
+            message,
+        }
+    })?;
+    match v {
+        Value::Object(m) => Ok(m),
+        _ => Err(SettingsError::Shape {
+            path: path.to_owned(),
+            what: "the file".into(),
+            expected: "a JSON object",
+        }),
+    }
+}
+
+/// The command line tacho installs for `agent`.
+pub fn command_for(tacho: &str, agent: Agent) -> String {
+    format!("{} hook {}", shell_quote(tacho), agent.name())
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:=@".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Whether a handler's command is tacho's hook for `agent`; returns the tacho path it
+/// runs.
+pub fn tacho_command(command: &str, agent: Agent) -> Option<String> {
+    let suffix = format!(" hook {}", agent.name());
+    let program = command.trim().strip_suffix(&suffix)?.trim();
+    let unquoted = program
+        .strip_prefix('\'')
+        .and_then(|p| p.strip_suffix('\''))
+        .map(|p| p.replace(r"'\''", "'"))
+        .unwrap_or_else(|| program.to_owned());
+    let name = std::path::Path::new(&unquoted).file_name()?.to_str()?;
+    name.starts_with("tacho").then_some(unquoted)
+}
+
+fn hooks_object<'m>(
+    path: &str,
+    settings: &'m mut Map<String, Value>,
+) -> Result<&'m mut Map<String, Value>, SettingsError> {
+    let hooks = settings
+        .entry("hooks")
+        .or_insert_with(|| Value::Object(Map::new()));
+    hooks.as_object_mut().ok_or_else(|| SettingsError::Shape {
+        path: path.to_owned(),
+        what: "`hooks`".into(),
+        expected: "an object",
+    })
+}
+
+/// Removes tacho's handlers for `agent` from one event's groups; drops groups left
+/// empty. Returns how many handlers were removed.
+fn remove_from(groups: &mut Vec<Value>, agent: Agent) -> usize {
+    let mut removed = 0;
+    for g in groups.iter_mut() {
+        if let Some(hs) = g.get_mut("hooks").and_then(Value::as_array_mut) {
+            let before = hs.len();
+            hs.retain(|h| {
+                h.get("command")
+                    .and_then(Value::as_str)
+                    .and_then(|c| tacho_command(c, agent))
+                    .is_none()
+            });
+            removed += before - hs.len();
+        }
+    }
+    groups.retain(|g| {
+        g.get("hooks")
+            .and_then(Value::as_array)
+            .is_none_or(|hs| !hs.is_empty())
+    });
+    removed
+}
+
+/// Merges tacho's handlers into `settings`: afterwards each event has exactly one
+/// tacho handler, running `command`, in a group of its own. Returns whether anything
+/// changed (installing twice changes nothing).
+pub fn install(
+    path: &str,
+    settings: &mut Map<String, Value>,
+    agent: Agent,
+    command: &str,
+) -> Result<bool, SettingsError> {
+    let before = Value::Object(settings.clone());
+    let hooks = hooks_object(path, settings)?;
+    for (event, matcher, timeout) in events(agent) {
+        let groups = hooks
+            .entry(*event)
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Some(groups) = groups.as_array_mut() else {
+            return Err(SettingsError::Shape {
+                path: path.to_owned(),
+                what: format!("`hooks.{event}`"),
+                expected: "an array",
+            });
+        };
+        let mut group = Map::new();
+        if let Some(m) = matcher {
+            group.insert("matcher".into(), Value::String((*m).into()));
+        }
+        let mut handler = Map::new();
+        handler.insert("type".into(), "command".into());
+        handler.insert("command".into(), command.into());
+        handler.insert("timeout".into(), (*timeout).into());
+        group.insert("hooks".into(), Value::Array(vec![Value::Object(handler)]));
+        let wanted = Value::Object(group);
+        // Already there exactly, once: keep the file as it is.
+        let ours: Vec<&Value> = groups
+            .iter()
+            .filter(|g| {
+                g.get("hooks").and_then(Value::as_array).is_some_and(|hs| {
+                    hs.iter().any(|h| {
+                        h.get("command")
+                            .and_then(Value::as_str)
+                            .and_then(|c| tacho_command(c, agent))
+                            .is_some()
+                    })
+                })
+            })
+            .collect();
+        if ours.len() == 1 && ours[0] == &wanted {
+            continue;
+        }
+        remove_from(groups, agent);
+        groups.push(wanted);
+    }
+    Ok(Value::Object(settings.clone()) != before)
+}
+
+/// Takes tacho's handlers for `agent` out; events left with no group are removed, and
+/// `hooks` too when it is left empty. Returns how many handlers were removed.
+pub fn uninstall(
+    path: &str,
+    settings: &mut Map<String, Value>,
+    agent: Agent,
+) -> Result<usize, SettingsError> {
+    let Some(hooks) = settings.get_mut("hooks") else {
+        return Ok(0);
+    };
+    let Some(hooks) = hooks.as_object_mut() else {
+        return Err(SettingsError::Shape {
+            path: path.to_owned(),
+            what: "`hooks`".into(),
+            expected: "an object",
+        });
+    };
+    let mut removed = 0;
+    for groups in hooks.values_mut() {
+        if let Some(groups) = groups.as_array_mut() {
+            removed += remove_from(groups, agent);
+        }
+    }
+    if removed > 0 {
+        hooks.retain(|_, g| g.as_array().is_none_or(|a| !a.is_empty()));
+        if hooks.is_empty() {
+            settings.remove("hooks");
+        }
+    }
+    Ok(removed)
+}
+
+/// tacho's handlers found in `settings`: (event, the tacho path its command runs).
+pub fn installed(settings: &Map<String, Value>, agent: Agent) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Some(hooks) = settings.get("hooks").and_then(Value::as_object) else {
+        return out;
+    };
+    for (event, groups) in hooks {
+        for g in groups.as_array().into_iter().flatten() {
+            for h in g
+                .get("hooks")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(p) = h
+                    .get("command")
+                    .and_then(Value::as_str)
+                    .and_then(|c| tacho_command(c, agent))
+                {
+                    out.push((event.clone(), p));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The text written back: two-space indented JSON with a final newline.
+pub fn render(settings: &Map<String, Value>) -> String {
+    let mut s = serde_json::to_string_pretty(&Value::Object(settings.clone()))
+        .unwrap_or_else(|_| "{}".into());
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CMD: &str = "/opt/tacho/bin/tacho hook claude-code";
+
+    #[test]
+    fn install_keeps_everything_else_and_is_idempotent() {
+        let text = r#"{"model":"opus","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./guard.sh"}]}]},"env":{"A":"1"}}"#;
+        let mut s = parse("s.json", text).unwrap_or_default();
+        assert!(install("s.json", &mut s, Agent::ClaudeCode, CMD).unwrap_or(false));
+        let once = render(&s);
+        assert!(!install("s.json", &mut s, Agent::ClaudeCode, CMD).unwrap_or(true));
+        assert_eq!(render(&s), once);
+        let v: Value = serde_json::from_str(&once).unwrap_or_default();
+        assert_eq!(v["model"], "opus");
+        assert_eq!(v["env"]["A"], "1");
+        let pre = v["hooks"]["PreToolUse"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(pre.len(), 2, "the user's guard and tacho's");
+        assert_eq!(pre[0]["hooks"][0]["command"], "./guard.sh");
+        assert_eq!(
+            installed(&s, Agent::ClaudeCode).len(),
+            events(Agent::ClaudeCode).len()
+        );
+        // A tacho moved elsewhere: install replaces the stale command, once.
+        assert!(
+            install(
+                "s.json",
+                &mut s,
+                Agent::ClaudeCode,
+                "/new/tacho hook claude-code"
+            )
+            .unwrap_or(false)
+        );
+        let paths: Vec<_> = installed(&s, Agent::ClaudeCode)
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        assert!(paths.iter().all(|p| p == "/new/tacho"), "{paths:?}");
+        assert_eq!(paths.len(), events(Agent::ClaudeCode).len());
+        // Uninstall gives back exactly the user's file.
+        let removed = uninstall("s.json", &mut s, Agent::ClaudeCode).unwrap_or(0);
+        assert_eq!(removed, events(Agent::ClaudeCode).len());
+        let back: Value = serde_json::from_str(text).unwrap_or_default();
+        assert_eq!(Value::Object(s), back);
+    }
+
+    #[test]
+    fn malformed_files_and_comments_are_refused_with_their_place() {
+        let e = parse("s.json", "{\n  // mine\n  \"a\": 1\n}")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("line 2") && e.contains("comments are not JSON"),
+            "{e}"
+        );
+        let e = parse("s.json", "{\"a\": 1,,}")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("s.json: line 1, column"), "{e}");
+        assert!(parse("s.json", "[1]").is_err());
+        let mut m = parse("s.json", r#"{"hooks": []}"#).unwrap_or_default();
+        assert!(install("s.json", &mut m, Agent::ClaudeCode, CMD).is_err());
+    }
+
+    #[test]
+    fn commands_are_recognised_quoted_or_not() {
+        assert_eq!(
+            tacho_command(CMD, Agent::ClaudeCode).as_deref(),
+            Some("/opt/tacho/bin/tacho")
+        );
+        let q = command_for("/home/me/my tools/tacho", Agent::Codex);
+        assert_eq!(q, "'/home/me/my tools/tacho' hook codex");
+        assert_eq!(
+            tacho_command(&q, Agent::Codex).as_deref(),
+            Some("/home/me/my tools/tacho")
+        );
+        assert_eq!(tacho_command(&q, Agent::ClaudeCode), None);
+        assert_eq!(tacho_command("./guard.sh hook codex", Agent::Codex), None);
+    }
+}

@@ -1,0 +1,360 @@
+//! `tacho hook <agent>`: one hook payload recorded, through the one ingest path.
+//!
+//! A hook process never breaks the agent: anything that goes wrong while recording
+//! is written to `<data>/logs/hooks.log` (and stderr) and the hook exits 0. The one
+//! answer that changes what the agent does is the completion gate on `Stop`.
+//!
+//! What a hook keeps between the events of one agent session (step numbers, open
+//! tool calls, the transcript offset) is in `<data>/agents/<agent>/<session>.json`,
+//! read and written under a lock of its own, so concurrent hooks of one session
+//! (parallel tool calls) take turns.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tacho_agents::hook::{Action, HookPayload, HookState, map_payload};
+use tacho_agents::{Agent, session_id_from};
+use tacho_schema::{EventBody, SnapshotReason};
+use tacho_store::Durability;
+use tacho_store::vfs::{RealFs, Vfs};
+
+use crate::context::Tacho;
+use crate::ingest::{Ingest, IngestOptions};
+
+/// How many stops the gate blocks in one session at most, whatever the goal says.
+/// (The stall rule pauses a goal after three fruitless completion attempts; this is a
+/// second bound of the hook's own.)
+pub const GATE_BLOCKS_MAX: u32 = 5;
+
+/// How long a hook waits for another hook of the same session.
+const STATE_LOCK_WAIT: Duration = Duration::from_secs(20);
+
+/// What the hook process answers the agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookAnswer {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// Events recorded.
+    pub recorded: u64,
+    /// Problems met (each also logged).
+    pub problems: Vec<String>,
+}
+
+impl Tacho {
+    fn hook_state_path(&self, agent: Agent, session: &str) -> PathBuf {
+        self.data_dir()
+            .join("agents")
+            .join(agent.name())
+            .join(format!("{session}.json"))
+    }
+
+    /// Appends one line to `<data>/logs/hooks.log`. Best effort: a hook that cannot
+    /// even log still exits 0.
+    fn hook_log(&self, agent: Agent, event: &str, session: &str, message: &str) {
+        let dir = self.data_dir().join("logs");
+        let _ = std::fs::create_dir_all(&dir);
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("hooks.log"))
+        {
+            let now = tacho_schema::time_to_rfc3339(self.now());
+            let _ = writeln!(f, "{now} {agent} {event} {session}: {message}");
+        }
+    }
+
+    /// Records one hook payload of `agent`; returns what the hook process answers.
+    pub fn hook(&self, agent: Agent, input: &[u8]) -> HookAnswer {
+        let mut answer = HookAnswer::default();
+        let payload = match HookPayload::parse(input) {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = format!("tacho: nothing recorded: {e}");
+                self.hook_log(agent, "-", "-", &msg);
+                answer.stderr = format!("{msg}\n");
+                answer.problems.push(msg);
+                return self.hook_ok(agent, "", answer);
+            }
+        };
+        let session = session_id_from(&payload.session_id);
+        let event = payload.hook_event_name.clone();
+        let problem = |answer: &mut HookAnswer, msg: String| {
+            self.hook_log(agent, &event, &session, &msg);
+            answer.problems.push(msg);
+        };
+        let state_path = self.hook_state_path(agent, &session);
+        if let Some(dir) = state_path.parent()
+            && let Err(e) = std::fs::create_dir_all(dir)
+        {
+            problem(&mut answer, format!("{}: {e}", dir.display()));
+            return self.hook_ok(agent, &event, answer);
+        }
+        let lock = match RealFs.lock(&state_path.with_extension("lock"), STATE_LOCK_WAIT) {
+            Ok(l) => l,
+            Err(e) => {
+                problem(
+                    &mut answer,
+                    format!("waiting for another hook of the session: {e}"),
+                );
+                return self.hook_ok(agent, &event, answer);
+            }
+        };
+        let mut state = match std::fs::read(&state_path) {
+            Ok(b) => match serde_json::from_slice::<HookState>(&b) {
+                Ok(s) => s,
+                Err(e) => {
+                    problem(
+                        &mut answer,
+                        format!("{}: {e}; starting from the log", state_path.display()),
+                    );
+                    self.state_from_log(&session)
+                }
+            },
+            Err(_) => self.state_from_log(&session),
+        };
+        let actions = map_payload(agent, &payload, &mut state);
+        let mut gate = None;
+        {
+            let opts = IngestOptions {
+                source: format!("{agent} hook {event}"),
+                session: None,
+                new_session: false,
+                durability: Durability::Sync,
+                batch_lines: 0,
+                auto_snapshots: false,
+            };
+            let mut ingest = match Ingest::new(self, opts, |_| Ok(())) {
+                Ok(i) => i,
+                Err(e) => {
+                    problem(&mut answer, e.to_string());
+                    return self.hook_ok(agent, &event, answer);
+                }
+            };
+            for action in actions {
+                let r = match action {
+                    Action::Event { session, body } => ingest
+                        .event(0, session, self.now(), body)
+                        .map_err(|e| e.to_string()),
+                    Action::Snapshot {
+                        session,
+                        paths,
+                        reason,
+                        before_step,
+                    } => self.hook_snapshot(&mut ingest, session, &paths, reason, before_step),
+                    Action::Tokens {
+                        session,
+                        transcript,
+                        subagent,
+                        finish,
+                    } => {
+                        let cursor = match &subagent {
+                            Some(a) => state.subagent_transcripts.entry(a.clone()).or_default(),
+                            None => &mut state.transcript,
+                        };
+                        match cursor.catch_up(Path::new(&transcript), finish) {
+                            Ok(usages) => usages.into_iter().try_for_each(|u| {
+                                let t = u.time_unix_ns.unwrap_or_else(|| self.now());
+                                ingest
+                                    .event(0, session.clone(), t, EventBody::LlmResponse(u.event()))
+                                    .map_err(|e| e.to_string())
+                            }),
+                            // The transcript may not exist yet: the next event catches up.
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                            Err(e) => Err(format!("transcript {transcript}: {e}")),
+                        }
+                    }
+                    Action::Gate {
+                        session,
+                        already_blocked,
+                    } => {
+                        gate = Some((session, already_blocked));
+                        Ok(())
+                    }
+                };
+                if let Err(msg) = r {
+                    problem(&mut answer, msg);
+                }
+            }
+            match ingest.finish() {
+                Ok(done) => {
+                    answer.recorded = done.totals.values().map(|t| t.events).sum();
+                }
+                Err(e) => problem(&mut answer, format!("nothing recorded: {}", e.error)),
+            }
+        }
+        if let Some((session, already_blocked)) = gate {
+            match self.stop_gate(&session, &mut state, already_blocked) {
+                Ok(Some(reason)) => {
+                    self.hook_log(agent, &event, &session, &format!("stop blocked: {reason}"));
+                    answer.stdout = serde_json::json!({"decision": "block", "reason": reason})
+                        .to_string()
+                        + "\n";
+                }
+                Ok(None) => {}
+                Err(e) => problem(&mut answer, format!("completion gate: {e}")),
+            }
+        }
+        if let Err(e) =
+            write_atomically(&state_path, &serde_json::to_vec(&state).unwrap_or_default())
+        {
+            problem(&mut answer, format!("{}: {e}", state_path.display()));
+        }
+        drop(lock);
+        self.hook_ok(agent, &event, answer)
+    }
+
+    /// Exit 0, with the JSON a Codex `Stop` hook must print when it lets the agent go.
+    fn hook_ok(&self, agent: Agent, event: &str, mut answer: HookAnswer) -> HookAnswer {
+        if !answer.problems.is_empty() && answer.stderr.is_empty() {
+            answer.stderr = format!(
+                "tacho: {} (details: {})\n",
+                answer.problems.join("; "),
+                self.data_dir().join("logs").join("hooks.log").display()
+            );
+        }
+        if agent == Agent::Codex && event == "Stop" && answer.stdout.is_empty() {
+            answer.stdout = "{}\n".into();
+        }
+        answer.exit_code = 0;
+        answer
+    }
+
+    /// A state for a session the hook has no file for: what the log says (started, and
+    /// ended) — so that a lost state file never records a second `session.start`.
+    fn state_from_log(&self, session: &str) -> HookState {
+        let mut state = HookState::default();
+        state.main.session = session.to_owned();
+        if self.log().has_session(session) {
+            state.main.started = true;
+            let mut last = None;
+            let _ = self.log().read_session(session, |e| {
+                if let EventBody::StepStart(s) = &e.event.body {
+                    state.main.steps = state.main.steps.max(s.step);
+                }
+                last = Some(matches!(e.event.body, EventBody::SessionEnd(_)));
+            });
+            state.main.ended = last.unwrap_or(false);
+        }
+        state
+    }
+
+    /// A snapshot around a tool call: paths the agent gave absolute are made relative
+    /// to the workspace; a path outside it is left out (nothing there can be restored).
+    fn hook_snapshot(
+        &self,
+        ingest: &mut Ingest<'_>,
+        session: String,
+        paths: &[String],
+        reason: SnapshotReason,
+        before_step: Option<u64>,
+    ) -> Result<(), String> {
+        let Some(ws) = ingest.workspace(&session).map_err(|e| e.to_string())? else {
+            return Ok(()); // a workspace not on this machine: nothing to protect
+        };
+        let mut rel = Vec::new();
+        for p in paths {
+            let path = Path::new(p);
+            if path.is_absolute() {
+                match path.strip_prefix(&ws) {
+                    Ok(r) if !r.as_os_str().is_empty() => rel.push(r.display().to_string()),
+                    _ => {}
+                }
+            } else {
+                rel.push(p.clone());
+            }
+        }
+        if !paths.is_empty() && rel.is_empty() {
+            return Ok(()); // every path is outside the workspace
+        }
+        ingest
+            .snapshot(0, session, Some(ws), self.now(), &rel, reason, before_step)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The completion gate at a stop: when the session's latest goal is assured, not
+    /// completed, paused, blocked or revised, a completion is attempted (and recorded);
+    /// a refused one blocks the stop with the open checks. Returns the reason to block.
+    fn stop_gate(
+        &self,
+        session: &str,
+        state: &mut HookState,
+        already_blocked: bool,
+    ) -> Result<Option<String>, crate::goals::GoalError> {
+        let status = match self.goal_status(session, None) {
+            Ok(s) => s,
+            Err(crate::goals::GoalError::NoGoal { .. }) => return Ok(None),
+            Err(crate::goals::GoalError::Store(tacho_store::StoreError::UnknownSession {
+                ..
+            })) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if !status.assured
+            || status.completed
+            || status.paused.is_some()
+            || status.blocked.is_some()
+            || status.revised_by.is_some()
+        {
+            return Ok(None);
+        }
+        if state.gate_blocks >= GATE_BLOCKS_MAX {
+            return Ok(None);
+        }
+        let done = self.complete_goal(session, Some(&status.goal))?;
+        if done.accepted {
+            return Ok(None);
+        }
+        // A paused goal (the stall rule) no longer holds the agent.
+        if done
+            .note
+            .as_deref()
+            .is_some_and(|n| n.starts_with("goal paused"))
+        {
+            return Ok(None);
+        }
+        state.gate_blocks += 1;
+        let mut reason = format!(
+            "tacho: goal {} \"{}\" cannot complete: {}.",
+            status.goal, status.title, done.reason
+        );
+        for o in &done.open {
+            reason.push_str(&format!("\n- {o}"));
+        }
+        reason.push_str(&format!(
+            "\nRun each open check with `tacho goal check --session {session} CHECK` after fixing what it reports, then stop again."
+        ));
+        if let Some(n) = &done.note {
+            reason.push_str(&format!("\n{n}"));
+        }
+        if already_blocked {
+            reason.push_str(&format!(
+                "\n(stop {} of at most {GATE_BLOCKS_MAX} this gate blocks)",
+                state.gate_blocks
+            ));
+        }
+        Ok(Some(reason))
+    }
+}
+
+/// Writes a file whole or not at all: a temporary file beside it, synced, renamed.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}

@@ -1,0 +1,342 @@
+//! `tacho hooks install|uninstall|status`: tacho's hook entries in each agent's
+//! settings file, merged in and taken out without touching anything else.
+//!
+//! A file that is not valid JSON is never rewritten. Writes are atomic (a temporary
+//! file beside it, synced, renamed) and the previous file is kept as
+//! `<name>.tacho-backup`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use tacho_agents::Agent;
+use tacho_agents::settings::{self, SettingsError};
+
+use crate::hooks::write_atomically;
+
+/// Where a settings file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// The user's own settings (every project).
+    User,
+    /// The project's shared settings (committed).
+    Project,
+    /// The project's settings for this machine only (Claude Code's
+    /// `settings.local.json`).
+    Local,
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "user" => Some(Scope::User),
+            "project" => Some(Scope::Project),
+            "local" => Some(Scope::Local),
+            _ => None,
+        }
+    }
+}
+
+/// The places settings files are looked for: the environment, given by the caller.
+#[derive(Debug, Clone, Default)]
+pub struct Places {
+    pub home: Option<PathBuf>,
+    /// `CLAUDE_CONFIG_DIR`.
+    pub claude_config_dir: Option<PathBuf>,
+    /// `CODEX_HOME`.
+    pub codex_home: Option<PathBuf>,
+    /// The project: the Git work tree holding the current directory, else it.
+    pub project: PathBuf,
+}
+
+impl Places {
+    /// From the process environment and the current directory.
+    pub fn from_env() -> std::io::Result<Places> {
+        let cwd = std::env::current_dir()?;
+        let project = cwd
+            .ancestors()
+            .find(|d| d.join(".git").exists())
+            .map_or_else(|| cwd.clone(), Path::to_path_buf);
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        Ok(Places {
+            home: var("HOME").or_else(dirs::home_dir),
+            claude_config_dir: var("CLAUDE_CONFIG_DIR"),
+            codex_home: var("CODEX_HOME"),
+            project,
+        })
+    }
+
+    /// The settings file of `agent` at `scope`.
+    pub fn settings_file(&self, agent: Agent, scope: Scope) -> Result<PathBuf, InstallError> {
+        let home = || self.home.clone().ok_or(InstallError::NoHome);
+        Ok(match (agent, scope) {
+            (Agent::ClaudeCode, Scope::User) => match &self.claude_config_dir {
+                Some(d) => d.join("settings.json"),
+                None => home()?.join(".claude").join("settings.json"),
+            },
+            (Agent::ClaudeCode, Scope::Project) => {
+                self.project.join(".claude").join("settings.json")
+            }
+            (Agent::ClaudeCode, Scope::Local) => {
+                self.project.join(".claude").join("settings.local.json")
+            }
+            (Agent::Codex, Scope::User) => match &self.codex_home {
+                Some(d) => d.join("hooks.json"),
+                None => home()?.join(".codex").join("hooks.json"),
+            },
+            (Agent::Codex, Scope::Project) => self.project.join(".codex").join("hooks.json"),
+            (Agent::Codex, Scope::Local) => return Err(InstallError::NoLocalScope),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("no home directory (set HOME)")]
+    NoHome,
+    #[error("codex has no local scope: use --scope user or --scope project")]
+    NoLocalScope,
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the path of this tacho is not UTF-8: {0}")]
+    ExePath(PathBuf),
+}
+
+impl crate::error::Kind for InstallError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        match self {
+            InstallError::Settings(_) | InstallError::NoLocalScope => {
+                crate::error::ErrorKind::Input
+            }
+            InstallError::NoHome | InstallError::Io { .. } | InstallError::ExePath(_) => {
+                crate::error::ErrorKind::Io
+            }
+        }
+    }
+}
+
+/// What install or uninstall did (or, with `dry_run`, would do).
+#[derive(Debug, Clone, Serialize)]
+pub struct Installed {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub agent: &'static str,
+    pub scope: Scope,
+    pub file: PathBuf,
+    pub changed: bool,
+    pub dry_run: bool,
+    /// The command the hooks run.
+    pub command: String,
+    pub events: Vec<String>,
+    /// The previous file, kept.
+    pub backup: Option<PathBuf>,
+    /// The file's text after the change.
+    #[serde(skip)]
+    pub text: String,
+    pub note: Option<String>,
+}
+
+/// One settings file's state.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookStatus {
+    pub agent: &'static str,
+    pub scope: Scope,
+    pub file: PathBuf,
+    pub exists: bool,
+    /// Events with a tacho handler.
+    pub events: Vec<String>,
+    /// The tacho programs the handlers run.
+    pub commands: Vec<String>,
+    /// Whether every handler runs this tacho.
+    pub points_here: bool,
+    /// Whether every installed program exists.
+    pub programs_exist: bool,
+    pub problem: Option<String>,
+}
+
+fn read_settings(path: &Path) -> Result<(String, bool), InstallError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok((t, true)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((String::new(), false)),
+        Err(source) => Err(InstallError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn codex_note(agent: Agent) -> Option<String> {
+    (agent == Agent::Codex).then(|| {
+        "Codex asks you to trust new or changed hooks before it runs them: start codex once and approve tacho's hooks (review them with /hooks)".to_string()
+    })
+}
+
+/// The program path hooks should run: this tacho.
+pub fn this_tacho() -> Result<String, InstallError> {
+    let exe = std::env::current_exe().map_err(|source| InstallError::Io {
+        path: PathBuf::from("/proc/self/exe"),
+        source,
+    })?;
+    exe.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| InstallError::ExePath(exe.clone()))
+}
+
+fn write_with_backup(
+    path: &Path,
+    existed: bool,
+    text: &str,
+) -> Result<Option<PathBuf>, InstallError> {
+    let io = |source| InstallError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let backup = if existed {
+        let b = path.with_file_name(format!(
+            "{}.tacho-backup",
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        ));
+        std::fs::copy(path, &b).map_err(io)?;
+        Some(b)
+    } else {
+        None
+    };
+    write_atomically(path, text.as_bytes()).map_err(io)?;
+    Ok(backup)
+}
+
+/// Merges tacho's hooks for `agent` into the settings file at `scope`.
+pub fn install_hooks(
+    places: &Places,
+    agent: Agent,
+    scope: Scope,
+    tacho: &str,
+    dry_run: bool,
+) -> Result<Installed, InstallError> {
+    let file = places.settings_file(agent, scope)?;
+    let name = file.display().to_string();
+    let (text, existed) = read_settings(&file)?;
+    let mut s = settings::parse(&name, &text)?;
+    let command = settings::command_for(tacho, agent);
+    let changed = settings::install(&name, &mut s, agent, &command)?;
+    let out = settings::render(&s);
+    let backup = if changed && !dry_run {
+        write_with_backup(&file, existed, &out)?
+    } else {
+        None
+    };
+    Ok(Installed {
+        kind: "hooks_install",
+        agent: agent.name(),
+        scope,
+        file,
+        changed,
+        dry_run,
+        command,
+        events: settings::events(agent)
+            .iter()
+            .map(|(e, _, _)| (*e).to_owned())
+            .collect(),
+        backup,
+        text: out,
+        note: codex_note(agent),
+    })
+}
+
+/// Takes tacho's hooks for `agent` out of the settings file at `scope`.
+pub fn uninstall_hooks(
+    places: &Places,
+    agent: Agent,
+    scope: Scope,
+    dry_run: bool,
+) -> Result<Installed, InstallError> {
+    let file = places.settings_file(agent, scope)?;
+    let name = file.display().to_string();
+    let (text, existed) = read_settings(&file)?;
+    let mut s = settings::parse(&name, &text)?;
+    let before = settings::installed(&s, agent);
+    let removed = settings::uninstall(&name, &mut s, agent)?;
+    let out = settings::render(&s);
+    let backup = if removed > 0 && !dry_run {
+        write_with_backup(&file, existed, &out)?
+    } else {
+        None
+    };
+    Ok(Installed {
+        kind: "hooks_uninstall",
+        agent: agent.name(),
+        scope,
+        file,
+        changed: removed > 0,
+        dry_run,
+        command: String::new(),
+        events: before.into_iter().map(|(e, _)| e).collect(),
+        backup,
+        text: out,
+        note: None,
+    })
+}
+
+/// What is installed where, for every agent and scope.
+pub fn hooks_status(places: &Places, tacho: &str) -> Vec<HookStatus> {
+    let mut out = Vec::new();
+    for agent in [Agent::ClaudeCode, Agent::Codex] {
+        for scope in [Scope::User, Scope::Project, Scope::Local] {
+            let Ok(file) = places.settings_file(agent, scope) else {
+                continue;
+            };
+            let name = file.display().to_string();
+            let (text, exists) = match read_settings(&file) {
+                Ok(r) => r,
+                Err(e) => {
+                    out.push(HookStatus {
+                        agent: agent.name(),
+                        scope,
+                        file,
+                        exists: true,
+                        events: Vec::new(),
+                        commands: Vec::new(),
+                        points_here: false,
+                        programs_exist: false,
+                        problem: Some(e.to_string()),
+                    });
+                    continue;
+                }
+            };
+            let (found, problem) = match settings::parse(&name, &text) {
+                Ok(s) => (settings::installed(&s, agent), None),
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            };
+            let mut commands: Vec<String> = found.iter().map(|(_, p)| p.clone()).collect();
+            commands.sort();
+            commands.dedup();
+            out.push(HookStatus {
+                agent: agent.name(),
+                scope,
+                file,
+                exists,
+                events: found.iter().map(|(e, _)| e.clone()).collect(),
+                points_here: !commands.is_empty() && commands.iter().all(|c| c == tacho),
+                programs_exist: commands.iter().all(|c| Path::new(c).is_file()),
+                commands,
+                problem,
+            });
+        }
+    }
+    out
+}

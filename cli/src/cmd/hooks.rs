@@ -1,0 +1,349 @@
+//! `tacho hook <agent>` (what the agent runs at each hook event), `tacho hooks
+//! install|uninstall|status` (tacho's entries in the agent's settings) and `tacho
+//! import <agent>` (transcripts of sessions that already happened).
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use tacho_app::install::{Places, Scope, hooks_status, install_hooks, this_tacho, uninstall_hooks};
+use tacho_app::{ErrorKind, LINE_BYTES_MAX};
+
+use crate::error::CliError;
+use crate::output::Out;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum AgentArg {
+    #[value(name = "claude-code")]
+    ClaudeCode,
+    Codex,
+}
+
+impl AgentArg {
+    fn agent(self) -> tacho_app::agents::Agent {
+        match self {
+            AgentArg::ClaudeCode => tacho_app::agents::Agent::ClaudeCode,
+            AgentArg::Codex => tacho_app::agents::Agent::Codex,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ScopeArg {
+    User,
+    Project,
+    Local,
+}
+
+impl ScopeArg {
+    fn scope(self) -> Scope {
+        match self {
+            ScopeArg::User => Scope::User,
+            ScopeArg::Project => Scope::Project,
+            ScopeArg::Local => Scope::Local,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    /// The agent whose hook payload arrives on stdin.
+    pub agent: AgentArg,
+}
+
+/// Reads one payload, records it, and answers the agent. Exit 0 always (a recording
+/// failure is logged, never breaks the agent); a blocked stop is JSON on stdout.
+pub fn hook(a: HookArgs) -> Result<(), CliError> {
+    let mut input = Vec::new();
+    let limit = LINE_BYTES_MAX as u64;
+    let read = std::io::stdin()
+        .lock()
+        .take(limit + 1)
+        .read_to_end(&mut input);
+    let tacho = match crate::open() {
+        Ok(t) => t,
+        Err(e) => {
+            // Not even the data directory: say so, and let the agent go on.
+            eprintln!("tacho: nothing recorded: {e}");
+            return Ok(());
+        }
+    };
+    if let Err(e) = read {
+        eprintln!("tacho: nothing recorded: reading the hook payload: {e}");
+        return Ok(());
+    }
+    if input.len() as u64 > limit {
+        input.clear();
+        input.extend_from_slice(b"{\"too_large\":true}");
+    }
+    let answer = tacho.hook(a.agent.agent(), &input);
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(answer.stdout.as_bytes());
+    let _ = std::io::stderr().write_all(answer.stderr.as_bytes());
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HooksCommand {
+    /// Merge tacho's hook entries into the agent's settings file (keeping every other
+    /// hook and key; a second install changes nothing).
+    Install(InstallArgs),
+    /// Take tacho's hook entries out of the agent's settings file.
+    Uninstall(InstallArgs),
+    /// What is installed where, and whether it runs this tacho.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    pub agent: AgentArg,
+    /// user: ~/.claude/settings.json (or $CLAUDE_CONFIG_DIR), ~/.codex/hooks.json (or
+    /// $CODEX_HOME); project: .claude/settings.json, .codex/hooks.json in the
+    /// repository; local: .claude/settings.local.json.
+    #[arg(long, value_enum, default_value = "user")]
+    pub scope: ScopeArg,
+    /// Show the file as it would be; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn places() -> Result<Places, CliError> {
+    Places::from_env().map_err(|e| CliError::Said {
+        kind: ErrorKind::Io,
+        text: format!("the current directory: {e}"),
+    })
+}
+
+pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
+    let mut out = Out::new();
+    match c {
+        HooksCommand::Install(a) | HooksCommand::Uninstall(a)
+            if matches!(a.agent, AgentArg::Codex) && matches!(a.scope, ScopeArg::Local) =>
+        {
+            return Err(CliError::input(
+                "codex has no local scope: use --scope user or --scope project",
+            ));
+        }
+        HooksCommand::Install(a) => {
+            let tacho = this_tacho()?;
+            let r = install_hooks(
+                &places()?,
+                a.agent.agent(),
+                a.scope.scope(),
+                &tacho,
+                a.dry_run,
+            )?;
+            if a.json {
+                out.json(&r)?;
+            } else if a.dry_run {
+                out.line(format!("{} would be:", r.file.display()))?;
+                out.line(r.text.trim_end().to_string())?;
+            } else if r.changed {
+                out.line(format!(
+                    "installed tacho's {} hooks ({}) in {}{}",
+                    r.agent,
+                    r.events.join(", "),
+                    r.file.display(),
+                    r.backup
+                        .as_ref()
+                        .map(|b| format!("; the previous file is kept as {}", b.display()))
+                        .unwrap_or_default()
+                ))?;
+            } else {
+                out.line(format!(
+                    "already installed in {}: nothing changed",
+                    r.file.display()
+                ))?;
+            }
+            if !a.json
+                && let Some(n) = &r.note
+            {
+                out.line(format!("note: {n}"))?;
+            }
+        }
+        HooksCommand::Uninstall(a) => {
+            let r = uninstall_hooks(&places()?, a.agent.agent(), a.scope.scope(), a.dry_run)?;
+            if a.json {
+                out.json(&r)?;
+            } else if a.dry_run {
+                out.line(format!("{} would be:", r.file.display()))?;
+                out.line(r.text.trim_end().to_string())?;
+            } else if r.changed {
+                out.line(format!(
+                    "removed tacho's {} hooks ({}) from {}",
+                    r.agent,
+                    r.events.join(", "),
+                    r.file.display()
+                ))?;
+            } else {
+                out.line(format!(
+                    "no tacho hooks in {}: nothing changed",
+                    r.file.display()
+                ))?;
+            }
+        }
+        HooksCommand::Status(a) => {
+            let tacho = this_tacho()?;
+            let rows = hooks_status(&places()?, &tacho);
+            if a.json {
+                out.json(
+                    &serde_json::json!({"type": "hooks_status", "tacho": tacho, "files": rows}),
+                )?;
+                return out.finish();
+            }
+            for r in rows {
+                let state = if let Some(p) = &r.problem {
+                    format!("unreadable: {p}")
+                } else if r.events.is_empty() {
+                    if r.exists {
+                        "no tacho hooks".into()
+                    } else {
+                        "no file".into()
+                    }
+                } else if !r.programs_exist {
+                    format!(
+                        "installed, but {} does not exist: run `tacho hooks install {} --scope {}` again",
+                        r.commands.join(", "),
+                        r.agent,
+                        scope_name(r.scope)
+                    )
+                } else if !r.points_here {
+                    format!(
+                        "installed, running {} (not this tacho, {tacho})",
+                        r.commands.join(", ")
+                    )
+                } else {
+                    format!("installed ({} events)", r.events.len())
+                };
+                out.line(format!(
+                    "{:<12} {:<8} {}  {}",
+                    r.agent,
+                    scope_name(r.scope),
+                    r.file.display(),
+                    state
+                ))?;
+            }
+        }
+    }
+    out.finish()
+}
+
+fn scope_name(s: Scope) -> &'static str {
+    match s {
+        Scope::User => "user",
+        Scope::Project => "project",
+        Scope::Local => "local",
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    pub agent: AgentArg,
+    /// Transcript files or directories (default: every transcript under the Claude
+    /// Code config directory's `projects/`).
+    pub paths: Vec<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn import(a: ImportArgs) -> Result<(), CliError> {
+    if matches!(a.agent, AgentArg::Codex) {
+        return Err(CliError::input(
+            "tacho import codex is not built yet: record Codex through its hooks (tacho hooks install codex)",
+        ));
+    }
+    let mut roots = a.paths.clone();
+    if roots.is_empty() {
+        let p = places()?;
+        let base = match (&p.claude_config_dir, &p.home) {
+            (Some(d), _) => d.clone(),
+            (None, Some(h)) => h.join(".claude"),
+            (None, None) => {
+                return Err(CliError::input("no home directory: give transcript paths"));
+            }
+        };
+        roots.push(base.join("projects"));
+    }
+    let mut files = Vec::new();
+    for r in &roots {
+        if r.is_dir() {
+            files.extend(
+                tacho_app::import::transcripts_under(r).map_err(|e| CliError::Said {
+                    kind: ErrorKind::Io,
+                    text: format!("{}: {e}", r.display()),
+                })?,
+            );
+        } else if r.is_file() {
+            files.push(r.clone());
+        } else {
+            return Err(CliError::Said {
+                kind: ErrorKind::NotFound,
+                text: format!("{}: no such file or directory", r.display()),
+            });
+        }
+    }
+    let tacho = crate::open()?;
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(files.len() as u64),
+        if a.json {
+            indicatif::ProgressDrawTarget::hidden()
+        } else {
+            indicatif::ProgressDrawTarget::stderr()
+        },
+    );
+    let r = tacho.import_claude_code(&files, &mut |done, _| bar.set_position(done as u64));
+    bar.finish_and_clear();
+    let mut out = Out::new();
+    if a.json {
+        out.json(&r)?;
+    } else {
+        out.line(format!(
+            "imported {} transcript(s): {} event(s) added ({} session(s) new, {} extended, {} unchanged); {} already recorded",
+            r.files, r.events_added, r.sessions_created, r.sessions_extended, r.sessions_unchanged, r.events_already_recorded
+        ))?;
+        if r.events_after_end > 0 {
+            out.line(format!(
+                "{} event(s) not added: their session had ended",
+                r.events_after_end
+            ))?;
+        }
+        if r.bad_lines > 0 || r.partial_lines > 0 {
+            out.line(format!(
+                "{} damaged line(s) skipped; {} file(s) end in a line still being written (read next time)",
+                r.bad_lines, r.partial_lines
+            ))?;
+        }
+        let unknown: Vec<String> = r
+            .skipped_entries
+            .iter()
+            .filter(|(k, _)| k.ends_with("(unknown)"))
+            .map(|(k, n)| format!("{k}: {n}"))
+            .collect();
+        if !unknown.is_empty() {
+            out.line(format!(
+                "entry types this tacho does not know, skipped: {}",
+                unknown.join(", ")
+            ))?;
+        }
+        for f in &r.failed {
+            out.line(format!("failed: {}: {}", f.file.display(), f.error))?;
+        }
+    }
+    out.finish()?;
+    if r.failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Said {
+            kind: ErrorKind::Io,
+            text: format!("{} transcript(s) could not be imported", r.failed.len()),
+        })
+    }
+}

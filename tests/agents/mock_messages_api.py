@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""A loopback mock of the Anthropic Messages API for driving the real Claude Code CLI.
+
+Usage: mock_messages_api.py SCRIPT.json PORT_FILE [LOG_FILE]
+
+SCRIPT.json is a list of assistant turns for the main conversation (requests that
+carry tools). Each turn is a list of content blocks:
+  {"text": "..."}                              a text block
+  {"tool": "Bash", "input": {...}}             a tool_use block (ids are generated)
+The turn answered is chosen by how many assistant messages the request already holds,
+so retries and resumed requests get the same answer. A turn may instead be
+{"until_text": "needle", "then": [...], "else": [...]}: `then` when the last user
+message contains the needle (say, a hook's block reason), otherwise `else`.
+Requests without tools (titles, summaries) get a short text. Every response is
+streamed as server-sent events, with usage, the way the real API streams it.
+The port the server bound is written to PORT_FILE; each request is logged as one JSON
+line to LOG_FILE.
+"""
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SCRIPT = json.load(open(sys.argv[1]))
+PORT_FILE = sys.argv[2]
+LOG = open(sys.argv[3], "a") if len(sys.argv) > 3 else None
+LOCK = threading.Lock()
+COUNTER = [0]
+
+
+def next_id(prefix):
+    with LOCK:
+        COUNTER[0] += 1
+        return f"{prefix}_{COUNTER[0]:04d}"
+
+
+def text_of(content):
+    if isinstance(content, str):
+        return content
+    out = []
+    for block in content or []:
+        if block.get("type") == "text":
+            out.append(block.get("text", ""))
+        elif block.get("type") == "tool_result":
+            out.append(text_of(block.get("content")))
+    return "\n".join(out)
+
+
+def choose_turn(body):
+    messages = body.get("messages", [])
+    done = sum(1 for m in messages if m.get("role") == "assistant")
+    if done >= len(SCRIPT):
+        return [{"text": "All done."}]
+    turn = SCRIPT[done]
+    if isinstance(turn, dict) and "until_text" in turn:
+        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        hit = turn["until_text"] in text_of(last_user.get("content"))
+        return turn["then"] if hit else turn["else"]
+    return turn
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        self.reply_json({})
+
+    def reply_json(self, obj, status=200):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {}
+        path = self.path.split("?")[0]
+        if LOG:
+            with LOCK:
+                LOG.write(json.dumps({"path": path, "tools": bool(body.get("tools")),
+                                      "messages": len(body.get("messages", []))}) + "\n")
+                LOG.flush()
+        if path.endswith("/count_tokens"):
+            return self.reply_json({"input_tokens": 100})
+        if not path.endswith("/v1/messages"):
+            return self.reply_json({})
+        model = body.get("model", "claude-sonnet-4-5")
+        if body.get("tools"):
+            blocks = choose_turn(body)
+        else:
+            blocks = [{"text": "Scripted session"}]
+        self.stream(model, blocks, bool(body.get("stream")))
+
+    def stream(self, model, blocks, stream):
+        msg_id = next_id("msg_mock")
+        usage_in = {"input_tokens": 1200, "cache_creation_input_tokens": 300,
+                    "cache_read_input_tokens": 900, "output_tokens": 1}
+        content = []
+        for b in blocks:
+            if "tool" in b:
+                content.append({"type": "tool_use", "id": next_id("toolu_mock"),
+                                "name": b["tool"], "input": b.get("input", {})})
+            else:
+                content.append({"type": "text", "text": b.get("text", "")})
+        stop = "tool_use" if any(c["type"] == "tool_use" for c in content) else "end_turn"
+        out_tokens = 40 + 10 * len(content)
+        if not stream:
+            return self.reply_json({
+                "id": msg_id, "type": "message", "role": "assistant", "model": model,
+                "content": content, "stop_reason": stop, "stop_sequence": None,
+                "usage": dict(usage_in, output_tokens=out_tokens)})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+        def event(name, data):
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        event("message_start", {"type": "message_start", "message": {
+            "id": msg_id, "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage_in}})
+        for i, c in enumerate(content):
+            if c["type"] == "text":
+                event("content_block_start", {"type": "content_block_start", "index": i,
+                                              "content_block": {"type": "text", "text": ""}})
+                event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                              "delta": {"type": "text_delta", "text": c["text"]}})
+            else:
+                event("content_block_start", {"type": "content_block_start", "index": i,
+                                              "content_block": {"type": "tool_use", "id": c["id"],
+                                                                "name": c["name"], "input": {}}})
+                event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                              "delta": {"type": "input_json_delta",
+                                                        "partial_json": json.dumps(c["input"])}})
+            event("content_block_stop", {"type": "content_block_stop", "index": i})
+        event("message_delta", {"type": "message_delta",
+                                "delta": {"stop_reason": stop, "stop_sequence": None},
+                                "usage": {"output_tokens": out_tokens}})
+        event("message_stop", {"type": "message_stop"})
+        self.close_connection = True
+
+
+def main():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with open(PORT_FILE + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    import os
+    os.replace(PORT_FILE + ".tmp", PORT_FILE)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
