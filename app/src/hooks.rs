@@ -61,6 +61,8 @@ impl Tacho {
             .open(dir.join("hooks.log"))
         {
             let now = tacho_schema::time_to_rfc3339(self.now());
+            // One line per entry, whatever the message holds.
+            let message = message.replace('\n', " | ");
             let _ = writeln!(f, "{now} {agent} {event} {session}: {message}");
         }
     }

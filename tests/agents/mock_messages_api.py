@@ -107,8 +107,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def stream(self, model, blocks, stream):
         msg_id = next_id("msg_mock")
+        # Usage as the API reports it: the cache-creation total and its breakdown agree.
         usage_in = {"input_tokens": 1200, "cache_creation_input_tokens": 300,
-                    "cache_read_input_tokens": 900, "output_tokens": 1}
+                    "cache_read_input_tokens": 900, "output_tokens": 1,
+                    "cache_creation": {"ephemeral_5m_input_tokens": 300,
+                                       "ephemeral_1h_input_tokens": 0}}
         content = []
         for b in blocks:
             if "tool" in b:

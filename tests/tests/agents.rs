@@ -1,0 +1,415 @@
+//! Real agents recorded through their hooks: the Claude Code CLI (npm
+//! `@anthropic-ai/claude-code`, pinned in `tests/agents/package.json`) runs offline
+//! against a loopback mock of the Messages API (`tests/agents/mock_messages_api.py`,
+//! streaming SSE) with tacho's hooks installed by `tacho hooks install`. Then graph,
+//! risk, replay, a rollback of one shell command, the Stop gate, and an import of the
+//! same transcript checked against `ccusage` (npm, pinned).
+//!
+//! `.ci/run` installs both (`npm ci` in `tests/agents`). Without Node, Python or that
+//! install the tests say so and pass, except in CI (`CI` set), where they fail.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tacho_tests::{run, tacho, tacho_bin};
+
+fn agents_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("agents")
+}
+
+/// The installed CLI of an npm package in tests/agents, or why it cannot run.
+fn npm_bin(name: &str) -> Option<PathBuf> {
+    let p = agents_dir().join("node_modules/.bin").join(name);
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let py = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if p.exists() && node && py {
+        return Some(p);
+    }
+    let msg = format!(
+        "the agent tests need Node, Python 3 and `npm ci` in tests/agents (.ci/run does all three); {name} is missing"
+    );
+    assert!(std::env::var_os("CI").is_none(), "{msg}");
+    eprintln!("skipped: {msg}");
+    None
+}
+
+/// The mock Messages API, serving `script`; killed when dropped.
+struct Mock {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Mock {
+    fn start(dir: &Path, script: &serde_json::Value) -> Mock {
+        let script_path = dir.join("script.json");
+        std::fs::write(&script_path, script.to_string()).unwrap();
+        let port_file = dir.join("port");
+        let child = Command::new("python3")
+            .arg(agents_dir().join("mock_messages_api.py"))
+            .arg(&script_path)
+            .arg(&port_file)
+            .arg(dir.join("requests.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(p) = std::fs::read_to_string(&port_file)
+                && let Ok(port) = p.trim().parse()
+            {
+                return Mock { child, port };
+            }
+            assert!(Instant::now() < until, "the mock API did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    cfg: PathBuf,
+    ws: PathBuf,
+    dir: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().canonicalize().unwrap();
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::create_dir_all(ws.join("checks")).unwrap();
+        std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
+        std::fs::write(ws.join("gone.txt"), "bye\n").unwrap();
+        std::fs::write(
+            ws.join("checks/parity.sh"),
+            "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
+        )
+        .unwrap();
+        Env {
+            home: dir.join("home"),
+            cfg: dir.join("claude-config"),
+            ws,
+            dir,
+            _tmp: tmp,
+        }
+    }
+
+    fn tacho(&self, args: &[&str]) -> (i32, String, String) {
+        let mut c = tacho(&self.home);
+        c.current_dir(&self.ws)
+            .env("CLAUDE_CONFIG_DIR", &self.cfg)
+            .args(args);
+        run(c)
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let (code, out, err) = self.tacho(args);
+        assert_eq!(code, 0, "tacho {args:?}: {out}{err}");
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
+    /// Runs the Claude Code CLI on `prompt` against `mock`; returns its JSON result.
+    fn claude(&self, claude: &Path, mock: &Mock, session: &str, prompt: &str) -> serde_json::Value {
+        let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
+        let path = format!(
+            "{}:{}",
+            tacho_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new(claude)
+            .current_dir(&self.ws)
+            .args([
+                "-p",
+                prompt,
+                "--dangerously-skip-permissions",
+                "--output-format",
+                "json",
+            ])
+            .args(["--session-id", session])
+            .env(
+                "ANTHROPIC_BASE_URL",
+                format!("http://127.0.0.1:{}", mock.port),
+            )
+            .env("ANTHROPIC_API_KEY", "anything")
+            .env("CLAUDE_CONFIG_DIR", &self.cfg)
+            .env("TACHO_HOME", &self.home)
+            .env("PATH", path)
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("IS_SANDBOX", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "claude: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    }
+}
+
+const PLAN: &str = r#"# Value is the answer
+Goal kind: bugfix
+
+## Acceptance criteria
+- AC1: src/value.txt holds 42
+
+## Verification plan
+Run the parity check.
+
+## Non-goals
+- anything else
+
+## Assumed scope
+src/
+
+## Assurance contract
+```json
+{"version": 1, "sourcePaths": ["src", "checks"], "checks": [{"id": "parity", "acceptanceIds": ["AC1"], "command": "sh checks/parity.sh", "purpose": "the value is right"}]}
+```
+"#;
+
+const SESSION: &str = "5e551011-aaaa-4bbb-8ccc-000000000001";
+
+fn num(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// A scripted Claude Code session: read, edit, a shell command that writes and
+/// deletes files, a failing command, a stop the gate blocks, the check, a stop the
+/// gate lets through.
+#[test]
+fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
+    let Some(claude) = npm_bin("claude") else {
+        return;
+    };
+    let e = Env::new();
+    // Install into the config directory: twice, the second changes nothing.
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("installed tacho's claude-code hooks"), "{out}");
+    let (_, out, _) = e.tacho(&["hooks", "install", "claude-code"]);
+    assert!(out.contains("nothing changed"), "{out}");
+    let status = e.json(&["hooks", "status", "--json"]);
+    let user = &status["files"][0];
+    assert_eq!(user["scope"], "user");
+    assert_eq!(user["points_here"], true, "{status}");
+
+    // The session exists before the agent starts, with an assured goal.
+    let ws = e.ws.display().to_string();
+    let mut rec = tacho(&e.home);
+    rec.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped());
+    let mut child = rec.spawn().unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        format!(r#"{{"type":"session.start","session":"{SESSION}","workspace":"{ws}","agent":"claude-code"}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
+    let plan = e.dir.join("plan.md").display().to_string();
+    let (code, out, err) = e.tacho(&[
+        "goal",
+        "create",
+        "--session",
+        SESSION,
+        "--plan",
+        &plan,
+        "--assure",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let value = e.ws.join("src/value.txt").display().to_string();
+    let tacho_path = tacho_bin().display().to_string();
+    let script = serde_json::json!([
+        [{"text": "Reading."}, {"tool": "Read", "input": {"file_path": value}}],
+        [{"tool": "Edit", "input": {"file_path": value, "old_string": "41", "new_string": "42"}}],
+        [{"tool": "Bash", "input": {"command": "echo made > made.txt && rm -f gone.txt", "description": "write and delete"}}],
+        [{"tool": "Bash", "input": {"command": "false", "description": "fail"}}],
+        [{"text": "Done."}],
+        {"until_text": "cannot complete",
+         "then": [{"tool": "Bash", "input": {"command": format!("'{tacho_path}' goal check parity --session {SESSION}"), "description": "run the check"}}],
+         "else": [{"text": "the gate did not block"}]},
+        [{"text": "Checked: done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    let result = e.claude(&claude, &mock, SESSION, "Make the value the answer");
+    drop(mock);
+
+    // The agent did it all; the hooks logged no problem.
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n"
+    );
+    assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+
+    // The graph: every tool call, the failure, the files, and the tokens Claude Code
+    // itself reported.
+    let g = e.json(&["graph", SESSION, "--format", "json"]);
+    let tools: Vec<String> = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| t["tool"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(tools, ["Read", "Edit", "Bash", "Bash", "Bash"], "{g}");
+    let files: Vec<&str> = g["files"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for f in ["src/value.txt", "made.txt", "gone.txt"] {
+        assert!(files.contains(&f), "{f} not in {files:?}");
+    }
+    let usage = &result["usage"];
+    let t = &g["tokens"];
+    assert_eq!(num(&t["in"]), num(&usage["input_tokens"]), "{t} vs {usage}");
+    assert_eq!(
+        num(&t["out"]),
+        num(&usage["output_tokens"]),
+        "{t} vs {usage}"
+    );
+    assert_eq!(
+        num(&t["cache_read"]),
+        num(&usage["cache_read_input_tokens"])
+    );
+    assert_eq!(
+        num(&t["cache_write"]),
+        num(&usage["cache_creation_input_tokens"])
+    );
+    assert!(num(&t["in"]) > 0);
+
+    // The gate blocked once, then the check passed and completion was accepted.
+    let st = e.json(&["goal", "status", "--session", SESSION, "--json"]);
+    assert_eq!(st["completed"], true, "{st}");
+    let (_, trace, _) = e.tacho(&["session", "replay", SESSION, "--mode", "summary"]);
+    let refused = trace
+        .lines()
+        .filter(|l| l.contains("goal.update") && l.contains("complete") && l.contains("refused"))
+        .count();
+    assert!(refused >= 1, "{trace}");
+
+    // Verification, risk.
+    let (code, out, err) = e.tacho(&["session", "replay", SESSION, "--mode", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let risk = e.json(&["risk", SESSION, "--json"]);
+    let factors: Vec<&str> = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap_or(""))
+        .collect();
+    assert!(factors.contains(&"tool_failures"), "{risk}");
+
+    // Roll back the shell command's step: its files come back, the edit before stays.
+    let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
+    let n = step.to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", SESSION, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
+        "bye\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n"
+    );
+
+    // Importing the same transcript into a fresh store gives the token totals
+    // ccusage reports for it; importing again adds nothing.
+    let Some(ccusage) = npm_bin("ccusage") else {
+        return;
+    };
+    let fresh = e.dir.join("fresh-home");
+    let import = |args: &[&str]| {
+        let mut c = tacho(&fresh);
+        c.env("CLAUDE_CONFIG_DIR", &e.cfg).args(args);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{out}{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let first = import(&["import", "claude-code", "--json"]);
+    assert!(num(&first["events_added"]) > 0, "{first}");
+    let again = import(&["import", "claude-code", "--json"]);
+    assert_eq!(num(&again["events_added"]), 0, "{again}");
+    let out = Command::new(ccusage)
+        .args(["session", "--json", "--offline"])
+        .env("CLAUDE_CONFIG_DIR", &e.cfg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = cc["session"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["period"] == SESSION || r["sessionId"] == SESSION)
+        .unwrap_or_else(|| panic!("{cc}"))
+        .clone();
+    let mut c = tacho(&fresh);
+    c.args(["graph", SESSION, "--format", "json"]);
+    let (_, out, _) = run(c);
+    let g: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let t = &g["tokens"];
+    assert_eq!(num(&t["in"]), num(&row["inputTokens"]), "{t} vs {row}");
+    assert_eq!(num(&t["out"]), num(&row["outputTokens"]), "{t} vs {row}");
+    assert_eq!(
+        num(&t["cache_read"]),
+        num(&row["cacheReadTokens"]),
+        "{t} vs {row}"
+    );
+    assert_eq!(
+        num(&t["cache_write"]),
+        num(&row["cacheCreationTokens"]),
+        "{t} vs {row}"
+    );
+    // And they equal what the hooks recorded live.
+    assert_eq!(num(&t["in"]), num(&usage["input_tokens"]));
+}
