@@ -62,16 +62,17 @@ impl Mock {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        // Owned from here on: dropping it (also on a failed assertion) stops it.
+        let mut mock = Mock { child, port: 0 };
         let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(p) = std::fs::read_to_string(&port_file)
-                && let Ok(port) = p.trim().parse()
-            {
-                return Mock { child, port };
+        while mock.port == 0 {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                mock.port = p.trim().parse().unwrap_or(0);
             }
             assert!(Instant::now() < until, "the mock API did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
+        mock
     }
 }
 
