@@ -36,14 +36,14 @@ use tacho_schema::{
 };
 
 use crate::patch::{PatchOp, patch_files};
-use crate::transcript::Cursor;
+use crate::transcript::{CallOutput, Cursor};
 use crate::{Agent, session_id_from};
 
 /// The longest step title or notice kept from a prompt or command, in characters.
 const TITLE_CHARS_MAX: usize = 120;
 
 /// A hook payload: the fields tacho reads (others are ignored).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct HookPayload {
     pub session_id: String,
     pub hook_event_name: String,
@@ -128,10 +128,13 @@ pub struct Track {
     pub open: BTreeMap<String, u64>,
     /// Tool calls recorded, by id (so that a result without its call is told apart).
     pub calls: Vec<String>,
+    /// Open calls whose after-snapshot is taken (their result waits).
+    #[serde(default)]
+    pub snapshotted: std::collections::BTreeSet<String>,
 }
 
 /// What a hook process keeps between the events of one agent session.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HookState {
     pub main: Track,
     /// How many times the conversation was resumed after it ended.
@@ -145,7 +148,18 @@ pub struct HookState {
     pub gate_blocks: u32,
     /// Payloads whose event was unknown, by name.
     pub unknown_events: BTreeMap<String, u64>,
+    /// Codex: tool outputs read from the rollout and not yet matched with their
+    /// `PostToolUse` (whose `tool_response` carries no exit code).
+    #[serde(default)]
+    pub call_outputs: BTreeMap<String, CallOutput>,
+    /// Codex: `PostToolUse` payloads whose output the rollout did not hold yet; their
+    /// result is recorded when it does (at the latest at the next stop).
+    #[serde(default)]
+    pub deferred: Vec<HookPayload>,
 }
+
+/// How many rollout outputs a state keeps waiting for their `PostToolUse`.
+const CALL_OUTPUTS_KEPT: usize = 256;
 
 /// One thing to record, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -409,6 +423,14 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
         start(agent, p, &mut state.main, None, &mut out);
     }
     let main = state.main.session.clone();
+    if agent == Agent::Codex {
+        resolve_deferred(
+            agent,
+            state,
+            matches!(event, "Stop" | "SessionEnd"),
+            &mut out,
+        );
+    }
     let notice = |out: &mut Vec<Action>, session: &str, notice: &str, message: Option<String>| {
         out.push(Action::Event {
             session: session.to_owned(),
@@ -441,14 +463,23 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
             notice(&mut out, &main, "prompt", p.prompt.clone());
         }
         "PreToolUse" | "PostToolUse" | "PostToolUseFailure" => {
+            let known = match (event, &p.tool_use_id) {
+                ("PostToolUse", Some(id)) => state.call_outputs.remove(id),
+                _ => None,
+            };
             let track = match p.agent_id.as_deref() {
                 Some(a) => subagent(agent, p, state, a, &mut out),
                 None => &mut state.main,
             };
             if event == "PreToolUse" {
                 tool_call(agent, p, track, &mut out);
+            } else if agent == Agent::Codex && known.is_none() && event == "PostToolUse" {
+                // The rollout does not hold the call's output yet: the workspace is
+                // snapshotted now, the result recorded once its exit code is known.
+                snapshot_after(p, track, &mut out);
+                state.deferred.push(p.clone());
             } else {
-                tool_result(agent, p, track, &mut out);
+                tool_result(agent, p, known, track, &mut out);
             }
         }
         "PermissionRequest" => {
@@ -704,7 +735,15 @@ fn tool_call(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Act
     });
 }
 
-fn tool_result(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Action>) {
+/// `known`: what the agent's own record says the call returned (Codex's rollout: the
+/// exit code its hook payload lacks).
+fn tool_result(
+    agent: Agent,
+    p: &HookPayload,
+    known: Option<CallOutput>,
+    track: &mut Track,
+    out: &mut Vec<Action>,
+) {
     let tool = p.tool_name.clone().unwrap_or_else(|| "unknown".into());
     let Some(call_id) = p
         .tool_use_id
@@ -718,7 +757,10 @@ fn tool_result(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<A
         // call now, so that the result has one.
         tool_call(agent, p, track, out);
     }
-    let failed = p.hook_event_name == "PostToolUseFailure";
+    let failed = p.hook_event_name == "PostToolUseFailure"
+        || known
+            .as_ref()
+            .is_some_and(|k| k.exit_code.is_some_and(|c| c != 0));
     let error = p.error.as_ref().map(|e| match e {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -731,11 +773,25 @@ fn tool_result(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<A
         ToolStatus::Error
     };
     let resp = p.tool_response.as_ref();
-    let exit_code = error.as_deref().and_then(exit_code_of).or(
-        // Codex reports a shell's exit code in its response.
-        resp.and_then(|r| r.get("exit_code").or_else(|| r.get("exitCode")))
-            .and_then(Value::as_i64),
-    );
+    let known_code = known.as_ref().and_then(|k| k.exit_code);
+    let error = error.or_else(|| {
+        known_code
+            .filter(|c| *c != 0)
+            .map(|c| format!("Exit code {c}"))
+    });
+    // An empty response (Codex's) says nothing: the rollout's output is the output.
+    let empty = resp.is_none_or(|r| r.is_null() || r.as_str() == Some(""));
+    let output = match (&known, empty) {
+        (Some(k), true) => Some(k.output.clone()),
+        _ => resp.map(|r| output_text(&tool, r)),
+    };
+    let exit_code = known_code
+        .or_else(|| error.as_deref().and_then(exit_code_of))
+        .or(
+            // Codex reports a shell's exit code in its response.
+            resp.and_then(|r| r.get("exit_code").or_else(|| r.get("exitCode")))
+                .and_then(Value::as_i64),
+        );
     out.push(Action::Event {
         session: track.session.clone(),
         body: EventBody::ToolResult(ToolResult {
@@ -743,24 +799,18 @@ fn tool_result(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<A
             status,
             duration_ms: p.duration_ms,
             error,
-            output: resp.map(|r| output_text(&tool, r)),
+            output,
             exit_code,
         }),
     });
     if !failed {
         file_edits(&tool, p, &call_id, track, out);
     }
+    let snapshotted = track.snapshotted.remove(&call_id);
     if let Some(step) = track.open.remove(&call_id) {
-        let paths = match tool_kind(&tool, p.tool_input.as_ref()) {
-            ToolKind::Files(p) => p,
-            _ => Vec::new(),
-        };
-        out.push(Action::Snapshot {
-            session: track.session.clone(),
-            paths,
-            reason: SnapshotReason::Step,
-            before_step: None,
-        });
+        if !snapshotted {
+            out.push(after_snapshot(&tool, p, track));
+        }
         out.push(Action::Event {
             session: track.session.clone(),
             body: EventBody::StepFinish(StepFinish {
@@ -768,6 +818,57 @@ fn tool_result(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<A
                 reason: Some(if failed { "failed" } else { "done" }.into()),
             }),
         });
+    }
+}
+
+/// The snapshot after a tool call that can change files.
+fn after_snapshot(tool: &str, p: &HookPayload, track: &Track) -> Action {
+    let paths = match tool_kind(tool, p.tool_input.as_ref()) {
+        ToolKind::Files(p) => p,
+        _ => Vec::new(),
+    };
+    Action::Snapshot {
+        session: track.session.clone(),
+        paths,
+        reason: SnapshotReason::Step,
+        before_step: None,
+    }
+}
+
+/// Takes the snapshot after a call whose result is recorded later.
+fn snapshot_after(p: &HookPayload, track: &mut Track, out: &mut Vec<Action>) {
+    let Some(id) = &p.tool_use_id else { return };
+    if track.open.contains_key(id) && track.snapshotted.insert(id.clone()) {
+        let tool = p.tool_name.clone().unwrap_or_else(|| "unknown".into());
+        out.push(after_snapshot(&tool, p, track));
+    }
+}
+
+/// Records the deferred Codex results whose output the rollout now holds (all of
+/// them with `force`, the output unknown for those it still lacks).
+fn resolve_deferred(agent: Agent, state: &mut HookState, force: bool, out: &mut Vec<Action>) {
+    let waiting = std::mem::take(&mut state.deferred);
+    for p in waiting {
+        let known = p
+            .tool_use_id
+            .as_ref()
+            .and_then(|id| state.call_outputs.remove(id));
+        if known.is_none() && !force {
+            state.deferred.push(p);
+            continue;
+        }
+        let track = match p.agent_id.as_deref() {
+            Some(a) => state.subagents.entry(a.to_owned()).or_default(),
+            None => &mut state.main,
+        };
+        tool_result(agent, &p, known, track, out);
+    }
+    if state.call_outputs.len() > CALL_OUTPUTS_KEPT {
+        let extra = state.call_outputs.len() - CALL_OUTPUTS_KEPT;
+        let old: Vec<String> = state.call_outputs.keys().take(extra).cloned().collect();
+        for k in old {
+            state.call_outputs.remove(&k);
+        }
     }
 }
 

@@ -321,6 +321,215 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
     t
 }
 
+/// Reads a Codex rollout (`$CODEX_HOME/sessions/**/rollout-*.jsonl`): `session_meta`
+/// starts the session; user messages are prompts (Codex's own context blocks are
+/// skipped); `function_call` and `custom_tool_call` items are tool calls, joined with
+/// their outputs by `call_id` (exit code read from the output text); usage is counted
+/// from increases of `token_count`'s `total_token_usage`.
+pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
+    let mut t = Transcript::default();
+    let mut cursor = Cursor::default();
+    let mut time = 0i64;
+    let body_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    t.partial_tail = (bytes.len() - body_end) as u64;
+    for raw in bytes
+        .get(..body_end)
+        .unwrap_or_default()
+        .split(|&b| b == b'\n')
+    {
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        t.lines += 1;
+        let Ok(entry) = serde_json::from_slice::<Value>(raw) else {
+            t.bad_lines += 1;
+            continue;
+        };
+        if let Some(ts) = entry
+            .get("timestamp")
+            .and_then(|v| tacho_schema::parse_ts(v).ok())
+        {
+            time = ts;
+        }
+        let kind = entry
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("(none)");
+        let payload = entry.get("payload").cloned().unwrap_or(Value::Null);
+        let ptype = payload.get("type").and_then(Value::as_str).unwrap_or("");
+        let (usage, output) = cursor.codex_line(raw);
+        if let Some(u) = usage {
+            t.events.push((
+                u.time_unix_ns.unwrap_or(time),
+                EventBody::LlmResponse(u.event()),
+            ));
+            continue;
+        }
+        if let Some((id, o)) = output {
+            let failed = o.exit_code.is_some_and(|c| c != 0);
+            t.events.push((
+                time,
+                EventBody::ToolResult(ToolResult {
+                    call_id: id,
+                    status: if failed {
+                        ToolStatus::Error
+                    } else {
+                        ToolStatus::Ok
+                    },
+                    duration_ms: None,
+                    error: o
+                        .exit_code
+                        .filter(|c| *c != 0)
+                        .map(|c| format!("Exit code {c}")),
+                    output: Some(o.output),
+                    exit_code: o.exit_code,
+                }),
+            ));
+            continue;
+        }
+        match (kind, ptype) {
+            ("session_meta", _) if t.session.is_empty() => {
+                let id = payload
+                    .get("id")
+                    .or_else(|| payload.get("session_id"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                t.session = session_id_from(id);
+                t.workspace = payload
+                    .get("cwd")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                t.events.push((
+                    time,
+                    EventBody::SessionStart(SessionStart {
+                        agent: Some(Agent::Codex.name().to_owned()),
+                        model: None,
+                        workspace: t.workspace.clone(),
+                        project: t
+                            .workspace
+                            .as_deref()
+                            .and_then(|w| Path::new(w).file_name())
+                            .map(|n| n.to_string_lossy().into_owned()),
+                        parent: None,
+                        title: None,
+                        source: Some(Agent::Codex.name().to_owned()),
+                    }),
+                ));
+            }
+            ("response_item", "message") => {
+                if payload.get("role").and_then(Value::as_str) != Some("user") {
+                    *t.skipped
+                        .entry("response_item message (not the user's)".into())
+                        .or_default() += 1;
+                    continue;
+                }
+                let text: String = payload
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let context = text.trim_start().starts_with('<');
+                if text.trim().is_empty() || context {
+                    *t.skipped
+                        .entry("response_item message (context)".into())
+                        .or_default() += 1;
+                    continue;
+                }
+                t.events.push((
+                    time,
+                    EventBody::AgentNotice(AgentNotice {
+                        notice: "prompt".into(),
+                        message: Some(text),
+                        agent: None,
+                    }),
+                ));
+            }
+            ("response_item", "function_call" | "custom_tool_call") => {
+                let (Some(id), Some(name)) = (
+                    payload.get("call_id").and_then(Value::as_str),
+                    payload.get("name").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                // Arguments are JSON text for functions, the raw input for custom tools.
+                let input = match payload.get("arguments").or_else(|| payload.get("input")) {
+                    Some(Value::String(a)) => serde_json::from_str::<Value>(a)
+                        .unwrap_or_else(|_| Value::String(a.clone())),
+                    Some(other) => other.clone(),
+                    None => Value::Null,
+                };
+                let target = ["cmd", "command", "path", "file_path"]
+                    .iter()
+                    .find_map(|k| match input.get(*k) {
+                        Some(Value::String(s)) => Some(s.clone()),
+                        Some(Value::Array(a)) => Some(
+                            a.iter()
+                                .filter_map(Value::as_str)
+                                .collect::<Vec<_>>()
+                                .join(" "),
+                        ),
+                        _ => None,
+                    })
+                    .or_else(|| {
+                        input
+                            .as_str()
+                            .and_then(|s| s.lines().nth(1))
+                            .map(str::to_owned)
+                    })
+                    .map(|s| s.lines().next().unwrap_or("").chars().take(400).collect());
+                t.events.push((
+                    time,
+                    EventBody::ToolCall(ToolCall {
+                        call_id: id.to_owned(),
+                        tool: name.to_owned(),
+                        target,
+                        input: Some(input.to_string()),
+                        agent: None,
+                    }),
+                ));
+            }
+            _ => {
+                let key = if ptype.is_empty() {
+                    kind.to_owned()
+                } else {
+                    format!("{kind} {ptype}")
+                };
+                *t.skipped.entry(key).or_default() += 1;
+            }
+        }
+    }
+    t.bad_lines += cursor.bad_lines;
+    if t.session.is_empty() {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // rollout-<time>-<id>: the id is the last five dash-separated groups.
+        let parts: Vec<&str> = stem.split('-').collect();
+        let id = parts
+            .len()
+            .checked_sub(5)
+            .and_then(|i| parts.get(i..))
+            .map_or_else(|| stem.clone(), |p| p.join("-"));
+        t.session = session_id_from(&id);
+        t.events.insert(
+            0,
+            (
+                time,
+                EventBody::SessionStart(SessionStart {
+                    agent: Some(Agent::Codex.name().to_owned()),
+                    source: Some(Agent::Codex.name().to_owned()),
+                    ..SessionStart::default()
+                }),
+            ),
+        );
+    }
+    t
+}
+
 /// The id an event carries that makes importing it twice a no-op (`None` for kinds
 /// that are recorded once per session, like `session.start`).
 pub fn dedup_key(body: &EventBody) -> Option<String> {
@@ -395,6 +604,47 @@ mod tests {
         assert!(t.partial_tail > 0);
         assert_eq!(t.skipped.get("brand-new-thing (unknown)"), Some(&1));
         assert_eq!(t.skipped.get("attachment"), Some(&1));
+    }
+
+    #[test]
+    fn a_codex_rollout_joins_calls_and_outputs_and_counts_usage_increases() {
+        let lines = [
+            r#"{"timestamp":"2026-11-20T09:00:00Z","type":"session_meta","payload":{"id":"01a2-x","cwd":"/w"}}"#,
+            r#"{"timestamp":"2026-11-20T09:00:00Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context>x</environment_context>"}]}}"#,
+            r#"{"timestamp":"2026-11-20T09:00:01Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"do it"}]}}"#,
+            r#"{"timestamp":"2026-11-20T09:00:02Z","type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{\"cmd\":\"false\"}","call_id":"c1"}}"#,
+            r#"{"timestamp":"2026-11-20T09:00:03Z","type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"Process exited with code 1\nOutput:\n"}}"#,
+            r#"{"timestamp":"2026-11-20T09:00:03Z","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":100,"cached_input_tokens":40,"output_tokens":5,"total_tokens":105}}}}"#,
+            r#"{"timestamp":"2026-11-20T09:00:03Z","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":100,"cached_input_tokens":40,"output_tokens":5,"total_tokens":105}}}}"#,
+            r#"{"timestamp":"2026-11-20T09:00:04Z","type":"future_thing","payload":{}}"#,
+        ];
+        let text = lines.join("\n") + "\n";
+        let t = read_codex_rollout(Path::new("/s/rollout-x.jsonl"), text.as_bytes());
+        let kinds: Vec<_> = t.events.iter().map(|(_, b)| b.kind_name()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "session.start",
+                "agent.notice",
+                "tool.call",
+                "tool.result",
+                "llm.response"
+            ]
+        );
+        match &t.events[3].1 {
+            EventBody::ToolResult(r) => {
+                assert_eq!((r.status, r.exit_code), (ToolStatus::Error, Some(1)))
+            }
+            other => panic!("{other:?}"),
+        }
+        match &t.events[4].1 {
+            EventBody::LlmResponse(r) => {
+                assert_eq!((r.tokens_in, r.cache_read, r.tokens_out), (60, 40, 5))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.session, "01a2-x");
+        assert_eq!(t.skipped.get("future_thing"), Some(&1));
     }
 
     #[test]

@@ -116,6 +116,21 @@ impl Tacho {
             },
             Err(_) => self.state_from_log(&session),
         };
+        // Codex's hook payloads carry no exit code: its rollout does. Read it first,
+        // so that a tool result can be recorded with what the call returned.
+        let mut early = Vec::new();
+        if agent == Agent::Codex
+            && let Some(t) = &payload.transcript_path
+        {
+            match state.transcript.catch_up(Path::new(t), false, true) {
+                Ok(c) => {
+                    early = c.usages;
+                    state.call_outputs.extend(c.outputs);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => problem(&mut answer, format!("rollout {t}: {e}")),
+            }
+        }
         let actions = map_payload(agent, &payload, &mut state);
         let mut gate = None;
         {
@@ -155,13 +170,27 @@ impl Tacho {
                             Some(a) => state.subagent_transcripts.entry(a.clone()).or_default(),
                             None => &mut state.transcript,
                         };
-                        match cursor.catch_up(Path::new(&transcript), finish) {
-                            Ok(usages) => usages.into_iter().try_for_each(|u| {
-                                let t = u.time_unix_ns.unwrap_or_else(|| self.now());
-                                ingest
-                                    .event(0, session.clone(), t, EventBody::LlmResponse(u.event()))
-                                    .map_err(|e| e.to_string())
-                            }),
+                        let codex = agent == Agent::Codex;
+                        match cursor.catch_up(Path::new(&transcript), finish, codex) {
+                            Ok(c) => {
+                                state.call_outputs.extend(c.outputs);
+                                let first = if subagent.is_none() {
+                                    std::mem::take(&mut early)
+                                } else {
+                                    Vec::new()
+                                };
+                                first.into_iter().chain(c.usages).try_for_each(|u| {
+                                    let t = u.time_unix_ns.unwrap_or_else(|| self.now());
+                                    ingest
+                                        .event(
+                                            0,
+                                            session.clone(),
+                                            t,
+                                            EventBody::LlmResponse(u.event()),
+                                        )
+                                        .map_err(|e| e.to_string())
+                                })
+                            }
                             // The transcript may not exist yet: the next event catches up.
                             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                             Err(e) => Err(format!("transcript {transcript}: {e}")),
@@ -187,15 +216,41 @@ impl Tacho {
             }
         }
         if let Some((session, already_blocked)) = gate {
-            match self.stop_gate(&session, &mut state, already_blocked) {
+            let blocked = match self.stop_gate(&session, &mut state, already_blocked) {
                 Ok(Some(reason)) => {
                     self.hook_log(agent, &event, &session, &format!("stop blocked: {reason}"));
                     answer.stdout = serde_json::json!({"decision": "block", "reason": reason})
                         .to_string()
                         + "\n";
+                    true
                 }
-                Ok(None) => {}
-                Err(e) => problem(&mut answer, format!("completion gate: {e}")),
+                Ok(None) => false,
+                Err(e) => {
+                    problem(&mut answer, format!("completion gate: {e}"));
+                    false
+                }
+            };
+            // Codex reports no session end: a stop the gate lets through ends the
+            // session, and a later turn continues it as a new one (`<id>.2`, whose
+            // parent this is) — so that it can be rolled back once the agent stopped.
+            if agent == Agent::Codex && !blocked && !state.main.ended {
+                let end = EventBody::SessionEnd(tacho_schema::SessionEnd {
+                    reason: tacho_schema::EndReason::Completed,
+                    message: Some(
+                        "codex: the turn ended (a later turn continues as a new session)".into(),
+                    ),
+                });
+                match self
+                    .log()
+                    .writer(&session)
+                    .and_then(|mut w| w.append(self.now(), &end, Durability::Sync))
+                {
+                    Ok(_) => {
+                        state.main.ended = true;
+                        answer.recorded += 1;
+                    }
+                    Err(e) => problem(&mut answer, format!("ending the session: {e}")),
+                }
             }
         }
         if let Err(e) =

@@ -1,5 +1,5 @@
-//! `tacho import claude-code`: transcripts of sessions that already happened, recorded
-//! through the one ingest path.
+//! `tacho import claude-code|codex`: transcripts of sessions that already happened
+//! (Claude Code transcripts, Codex rollouts), recorded through the one ingest path.
 //!
 //! Idempotent: every imported event carries the agent's own id, and only events whose
 //! id the session does not hold yet are appended — importing again adds nothing, and a
@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use tacho_agents::import::{Transcript, dedup_key, read_claude_transcript};
+use tacho_agents::Agent;
+use tacho_agents::import::{Transcript, dedup_key, read_claude_transcript, read_codex_rollout};
 use tacho_schema::EventBody;
 use tacho_store::Durability;
 
@@ -73,15 +74,17 @@ pub fn transcripts_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 impl Tacho {
-    /// Imports Claude Code transcripts. `progress` hears (files done, files in all).
-    pub fn import_claude_code(
+    /// Imports transcripts of `agent` (Claude Code transcripts, Codex rollouts).
+    /// `progress` hears (files done, files in all).
+    pub fn import_transcripts(
         &self,
+        agent: Agent,
         files: &[PathBuf],
         progress: &mut dyn FnMut(usize, usize),
     ) -> ImportReport {
         let mut report = ImportReport {
             kind: "import",
-            agent: "claude-code",
+            agent: agent.name(),
             ..ImportReport::default()
         };
         for (i, file) in files.iter().enumerate() {
@@ -97,7 +100,10 @@ impl Tacho {
                     continue;
                 }
             };
-            let t = read_claude_transcript(file, &bytes);
+            let t = match agent {
+                Agent::ClaudeCode => read_claude_transcript(file, &bytes),
+                Agent::Codex => read_codex_rollout(file, &bytes),
+            };
             report.bad_lines += t.bad_lines;
             report.partial_lines += u64::from(t.partial_tail > 0);
             for (k, n) in &t.skipped {
@@ -152,7 +158,7 @@ impl Tacho {
             return Ok(());
         }
         let opts = IngestOptions {
-            source: format!("claude-code transcript of {}", t.session),
+            source: format!("transcript of {}", t.session),
             session: None,
             new_session: false,
             durability: Durability::Sync,

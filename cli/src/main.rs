@@ -72,7 +72,7 @@ enum Command {
     /// Install, remove or show tacho's hooks in Claude Code's or Codex's settings.
     #[command(subcommand)]
     Hooks(cmd::hooks::HooksCommand),
-    /// Import transcripts of sessions that already happened (Claude Code).
+    /// Import transcripts of sessions that already happened (Claude Code, Codex).
     Import(cmd::hooks::ImportArgs),
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A loopback mock of the Anthropic Messages API for driving the real Claude Code CLI.
+"""A loopback mock of the Anthropic Messages API (for the real Claude Code CLI) and of
+the OpenAI Responses API (for the real Codex CLI).
 
 Usage: mock_messages_api.py SCRIPT.json PORT_FILE [LOG_FILE]
 
@@ -94,6 +95,8 @@ class Handler(BaseHTTPRequestHandler):
                 LOG.write(json.dumps({"path": path, "tools": bool(body.get("tools")),
                                       "messages": len(body.get("messages", []))}) + "\n")
                 LOG.flush()
+        if path.endswith("/responses"):
+            return self.openai_responses(body)
         if path.endswith("/count_tokens"):
             return self.reply_json({"input_tokens": 100})
         if not path.endswith("/v1/messages"):
@@ -104,6 +107,48 @@ class Handler(BaseHTTPRequestHandler):
         else:
             blocks = [{"text": "Scripted session"}]
         self.stream(model, blocks, bool(body.get("stream")))
+
+    def openai_responses(self, body):
+        """The OpenAI Responses API, as Codex streams it: the turn is chosen by how many
+        model outputs (function calls, assistant messages) the input already holds."""
+        items = body.get("input", [])
+        done = sum(1 for i in items if i.get("type") == "function_call"
+                   or (i.get("type") == "message" and i.get("role") == "assistant"))
+        # A turn's function calls count one each; map back to turns.
+        turn, seen = 0, 0
+        while turn < len(SCRIPT) and seen + max(1, len(SCRIPT[turn])) <= done:
+            seen += max(1, len(SCRIPT[turn]))
+            turn += 1
+        blocks = SCRIPT[turn] if turn < len(SCRIPT) else [{"text": "All done."}]
+        resp_id = next_id("resp_mock")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+        def event(data):
+            self.wfile.write(f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        event({"type": "response.created", "response": {"id": resp_id}})
+        for i, b in enumerate(blocks):
+            if "tool" in b:
+                item = {"type": "function_call", "id": next_id("fc_mock"),
+                        "call_id": next_id("call_mock"), "name": b["tool"],
+                        "arguments": json.dumps(b.get("input", {})), "status": "completed"}
+            else:
+                item = {"type": "message", "id": next_id("msg_mock"), "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": b.get("text", ""),
+                                     "annotations": []}]}
+            event({"type": "response.output_item.done", "output_index": i, "item": item})
+        event({"type": "response.completed", "response": {
+            "id": resp_id,
+            "usage": {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 400},
+                      "output_tokens": 50, "output_tokens_details": {"reasoning_tokens": 10},
+                      "total_tokens": 1050}}})
+        self.close_connection = True
 
     def stream(self, model, blocks, stream):
         msg_id = next_id("msg_mock")

@@ -414,3 +414,281 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     // And they equal what the hooks recorded live.
     assert_eq!(num(&t["in"]), num(&usage["input_tokens"]));
 }
+
+/// The real Codex CLI (npm `@openai/codex`, pinned) against the mock's Responses API,
+/// with tacho's hooks installed by `tacho hooks install codex` (the test passes
+/// `--dangerously-bypass-hook-trust`; a user approves the hooks once in Codex). Its
+/// hook payloads carry no exit code: the result waits for the rollout's.
+#[test]
+fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
+    let Some(codex) = npm_bin("codex") else {
+        return;
+    };
+    let e = Env::new();
+    let codex_home = e.dir.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let script = serde_json::json!([
+        [{"tool": "exec_command", "input": {"cmd": "echo made > made.txt && rm gone.txt"}}],
+        [{"tool": "exec_command", "input": {"cmd": "false"}}],
+        [{"text": "Done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"gpt-5-codex\"\nmodel_provider = \"mock\"\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_KEY\"\nwire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
+            mock.port
+        ),
+    )
+    .unwrap();
+    let mut c = tacho(&e.home);
+    c.env("CODEX_HOME", &codex_home)
+        .args(["hooks", "install", "codex"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("trust"), "the trust step is named: {out}");
+
+    let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
+    let out = Command::new(&codex)
+        .current_dir(&e.ws)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+        ])
+        .args(["--dangerously-bypass-hook-trust", "Make the change"])
+        .env("CODEX_HOME", &codex_home)
+        .env("MOCK_KEY", "x")
+        .env("TACHO_HOME", &e.home)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                tacho_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "codex: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(mock);
+    assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(log.is_empty(), "hook problems:\n{log}");
+
+    let list = e.json(&["session", "list", "--json"]);
+    let session = list["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{list}"))
+        .to_string();
+    let g = e.json(&["graph", &session, "--format", "json"]);
+    let results: Vec<(String, String)> = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("Bash".to_string(), "ok".to_string()),
+            ("Bash".into(), "error".into())
+        ],
+        "the failing command's exit code comes from the rollout: {g}"
+    );
+    let n = g["steps"][0]["number"].as_u64().unwrap().to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", &session, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        e.ws.join("gone.txt").exists() && !e.ws.join("made.txt").exists(),
+        "{out}"
+    );
+
+    // Tokens: the hooks, an import of the rollout into a fresh store, and ccusage agree.
+    let Some(ccusage) = npm_bin("ccusage") else {
+        return;
+    };
+    let out = Command::new(ccusage)
+        .args(["codex", "session", "--json", "--offline"])
+        .env("CODEX_HOME", &codex_home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = cc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["sessionId"]
+                .as_str()
+                .is_some_and(|s| s.contains(&session))
+        })
+        .unwrap_or_else(|| panic!("{cc}"))
+        .clone();
+    let fresh = e.dir.join("fresh-home");
+    let import = || {
+        let mut c = tacho(&fresh);
+        c.env("CODEX_HOME", &codex_home)
+            .args(["import", "codex", "--json"]);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{out}{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    assert!(num(&import()["events_added"]) > 0);
+    assert_eq!(
+        num(&import()["events_added"]),
+        0,
+        "importing again adds nothing"
+    );
+    let mut c = tacho(&fresh);
+    c.args(["graph", &session, "--format", "json"]);
+    let (_, out, _) = run(c);
+    let imported: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for t in [&g["tokens"], &imported["tokens"]] {
+        assert_eq!(num(&t["in"]), num(&row["inputTokens"]), "{t} vs {row}");
+        assert_eq!(num(&t["out"]), num(&row["outputTokens"]), "{t} vs {row}");
+        assert_eq!(
+            num(&t["cache_read"]),
+            num(&row["cacheReadTokens"]),
+            "{t} vs {row}"
+        );
+        assert_eq!(
+            num(&t["cache_write"]),
+            num(&row["cacheCreationTokens"]),
+            "{t} vs {row}"
+        );
+    }
+    assert!(num(&g["tokens"]["in"]) > 0);
+}
+
+/// Bad input never breaks the agent and never half-writes: a malformed payload, an
+/// unknown event, a missing transcript, a transcript cut mid-line, and settings files
+/// with comments or a syntax error.
+#[test]
+fn bad_hook_input_is_named_and_nothing_is_half_written() {
+    let e = Env::new();
+    let hook = |agent: &str, input: &str| {
+        let mut c = tacho(&e.home);
+        c.args(["hook", agent])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Malformed: exit 0 (the agent goes on), a clear message, nothing recorded.
+    let (code, out, err) = hook("claude-code", "{\"session_id\": ");
+    assert_eq!((code, out.as_str()), (0, ""));
+    assert!(
+        err.contains("nothing recorded: the hook payload is not JSON"),
+        "{err}"
+    );
+    let (code, _, err) = hook("claude-code", r#"{"hook_event_name":"Stop"}"#);
+    assert_eq!(code, 0);
+    assert!(err.contains("session_id"), "{err}");
+    let (_, out, _) = e.tacho(&["session", "list", "--json"]);
+    assert!(!out.contains("\"session\":"), "nothing recorded: {out}");
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert_eq!(log.lines().count(), 2, "{log}");
+
+    // An unknown event and a missing transcript: recorded as far as they go.
+    let ws = e.ws.display().to_string();
+    let missing = e.dir.join("no-such-transcript.jsonl").display().to_string();
+    let payload = |event: &str| {
+        serde_json::json!({"session_id": "bad-input-1", "transcript_path": missing, "cwd": ws, "hook_event_name": event}).to_string()
+    };
+    assert_eq!(hook("claude-code", &payload("SessionStart")).0, 0);
+    assert_eq!(hook("claude-code", &payload("BrandNewEvent")).0, 0);
+    let (_, trace, _) = e.tacho(&["session", "replay", "bad-input-1", "--mode", "summary"]);
+    assert!(
+        trace.contains("agent.notice") && trace.contains("hook:BrandNewEvent"),
+        "{trace}"
+    );
+    // Codex's Stop must print JSON when it lets the agent go.
+    let (code, out, _) = hook(
+        "codex",
+        &payload("Stop").replace("bad-input-1", "bad-input-2"),
+    );
+    assert_eq!((code, out.trim()), (0, "{}"));
+
+    // A transcript cut mid-line: the complete lines are read, the rest waits.
+    let t = e.dir.join("t.jsonl");
+    std::fs::write(
+        &t,
+        "{\"type\":\"assistant\",\"sessionId\":\"cut-1\",\"message\":{\"id\":\"m1\",\"usage\":{\"input_tokens\":7,\"output_tokens\":3}}}\n{\"type\":\"assistant\",\"message\":{\"id\":\"m2\",\"usa",
+    )
+    .unwrap();
+    let (code, out, err) = e.tacho(&["import", "claude-code", &t.display().to_string(), "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (num(&r["partial_lines"]), num(&r["bad_lines"])),
+        (1, 0),
+        "{r}"
+    );
+    let g = e.json(&["graph", "cut-1", "--format", "json"]);
+    assert_eq!(num(&g["tokens"]["in"]), 7);
+
+    // Settings with a comment, or a syntax error: refused, the file untouched.
+    for (text, want) in [
+        (
+            "{\n  // mine\n  \"model\": \"opus\"\n}\n",
+            "comments are not JSON",
+        ),
+        ("{\"model\": \"opus\",,}\n", "line 1, column"),
+    ] {
+        std::fs::create_dir_all(&e.cfg).unwrap();
+        let f = e.cfg.join("settings.json");
+        std::fs::write(&f, text).unwrap();
+        let (code, out, err) = e.tacho(&["hooks", "install", "claude-code"]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains(want) && err.contains("left as it is"), "{err}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), text);
+        assert!(!e.cfg.join("settings.json.tacho-backup").exists());
+    }
+    // A good file: merged, backed up, and uninstall gives it back.
+    let f = e.cfg.join("settings.json");
+    let mine = "{\"model\": \"opus\", \"hooks\": {\"Stop\": [{\"hooks\": [{\"type\": \"command\", \"command\": \"./mine.sh\"}]}]}}";
+    std::fs::write(&f, mine).unwrap();
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code", "--dry-run"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        std::fs::read_to_string(&f).unwrap(),
+        mine,
+        "a dry run writes nothing"
+    );
+    assert_eq!(e.tacho(&["hooks", "install", "claude-code"]).0, 0);
+    assert_eq!(
+        std::fs::read_to_string(e.cfg.join("settings.json.tacho-backup")).unwrap(),
+        mine
+    );
+    assert_eq!(e.tacho(&["hooks", "uninstall", "claude-code"]).0, 0);
+    let back: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    assert_eq!(
+        back,
+        serde_json::from_str::<serde_json::Value>(mine).unwrap()
+    );
+}

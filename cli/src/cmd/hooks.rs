@@ -247,30 +247,32 @@ fn scope_name(s: Scope) -> &'static str {
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     pub agent: AgentArg,
-    /// Transcript files or directories (default: every transcript under the Claude
-    /// Code config directory's `projects/`).
+    /// Transcript files or directories (default: every transcript under Claude Code's
+    /// `projects/` in its config directory, or every rollout under Codex's
+    /// `$CODEX_HOME/sessions`).
     pub paths: Vec<PathBuf>,
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn import(a: ImportArgs) -> Result<(), CliError> {
-    if matches!(a.agent, AgentArg::Codex) {
-        return Err(CliError::input(
-            "tacho import codex is not built yet: record Codex through its hooks (tacho hooks install codex)",
-        ));
-    }
     let mut roots = a.paths.clone();
     if roots.is_empty() {
         let p = places()?;
-        let base = match (&p.claude_config_dir, &p.home) {
-            (Some(d), _) => d.clone(),
-            (None, Some(h)) => h.join(".claude"),
-            (None, None) => {
-                return Err(CliError::input("no home directory: give transcript paths"));
-            }
+        let base = match a.agent {
+            AgentArg::ClaudeCode => p
+                .claude_config_dir
+                .clone()
+                .or_else(|| p.home.as_ref().map(|h| h.join(".claude")))
+                .map(|d| d.join("projects")),
+            AgentArg::Codex => p
+                .codex_home
+                .clone()
+                .or_else(|| p.home.as_ref().map(|h| h.join(".codex")))
+                .map(|d| d.join("sessions")),
         };
-        roots.push(base.join("projects"));
+        roots
+            .push(base.ok_or_else(|| CliError::input("no home directory: give transcript paths"))?);
     }
     let mut files = Vec::new();
     for r in &roots {
@@ -299,7 +301,9 @@ pub fn import(a: ImportArgs) -> Result<(), CliError> {
             indicatif::ProgressDrawTarget::stderr()
         },
     );
-    let r = tacho.import_claude_code(&files, &mut |done, _| bar.set_position(done as u64));
+    let r = tacho.import_transcripts(a.agent.agent(), &files, &mut |done, _| {
+        bar.set_position(done as u64)
+    });
     bar.finish_and_clear();
     let mut out = Out::new();
     if a.json {
