@@ -158,6 +158,9 @@ pub struct HookState {
     pub deferred: Vec<HookPayload>,
 }
 
+/// How many recent tool call ids a track keeps.
+const CALLS_KEPT: usize = 512;
+
 /// How many rollout outputs a state keeps waiting for their `PostToolUse`.
 const CALL_OUTPUTS_KEPT: usize = 256;
 
@@ -694,6 +697,11 @@ fn tool_call(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Act
         return; // the same call reported twice
     }
     track.calls.push(call_id.clone());
+    // Recent ids are enough to tell a repeated report from a new call.
+    if track.calls.len() > CALLS_KEPT {
+        let extra = track.calls.len() - CALLS_KEPT;
+        track.calls.drain(..extra);
+    }
     let input = p.tool_input.as_ref();
     let target = tool_target(&tool, input);
     let kind = tool_kind(&tool, input);

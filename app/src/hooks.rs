@@ -111,10 +111,10 @@ impl Tacho {
                         &mut answer,
                         format!("{}: {e}; starting from the log", state_path.display()),
                     );
-                    self.state_from_log(&session)
+                    self.state_from_log(agent, &session)
                 }
             },
-            Err(_) => self.state_from_log(&session),
+            Err(_) => self.state_from_log(agent, &session),
         };
         // Codex's hook payloads carry no exit code: its rollout does. Read it first,
         // so that a tool result can be recorded with what the call returned.
@@ -253,9 +253,7 @@ impl Tacho {
                 }
             }
         }
-        if let Err(e) =
-            write_atomically(&state_path, &serde_json::to_vec(&state).unwrap_or_default())
-        {
+        if let Err(e) = write_state(&state_path, &serde_json::to_vec(&state).unwrap_or_default()) {
             problem(&mut answer, format!("{}: {e}", state_path.display()));
         }
         drop(lock);
@@ -278,21 +276,60 @@ impl Tacho {
         answer
     }
 
-    /// A state for a session the hook has no file for: what the log says (started, and
-    /// ended) — so that a lost state file never records a second `session.start`.
-    fn state_from_log(&self, session: &str) -> HookState {
+    /// A state for a session the hook has no file for, or whose file a crash left
+    /// torn: what the log says — started and ended, step numbers, open steps and their
+    /// calls, and every model response already counted — so that a lost state file
+    /// never records a second `session.start` nor counts tokens twice.
+    fn state_from_log(&self, agent: Agent, session: &str) -> HookState {
         let mut state = HookState::default();
         state.main.session = session.to_owned();
-        if self.log().has_session(session) {
-            state.main.started = true;
-            let mut last = None;
-            let _ = self.log().read_session(session, |e| {
-                if let EventBody::StepStart(s) = &e.event.body {
+        if !self.log().has_session(session) {
+            return state;
+        }
+        state.main.started = true;
+        let mut last_end = false;
+        let mut open_step: Option<u64> = None;
+        let mut codex = [0u64; 5];
+        let _ = self.log().read_session(session, |e| {
+            last_end = false;
+            match &e.event.body {
+                EventBody::StepStart(s) => {
                     state.main.steps = state.main.steps.max(s.step);
+                    open_step = Some(s.step);
                 }
-                last = Some(matches!(e.event.body, EventBody::SessionEnd(_)));
-            });
-            state.main.ended = last.unwrap_or(false);
+                EventBody::StepFinish(f) => {
+                    state.main.open.retain(|_, s| *s != f.step);
+                    open_step = None;
+                }
+                EventBody::ToolCall(c) => {
+                    state.main.calls.push(c.call_id.clone());
+                    if let Some(s) = open_step.take() {
+                        state.main.open.insert(c.call_id.clone(), s);
+                    }
+                }
+                EventBody::LlmResponse(r) => {
+                    let id = r
+                        .response_id
+                        .clone()
+                        .unwrap_or_else(|| r.request_id.clone());
+                    if let Some(total) =
+                        id.strip_prefix("codex-usage-").and_then(|t| t.parse().ok())
+                    {
+                        codex[0] += r.tokens_in + r.cache_read;
+                        codex[1] += r.cache_read;
+                        codex[2] += r.cache_write;
+                        codex[3] += r.tokens_out;
+                        codex[4] = codex[4].max(total);
+                    }
+                    state.transcript.counted.push(id);
+                }
+                EventBody::SessionEnd(_) => last_end = true,
+                _ => {}
+            }
+        });
+        state.main.ended = last_end;
+        if agent == Agent::Codex && codex[4] > 0 {
+            state.transcript.codex_total = Some(codex);
         }
         state
     }
@@ -394,6 +431,26 @@ impl Tacho {
         }
         Ok(Some(reason))
     }
+}
+
+/// Writes the hook state in place, under the state lock, without a sync: it is
+/// rebuilt from the log when a crash leaves it torn ([`Tacho::state_from_log`]). The
+/// file never shrinks (shorter JSON is padded with spaces, which JSON allows), so no
+/// write changes its length after the first few — each length change costs a journal
+/// commit, which a hook pays on its event's sync.
+fn write_state(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    let old = f.metadata()?.len() as usize;
+    let mut buf = bytes.to_vec();
+    if buf.len() < old {
+        buf.resize(old, b' ');
+    }
+    f.write_all_at(&buf, 0)
 }
 
 /// Writes a file whole or not at all: a temporary file beside it, synced, renamed.

@@ -181,10 +181,12 @@ impl Vfs for RealFs {
         loop {
             match f.try_lock() {
                 Ok(()) => {
-                    // Leave our pid for the error message of whoever waits next.
-                    let _ = f.set_len(0);
+                    // Leave our pid for the error message of whoever waits next, as a
+                    // record of fixed width written in place: no length change, which
+                    // would cost a journal commit (about 0.7 ms here) on every lock.
+                    let record = format!("{:<31}\n", format!("pid {}", std::process::id()));
                     let _ = f.seek(SeekFrom::Start(0));
-                    let _ = write!(f, "pid {}", std::process::id());
+                    let _ = f.write_all(record.as_bytes());
                     return Ok(Box::new(RealLock(f)));
                 }
                 Err(TryLockError::WouldBlock) => {

@@ -1,0 +1,164 @@
+//! `tacho hook claude-code`, whole process, the way Claude Code runs it at every hook
+//! event: a payload on stdin, inside a Git repository of 5,000 files (generated at
+//! roughly a source tree's shape, committed). Targets (issue 12): an event without a
+//! snapshot under 5 ms; one with a snapshot under 30 ms. In the same run, the costs a
+//! user would otherwise pay: starting a process at all (`true`), and a shadow-git
+//! checkpoint of the same repository (`git add -A && git write-tree`, own index).
+//!
+//! `cargo bench -p tacho-benches --bench hook` (build the binary first:
+//! `cargo build --release -p tacho-cli`; `TACHO_BIN` overrides where it is looked
+//! for). Under `cargo test` each case runs once on 300 files. Skipped without `git`.
+
+#![allow(clippy::unwrap_used)] // a benchmark that cannot set up should panic
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use tacho_benches::{generate_workspace, shadow_git};
+
+fn bench_mode() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// The tacho binary of this profile (target/<profile>/tacho), or `TACHO_BIN`.
+fn tacho_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TACHO_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = dir.join("tacho");
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo build --release -p tacho-cli` first, or set TACHO_BIN",
+        bin.display()
+    );
+    bin
+}
+
+fn git_ok() -> bool {
+    Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs `tacho hook claude-code` with `payload` on stdin; panics unless it recorded
+/// without a problem.
+fn hook(bin: &Path, home: &Path, ws: &Path, payload: &str) {
+    let mut child = Command::new(bin)
+        .args(["hook", "claude-code"])
+        .current_dir(ws)
+        .env("TACHO_HOME", home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn benches(c: &mut Criterion) {
+    if !git_ok() {
+        eprintln!("skipped: no git");
+        return;
+    }
+    let bin = tacho_bin();
+    let files = if bench_mode() { 5_000 } else { 300 };
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("repo");
+    let paths = generate_workspace(&ws, files, files as u64 * 2_000).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let g = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.email=b@b", "-c", "user.name=b"])
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    g(&["init", "-q"]);
+    g(&["add", "-A"]);
+    g(&["commit", "-q", "-m", "init"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let home = tmp.path().join("home");
+    let ws_s = ws.display().to_string();
+    let base = |event: &str| serde_json::json!({"session_id": "bench-hook-1", "transcript_path": "/nonexistent", "cwd": ws_s, "hook_event_name": event});
+    let with = |mut v: serde_json::Value, extra: serde_json::Value| {
+        if let (Some(m), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        v.to_string()
+    };
+    // The session starts (baseline snapshot) outside the measurement.
+    hook(&bin, &home, &ws, &base("SessionStart").to_string());
+    let n = AtomicU64::new(0);
+    let next = || n.fetch_add(1, Ordering::Relaxed);
+    let edit_target = ws.join(&paths[paths.len() / 2]).display().to_string();
+
+    let mut group = c.benchmark_group("hook");
+    group.sample_size(if bench_mode() { 60 } else { 10 });
+    group.bench_function("process start (true)", |b| {
+        b.iter(|| assert!(Command::new("true").status().unwrap().success()))
+    });
+    group.bench_function("prompt (no snapshot)", |b| {
+        b.iter(|| {
+            let p = with(
+                base("UserPromptSubmit"),
+                serde_json::json!({"prompt": format!("p{}", next())}),
+            );
+            hook(&bin, &home, &ws, &p)
+        })
+    });
+    group.bench_function("Read call (no snapshot)", |b| {
+        b.iter(|| {
+            let id = format!("r{}", next());
+            let p = with(base("PreToolUse"), serde_json::json!({"tool_name": "Read", "tool_input": {"file_path": edit_target}, "tool_use_id": id}));
+            hook(&bin, &home, &ws, &p)
+        })
+    });
+    group.bench_function("Edit call (targeted snapshot)", |b| {
+        b.iter(|| {
+            let id = format!("e{}", next());
+            let p = with(base("PreToolUse"), serde_json::json!({"tool_name": "Edit", "tool_input": {"file_path": edit_target, "old_string": "a", "new_string": "b"}, "tool_use_id": id}));
+            hook(&bin, &home, &ws, &p)
+        })
+    });
+    group.bench_function("Bash call (full snapshot)", |b| {
+        b.iter(|| {
+            let id = format!("b{}", next());
+            let p = with(base("PreToolUse"), serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": id}));
+            hook(&bin, &home, &ws, &p)
+        })
+    });
+    let shadow = tmp.path().join("shadow.git");
+    shadow_git::init(&shadow).unwrap();
+    group.bench_function(
+        "baseline: git add -A && git write-tree (shadow index)",
+        |b| b.iter(|| shadow_git::snapshot(&shadow, &ws).unwrap()),
+    );
+    group.finish();
+}
+
+criterion_group!(hook_benches, benches);
+criterion_main!(hook_benches);
