@@ -692,3 +692,67 @@ fn bad_hook_input_is_named_and_nothing_is_half_written() {
         serde_json::from_str::<serde_json::Value>(mine).unwrap()
     );
 }
+
+/// A hook state file lost or torn by a crash is rebuilt from the log: no second
+/// `session.start`, open steps still close, and no response is counted twice.
+#[test]
+fn a_torn_hook_state_is_rebuilt_from_the_log() {
+    let e = Env::new();
+    let transcript = e.dir.join("t.jsonl");
+    let usage = |id: &str| {
+        format!(
+            "{{\"type\":\"assistant\",\"message\":{{\"id\":\"{id}\",\"usage\":{{\"input_tokens\":10,\"output_tokens\":2}}}}}}\n"
+        )
+    };
+    std::fs::write(&transcript, usage("m1") + &usage("m2")).unwrap();
+    let ws = e.ws.display().to_string();
+    let t = transcript.display().to_string();
+    let send = |event: &str, extra: serde_json::Value| {
+        let mut v = serde_json::json!({"session_id": "torn-1", "transcript_path": t, "cwd": ws, "hook_event_name": event});
+        if let (Some(m), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
+            m.extend(x);
+        }
+        let mut c = tacho(&e.home);
+        c.args(["hook", "claude-code"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), v.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    send("SessionStart", serde_json::json!({"source": "startup"}));
+    send(
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "touch x"}, "tool_use_id": "t1"}),
+    );
+    let state = e.home.join("agents/claude-code/torn-1.json");
+    for torn in ["{\"main\": {\"sess", ""] {
+        std::fs::write(&state, torn).unwrap();
+        let err = send("UserPromptSubmit", serde_json::json!({"prompt": "again"}));
+        assert!(
+            torn.is_empty() || err.contains("starting from the log"),
+            "{err}"
+        );
+    }
+    send(
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "touch x"}, "tool_use_id": "t1", "tool_response": {"stdout": ""}}),
+    );
+    std::fs::remove_file(&state).unwrap();
+    send("SessionEnd", serde_json::json!({"reason": "other"}));
+    let (code, out, err) = e.tacho(&["session", "replay", "torn-1", "--mode", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let g = e.json(&["graph", "torn-1", "--format", "json"]);
+    assert_eq!(
+        num(&g["tokens"]["in"]),
+        20,
+        "m1 and m2 once each: {}",
+        g["tokens"]
+    );
+    let (_, trace, _) = e.tacho(&["session", "replay", "torn-1", "--mode", "summary"]);
+    assert_eq!(trace.matches("session.start").count(), 1, "{trace}");
+    assert_eq!(trace.matches("step.finish").count(), 1, "{trace}");
+}
