@@ -123,29 +123,46 @@ impl SnapshotStore {
         let bytes = entries.iter().map(|e| e.size).sum();
         let mut tree_bytes = [0u8; 20];
         tree_bytes.copy_from_slice(tree.as_bytes());
-        cache::save(
-            &cache_paths.stat,
-            &cache::CacheFile {
-                version: cache::CACHE_VERSION,
-                workspace: ws_text.to_owned(),
-                tree: tree_bytes,
-                scan_start_ns,
-                listed_extra: {
-                    // Both lists are sorted: what `entries` lacks, in one pass.
-                    let mut kept = entries.iter().map(|e| e.path.as_str()).peekable();
-                    listed
-                        .into_iter()
-                        .filter(|p| {
-                            while kept.next_if(|k| *k < p.as_str()).is_some() {}
-                            kept.next_if(|k| *k == p.as_str()).is_none()
-                        })
-                        .collect()
-                },
-                entries,
-                listed_excluded,
-                dirs,
+        let fresh = cache::CacheFile {
+            version: cache::CACHE_VERSION,
+            workspace: ws_text.to_owned(),
+            tree: tree_bytes,
+            scan_start_ns,
+            listed_extra: {
+                // Both lists are sorted: what `entries` lacks, in one pass.
+                let mut kept = entries.iter().map(|e| e.path.as_str()).peekable();
+                listed
+                    .into_iter()
+                    .filter(|p| {
+                        while kept.next_if(|k| *k < p.as_str()).is_some() {}
+                        kept.next_if(|k| *k == p.as_str()).is_none()
+                    })
+                    .collect()
             },
-        )?;
+            entries,
+            listed_excluded,
+            dirs,
+        };
+        // An unchanged workspace keeps its cache file as it is (rewriting it is a
+        // third of an unchanged scan) — when nothing in it is within the racy window
+        // of the scan it came from, so that keeping the older scan time costs no
+        // re-read later.
+        let settled = |m: i64, c: i64| m < trusted_before && c < trusted_before;
+        let unchanged = base_ok
+            && read.files == 0
+            && fresh.tree == old.tree
+            && fresh.entries == old.entries
+            && fresh.listed_extra == old.listed_extra
+            && fresh.listed_excluded == old.listed_excluded
+            && fresh.dirs == old.dirs
+            && fresh.dirs.iter().all(|d| settled(d.mtime_ns, d.ctime_ns))
+            && fresh
+                .entries
+                .iter()
+                .all(|e| settled(e.mtime_ns, e.ctime_ns));
+        if !unchanged {
+            cache::save(&cache_paths.stat, &fresh)?;
+        }
         trace.mark("cache save");
         finish(
             cache_paths,
