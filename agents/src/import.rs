@@ -72,6 +72,51 @@ fn text_of(content: &Value) -> String {
     }
 }
 
+/// The complete lines of a transcript parsed as JSON, counting into `t` the lines,
+/// those that are not JSON, and the bytes of a last line without its newline (left
+/// for the next import).
+fn json_lines<'b>(bytes: &'b [u8], t: &mut Transcript) -> Vec<(&'b [u8], Value)> {
+    let body_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    t.partial_tail = (bytes.len() - body_end) as u64;
+    let mut out = Vec::new();
+    for raw in bytes
+        .get(..body_end)
+        .unwrap_or_default()
+        .split(|&b| b == b'\n')
+    {
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        t.lines += 1;
+        match serde_json::from_slice::<Value>(raw) {
+            Ok(v) => out.push((raw, v)),
+            Err(_) => t.bad_lines += 1,
+        }
+    }
+    out
+}
+
+/// An imported session's `session.start`.
+fn start_event(
+    agent: Agent,
+    name: Option<String>,
+    workspace: Option<String>,
+    parent: Option<String>,
+) -> EventBody {
+    EventBody::SessionStart(SessionStart {
+        agent: Some(name.unwrap_or_else(|| agent.name().to_owned())),
+        model: None,
+        project: workspace
+            .as_deref()
+            .and_then(|w| Path::new(w).file_name())
+            .map(|n| n.to_string_lossy().into_owned()),
+        workspace,
+        parent,
+        title: None,
+        source: Some(agent.name().to_owned()),
+    })
+}
+
 /// Reads a Claude Code transcript. `path` names subagent transcripts
 /// (`agent-<id>.jsonl`), which become child sessions of their main session.
 pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
@@ -85,21 +130,7 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
     let mut calls: BTreeMap<String, (String, Option<Value>)> = BTreeMap::new();
     let mut time = 0i64;
     let mut started = false;
-    let body_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-    t.partial_tail = (bytes.len() - body_end) as u64;
-    for raw in bytes
-        .get(..body_end)
-        .unwrap_or_default()
-        .split(|&b| b == b'\n')
-    {
-        if raw.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        t.lines += 1;
-        let Ok(entry) = serde_json::from_slice::<Value>(raw) else {
-            t.bad_lines += 1;
-            continue;
-        };
+    for (raw, entry) in json_lines(bytes, &mut t) {
         if let Some(ts) = entry
             .get("timestamp")
             .and_then(|v| tacho_schema::parse_ts(v).ok())
@@ -125,26 +156,18 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
                 None => t.session = main,
             }
             t.workspace = entry.get("cwd").and_then(Value::as_str).map(str::to_owned);
+            let name = entry
+                .get("agentType")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             t.events.push((
                 time,
-                EventBody::SessionStart(SessionStart {
-                    agent: Some(
-                        entry
-                            .get("agentType")
-                            .and_then(Value::as_str)
-                            .map_or_else(|| Agent::ClaudeCode.name().to_owned(), str::to_owned),
-                    ),
-                    model: None,
-                    workspace: t.workspace.clone(),
-                    project: t
-                        .workspace
-                        .as_deref()
-                        .and_then(|w| Path::new(w).file_name())
-                        .map(|n| n.to_string_lossy().into_owned()),
-                    parent: t.parent.clone(),
-                    title: None,
-                    source: Some(Agent::ClaudeCode.name().to_owned()),
-                }),
+                start_event(
+                    Agent::ClaudeCode,
+                    name,
+                    t.workspace.clone(),
+                    t.parent.clone(),
+                ),
             ));
         }
         match kind {
@@ -306,17 +329,8 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
     if t.session.is_empty() {
         // No entry named the session: the file name does.
         t.session = session_id_from(&stem);
-        t.events.insert(
-            0,
-            (
-                time,
-                EventBody::SessionStart(SessionStart {
-                    agent: Some(Agent::ClaudeCode.name().to_owned()),
-                    source: Some(Agent::ClaudeCode.name().to_owned()),
-                    ..SessionStart::default()
-                }),
-            ),
-        );
+        t.events
+            .insert(0, (time, start_event(Agent::ClaudeCode, None, None, None)));
     }
     t
 }
@@ -330,21 +344,7 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
     let mut t = Transcript::default();
     let mut cursor = Cursor::default();
     let mut time = 0i64;
-    let body_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-    t.partial_tail = (bytes.len() - body_end) as u64;
-    for raw in bytes
-        .get(..body_end)
-        .unwrap_or_default()
-        .split(|&b| b == b'\n')
-    {
-        if raw.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        t.lines += 1;
-        let Ok(entry) = serde_json::from_slice::<Value>(raw) else {
-            t.bad_lines += 1;
-            continue;
-        };
+    for (raw, entry) in json_lines(bytes, &mut t) {
         if let Some(ts) = entry
             .get("timestamp")
             .and_then(|v| tacho_schema::parse_ts(v).ok())
@@ -401,19 +401,7 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
                     .map(str::to_owned);
                 t.events.push((
                     time,
-                    EventBody::SessionStart(SessionStart {
-                        agent: Some(Agent::Codex.name().to_owned()),
-                        model: None,
-                        workspace: t.workspace.clone(),
-                        project: t
-                            .workspace
-                            .as_deref()
-                            .and_then(|w| Path::new(w).file_name())
-                            .map(|n| n.to_string_lossy().into_owned()),
-                        parent: None,
-                        title: None,
-                        source: Some(Agent::Codex.name().to_owned()),
-                    }),
+                    start_event(Agent::Codex, None, t.workspace.clone(), None),
                 ));
             }
             ("response_item", "message") => {
@@ -515,17 +503,8 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
             .and_then(|i| parts.get(i..))
             .map_or_else(|| stem.clone(), |p| p.join("-"));
         t.session = session_id_from(&id);
-        t.events.insert(
-            0,
-            (
-                time,
-                EventBody::SessionStart(SessionStart {
-                    agent: Some(Agent::Codex.name().to_owned()),
-                    source: Some(Agent::Codex.name().to_owned()),
-                    ..SessionStart::default()
-                }),
-            ),
-        );
+        t.events
+            .insert(0, (time, start_event(Agent::Codex, None, None, None)));
     }
     t
 }

@@ -195,22 +195,28 @@ impl Tacho {
     /// objects only they held, and packs the rest.
     pub fn gc(&self, dry_run: bool) -> Result<GcOutcome, SnapshotOpError> {
         let log = self.log();
-        let mut keep = HashSet::new();
-        for id in log.sessions()? {
-            log.read_session_views(&id, 0, |_, _, v| match *v {
-                EventView::SnapshotTaken { snapshot, .. } => {
-                    keep.insert(snapshot.to_string());
-                }
-                EventView::RollbackApplied { to_snapshot, .. } => {
-                    keep.insert(to_snapshot.to_string());
-                }
-                _ => {}
-            })?;
-        }
-        let report = self.snapshots()?.gc(&keep, dry_run)?;
+        let mut referenced = 0;
+        // Read under gc's lock: a snapshot recorded while gc waited is kept.
+        let keep = || -> Result<HashSet<String>, SnapshotOpError> {
+            let mut keep = HashSet::new();
+            for id in log.sessions()? {
+                log.read_session_views(&id, 0, |_, _, v| match *v {
+                    EventView::SnapshotTaken { snapshot, .. } => {
+                        keep.insert(snapshot.to_string());
+                    }
+                    EventView::RollbackApplied { to_snapshot, .. } => {
+                        keep.insert(to_snapshot.to_string());
+                    }
+                    _ => {}
+                })?;
+            }
+            referenced = keep.len();
+            Ok(keep)
+        };
+        let report = self.snapshots()?.gc_with(keep, dry_run)?;
         Ok(GcOutcome {
             dry_run,
-            referenced: keep.len(),
+            referenced,
             report,
         })
     }

@@ -315,14 +315,7 @@ impl Writer {
                     // only undoes an unfinished creation.
                     self.remove_segment(&path)?;
                 } else {
-                    let mut f = self
-                        .store
-                        .vfs
-                        .open_append(&path, false)
-                        .map_err(|e| StoreError::io(&path, e))?;
-                    f.set_len(d.valid_len as u64)
-                        .and_then(|()| f.sync_data())
-                        .map_err(|e| StoreError::io(&path, e))?;
+                    self.cut_segment(&path, d.valid_len as u64)?;
                 }
                 Ok(false)
             }
@@ -601,14 +594,7 @@ impl Writer {
         if offset == 0 {
             self.remove_segment(&path)?;
         } else {
-            let mut f = self
-                .store
-                .vfs
-                .open_append(&path, false)
-                .map_err(|e| StoreError::io(&path, e))?;
-            f.set_len(offset)
-                .and_then(|()| f.sync_data())
-                .map_err(|e| StoreError::io(&path, e))?;
+            self.cut_segment(&path, offset)?;
         }
         self.seg_index = 0;
         self.chain = [0; 32];
@@ -616,6 +602,18 @@ impl Writer {
         self.last_kind = None;
         while !self.resume()? {}
         Ok(())
+    }
+
+    /// Cuts a segment back to `len` bytes and syncs it.
+    fn cut_segment(&self, path: &std::path::Path, len: u64) -> Result<(), StoreError> {
+        let mut f = self
+            .store
+            .vfs
+            .open_append(path, false)
+            .map_err(|e| StoreError::io(path, e))?;
+        f.set_len(len)
+            .and_then(|()| f.sync_data())
+            .map_err(|e| StoreError::io(path, e))
     }
 
     /// Removes a segment that holds no acknowledged batch, and the stream's directory

@@ -111,7 +111,30 @@ impl SnapshotStore {
     /// Deletes the snapshots not in `keep` (and, with them, the objects only they
     /// held), then packs what is left. With `dry_run`, only reports what it would drop.
     pub fn gc(&self, keep: &HashSet<String>, dry_run: bool) -> Result<GcReport, SnapshotError> {
-        // No snapshot is being written or waits to be recorded while gc decides.
+        self.gc_with(|| Ok(keep.clone()), dry_run)
+    }
+
+    /// Like [`SnapshotStore::gc`], with the snapshots to keep computed by `keep` once
+    /// gc holds its lock. Computed before, a snapshot taken and recorded in between
+    /// would be dropped although a session references it: writers hold their guard
+    /// until their snapshot is recorded, so under the lock every snapshot a session
+    /// will reference is already in the log.
+    pub fn gc_with<E>(
+        &self,
+        keep: impl FnOnce() -> Result<HashSet<String>, E>,
+        dry_run: bool,
+    ) -> Result<GcReport, E>
+    where
+        E: From<SnapshotError>,
+    {
+        let _lock = self.gc_lock()?;
+        let keep = keep()?;
+        Ok(self.sweep(&keep, dry_run)?)
+    }
+
+    /// Takes gc's exclusive lock: no snapshot is being written or waits to be
+    /// recorded while gc decides (writers hold the shared side, `write_guard`).
+    fn gc_lock(&self) -> Result<std::fs::File, SnapshotError> {
         let lock = self.lock_file()?;
         let waited = std::time::Instant::now();
         loop {
@@ -130,6 +153,12 @@ impl SnapshotStore {
                 }
             }
         }
+        Ok(lock)
+    }
+
+    /// Drops the snapshots not in `keep`, deletes the loose objects no kept snapshot
+    /// reaches, and packs the rest. Called under gc's lock.
+    fn sweep(&self, keep: &HashSet<String>, dry_run: bool) -> Result<GcReport, SnapshotError> {
         let before = self.usage()?;
         let ids = self.snapshot_ids()?;
         let dropped: Vec<String> = ids
