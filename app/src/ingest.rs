@@ -231,6 +231,13 @@ struct SnapshotTake {
     paths: Vec<String>,
 }
 
+/// The most sessions appended as one group: an input spanning up to this many
+/// sessions is recorded whole or not at all; a larger one group by group.
+pub const GROUP_SESSIONS_MAX: usize = 64;
+
+/// The most writers an ingest keeps open (two files each).
+pub const WRITERS_OPEN_MAX: usize = 64;
+
 /// Hears of each committed batch; an error stops the ingest.
 type OnBatch<'t> = Box<dyn FnMut(&BatchAck) -> std::io::Result<()> + 't>;
 
@@ -597,15 +604,34 @@ impl<'t> Ingest<'t> {
     }
 
     /// Checks the queued events against every session's rules, then appends them, one
-    /// batch per session.
+    /// batch per session, as groups of at most [`GROUP_SESSIONS_MAX`] sessions (each
+    /// group recorded whole or not at all). Open writers stay bounded whatever the
+    /// number of sessions: at most [`WRITERS_OPEN_MAX`], each a lock file and a segment.
     pub fn flush(&mut self) -> Result<(), IngestError> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let mut groups: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
+        let mut by_session: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
         for p in self.batch.drain(..) {
-            groups.entry(p.session.clone()).or_default().push(p);
+            by_session.entry(p.session.clone()).or_default().push(p);
         }
+        let mut rest: Vec<(String, Vec<Pending>)> = by_session.into_iter().collect();
+        while !rest.is_empty() {
+            let later = rest.split_off(rest.len().min(GROUP_SESSIONS_MAX));
+            let group = std::mem::replace(&mut rest, later);
+            if self.writers.len() + group.len() > WRITERS_OPEN_MAX {
+                // Closing a writer releases its lock; what it knew of its stream's end
+                // is read again by the next one.
+                self.writers.clear();
+                self.ended.clear();
+            }
+            self.flush_group(group)?;
+        }
+        Ok(())
+    }
+
+    /// Checks one group of sessions' batches and appends them together.
+    fn flush_group(&mut self, groups: Vec<(String, Vec<Pending>)>) -> Result<(), IngestError> {
         // Writers open in id order, so two ingests never wait for each other in a cycle.
         for (session, items) in &groups {
             let source_name = self.opts.source.clone();

@@ -168,6 +168,49 @@ fn sigkill_mid_append_loses_no_acknowledged_batch() {
     eprintln!("{rounds} kills, {torn_tails} left a torn tail that was repaired");
 }
 
+/// One `tacho record` input of many sessions under a low open-files limit: every
+/// session is recorded, none twice, and the store verifies. Before writers were
+/// bounded, the input failed with "Too many open files" (a writer per session stayed
+/// open). `TACHO_MANY_SESSIONS=50000` runs issue 13's size.
+#[test]
+fn an_input_of_many_sessions_stays_within_the_open_files_limit() {
+    let n: usize = std::env::var("TACHO_MANY_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("many.jsonl");
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!(
+            "{{\"type\":\"session.start\",\"session\":\"ses_many_{i:06}\",\"ts\":{}}}\n{{\"type\":\"session.end\",\"session\":\"ses_many_{i:06}\",\"ts\":{},\"reason\":\"completed\"}}\n",
+            1_000 + i,
+            2_000 + i
+        ));
+    }
+    std::fs::write(&input, text).unwrap();
+    let home = tmp.path().join("home");
+    let mut c = std::process::Command::new("sh");
+    c.env_clear()
+        .env("TACHO_HOME", &home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\" record --snapshots off \"$1\"")
+        .arg(tacho_tests::tacho_bin())
+        .arg(&input);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let store = Store::open(home.join("log"), StoreOptions::default()).unwrap();
+    let sessions = store.sessions().unwrap();
+    assert_eq!(sessions.len(), n);
+    let report = store.verify_all(true).unwrap();
+    assert!(report.is_clean());
+    assert_eq!(
+        report.streams.iter().map(|s| s.events).sum::<u64>(),
+        2 * n as u64
+    );
+}
+
 #[test]
 fn concurrent_processes_record_different_sessions() {
     let home = tempfile::tempdir().unwrap();
