@@ -199,6 +199,38 @@ impl<'a> Scanner<'a> {
         s
     }
 
+    /// Starts scanning `buf` at `pos`: the end of a committed batch that a writer
+    /// verified before, with the stream's state after it (`chain`, `next_seq`, and the
+    /// segment's `events` so far). The header is decoded again; the bytes between it and
+    /// `pos` are not looked at. `None` when the header is bad or `pos` cannot be the end
+    /// of a batch (not past the header, not aligned, past the end) — scan from the
+    /// start then.
+    pub fn resume_at(
+        buf: &'a [u8],
+        limits: ScanLimits,
+        pos: usize,
+        chain: ChainValue,
+        next_seq: u64,
+        events: u64,
+    ) -> Option<Self> {
+        let mut s = Scanner::new(buf, limits);
+        let fits = s.header.is_some()
+            && s.end.is_none()
+            && pos > SEGMENT_HEADER_LEN
+            && pos.is_multiple_of(FRAME_ALIGN)
+            && pos <= buf.len()
+            && events > 0;
+        if !fits {
+            return None;
+        }
+        s.pos = pos;
+        s.valid_len = pos;
+        s.chain = chain;
+        s.next_seq = next_seq;
+        s.events = events;
+        Some(s)
+    }
+
     /// The decoded header, when it is valid.
     pub fn header(&self) -> Option<&SegmentHeader> {
         self.header.as_ref()

@@ -64,6 +64,72 @@ struct OpenSegment {
     /// buffered append has not; the next sync of any kind must cover it, or a synced
     /// batch could vanish with its file.
     entry_durable: bool,
+    /// CRC-32 of the segment's data, `[0, len)`: what the checkpoint mark vouches for.
+    prefix_crc: u32,
+}
+
+/// The writer's checkpoint of a stream: the end of its last segment's last committed
+/// batch, verified, with the stream's state there and a CRC-32 of every byte before it.
+/// Kept in `locks/<stream dir>.mark`, written (not synced) after every batch. The next
+/// writer whose last segment still starts with exactly those bytes (same CRC) scans only
+/// what follows, instead of re-reading and re-hashing the whole segment: opening a
+/// writer costs a CRC pass, not a chain pass, whatever the session's length. Any doubt
+/// (no mark, a torn or stale one, another segment, other bytes) means a full scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    segment_first_seq: u64,
+    len: u64,
+    prefix_crc: u32,
+    next_seq: u64,
+    chain: ChainValue,
+    events: u64,
+    last_kind: Option<u16>,
+}
+
+const MARK_MAGIC: &[u8; 8] = b"TMARK v1";
+const MARK_LEN: usize = 8 + 8 + 8 + 4 + 8 + 32 + 8 + 4 + 4;
+
+impl Mark {
+    fn encode(&self) -> [u8; MARK_LEN] {
+        let mut b = [0u8; MARK_LEN];
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        put(MARK_MAGIC);
+        put(&self.segment_first_seq.to_le_bytes());
+        put(&self.len.to_le_bytes());
+        put(&self.prefix_crc.to_le_bytes());
+        put(&self.next_seq.to_le_bytes());
+        put(&self.chain);
+        put(&self.events.to_le_bytes());
+        let kind = self.last_kind.map_or(u32::MAX, u32::from);
+        put(&kind.to_le_bytes());
+        let crc = crc32fast::hash(&b[..MARK_LEN - 4]);
+        b[MARK_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Mark> {
+        let b = b.get(..MARK_LEN)?;
+        let (body, crc) = b.split_at(MARK_LEN - 4);
+        if crc32fast::hash(body).to_le_bytes() != crc || body.get(..8)? != MARK_MAGIC {
+            return None;
+        }
+        let u64_at = |i: usize| Some(u64::from_le_bytes(body.get(i..i + 8)?.try_into().ok()?));
+        let u32_at = |i: usize| Some(u32::from_le_bytes(body.get(i..i + 4)?.try_into().ok()?));
+        let kind = u32_at(76)?;
+        Some(Mark {
+            segment_first_seq: u64_at(8)?,
+            len: u64_at(16)?,
+            prefix_crc: u32_at(24)?,
+            next_seq: u64_at(28)?,
+            chain: body.get(36..68)?.try_into().ok()?,
+            events: u64_at(68)?,
+            last_kind: u16::try_from(kind).ok(),
+        })
+    }
 }
 
 /// The least and the most free space a writer keeps ahead of its data.
@@ -135,6 +201,10 @@ pub struct Writer {
     /// Where the last batch this writer appended starts (its segment and the data
     /// length before it), until it is taken back or the writer appends again.
     last_batch: Option<(PathBuf, u64)>,
+    /// The checkpoint mark's file (see [`Mark`]), opened on first write.
+    mark_path: PathBuf,
+    mark_file: Option<Box<dyn VfsFile>>,
+    resumed_from_mark: bool,
 }
 
 impl Store {
@@ -187,6 +257,9 @@ impl Store {
             recovered: Vec::new(),
             last_kind: None,
             last_batch: None,
+            mark_path: lock_path.with_extension("mark"),
+            mark_file: None,
+            resumed_from_mark: false,
         };
         while !w.resume()? {}
         Ok(w)
@@ -263,9 +336,33 @@ impl Writer {
             .vfs
             .read(&path, false)
             .map_err(|e| StoreError::io(&path, e))?;
-        // The chain is checked too: a writer never appends after committed data that
-        // was changed (a forged batch is corruption, not a torn tail).
-        let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: true });
+        let limits = ScanLimits { verify_chain: true };
+        // Where the last writer left off, when the segment still starts with exactly
+        // the bytes it vouched for: only what follows is scanned.
+        let mark = self.read_mark().filter(|m| {
+            m.segment_first_seq == name_seq
+                && bytes
+                    .get(..m.len as usize)
+                    .is_some_and(|prefix| crc32fast::hash(prefix) == m.prefix_crc)
+        });
+        let resumed = mark.and_then(|m| {
+            Scanner::resume_at(
+                &bytes,
+                limits,
+                m.len as usize,
+                m.chain,
+                m.next_seq,
+                m.events,
+            )
+        });
+        self.resumed_from_mark = resumed.is_some();
+        if resumed.is_some() {
+            self.last_kind = mark.and_then(|m| m.last_kind);
+        }
+        // Else everything is scanned, the chain checked too: a writer never appends
+        // after committed data that was changed (a forged batch is corruption, not a
+        // torn tail).
+        let mut scan = resumed.unwrap_or_else(|| Scanner::new(&bytes, limits));
         while let Some(b) = scan.next_batch() {
             if let Some(f) = b.events.last() {
                 self.last_kind = Some(f.header.kind);
@@ -334,6 +431,11 @@ impl Writer {
                 self.seg_index = h.segment_index;
                 self.next_seq = scan.next_seq();
                 self.chain = scan.chain();
+                let same_mark = mark.filter(|m| m.len == len as u64);
+                let prefix_crc = match same_mark {
+                    Some(m) => m.prefix_crc,
+                    None => crc32fast::hash(bytes.get(..len).unwrap_or_default()),
+                };
                 self.seg = Some(OpenSegment {
                     file,
                     path,
@@ -344,7 +446,11 @@ impl Writer {
                     events: scan.event_count(),
                     span_prefix: None,
                     entry_durable: true,
+                    prefix_crc,
                 });
+                if same_mark.is_none() {
+                    self.write_mark();
+                }
                 Ok(true)
             }
             (Some(SegmentEnd::Open { .. }), Some(_)) => {
@@ -549,6 +655,9 @@ impl Writer {
         }
         self.last_batch = Some((seg.path.clone(), seg.len));
         let data_len = seg.len;
+        let mut crc = crc32fast::Hasher::new_with_initial_len(seg.prefix_crc, data_len);
+        crc.update(&self.buf);
+        seg.prefix_crc = crc.finalize();
         seg.len += self.buf.len() as u64;
         // A session that ended takes no more events: give its free space back.
         let ended = matches!(events.last(), Some((_, EventBody::SessionEnd(_))));
@@ -574,7 +683,9 @@ impl Writer {
         self.next_seq += events.len() as u64;
         self.last_kind = events.last().map(|(_, b)| b.kind_id());
         self.chain = chain;
-        if seg.len >= self.store.opts.segment_bytes_max {
+        let full = seg.len >= self.store.opts.segment_bytes_max;
+        self.write_mark();
+        if full {
             self.seal()?;
         }
         Ok(receipt)
@@ -602,6 +713,47 @@ impl Writer {
         self.last_kind = None;
         while !self.resume()? {}
         Ok(())
+    }
+
+    fn read_mark(&self) -> Option<Mark> {
+        let bytes = self.store.vfs.read(&self.mark_path, false).ok()?;
+        Mark::decode(&bytes)
+    }
+
+    /// Writes the checkpoint of the open segment's state now. Best effort and not
+    /// synced: a mark that is lost, torn or stale only costs the next writer a full
+    /// scan (a stale one still vouches for a true prefix of an append-only segment).
+    fn write_mark(&mut self) {
+        let Some(seg) = &self.seg else { return };
+        if seg.events == 0 {
+            return;
+        }
+        let mark = Mark {
+            segment_first_seq: seg.first_seq,
+            len: seg.len,
+            prefix_crc: seg.prefix_crc,
+            next_seq: self.next_seq,
+            chain: self.chain,
+            events: seg.events,
+            last_kind: self.last_kind,
+        }
+        .encode();
+        if self.mark_file.is_none() {
+            let vfs = &self.store.vfs;
+            let create = !vfs.exists(&self.mark_path);
+            self.mark_file = vfs.open_append(&self.mark_path, create).ok();
+        }
+        if let Some(f) = self.mark_file.as_mut()
+            && f.write_at(0, &mark).is_err()
+        {
+            self.mark_file = None;
+        }
+    }
+
+    /// Whether this writer took up from the checkpoint mark (scanning only what
+    /// followed it) rather than scanning its last segment whole.
+    pub fn resumed_from_mark(&self) -> bool {
+        self.resumed_from_mark
     }
 
     /// Cuts a segment back to `len` bytes and syncs it.
@@ -689,6 +841,7 @@ impl Writer {
             events: 0,
             span_prefix: Some(header),
             entry_durable: false,
+            prefix_crc: 0,
         });
         Ok(())
     }

@@ -774,3 +774,52 @@ fn a_group_across_sessions_is_all_or_nothing_when_the_disk_fills() {
     }
     assert!(outcomes.0 > 0 && outcomes.1 > 10, "{outcomes:?}");
 }
+
+/// A writer takes up from the checkpoint mark its predecessor left — scanning only
+/// what follows it — and gets exactly the state a full scan gives; a mark that is torn,
+/// stale or vouches for other bytes is ignored (a full scan), and damage before the mark
+/// is still refused.
+#[test]
+fn the_checkpoint_mark_is_used_only_for_the_bytes_it_vouches_for() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let written = write_session(&store, "ses_m", &[1, 3, 2, 5], 50);
+    let mark = Path::new(ROOT).join("locks/ses_m.mark");
+    let original = fs.file(&mark).unwrap();
+    // Taken up from the mark: the next append continues the chain exactly.
+    let mut w = store.writer("ses_m").unwrap();
+    assert!(w.resumed_from_mark());
+    assert_eq!(w.next_seq(), written.len() as u64);
+    assert!(w.ended() == Some(false));
+    w.append(9_000, &ev(99, 10), Durability::Sync).unwrap();
+    drop(w);
+    assert!(store.verify_all(true).unwrap().is_clean());
+    assert_eq!(read_all(&store, "ses_m").unwrap().len(), written.len() + 1);
+    // A stale mark (from before the last batch) still vouches for a true prefix.
+    fs.set_file(&mark, original.clone());
+    let w = store.writer("ses_m").unwrap();
+    assert!(w.resumed_from_mark());
+    assert_eq!(
+        w.next_seq(),
+        written.len() as u64 + 1,
+        "the batch after the mark is scanned"
+    );
+    drop(w);
+    // A torn mark: a full scan, same state.
+    let mut torn = original.clone();
+    torn[20] ^= 0x40;
+    fs.set_file(&mark, torn);
+    let w = store.writer("ses_m").unwrap();
+    assert!(!w.resumed_from_mark());
+    assert_eq!(w.next_seq(), written.len() as u64 + 1);
+    drop(w);
+    // Damage before the mark: the CRC no longer matches, and the full scan refuses.
+    let seg = last_segment(&store, "ses_m");
+    let mut bytes = fs.file(&seg).unwrap();
+    bytes[200] ^= 1;
+    fs.set_file(&seg, bytes);
+    assert!(matches!(
+        store.writer("ses_m"),
+        Err(StoreError::Corrupt { .. })
+    ));
+}
