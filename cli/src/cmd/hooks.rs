@@ -20,6 +20,15 @@ pub enum AgentArg {
 }
 
 impl AgentArg {
+    /// The agent named exactly as on the command line.
+    pub fn from_name(name: &std::ffi::OsStr) -> Option<AgentArg> {
+        match name.to_str()? {
+            "claude-code" => Some(AgentArg::ClaudeCode),
+            "codex" => Some(AgentArg::Codex),
+            _ => None,
+        }
+    }
+
     fn agent(self) -> tacho_app::agents::Agent {
         match self {
             AgentArg::ClaudeCode => tacho_app::agents::Agent::ClaudeCode,
