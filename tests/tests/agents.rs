@@ -5,7 +5,7 @@
 //! risk, replay, a rollback of one shell command, the Stop gate, and an import of the
 //! same transcript checked against `ccusage` (npm, pinned).
 //!
-//! `.ci/run` installs both (`npm ci` in `tests/agents`). Without Node, Python or that
+//! `.ci/run` installs them (`npm install` in `tests/agents`, from its lockfile). Without Node, Python or that
 //! install the tests say so and pass, except in CI (`CI` set), where they fail.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
@@ -35,7 +35,7 @@ fn npm_bin(name: &str) -> Option<PathBuf> {
         return Some(p);
     }
     let msg = format!(
-        "the agent tests need Node, Python 3 and `npm ci` in tests/agents (.ci/run does all three); {name} is missing"
+        "the agent tests need Node, Python 3 and `npm install` in tests/agents (.ci/run does all three); {name} is missing"
     );
     assert!(std::env::var_os("CI").is_none(), "{msg}");
     eprintln!("skipped: {msg}");
@@ -755,4 +755,63 @@ fn a_torn_hook_state_is_rebuilt_from_the_log() {
     let (_, trace, _) = e.tacho(&["session", "replay", "torn-1", "--mode", "summary"]);
     assert_eq!(trace.matches("session.start").count(), 1, "{trace}");
     assert_eq!(trace.matches("step.finish").count(), 1, "{trace}");
+}
+
+/// The Stop gate never holds an agent forever: with a check that keeps failing, the
+/// stall rule pauses the goal after three refused completions and the gate lets the
+/// agent stop; blocks never exceed the hook's own bound either.
+#[test]
+fn the_stop_gate_lets_go_after_the_stall_rule_pauses_the_goal() {
+    let e = Env::new();
+    let ws = e.ws.display().to_string();
+    let session = "gate-loop-1";
+    let send = |event: &str, extra: serde_json::Value| {
+        let mut v = serde_json::json!({"session_id": session, "cwd": ws, "hook_event_name": event});
+        if let (Some(m), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
+            m.extend(x);
+        }
+        let mut c = tacho(&e.home);
+        c.args(["hook", "claude-code"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), v.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    send("SessionStart", serde_json::json!({"source": "startup"}));
+    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
+    let plan = e.dir.join("plan.md").display().to_string();
+    let (code, out, err) = e.tacho(&[
+        "goal",
+        "create",
+        "--session",
+        session,
+        "--plan",
+        &plan,
+        "--assure",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut blocked = 0;
+    for i in 0..8 {
+        let out = send("Stop", serde_json::json!({"stop_hook_active": i > 0}));
+        if out.contains("\"decision\":\"block\"") {
+            blocked += 1;
+            assert!(out.contains("parity"), "the open check is named: {out}");
+        } else {
+            assert_eq!(out, "", "let through: nothing on stdout");
+            break;
+        }
+    }
+    assert!(
+        (1..=tacho_app::GATE_BLOCKS_MAX).contains(&blocked),
+        "blocked {blocked} times"
+    );
+    let st = e.json(&["goal", "status", "--session", session, "--json"]);
+    assert!(
+        st["paused"].is_string(),
+        "the stall rule paused the goal: {st}"
+    );
 }
