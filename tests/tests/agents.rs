@@ -122,6 +122,35 @@ impl Env {
         run(c)
     }
 
+    /// Runs `tacho hook <agent>` with `input` on stdin: (exit code, stdout, stderr).
+    fn hook(&self, agent: &str, input: &str) -> (i32, String, String) {
+        let mut c = tacho(&self.home);
+        c.args(["hook", agent])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Sends Claude Code's `event` for `session` (with `extra` fields) to the hook,
+    /// which must exit 0; returns (stdout, stderr).
+    fn send(&self, session: &str, event: &str, extra: serde_json::Value) -> (String, String) {
+        let mut v = serde_json::json!({"session_id": session, "cwd": self.ws.display().to_string(), "hook_event_name": event});
+        if let (Some(m), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
+            m.extend(x);
+        }
+        let (code, out, err) = self.hook("claude-code", &v.to_string());
+        assert_eq!(code, 0, "{err}");
+        (out, err)
+    }
+
     fn json(&self, args: &[&str]) -> serde_json::Value {
         let (code, out, err) = self.tacho(args);
         assert_eq!(code, 0, "tacho {args:?}: {out}{err}");
@@ -583,21 +612,7 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
 #[test]
 fn bad_hook_input_is_named_and_nothing_is_half_written() {
     let e = Env::new();
-    let hook = |agent: &str, input: &str| {
-        let mut c = tacho(&e.home);
-        c.args(["hook", agent])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let hook = |agent: &str, input: &str| e.hook(agent, input);
     // Malformed: exit 0 (the agent goes on), a clear message, nothing recorded.
     let (code, out, err) = hook("claude-code", "{\"session_id\": ");
     assert_eq!((code, out.as_str()), (0, ""));
@@ -705,23 +720,13 @@ fn a_torn_hook_state_is_rebuilt_from_the_log() {
         )
     };
     std::fs::write(&transcript, usage("m1") + &usage("m2")).unwrap();
-    let ws = e.ws.display().to_string();
     let t = transcript.display().to_string();
     let send = |event: &str, extra: serde_json::Value| {
-        let mut v = serde_json::json!({"session_id": "torn-1", "transcript_path": t, "cwd": ws, "hook_event_name": event});
-        if let (Some(m), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
-            m.extend(x);
+        let mut extra = extra;
+        if let Some(m) = extra.as_object_mut() {
+            m.insert("transcript_path".into(), t.clone().into());
         }
-        let mut c = tacho(&e.home);
-        c.args(["hook", "claude-code"])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), v.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        e.send("torn-1", event, extra).1
     };
     send("SessionStart", serde_json::json!({"source": "startup"}));
     send(
@@ -763,24 +768,8 @@ fn a_torn_hook_state_is_rebuilt_from_the_log() {
 #[test]
 fn the_stop_gate_lets_go_after_the_stall_rule_pauses_the_goal() {
     let e = Env::new();
-    let ws = e.ws.display().to_string();
     let session = "gate-loop-1";
-    let send = |event: &str, extra: serde_json::Value| {
-        let mut v = serde_json::json!({"session_id": session, "cwd": ws, "hook_event_name": event});
-        if let (Some(m), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
-            m.extend(x);
-        }
-        let mut c = tacho(&e.home);
-        c.args(["hook", "claude-code"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), v.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let send = |event: &str, extra: serde_json::Value| e.send(session, event, extra).0;
     send("SessionStart", serde_json::json!({"source": "startup"}));
     std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
     let plan = e.dir.join("plan.md").display().to_string();
