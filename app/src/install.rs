@@ -220,6 +220,46 @@ fn write_with_backup(
     Ok(backup)
 }
 
+/// What an edit of a settings file did.
+struct Edited {
+    file: PathBuf,
+    changed: bool,
+    backup: Option<PathBuf>,
+    text: String,
+}
+
+/// Reads the settings file of `agent` at `scope`, applies `edit` (which says whether
+/// it changed anything) and, unless `dry_run`, writes a changed file back with a
+/// backup. A file that is not JSON is refused before anything is written.
+fn edit_settings(
+    places: &Places,
+    agent: Agent,
+    scope: Scope,
+    dry_run: bool,
+    edit: impl FnOnce(
+        &str,
+        &mut serde_json::Map<String, serde_json::Value>,
+    ) -> Result<bool, SettingsError>,
+) -> Result<Edited, InstallError> {
+    let file = places.settings_file(agent, scope)?;
+    let name = file.display().to_string();
+    let (text, existed) = read_settings(&file)?;
+    let mut s = settings::parse(&name, &text)?;
+    let changed = edit(&name, &mut s)?;
+    let text = settings::render(&s);
+    let backup = if changed && !dry_run {
+        write_with_backup(&file, existed, &text)?
+    } else {
+        None
+    };
+    Ok(Edited {
+        file,
+        changed,
+        backup,
+        text,
+    })
+}
+
 /// Merges tacho's hooks for `agent` into the settings file at `scope`.
 pub fn install_hooks(
     places: &Places,
@@ -228,32 +268,24 @@ pub fn install_hooks(
     tacho: &str,
     dry_run: bool,
 ) -> Result<Installed, InstallError> {
-    let file = places.settings_file(agent, scope)?;
-    let name = file.display().to_string();
-    let (text, existed) = read_settings(&file)?;
-    let mut s = settings::parse(&name, &text)?;
     let command = settings::command_for(tacho, agent);
-    let changed = settings::install(&name, &mut s, agent, &command)?;
-    let out = settings::render(&s);
-    let backup = if changed && !dry_run {
-        write_with_backup(&file, existed, &out)?
-    } else {
-        None
-    };
+    let e = edit_settings(places, agent, scope, dry_run, |name, s| {
+        settings::install(name, s, agent, &command)
+    })?;
     Ok(Installed {
         kind: "hooks_install",
         agent: agent.name(),
         scope,
-        file,
-        changed,
+        file: e.file,
+        changed: e.changed,
         dry_run,
         command,
         events: settings::events(agent)
             .iter()
             .map(|(e, _, _)| (*e).to_owned())
             .collect(),
-        backup,
-        text: out,
+        backup: e.backup,
+        text: e.text,
         note: codex_note(agent),
     })
 }
@@ -265,29 +297,22 @@ pub fn uninstall_hooks(
     scope: Scope,
     dry_run: bool,
 ) -> Result<Installed, InstallError> {
-    let file = places.settings_file(agent, scope)?;
-    let name = file.display().to_string();
-    let (text, existed) = read_settings(&file)?;
-    let mut s = settings::parse(&name, &text)?;
-    let before = settings::installed(&s, agent);
-    let removed = settings::uninstall(&name, &mut s, agent)?;
-    let out = settings::render(&s);
-    let backup = if removed > 0 && !dry_run {
-        write_with_backup(&file, existed, &out)?
-    } else {
-        None
-    };
+    let mut before = Vec::new();
+    let e = edit_settings(places, agent, scope, dry_run, |name, s| {
+        before = settings::installed(s, agent);
+        Ok(settings::uninstall(name, s, agent)? > 0)
+    })?;
     Ok(Installed {
         kind: "hooks_uninstall",
         agent: agent.name(),
         scope,
-        file,
-        changed: removed > 0,
+        file: e.file,
+        changed: e.changed,
         dry_run,
         command: String::new(),
         events: before.into_iter().map(|(e, _)| e).collect(),
-        backup,
-        text: out,
+        backup: e.backup,
+        text: e.text,
         note: None,
     })
 }
