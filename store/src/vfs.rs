@@ -43,7 +43,15 @@ pub enum LockError {
 }
 
 /// An exclusive lock, released when dropped.
-pub trait LockGuard: Send + std::fmt::Debug {}
+pub trait LockGuard: Send + std::fmt::Debug {
+    /// The note kept in the lock file after the holder's record (a writer keeps its
+    /// checkpoint there: no file of its own to create per session). Not synced.
+    fn read_note(&mut self) -> io::Result<Vec<u8>>;
+    fn write_note(&mut self, bytes: &[u8]) -> io::Result<()>;
+}
+
+/// The holder's record at the start of a lock file: `pid N`, padded to this length.
+const LOCK_RECORD_LEN: u64 = 32;
 
 /// A file opened for writing.
 pub trait VfsFile: Send + std::fmt::Debug {
@@ -103,8 +111,19 @@ impl VfsFile for RealFile {
 }
 
 #[derive(Debug)]
-struct RealLock(#[allow(dead_code)] File);
-impl LockGuard for RealLock {}
+struct RealLock(File);
+impl LockGuard for RealLock {
+    fn read_note(&mut self) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.0.seek(SeekFrom::Start(LOCK_RECORD_LEN))?;
+        self.0.read_to_end(&mut out)?;
+        Ok(out)
+    }
+    fn write_note(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0.seek(SeekFrom::Start(LOCK_RECORD_LEN))?;
+        self.0.write_all(bytes)
+    }
+}
 
 impl Vfs for RealFs {
     fn create_dir_all(&self, path: &Path) -> io::Result<bool> {
@@ -184,17 +203,21 @@ impl Vfs for RealFs {
                     // Leave our pid for the error message of whoever waits next, as a
                     // record of fixed width written in place: no length change, which
                     // would cost a journal commit (about 0.7 ms here) on every lock.
-                    let record = format!("{:<31}\n", format!("pid {}", std::process::id()));
+                    let record = format!(
+                        "{:<w$}\n",
+                        format!("pid {}", std::process::id()),
+                        w = LOCK_RECORD_LEN as usize - 1
+                    );
                     let _ = f.seek(SeekFrom::Start(0));
                     let _ = f.write_all(record.as_bytes());
                     return Ok(Box::new(RealLock(f)));
                 }
                 Err(TryLockError::WouldBlock) => {
                     if start.elapsed() >= timeout {
-                        let mut holder = String::new();
+                        let mut record = Vec::new();
                         let _ = f.seek(SeekFrom::Start(0));
-                        let _ = (&f).take(64).read_to_string(&mut holder);
-                        let holder = holder.trim().to_string();
+                        let _ = (&f).take(LOCK_RECORD_LEN).read_to_end(&mut record);
+                        let holder = String::from_utf8_lossy(&record).trim().to_string();
                         return Err(LockError::Busy {
                             holder: (!holder.is_empty()).then_some(holder),
                         });
@@ -262,6 +285,8 @@ struct SimState {
     files: BTreeMap<PathBuf, SimFile>,
     dirs: BTreeSet<PathBuf>,
     locks: BTreeSet<PathBuf>,
+    /// What lock holders noted in their lock files (kept across locks, like the file).
+    lock_notes: BTreeMap<PathBuf, Vec<u8>>,
     syncs: u64,
     freeze_at: Option<u64>,
     frozen: Option<CrashImage>,
@@ -372,6 +397,20 @@ impl SimFs {
     }
 
     /// The current content of a file (for tests that damage files).
+    /// The note a lock holder left in the lock file at `path` (tests).
+    pub fn lock_note(&self, path: &Path) -> Vec<u8> {
+        self.state()
+            .lock_notes
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Replaces the note in the lock file at `path` (tests: a stale or torn one).
+    pub fn set_lock_note(&self, path: &Path, note: Vec<u8>) {
+        self.state().lock_notes.insert(path.to_path_buf(), note);
+    }
+
     pub fn file(&self, path: &Path) -> Option<Vec<u8>> {
         self.state().files.get(path).map(|f| f.data.clone())
     }
@@ -480,7 +519,24 @@ struct SimLock {
     fs: SimFs,
     path: PathBuf,
 }
-impl LockGuard for SimLock {}
+impl LockGuard for SimLock {
+    fn read_note(&mut self) -> io::Result<Vec<u8>> {
+        Ok(self
+            .fs
+            .state()
+            .lock_notes
+            .get(&self.path)
+            .cloned()
+            .unwrap_or_default())
+    }
+    fn write_note(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.fs
+            .state()
+            .lock_notes
+            .insert(self.path.clone(), bytes.to_vec());
+        Ok(())
+    }
+}
 impl Drop for SimLock {
     fn drop(&mut self) {
         self.fs.state().locks.remove(&self.path);

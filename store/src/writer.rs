@@ -70,7 +70,8 @@ struct OpenSegment {
 
 /// The writer's checkpoint of a stream: the end of its last segment's last committed
 /// batch, verified, with the stream's state there and a CRC-32 of every byte before it.
-/// Kept in `locks/<stream dir>.mark`, written (not synced) after every batch. The next
+/// Kept in the stream's lock file after the holder's record, written (not synced) after
+/// every batch. The next
 /// writer whose last segment still starts with exactly those bytes (same CRC) scans only
 /// what follows, instead of re-reading and re-hashing the whole segment: opening a
 /// writer costs a CRC pass, not a chain pass, whatever the session's length. Any doubt
@@ -184,7 +185,7 @@ pub struct Writer {
     session: String,
     stream: StreamId,
     dir: PathBuf,
-    _lock: Box<dyn LockGuard>,
+    lock: Box<dyn LockGuard>,
     store: Store,
     /// `None` when the next append starts a new segment: a new stream, or after a seal.
     seg: Option<OpenSegment>,
@@ -201,9 +202,6 @@ pub struct Writer {
     /// Where the last batch this writer appended starts (its segment and the data
     /// length before it), until it is taken back or the writer appends again.
     last_batch: Option<(PathBuf, u64)>,
-    /// The checkpoint mark's file (see [`Mark`]), opened on first write.
-    mark_path: PathBuf,
-    mark_file: Option<Box<dyn VfsFile>>,
     resumed_from_mark: bool,
 }
 
@@ -246,7 +244,7 @@ impl Store {
             session: session.to_string(),
             stream: StreamId::of_name(session),
             dir: self.stream_dir(session),
-            _lock: lock,
+            lock,
             store: self.clone(),
             seg: None,
             seg_index: 0,
@@ -257,8 +255,6 @@ impl Store {
             recovered: Vec::new(),
             last_kind: None,
             last_batch: None,
-            mark_path: lock_path.with_extension("mark"),
-            mark_file: None,
             resumed_from_mark: false,
         };
         while !w.resume()? {}
@@ -715,9 +711,8 @@ impl Writer {
         Ok(())
     }
 
-    fn read_mark(&self) -> Option<Mark> {
-        let bytes = self.store.vfs.read(&self.mark_path, false).ok()?;
-        Mark::decode(&bytes)
+    fn read_mark(&mut self) -> Option<Mark> {
+        Mark::decode(&self.lock.read_note().ok()?)
     }
 
     /// Writes the checkpoint of the open segment's state now. Best effort and not
@@ -738,16 +733,7 @@ impl Writer {
             last_kind: self.last_kind,
         }
         .encode();
-        if self.mark_file.is_none() {
-            let vfs = &self.store.vfs;
-            let create = !vfs.exists(&self.mark_path);
-            self.mark_file = vfs.open_append(&self.mark_path, create).ok();
-        }
-        if let Some(f) = self.mark_file.as_mut()
-            && f.write_at(0, &mark).is_err()
-        {
-            self.mark_file = None;
-        }
+        let _ = self.lock.write_note(&mark);
     }
 
     /// Whether this writer took up from the checkpoint mark (scanning only what

@@ -784,8 +784,9 @@ fn the_checkpoint_mark_is_used_only_for_the_bytes_it_vouches_for() {
     let fs = SimFs::new();
     let store = sim_store(&fs, 1 << 20);
     let written = write_session(&store, "ses_m", &[1, 3, 2, 5], 50);
-    let mark = Path::new(ROOT).join("locks/ses_m.mark");
-    let original = fs.file(&mark).unwrap();
+    let original = fs.lock_note(Path::new(ROOT).join("locks/ses_m.lock").as_path());
+    assert!(!original.is_empty(), "the writer left its checkpoint");
+    let mark = Path::new(ROOT).join("locks/ses_m.lock");
     // Taken up from the mark: the next append continues the chain exactly.
     let mut w = store.writer("ses_m").unwrap();
     assert!(w.resumed_from_mark());
@@ -796,7 +797,7 @@ fn the_checkpoint_mark_is_used_only_for_the_bytes_it_vouches_for() {
     assert!(store.verify_all(true).unwrap().is_clean());
     assert_eq!(read_all(&store, "ses_m").unwrap().len(), written.len() + 1);
     // A stale mark (from before the last batch) still vouches for a true prefix.
-    fs.set_file(&mark, original.clone());
+    fs.set_lock_note(&mark, original.clone());
     let w = store.writer("ses_m").unwrap();
     assert!(w.resumed_from_mark());
     assert_eq!(
@@ -808,7 +809,7 @@ fn the_checkpoint_mark_is_used_only_for_the_bytes_it_vouches_for() {
     // A torn mark: a full scan, same state.
     let mut torn = original.clone();
     torn[20] ^= 0x40;
-    fs.set_file(&mark, torn);
+    fs.set_lock_note(&mark, torn);
     let w = store.writer("ses_m").unwrap();
     assert!(!w.resumed_from_mark());
     assert_eq!(w.next_seq(), written.len() as u64 + 1);
