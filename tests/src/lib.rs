@@ -128,3 +128,27 @@ pub fn event_count(home: &Path, session: &str) -> usize {
         .filter(|l| l.contains("\"type\":\"event\""))
         .count()
 }
+
+/// A goal plan with an assurance contract: one check, `parity`, that passes when the
+/// first line of `src/value.txt` is 42 (`sh checks/parity.sh`). Used by the goal and
+/// agent tests.
+pub const PARITY_PLAN: &str = r#"# Value is the answer
+Goal kind: bugfix
+
+## Acceptance criteria
+- AC1: src/value.txt holds 42
+
+## Verification plan
+Run the parity check.
+
+## Non-goals
+- anything else
+
+## Assumed scope
+src/
+
+## Assurance contract
+```json
+{"version": 1, "sourcePaths": ["src", "checks"], "checks": [{"id": "parity", "acceptanceIds": ["AC1"], "command": "sh checks/parity.sh", "purpose": "the value is right"}]}
+```
+"#;

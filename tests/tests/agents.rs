@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tacho_tests::PARITY_PLAN as PLAN;
 use tacho_tests::{run, tacho, tacho_bin};
 
 fn agents_dir() -> PathBuf {
@@ -199,27 +200,6 @@ impl Env {
         serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
     }
 }
-
-const PLAN: &str = r#"# Value is the answer
-Goal kind: bugfix
-
-## Acceptance criteria
-- AC1: src/value.txt holds 42
-
-## Verification plan
-Run the parity check.
-
-## Non-goals
-- anything else
-
-## Assumed scope
-src/
-
-## Assurance contract
-```json
-{"version": 1, "sourcePaths": ["src", "checks"], "checks": [{"id": "parity", "acceptanceIds": ["AC1"], "command": "sh checks/parity.sh", "purpose": "the value is right"}]}
-```
-"#;
 
 const SESSION: &str = "5e551011-aaaa-4bbb-8ccc-000000000001";
 

@@ -10,26 +10,7 @@ use std::process::Stdio;
 
 use tacho_tests::{run, tacho};
 
-const PLAN: &str = r#"# Value is the answer
-Goal kind: bugfix
-
-## Acceptance criteria
-- AC1: src/value.txt holds 42
-
-## Verification plan
-Run the parity check.
-
-## Non-goals
-- anything else
-
-## Assumed scope
-src/
-
-## Assurance contract
-```json
-{"version": 1, "sourcePaths": ["src", "checks"], "checks": [{"id": "parity", "acceptanceIds": ["AC1"], "command": "sh checks/parity.sh", "purpose": "the value is right"}]}
-```
-"#;
+use tacho_tests::PARITY_PLAN as PLAN;
 
 fn t(home: &Path, ws: &Path, args: &[&str]) -> (i32, String, String) {
     let mut c = tacho(home);
