@@ -72,13 +72,15 @@ fn text_of(content: &Value) -> String {
     }
 }
 
-/// The complete lines of a transcript parsed as JSON, counting into `t` the lines,
-/// those that are not JSON, and the bytes of a last line without its newline (left
-/// for the next import).
-fn json_lines<'b>(bytes: &'b [u8], t: &mut Transcript) -> Vec<(&'b [u8], Value)> {
+/// The complete lines of a transcript parsed as JSON, each with its time (the last
+/// `timestamp` seen so far, in ns since the epoch), counting into `t` the lines, those
+/// that are not JSON, and the bytes of a last line without its newline (left for the
+/// next import).
+fn json_lines<'b>(bytes: &'b [u8], t: &mut Transcript) -> Vec<(&'b [u8], Value, i64)> {
     let body_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
     t.partial_tail = (bytes.len() - body_end) as u64;
     let mut out = Vec::new();
+    let mut time = 0i64;
     for raw in bytes
         .get(..body_end)
         .unwrap_or_default()
@@ -89,7 +91,15 @@ fn json_lines<'b>(bytes: &'b [u8], t: &mut Transcript) -> Vec<(&'b [u8], Value)>
         }
         t.lines += 1;
         match serde_json::from_slice::<Value>(raw) {
-            Ok(v) => out.push((raw, v)),
+            Ok(v) => {
+                if let Some(ts) = v
+                    .get("timestamp")
+                    .and_then(|v| tacho_schema::parse_ts(v).ok())
+                {
+                    time = ts;
+                }
+                out.push((raw, v, time));
+            }
             Err(_) => t.bad_lines += 1,
         }
     }
@@ -130,13 +140,8 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
     let mut calls: BTreeMap<String, (String, Option<Value>)> = BTreeMap::new();
     let mut time = 0i64;
     let mut started = false;
-    for (raw, entry) in json_lines(bytes, &mut t) {
-        if let Some(ts) = entry
-            .get("timestamp")
-            .and_then(|v| tacho_schema::parse_ts(v).ok())
-        {
-            time = ts;
-        }
+    for (raw, entry, at) in json_lines(bytes, &mut t) {
+        time = at;
         let kind = entry
             .get("type")
             .and_then(Value::as_str)
@@ -344,13 +349,8 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
     let mut t = Transcript::default();
     let mut cursor = Cursor::default();
     let mut time = 0i64;
-    for (raw, entry) in json_lines(bytes, &mut t) {
-        if let Some(ts) = entry
-            .get("timestamp")
-            .and_then(|v| tacho_schema::parse_ts(v).ok())
-        {
-            time = ts;
-        }
+    for (raw, entry, at) in json_lines(bytes, &mut t) {
+        time = at;
         let kind = entry
             .get("type")
             .and_then(Value::as_str)
@@ -527,7 +527,7 @@ pub fn dedup_key(body: &EventBody) -> Option<String> {
         EventBody::AgentNotice(n) => Some(format!(
             "notice:{}:{}",
             n.notice,
-            blake_free_digest(n.message.as_deref().unwrap_or(""))
+            fnv1a_64(n.message.as_deref().unwrap_or(""))
         )),
         _ => None,
     }
@@ -535,7 +535,7 @@ pub fn dedup_key(body: &EventBody) -> Option<String> {
 
 /// A short, stable fingerprint of a text (FNV-1a, 64 bits): enough to tell prompts
 /// apart in one session without keeping them whole.
-fn blake_free_digest(s: &str) -> String {
+fn fnv1a_64(s: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.as_bytes() {
         h ^= u64::from(*b);

@@ -36,8 +36,6 @@ pub struct HookAnswer {
     pub exit_code: i32,
     pub stdout: String,
     pub stderr: String,
-    /// Events recorded.
-    pub recorded: u64,
     /// Problems met (each also logged).
     pub problems: Vec<String>,
 }
@@ -209,9 +207,7 @@ impl Tacho {
                 }
             }
             match ingest.finish() {
-                Ok(done) => {
-                    answer.recorded = done.totals.values().map(|t| t.events).sum();
-                }
+                Ok(_) => {}
                 Err(e) => problem(&mut answer, format!("nothing recorded: {}", e.error)),
             }
         }
@@ -245,10 +241,7 @@ impl Tacho {
                     .writer(&session)
                     .and_then(|mut w| w.append(self.now(), &end, Durability::Sync))
                 {
-                    Ok(_) => {
-                        state.main.ended = true;
-                        answer.recorded += 1;
-                    }
+                    Ok(_) => state.main.ended = true,
                     Err(e) => problem(&mut answer, format!("ending the session: {e}")),
                 }
             }
@@ -451,24 +444,4 @@ fn write_state(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         buf.resize(old, b' ');
     }
     f.write_all_at(&buf, 0)
-}
-
-/// Writes a file whole or not at all: a temporary file beside it, synced, renamed.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_data()?;
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }

@@ -11,7 +11,7 @@ use serde::Serialize;
 use tacho_agents::Agent;
 use tacho_agents::settings::{self, SettingsError};
 
-use crate::hooks::write_atomically;
+use std::io::Write;
 
 /// Where a settings file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -364,4 +364,24 @@ pub fn hooks_status(places: &Places, tacho: &str) -> Vec<HookStatus> {
         }
     }
     out
+}
+
+/// Writes a file whole or not at all: a temporary file beside it, synced, renamed.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }

@@ -207,6 +207,34 @@ fn num(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
 
+/// `ccusage <args> --json --offline` with `var` pointing at the agent's data.
+fn ccusage_json(ccusage: &Path, args: &[&str], var: &str, dir: &Path) -> serde_json::Value {
+    let out = Command::new(ccusage)
+        .args(args)
+        .args(["--json", "--offline"])
+        .env(var, dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A graph's token totals equal a ccusage session row's, field by field.
+fn assert_tokens_as_ccusage(t: &serde_json::Value, row: &serde_json::Value) {
+    for (ours, theirs) in [
+        ("in", "inputTokens"),
+        ("out", "outputTokens"),
+        ("cache_read", "cacheReadTokens"),
+        ("cache_write", "cacheCreationTokens"),
+    ] {
+        assert_eq!(num(&t[ours]), num(&row[theirs]), "{ours}: {t} vs {row}");
+    }
+}
+
 /// A scripted Claude Code session: read, edit, a shell command that writes and
 /// deletes files, a failing command, a stop the gate blocks, the check, a stop the
 /// gate lets through.
@@ -385,17 +413,7 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert!(num(&first["events_added"]) > 0, "{first}");
     let again = import(&["import", "claude-code", "--json"]);
     assert_eq!(num(&again["events_added"]), 0, "{again}");
-    let out = Command::new(ccusage)
-        .args(["session", "--json", "--offline"])
-        .env("CLAUDE_CONFIG_DIR", &e.cfg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cc = ccusage_json(&ccusage, &["session"], "CLAUDE_CONFIG_DIR", &e.cfg);
     let row = cc["session"]
         .as_array()
         .unwrap()
@@ -408,18 +426,7 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     let (_, out, _) = run(c);
     let g: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let t = &g["tokens"];
-    assert_eq!(num(&t["in"]), num(&row["inputTokens"]), "{t} vs {row}");
-    assert_eq!(num(&t["out"]), num(&row["outputTokens"]), "{t} vs {row}");
-    assert_eq!(
-        num(&t["cache_read"]),
-        num(&row["cacheReadTokens"]),
-        "{t} vs {row}"
-    );
-    assert_eq!(
-        num(&t["cache_write"]),
-        num(&row["cacheCreationTokens"]),
-        "{t} vs {row}"
-    );
+    assert_tokens_as_ccusage(t, &row);
     // And they equal what the hooks recorded live.
     assert_eq!(num(&t["in"]), num(&usage["input_tokens"]));
 }
@@ -528,17 +535,7 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
     let Some(ccusage) = npm_bin("ccusage") else {
         return;
     };
-    let out = Command::new(ccusage)
-        .args(["codex", "session", "--json", "--offline"])
-        .env("CODEX_HOME", &codex_home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cc = ccusage_json(&ccusage, &["codex", "session"], "CODEX_HOME", &codex_home);
     let row = cc["sessions"]
         .as_array()
         .unwrap()
@@ -570,18 +567,7 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
     let (_, out, _) = run(c);
     let imported: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     for t in [&g["tokens"], &imported["tokens"]] {
-        assert_eq!(num(&t["in"]), num(&row["inputTokens"]), "{t} vs {row}");
-        assert_eq!(num(&t["out"]), num(&row["outputTokens"]), "{t} vs {row}");
-        assert_eq!(
-            num(&t["cache_read"]),
-            num(&row["cacheReadTokens"]),
-            "{t} vs {row}"
-        );
-        assert_eq!(
-            num(&t["cache_write"]),
-            num(&row["cacheCreationTokens"]),
-            "{t} vs {row}"
-        );
+        assert_tokens_as_ccusage(t, &row);
     }
     assert!(num(&g["tokens"]["in"]) > 0);
 }

@@ -150,28 +150,18 @@ pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
                 &tacho,
                 a.dry_run,
             )?;
-            if a.json {
-                out.json(&r)?;
-            } else if a.dry_run {
-                out.line(format!("{} would be:", r.file.display()))?;
-                out.line(r.text.trim_end().to_string())?;
-            } else if r.changed {
-                out.line(format!(
-                    "installed tacho's {} hooks ({}) in {}{}",
-                    r.agent,
-                    r.events.join(", "),
-                    r.file.display(),
-                    r.backup
-                        .as_ref()
-                        .map(|b| format!("; the previous file is kept as {}", b.display()))
-                        .unwrap_or_default()
-                ))?;
-            } else {
-                out.line(format!(
-                    "already installed in {}: nothing changed",
-                    r.file.display()
-                ))?;
-            }
+            let done = format!(
+                "installed tacho's {} hooks ({}) in {}{}",
+                r.agent,
+                r.events.join(", "),
+                r.file.display(),
+                r.backup
+                    .as_ref()
+                    .map(|b| format!("; the previous file is kept as {}", b.display()))
+                    .unwrap_or_default()
+            );
+            let same = format!("already installed in {}: nothing changed", r.file.display());
+            report(&mut out, &r, a.json, &done, &same)?;
             if !a.json
                 && let Some(n) = &r.note
             {
@@ -180,24 +170,14 @@ pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
         }
         HooksCommand::Uninstall(a) => {
             let r = uninstall_hooks(&places()?, a.agent.agent(), a.scope.scope(), a.dry_run)?;
-            if a.json {
-                out.json(&r)?;
-            } else if a.dry_run {
-                out.line(format!("{} would be:", r.file.display()))?;
-                out.line(r.text.trim_end().to_string())?;
-            } else if r.changed {
-                out.line(format!(
-                    "removed tacho's {} hooks ({}) from {}",
-                    r.agent,
-                    r.events.join(", "),
-                    r.file.display()
-                ))?;
-            } else {
-                out.line(format!(
-                    "no tacho hooks in {}: nothing changed",
-                    r.file.display()
-                ))?;
-            }
+            let done = format!(
+                "removed tacho's {} hooks ({}) from {}",
+                r.agent,
+                r.events.join(", "),
+                r.file.display()
+            );
+            let same = format!("no tacho hooks in {}: nothing changed", r.file.display());
+            report(&mut out, &r, a.json, &done, &same)?;
         }
         HooksCommand::Status(a) => {
             let tacho = this_tacho()?;
@@ -243,6 +223,25 @@ pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
         }
     }
     out.finish()
+}
+
+/// What an install or uninstall did: JSON, the file as it would be (dry run), or one
+/// line saying whether it changed.
+fn report(
+    out: &mut Out,
+    r: &tacho_app::install::Installed,
+    json: bool,
+    done: &str,
+    same: &str,
+) -> Result<(), CliError> {
+    if json {
+        out.json(r)
+    } else if r.dry_run {
+        out.line(format!("{} would be:", r.file.display()))?;
+        out.line(r.text.trim_end().to_string())
+    } else {
+        out.line(if r.changed { done } else { same }.to_string())
+    }
 }
 
 fn scope_name(s: Scope) -> &'static str {
