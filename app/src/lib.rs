@@ -18,6 +18,7 @@ pub mod error;
 mod goals;
 mod hooks;
 pub mod import;
+mod index;
 mod ingest;
 pub mod install;
 mod logs;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use tacho_projections::{ExecutionGraph, FoldState};
-use tacho_store::{Store, StoreError, hex, stream_dir_name};
+use tacho_store::{ReadEnd, Store, StoreError, hex, stream_dir_name};
 
 /// The format of a stored projection file.
 /// (v2: the graph counts goal events; a v1 file is rebuilt.)
@@ -72,7 +72,7 @@ pub(crate) fn graph(
     store: &Store,
     session: &str,
     note: &dyn Fn(&str),
-) -> Result<ExecutionGraph, StoreError> {
+) -> Result<(ExecutionGraph, ReadEnd), StoreError> {
     let stored = load_trusted(store, session);
     let had = stored.as_ref().map(|g| g.next_seq);
     let mut g = stored.unwrap_or_else(|| ExecutionGraph::new(session));
@@ -86,7 +86,7 @@ pub(crate) fn graph(
             ));
         }
     }
-    Ok(g)
+    Ok((g, end))
 }
 
 /// A graph built from the log alone, up to (not including) event `until`.

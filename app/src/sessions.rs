@@ -14,7 +14,7 @@ use crate::error::kinds;
 /// Why `session list` could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
-    #[error("--since {0:?} is not a date (2026-08-01) or an RFC 3339 time")]
+    #[error("--since {0:?} is not a date (2026-08-01), an RFC 3339 time or an age (30m, 12h, 7d)")]
     BadSince(String),
     #[error("--risk {0:?} is not one of low, medium, high, critical")]
     BadRisk(String),
@@ -49,7 +49,8 @@ impl ListFilter {
 #[derive(Debug, Clone)]
 pub struct SessionRow {
     pub summary: SessionSummary,
-    pub risk: RiskAssessment,
+    pub risk_score: u32,
+    pub risk_level: RiskLevel,
     /// The session's record does not verify (where and why): nothing else about it is
     /// shown, and the other sessions still answer.
     pub damaged: Option<String>,
@@ -64,8 +65,28 @@ pub struct SessionDetail {
     pub segments: usize,
 }
 
-/// `--since`: an RFC 3339 time, or a date meaning its midnight UTC.
-fn parse_since(s: &str) -> Result<i64, ListError> {
+/// `--since`: an RFC 3339 time, a date meaning its midnight UTC, or an age before
+/// `now` (`30m`, `12h`, `7d`).
+pub(crate) fn parse_since(s: &str, now_unix_ns: i64) -> Result<i64, ListError> {
+    let unit_ns: Option<i64> = match s.chars().last() {
+        Some('m') => Some(60),
+        Some('h') => Some(3_600),
+        Some('d') => Some(86_400),
+        Some('w') => Some(7 * 86_400),
+        _ => None,
+    }
+    .map(|secs| secs * 1_000_000_000);
+    if let Some(unit) = unit_ns
+        && let Some(n) = s
+            .get(..s.len() - 1)
+            .and_then(|n| n.parse::<i64>().ok())
+            .filter(|n| *n >= 0)
+    {
+        return n
+            .checked_mul(unit)
+            .map(|age| now_unix_ns.saturating_sub(age))
+            .ok_or_else(|| ListError::BadSince(s.to_owned()));
+    }
     let text = if s.len() == 10 {
         format!("{s}T00:00:00Z")
     } else {
@@ -93,9 +114,17 @@ impl Tacho {
     /// whether its tools reported edits or not); when the snapshot store cannot be
     /// read, the graph of the events alone, with a note.
     pub fn graph(&self, session: &str) -> Result<ExecutionGraph, StoreError> {
-        let mut g = crate::projection::graph(self.log(), session, &|n| self.note(n))?;
+        Ok(self.graph_and_end(session)?.0)
+    }
+
+    /// [`Tacho::graph`], with where the log ended when it was read.
+    pub(crate) fn graph_and_end(
+        &self,
+        session: &str,
+    ) -> Result<(ExecutionGraph, tacho_store::ReadEnd), StoreError> {
+        let (mut g, end) = crate::projection::graph(self.log(), session, &|n| self.note(n))?;
         self.merge_observed(&mut g);
-        Ok(g)
+        Ok((g, end))
     }
 
     /// Merges what the snapshots show into a graph folded from the events.
@@ -157,48 +186,54 @@ impl Tacho {
         Ok((g, kinds))
     }
 
-    /// The sessions that pass the filters, oldest first.
-    pub fn list_sessions(&self, filter: &ListFilter) -> Result<Vec<SessionRow>, ListError> {
-        let since = filter.since.as_deref().map(parse_since).transpose()?;
+    /// The sessions that pass the filters, newest first, at most `limit` of them
+    /// (all with `None`). Read from the session index (brought up to date first).
+    pub fn list_sessions(
+        &self,
+        filter: &ListFilter,
+        limit: Option<usize>,
+    ) -> Result<Vec<SessionRow>, ListError> {
+        let now = self.now();
+        let since = filter
+            .since
+            .as_deref()
+            .map(|s| parse_since(s, now))
+            .transpose()?;
         let min_risk = match &filter.risk {
             Some(r) => Some(RiskLevel::parse(r).ok_or_else(|| ListError::BadRisk(r.clone()))?),
             None => None,
         };
+        let min_rank = min_risk.map(crate::index::rank_of);
+        let view = self.session_index()?;
         let mut rows = Vec::new();
-        for id in self.log().sessions()? {
-            let g = match self.graph(&id) {
-                Ok(g) => g,
-                Err(e @ (StoreError::Corrupt { .. } | StoreError::Io { .. })) => {
-                    let g = ExecutionGraph::new(&id);
-                    rows.push(SessionRow {
-                        summary: SessionSummary::from_graph(&g),
-                        risk: assess(&g),
-                        damaged: Some(e.to_string()),
-                    });
-                    continue;
+        view.for_each_newest_first(|e| {
+            if limit.is_some_and(|l| rows.len() >= l) {
+                return false;
+            }
+            if let Some(t) = since {
+                // Newest first: once one started before `since`, all the rest did.
+                if e.started().is_none_or(|st| st < t) {
+                    return false;
                 }
-                Err(e) => return Err(e.into()),
-            };
-            let s = SessionSummary::from_graph(&g);
-            let r = assess(&g);
-            if since.is_some_and(|t| s.started_unix_ns.is_none_or(|st| st < t))
-                || min_risk.is_some_and(|m| r.level < m)
+            }
+            if !e.is_damaged() && min_rank.is_some_and(|m| e.risk_level().is_none_or(|r| r < m))
                 || filter
                     .project
                     .as_ref()
-                    .is_some_and(|p| project_of(&s).as_deref() != Some(p.as_str()))
+                    .is_some_and(|p| e.project() != Some(p.as_str()))
             {
-                continue;
+                return true;
             }
+            let Some(f) = e.facts() else {
+                return true;
+            };
             rows.push(SessionRow {
-                summary: s,
-                risk: r,
-                damaged: None,
+                summary: crate::index::summary_of(e.session(), &f),
+                risk_score: f.risk_score,
+                risk_level: crate::index::level_of(f.risk_level),
+                damaged: f.damaged.clone(),
             });
-        }
-        rows.sort_by(|a, b| {
-            (a.summary.started_unix_ns, &a.summary.session)
-                .cmp(&(b.summary.started_unix_ns, &b.summary.session))
+            true
         });
         Ok(rows)
     }

@@ -122,10 +122,13 @@ fn errors_are_told_apart_by_variant_and_kind() {
     assert_eq!(e.kind(), ErrorKind::NotFound);
 
     let e = t
-        .list_sessions(&ListFilter {
-            since: Some("yesterday".into()),
-            ..ListFilter::default()
-        })
+        .list_sessions(
+            &ListFilter {
+                since: Some("yesterday".into()),
+                ..ListFilter::default()
+            },
+            None,
+        )
         .unwrap_err();
     assert!(matches!(e, ListError::BadSince(_)), "{e}");
     assert_eq!(e.kind(), ErrorKind::Input);

@@ -7,6 +7,7 @@
 //! <root>/locks/<stream dir>.lock
 //! <root>/streams/<stream dir>/00000000000000000000.tseg
 //! <root>/streams/<stream dir>/00000000000000012345.tseg
+//! <root>/index/sessions.snap, sessions.log, lock   (derived: the session index)
 //! ```
 //!
 //! The store owns I/O policy: where files live, when they are synced, what is repaired
@@ -14,6 +15,7 @@
 //! `tacho-schema`'s.
 
 pub mod dump;
+pub mod index;
 mod link;
 mod package;
 mod reader;

@@ -194,6 +194,17 @@ impl Store {
         Ok(names)
     }
 
+    /// Every session id, sorted: from the session index when it is complete (one file
+    /// read however many sessions there are), else by listing the streams.
+    pub fn session_ids(&self) -> Result<Vec<String>, StoreError> {
+        let view = self.index()?;
+        if view.complete() {
+            Ok(view.sessions())
+        } else {
+            self.sessions()
+        }
+    }
+
     /// The session a user means by `given`: its exact id, or the one session whose id
     /// starts with it. An ambiguous prefix lists the candidates; an unknown one
     /// suggests the nearest id (by edit distance).
@@ -201,10 +212,11 @@ impl Store {
         if self.has_session(given) {
             return Ok(given.to_string());
         }
-        let all = self.sessions()?;
+        let all = self.session_ids()?;
+        // The index may name a session whose writer never wrote its first event.
         let matches: Vec<String> = all
             .iter()
-            .filter(|s| s.starts_with(given))
+            .filter(|s| s.starts_with(given) && self.has_session(s))
             .cloned()
             .collect();
         match matches.len() {

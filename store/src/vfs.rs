@@ -85,7 +85,27 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError>;
     /// Whether a path exists.
     fn exists(&self, path: &Path) -> bool;
+    /// Appends `bytes` to the end of the file at `path` (created if missing) in one
+    /// write that writes of other processes never interleave with (`O_APPEND`).
+    /// Returns the file's length after the write, and whether the file was created.
+    fn append_shared(&self, path: &Path, bytes: &[u8]) -> io::Result<(u64, bool)>;
+    /// Makes a whole file durable (fdatasync), by path.
+    fn sync_file(&self, path: &Path) -> io::Result<()>;
+    /// Replaces the content of `path` atomically and durably: readers see the old or
+    /// the new content, and after a crash the new one is there if this returned.
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// A shared or exclusive lock on `path` (created if missing), waiting at most
+    /// `timeout`; released when the guard is dropped.
+    fn lock_mode(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        timeout: Duration,
+    ) -> Result<Box<dyn Released>, LockError>;
 }
+
+/// A guard that releases its lock when dropped.
+pub trait Released: Send + std::fmt::Debug {}
 
 /// The real filesystem.
 #[derive(Debug, Default, Clone, Copy)]
@@ -233,7 +253,97 @@ impl Vfs for RealFs {
     fn exists(&self, path: &Path) -> bool {
         path.exists()
     }
+
+    fn append_shared(&self, path: &Path, bytes: &[u8]) -> io::Result<(u64, bool)> {
+        let open = |create: bool| {
+            OpenOptions::new()
+                .append(true)
+                .create_new(create)
+                .open(path)
+        };
+        let (mut f, created) = match open(false) {
+            Ok(f) => (f, false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match open(true) {
+                Ok(f) => (f, true),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (open(false)?, false),
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
+        // One write call: with O_APPEND the kernel places it at the end atomically.
+        let n = f.write(bytes)?;
+        if n != bytes.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!(
+                    "short append to {} ({n} of {} bytes)",
+                    path.display(),
+                    bytes.len()
+                ),
+            ));
+        }
+        Ok((f.metadata()?.len(), created))
+    }
+
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        OpenOptions::new().write(true).open(path)?.sync_data()
+    }
+
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_data()?;
+            std::fs::rename(&tmp, path)?;
+            match path.parent() {
+                Some(dir) => self.sync_dir(dir),
+                None => Ok(()),
+            }
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    fn lock_mode(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        timeout: Duration,
+    ) -> Result<Box<dyn Released>, LockError> {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(200);
+        loop {
+            let got = if exclusive {
+                f.try_lock()
+            } else {
+                f.try_lock_shared()
+            };
+            match got {
+                Ok(()) => return Ok(Box::new(RealShared(f))),
+                Err(TryLockError::WouldBlock) if start.elapsed() < timeout => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(10));
+                }
+                Err(TryLockError::WouldBlock) => return Err(LockError::Busy { holder: None }),
+                Err(TryLockError::Error(e)) => return Err(LockError::Io(e)),
+            }
+        }
+    }
 }
+
+/// A shared or exclusive lock on a file, released when the file is closed.
+#[derive(Debug)]
+struct RealShared(#[allow(dead_code)] File);
+impl Released for RealShared {}
 
 // ---------------------------------------------------------------------------------
 // The simulated filesystem.
@@ -285,6 +395,9 @@ struct SimState {
     files: BTreeMap<PathBuf, SimFile>,
     dirs: BTreeSet<PathBuf>,
     locks: BTreeSet<PathBuf>,
+    /// Shared and exclusive locks of [`Vfs::lock_mode`]: holders per path (`None`: one
+    /// exclusive holder).
+    modes: BTreeMap<PathBuf, Option<usize>>,
     /// What lock holders noted in their lock files (kept across locks, like the file).
     lock_notes: BTreeMap<PathBuf, Vec<u8>>,
     syncs: u64,
@@ -649,5 +762,101 @@ impl Vfs for SimFs {
     fn exists(&self, path: &Path) -> bool {
         let st = self.state();
         st.files.contains_key(path) || st.dirs.contains(path)
+    }
+
+    fn append_shared(&self, path: &Path, bytes: &[u8]) -> io::Result<(u64, bool)> {
+        let mut st = self.state();
+        if let Some(parent) = path.parent()
+            && !st.dirs.contains(parent)
+        {
+            return Err(not_found(parent));
+        }
+        let budget = st.fail_writes_after;
+        let n = budget.map_or(bytes.len(), |left| (left as usize).min(bytes.len()));
+        if let Some(left) = budget {
+            st.fail_writes_after = Some(left - n as u64);
+        }
+        let created = !st.files.contains_key(path);
+        let f = st.files.entry(path.to_path_buf()).or_default();
+        let op = SimOp::Write {
+            offset: f.data.len() as u64,
+            bytes: bytes[..n].to_vec(),
+        };
+        op.apply(&mut f.data, usize::MAX);
+        f.pending.push(op);
+        if n < bytes.len() {
+            return Err(io::Error::other("simulated write failure (disk full)"));
+        }
+        Ok((f.data.len() as u64, created))
+    }
+
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        let mut st = self.state();
+        let f = st.files.get_mut(path).ok_or_else(|| not_found(path))?;
+        f.durable = f.data.clone();
+        f.pending.clear();
+        SimFs::count_sync(&mut st);
+        Ok(())
+    }
+
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut st = self.state();
+        if let Some(parent) = path.parent()
+            && !st.dirs.contains(parent)
+        {
+            return Err(not_found(parent));
+        }
+        st.files.insert(
+            path.to_path_buf(),
+            SimFile {
+                data: bytes.to_vec(),
+                durable: bytes.to_vec(),
+                pending: Vec::new(),
+                entry_durable: true,
+            },
+        );
+        SimFs::count_sync(&mut st);
+        Ok(())
+    }
+
+    fn lock_mode(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        _timeout: Duration,
+    ) -> Result<Box<dyn Released>, LockError> {
+        let mut st = self.state();
+        let held = st.modes.get(path).copied();
+        let next = match (held, exclusive) {
+            (None, true) => None,
+            (None, false) => Some(1),
+            (Some(Some(n)), false) => Some(n + 1),
+            _ => return Err(LockError::Busy { holder: None }),
+        };
+        st.modes.insert(path.to_path_buf(), next);
+        Ok(Box::new(SimShared {
+            fs: self.clone(),
+            path: path.to_path_buf(),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct SimShared {
+    fs: SimFs,
+    path: PathBuf,
+}
+impl Released for SimShared {}
+impl Drop for SimShared {
+    fn drop(&mut self) {
+        let mut st = self.fs.state();
+        match st.modes.get(&self.path).copied() {
+            Some(Some(n)) if n > 1 => {
+                st.modes.insert(self.path.clone(), Some(n - 1));
+            }
+            _ => {
+                st.modes.remove(&self.path);
+            }
+        }
     }
 }

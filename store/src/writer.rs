@@ -203,6 +203,11 @@ pub struct Writer {
     /// length before it), until it is taken back or the writer appends again.
     last_batch: Option<(PathBuf, u64)>,
     resumed_from_mark: bool,
+    /// This writer recorded in the session index that it writes the stream (a
+    /// `Dirty` record, synced before its first frame); it records the head when done.
+    indexed: bool,
+    /// Batches were appended since the stream was last synced.
+    unsynced: bool,
 }
 
 impl Store {
@@ -256,6 +261,8 @@ impl Store {
             last_kind: None,
             last_batch: None,
             resumed_from_mark: false,
+            indexed: false,
+            unsynced: false,
         };
         while !w.resume()? {}
         Ok(w)
@@ -273,6 +280,21 @@ pub fn append_group(
 ) -> Result<Vec<AppendReceipt>, StoreError> {
     let mut receipts = Vec::with_capacity(group.len());
     let mut failed = None;
+    // One synced index append says, for every stream of the group, that it is written.
+    if let Some((w, _)) = group.first() {
+        let store = w.store.clone();
+        let dirty: Vec<crate::index::Record> = group
+            .iter()
+            .filter(|(w, _)| !w.indexed)
+            .map(|(w, _)| crate::index::Record::Dirty {
+                session: w.session.clone(),
+            })
+            .collect();
+        store.index_append(&dirty, true)?;
+        for (w, _) in group.iter_mut() {
+            w.indexed = true;
+        }
+    }
     for (w, events) in group.iter_mut() {
         // Cleared first, so that a batch written before its append failed (say, while
         // sealing the segment) is taken back too, and nothing else is.
@@ -582,6 +604,15 @@ impl Writer {
         if let Err((_, reason)) = self.check_batch(events.iter().map(|(_, b)| b)) {
             return Err(self.reject(reason));
         }
+        if !self.indexed {
+            self.store.index_append(
+                &[crate::index::Record::Dirty {
+                    session: self.session.clone(),
+                }],
+                true,
+            )?;
+            self.indexed = true;
+        }
         self.buf.clear();
         for (i, (time, body)) in events.iter().enumerate() {
             let (kind, version, payload) = body.encode().map_err(|e| self.reject(e.to_string()))?;
@@ -669,6 +700,7 @@ impl Writer {
             self.poisoned = true;
             return Err(StoreError::io(&seg.path, e));
         }
+        self.unsynced = durability != Durability::Sync;
         let receipt = AppendReceipt {
             first_seq: self.next_seq,
             last_seq: self.next_seq + events.len() as u64 - 1,
@@ -772,12 +804,12 @@ impl Writer {
 
     /// Syncs everything appended so far (after [`Durability::Buffered`] appends).
     pub fn sync(&mut self) -> Result<(), StoreError> {
-        match self.seg.as_mut() {
-            Some(seg) => seg
-                .make_durable(self.store.vfs.as_ref(), &self.dir)
-                .map_err(|e| StoreError::io(&seg.path, e)),
-            None => Ok(()),
+        if let Some(seg) = self.seg.as_mut() {
+            seg.make_durable(self.store.vfs.as_ref(), &self.dir)
+                .map_err(|e| StoreError::io(&seg.path, e))?;
         }
+        self.unsynced = false;
+        Ok(())
     }
 
     fn reject(&self, reason: String) -> StoreError {
@@ -864,5 +896,28 @@ impl Writer {
         }
         self.seg_index = seg.index + 1;
         Ok(())
+    }
+}
+
+impl Drop for Writer {
+    /// Records the stream's head in the session index (clearing the `Dirty` mark of
+    /// this writer). Best effort: a head not recorded (or not durable yet) leaves the
+    /// entry dirty, and the next reader heals it from the stream.
+    fn drop(&mut self) {
+        // A head is recorded only when durable: the index never claims more than a
+        // crash keeps.
+        if !self.indexed || self.poisoned || self.unsynced {
+            return;
+        }
+        let head = crate::index::Record::Head {
+            session: self.session.clone(),
+            next_seq: self.next_seq,
+            head: self.chain,
+        };
+        if let Ok(len) = self.store.index_append(&[head], false)
+            && len > crate::index::LOG_BYTES_WRITER_COMPACTS
+        {
+            let _ = self.store.index_compact();
+        }
     }
 }

@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use tacho_app::render::{duration, thousands};
 use tacho_app::{ListFilter, project_of};
-use tacho_projections::{RiskAssessment, SessionStatus, SessionSummary};
+use tacho_projections::{RiskLevel, SessionStatus, SessionSummary};
 use tacho_schema::time_to_rfc3339;
 
 use crate::error::CliError;
@@ -40,6 +40,9 @@ pub struct ListArgs {
     /// component of its workspace).
     #[arg(long)]
     pub project: Option<String>,
+    /// At most this many sessions (the newest).
+    #[arg(long)]
+    pub limit: Option<usize>,
     /// One JSON object per session (JSON Lines) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -72,7 +75,7 @@ fn status_text(s: SessionStatus) -> String {
     }
 }
 
-fn row_json(s: &SessionSummary, r: &RiskAssessment) -> serde_json::Value {
+fn row_json(s: &SessionSummary, (score, level): &(u32, RiskLevel)) -> serde_json::Value {
     let fields = match serde_json::to_value(s) {
         Ok(serde_json::Value::Object(m)) => m,
         _ => serde_json::Map::new(),
@@ -87,8 +90,8 @@ fn row_json(s: &SessionSummary, r: &RiskAssessment) -> serde_json::Value {
         "started".into(),
         s.started_unix_ns.map(time_to_rfc3339).into(),
     );
-    o.insert("risk_score".into(), r.score.into());
-    o.insert("risk_level".into(), r.level.as_str().into());
+    o.insert("risk_score".into(), (*score).into());
+    o.insert("risk_level".into(), level.as_str().into());
     serde_json::Value::Object(o)
 }
 
@@ -99,15 +102,15 @@ fn list(a: ListArgs) -> Result<(), CliError> {
         project: a.project.clone(),
     };
     let tacho = crate::open()?;
-    let listed = tacho.list_sessions(&filter)?;
+    let listed = tacho.list_sessions(&filter, a.limit)?;
     let damaged: Vec<(String, String)> = listed
         .iter()
         .filter_map(|r| Some((r.summary.session.clone(), r.damaged.clone()?)))
         .collect();
-    let rows: Vec<(SessionSummary, RiskAssessment)> = listed
+    let rows: Vec<(SessionSummary, (u32, RiskLevel))> = listed
         .into_iter()
         .filter(|r| r.damaged.is_none())
-        .map(|r| (r.summary, r.risk))
+        .map(|r| (r.summary, (r.risk_score, r.risk_level)))
         .collect();
     let mut out = Out::new();
     if a.json {
@@ -175,7 +178,7 @@ fn list(a: ListArgs) -> Result<(), CliError> {
             s.tool_calls,
             s.tool_failures,
             format!("{}/{}", thousands(s.tokens_in), thousands(s.tokens_out)),
-            format!("{} {}", r.level.as_str(), r.score),
+            format!("{} {}", r.1.as_str(), r.0),
             status_text(s.status),
             who
         ))?;
@@ -203,7 +206,7 @@ fn show(a: ShowArgs) -> Result<(), CliError> {
     let (s, g, r, segments) = (&d.summary, &d.graph, &d.risk, d.segments);
     let mut out = Out::new();
     if a.json {
-        let mut v = row_json(s, r);
+        let mut v = row_json(s, &(r.score, r.level));
         if let Some(o) = v.as_object_mut() {
             o.insert("duration_ms".into(), g.duration_ms().into());
             o.insert("agents".into(), g.agents.clone().into());

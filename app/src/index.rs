@@ -1,0 +1,250 @@
+//! The session index kept complete and current: rebuilt from the streams when there is
+//! none, healed where a writer left an entry dirty, and given the facts (summary and
+//! risk) of sessions whose facts are behind their stream. Every listing, prefix
+//! resolution and child lookup reads it instead of every stream.
+
+use tacho_projections::{ExecutionGraph, RiskLevel, SessionStatus, SessionSummary, assess};
+use tacho_schema::EventBody;
+use tacho_store::index::{FactsAt, IndexEntry, IndexView, LOG_BYTES_COMPACT, Record, SessionFacts};
+use tacho_store::{ReadEnd, StoreError};
+
+use crate::Tacho;
+
+/// Risk levels by rank (the index stores the rank).
+const LEVELS: [RiskLevel; 4] = [
+    RiskLevel::Low,
+    RiskLevel::Medium,
+    RiskLevel::High,
+    RiskLevel::Critical,
+];
+
+pub(crate) fn rank_of(level: RiskLevel) -> u8 {
+    LEVELS.iter().position(|l| *l == level).unwrap_or(0) as u8
+}
+
+pub(crate) fn level_of(rank: u8) -> RiskLevel {
+    LEVELS
+        .get(rank as usize)
+        .copied()
+        .unwrap_or(RiskLevel::Critical)
+}
+
+/// The facts of a session's graph.
+fn facts_of(g: &ExecutionGraph, source: Option<String>) -> SessionFacts {
+    let s = SessionSummary::from_graph(g);
+    let risk = assess(g);
+    SessionFacts {
+        started_unix_ns: s.started_unix_ns,
+        last_event_unix_ns: s.last_event_unix_ns,
+        end_reason: match s.status {
+            SessionStatus::Running => None,
+            SessionStatus::Ended(r) => Some(r),
+        },
+        agent: s.agent,
+        title: s.title,
+        workspace: s.workspace,
+        project: s.project,
+        parent: s.parent,
+        source,
+        events: s.events,
+        steps: s.steps,
+        tool_calls: s.tool_calls,
+        tool_failures: s.tool_failures,
+        files_edited: s.files_edited,
+        tokens_in: s.tokens_in,
+        tokens_out: s.tokens_out,
+        risk_score: risk.score,
+        risk_level: rank_of(risk.level),
+        damaged: None,
+    }
+}
+
+/// The summary a listing shows, from stored facts.
+pub(crate) fn summary_of(session: &str, f: &SessionFacts) -> SessionSummary {
+    SessionSummary {
+        session: session.to_string(),
+        started_unix_ns: f.started_unix_ns,
+        last_event_unix_ns: f.last_event_unix_ns,
+        status: f
+            .end_reason
+            .map_or(SessionStatus::Running, SessionStatus::Ended),
+        agent: f.agent.clone(),
+        title: f.title.clone(),
+        workspace: f.workspace.clone(),
+        project: f.project.clone(),
+        parent: f.parent.clone(),
+        events: f.events,
+        steps: f.steps,
+        tool_calls: f.tool_calls,
+        tool_failures: f.tool_failures,
+        files_edited: f.files_edited,
+        tokens_in: f.tokens_in,
+        tokens_out: f.tokens_out,
+    }
+}
+
+/// Sessions per progress note while rebuilding.
+const REBUILD_NOTE_EVERY: usize = 5_000;
+
+impl Tacho {
+    /// The facts of a session as its stream holds them now, with the head they describe.
+    /// A stream that does not read gives facts saying so (at `fallback`'s head); a
+    /// stream that does not exist (yet) gives `None`.
+    fn current_facts(&self, session: &str, fallback: (u64, [u8; 32])) -> Option<FactsAt> {
+        let source = |this: &Self| match this.log().first_event(session) {
+            Ok(Some(e)) => match e.body {
+                EventBody::SessionStart(s) => s.source,
+                _ => None,
+            },
+            _ => None,
+        };
+        Some(match self.graph_and_end(session) {
+            Ok((g, ReadEnd { next_seq, head, .. })) => FactsAt {
+                next_seq,
+                head,
+                facts: facts_of(&g, source(self)),
+            },
+            Err(StoreError::NotFound(_)) => return None,
+            Err(e) => FactsAt {
+                next_seq: fallback.0,
+                head: fallback.1,
+                facts: SessionFacts {
+                    damaged: Some(e.to_string()),
+                    ..SessionFacts::default()
+                },
+            },
+        })
+    }
+
+    /// The entry of one session read from its stream: its head (under the stream's
+    /// lock, when no writer holds it; dirty otherwise) and its facts.
+    fn entry_from_stream(&self, session: &str) -> IndexEntry {
+        let (head, dirty) = match self.log().try_writer(session) {
+            Ok(w) => {
+                // While `w` lives no writer appends: head and facts agree.
+                let head = (w.next_seq(), w.head());
+                return IndexEntry {
+                    session: session.to_string(),
+                    next_seq: head.0,
+                    head: head.1,
+                    dirty: false,
+                    facts: self.current_facts(session, head),
+                };
+            }
+            Err(StoreError::Busy { .. }) => ((0, [0; 32]), true),
+            Err(_) => ((0, [0; 32]), false),
+        };
+        let at = self.current_facts(session, head);
+        let known = at.as_ref().filter(|_| !dirty);
+        IndexEntry {
+            session: session.to_string(),
+            next_seq: known.map_or(0, |a| a.next_seq),
+            head: known.map_or([0; 32], |a| a.head),
+            dirty,
+            facts: at,
+        }
+    }
+
+    /// Rebuilds the index from the streams (what a deleted or missing index costs once).
+    pub fn rebuild_index(&self) -> Result<(), StoreError> {
+        let log = self.log();
+        let ids = log.sessions()?;
+        let big = ids.len() >= REBUILD_NOTE_EVERY;
+        if big {
+            self.note(&format!(
+                "building the session index of {} sessions (once; later listings read it)",
+                ids.len()
+            ));
+        }
+        let mut entries = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            entries.push(self.entry_from_stream(id));
+            if big && (i + 1) % REBUILD_NOTE_EVERY == 0 {
+                self.note(&format!("  {} of {} sessions indexed", i + 1, ids.len()));
+            }
+        }
+        log.index_replace(entries)
+    }
+
+    /// The session index, complete and current: built when missing, dirty entries
+    /// healed, facts brought up to each stream's head. A store that cannot be written
+    /// (read-only) still answers: what could not be recorded is computed again next
+    /// time.
+    pub(crate) fn session_index(&self) -> Result<IndexView, StoreError> {
+        let log = self.log();
+        let mut view = log.index()?;
+        if !view.complete() {
+            if !log.exists() {
+                return Ok(view);
+            }
+            self.rebuild_index()?;
+            view = log.index()?;
+        }
+        let mut behind = Vec::new();
+        view.for_each_newest_first(|e| {
+            if !e.is_fresh() {
+                behind.push(e.to_owned());
+            }
+            true
+        });
+        let mut records = Vec::new();
+        for e in behind {
+            if e.dirty {
+                match log.try_writer(&e.session) {
+                    Ok(w) if w.next_seq() == 0 => {
+                        // A writer recorded that it would write, and wrote nothing.
+                        let gone = Record::Removed {
+                            session: e.session.clone(),
+                        };
+                        if let Err(err) = log.index_append(std::slice::from_ref(&gone), false) {
+                            self.note(&format!("note: the session index was not updated: {err}"));
+                        }
+                        records.push(gone);
+                        continue;
+                    }
+                    Ok(w) => {
+                        // Recorded while `w` holds the stream: no writer is mid-way.
+                        let head = Record::Head {
+                            session: e.session.clone(),
+                            next_seq: w.next_seq(),
+                            head: w.head(),
+                        };
+                        if let Err(err) = log.index_append(std::slice::from_ref(&head), false) {
+                            self.note(&format!("note: the session index was not updated: {err}"));
+                        }
+                        records.push(head);
+                    }
+                    Err(_) => {}
+                }
+            }
+            if let Some(at) = self.current_facts(&e.session, (e.next_seq, e.head)) {
+                records.push(Record::Facts {
+                    session: e.session.clone(),
+                    at,
+                });
+            }
+        }
+        if !records.is_empty() {
+            // Head and Removed records were appended above, under their stream's lock.
+            let appended: Vec<Record> = records
+                .iter()
+                .filter(|r| matches!(r, Record::Facts { .. }))
+                .cloned()
+                .collect();
+            let len = match log.index_append(&appended, false) {
+                Ok(len) => len,
+                Err(err) => {
+                    self.note(&format!("note: the session index was not updated: {err}"));
+                    0
+                }
+            };
+            view.apply(records);
+            if len > LOG_BYTES_COMPACT
+                && let Err(err) = log.index_compact()
+            {
+                self.note(&format!("note: the session index was not compacted: {err}"));
+            }
+        }
+        Ok(view)
+    }
+}
