@@ -116,6 +116,13 @@ impl Config {
                 .map_err(|_| OpenError::BadLockTimeout(v.clone()))?;
             store.lock_timeout = Duration::from_millis(ms);
         }
+        // Tests set it low, to compact the session index while writers append.
+        if let Some(n) = std::env::var("TACHO_INDEX_COMPACT_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            store.index_compact_bytes = n;
+        }
         Ok(Config {
             data_dir,
             store,

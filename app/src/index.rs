@@ -5,8 +5,8 @@
 
 use tacho_projections::{ExecutionGraph, RiskLevel, SessionStatus, SessionSummary, assess};
 use tacho_schema::EventBody;
-use tacho_store::index::{FactsAt, IndexEntry, IndexView, LOG_BYTES_COMPACT, Record, SessionFacts};
-use tacho_store::{ReadEnd, StoreError};
+use tacho_store::index::{FactsAt, IndexEntry, IndexView, Record, SessionFacts};
+use tacho_store::{Finding, ReadEnd, Severity, StoreError, StreamReport, hex};
 
 use crate::Tacho;
 
@@ -91,18 +91,11 @@ impl Tacho {
     /// A stream that does not read gives facts saying so (at `fallback`'s head); a
     /// stream that does not exist (yet) gives `None`.
     fn current_facts(&self, session: &str, fallback: (u64, [u8; 32])) -> Option<FactsAt> {
-        let source = |this: &Self| match this.log().first_event(session) {
-            Ok(Some(e)) => match e.body {
-                EventBody::SessionStart(s) => s.source,
-                _ => None,
-            },
-            _ => None,
-        };
         Some(match self.graph_and_end(session) {
             Ok((g, ReadEnd { next_seq, head, .. })) => FactsAt {
                 next_seq,
                 head,
-                facts: facts_of(&g, source(self)),
+                facts: facts_of(&g, self.source_of(session)),
             },
             Err(StoreError::NotFound(_)) => return None,
             Err(e) => FactsAt {
@@ -114,6 +107,17 @@ impl Tacho {
                 },
             },
         })
+    }
+
+    /// What produced a session's events (its `session.start`'s `source`).
+    fn source_of(&self, session: &str) -> Option<String> {
+        match self.log().first_event(session) {
+            Ok(Some(e)) => match e.body {
+                EventBody::SessionStart(s) => s.source,
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// The entry of one session read from its stream: its head (under the stream's
@@ -146,8 +150,10 @@ impl Tacho {
     }
 
     /// Rebuilds the index from the streams (what a deleted or missing index costs once).
-    pub fn rebuild_index(&self) -> Result<(), StoreError> {
+    /// Returns how many sessions it indexed.
+    pub fn rebuild_index(&self) -> Result<usize, StoreError> {
         let log = self.log();
+        let mark = log.index_mark()?;
         let ids = log.sessions()?;
         let big = ids.len() >= REBUILD_NOTE_EVERY;
         if big {
@@ -163,7 +169,9 @@ impl Tacho {
                 self.note(&format!("  {} of {} sessions indexed", i + 1, ids.len()));
             }
         }
-        log.index_replace(entries)
+        let n = entries.len();
+        log.index_replace(entries, mark)?;
+        Ok(n)
     }
 
     /// The session index, complete and current: built when missing, dirty entries
@@ -239,12 +247,102 @@ impl Tacho {
                 }
             };
             view.apply(records);
-            if len > LOG_BYTES_COMPACT
+            if len > log.options().index_compact_bytes
                 && let Err(err) = log.index_compact()
             {
                 self.note(&format!("note: the session index was not compacted: {err}"));
             }
         }
         Ok(view)
+    }
+}
+
+fn index_finding(severity: Severity, session: &str, message: String) -> Finding {
+    Finding {
+        severity,
+        session: session.to_string(),
+        segment: None,
+        offset: None,
+        message,
+    }
+}
+
+impl Tacho {
+    /// Checks a session's index entry against its verified stream: present; its head
+    /// the stream's unless marked dirty; its facts, when they claim to describe that
+    /// head, equal to facts folded anew from the events (not from stored projections).
+    pub(crate) fn check_index_entry(&self, view: &IndexView, r: &StreamReport) -> Vec<Finding> {
+        let s = &r.session;
+        let fix = "(derived data: `tacho log reindex` rebuilds it)";
+        if r.findings.iter().any(|f| f.severity == Severity::Error) {
+            return Vec::new();
+        }
+        let Some(e) = view.get(s) else {
+            return vec![index_finding(
+                Severity::Error,
+                s,
+                format!("the session index has no entry for this session {fix}"),
+            )];
+        };
+        let mut out = Vec::new();
+        if !e.dirty && (e.next_seq, e.head) != (r.next_seq, r.chain) {
+            out.push(index_finding(
+                Severity::Error,
+                s,
+                format!(
+                    "the session index says {} events (head {}), the stream holds {} (head {}) {fix}",
+                    e.next_seq,
+                    hex(&e.head),
+                    r.next_seq,
+                    hex(&r.chain)
+                ),
+            ));
+        } else if let Some(stored) = e.fresh_facts() {
+            let fresh = crate::projection::rebuild(self.log(), s, u64::MAX).map(|mut g| {
+                self.merge_observed(&mut g);
+                facts_of(&g, self.source_of(s))
+            });
+            match fresh {
+                Ok(f) if f == *stored => {}
+                Ok(f) => out.push(index_finding(
+                    Severity::Error,
+                    s,
+                    format!(
+                        "the session index's facts differ from the events: stored {stored:?}, folded {f:?} {fix}"
+                    ),
+                )),
+                Err(err) => out.push(index_finding(
+                    Severity::Error,
+                    s,
+                    format!("the events could not be folded to check the index: {err}"),
+                )),
+            }
+        }
+        out
+    }
+
+    /// Store-level checks of the index: entries of sessions that have no stream, and
+    /// damage skipped while reading it.
+    pub(crate) fn check_index_store(&self, view: &IndexView, streams: &[String]) -> Vec<Finding> {
+        let mut out: Vec<Finding> = view
+            .damage
+            .iter()
+            .map(|d| index_finding(Severity::Warning, "(session index)", d.clone()))
+            .collect();
+        let known: std::collections::HashSet<&str> = streams.iter().map(String::as_str).collect();
+        for e in view.entries() {
+            if !known.contains(e.session.as_str()) && !e.dirty && e.next_seq > 0 {
+                out.push(index_finding(
+                    Severity::Error,
+                    &e.session,
+                    format!(
+                        "the session index lists {} events of a session the store does not hold \
+                         (derived data: `tacho log reindex` rebuilds it)",
+                        e.next_seq
+                    ),
+                ));
+            }
+        }
+        out
     }
 }

@@ -1,9 +1,11 @@
 //! Log-level tooling: verifying or counting every stream, and dumping segments.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tacho_store::dump::{SegmentDump, dump_file};
-use tacho_store::{StoreError, StoreReport};
+use tacho_store::{StoreError, StoreReport, StreamReport};
 
 use crate::Tacho;
 use crate::error::kinds;
@@ -63,8 +65,9 @@ impl Tacho {
     }
 
     /// Verifies (`deep`: every checksum, chain step, sequence number and payload) or
-    /// counts every stream, or one. `progress(done, total)` hears of each session
-    /// before it starts.
+    /// counts every stream, or one, on every core. `progress(done, total)` hears how
+    /// many sessions are done. A deep check of the whole store also checks the session
+    /// index against the streams (see [`Tacho::check_index_entry`]).
     pub fn verify_store(
         &self,
         deep: bool,
@@ -75,12 +78,58 @@ impl Tacho {
             Some(s) => vec![self.resolve_session(s)?],
             None => self.log().sessions()?,
         };
+        let index = match (deep, only) {
+            (true, None) => Some(self.log().index()?).filter(|v| v.complete()),
+            _ => None,
+        };
+        let total = sessions.len();
+        let next = AtomicUsize::new(0);
+        let done = AtomicUsize::new(0);
+        let slots: Vec<Mutex<Option<Result<StreamReport, StoreError>>>> =
+            sessions.iter().map(|_| Mutex::new(None)).collect();
+        let work = || {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(s) = sessions.get(i) else { break };
+                let r = self.log().verify_session(s, deep).map(|mut r| {
+                    if let Some(v) = &index {
+                        r.findings.extend(self.check_index_entry(v, &r));
+                    }
+                    r
+                });
+                if let Some(slot) = slots.get(i) {
+                    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        std::thread::scope(|scope| {
+            for _ in 1..threads.min(total) {
+                scope.spawn(work);
+            }
+            // This thread reports progress while the others work, then helps.
+            while threads > 1 && done.load(Ordering::Relaxed) + threads <= total {
+                progress(done.load(Ordering::Relaxed), total);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            work();
+        });
+        progress(total, total);
         let mut report = StoreReport::default();
-        for (i, s) in sessions.iter().enumerate() {
-            progress(i, sessions.len());
-            report.streams.push(self.log().verify_session(s, deep)?);
+        for slot in slots {
+            match slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                Some(r) => report.streams.push(r?),
+                None => {
+                    return Err(StoreError::NotFound(
+                        "(a session verified by no thread)".into(),
+                    ));
+                }
+            }
         }
-        progress(sessions.len(), sessions.len());
+        if let Some(v) = &index {
+            report.store.extend(self.check_index_store(v, &sessions));
+        }
         Ok(report)
     }
 

@@ -476,21 +476,24 @@ impl Tacho {
         workspace: &str,
         ws_path: &Path,
     ) -> Result<Family, StoreError> {
-        let log = self.log();
+        // Parents and sources come from the session index (one file, brought up to
+        // date), not from every session's first event.
         let mut children: BTreeMap<String, Vec<(String, Option<String>)>> = BTreeMap::new();
         let mut rollback_sessions = Vec::new();
-        for id in log.sessions()? {
-            if let Some(ev) = log.first_event(&id)?
-                && let EventBody::SessionStart(s) = ev.body
+        for e in self.session_index()?.entries() {
+            let Some(f) = e.facts.map(|at| at.facts) else {
+                continue;
+            };
+            if f.source.as_deref() == Some("tacho-rollback")
+                && f.workspace.as_deref() == Some(workspace)
             {
-                if s.source.as_deref() == Some("tacho-rollback")
-                    && s.workspace.as_deref() == Some(workspace)
-                {
-                    rollback_sessions.push(id.clone());
-                }
-                if let Some(p) = s.parent {
-                    children.entry(p).or_default().push((id, s.workspace));
-                }
+                rollback_sessions.push(e.session.clone());
+            }
+            if let Some(p) = f.parent {
+                children
+                    .entry(p)
+                    .or_default()
+                    .push((e.session, f.workspace));
             }
         }
         let mut out = vec![self.member(session.to_string(), graph, ws_path)?];

@@ -173,6 +173,14 @@ impl Record {
     }
 }
 
+/// Where the index stood (see [`Store::index_mark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexMark {
+    /// The snapshot file's length and CRC, if there is one.
+    snapshot: Option<(u64, u32)>,
+    log_len: u64,
+}
+
 /// The sorted entries of a snapshot body (archived).
 #[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct Snapshot {
@@ -724,6 +732,11 @@ impl Store {
     /// Folds the appended records into a new snapshot and empties the log, under the
     /// index's exclusive lock (appenders wait).
     pub fn index_compact(&self) -> Result<(), StoreError> {
+        // An index never built is not compacted (that would claim it complete): said
+        // without reading the records.
+        if !self.vfs.exists(&self.index_snapshot_path()) {
+            return Ok(());
+        }
         let _exclusive = self.index_lock(true)?;
         let view = self.index_locked()?;
         if !view.complete() || (view.log_len == 0 && view.damage.is_empty()) {
@@ -732,12 +745,55 @@ impl Store {
         self.write_index_locked(view.entries(), true)
     }
 
-    /// Replaces the index with `entries` (a rebuild from the streams). Records appended
-    /// meanwhile are kept and fold on top (they may only mark entries dirty or move
-    /// them forward).
-    pub fn index_replace(&self, entries: Vec<IndexEntry>) -> Result<(), StoreError> {
+    /// Where the index is now: taken before a rebuild reads the streams, so that the
+    /// rebuild can drop the records it has superseded and keep those appended since.
+    pub fn index_mark(&self) -> Result<IndexMark, StoreError> {
+        // Exclusive, if briefly: no append is half-way while the length is read.
         let _exclusive = self.index_lock(true)?;
-        self.write_index_locked(entries, false)
+        self.index_mark_locked()
+    }
+
+    fn index_mark_locked(&self) -> Result<IndexMark, StoreError> {
+        let snapshot = self
+            .vfs
+            .read(&self.index_snapshot_path(), false)
+            .ok()
+            .map(|b| (b.len() as u64, crc32fast::hash(&b)));
+        let log_len = match self.vfs.read(&self.index_log_path(), false) {
+            Ok(b) => b.len() as u64,
+            Err(_) => 0,
+        };
+        Ok(IndexMark { snapshot, log_len })
+    }
+
+    /// Replaces the index with `entries`, a rebuild from the streams that started at
+    /// `mark`. Records appended since the mark are kept and fold on top (a writer that
+    /// started meanwhile marks its entry dirty); those before it are dropped, the
+    /// rebuild having read the streams after them. When a compaction ran meanwhile,
+    /// every record left is newer than the mark, and all are kept.
+    pub fn index_replace(
+        &self,
+        entries: Vec<IndexEntry>,
+        mark: IndexMark,
+    ) -> Result<(), StoreError> {
+        let _exclusive = self.index_lock(true)?;
+        let now = self.index_mark_locked()?;
+        let log_path = self.index_log_path();
+        let kept = if now.snapshot == mark.snapshot && now.log_len >= mark.log_len {
+            match self.vfs.read(&log_path, false) {
+                Ok(b) => Some(b.get(mark.log_len as usize..).unwrap_or_default().to_vec()),
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        self.write_index_locked(entries, false)?;
+        if let Some(rest) = kept {
+            self.vfs
+                .replace(&log_path, &rest)
+                .map_err(|e| StoreError::io(&log_path, e))?;
+        }
+        Ok(())
     }
 
     fn write_index_locked(
@@ -837,7 +893,8 @@ mod tests {
         .unwrap();
         st.index_compact().unwrap();
         assert!(!st.index().unwrap().complete());
-        st.index_replace(Vec::new()).unwrap();
+        st.index_replace(Vec::new(), st.index_mark().unwrap())
+            .unwrap();
         st.index_append(
             &[
                 Record::Dirty {

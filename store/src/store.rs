@@ -21,6 +21,9 @@ pub struct StoreOptions {
     /// Threads that verification may use for chain steps and payloads; 0 means one per
     /// core. Small segments are always checked on the calling thread.
     pub verify_threads: usize,
+    /// A reader folds the session index's appended records into its snapshot once
+    /// they exceed this many bytes (256 KiB).
+    pub index_compact_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -29,6 +32,7 @@ impl Default for StoreOptions {
             segment_bytes_max: 16 * 1024 * 1024,
             lock_timeout: Duration::from_secs(10),
             verify_threads: 0,
+            index_compact_bytes: crate::index::LOG_BYTES_COMPACT,
         }
     }
 }
@@ -150,6 +154,11 @@ impl Store {
         // data directory leaves no trace there.
         let root = root.into();
         Ok(Store { root, vfs, opts })
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.opts
     }
 
     /// The store's root directory.

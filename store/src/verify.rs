@@ -53,6 +53,8 @@ pub struct StreamReport {
 #[derive(Debug, Clone, Default)]
 pub struct StoreReport {
     pub streams: Vec<StreamReport>,
+    /// Findings about the store as a whole (its session index), not one stream.
+    pub store: Vec<Finding>,
 }
 
 impl StoreReport {
@@ -70,7 +72,10 @@ impl StoreReport {
     }
 
     pub fn findings(&self) -> impl Iterator<Item = &Finding> {
-        self.streams.iter().flat_map(|s| s.findings.iter())
+        self.streams
+            .iter()
+            .flat_map(|s| s.findings.iter())
+            .chain(self.store.iter())
     }
 
     /// True when no finding is an error.
