@@ -79,7 +79,7 @@ impl Tacho {
             None => self.log().sessions()?,
         };
         let index = match (deep, only) {
-            (true, None) => Some(self.log().index()?).filter(|v| v.complete()),
+            (true, None) => Some(self.log().index_checked()?).filter(|v| v.complete()),
             _ => None,
         };
         let total = sessions.len();
@@ -105,15 +105,14 @@ impl Tacho {
         };
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         std::thread::scope(|scope| {
-            for _ in 1..threads.min(total) {
-                scope.spawn(work);
-            }
-            // This thread reports progress while the others work, then helps.
-            while threads > 1 && done.load(Ordering::Relaxed) + threads <= total {
+            let workers: Vec<_> = (0..threads.min(total).max(1))
+                .map(|_| scope.spawn(work))
+                .collect();
+            // This thread only reports progress.
+            while workers.iter().any(|w| !w.is_finished()) {
                 progress(done.load(Ordering::Relaxed), total);
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            work();
         });
         progress(total, total);
         let mut report = StoreReport::default();

@@ -203,17 +203,6 @@ impl Store {
         Ok(names)
     }
 
-    /// Every session id, sorted: from the session index when it is complete (one file
-    /// read however many sessions there are), else by listing the streams.
-    pub fn session_ids(&self) -> Result<Vec<String>, StoreError> {
-        let view = self.index()?;
-        if view.complete() {
-            Ok(view.sessions())
-        } else {
-            self.sessions()
-        }
-    }
-
     /// The session a user means by `given`: its exact id, or the one session whose id
     /// starts with it. An ambiguous prefix lists the candidates; an unknown one
     /// suggests the nearest id (by edit distance).
@@ -221,24 +210,38 @@ impl Store {
         if self.has_session(given) {
             return Ok(given.to_string());
         }
-        let all = self.session_ids()?;
+        let view = self.index()?;
+        let candidates = if view.complete() {
+            view.sessions_with_prefix(given)
+        } else {
+            self.sessions()?
+                .into_iter()
+                .filter(|s| s.starts_with(given))
+                .collect()
+        };
         // The index may name a session whose writer never wrote its first event.
-        let matches: Vec<String> = all
-            .iter()
-            .filter(|s| s.starts_with(given) && self.has_session(s))
-            .cloned()
+        let matches: Vec<String> = candidates
+            .into_iter()
+            .filter(|s| self.has_session(s))
             .collect();
         match matches.len() {
             1 => Ok(matches.into_iter().next().unwrap_or_default()),
-            0 => Err(StoreError::UnknownSession {
-                given: given.to_string(),
-                nearest: all
-                    .iter()
-                    .map(|s| (strsim::levenshtein(given, s), s))
-                    .filter(|(d, _)| *d <= (given.len() / 3).max(2))
-                    .min()
-                    .map(|(_, s)| s.clone()),
-            }),
+            0 => {
+                let all = if view.complete() {
+                    view.sessions()
+                } else {
+                    self.sessions()?
+                };
+                Err(StoreError::UnknownSession {
+                    given: given.to_string(),
+                    nearest: all
+                        .iter()
+                        .map(|s| (strsim::levenshtein(given, s), s))
+                        .filter(|(d, _)| *d <= (given.len() / 3).max(2))
+                        .min()
+                        .map(|(_, s)| s.clone()),
+                })
+            }
             _ => Err(StoreError::AmbiguousSession {
                 given: given.to_string(),
                 candidates: matches,

@@ -94,6 +94,10 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     /// Replaces the content of `path` atomically and durably: readers see the old or
     /// the new content, and after a crash the new one is there if this returned.
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Makes everything written on the filesystem that holds `path` durable, data and
+    /// directory entries (`syncfs`): one call for a group of streams, instead of a sync
+    /// of each file and each new directory.
+    fn sync_fs(&self, path: &Path) -> io::Result<()>;
     /// A shared or exclusive lock on `path` (created if missing), waiting at most
     /// `timeout`; released when the guard is dropped.
     fn lock_mode(
@@ -287,6 +291,12 @@ impl Vfs for RealFs {
 
     fn sync_file(&self, path: &Path) -> io::Result<()> {
         OpenOptions::new().write(true).open(path)?.sync_data()
+    }
+
+    fn sync_fs(&self, path: &Path) -> io::Result<()> {
+        // Since Linux 5.8 syncfs also reports writeback errors of the filesystem.
+        let dir = File::open(path)?;
+        rustix::fs::syncfs(&dir).map_err(io::Error::from)
     }
 
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -788,6 +798,17 @@ impl Vfs for SimFs {
             return Err(io::Error::other("simulated write failure (disk full)"));
         }
         Ok((f.data.len() as u64, created))
+    }
+
+    fn sync_fs(&self, _path: &Path) -> io::Result<()> {
+        let mut st = self.state();
+        for f in st.files.values_mut() {
+            f.durable = f.data.clone();
+            f.pending.clear();
+            f.entry_durable = true;
+        }
+        SimFs::count_sync(&mut st);
+        Ok(())
     }
 
     fn sync_file(&self, path: &Path) -> io::Result<()> {

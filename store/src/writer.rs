@@ -64,6 +64,9 @@ struct OpenSegment {
     /// buffered append has not; the next sync of any kind must cover it, or a synced
     /// batch could vanish with its file.
     entry_durable: bool,
+    /// Whether the stream directory's own entry (in `streams/`) is durable: not yet
+    /// for a stream this segment created.
+    dir_entry_durable: bool,
     /// CRC-32 of the segment's data, `[0, len)`: what the checkpoint mark vouches for.
     prefix_crc: u32,
 }
@@ -174,6 +177,14 @@ impl OpenSegment {
         if !self.entry_durable {
             vfs.sync_dir(dir)?;
             self.entry_durable = true;
+        }
+        // A new stream's directory entry, synced with its first batch (not when it is
+        // created: a group of new streams makes all of them durable in one sync).
+        if !self.dir_entry_durable {
+            if let Some(parent) = dir.parent() {
+                vfs.sync_dir(parent)?;
+            }
+            self.dir_entry_durable = true;
         }
         Ok(())
     }
@@ -308,7 +319,23 @@ pub fn append_group(
         }
     }
     if failed.is_none() && durability == Durability::Sync {
-        failed = group.iter_mut().find_map(|(w, _)| w.sync().err());
+        // One durability point for the whole group: a filesystem sync costs one
+        // journal commit, where a sync per file and per new directory costs one each.
+        failed = match group.first() {
+            Some((w, _)) if group.len() > 1 => {
+                let (vfs, root) = (w.store.vfs.clone(), w.store.root.clone());
+                match vfs.sync_fs(&root) {
+                    Ok(()) => {
+                        for (w, _) in group.iter_mut() {
+                            w.synced_by_group();
+                        }
+                        None
+                    }
+                    Err(e) => Some(StoreError::io(&root, e)),
+                }
+            }
+            _ => group.iter_mut().find_map(|(w, _)| w.sync().err()),
+        };
     }
     let Some(error) = failed else {
         return Ok(receipts);
@@ -464,6 +491,7 @@ impl Writer {
                     events: scan.event_count(),
                     span_prefix: None,
                     entry_durable: true,
+                    dir_entry_durable: true,
                     prefix_crc,
                 });
                 if same_mark.is_none() {
@@ -802,6 +830,15 @@ impl Writer {
         Ok(())
     }
 
+    /// Everything this writer appended was made durable by a sync of the filesystem.
+    fn synced_by_group(&mut self) {
+        if let Some(seg) = self.seg.as_mut() {
+            seg.entry_durable = true;
+            seg.dir_entry_durable = true;
+        }
+        self.unsynced = false;
+    }
+
     /// Syncs everything appended so far (after [`Durability::Buffered`] appends).
     pub fn sync(&mut self) -> Result<(), StoreError> {
         if let Some(seg) = self.seg.as_mut() {
@@ -827,13 +864,6 @@ impl Writer {
             .vfs
             .create_dir_all(&self.dir)
             .map_err(|e| StoreError::io(&self.dir, e))?;
-        if created_dir {
-            let parent = self.store.streams_dir();
-            self.store
-                .vfs
-                .sync_dir(&parent)
-                .map_err(|e| StoreError::io(&parent, e))?;
-        }
         let path = self.dir.join(segment_file_name(self.next_seq));
         let header = SegmentHeader {
             format_version: FORMAT_VERSION,
@@ -859,6 +889,7 @@ impl Writer {
             events: 0,
             span_prefix: Some(header),
             entry_durable: false,
+            dir_entry_durable: !created_dir,
             prefix_crc: 0,
         });
         Ok(())
