@@ -226,5 +226,98 @@ fn benches(c: &mut Criterion) {
     }
 }
 
-criterion_group!(snapshot, benches);
+/// The same cases with the workspace inside its own Git repository (everything
+/// committed), where most users are: tacho's full scan, unchanged and after 10 edits,
+/// and the targeted snapshot, against `git add -A && git write-tree` in that repository
+/// with a private index. At git/git's shape (4,856 files, 40 MB) under `--bench`;
+/// `TACHO_BENCH_GIT_FILES` and `TACHO_BENCH_GIT_MB` set the size (100,000 files is
+/// the other case).
+fn inside_git(c: &mut Criterion) {
+    if Command::new("git").arg("--version").output().is_err() {
+        return;
+    }
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let (files, mb) = if bench_mode() { (4_856, 40) } else { (300, 3) };
+    let files = env("TACHO_BENCH_GIT_FILES").map_or(files, |v| v as usize);
+    let mb = env("TACHO_BENCH_GIT_MB").unwrap_or(mb);
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let ws = root.join("repo");
+    let paths = generate_workspace(&ws, files, mb * 1024 * 1024).unwrap();
+    let git_in = |args: &[&str]| {
+        let st = Command::new("git")
+            .arg("-C")
+            .arg(&ws)
+            .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    git_in(&["init", "-q"]);
+    git_in(&["add", "-A"]);
+    git_in(&["commit", "-qm", "base"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let label = format!("{files} files, {mb} MB, inside Git");
+    let store = SnapshotStore::open(root.join("store"), root.join("cache")).unwrap();
+    store.take(&ws, &Scope::Full).unwrap();
+    let index = root.join("private-index");
+    shadow_git::snapshot_in_repo(&ws, &index).unwrap();
+    // Settled: the last scan lies outside the racy window.
+    std::thread::sleep(Duration::from_millis(200));
+    store.take(&ws, &Scope::Full).unwrap();
+    shadow_git::snapshot_in_repo(&ws, &index).unwrap();
+    {
+        let mut g = c.benchmark_group(format!("snapshot_unchanged ({label})"));
+        g.sample_size(20);
+        g.bench_function("tacho full scan", |b| {
+            b.iter(|| {
+                let s = store.take(&ws, &Scope::Full).unwrap();
+                assert_eq!(s.files_read, 0);
+            })
+        });
+        g.bench_function("git add -A + write-tree (own index)", |b| {
+            b.iter(|| shadow_git::snapshot_in_repo(&ws, &index).unwrap())
+        });
+        g.finish();
+    }
+    let step = (paths.len() / 10).max(1);
+    let ten: Vec<String> = paths.iter().step_by(step).take(10).cloned().collect();
+    let mut round = 0u64;
+    let mut g = c.benchmark_group(format!("snapshot_after_10_edits ({label})"));
+    g.sample_size(20);
+    g.bench_function("tacho full scan", |b| {
+        b.iter_batched(
+            || {
+                round += 1;
+                edit_files(&ws, &ten, round).unwrap();
+            },
+            |()| store.take(&ws, &Scope::Full).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("tacho targeted (the 10 reported paths)", |b| {
+        b.iter_batched(
+            || {
+                round += 1;
+                edit_files(&ws, &ten, round).unwrap();
+            },
+            |()| store.take(&ws, &Scope::Paths(ten.clone())).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("git add -A + write-tree (own index)", |b| {
+        b.iter_batched(
+            || {
+                round += 1;
+                edit_files(&ws, &ten, round).unwrap();
+            },
+            |()| shadow_git::snapshot_in_repo(&ws, &index).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(snapshot, benches, inside_git);
 criterion_main!(snapshot);

@@ -1,5 +1,7 @@
 //! Times the phases of an incremental snapshot (for profiling; run with
-//! `TACHO_SNAPSHOT_TRACE=1 cargo run --release -p tacho-benches --example snapshot_profile`).
+//! `TACHO_SNAPSHOT_TRACE=1 cargo run --release -p tacho-benches --example snapshot_profile`;
+//! with the argument `git` the workspace is a Git repository with everything committed,
+//! and `FILES` sets its size).
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,14 +13,53 @@ use tacho_git::snapshot::{Scope, SnapshotStore};
 fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
-    let paths = generate_workspace(&ws, 10_000, 200 * 1024 * 1024).unwrap();
+    let files: usize = std::env::var("FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let paths = generate_workspace(&ws, files, files as u64 * 20 * 1024).unwrap();
     let ws = ws.canonicalize().unwrap();
+    if std::env::args().any(|a| a == "git") {
+        for args in [
+            &["init", "-q"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.name=p",
+                "-c",
+                "user.email=p@p",
+                "commit",
+                "-qm",
+                "base",
+            ],
+        ] {
+            let st = std::process::Command::new("git")
+                .arg("-C")
+                .arg(&ws)
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+    }
     std::thread::sleep(std::time::Duration::from_millis(200));
     let store = SnapshotStore::open(tmp.path().join("s"), tmp.path().join("c")).unwrap();
     let t = Instant::now();
     store.take(&ws, &Scope::Full).unwrap();
     println!("first: {:?}", t.elapsed());
-    let ten: Vec<String> = paths.iter().step_by(1000).take(10).cloned().collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = Instant::now();
+    store.take(&ws, &Scope::Full).unwrap();
+    println!("second: {:?}", t.elapsed());
+    let t = Instant::now();
+    store.take(&ws, &Scope::Full).unwrap();
+    println!("unchanged: {:?}", t.elapsed());
+    let ten: Vec<String> = paths
+        .iter()
+        .step_by((files / 10).max(1))
+        .take(10)
+        .cloned()
+        .collect();
     for round in 0..5 {
         edit_files(&ws, &ten, round).unwrap();
         let t = Instant::now();

@@ -416,6 +416,24 @@ pub mod shadow_git {
         checked(c, &args.join(" "))
     }
 
+    /// Inside the workspace's own repository with a private index (`GIT_INDEX_FILE`),
+    /// as a tool that must not disturb the user's staging area does: `add -A`, then
+    /// `write-tree`; the tree id.
+    pub fn snapshot_in_repo(work: &Path, index: &Path) -> std::io::Result<String> {
+        for args in [&["add", "-A"][..], &["write-tree"][..]] {
+            let mut c = git();
+            c.arg("-C")
+                .arg(work)
+                .env("GIT_INDEX_FILE", index)
+                .args(args);
+            let out = checked(c, &args.join(" "))?;
+            if args[0] == "write-tree" {
+                return Ok(out);
+            }
+        }
+        Ok(String::new())
+    }
+
     /// A snapshot as a shadow repository takes one: `add -A`, then `write-tree`; the
     /// tree id.
     pub fn snapshot(git_dir: &Path, work: &Path) -> std::io::Result<String> {

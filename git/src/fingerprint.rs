@@ -208,6 +208,7 @@ pub fn fingerprint(
                     paths: Vec::new(),
                     excluded: Vec::new(),
                     dirs: Vec::new(),
+                    guards: Vec::new(),
                 };
                 for d in &dirs {
                     walk_all(&ws, d, &mut all)?;

@@ -876,3 +876,68 @@ fn the_writer_follows_no_link_to_the_workspace_and_changes_no_outside_mode() {
         "shared\n"
     );
 }
+
+/// Inside Git the last walk is reused too, and given up as soon as anything that
+/// decides Git's listing changes, even where no directory of the workspace does: the
+/// index (`git add -f` of an ignored file), the repository's exclude file, and a
+/// `.gitignore` above the workspace. After each change the snapshot lists what
+/// `git ls-files -co --exclude-standard` lists.
+#[test]
+fn inside_git_the_last_walk_is_reused_only_while_the_listing_cannot_change() {
+    if !have_git() {
+        return;
+    }
+    let e = env();
+    let repo = &e.ws;
+    let ws = repo.join("app");
+    git(repo, &["init", "-q"]);
+    write(repo, ".gitignore", "*.log\n");
+    write(&ws, "src/a.rs", "a\n");
+    write(&ws, "readme.md", "untracked\n");
+    write(&ws, "forced.log", "ignored\n");
+    write(&ws, "gen/out.log", "only ignored files here\n");
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", "init"]);
+    let listed = |ws: &Path| -> BTreeSet<String> {
+        let out = git(ws, &["ls-files", "-z", "-co", "--exclude-standard"]);
+        out.split(|b| *b == 0)
+            .filter(|r| !r.is_empty())
+            .map(|r| String::from_utf8(r.to_vec()).unwrap())
+            .collect()
+    };
+    let snapshot = |walked: bool| {
+        let s = e.store.take(&ws, &Scope::Full).unwrap();
+        assert_eq!(s.walked, walked);
+        let got: BTreeSet<String> = e.store.files(s.tree).unwrap().into_keys().collect();
+        assert_eq!(got, listed(&ws), "walked: {walked}");
+    };
+    // Settled: the second scan reuses the walk.
+    let settle = || {
+        age(repo);
+        e.store.take(&ws, &Scope::Full).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        snapshot(false);
+    };
+    settle();
+    // Content edited in place: reused.
+    write(&ws, "src/a.rs", "a2\n");
+    snapshot(false);
+
+    // The index alone: an ignored file added by force.
+    git(&ws, &["add", "-f", "forced.log"]);
+    snapshot(true);
+    settle();
+    // A directory holding only ignored files gets a new file.
+    write(&ws, "gen/new.rs", "new\n");
+    snapshot(true);
+    settle();
+    // The repository's exclude file, edited in place.
+    write(repo, ".git/info/exclude", "*.rs\n");
+    snapshot(true);
+    settle();
+    // A `.gitignore` above the workspace, edited in place.
+    write(repo, ".gitignore", "*.log\n*.md\n");
+    snapshot(true);
+    settle();
+    fsck(&e.store);
+}

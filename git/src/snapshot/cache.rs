@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::SnapshotError;
 
-pub(crate) const CACHE_VERSION: u32 = 2;
+pub(crate) const CACHE_VERSION: u32 = 3;
 
 /// How long before a scan's start a file's times must be for its cache entry to be
 /// trusted at the next scan. File times come from a coarse clock (a few milliseconds
@@ -50,6 +50,50 @@ impl DirStamp {
     }
 }
 
+/// A file outside the listing whose content decides it inside Git (the index, the
+/// repository's exclude file, the user's excludes file, the configuration files that
+/// can name it, `.gitignore` files above the workspace), as the last walk saw it;
+/// `present: false` when it did not exist.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct GuardStamp {
+    pub path: String,
+    pub present: bool,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub ino: u64,
+}
+
+impl GuardStamp {
+    /// The file at `path` now (links followed: a linked configuration file changes
+    /// where it points).
+    pub fn now(path: &Path) -> Option<Self> {
+        let text = path.to_str()?.to_owned();
+        Some(match std::fs::metadata(path) {
+            Ok(m) => {
+                let m = super::stat::FileStat::of(&m);
+                GuardStamp {
+                    path: text,
+                    present: true,
+                    size: m.size,
+                    mtime_ns: m.mtime_ns,
+                    ctime_ns: m.ctime_ns,
+                    ino: m.ino,
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => GuardStamp {
+                path: text,
+                present: false,
+                size: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                ino: 0,
+            },
+            Err(_) => return None,
+        })
+    }
+}
+
 /// A path the walk itself left out (special file, nested repository, ...).
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub(crate) struct ListedExclusion {
@@ -68,13 +112,15 @@ pub(crate) struct CacheFile {
     /// When the scan that produced the entries started.
     pub scan_start_ns: i64,
     pub entries: Vec<CacheEntry>,
-    /// The walk's result outside Git: what it listed and left out, and the directories
-    /// it read. Reused without walking while no directory and no ignore file changed.
+    /// The walk's result: what it listed and left out, the directories it read, and
+    /// inside Git the files that decide the listing besides them. Reused without
+    /// walking while none of them and no ignore file changed.
     /// Listed paths that are not among `entries` (left out after listing: too large,
     /// unreadable, ...). The listing is `entries`' paths and these.
     pub listed_extra: Vec<String>,
     pub listed_excluded: Vec<ListedExclusion>,
     pub dirs: Vec<DirStamp>,
+    pub guards: Vec<GuardStamp>,
 }
 
 /// The per-workspace files: `<dir>/<key>.stat` (the full entries of the last full scan)

@@ -31,6 +31,7 @@ impl SnapshotStore {
             .filter_map(listed_exclusion)
             .collect();
         let dirs = listing.dirs;
+        let guards = listing.guards;
         let mut excluded = listing.excluded;
         let metas = stat_all(workspace, listing.paths, self.threads);
         // The cache's blob ids are trusted only while the store still holds them: with
@@ -142,6 +143,7 @@ impl SnapshotStore {
             entries,
             listed_excluded,
             dirs,
+            guards,
         };
         // An unchanged workspace keeps its cache file as it is (rewriting it is a
         // third of an unchanged scan) — when nothing in it is within the racy window
@@ -155,6 +157,8 @@ impl SnapshotStore {
             && fresh.listed_extra == old.listed_extra
             && fresh.listed_excluded == old.listed_excluded
             && fresh.dirs == old.dirs
+            && fresh.guards == old.guards
+            && fresh.guards.iter().all(|g| settled(g.mtime_ns, g.ctime_ns))
             && fresh.dirs.iter().all(|d| settled(d.mtime_ns, d.ctime_ns))
             && fresh
                 .entries
@@ -236,8 +240,10 @@ pub(super) fn stat_all(
 }
 
 /// The last walk's listing, when repeating the walk would give the same: it was a walk
-/// outside Git that read every directory, no directory has changed since (and none
-/// changed within the racy window before that scan), and no ignore file changed.
+/// that read every directory, no directory has changed since (and none changed within
+/// the racy window before that scan), no ignore file changed, and inside Git none of
+/// the files that decide its listing (the index, exclude files, configuration) did:
+/// Git's untracked cache relies on the same facts.
 pub(super) fn reuse_listing(
     workspace: &Path,
     old: &cache::CacheFile,
@@ -251,6 +257,12 @@ pub(super) fn reuse_listing(
         let m = stat::lstat(&workspace.join(&d.path)).ok()?;
         let now = cache::DirStamp::of(d.path.clone(), &m);
         if now != *d || d.mtime_ns >= trusted_before || !m.is_dir() {
+            return None;
+        }
+    }
+    for g in &old.guards {
+        let now = cache::GuardStamp::now(Path::new(&g.path))?;
+        if now != *g || g.mtime_ns >= trusted_before {
             return None;
         }
     }
@@ -290,6 +302,7 @@ pub(super) fn reuse_listing(
         paths: listed.into_iter().map(|p| (p.to_owned(), None)).collect(),
         excluded,
         dirs: old.dirs.clone(),
+        guards: old.guards.clone(),
     })
 }
 

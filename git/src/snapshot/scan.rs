@@ -19,11 +19,14 @@ use super::{ExcludeReason, Excluded, SnapshotError};
 pub struct Listing {
     pub(crate) paths: Vec<(String, Option<super::stat::FileStat>)>,
     pub(crate) excluded: Vec<Excluded>,
-    /// Outside Git: every directory the walk read (the workspace is `""`) and every
-    /// nested repository it pruned, with its metadata. While none of them changes, and
-    /// no ignore file does, the same walk would list the same paths. Empty when the walk
-    /// cannot be repeated this way (inside Git, or after an error).
+    /// Every directory the walk read (the workspace is `""`) and every nested
+    /// repository it pruned, with its metadata. While none of them changes, and no
+    /// ignore file does, the same walk would list the same paths. Empty when the walk
+    /// cannot be repeated this way (after an error, or a listing of named paths).
     pub(crate) dirs: Vec<super::cache::DirStamp>,
+    /// Inside Git, the files besides those directories that decide the listing: the
+    /// index and the ignore rules from outside the workspace (see [`git_guards`]).
+    pub(crate) guards: Vec<super::cache::GuardStamp>,
 }
 
 impl Listing {
@@ -117,6 +120,11 @@ pub(crate) fn list(
     if let Some(skip) = skip {
         let dir = format!("{skip}/");
         listing.paths.retain(|p| !p.0.starts_with(&dir));
+        // tacho's own directory changes at every record: what lies in it is never
+        // listed, so its directories decide nothing.
+        listing
+            .dirs
+            .retain(|d| d.path != skip && !d.path.starts_with(&dir));
     }
     Ok(listing)
 }
@@ -200,10 +208,20 @@ pub fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, Snapshot
             .map(|w| format!(":(top,literal){prefix}{w}").into())
             .collect()
     };
-    let mut collect = gix::dir::walk::delegate::Collect::default();
-    repo.dirwalk(&index, patterns, &interrupt, options, &mut collect)
+    let mut walked = Walked::default();
+    repo.dirwalk(&index, patterns, &interrupt, options, &mut walked)
         .map_err(|e| git_err("walking the work tree", e))?;
-    for (entry, _) in collect.unorded_entries {
+    let mut repeatable = within.is_empty();
+    let mut dirs = vec![String::new()];
+    for d in &walked.dirs {
+        match d.strip_prefix(prefix.as_bytes()).map(|r| r.to_str()) {
+            Some(Ok(rel)) => dirs.push(rel.to_owned()),
+            Some(Err(_)) => repeatable = false,
+            // Above the workspace (on the way down to it): its ignore files are guards.
+            None => {}
+        }
+    }
+    for (entry, _) in walked.collect.unorded_entries {
         if entry.status != gix::dir::entry::Status::Untracked {
             continue;
         }
@@ -218,10 +236,13 @@ pub fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, Snapshot
             Some(Kind::File | Kind::Symlink) => {
                 paths.insert(rel.to_owned());
             }
-            Some(Kind::Repository) => excluded.push(Excluded::new(
-                rel.to_owned(),
-                ExcludeReason::NestedRepository,
-            )),
+            Some(Kind::Repository) => {
+                dirs.push(rel.to_owned());
+                excluded.push(Excluded::new(
+                    rel.to_owned(),
+                    ExcludeReason::NestedRepository,
+                ))
+            }
             Some(Kind::Untrackable) => {
                 excluded.push(Excluded::new(rel.to_owned(), ExcludeReason::Special))
             }
@@ -229,11 +250,127 @@ pub fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, Snapshot
             Some(Kind::Directory) | None => {}
         }
     }
+    let (dirs, guards) = if repeatable {
+        let root = workspace_of(ctx)?;
+        let stamps = stamp_dirs(&root, dirs);
+        match (stamps, git_guards(ctx)) {
+            (Some(d), Some(g)) => (d, g),
+            _ => (Vec::new(), Vec::new()),
+        }
+    } else {
+        (Vec::new(), Vec::new())
+    };
     Ok(Listing {
         paths: paths.into_iter().map(|p| (p, None)).collect(),
         excluded,
-        dirs: Vec::new(),
+        dirs,
+        guards,
     })
+}
+
+/// A walk that notes every directory it reads.
+#[derive(Default)]
+struct Walked {
+    collect: gix::dir::walk::delegate::Collect,
+    /// Repository-relative.
+    dirs: Vec<gix::bstr::BString>,
+}
+
+impl gix::dir::walk::Delegate for Walked {
+    fn emit(
+        &mut self,
+        entry: gix::dir::EntryRef<'_>,
+        collapsed_directory_status: Option<gix::dir::entry::Status>,
+    ) -> gix::dir::walk::Action {
+        self.collect.emit(entry, collapsed_directory_status)
+    }
+
+    fn can_recurse(
+        &mut self,
+        entry: gix::dir::EntryRef<'_>,
+        for_deletion: Option<gix::dir::walk::ForDeletionMode>,
+        worktree_root_is_repository: bool,
+    ) -> bool {
+        let recurse = entry.status.can_recurse(
+            entry.disk_kind,
+            entry.pathspec_match,
+            for_deletion,
+            worktree_root_is_repository,
+        );
+        if recurse {
+            self.dirs.push(entry.rela_path.clone().into_owned());
+        }
+        recurse
+    }
+}
+
+/// The workspace directory of a Git context.
+fn workspace_of(ctx: &GitContext) -> Result<PathBuf, SnapshotError> {
+    let workdir = ctx
+        .repo
+        .workdir()
+        .ok_or_else(|| SnapshotError::Repository("the repository has no work tree".into()))?;
+    Ok(workdir.join(ctx.prefix.trim_end_matches('/')))
+}
+
+/// The metadata of directories (workspace-relative), sorted; `None` when one cannot
+/// be read (the walk is then not repeated).
+fn stamp_dirs(workspace: &Path, mut dirs: Vec<String>) -> Option<Vec<super::cache::DirStamp>> {
+    dirs.sort_unstable();
+    dirs.dedup();
+    dirs.into_iter()
+        .map(|d| {
+            let m = super::stat::lstat(&workspace.join(&d)).ok()?;
+            Some(super::cache::DirStamp::of(d, &m))
+        })
+        .collect()
+}
+
+/// The files outside the listing whose content decides what a Git walk lists: the
+/// index (what is tracked), `info/exclude`, the user's excludes file (configured, or
+/// Git's default), the configuration files that can name another one, and the
+/// `.gitignore` files of the directories between the work tree's root and the
+/// workspace. Missing ones are stamped as missing: creating one changes the listing
+/// too. `None` when a path is not UTF-8 or cannot be examined.
+fn git_guards(ctx: &GitContext) -> Option<Vec<super::cache::GuardStamp>> {
+    let repo = &ctx.repo;
+    let mut files: Vec<PathBuf> = vec![
+        repo.index_path(),
+        repo.common_dir().join("info").join("exclude"),
+        repo.common_dir().join("config"),
+        repo.git_dir().join("config.worktree"),
+        PathBuf::from("/etc/gitconfig"),
+    ];
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    if let Some(h) = &home {
+        files.push(h.join(".gitconfig"));
+    }
+    if let Some(x) = &xdg {
+        files.push(x.join("git").join("config"));
+        files.push(x.join("git").join("ignore"));
+    }
+    if let Some(p) = std::env::var_os("GIT_CONFIG_GLOBAL") {
+        files.push(PathBuf::from(p));
+    }
+    if let Ok(Some(p)) = repo.config_snapshot().trusted_path("core.excludesFile") {
+        files.push(p);
+    }
+    let workdir = repo.workdir()?;
+    let mut dir = workdir.to_path_buf();
+    files.push(dir.join(".gitignore"));
+    for c in Path::new(ctx.prefix.trim_end_matches('/')).components() {
+        dir.push(c);
+        files.push(dir.join(".gitignore"));
+    }
+    files.sort();
+    files.dedup();
+    files
+        .iter()
+        .map(|f| super::cache::GuardStamp::now(f))
+        .collect()
 }
 
 fn list_plain(workspace: &Path, threads: usize) -> Result<Listing, SnapshotError> {
@@ -362,6 +499,7 @@ fn list_plain(workspace: &Path, threads: usize) -> Result<Listing, SnapshotError
         paths,
         excluded,
         dirs,
+        guards: Vec::new(),
     })
 }
 
