@@ -1,7 +1,7 @@
 //! Times the phases of an incremental snapshot (for profiling; run with
 //! `TACHO_SNAPSHOT_TRACE=1 cargo run --release -p tacho-benches --example snapshot_profile`;
 //! with the argument `git` the workspace is a Git repository with everything committed,
-//! and `FILES` sets its size).
+//! `FILES` sets its size and `KB` the average file).
 
 #![allow(clippy::unwrap_used)]
 
@@ -17,7 +17,11 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let paths = generate_workspace(&ws, files, files as u64 * 20 * 1024).unwrap();
+    let kb: u64 = std::env::var("KB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let paths = generate_workspace(&ws, files, files as u64 * kb * 1024).unwrap();
     let ws = ws.canonicalize().unwrap();
     if std::env::args().any(|a| a == "git") {
         for args in [

@@ -191,7 +191,9 @@ pub(super) fn stat_all(
 ) -> Vec<(String, std::io::Result<FileStat>)> {
     // Runs of paths that share a directory and have no metadata yet.
     let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
-    let dir_of = |p: &str| p.rfind('/').map_or("", |i| &p[..i]).to_owned();
+    fn dir_of(p: &str) -> &str {
+        p.rfind('/').map_or("", |i| &p[..i])
+    }
     let mut i = 0;
     while i < paths.len() {
         let mut j = i + 1;
@@ -214,7 +216,7 @@ pub(super) fn stat_all(
             .iter()
             .map(|(p, _)| p.rsplit('/').next().unwrap_or(p))
             .collect();
-        stat::lstat_in(&workspace.join(&dir), &names)
+        stat::lstat_in(&workspace.join(dir), &names)
     };
     let missing = paths.iter().filter(|p| p.1.is_none()).count();
     let results: Vec<std::io::Result<FileStat>> = if missing < 512 || threads < 2 {
