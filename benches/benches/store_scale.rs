@@ -219,13 +219,18 @@ fn bulk(c: &mut Criterion) {
     );
     sqlite_ingest(&input, &db, false);
     assert_eq!(sqlite_read_all(&db), events);
+    verify(c, &bin, &home, &db, sessions as u64);
+}
+
+/// `tacho log verify` of a store against reading and parsing its events from SQLite.
+fn verify(c: &mut Criterion, bin: &Path, home: &Path, db: &Path, sessions: u64) {
     let mut g = c.benchmark_group(format!("verify_{sessions}_sessions"));
     g.sample_size(10);
     g.bench_function("tacho log verify (whole process, all cores)", |b| {
-        b.iter(|| tacho(&bin, &home, &["log", "verify"]))
+        b.iter(|| tacho(bin, home, &["log", "verify"]))
     });
     g.bench_function("sqlite read + JSON parse", |b| {
-        b.iter(|| sqlite_read_all(&db))
+        b.iter(|| sqlite_read_all(db))
     });
     g.finish();
 }
@@ -304,15 +309,7 @@ fn queries(c: &mut Criterion) {
         g.bench_function(*name, |b| b.iter(|| tacho(&bin, &home, args)));
     }
     g.finish();
-    let mut g = c.benchmark_group(format!("verify_{n}_sessions"));
-    g.sample_size(10);
-    g.bench_function("tacho log verify (whole process, all cores)", |b| {
-        b.iter(|| tacho(&bin, &home, &["log", "verify"]))
-    });
-    g.bench_function("sqlite read + JSON parse", |b| {
-        b.iter(|| sqlite_read_all(&db))
-    });
-    g.finish();
+    verify(c, &bin, &home, &db, n);
 }
 
 criterion_group!(benches, bulk, queries);

@@ -213,44 +213,30 @@ impl Vfs for RealFs {
     }
 
     fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError> {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(path)?;
-        let start = Instant::now();
-        let mut pause = Duration::from_millis(1);
-        loop {
-            match f.try_lock() {
-                Ok(()) => {
-                    // Leave our pid for the error message of whoever waits next, as a
-                    // record of fixed width written in place: no length change, which
-                    // would cost a journal commit (about 0.7 ms here) on every lock.
-                    let record = format!(
-                        "{:<w$}\n",
-                        format!("pid {}", std::process::id()),
-                        w = LOCK_RECORD_LEN as usize - 1
-                    );
-                    let _ = f.seek(SeekFrom::Start(0));
-                    let _ = f.write_all(record.as_bytes());
-                    return Ok(Box::new(RealLock(f)));
-                }
-                Err(TryLockError::WouldBlock) => {
-                    if start.elapsed() >= timeout {
-                        let mut record = Vec::new();
-                        let _ = f.seek(SeekFrom::Start(0));
-                        let _ = (&f).take(LOCK_RECORD_LEN).read_to_end(&mut record);
-                        let holder = String::from_utf8_lossy(&record).trim().to_string();
-                        return Err(LockError::Busy {
-                            holder: (!holder.is_empty()).then_some(holder),
-                        });
-                    }
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
-                Err(TryLockError::Error(e)) => return Err(LockError::Io(e)),
+        match acquire(path, true, timeout) {
+            Ok(mut f) => {
+                // Leave our pid for the error message of whoever waits next, as a
+                // record of fixed width written in place: no length change, which
+                // would cost a journal commit (about 0.7 ms here) on every lock.
+                let record = format!(
+                    "{:<w$}\n",
+                    format!("pid {}", std::process::id()),
+                    w = LOCK_RECORD_LEN as usize - 1
+                );
+                let _ = f.seek(SeekFrom::Start(0));
+                let _ = f.write_all(record.as_bytes());
+                Ok(Box::new(RealLock(f)))
             }
+            Err(Acquire::Busy(mut f)) => {
+                let mut record = Vec::new();
+                let _ = f.seek(SeekFrom::Start(0));
+                let _ = (&f).take(LOCK_RECORD_LEN).read_to_end(&mut record);
+                let holder = String::from_utf8_lossy(&record).trim().to_string();
+                Err(LockError::Busy {
+                    holder: (!holder.is_empty()).then_some(holder),
+                })
+            }
+            Err(Acquire::Io(e)) => Err(LockError::Io(e)),
         }
     }
 
@@ -323,29 +309,47 @@ impl Vfs for RealFs {
         exclusive: bool,
         timeout: Duration,
     ) -> Result<Box<dyn Released>, LockError> {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(path)?;
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(200);
-        loop {
-            let got = if exclusive {
-                f.try_lock()
-            } else {
-                f.try_lock_shared()
-            };
-            match got {
-                Ok(()) => return Ok(Box::new(RealShared(f))),
-                Err(TryLockError::WouldBlock) if start.elapsed() < timeout => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(10));
-                }
-                Err(TryLockError::WouldBlock) => return Err(LockError::Busy { holder: None }),
-                Err(TryLockError::Error(e)) => return Err(LockError::Io(e)),
+        match acquire(path, exclusive, timeout) {
+            Ok(f) => Ok(Box::new(RealShared(f))),
+            Err(Acquire::Busy(_)) => Err(LockError::Busy { holder: None }),
+            Err(Acquire::Io(e)) => Err(LockError::Io(e)),
+        }
+    }
+}
+
+/// Why [`acquire`] returned without the lock.
+enum Acquire {
+    /// Still held by someone else when the time was up; the file, to read who.
+    Busy(File),
+    Io(io::Error),
+}
+
+/// Opens (creating) the lock file at `path` and waits at most `timeout` for a shared
+/// or exclusive lock on it, polling with growing pauses.
+fn acquire(path: &Path, exclusive: bool, timeout: Duration) -> Result<File, Acquire> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(Acquire::Io)?;
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(200);
+    loop {
+        let got = if exclusive {
+            f.try_lock()
+        } else {
+            f.try_lock_shared()
+        };
+        match got {
+            Ok(()) => return Ok(f),
+            Err(TryLockError::WouldBlock) if start.elapsed() < timeout => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(10));
             }
+            Err(TryLockError::WouldBlock) => return Err(Acquire::Busy(f)),
+            Err(TryLockError::Error(e)) => return Err(Acquire::Io(e)),
         }
     }
 }
