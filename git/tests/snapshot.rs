@@ -3,7 +3,7 @@
 //! The snapshot store and rollback, checked against the real `git` program where it is
 //! installed (`git --git-dir=<store> ls-tree`, `git ls-files`, `git fsck`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -940,4 +940,74 @@ fn inside_git_the_last_walk_is_reused_only_while_the_listing_cannot_change() {
     snapshot(true);
     settle();
     fsck(&e.store);
+}
+
+/// gc leaves one pack and nothing loose, and drops what only dropped snapshots held
+/// wherever it lies: in the pack an earlier gc wrote too. Every kept snapshot reads back
+/// whole, and `git fsck` agrees.
+#[test]
+fn gc_rewrites_the_store_into_one_pack_and_drops_packed_objects_too() {
+    let e = env();
+    let ws = &e.ws;
+    for k in 0..10 {
+        write(ws, &format!("d{k}/f.txt"), &format!("file {k}\n"));
+    }
+    // (snapshot, what its files held)
+    let mut taken = Vec::new();
+    let snap = |round: usize| {
+        let path = format!("d{}/f.txt", round % 10);
+        write(ws, &path, &format!("round {round}\n"));
+        let s = e.store.take(ws, &Scope::Full).unwrap();
+        (s.tree, disk_text(ws))
+    };
+    for round in 0..10 {
+        taken.push(snap(round));
+    }
+    let reads_back = |taken: &[(gix::ObjectId, BTreeMap<String, String>)]| {
+        for (tree, want) in taken {
+            let files = e.store.files(*tree).unwrap();
+            let got: BTreeMap<String, String> = files
+                .iter()
+                .map(|(p, f)| {
+                    let text = String::from_utf8(e.store.blob(f.oid).unwrap()).unwrap();
+                    (p.clone(), text)
+                })
+                .collect();
+            assert_eq!(&got, want);
+        }
+    };
+    let ids = |t: &[(gix::ObjectId, BTreeMap<String, String>)]| -> HashSet<String> {
+        t.iter().map(|(id, _)| id.to_string()).collect()
+    };
+    // Everything kept: packed.
+    let first = e.store.gc(&ids(&taken), false).unwrap();
+    assert_eq!(first.pruned_objects, 0);
+    assert_eq!((first.after.packs, first.after.loose_objects), (1, 0));
+    // More snapshots (loose), then a gc that keeps only the later ones: what only the
+    // early, packed snapshots held goes too.
+    for round in 10..20 {
+        taken.push(snap(round));
+    }
+    let kept = &taken[10..];
+    let report = e.store.gc(&ids(kept), false).unwrap();
+    assert!(report.pruned_objects >= 10, "{report:?}");
+    assert_eq!((report.after.packs, report.after.loose_objects), (1, 0));
+    reads_back(kept);
+    fsck_if_git(&e.store);
+    // Nothing more to drop.
+    let again = e.store.gc(&ids(kept), false).unwrap();
+    assert_eq!(again.pruned_objects, 0);
+    assert_eq!(again.packed_objects, report.packed_objects);
+    assert_eq!(again.after.packs, 1);
+}
+
+/// Every file under `ws` (skipping `.git`) with its text.
+fn disk_text(ws: &Path) -> BTreeMap<String, String> {
+    disk(ws)
+        .into_keys()
+        .map(|p| {
+            let text = std::fs::read_to_string(ws.join(&p)).unwrap();
+            (p, text)
+        })
+        .collect()
 }

@@ -33,9 +33,10 @@ pub struct GcReport {
     pub after: StoreUsage,
     /// Snapshots whose refs were deleted (no retained session references them).
     pub dropped_snapshots: Vec<String>,
-    /// Loose objects no snapshot reaches, deleted.
+    /// Objects (loose or packed) no kept snapshot reaches, deleted.
     pub pruned_objects: u64,
-    /// Loose objects moved into a pack.
+    /// Objects a kept snapshot reaches, all written into one new pack (the store's
+    /// only one afterwards, with no loose objects left).
     pub packed_objects: u64,
     /// Kept snapshots whose tree, or an object under it, is missing from the store:
     /// reported every time, never a reason to fail.
@@ -135,29 +136,37 @@ impl SnapshotStore {
     /// Takes gc's exclusive lock: no snapshot is being written or waits to be
     /// recorded while gc decides (writers hold the shared side, `write_guard`).
     fn gc_lock(&self) -> Result<std::fs::File, SnapshotError> {
-        let lock = self.lock_file()?;
         let waited = std::time::Instant::now();
         loop {
-            match lock.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if waited.elapsed() < GC_WAIT => {
+            match self.try_gc_lock()? {
+                Some(lock) => return Ok(lock),
+                None if waited.elapsed() < GC_WAIT => {
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
-                Err(std::fs::TryLockError::WouldBlock) => {
+                None => {
                     return Err(SnapshotError::Busy(
                         "snapshots are being taken and not yet recorded (a `tacho record`, snapshot or rollback is running); gc changed nothing — run it again when they have finished".into(),
                     ));
                 }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(SnapshotError::io(&self.root().join("tacho-gc.lock"), e));
-                }
             }
         }
-        Ok(lock)
     }
 
-    /// Drops the snapshots not in `keep`, deletes the loose objects no kept snapshot
-    /// reaches, and packs the rest. Called under gc's lock.
+    /// gc's exclusive lock if it is free now (`None` while snapshots are being written).
+    pub(crate) fn try_gc_lock(&self) -> Result<Option<std::fs::File>, SnapshotError> {
+        let lock = self.lock_file()?;
+        match lock.try_lock() {
+            Ok(()) => Ok(Some(lock)),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(SnapshotError::io(&self.root().join("tacho-gc.lock"), e))
+            }
+        }
+    }
+
+    /// Drops the snapshots not in `keep`, then writes every object a kept snapshot
+    /// reaches into one new pack and deletes everything else (old packs, loose
+    /// objects). Called under gc's lock.
     fn sweep(&self, keep: &HashSet<String>, dry_run: bool) -> Result<GcReport, SnapshotError> {
         let before = self.usage()?;
         let ids = self.snapshot_ids()?;
@@ -179,15 +188,26 @@ impl SnapshotStore {
             }
         }
         let objects = self.root().join("objects");
-        let unreachable: Vec<_> = loose_objects(&objects)?
-            .into_iter()
-            .filter(|(oid, _)| !reachable.contains(oid))
+        let loose = loose_objects(&objects)?;
+        let packs = self.packs()?;
+        // Every object the store holds, loose or packed.
+        let mut held: HashSet<ObjectId> = loose.iter().map(|(id, _)| *id).collect();
+        for p in &packs {
+            let index =
+                gix_pack::index::File::at(p.path.with_extension("idx"), gix::hash::Kind::Sha1)
+                    .map_err(|e| SnapshotError::git("reading a pack index", e))?;
+            held.extend(index.iter().map(|e| e.oid));
+        }
+        let kept: Vec<ObjectId> = held
+            .iter()
+            .filter(|id| reachable.contains(*id))
+            .copied()
             .collect();
         let mut report = GcReport {
             before: before.clone(),
             after: before,
             dropped_snapshots: dropped.clone(),
-            pruned_objects: unreachable.len() as u64,
+            pruned_objects: (held.len() - kept.len()) as u64,
             packed_objects: 0,
             incomplete_snapshots: incomplete,
         };
@@ -203,14 +223,22 @@ impl SnapshotStore {
                 Err(e) => return Err(SnapshotError::io(&path, e)),
             }
         }
-        for (_, path) in &unreachable {
+        // Everything kept goes into one new pack; then the old packs and every loose
+        // object (kept ones are in the new pack, the rest no snapshot reaches) go.
+        report.packed_objects = kept.len() as u64;
+        let new = self.write_pack_of(kept)?;
+        self.remove_packs(packs.iter().map(|p| &p.path), new.as_ref())?;
+        for (_, path) in &loose {
             match std::fs::remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(SnapshotError::io(path, e)),
             }
         }
-        report.packed_objects = self.pack_loose(&reachable)?;
+        for (id, _) in &loose {
+            let hex = id.to_hex().to_string();
+            let _ = std::fs::remove_dir(objects.join(&hex[..2]));
+        }
         report.after = self.usage()?;
         Ok(report)
     }
@@ -276,102 +304,4 @@ fn loose_objects(objects: &Path) -> Result<Vec<(ObjectId, std::path::PathBuf)>, 
         }
     }
     Ok(out)
-}
-
-impl SnapshotStore {
-    /// Moves the loose objects in `reachable` into one new pack (with its index), then
-    /// deletes them. Objects are stored whole (no deltas), compressed; the gain over
-    /// loose objects is one file instead of thousands of small ones.
-    fn pack_loose(&self, reachable: &HashSet<ObjectId>) -> Result<u64, SnapshotError> {
-        use gix_pack::data::output;
-        let objects = self.root().join("objects");
-        let loose: Vec<(ObjectId, std::path::PathBuf)> = loose_objects(&objects)?
-            .into_iter()
-            .filter(|(id, _)| reachable.contains(id))
-            .collect();
-        if loose.is_empty() {
-            return Ok(0);
-        }
-        fn err(
-            what: &str,
-            e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
-        ) -> SnapshotError {
-            SnapshotError::git(what, e)
-        }
-        let repo = self.repo();
-        let counts: Vec<output::Count> = loose
-            .iter()
-            .map(|(id, _)| output::Count::from_data(*id, None))
-            .collect();
-        let n = counts.len();
-        let entries = output::entry::iter_from_counts(
-            counts,
-            repo.objects.clone().into_inner(),
-            Box::new(gix::progress::Discard),
-            output::entry::iter_from_counts::Options {
-                thread_limit: Some(self.threads),
-                mode: output::entry::iter_from_counts::Mode::PackCopyAndBaseObjects,
-                allow_thin_pack: false,
-                chunk_size: 256,
-                version: gix_pack::data::Version::V2,
-                ..Default::default()
-            },
-        )
-        .map_err(|e| err("counting objects to pack", e))?;
-        let pack_dir = objects.join("pack");
-        std::fs::create_dir_all(&pack_dir).map_err(|e| SnapshotError::io(&pack_dir, e))?;
-        // The pack is streamed to a temporary file, then indexed into its final name.
-        let tmp_path = pack_dir.join(format!("tmp-tacho-{}.pack", std::process::id()));
-        let file = std::fs::File::create(&tmp_path).map_err(|e| SnapshotError::io(&tmp_path, e))?;
-        let result = (|| {
-            let in_order = gix::parallel::InOrderIter::from(entries);
-            let mut writer = output::bytes::FromEntriesIter::new(
-                in_order,
-                std::io::BufWriter::new(file),
-                u32::try_from(n)
-                    .map_err(|_| SnapshotError::Internal("too many objects for one pack"))?,
-                gix_pack::data::Version::V2,
-                gix::hash::Kind::Sha1,
-            );
-            for step in &mut writer {
-                step.map_err(|e| err("writing the pack", e))?;
-            }
-            let mut w = writer.into_write();
-            std::io::Write::flush(&mut w).map_err(|e| SnapshotError::io(&tmp_path, e))?;
-            w.into_inner()
-                .map_err(|e| SnapshotError::io(&tmp_path, e.into_error()))?
-                .sync_all()
-                .map_err(|e| SnapshotError::io(&tmp_path, e))?;
-            let mut input = std::io::BufReader::new(
-                std::fs::File::open(&tmp_path).map_err(|e| SnapshotError::io(&tmp_path, e))?,
-            );
-            let interrupt = std::sync::atomic::AtomicBool::new(false);
-            gix_pack::Bundle::write_to_directory(
-                &mut input,
-                Some(&pack_dir),
-                &mut gix::progress::Discard,
-                &interrupt,
-                None::<gix::objs::find::Never>,
-                gix::hash::Kind::Sha1,
-                gix_pack::bundle::write::Options::default(),
-            )
-            .map_err(|e| err("indexing the pack", e))?;
-            Ok::<_, SnapshotError>(())
-        })();
-        let _ = std::fs::remove_file(&tmp_path);
-        result?;
-        // Every packed object is now readable from the pack: the loose copies can go.
-        for (_, path) in &loose {
-            match std::fs::remove_file(path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(SnapshotError::io(path, e)),
-            }
-        }
-        for (id, _) in &loose {
-            let hex = id.to_hex().to_string();
-            let _ = std::fs::remove_dir(objects.join(&hex[..2]));
-        }
-        Ok(n as u64)
-    }
 }

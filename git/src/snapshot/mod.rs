@@ -11,6 +11,7 @@ mod cache;
 mod diff;
 mod full;
 mod gc;
+mod pack;
 mod paths;
 pub mod scan;
 pub(crate) mod stat;
