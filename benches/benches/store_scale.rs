@@ -177,6 +177,7 @@ fn bulk(c: &mut Criterion) {
     one_session_input(&single, one);
     let db = root.join("bulk.db");
 
+    let mut runs = 0u64;
     let cases: [(String, &Path); 2] = [
         (
             format!("record_{events}_events_as_{sessions}_sessions"),
@@ -189,8 +190,14 @@ fn bulk(c: &mut Criterion) {
         g.sample_size(10)
             .measurement_time(Duration::from_secs(if bench_mode() { 30 } else { 1 }));
         g.bench_function("tacho record (whole process)", |b| {
+            // A new store each time, and none deleted meanwhile: deleting thousands of
+            // files makes the file system slow to create the next ones for a while
+            // (3-5× here), which no user's import sees.
             b.iter_batched(
-                || fresh(&root.join("home")),
+                || {
+                    runs += 1;
+                    fresh(&root.join(format!("home{runs}")))
+                },
                 |home| {
                     tacho(
                         &bin,

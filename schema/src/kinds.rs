@@ -535,6 +535,16 @@ macro_rules! kinds {
         }
 
         impl EventBody {
+        /// The body of kind `name` read straight from the text of a JSON object of
+        /// its fields; `None` where it does not deserialize, which
+        /// [`EventBody::from_json_fields`] then explains.
+        pub fn from_json_text(name: &str, text: &str) -> Option<EventBody> {
+            match name {
+                $($name => serde_json::from_str::<$ty>(text).ok().map(EventBody::$variant),)+
+                _ => None,
+            }
+        }
+
         /// Builds a body from the fields of a JSON object whose `type` is `name`.
         /// Errors name the field (`step: invalid type ...`) and return its path.
         pub fn from_json_fields(
