@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tacho_schema::EventView;
 
 use tacho_store::dump::{SegmentDump, dump_file};
 use tacho_store::{StoreError, StoreReport, StreamReport};
@@ -91,12 +92,27 @@ impl Tacho {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(s) = sessions.get(i) else { break };
-                let r = self.log().verify_session(s, deep).map(|mut r| {
-                    if let Some(v) = &index {
-                        r.findings.extend(self.check_index_entry(v, &r));
+                let r = match &index {
+                    // One read of the stream both verifies it and folds the facts
+                    // its index entry is checked against.
+                    Some(v) => {
+                        let mut g = tacho_projections::ExecutionGraph::new(s);
+                        let mut source = None;
+                        self.log()
+                            .verify_session_visiting(s, &mut |seq, at, e| {
+                                if let (0, EventView::SessionStart { source: from, .. }) = (seq, e)
+                                {
+                                    source = from.map(str::to_owned);
+                                }
+                                g.apply_view(seq, at, e)
+                            })
+                            .map(|mut r| {
+                                r.findings.extend(self.check_index_entry(v, &r, g, source));
+                                r
+                            })
                     }
-                    r
-                });
+                    None => self.log().verify_session(s, deep),
+                };
                 if let Some(slot) = slots.get(i) {
                     *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
                 }

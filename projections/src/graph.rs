@@ -426,6 +426,7 @@ impl ExecutionGraph {
                 project,
                 parent,
                 title,
+                source: _,
             } => {
                 self.started_unix_ns = Some(at);
                 self.parent = own(parent);

@@ -17,6 +17,7 @@ pub enum EventView<'a> {
         project: Option<&'a str>,
         parent: Option<&'a str>,
         title: Option<&'a str>,
+        source: Option<&'a str>,
     },
     SessionEnd {
         reason: EndReason,
@@ -126,6 +127,7 @@ impl EventBody {
                 project: s.project.as_deref(),
                 parent: s.parent.as_deref(),
                 title: s.title.as_deref(),
+                source: s.source.as_deref(),
             },
             EventBody::SessionEnd(e) => EventView::SessionEnd { reason: e.reason },
             EventBody::AgentRoute(r) => EventView::AgentRoute {
@@ -272,6 +274,7 @@ impl<'a> EventView<'a> {
                     project: os(&a.project),
                     parent: os(&a.parent),
                     title: os(&a.title),
+                    source: os(&a.source),
                 }
             }
             2 => {

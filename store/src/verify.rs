@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd, StreamId};
-use tacho_schema::EventBody;
+use tacho_schema::{EventBody, EventView};
 
 use crate::link::{Expected, header_problems};
 use crate::store::{Store, StoreError};
@@ -103,10 +103,20 @@ struct SegmentScan {
 /// Below this many bytes a stream is verified on the calling thread.
 const PARALLEL_VERIFY_BYTES_MIN: u64 = 1 << 20;
 
+/// Hears every committed event of a stream being verified, in order, as (seq, time,
+/// view), up to the first payload that does not validate.
+pub type EventVisitor<'v> = &'v mut dyn FnMut(u64, i64, &EventView<'_>);
+
 impl Store {
     /// Scans one segment in a single pass: checksums, structure, sequence numbers, and
     /// with `deep` every chain step and every payload.
-    fn scan_segment(&self, path: &Path, last: bool, deep: bool) -> Result<SegmentScan, StoreError> {
+    fn scan_segment(
+        &self,
+        path: &Path,
+        last: bool,
+        deep: bool,
+        mut visit: Option<EventVisitor<'_>>,
+    ) -> Result<SegmentScan, StoreError> {
         let bytes = self
             .vfs
             .read(path, !last)
@@ -133,10 +143,23 @@ impl Store {
                     Some(c) => *c += 1,
                     None => *out.by_kind.entry(k).or_default() += 1,
                 }
-                if deep
-                    && let Err(e) = EventBody::validate(k, frame.header.kind_version, frame.payload)
-                {
-                    out.errors.push((frame.offset, e.to_string()));
+                match &mut visit {
+                    // Reading the view validates the payload as `validate` does.
+                    Some(f) if deep && out.errors.is_empty() => {
+                        match EventView::from_archived(k, frame.header.kind_version, frame.payload)
+                        {
+                            Ok(v) => f(frame.header.seq, frame.header.time_unix_ns, &v),
+                            Err(e) => out.errors.push((frame.offset, e.to_string())),
+                        }
+                    }
+                    _ => {
+                        if deep
+                            && let Err(e) =
+                                EventBody::validate(k, frame.header.kind_version, frame.payload)
+                        {
+                            out.errors.push((frame.offset, e.to_string()));
+                        }
+                    }
                 }
             }
         }
@@ -158,6 +181,26 @@ impl Store {
     /// core (`StoreOptions::verify_threads`); the links between segments are checked
     /// afterwards, in order.
     pub fn verify_session(&self, session: &str, deep: bool) -> Result<StreamReport, StoreError> {
+        self.verify_session_with(session, deep, None)
+    }
+
+    /// [`Store::verify_session`] (deep) that also hands every committed event to
+    /// `visit` as it is validated, in order: one read of the stream for a check and a
+    /// fold of its events. Its segments are then read one after another.
+    pub fn verify_session_visiting(
+        &self,
+        session: &str,
+        visit: EventVisitor<'_>,
+    ) -> Result<StreamReport, StoreError> {
+        self.verify_session_with(session, true, Some(visit))
+    }
+
+    fn verify_session_with(
+        &self,
+        session: &str,
+        deep: bool,
+        mut visit: Option<EventVisitor<'_>>,
+    ) -> Result<StreamReport, StoreError> {
         let segs = self.segment_files(session)?;
         let n = segs.len();
         let threads = match self.opts.verify_threads {
@@ -168,35 +211,39 @@ impl Store {
         // Segments are at most `segment_bytes_max`, so the count tells the size.
         let large =
             (n as u64).saturating_mul(self.opts.segment_bytes_max) >= PARALLEL_VERIFY_BYTES_MIN;
-        let scans: Vec<Result<SegmentScan, StoreError>> = if threads > 1 && n > 1 && large {
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let mut slots: Vec<Option<Result<SegmentScan, StoreError>>> =
-                (0..n).map(|_| None).collect();
-            let done = std::sync::Mutex::new(&mut slots);
-            std::thread::scope(|scope| {
-                for _ in 0..threads {
-                    scope.spawn(|| {
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some((_, path)) = segs.get(i) else { break };
-                            let r = self.scan_segment(path, i + 1 == n, deep);
-                            if let Ok(mut slots) = done.lock() {
-                                slots[i] = Some(r);
+        let scans: Vec<Result<SegmentScan, StoreError>> =
+            if threads > 1 && n > 1 && large && visit.is_none() {
+                let next = std::sync::atomic::AtomicUsize::new(0);
+                let mut slots: Vec<Option<Result<SegmentScan, StoreError>>> =
+                    (0..n).map(|_| None).collect();
+                let done = std::sync::Mutex::new(&mut slots);
+                std::thread::scope(|scope| {
+                    for _ in 0..threads {
+                        scope.spawn(|| {
+                            loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let Some((_, path)) = segs.get(i) else { break };
+                                let r = self.scan_segment(path, i + 1 == n, deep, None);
+                                if let Ok(mut slots) = done.lock() {
+                                    slots[i] = Some(r);
+                                }
                             }
-                        }
-                    });
-                }
-            });
-            slots
-                .into_iter()
-                .map(|s| s.unwrap_or_else(|| Err(StoreError::Poisoned(session.to_string()))))
-                .collect()
-        } else {
-            segs.iter()
-                .enumerate()
-                .map(|(i, (_, path))| self.scan_segment(path, i + 1 == n, deep))
-                .collect()
-        };
+                        });
+                    }
+                });
+                slots
+                    .into_iter()
+                    .map(|s| s.unwrap_or_else(|| Err(StoreError::Poisoned(session.to_string()))))
+                    .collect()
+            } else {
+                segs.iter()
+                    .enumerate()
+                    .map(|(i, (_, path))| {
+                        let visit = visit.as_mut().map(|v| &mut **v as EventVisitor<'_>);
+                        self.scan_segment(path, i + 1 == n, deep, visit)
+                    })
+                    .collect()
+            };
 
         let stream = StreamId::of_name(session);
         let mut r = StreamReport {
