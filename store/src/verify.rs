@@ -203,47 +203,52 @@ impl Store {
     ) -> Result<StreamReport, StoreError> {
         let segs = self.segment_files(session)?;
         let n = segs.len();
-        let threads = match self.opts.verify_threads {
-            0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
-            t => t,
-        }
-        .min(n.max(1));
         // Segments are at most `segment_bytes_max`, so the count tells the size.
         let large =
             (n as u64).saturating_mul(self.opts.segment_bytes_max) >= PARALLEL_VERIFY_BYTES_MIN;
-        let scans: Vec<Result<SegmentScan, StoreError>> =
-            if threads > 1 && n > 1 && large && visit.is_none() {
-                let next = std::sync::atomic::AtomicUsize::new(0);
-                let mut slots: Vec<Option<Result<SegmentScan, StoreError>>> =
-                    (0..n).map(|_| None).collect();
-                let done = std::sync::Mutex::new(&mut slots);
-                std::thread::scope(|scope| {
-                    for _ in 0..threads {
-                        scope.spawn(|| {
-                            loop {
-                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let Some((_, path)) = segs.get(i) else { break };
-                                let r = self.scan_segment(path, i + 1 == n, deep, None);
-                                if let Ok(mut slots) = done.lock() {
-                                    slots[i] = Some(r);
-                                }
+        // Asked only for a stream worth threads: the answer reads cgroup files, several
+        // system calls that a store of many small sessions would pay per session.
+        let threads = if n > 1 && large && visit.is_none() {
+            match self.opts.verify_threads {
+                0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
+                t => t,
+            }
+            .min(n)
+        } else {
+            1
+        };
+        let scans: Vec<Result<SegmentScan, StoreError>> = if threads > 1 {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let mut slots: Vec<Option<Result<SegmentScan, StoreError>>> =
+                (0..n).map(|_| None).collect();
+            let done = std::sync::Mutex::new(&mut slots);
+            std::thread::scope(|scope| {
+                for _ in 0..threads {
+                    scope.spawn(|| {
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some((_, path)) = segs.get(i) else { break };
+                            let r = self.scan_segment(path, i + 1 == n, deep, None);
+                            if let Ok(mut slots) = done.lock() {
+                                slots[i] = Some(r);
                             }
-                        });
-                    }
-                });
-                slots
-                    .into_iter()
-                    .map(|s| s.unwrap_or_else(|| Err(StoreError::Poisoned(session.to_string()))))
-                    .collect()
-            } else {
-                segs.iter()
-                    .enumerate()
-                    .map(|(i, (_, path))| {
-                        let visit = visit.as_mut().map(|v| &mut **v as EventVisitor<'_>);
-                        self.scan_segment(path, i + 1 == n, deep, visit)
-                    })
-                    .collect()
-            };
+                        }
+                    });
+                }
+            });
+            slots
+                .into_iter()
+                .map(|s| s.unwrap_or_else(|| Err(StoreError::Poisoned(session.to_string()))))
+                .collect()
+        } else {
+            segs.iter()
+                .enumerate()
+                .map(|(i, (_, path))| {
+                    let visit = visit.as_mut().map(|v| &mut **v as EventVisitor<'_>);
+                    self.scan_segment(path, i + 1 == n, deep, visit)
+                })
+                .collect()
+        };
 
         let stream = StreamId::of_name(session);
         let mut r = StreamReport {

@@ -153,7 +153,7 @@ impl SnapshotStore {
     }
 
     /// gc's exclusive lock if it is free now (`None` while snapshots are being written).
-    pub(crate) fn try_gc_lock(&self) -> Result<Option<std::fs::File>, SnapshotError> {
+    fn try_gc_lock(&self) -> Result<Option<std::fs::File>, SnapshotError> {
         let lock = self.lock_file()?;
         match lock.try_lock() {
             Ok(()) => Ok(Some(lock)),
