@@ -145,17 +145,21 @@ impl OpenSegment {
     /// space, the file is first extended with zeros, by as much free space as the
     /// segment holds data (16 KiB to 1 MiB): a sync of a write that does not change the
     /// file's length does not have to commit the length through the filesystem's
-    /// journal, and costs about a third less (SPEC.md §4.1).
+    /// journal, and costs about a third less (SPEC.md §4.1). Not on the first write of
+    /// a new segment: creating the file commits through the journal anyway, and a
+    /// stream written once (a bulk import) would write the zeros and cut them again.
     fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
         let end = self.len + data.len() as u64;
-        if end > self.allocated {
+        if end > self.allocated && self.allocated > 0 {
             let free = end.clamp(FREE_SPACE_BYTES_MIN, FREE_SPACE_BYTES_MAX);
             let target = end + free;
             let zeros = vec![0u8; (target - self.allocated) as usize];
             self.file.write_at(self.allocated, &zeros)?;
             self.allocated = target;
         }
-        self.file.write_at(self.len, data)
+        self.file.write_at(self.len, data)?;
+        self.allocated = self.allocated.max(end);
+        Ok(())
     }
 
     /// Gives the free space back: the file ends at its data.

@@ -727,9 +727,10 @@ fn replay_packages_round_trip_and_reveal_any_edit() {
 fn a_group_across_sessions_is_all_or_nothing_when_the_disk_fills() {
     use tacho_store::append_group;
     let mut outcomes = (0, 0);
-    // Byte budgets from "nothing fits" to "everything fits", with the segment size
-    // small enough that some budgets fail while a batch seals its segment.
-    for budget in (0..70_000).step_by(331) {
+    // Byte budgets from "nothing fits" to "everything fits" (finely where the group's
+    // few kilobytes go), with the segment size small enough that some budgets fail
+    // while a batch seals its segment.
+    for budget in (0..8_000).step_by(41).chain((8_000..70_000).step_by(997)) {
         let fs = SimFs::new();
         let store = sim_store(&fs, 1_200);
         let before_a = write_session(&store, "ses_a", &[1, 3], 60);
