@@ -622,7 +622,7 @@ impl<'t> Ingest<'t> {
             if self.writers.len() + group.len() > WRITERS_OPEN_MAX {
                 // Closing a writer releases its lock; what it knew of its stream's end
                 // is read again by the next one.
-                self.writers.clear();
+                tacho_store::close_writers(std::mem::take(&mut self.writers).into_values());
                 self.ended.clear();
             }
             self.flush_group(group)?;
@@ -714,7 +714,9 @@ impl<'t> Ingest<'t> {
 
     /// Appends what is queued and returns what each session received.
     pub fn finish(mut self) -> Result<Ingested, RecordError> {
-        match self.flush() {
+        let flushed = self.flush();
+        tacho_store::close_writers(std::mem::take(&mut self.writers).into_values());
+        match flushed {
             Ok(()) => Ok(Ingested {
                 totals: std::mem::take(&mut self.totals),
                 missed_snapshots: self.missed_snapshots,

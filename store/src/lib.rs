@@ -30,4 +30,4 @@ pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, 
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
 pub use verify::{EventVisitor, Finding, Severity, StoreReport, StreamReport};
-pub use writer::{AppendReceipt, Durability, Recovery, Writer, append_group};
+pub use writer::{AppendReceipt, Durability, Recovery, Writer, append_group, close_writers};

@@ -247,12 +247,18 @@ impl Store {
     ) -> Result<Writer, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
         let lock_path = self.lock_path(session);
-        for dir in [self.root().join("locks"), self.root().join("streams")] {
-            self.vfs
-                .create_dir_all(&dir)
-                .map_err(|e| StoreError::io(&dir, e))?;
+        let mut lock = self.vfs.lock(&lock_path, timeout);
+        // The first writer of a store makes its directories (checked only then: a
+        // writer per session of a bulk import would otherwise ask each time).
+        if matches!(&lock, Err(LockError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound) {
+            for dir in [self.root().join("locks"), self.root().join("streams")] {
+                self.vfs
+                    .create_dir_all(&dir)
+                    .map_err(|e| StoreError::io(&dir, e))?;
+            }
+            lock = self.vfs.lock(&lock_path, timeout);
         }
-        let lock = self.vfs.lock(&lock_path, timeout).map_err(|e| match e {
+        let lock = lock.map_err(|e| match e {
             LockError::Busy { holder } => StoreError::Busy {
                 session: session.to_string(),
                 holder: holder.unwrap_or_else(|| "unknown process".into()),
@@ -934,20 +940,51 @@ impl Writer {
     }
 }
 
+/// Closes writers, recording all their heads in the session index with one append
+/// (what each writer's drop does on its own, with a file open and an append each),
+/// before any of their locks is released.
+pub fn close_writers(writers: impl IntoIterator<Item = Writer>) {
+    let mut writers: Vec<Writer> = writers.into_iter().collect();
+    let Some(store) = writers.first().map(|w| w.store.clone()) else {
+        return;
+    };
+    let heads: Vec<crate::index::Record> = writers
+        .iter_mut()
+        .filter_map(|w| w.take_head_record())
+        .collect();
+    if let Ok(len) = store.index_append(&heads, false)
+        && len > crate::index::LOG_BYTES_WRITER_COMPACTS
+    {
+        let _ = store.index_compact();
+    }
+    drop(writers);
+}
+
+impl Writer {
+    /// The index record of this writer's head, once: `None` when there is nothing to
+    /// record (not indexed, poisoned, or not durable yet).
+    fn take_head_record(&mut self) -> Option<crate::index::Record> {
+        // A head is recorded only when durable: the index never claims more than a
+        // crash keeps.
+        if !self.indexed || self.poisoned || self.unsynced {
+            return None;
+        }
+        self.indexed = false;
+        Some(crate::index::Record::Head {
+            session: self.session.clone(),
+            next_seq: self.next_seq,
+            head: self.chain,
+        })
+    }
+}
+
 impl Drop for Writer {
     /// Records the stream's head in the session index (clearing the `Dirty` mark of
     /// this writer). Best effort: a head not recorded (or not durable yet) leaves the
     /// entry dirty, and the next reader heals it from the stream.
     fn drop(&mut self) {
-        // A head is recorded only when durable: the index never claims more than a
-        // crash keeps.
-        if !self.indexed || self.poisoned || self.unsynced {
+        let Some(head) = self.take_head_record() else {
             return;
-        }
-        let head = crate::index::Record::Head {
-            session: self.session.clone(),
-            next_seq: self.next_seq,
-            head: self.chain,
         };
         if let Ok(len) = self.store.index_append(&[head], false)
             && len > crate::index::LOG_BYTES_WRITER_COMPACTS
