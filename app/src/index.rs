@@ -109,6 +109,25 @@ impl Tacho {
         })
     }
 
+    /// The index record of the facts of a session folded from `g` (with what its
+    /// snapshots show merged in) and `source`, at its head `at`.
+    pub(crate) fn facts_record(
+        &self,
+        mut g: ExecutionGraph,
+        source: Option<String>,
+        at: (u64, [u8; 32]),
+    ) -> Record {
+        self.merge_observed(&mut g);
+        Record::Facts {
+            session: g.session.clone(),
+            at: FactsAt {
+                next_seq: at.0,
+                head: at.1,
+                facts: facts_of(&g, source),
+            },
+        }
+    }
+
     /// What produced a session's events (its `session.start`'s `source`).
     fn source_of(&self, session: &str) -> Option<String> {
         match self.log().first_event(session) {

@@ -270,6 +270,17 @@ pub struct Ingest<'t> {
     ended: BTreeMap<String, bool>,
     /// Automatic snapshots that could not be taken (the events were recorded).
     missed_snapshots: u64,
+    /// Sessions this ingest has seen whole from their first event, folded as their
+    /// batches are appended: their facts go to the session index when their writer
+    /// closes, so that the first listing after a large import need not read them all.
+    folds: BTreeMap<String, Fold>,
+}
+
+/// A session folded from its first event on.
+struct Fold {
+    graph: tacho_projections::ExecutionGraph,
+    /// Its `session.start`'s `source`.
+    source: Option<String>,
 }
 
 /// What an ingest recorded.
@@ -307,6 +318,7 @@ impl<'t> Ingest<'t> {
             guard: None,
             ended: BTreeMap::new(),
             missed_snapshots: 0,
+            folds: BTreeMap::new(),
         })
     }
 
@@ -622,7 +634,7 @@ impl<'t> Ingest<'t> {
             if self.writers.len() + group.len() > WRITERS_OPEN_MAX {
                 // Closing a writer releases its lock; what it knew of its stream's end
                 // is read again by the next one.
-                tacho_store::close_writers(std::mem::take(&mut self.writers).into_values());
+                self.close_writers();
                 self.ended.clear();
             }
             self.flush_group(group)?;
@@ -694,6 +706,7 @@ impl<'t> Ingest<'t> {
             tacho_store::append_group(&mut group, self.opts.durability)?
         };
         for ((session, events), receipt) in batches.into_iter().zip(receipts) {
+            self.fold(&session, receipt.first_seq, &events);
             let t = self.totals.entry(session.clone()).or_default();
             t.first_seq.get_or_insert(receipt.first_seq);
             t.last_seq = receipt.last_seq;
@@ -712,10 +725,57 @@ impl<'t> Ingest<'t> {
         Ok(())
     }
 
+    /// Folds a session's appended batch (its first event `first_seq`) into what this
+    /// ingest knows of it: a session seen from its first event on, with nothing
+    /// appended by anyone else in between, is folded whole.
+    fn fold(&mut self, session: &str, first_seq: u64, events: &[(i64, EventBody)]) {
+        let fold = match self.folds.entry(session.to_owned()) {
+            Entry::Occupied(o) if o.get().graph.next_seq == first_seq => o.into_mut(),
+            Entry::Occupied(o) => {
+                o.remove();
+                return;
+            }
+            Entry::Vacant(v) if first_seq == 0 => v.insert(Fold {
+                graph: tacho_projections::ExecutionGraph::new(session),
+                source: None,
+            }),
+            Entry::Vacant(_) => return,
+        };
+        for (i, (at, body)) in events.iter().enumerate() {
+            let seq = first_seq + i as u64;
+            if let (0, EventBody::SessionStart(s)) = (seq, body) {
+                fold.source = s.source.clone();
+            }
+            fold.graph.apply_view(seq, *at, &body.view());
+        }
+    }
+
+    /// Closes every open writer: their heads go to the session index in one append,
+    /// then the facts of the sessions folded whole (for exactly those heads).
+    fn close_writers(&mut self) {
+        let writers = std::mem::take(&mut self.writers);
+        let mut facts = Vec::new();
+        for (session, w) in &writers {
+            if let Some(f) = self.folds.remove(session)
+                && f.graph.next_seq == w.next_seq()
+            {
+                facts.push(
+                    self.tacho
+                        .facts_record(f.graph, f.source, (w.next_seq(), w.head())),
+                );
+            }
+        }
+        tacho_store::close_writers(writers.into_values());
+        if let Err(e) = self.tacho.log().index_append(&facts, false) {
+            self.tacho
+                .note(&format!("note: the session index was not updated: {e}"));
+        }
+    }
+
     /// Appends what is queued and returns what each session received.
     pub fn finish(mut self) -> Result<Ingested, RecordError> {
         let flushed = self.flush();
-        tacho_store::close_writers(std::mem::take(&mut self.writers).into_values());
+        self.close_writers();
         match flushed {
             Ok(()) => Ok(Ingested {
                 totals: std::mem::take(&mut self.totals),

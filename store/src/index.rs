@@ -863,6 +863,20 @@ impl Store {
         Ok(())
     }
 
+    /// Starts the index of a new store complete and empty, so that readers fold the
+    /// records appended from then on instead of rebuilding the index from every stream
+    /// (a first listing after a large import). Only while the store holds no stream and
+    /// no index snapshot: the streams of an older store predate its index records.
+    pub(crate) fn index_begin(&self) -> Result<(), StoreError> {
+        let _exclusive = self.index_lock(true)?;
+        if self.vfs.exists(&self.index_snapshot_path()) || !self.sessions()?.is_empty() {
+            return Ok(());
+        }
+        // Any record already appended (a writer that raced this one) stays in the log
+        // and folds on top.
+        self.write_index_locked(Vec::new(), false)
+    }
+
     /// Deletes the index (it is rebuilt from the streams on the next read).
     pub fn index_delete(&self) -> Result<(), StoreError> {
         let _exclusive = self.index_lock(true)?;

@@ -256,6 +256,8 @@ impl Store {
                     .create_dir_all(&dir)
                     .map_err(|e| StoreError::io(&dir, e))?;
             }
+            // A new store: its index starts complete.
+            self.index_begin()?;
             lock = self.vfs.lock(&lock_path, timeout);
         }
         let lock = lock.map_err(|e| match e {

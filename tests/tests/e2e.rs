@@ -209,13 +209,20 @@ fn an_input_of_many_sessions_stays_within_the_open_files_limit() {
         report.streams.iter().map(|s| s.events).sum::<u64>(),
         2 * n as u64
     );
-    // Every writer's head reached the session index as it closed (in groups): no entry
-    // is left dirty for a reader to heal.
+    // Every writer's head reached the session index as it closed (in groups), with the
+    // facts of its session: no entry is left for the first listing to read and fold.
     let index = store.index().unwrap();
     assert_eq!(index.entries().len(), n);
     for e in index.entries() {
         assert!(!e.dirty && e.next_seq == 2, "{e:?}");
+        let facts = e.fresh_facts().expect("facts recorded with the head");
+        assert_eq!(facts.events, 2, "{e:?}");
     }
+    // And `log verify` finds them equal to the facts folded from the events.
+    let mut c = std::process::Command::new(tacho_tests::tacho_bin());
+    c.env("TACHO_HOME", &home).args(["log", "verify"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
 }
 
 #[test]
