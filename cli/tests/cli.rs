@@ -1233,8 +1233,10 @@ fn empty_store_running_session_and_corrupt_segment() {
 }
 
 /// Queries answer only from verified data: a payload forged with a recomputed checksum
-/// is refused by graph and risk at its offset, and `session list` still lists the other
-/// sessions, naming the damaged one.
+/// is refused by graph and risk at its offset. `session list` answers from the session
+/// index, recorded before the forgery; `log verify` finds the forgery, and once the
+/// index is rebuilt from the streams the listing names the damaged session and still
+/// lists the others.
 #[test]
 fn queries_refuse_a_forged_payload_and_list_the_rest() {
     let env = Env::new();
@@ -1254,6 +1256,16 @@ fn queries_refuse_a_forged_payload_and_list_the_rest() {
         assert!(out.contains("hash chain broken"), "{args:?}: {out}");
         assert!(!out.contains("brchitect"), "{args:?}: {out}");
     }
+    let list = env.run(&["session", "list"], None);
+    assert!(list.starts_with("exit: 0"), "{list}");
+    assert!(
+        list.contains("ses_other") && list.contains(EXAMPLE_SESSION),
+        "{list}"
+    );
+    let verify = env.run(&["log", "verify"], None);
+    assert!(verify.starts_with("exit: 1"), "{verify}");
+    assert!(verify.contains("hash chain broken"), "{verify}");
+    env.run(&["log", "reindex"], None);
     let list = env.run(&["session", "list"], None);
     assert!(list.starts_with("exit: 1"), "{list}");
     assert!(list.contains("ses_other"), "{list}");
