@@ -84,19 +84,7 @@ fn benches(c: &mut Criterion) {
     let ws = tmp.path().join("repo");
     let paths = generate_workspace(&ws, files, files as u64 * 2_000).unwrap();
     let ws = ws.canonicalize().unwrap();
-    let g = |args: &[&str]| {
-        let out = Command::new("git")
-            .args(["-c", "user.email=b@b", "-c", "user.name=b"])
-            .args(args)
-            .current_dir(&ws)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let g = |args: &[&str]| tacho_benches::git_in(&ws, args);
     g(&["init", "-q"]);
     g(&["add", "-A"]);
     g(&["commit", "-q", "-m", "init"]);

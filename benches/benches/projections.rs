@@ -160,16 +160,11 @@ fn risk_process(c: &mut Criterion) {
     }
     let target = format!("ses_{:06}", sessions / 2);
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(&bin)
-            .args(args)
-            .env("TACHO_HOME", dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        tacho_benches::run_ok(
+            std::process::Command::new(&bin)
+                .args(args)
+                .env("TACHO_HOME", dir.path()),
+        )
     };
     let mut g = c.benchmark_group(format!("risk_process_{sessions}_sessions"));
     g.sample_size(50).measurement_time(Duration::from_secs(5));

@@ -244,19 +244,13 @@ fn inside_git(c: &mut Criterion) {
     let root = tmp.path().canonicalize().unwrap();
     let ws = root.join("repo");
     let paths = generate_workspace(&ws, files, mb * 1024 * 1024).unwrap();
-    let git_in = |args: &[&str]| {
-        let st = Command::new("git")
-            .arg("-C")
-            .arg(&ws)
-            .args(["-c", "user.name=b", "-c", "user.email=b@b"])
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    };
-    git_in(&["init", "-q"]);
-    git_in(&["add", "-A"]);
-    git_in(&["commit", "-qm", "base"]);
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &["commit", "-qm", "base"],
+    ] {
+        tacho_benches::git_in(&ws, args);
+    }
     std::thread::sleep(Duration::from_millis(200));
     let label = format!("{files} files, {mb} MB, inside Git");
     // A store handle per snapshot, as each hook process opens one (and, having written

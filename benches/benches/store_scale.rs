@@ -48,14 +48,7 @@ fn tacho_bin() -> Option<PathBuf> {
 }
 
 fn tacho(bin: &Path, home: &Path, args: &[&str]) {
-    let mut c = Command::new(bin);
-    c.args(args).env("TACHO_HOME", home);
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "tacho {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    tacho_benches::run_ok(Command::new(bin).args(args).env("TACHO_HOME", home));
 }
 
 /// The bundled example session's lines.

@@ -27,23 +27,9 @@ fn main() {
         for args in [
             &["init", "-q"][..],
             &["add", "-A"],
-            &[
-                "-c",
-                "user.name=p",
-                "-c",
-                "user.email=p@p",
-                "commit",
-                "-qm",
-                "base",
-            ],
+            &["commit", "-qm", "base"],
         ] {
-            let st = std::process::Command::new("git")
-                .arg("-C")
-                .arg(&ws)
-                .args(args)
-                .status()
-                .unwrap();
-            assert!(st.success());
+            tacho_benches::git_in(&ws, args);
         }
     }
     std::thread::sleep(std::time::Duration::from_millis(200));

@@ -376,6 +376,27 @@ fn source_text(rng: &mut u64, size: usize) -> Vec<u8> {
 
 /// The baseline users run today for shadow snapshots: the `git` program with a separate
 /// git directory, isolated from the user's configuration.
+/// Runs `c` to its end; a failure panics with its stderr (a benchmark that cannot set
+/// up should stop).
+pub fn run_ok(c: &mut std::process::Command) {
+    match c.output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!("{c:?}: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => panic!("{c:?}: {e}"),
+    }
+}
+
+/// `git ARGS` in the repository at `repo`, with an identity for commits.
+pub fn git_in(repo: &Path, args: &[&str]) {
+    run_ok(
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+            .args(args),
+    );
+}
+
 pub mod shadow_git {
     use std::path::Path;
     use std::process::Command;

@@ -193,9 +193,8 @@ impl SnapshotStore {
         // Every object the store holds, loose or packed.
         let mut held: HashSet<ObjectId> = loose.iter().map(|(id, _)| *id).collect();
         for p in &packs {
-            let index =
-                gix_pack::index::File::at(p.path.with_extension("idx"), gix::hash::Kind::Sha1)
-                    .map_err(|e| SnapshotError::git("reading a pack index", e))?;
+            let index = gix_pack::index::File::at(p.with_extension("idx"), gix::hash::Kind::Sha1)
+                .map_err(|e| SnapshotError::git("reading a pack index", e))?;
             held.extend(index.iter().map(|e| e.oid));
         }
         let kept: Vec<ObjectId> = held
@@ -227,7 +226,7 @@ impl SnapshotStore {
         // object (kept ones are in the new pack, the rest no snapshot reaches) go.
         report.packed_objects = kept.len() as u64;
         let new = self.write_pack_of(kept)?;
-        self.remove_packs(packs.iter().map(|p| &p.path), new.as_ref())?;
+        self.remove_packs(packs.iter(), new.as_ref())?;
         for (_, path) in &loose {
             match std::fs::remove_file(path) {
                 Ok(()) => {}

@@ -19,20 +19,13 @@ fn err(
     SnapshotError::git(what, e)
 }
 
-/// A pack file and its size.
-#[derive(Debug, Clone)]
-pub(crate) struct PackFile {
-    pub path: PathBuf,
-    pub bytes: u64,
-}
-
 impl SnapshotStore {
     pub(crate) fn pack_dir(&self) -> PathBuf {
         self.root().join("objects").join("pack")
     }
 
-    /// The store's packs, smallest first.
-    pub(crate) fn packs(&self) -> Result<Vec<PackFile>, SnapshotError> {
+    /// The store's packs (their `.pack` files, each with its index), sorted.
+    pub(crate) fn packs(&self) -> Result<Vec<PathBuf>, SnapshotError> {
         let dir = self.pack_dir();
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
@@ -41,19 +34,13 @@ impl SnapshotStore {
         };
         let mut out = Vec::new();
         for e in rd {
-            let e = e.map_err(|e| SnapshotError::io(&dir, e))?;
-            let path = e.path();
-            if path.extension().is_some_and(|x| x == "pack")
-                && path.with_extension("idx").exists()
-                && let Ok(m) = e.metadata()
+            let path = e.map_err(|e| SnapshotError::io(&dir, e))?.path();
+            if path.extension().is_some_and(|x| x == "pack") && path.with_extension("idx").exists()
             {
-                out.push(PackFile {
-                    path,
-                    bytes: m.len(),
-                });
+                out.push(path);
             }
         }
-        out.sort_by(|a, b| a.bytes.cmp(&b.bytes).then_with(|| a.path.cmp(&b.path)));
+        out.sort();
         Ok(out)
     }
 
