@@ -73,6 +73,7 @@ pub mod types {
     pub use tacho_projections::RollbackPoints;
     pub use tacho_store::dump::{DumpFrame, SegmentDump};
     pub use tacho_store::{
-        Durability, Finding, Severity, StoreError, StoreReport, StoredEvent, StreamReport, hex,
+        Durability, Finding, ReadEnd, Severity, StoreError, StoreReport, StoredEvent, StreamReport,
+        hex,
     };
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use tacho_projections::{ExecutionGraph, RiskAssessment, RiskLevel, SessionSummary, assess};
 use tacho_schema::EventBody;
-use tacho_store::{StoreError, StoredEvent};
+use tacho_store::{ReadEnd, StoreError, StoredEvent};
 
 use crate::Tacho;
 use crate::error::kinds;
@@ -164,8 +164,34 @@ impl Tacho {
     /// Every event of a session, in order.
     pub fn events(&self, session: &str) -> Result<Vec<StoredEvent>, StoreError> {
         let mut all = Vec::new();
-        self.log().read_session(session, |e| all.push(e))?;
+        self.for_each_event(session, |e| all.push(e))?;
         Ok(all)
+    }
+
+    /// Calls `f` with every committed event of a session, in order, one at a time
+    /// (what exporters stream); returns where the log ended. The events of the batches
+    /// before a damaged one are handed out, then the error names the damage.
+    pub fn for_each_event(
+        &self,
+        session: &str,
+        f: impl FnMut(StoredEvent),
+    ) -> Result<ReadEnd, StoreError> {
+        self.log().read_session(session, f)
+    }
+
+    /// The sessions an audit command covers, oldest first: one session (an id or a
+    /// unique prefix), or every session that passes the filters.
+    pub fn select_sessions(
+        &self,
+        session: Option<&str>,
+        filter: &ListFilter,
+    ) -> Result<Vec<String>, ListError> {
+        if let Some(given) = session {
+            return Ok(vec![self.resolve_session(given)?]);
+        }
+        let mut rows = self.list_sessions(filter, None)?;
+        rows.reverse();
+        Ok(rows.into_iter().map(|r| r.summary.session).collect())
     }
 
     /// A session's graph folded from the log with its events counted by kind (what

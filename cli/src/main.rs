@@ -74,6 +74,9 @@ enum Command {
     Hooks(cmd::hooks::HooksCommand),
     /// Import transcripts of sessions that already happened (Claude Code, Codex).
     Import(cmd::hooks::ImportArgs),
+    /// Evidence for others: JSON Lines and OpenTelemetry exports.
+    #[command(subcommand)]
+    Audit(cmd::audit::AuditCommand),
 }
 
 fn main() -> ExitCode {
@@ -111,6 +114,7 @@ fn main() -> ExitCode {
         Command::Hook(a) => cmd::hooks::hook(a),
         Command::Hooks(c) => cmd::hooks::hooks(c),
         Command::Import(a) => cmd::hooks::import(a),
+        Command::Audit(c) => cmd::audit::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,7 @@
 //! order; a projection can be built in one pass or brought up to date from where it
 //! left off, with the same result.
 
+pub mod audit;
 mod compare;
 mod goals;
 mod graph;

@@ -1,3 +1,4 @@
+pub mod audit;
 pub mod branch;
 pub mod compare;
 pub mod demo;

@@ -1,0 +1,311 @@
+//! `tacho audit ...`: evidence leaving the machine (JSON Lines, OpenTelemetry, the
+//! report) and retention.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use tacho_app::{ListFilter, Tacho};
+use tacho_export::jsonl::{JsonlOptions, export_jsonl};
+use tacho_export::otlp::{self, FileSink, HttpSink, OtlpOptions, Protocol, export_otlp};
+use tacho_export::{AtomicFile, ExportError, Exported};
+
+use crate::error::CliError;
+use crate::output::Out;
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// JSON Lines, one record per event (schema `tacho.audit/1`, SPEC §14.1), with
+    /// trace and span ids derived from the session and the event.
+    Export(ExportArgs),
+    /// Sessions as OpenTelemetry traces (GenAI semantic conventions, original times),
+    /// to a collector over OTLP/HTTP or to a file of OTLP JSON lines.
+    Otlp(OtlpArgs),
+}
+
+/// Which sessions: one, or every session that passes the filters.
+#[derive(Debug, Args)]
+pub struct Selection {
+    /// The session (its id, or any unique prefix of it).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub session: Option<String>,
+    /// Every session that passes the filters, oldest first.
+    #[arg(long)]
+    pub all: bool,
+    /// Only sessions started at or after this time (RFC 3339, a date like
+    /// 2026-08-01, or an age like 7d).
+    #[arg(long, requires = "all")]
+    pub since: Option<String>,
+    /// Only sessions at or above this risk level (low, medium, high, critical).
+    #[arg(long, requires = "all")]
+    pub risk: Option<String>,
+}
+
+impl Selection {
+    fn sessions(&self, tacho: &Tacho) -> Result<Vec<String>, CliError> {
+        let filter = ListFilter {
+            since: self.since.clone(),
+            risk: self.risk.clone(),
+            project: None,
+        };
+        Ok(tacho.select_sessions(self.session.as_deref(), &filter)?)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    /// Write to this file (whole or not at all) instead of stdout.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Cut each tool or verification output to this many bytes (the record says so,
+    /// with the output's full length).
+    #[arg(long, value_name = "BYTES")]
+    pub max_output: Option<usize>,
+    /// With --output: print what was exported as one JSON object.
+    #[arg(long, requires = "output")]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct OtlpArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    /// The collector: a base URL (`/v1/traces` is added) or the traces URL itself.
+    /// Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// A header to send (repeatable), after those of OTEL_EXPORTER_OTLP_HEADERS.
+    #[arg(long = "header", value_name = "K=V")]
+    pub headers: Vec<String>,
+    /// http/protobuf or http/json (default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
+    /// OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(long)]
+    pub protocol: Option<String>,
+    /// Write OTLP JSON lines (one request per line) to this file instead of sending.
+    #[arg(long, conflicts_with_all = ["endpoint", "headers", "protocol"])]
+    pub file: Option<PathBuf>,
+    /// Tool arguments and results are attached cut to this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 4096)]
+    pub max_output: usize,
+    /// Spans per request (collectors limit the size of a request).
+    #[arg(long, value_name = "N", default_value_t = otlp::BATCH_SPANS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_spans: u32,
+    /// Print what was sent as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(c: AuditCommand) -> Result<(), CliError> {
+    match c {
+        AuditCommand::Export(a) => export(a),
+        AuditCommand::Otlp(a) => otlp(a),
+    }
+}
+
+/// A progress bar on stderr for work that takes more than a moment.
+fn progress(quiet: bool, what: &'static str) -> (indicatif::ProgressBar, Instant) {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        None,
+        if quiet {
+            indicatif::ProgressDrawTarget::hidden()
+        } else {
+            indicatif::ProgressDrawTarget::stderr()
+        },
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{what} {{pos}}/{{len}} sessions, {{msg}} events"
+        ))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    (bar, Instant::now())
+}
+
+fn export_error(e: ExportError) -> CliError {
+    match e {
+        ExportError::Write(e) => CliError::output(e),
+        other => other.into(),
+    }
+}
+
+/// Damaged sessions were exported up to their damage: said on stderr, exit 1.
+fn damaged_exit(done: &Exported) -> Result<(), CliError> {
+    for (s, why) in &done.damaged {
+        eprintln!(
+            "warning: session {s} could not be read to its end ({why}); its records stop there"
+        );
+    }
+    if done.damaged.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::findings(format!(
+        "{} session(s) are damaged (run `tacho log verify`); the others are exported whole",
+        done.damaged.len()
+    )))
+}
+
+fn export(a: ExportArgs) -> Result<(), CliError> {
+    let tacho = crate::open()?;
+    let sessions = a.select.sessions(&tacho)?;
+    let opts = JsonlOptions {
+        max_output: a.max_output,
+    };
+    let (bar, started) = progress(false, "exporting");
+    let mut tick = |done: usize, total: usize, events: u64| {
+        if started.elapsed() > Duration::from_millis(250) {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(events.to_string());
+        }
+    };
+    let done = match &a.output {
+        Some(path) => {
+            let mut file = AtomicFile::create(path).map_err(export_error)?;
+            let done = export_jsonl(&tacho, &sessions, &opts, &mut file, &mut tick)
+                .map_err(export_error)?;
+            file.commit().map_err(export_error)?;
+            done
+        }
+        None => {
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+            let done = export_jsonl(&tacho, &sessions, &opts, &mut out, &mut tick)
+                .map_err(export_error)?;
+            out.flush().map_err(CliError::output)?;
+            done
+        }
+    };
+    bar.finish_and_clear();
+    if let Some(path) = &a.output {
+        if a.json {
+            let mut out = Out::new();
+            out.typed("export", &done)?;
+            out.finish()?;
+        } else {
+            eprintln!(
+                "exported {} event(s) of {} session(s) to {}",
+                done.events,
+                done.sessions,
+                path.display()
+            );
+        }
+    }
+    damaged_exit(&done)
+}
+
+/// What `audit otlp` did.
+#[derive(Debug, serde::Serialize)]
+struct Sent {
+    #[serde(flatten)]
+    exported: Exported,
+    requests: u64,
+    destination: String,
+    retries: u32,
+    rejected_spans: i64,
+    messages: Vec<String>,
+}
+
+fn otlp(a: OtlpArgs) -> Result<(), CliError> {
+    let env = |k: &str| std::env::var(k).ok();
+    let opts = OtlpOptions {
+        max_output: a.max_output,
+        batch_spans: a.batch_spans as usize,
+    };
+    // Where to: checked before any session is read.
+    let mut http = None;
+    if a.file.is_none() {
+        let url = otlp::endpoint(a.endpoint.as_deref(), &env).ok_or_else(|| {
+            CliError::input(
+                "no collector: give --endpoint URL, set OTEL_EXPORTER_OTLP_ENDPOINT, or write a file with --file",
+            )
+        })?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(CliError::input(format!(
+                "endpoint {url:?} is not an http:// or https:// URL"
+            )));
+        }
+        let protocol_text = a
+            .protocol
+            .clone()
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
+            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            .unwrap_or_else(|| "http/protobuf".into());
+        let protocol = Protocol::parse(&protocol_text).ok_or_else(|| {
+            CliError::input(format!(
+                "protocol {protocol_text:?} is not http/protobuf or http/json (grpc is not supported)"
+            ))
+        })?;
+        let headers = otlp::headers(&a.headers, &env).map_err(CliError::input)?;
+        http = Some(HttpSink::new(url, headers, protocol));
+    }
+    let tacho = crate::open()?;
+    let sessions = a.select.sessions(&tacho)?;
+    let (bar, started) = progress(false, "sending");
+    let mut tick = |done: usize, total: usize, events: u64| {
+        if started.elapsed() > Duration::from_millis(250) {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(events.to_string());
+        }
+    };
+    let sent = match (&a.file, http) {
+        (Some(path), _) => {
+            let mut sink = FileSink(AtomicFile::create(path).map_err(export_error)?);
+            let (exported, requests) = export_otlp(&tacho, &sessions, &opts, &mut sink, &mut tick)
+                .map_err(export_error)?;
+            sink.0.commit().map_err(export_error)?;
+            Sent {
+                exported,
+                requests,
+                destination: path.display().to_string(),
+                retries: 0,
+                rejected_spans: 0,
+                messages: Vec::new(),
+            }
+        }
+        (None, Some(mut sink)) => {
+            let (exported, requests) = export_otlp(&tacho, &sessions, &opts, &mut sink, &mut tick)
+                .map_err(export_error)?;
+            Sent {
+                exported,
+                requests,
+                destination: sink.url.clone(),
+                retries: sink.retries,
+                rejected_spans: sink.rejected_spans,
+                messages: std::mem::take(&mut sink.messages),
+            }
+        }
+        (None, None) => return Err(CliError::input("nowhere to send")),
+    };
+    bar.finish_and_clear();
+    let mut out = Out::new();
+    if a.json {
+        out.typed("otlp", &sent)?;
+    } else {
+        out.line(format!(
+            "sent {} session(s), {} event(s) in {} request(s) to {}{}",
+            sent.exported.sessions,
+            sent.exported.events,
+            sent.requests,
+            sent.destination,
+            if sent.retries > 0 {
+                format!(" ({} retried)", sent.retries)
+            } else {
+                String::new()
+            }
+        ))?;
+    }
+    out.finish()?;
+    for m in &sent.messages {
+        eprintln!("warning: the collector said: {m}");
+    }
+    if sent.rejected_spans > 0 {
+        return Err(CliError::findings(format!(
+            "the collector rejected {} span(s)",
+            sent.rejected_spans
+        )));
+    }
+    damaged_exit(&sent.exported)
+}

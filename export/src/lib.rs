@@ -1,0 +1,93 @@
+//! tacho's exporters, a frontend of the application layer: audit records as JSON
+//! Lines ([`jsonl`]) and sessions as OpenTelemetry traces ([`otlp`]). Both place
+//! events with the same span fold (`tacho_projections::audit`), so a record's
+//! `span_id` is the id of the span the trace export gives the event.
+
+pub mod jsonl;
+pub mod otlp;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Reports progress: sessions done, sessions in all, events so far.
+pub type Progress<'a> = dyn FnMut(usize, usize, u64) + 'a;
+
+/// What an export wrote.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Exported {
+    pub sessions: usize,
+    pub events: u64,
+    /// Sessions that could not be read to their end, and why: their records stop at
+    /// the damage.
+    pub damaged: Vec<(String, String)>,
+}
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("writing the export: {0}")]
+    Write(#[from] std::io::Error),
+    #[error(transparent)]
+    Send(#[from] otlp::SendError),
+    #[error("{}: {source}", path.display())]
+    Output {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl tacho_app::Kind for ExportError {
+    fn kind(&self) -> tacho_app::ErrorKind {
+        tacho_app::ErrorKind::Io
+    }
+}
+
+/// An output file written whole or not at all: a temporary file beside it, synced and
+/// renamed over it on [`AtomicFile::commit`]; dropped without commit, it is removed.
+pub struct AtomicFile {
+    path: PathBuf,
+    file: std::io::BufWriter<tempfile::NamedTempFile>,
+}
+
+impl AtomicFile {
+    pub fn create(path: &Path) -> Result<AtomicFile, ExportError> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".tacho-export-")
+            .tempfile_in(&dir)
+            .map_err(|source| ExportError::Output {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(AtomicFile {
+            path: path.to_path_buf(),
+            file: std::io::BufWriter::with_capacity(1 << 20, tmp),
+        })
+    }
+
+    /// Syncs the file and puts it in place.
+    pub fn commit(self) -> Result<(), ExportError> {
+        let path = self.path;
+        let err = |source| ExportError::Output {
+            path: path.clone(),
+            source,
+        };
+        let tmp = self.file.into_inner().map_err(|e| err(e.into_error()))?;
+        tmp.as_file().sync_all().map_err(err)?;
+        tmp.persist(&path).map_err(|e| err(e.error))?;
+        Ok(())
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
