@@ -344,6 +344,45 @@ fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalSt
     })
 }
 
+/// A goal's status: each check's state against the source now.
+fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
+    let a = assess_goal(g)?;
+    Ok(GoalStatus {
+        kind: "goal_status",
+        session,
+        goal: g.created.goal.clone(),
+        title: g.created.title.clone(),
+        revision: g.created.revision,
+        assured: g.created.assured,
+        contract_digest: g.created.contract_digest.clone(),
+        completed: g.completed,
+        blocked: g.blocked.clone(),
+        paused: g.paused.clone(),
+        revised_by: g.revised_by.clone(),
+        revises: g.created.revises.clone(),
+        correction: g.created.correction.clone(),
+        fingerprint: a.now.as_ref().ok().cloned(),
+        no_fresh_evidence: a.now.as_ref().err().cloned(),
+        checks: a
+            .states
+            .iter()
+            .map(|(id, s)| CheckStatus {
+                id: id.clone(),
+                state: s.name(),
+                why: match s {
+                    CheckState::Failed(w) | CheckState::Stale(w) => Some(w.clone()),
+                    CheckState::Running(at) => {
+                        Some(format!("started at event #{at}, no receipt yet"))
+                    }
+                    _ => None,
+                },
+                receipt_seq: g.receipts.get(id).map(|r| r.0),
+            })
+            .collect(),
+        can_complete: a.can_complete,
+    })
+}
+
 impl Tacho {
     /// The session (resolved from an id or prefix) and its goals, folded from its log.
     fn goals(&self, session: &str) -> Result<(String, Goals), GoalError> {
@@ -644,41 +683,17 @@ impl Tacho {
     pub fn goal_status(&self, session: &str, goal: Option<&str>) -> Result<GoalStatus, GoalError> {
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
-        let a = assess_goal(g)?;
-        Ok(GoalStatus {
-            kind: "goal_status",
-            session,
-            goal: g.created.goal.clone(),
-            title: g.created.title.clone(),
-            revision: g.created.revision,
-            assured: g.created.assured,
-            contract_digest: g.created.contract_digest.clone(),
-            completed: g.completed,
-            blocked: g.blocked.clone(),
-            paused: g.paused.clone(),
-            revised_by: g.revised_by.clone(),
-            revises: g.created.revises.clone(),
-            correction: g.created.correction.clone(),
-            fingerprint: a.now.as_ref().ok().cloned(),
-            no_fresh_evidence: a.now.as_ref().err().cloned(),
-            checks: a
-                .states
-                .iter()
-                .map(|(id, s)| CheckStatus {
-                    id: id.clone(),
-                    state: s.name(),
-                    why: match s {
-                        CheckState::Failed(w) | CheckState::Stale(w) => Some(w.clone()),
-                        CheckState::Running(at) => {
-                            Some(format!("started at event #{at}, no receipt yet"))
-                        }
-                        _ => None,
-                    },
-                    receipt_seq: g.receipts.get(id).map(|r| r.0),
-                })
-                .collect(),
-            can_complete: a.can_complete,
-        })
+        status_of(session.clone(), g)
+    }
+
+    /// The status of every goal of a session (resolved id), in the order they were
+    /// created.
+    pub fn goal_statuses(&self, session: &str) -> Result<Vec<GoalStatus>, GoalError> {
+        let (session, gs) = self.goals(session)?;
+        gs.goals
+            .iter()
+            .map(|g| status_of(session.clone(), g))
+            .collect()
     }
 
     /// The completion gate, with the stall rule: attempts that bring no new passing

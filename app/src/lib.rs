@@ -26,6 +26,7 @@ mod logtools;
 mod projection;
 pub mod render;
 mod replay;
+mod report;
 mod rollback;
 pub mod runner;
 mod sessions;
@@ -51,6 +52,7 @@ pub use replay::{
     ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,
     ReplayError, Verification, verify_package,
 };
+pub use report::{Integrity, Report};
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
 pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
@@ -66,7 +68,9 @@ pub mod agents {
 pub mod types {
     pub use tacho_git::fingerprint::{Entry as FingerprintEntry, Fingerprint, NoEvidence};
     pub use tacho_git::rollback::{Action, Applied, Conflict, Plan, PlanItem};
-    pub use tacho_git::snapshot::{GcReport, Snapshot, SnapshotError, StoreUsage};
+    pub use tacho_git::snapshot::{
+        ChangeKind, FileDiff, GcReport, Snapshot, SnapshotError, StoreUsage,
+    };
     pub use tacho_goals::commits::{CommitReport, Merges, Violation};
     pub use tacho_goals::review::ReviewReport;
     pub use tacho_log_format::{ChainValue, FrameHeader, FrameType, HeaderError};

@@ -462,3 +462,98 @@ pub mod shadow_git {
         run(git_dir, work, &["write-tree"])
     }
 }
+
+/// Whole-process benchmarks at scale: the `tacho` binary, the bundled example as bulk
+/// input, and the SQLite JSON-row store users would otherwise keep.
+#[allow(clippy::unwrap_used)] // a benchmark that cannot set up should panic
+pub mod scale {
+    use std::path::{Path, PathBuf};
+
+    use rusqlite::Connection;
+
+    /// The `tacho` binary next to this benchmark (release under `cargo bench`).
+    pub fn tacho_bin() -> Option<PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        let bin = exe.parent()?.parent()?.join("tacho");
+        if bin.exists() {
+            Some(bin)
+        } else {
+            eprintln!(
+                "store_scale: {} is missing; run `cargo build --release -p tacho-cli` first",
+                bin.display()
+            );
+            None
+        }
+    }
+
+    /// The bundled example session's lines.
+    pub fn example_lines() -> Vec<String> {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sessions/rate-limit.jsonl");
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `sessions` copies of the example, each under its own session id.
+    pub fn bulk_input(path: &Path, sessions: usize) -> u64 {
+        let lines = example_lines();
+        let id = "ses_01jdemo8xk4rate1imit0000a";
+        let mut text = String::new();
+        let mut n = 0;
+        for k in 0..sessions {
+            let new = format!("ses_bulk{k:020}");
+            for l in &lines {
+                text.push_str(&l.replace(id, &new));
+                text.push('\n');
+                n += 1;
+            }
+        }
+        std::fs::write(path, text).unwrap();
+        n
+    }
+
+    /// What an importer writing SQLite does with the same input: parse every line (as
+    /// `tacho record` validates every line), then insert it as a JSON row, durably
+    /// (`synchronous=FULL`), committing once for the input or once per session.
+    pub fn sqlite_ingest(input: &Path, db: &Path, tx_per_session: bool) {
+        let _ = std::fs::remove_file(db);
+        let _ = std::fs::remove_file(db.with_extension("db-wal"));
+        let _ = std::fs::remove_file(db.with_extension("db-shm"));
+        let mut conn = Connection::open(db).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.pragma_update(None, "synchronous", "FULL").unwrap();
+        conn.execute_batch(
+            "CREATE TABLE events (session TEXT NOT NULL, seq INTEGER NOT NULL,
+                 type TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (session, seq));",
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(input).unwrap();
+        let mut tx = conn.transaction().unwrap();
+        let mut current = String::new();
+        let mut seq = 0i64;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let session = v["session"].as_str().unwrap();
+            let kind = v["type"].as_str().unwrap();
+            if session != current {
+                if tx_per_session && !current.is_empty() {
+                    tx.commit().unwrap();
+                    tx = conn.transaction().unwrap();
+                }
+                current = session.to_owned();
+                seq = 0;
+            }
+            tx.prepare_cached(
+                "INSERT INTO events (session, seq, type, body) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .unwrap()
+            .execute(rusqlite::params![session, seq, kind, line])
+            .unwrap();
+            seq += 1;
+        }
+        tx.commit().unwrap();
+    }
+}

@@ -127,9 +127,9 @@ pub(crate) fn cut(s: &str, max: usize) -> &str {
     s.get(..end).unwrap_or_default()
 }
 
-/// Writes one event's record.
+/// Appends one event's record (a line) to `out`.
 fn write_record(
-    out: &mut dyn Write,
+    out: &mut Vec<u8>,
     trace: &str,
     parent_session: Option<&str>,
     mut e: StoredEvent,
@@ -229,7 +229,8 @@ fn write_record(
         },
     };
     serde_json::to_writer(&mut *out, &record)?;
-    out.write_all(b"\n")
+    out.push(b'\n');
+    Ok(())
 }
 
 /// Streams the records of `sessions` (in that order) to `out`. A session that cannot
@@ -243,6 +244,7 @@ pub fn export_jsonl(
     progress: &mut Progress<'_>,
 ) -> Result<Exported, ExportError> {
     let mut done = Exported::default();
+    let mut line = Vec::with_capacity(4096);
     for (i, session) in sessions.iter().enumerate() {
         let trace = id_hex(&tacho_projections::audit::trace_id(session));
         let mut fold = AuditFold::new(session, false);
@@ -253,7 +255,11 @@ pub fn export_jsonl(
                 return;
             }
             let p = fold.apply(e.seq, &e.event);
-            if let Err(err) = write_record(out, &trace, fold.parent_session(), e, &p, opts) {
+            // One write per record: serde's many small writes stay in this buffer.
+            line.clear();
+            let written = write_record(&mut line, &trace, fold.parent_session(), e, &p, opts)
+                .and_then(|()| out.write_all(&line));
+            if let Err(err) = written {
                 io_error = Some(err);
             }
             events += 1;

@@ -56,8 +56,10 @@ impl AtomicFile {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        // Created as any file the user makes (0666 less the umask), not private.
         let tmp = tempfile::Builder::new()
             .prefix(".tacho-export-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
             .tempfile_in(&dir)
             .map_err(|source| ExportError::Output {
                 path: path.to_path_buf(),
@@ -84,8 +86,13 @@ impl AtomicFile {
 }
 
 impl Write for AtomicFile {
+    #[inline]
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.file.write(buf)
+    }
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.file.write_all(buf)
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.file.flush()

@@ -75,12 +75,27 @@ pub trait Sink {
 
 /// OTLP JSON lines: one `ExportTraceServiceRequest` per line (the OTLP file format the
 /// collector's file exporter writes).
-pub struct FileSink<W: Write>(pub W);
+pub struct FileSink<W: Write> {
+    pub out: W,
+    line: Vec<u8>,
+}
+
+impl<W: Write> FileSink<W> {
+    pub fn new(out: W) -> Self {
+        FileSink {
+            out,
+            line: Vec::new(),
+        }
+    }
+}
 
 impl<W: Write> Sink for FileSink<W> {
     fn send(&mut self, request: &ExportTraceServiceRequest) -> Result<(), ExportError> {
-        serde_json::to_writer(&mut self.0, request).map_err(std::io::Error::from)?;
-        self.0.write_all(b"\n")?;
+        // One write per request: serde's many small writes stay in this buffer.
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, request).map_err(std::io::Error::from)?;
+        self.line.push(b'\n');
+        self.out.write_all(&self.line)?;
         Ok(())
     }
 }
@@ -187,7 +202,12 @@ fn error_status(message: impl Into<String>) -> Option<Status> {
 }
 
 /// One finished span of the fold as an OTLP span.
-pub fn to_proto(session: &str, s: &audit::Span, opts: &OtlpOptions) -> Span {
+pub fn to_proto(
+    session: &str,
+    trace: &audit::TraceId,
+    s: &audit::Span,
+    opts: &OtlpOptions,
+) -> Span {
     let mut a = Attrs::default();
     let mut name = String::new();
     let mut kind = ProtoKind::Internal;
@@ -369,7 +389,7 @@ pub fn to_proto(session: &str, s: &audit::Span, opts: &OtlpOptions) -> Span {
         name = format!("{:?}", s.kind).to_ascii_lowercase();
     }
     Span {
-        trace_id: audit::trace_id(session).to_vec(),
+        trace_id: trace.to_vec(),
         span_id: s.id.to_vec(),
         parent_span_id: s.parent.map(|p| p.to_vec()).unwrap_or_default(),
         name,
@@ -481,6 +501,7 @@ pub fn export_otlp(
     };
     for (i, session) in sessions.iter().enumerate() {
         let mut fold = AuditFold::new(session, true);
+        let trace = fold.trace_id();
         let mut failed: Option<ExportError> = None;
         let mut events = 0u64;
         let read = tacho.for_each_event(session, |e| {
@@ -490,7 +511,7 @@ pub fn export_otlp(
             events += 1;
             fold.apply(e.seq, &e.event);
             for s in fold.take_finished() {
-                if let Err(err) = batch.push(session, to_proto(session, &s, opts)) {
+                if let Err(err) = batch.push(session, to_proto(session, &trace, &s, opts)) {
                     failed = Some(err);
                     return;
                 }
@@ -500,7 +521,7 @@ pub fn export_otlp(
             return Err(e);
         }
         for s in fold.finish() {
-            batch.push(session, to_proto(session, &s, opts))?;
+            batch.push(session, to_proto(session, &trace, &s, opts))?;
         }
         done.sessions += 1;
         done.events += events;

@@ -41,15 +41,32 @@ pub fn trace_id(session: &str) -> TraceId {
 /// mode (context `tacho audit span v1`) of the session id, a zero byte and the event's
 /// sequence number (8 bytes, little-endian). The root span uses 2^64 - 1.
 pub fn span_id(session: &str, seq: u64) -> SpanId {
-    let mut h = blake3::Hasher::new_derive_key("tacho audit span v1");
-    h.update(session.as_bytes());
-    h.update(&[0]);
-    h.update(&seq.to_le_bytes());
-    let digest = h.finalize();
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&digest.as_bytes()[..8]);
-    nonzero(&mut id);
-    id
+    SpanIds::new(session).of(seq)
+}
+
+/// The span ids of one session: the hasher of the session's prefix, kept, so that
+/// each id costs one compression instead of deriving the context key again.
+#[derive(Debug, Clone)]
+pub struct SpanIds(blake3::Hasher);
+
+impl SpanIds {
+    pub fn new(session: &str) -> SpanIds {
+        let mut h = blake3::Hasher::new_derive_key("tacho audit span v1");
+        h.update(session.as_bytes());
+        h.update(&[0]);
+        SpanIds(h)
+    }
+
+    /// The id of the span opened by event `seq` (2^64 - 1: the root).
+    pub fn of(&self, seq: u64) -> SpanId {
+        let mut h = self.0.clone();
+        h.update(&seq.to_le_bytes());
+        let digest = h.finalize();
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&digest.as_bytes()[..8]);
+        nonzero(&mut id);
+        id
+    }
 }
 
 /// The session's root span.
@@ -133,6 +150,7 @@ struct Open {
 #[derive(Debug)]
 pub struct AuditFold {
     session: String,
+    ids: SpanIds,
     keep_spans: bool,
     root: Open,
     root_seen: bool,
@@ -153,6 +171,7 @@ impl AuditFold {
     pub fn new(session: &str, keep_spans: bool) -> Self {
         AuditFold {
             session: session.to_string(),
+            ids: SpanIds::new(session),
             keep_spans,
             root: Open {
                 span: Span {
@@ -220,7 +239,7 @@ impl AuditFold {
         let (parent, step, agent) = self.enclosing();
         let own_agent = event_agent(&event.body);
         let mut placement = Placement {
-            span: span_id(&self.session, seq),
+            span: self.ids.of(seq),
             parent: Some(parent),
             step,
             agent: own_agent.clone().or(agent),
@@ -230,7 +249,7 @@ impl AuditFold {
             repeated_response: false,
         };
         let opened = |kind: SpanKind, agent: Option<String>| Span {
-            id: span_id(&self.session, seq),
+            id: placement.span,
             parent: Some(parent),
             kind,
             start_unix_ns: t,

@@ -343,3 +343,162 @@ fn otlp_never_retries_a_400() {
 fn otlp_file_is_otlp_json_the_official_package_reads() {
     otlp_check("file");
 }
+
+/// The demo's session (real snapshots, a failed and a passing test run) as a report.
+fn demo(dir: &Path) -> (PathBuf, String) {
+    let home = dir.join("home");
+    let mut c = tacho(&home);
+    c.args(["demo", "--dir"]).arg(dir.join("repo"));
+    let (code, _, err) = run(c);
+    assert_eq!(code, 0, "{err}");
+    let mut c = tacho(&home);
+    c.args(["session", "list", "--json"]);
+    let (_, out, _) = run(c);
+    let id = records(&out)[0]["session"].as_str().unwrap().to_string();
+    (home, id)
+}
+
+#[test]
+fn report_shows_what_a_reviewer_needs_from_the_log_and_the_snapshots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, id) = demo(tmp.path());
+    let (code, md, err) = audit(&home, &["report", &id[..10]]);
+    assert_eq!(code, 0, "{err}");
+    for section in [
+        "## Session",
+        "## Goal",
+        "## Routing",
+        "## Actions",
+        "## Files changed",
+        "## Validation",
+        "## Risk",
+        "## Token usage",
+        "## Record integrity",
+    ] {
+        assert!(md.contains(section), "{section} missing:\n{md}");
+    }
+    // Files changed come from the snapshots, with real diffs.
+    assert!(md.contains("+++ b/src/middleware/rate-limit.ts"), "{md}");
+    assert!(
+        md.contains("+  app.use('/v1', rateLimit({ perMinute: 120 }), router);"),
+        "{md}"
+    );
+    // The failed and the passing test run.
+    assert!(
+        md.contains("| `npm test` | failed |") && md.contains("| `npm test` | passed |"),
+        "{md}"
+    );
+    // Tokens as `session show` has them; the chain head as `log verify` prints it.
+    let mut c = tacho(&home);
+    c.args(["session", "show", &id, "--json"]);
+    let (_, show, _) = run(c);
+    let show: Value = serde_json::from_str(show.trim()).unwrap();
+    let tokens_in = show["tokens_in"].as_u64().unwrap();
+    let with_commas = tacho_app::render::thousands(tokens_in);
+    assert!(
+        md.contains(&format!("| {with_commas} |")),
+        "{with_commas}\n{md}"
+    );
+    let mut c = tacho(&home);
+    c.args(["log", "verify", "--session", &id, "--json"]);
+    let (_, verify, _) = run(c);
+    let head = records(&verify)
+        .into_iter()
+        .find_map(|r| r["head"].as_str().map(str::to_string))
+        .expect("log verify prints the head");
+    assert!(md.contains(&format!("chain head `{head}`")), "{head}\n{md}");
+    assert!(md.contains(&format!("tacho session replay {id} --mode export")));
+
+    // HTML: one self-contained file, nothing fetched, nothing run.
+    let file = tmp.path().join("report.html");
+    let (code, _, err) = audit(
+        &home,
+        &[
+            "report",
+            &id,
+            "--format",
+            "html",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(&file).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("default-src 'none'"));
+    assert!(!html.contains("<script") && !html.contains(" src=") && !html.contains("<link"));
+    assert!(html.contains("<h2>Files changed</h2>") && html.contains("rate-limit.ts"));
+}
+
+#[test]
+fn report_shows_goal_receipts_and_a_record_that_does_not_verify() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::create_dir_all(ws.join("checks")).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
+    std::fs::write(
+        ws.join("checks/parity.sh"),
+        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("plan.md"), tacho_tests::PARITY_PLAN).unwrap();
+    let start = format!(
+        r#"{{"type":"session.start","session":"ses_goal","workspace":"{}"}}"#,
+        ws.display()
+    );
+    let (code, _, err) = run_with_stdin(&home, &["record", "--snapshots", "off"], &start);
+    assert_eq!(code, 0, "{err}");
+    let in_ws = |args: &[&str]| {
+        let mut c = tacho(&home);
+        c.current_dir(&ws).args(args);
+        run(c)
+    };
+    let (code, out, err) = in_ws(&[
+        "goal",
+        "create",
+        "--assure",
+        "--plan",
+        "plan.md",
+        "--session",
+        "ses_goal",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let goal = serde_json::from_str::<Value>(out.trim()).unwrap()["goal"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let (code, out, _) = in_ws(&["goal", "check", "parity", "--session", "ses_goal", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let seq = serde_json::from_str::<Value>(out.trim()).unwrap()["seq"]
+        .as_u64()
+        .unwrap();
+    let (code, md, err) = in_ws(&["audit", "report", "ses_goal"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(md.contains(&format!("`{goal}`")), "{md}");
+    assert!(
+        md.contains(&format!("| `parity` | passed | event #{seq} |")),
+        "{md}"
+    );
+    assert!(md.contains("assured"), "{md}");
+
+    // A forged byte in the receipt's frame: the report still answers, says the record
+    // does not verify, exit 1.
+    let mut c = tacho(&home);
+    c.args(["log", "dump", "ses_goal", "--json"]);
+    let (_, dump, _) = run(c);
+    let dump = records(&dump);
+    let seg = PathBuf::from(dump[0]["segment"].as_str().unwrap());
+    let frame = dump.iter().rfind(|r| r["type"] == "event").unwrap();
+    let at = (frame["offset"].as_u64().unwrap() + frame["len"].as_u64().unwrap() / 2) as usize;
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[at] ^= 1;
+    std::fs::write(&seg, &bytes).unwrap();
+    let (code, md, err) = in_ws(&["audit", "report", "ses_goal"]);
+    assert_eq!(code, 1, "{md}{err}");
+    assert!(md.contains("**The record does not verify:**"), "{md}");
+}

@@ -2,6 +2,7 @@
 
 pub mod event;
 pub mod graph;
+pub mod report;
 pub mod risk;
 
 /// `8s`, `9m 54s`, `1h 3m`; below a second, `350ms`.

@@ -22,6 +22,27 @@ pub enum AuditCommand {
     /// Sessions as OpenTelemetry traces (GenAI semantic conventions, original times),
     /// to a collector over OTLP/HTTP or to a file of OTLP JSON lines.
     Otlp(OtlpArgs),
+    /// The document a reviewer reads about one session: goal and receipts, session,
+    /// routing, actions, files changed with diffs, validation, risk, tokens and record
+    /// integrity (Markdown, or one self-contained HTML file).
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ReportFormat {
+    Markdown,
+    Html,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The session (its id, or any unique prefix of it).
+    pub session: String,
+    #[arg(long, value_enum, default_value = "markdown")]
+    pub format: ReportFormat,
+    /// Write to this file (whole or not at all) instead of stdout.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
 }
 
 /// Which sessions: one, or every session that passes the filters.
@@ -102,6 +123,7 @@ pub fn run(c: AuditCommand) -> Result<(), CliError> {
     match c {
         AuditCommand::Export(a) => export(a),
         AuditCommand::Otlp(a) => otlp(a),
+        AuditCommand::Report(a) => report(a),
     }
 }
 
@@ -252,10 +274,10 @@ fn otlp(a: OtlpArgs) -> Result<(), CliError> {
     };
     let sent = match (&a.file, http) {
         (Some(path), _) => {
-            let mut sink = FileSink(AtomicFile::create(path).map_err(export_error)?);
+            let mut sink = FileSink::new(AtomicFile::create(path).map_err(export_error)?);
             let (exported, requests) = export_otlp(&tacho, &sessions, &opts, &mut sink, &mut tick)
                 .map_err(export_error)?;
-            sink.0.commit().map_err(export_error)?;
+            sink.out.commit().map_err(export_error)?;
             Sent {
                 exported,
                 requests,
@@ -308,4 +330,39 @@ fn otlp(a: OtlpArgs) -> Result<(), CliError> {
         )));
     }
     damaged_exit(&sent.exported)
+}
+
+fn report(a: ReportArgs) -> Result<(), CliError> {
+    let tacho = crate::open()?;
+    let session = tacho.resolve_session(&a.session)?;
+    let r = tacho.report(&session)?;
+    let text = match a.format {
+        ReportFormat::Markdown => tacho_app::render::report::markdown(&r),
+        ReportFormat::Html => tacho_app::render::report::html(&r),
+    };
+    match &a.output {
+        Some(path) => {
+            let mut file = AtomicFile::create(path).map_err(export_error)?;
+            file.write_all(text.as_bytes()).map_err(|source| {
+                export_error(ExportError::Output {
+                    path: path.clone(),
+                    source,
+                })
+            })?;
+            file.commit().map_err(export_error)?;
+            eprintln!("wrote the report of {session} to {}", path.display());
+        }
+        None => {
+            let mut out = Out::new();
+            out.line(text.trim_end())?;
+            out.finish()?;
+        }
+    }
+    if r.integrity.findings.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::findings(format!(
+            "the record of {session} does not verify; the report says where"
+        )))
+    }
 }

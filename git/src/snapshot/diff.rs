@@ -134,3 +134,71 @@ impl SnapshotStore {
         Ok(out)
     }
 }
+
+/// One path's change as a unified diff.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileDiff {
+    pub path: String,
+    pub change: ChangeKind,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+    /// The unified diff (`---`/`+++` headers, hunks with 3 lines of context); `None`
+    /// for a binary or oversized file, a link, or a change of mode only.
+    pub unified: Option<String>,
+}
+
+impl SnapshotStore {
+    /// What changed from snapshot `from` to snapshot `to`, with each text file's
+    /// unified diff, in path order.
+    pub fn unified_diff(&self, from: &str, to: &str) -> Result<Vec<FileDiff>, SnapshotError> {
+        let changes = self.diff(from, to)?;
+        let (a, b) = (
+            self.files(self.resolve(from)?)?,
+            self.files(self.resolve(to)?)?,
+        );
+        let content = |e: Option<&FileEntry>| -> Result<Option<String>, SnapshotError> {
+            match e {
+                None => Ok(Some(String::new())),
+                Some(e) if e.kind == FileKind::Link => Ok(None),
+                Some(e) => Ok(text(&self.blob(e.oid)?).map(str::to_owned)),
+            }
+        };
+        let mut out = Vec::with_capacity(changes.len());
+        for c in changes {
+            let unified = if c.change == ChangeKind::Mode {
+                None
+            } else {
+                match (content(a.get(&c.path))?, content(b.get(&c.path))?) {
+                    (Some(old), Some(new)) => {
+                        let old_name = match c.change {
+                            ChangeKind::Created => "/dev/null".to_string(),
+                            _ => format!("a/{}", c.path),
+                        };
+                        let new_name = match c.change {
+                            ChangeKind::Deleted => "/dev/null".to_string(),
+                            _ => format!("b/{}", c.path),
+                        };
+                        Some(
+                            similar::TextDiff::configure()
+                                .timeout(std::time::Duration::from_millis(500))
+                                .diff_lines(&old, &new)
+                                .unified_diff()
+                                .context_radius(3)
+                                .header(&old_name, &new_name)
+                                .to_string(),
+                        )
+                    }
+                    _ => None,
+                }
+            };
+            out.push(FileDiff {
+                path: c.path,
+                change: c.change,
+                lines_added: c.lines_added,
+                lines_removed: c.lines_removed,
+                unified,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -31,7 +31,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gix::ObjectId;
 use gix::object::tree::EntryKind;
 
-pub use diff::{ChangeKind, LINE_DIFF_BYTES_MAX, PathChange};
+pub use diff::{ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange};
 pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
 pub use paths::{canonical_workspace, head_commit, relative_path};
 pub use types::*;

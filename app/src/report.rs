@@ -1,0 +1,132 @@
+//! `tacho audit report`: what a reviewer reads about one session, gathered from the
+//! log (graph, risk, goals, integrity) and the snapshot store (the files changed,
+//! with their diffs). Rendering is `render::report`.
+
+use tacho_git::snapshot::FileDiff;
+use tacho_projections::{ExecutionGraph, RiskAssessment, assess};
+use tacho_store::StoreError;
+
+use crate::{GoalStatus, Tacho};
+
+/// Everything the report shows.
+#[derive(Debug)]
+pub struct Report {
+    pub session: String,
+    pub graph: ExecutionGraph,
+    pub risk: RiskAssessment,
+    pub goals: Vec<GoalStatus>,
+    /// Why the goals could not be assessed, if so.
+    pub goals_note: Option<String>,
+    /// The workspace's changes from the session's first snapshot to its last.
+    pub changes: Vec<FileDiff>,
+    /// The two snapshots compared (first, last).
+    pub changes_between: Option<(String, String)>,
+    /// Why no changes could be shown, if so.
+    pub changes_note: Option<String>,
+    pub integrity: Integrity,
+    /// The session's events could be read to their end (else only the integrity
+    /// section has anything to say).
+    pub readable: bool,
+    pub generated_unix_ns: i64,
+}
+
+/// What the record's verification found.
+#[derive(Debug, Clone)]
+pub struct Integrity {
+    pub events: u64,
+    pub batches: u64,
+    /// The chain value after the last batch, hex: what a verified copy must end with.
+    pub head: String,
+    /// Every finding of the log, replay and projection checks (empty: verified).
+    pub findings: Vec<String>,
+}
+
+impl Tacho {
+    /// The report of a session (resolved id). A record that does not verify still
+    /// gets its report: the findings, and whatever could be read (nothing of the
+    /// session when its events could not be read to their end).
+    pub fn report(&self, session: &str) -> Result<Report, StoreError> {
+        let v = self.verify_session(session)?;
+        let graph = match v.read_error {
+            None => self.graph(session)?,
+            Some(_) => tacho_projections::ExecutionGraph::new(session),
+        };
+        let risk = assess(&graph);
+        let (goals, goals_note) = match (&v.read_error, self.goal_statuses(session)) {
+            (None, Ok(g)) => (g, None),
+            (None, Err(e)) => (Vec::new(), Some(e.to_string())),
+            (Some(_), _) => (Vec::new(), None),
+        };
+        let mut findings: Vec<String> = v
+            .log_errors()
+            .map(|f| format!("{} (offset {})", f.message, f.offset.unwrap_or(0)))
+            .collect();
+        if let Some(e) = &v.read_error {
+            findings.push(format!(
+                "the session could not be read to its end, so nothing of it is shown: {e}"
+            ));
+        }
+        findings.extend(
+            v.replay
+                .findings
+                .iter()
+                .map(|f| format!("event #{}: {}", f.seq, f.message)),
+        );
+        if let crate::ProjectionCheck::Failed { problem, .. } = &v.projection {
+            findings.push(format!("stored projection: {problem}"));
+        }
+        let integrity = Integrity {
+            events: v.log.events,
+            batches: v.log.batches,
+            head: tacho_store::hex(&v.log.chain),
+            findings,
+        };
+        let (changes, changes_between, changes_note) = self.net_changes(&graph);
+        Ok(Report {
+            session: session.to_string(),
+            graph,
+            risk,
+            goals,
+            goals_note,
+            changes,
+            changes_between,
+            changes_note,
+            integrity,
+            readable: v.read_error.is_none(),
+            generated_unix_ns: self.now(),
+        })
+    }
+
+    /// The changes from the first snapshot of the session's (first) workspace to its
+    /// last, with diffs.
+    fn net_changes(
+        &self,
+        g: &ExecutionGraph,
+    ) -> (Vec<FileDiff>, Option<(String, String)>, Option<String>) {
+        let Some(first) = g.snapshots.first() else {
+            return (
+                Vec::new(),
+                None,
+                Some("the session has no snapshot (recorded without snapshots)".into()),
+            );
+        };
+        let Some(last) = g.snapshots.iter().rfind(|s| s.workspace == first.workspace) else {
+            return (Vec::new(), None, None);
+        };
+        let between = Some((first.id.clone(), last.id.clone()));
+        if first.id == last.id {
+            return (Vec::new(), between, None);
+        }
+        match self
+            .snapshots()
+            .and_then(|s| s.unified_diff(&first.id, &last.id))
+        {
+            Ok(d) => (d, between, None),
+            Err(e) => (
+                Vec::new(),
+                between,
+                Some(format!("the snapshot store could not be read: {e}")),
+            ),
+        }
+    }
+}
