@@ -24,6 +24,7 @@ pub mod install;
 mod logs;
 mod logtools;
 mod projection;
+mod prune;
 pub mod render;
 mod replay;
 mod report;
@@ -48,6 +49,7 @@ pub use ingest::{
 };
 pub use logs::{LogReport, LogsError, analyse_logs};
 pub use logtools::{DumpError, NoData, dump_segment_file};
+pub use prune::{Kept, PruneError, PruneOptions, PruneOutcome};
 pub use replay::{
     ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,
     ReplayError, Verification, verify_package,
@@ -77,7 +79,7 @@ pub mod types {
     pub use tacho_projections::RollbackPoints;
     pub use tacho_store::dump::{DumpFrame, SegmentDump};
     pub use tacho_store::{
-        Durability, Finding, ReadEnd, Severity, StoreError, StoreReport, StoredEvent, StreamReport,
-        hex,
+        Durability, Finding, PRUNE_LOG, PrunedSession, ReadEnd, Severity, StoreError, StoreReport,
+        StoredEvent, StreamReport, hex,
     };
 }

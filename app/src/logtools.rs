@@ -145,6 +145,11 @@ impl Tacho {
         if let Some(v) = &index {
             report.store.extend(self.check_index_store(v, &sessions));
         }
+        if only.is_none() {
+            let (findings, head) = self.check_prune_record()?;
+            report.store.extend(findings);
+            report.prune_head = head;
+        }
         Ok(report)
     }
 

@@ -8,6 +8,7 @@
 //! <root>/streams/<stream dir>/00000000000000000000.tseg
 //! <root>/streams/<stream dir>/00000000000000012345.tseg
 //! <root>/index/sessions.snap, sessions.log, lock   (derived: the session index)
+//! <root>/pruned.log, pruned.lock                    (what `audit prune` removed)
 //! ```
 //!
 //! The store owns I/O policy: where files live, when they are synced, what is repaired
@@ -18,6 +19,7 @@ pub mod dump;
 pub mod index;
 mod link;
 mod package;
+mod prune;
 mod reader;
 mod store;
 mod verify;
@@ -27,6 +29,7 @@ mod writer;
 /// Lower-case hexadecimal of chain values and digests (the crate gix uses for ids).
 pub use faster_hex::hex_string as hex;
 pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, open_package};
+pub use prune::{PRUNE_LOG, PruneRecord, PrunedSession};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
 pub use verify::{EventVisitor, Finding, Severity, StoreReport, StreamReport};

@@ -53,13 +53,17 @@ pub struct StreamReport {
 #[derive(Debug, Clone, Default)]
 pub struct StoreReport {
     pub streams: Vec<StreamReport>,
-    /// Findings about the store as a whole (its session index), not one stream.
+    /// Findings about the store as a whole (its session index, its prune record), not
+    /// one stream.
     pub store: Vec<Finding>,
+    /// The digest of the last prune record (hex), when the store was ever pruned.
+    pub prune_head: Option<String>,
 }
 
 impl StoreReport {
-    /// BLAKE3 over every stream's id, event count and head, in id order. Equal digests
-    /// mean equal stores, event for event; keep it to detect later edits.
+    /// BLAKE3 over every stream's id, event count and head, in id order, then the
+    /// digest of the last prune record if any. Equal digests mean equal stores, event
+    /// for event; keep it to detect later edits.
     pub fn store_digest(&self) -> ChainValue {
         let mut h = blake3::Hasher::new_derive_key("tacho store digest v1");
         for s in &self.streams {
@@ -67,6 +71,11 @@ impl StoreReport {
             h.update(s.session.as_bytes());
             h.update(&s.next_seq.to_le_bytes());
             h.update(&s.chain);
+        }
+        // A store never pruned keeps the digest it always had.
+        if let Some(p) = &self.prune_head {
+            h.update(b"pruned");
+            h.update(p.as_bytes());
         }
         *h.finalize().as_bytes()
     }

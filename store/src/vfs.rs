@@ -327,13 +327,16 @@ enum Acquire {
 /// Opens (creating) the lock file at `path` and waits at most `timeout` for a shared
 /// or exclusive lock on it, polling with growing pauses.
 fn acquire(path: &Path, exclusive: bool, timeout: Duration) -> Result<File, Acquire> {
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(Acquire::Io)?;
+    let open = || {
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(Acquire::Io)
+    };
+    let mut f = open()?;
     let start = Instant::now();
     let mut pause = Duration::from_micros(200);
     loop {
@@ -343,6 +346,9 @@ fn acquire(path: &Path, exclusive: bool, timeout: Duration) -> Result<File, Acqu
             f.try_lock_shared()
         };
         match got {
+            // A lock file is unlinked by its holder when its session is pruned: the
+            // lock taken is only good if the path still names the file locked.
+            Ok(()) if !same_file(&f, path) => f = open()?,
             Ok(()) => return Ok(f),
             Err(TryLockError::WouldBlock) if start.elapsed() < timeout => {
                 std::thread::sleep(pause);
@@ -351,6 +357,15 @@ fn acquire(path: &Path, exclusive: bool, timeout: Duration) -> Result<File, Acqu
             Err(TryLockError::WouldBlock) => return Err(Acquire::Busy(f)),
             Err(TryLockError::Error(e)) => return Err(Acquire::Io(e)),
         }
+    }
+}
+
+/// Whether `path` still names the open file `f` (same device and inode).
+fn same_file(f: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 

@@ -578,6 +578,15 @@ impl Writer {
         self.next_seq
     }
 
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Nothing to record in the index when this writer is dropped.
+    pub(crate) fn forget_head(&mut self) {
+        self.indexed = false;
+    }
+
     /// The chain value after the last committed batch.
     pub fn head(&self) -> ChainValue {
         self.chain

@@ -502,3 +502,195 @@ fn report_shows_goal_receipts_and_a_record_that_does_not_verify() {
     assert_eq!(code, 1, "{md}{err}");
     assert!(md.contains("**The record does not verify:**"), "{md}");
 }
+
+/// Sessions for the prune test: dates relative to now (the rule is an age).
+fn prune_store(dir: &Path) -> PathBuf {
+    let home = dir.join("home");
+    let ex = example();
+    let day = |ago: i64| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            - ago * 86_400;
+        // The example's date, moved: 2026-11-20 becomes the day `ago` days back.
+        tacho_schema::time_to_rfc3339(t * 1_000_000_000)
+            .get(..10)
+            .unwrap()
+            .to_string()
+    };
+    let session = |id: &str, ago: i64, low: bool, parent: Option<&str>, ended: bool| {
+        let mut lines: Vec<String> = ex
+            .replace(EXAMPLE, id)
+            .replace("2026-11-20", &day(ago))
+            .lines()
+            .filter(|l| !(low && l.contains("\"tool.result\"")))
+            .filter(|l| ended || !l.contains("\"session.end\""))
+            .map(str::to_string)
+            .collect();
+        if let Some(p) = parent {
+            lines[0] = lines[0].replacen(
+                "\"source\":\"claude-code\"",
+                &format!("\"source\":\"claude-code\",\"parent\":\"{p}\""),
+                1,
+            );
+        }
+        lines.join("\n") + "\n"
+    };
+    let input = [
+        session("ses_old_m", 30, false, None, true),
+        session("ses_old_l", 30, true, None, true),
+        session("ses_parent", 30, true, None, true),
+        session("ses_kid", 1, true, Some("ses_parent"), true),
+        session("ses_run", 30, true, None, false),
+        session("ses_new", 1, true, None, true),
+    ]
+    .concat();
+    let (code, _, err) = run_with_stdin(&home, &["record"], &input);
+    assert_eq!(code, 0, "{err}");
+    home
+}
+
+fn verify_json(home: &Path) -> (i32, Vec<Value>) {
+    let mut c = tacho(home);
+    c.args(["log", "verify", "--json"]);
+    let (code, out, _) = run(c);
+    (code, records(&out))
+}
+
+#[test]
+fn prune_removes_whole_old_sessions_after_recording_them_and_verify_checks_the_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = prune_store(tmp.path());
+    // A stored projection to remove with its session.
+    let mut c = tacho(&home);
+    c.args(["graph", "ses_old_l"]);
+    assert_eq!(run(c).0, 0);
+    let projection = home.join("log/projections/ses_old_l.json");
+    assert!(projection.exists());
+    let (_, before) = verify_json(&home);
+    let head_before = before
+        .iter()
+        .find(|r| r["session"] == "ses_old_l" && r["head"].is_string())
+        .unwrap()["head"]
+        .clone();
+
+    // Dry run: names everything, removes nothing.
+    let (code, out, err) = audit(
+        &home,
+        &[
+            "prune",
+            "--days",
+            "7",
+            "--keep-risk",
+            "medium",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let dry: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(home.join("log/streams/ses_old_l").exists());
+    let (code, out, err) = audit(
+        &home,
+        &["prune", "--days", "7", "--keep-risk", "medium", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let done: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(dry["removed"], done["removed"]);
+    let removed: Vec<&str> = done["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(removed, ["ses_old_l"]);
+    assert_eq!(done["removed"][0]["head"], head_before);
+    let kept: BTreeMap<String, String> = done["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["session"].as_str().unwrap().to_string(),
+                k["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(kept["ses_old_m"].contains("risk"), "{kept:?}");
+    assert!(
+        kept["ses_parent"].contains("ancestor of kept session ses_kid"),
+        "{kept:?}"
+    );
+    assert!(kept["ses_run"].contains("running"), "{kept:?}");
+    assert!(!kept.contains_key("ses_new") && !kept.contains_key("ses_kid"));
+    // The whole session is gone: stream, lock, projection, index entry.
+    assert!(!home.join("log/streams/ses_old_l").exists());
+    assert!(!home.join("log/locks/ses_old_l.lock").exists());
+    assert!(!projection.exists());
+    let mut c = tacho(&home);
+    c.args(["session", "list", "--json"]);
+    let (_, list, _) = run(c);
+    assert_eq!(sessions_of(&records(&list)).len(), 5);
+    assert!(!list.contains("ses_old_l"));
+    // The store verifies; its digest now covers the prune record.
+    let (code, after) = verify_json(&home);
+    assert_eq!(code, 0, "{after:?}");
+
+    // A prune record edited, or removed: log verify finds it.
+    let log = home.join("log/pruned.log");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(
+        &log,
+        text.replace("\"session\":\"ses_old_l\"", "\"session\":\"ses_old_x\""),
+    )
+    .unwrap();
+    let (code, found) = verify_json(&home);
+    assert_eq!(code, 1);
+    assert!(
+        found.iter().any(|r| r["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("digest does not match"))),
+        "{found:?}"
+    );
+    std::fs::write(&log, &text).unwrap();
+    assert_eq!(verify_json(&home).0, 0);
+
+    // An interrupted prune (recorded, not removed): verify warns, the next prune
+    // finishes it.
+    let store = tacho_store::Store::open(home.join("log"), Default::default()).unwrap();
+    let (code, before) = verify_json(&home);
+    assert_eq!(code, 0);
+    let new = before
+        .iter()
+        .find(|r| r["session"] == "ses_new" && r["head"].is_string())
+        .unwrap();
+    let new_head = new["head"].as_str().unwrap().to_string();
+    store
+        .record_prune(
+            1,
+            "interrupted on purpose",
+            vec![tacho_store::PrunedSession {
+                session: "ses_new".into(),
+                next_seq: new["events"].as_u64().unwrap(),
+                head: new_head,
+                started_unix_ns: None,
+                last_event_unix_ns: None,
+            }],
+        )
+        .unwrap();
+    let (code, found) = verify_json(&home);
+    assert_eq!(code, 0, "a warning, not an error: {found:?}");
+    assert!(
+        found.iter().any(|r| r["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("interrupted prune"))),
+        "{found:?}"
+    );
+    let (code, out, err) = audit(&home, &["prune", "--days", "7", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["finished"], serde_json::json!(["ses_new"]));
+    assert!(!home.join("log/streams/ses_new").exists());
+    assert_eq!(verify_json(&home).0, 0);
+}

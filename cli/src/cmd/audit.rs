@@ -26,6 +26,29 @@ pub enum AuditCommand {
     /// routing, actions, files changed with diffs, validation, risk, tokens and record
     /// integrity (Markdown, or one self-contained HTML file).
     Report(ReportArgs),
+    /// Remove whole sessions older than N days (streams, projections, locks, index
+    /// entries) after recording the removal, then the snapshots only they referenced.
+    /// Running, damaged and kept sessions' ancestors stay, and are named.
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Sessions whose last event is older than this many days.
+    #[arg(long)]
+    pub days: u64,
+    /// Keep sessions at or above this risk level (low, medium, high, critical).
+    #[arg(long, value_name = "LEVEL")]
+    pub keep_risk: Option<String>,
+    /// Also sessions that never recorded their end (imports, crashed agents), which are
+    /// otherwise kept as running.
+    #[arg(long)]
+    pub include_unended: bool,
+    /// Say what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -124,6 +147,7 @@ pub fn run(c: AuditCommand) -> Result<(), CliError> {
         AuditCommand::Export(a) => export(a),
         AuditCommand::Otlp(a) => otlp(a),
         AuditCommand::Report(a) => report(a),
+        AuditCommand::Prune(a) => prune(a),
     }
 }
 
@@ -365,4 +389,59 @@ fn report(a: ReportArgs) -> Result<(), CliError> {
             "the record of {session} does not verify; the report says where"
         )))
     }
+}
+
+fn prune(a: PruneArgs) -> Result<(), CliError> {
+    let tacho = crate::open()?;
+    tacho.require_data()?;
+    let r = tacho.prune(&tacho_app::PruneOptions {
+        days: a.days,
+        keep_risk: a.keep_risk.clone(),
+        include_unended: a.include_unended,
+        dry_run: a.dry_run,
+    })?;
+    let mut out = Out::new();
+    if a.json {
+        out.typed("prune", &r)?;
+        return out.finish();
+    }
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    out.line(format!(
+        "{verb} {} session(s) whose last event is before {}",
+        r.removed.len(),
+        tacho_schema::time_to_rfc3339(r.cutoff_unix_ns)
+    ))?;
+    for s in &r.removed {
+        out.line(format!(
+            "  {}  {} event(s), head {}",
+            s.session,
+            s.next_seq,
+            tacho_app::render::prefix(&s.head, 16)
+        ))?;
+    }
+    if !r.kept.is_empty() {
+        out.line(format!("kept {} old session(s):", r.kept.len()))?;
+        for k in &r.kept {
+            out.line(format!("  {}  {}", k.session, k.reason))?;
+        }
+    }
+    if !r.finished.is_empty() {
+        out.line(format!(
+            "finished an interrupted prune: {} session(s) removed",
+            r.finished.len()
+        ))?;
+    }
+    if let (Some(n), Some(b)) = (r.snapshots_dropped, r.bytes_reclaimed) {
+        out.line(format!(
+            "snapshots: {n} dropped, {} reclaimed",
+            tacho_app::render::bytes(b)
+        ))?;
+    }
+    if !r.records.is_empty() {
+        out.line(format!(
+            "recorded in {} (`tacho log verify` checks it)",
+            tacho.log_dir().join(tacho_app::types::PRUNE_LOG).display()
+        ))?;
+    }
+    out.finish()
 }
