@@ -88,6 +88,7 @@ impl Kind for OpenError {
 }
 
 /// How to open tacho's data.
+#[derive(Clone)]
 pub struct Config {
     /// The data directory (`$TACHO_HOME`, else the platform data directory).
     pub data_dir: PathBuf,

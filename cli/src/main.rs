@@ -74,9 +74,12 @@ enum Command {
     Hooks(cmd::hooks::HooksCommand),
     /// Import transcripts of sessions that already happened (Claude Code, Codex).
     Import(cmd::hooks::ImportArgs),
-    /// Evidence for others: JSON Lines and OpenTelemetry exports.
+    /// Evidence for others: JSON Lines and OpenTelemetry exports, the report, retention.
     #[command(subcommand)]
     Audit(cmd::audit::AuditCommand),
+    /// A local, read-only web report of the sessions (index, session pages with a
+    /// timeline, calls, diffs, risk, goals, rollback points), on 127.0.0.1 only.
+    RunReport(cmd::run_report::RunReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
         Command::Hooks(c) => cmd::hooks::hooks(c),
         Command::Import(a) => cmd::hooks::import(a),
         Command::Audit(c) => cmd::audit::run(c),
+        Command::RunReport(a) => cmd::run_report::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,7 @@ pub mod replay;
 pub mod review;
 pub mod risk;
 pub mod rollback;
+pub mod run_report;
 pub mod session;
 pub mod snapshot;
 pub mod trace;

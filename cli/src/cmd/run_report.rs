@@ -1,0 +1,60 @@
+//! `tacho run-report`: the local web report (`tacho-web`), served on 127.0.0.1 until
+//! interrupted.
+
+use std::io::Write;
+
+use clap::Args;
+
+use crate::error::CliError;
+
+#[derive(Debug, Args)]
+pub struct RunReportArgs {
+    /// Open on this session's page (its id, or any unique prefix of it).
+    pub session: Option<String>,
+    /// Open on the index of sessions (the default without SESSION).
+    #[arg(long, conflicts_with = "session")]
+    pub index: bool,
+    /// The port on 127.0.0.1 (default: a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Open the page in the browser (`xdg-open`, or `open` on macOS).
+    #[arg(long)]
+    pub open: bool,
+}
+
+pub fn run(a: RunReportArgs) -> Result<(), CliError> {
+    let cfg = tacho_app::Config::from_env()?;
+    // The session is resolved before serving: a typo is an error here, not a 404 page.
+    let path = match &a.session {
+        Some(s) => {
+            let tacho = tacho_app::Tacho::open(cfg.clone())?;
+            format!("/s/{}", tacho.resolve_session(s)?)
+        }
+        None => "/".to_string(),
+    };
+    tacho_web::serve(cfg, a.port, |addr| {
+        let url = format!("http://{addr}{path}");
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "serving {url} (127.0.0.1 only, read-only; Ctrl-C stops)"
+        );
+        let _ = out.flush();
+        if a.open {
+            let opener = if cfg!(target_os = "macos") {
+                "open"
+            } else {
+                "xdg-open"
+            };
+            if let Err(e) = std::process::Command::new(opener)
+                .arg(&url)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+            {
+                eprintln!("note: could not run {opener} ({e}); open {url} yourself");
+            }
+        }
+    })?;
+    Ok(())
+}

@@ -1,0 +1,498 @@
+//! The pages: data gathered through the application layer, rendered by the compiled
+//! templates in `templates/`.
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use axum::http::StatusCode;
+use tacho_app::render::{duration, thousands, tool_duration};
+use tacho_app::{Kind, ListFilter, Tacho};
+use tacho_projections::SessionStatus;
+use tacho_schema::{EventBody, time_to_rfc3339};
+
+use crate::svg;
+
+/// Tool inputs and outputs longer than this are cut on the page (the log keeps them
+/// whole; `tacho audit export` gives them whole).
+const SHOWN_BYTES_MAX: usize = 64 * 1024;
+/// Sessions on the index.
+const INDEX_ROWS: usize = 500;
+
+fn time(ns: Option<i64>) -> String {
+    ns.map_or("-".into(), |t| {
+        time_to_rfc3339(t)
+            .chars()
+            .take(19)
+            .collect::<String>()
+            .replace('T', " ")
+    })
+}
+
+fn cut(s: &str) -> (String, bool) {
+    if s.len() <= SHOWN_BYTES_MAX {
+        return (s.to_string(), false);
+    }
+    let mut end = SHOWN_BYTES_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (s.get(..end).unwrap_or_default().to_string(), true)
+}
+
+fn status_text(s: SessionStatus) -> String {
+    match s {
+        SessionStatus::Running => "running".into(),
+        SessionStatus::Ended(r) => r.to_string(),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    status: u16,
+    message: &'a str,
+}
+
+pub fn error_page(status: StatusCode, message: &str) -> (StatusCode, String) {
+    let page = ErrorPage {
+        status: status.as_u16(),
+        message,
+    };
+    (
+        status,
+        page.render()
+            .unwrap_or_else(|e| format!("error {status}: {message} ({e})")),
+    )
+}
+
+pub struct IndexRow {
+    pub id: String,
+    pub started: String,
+    pub agent: String,
+    pub title: String,
+    pub risk: String,
+    pub risk_class: String,
+    pub tokens: String,
+    pub status: String,
+    pub damaged: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "index.html")]
+struct IndexPage {
+    rows: Vec<IndexRow>,
+    more: bool,
+    chart: String,
+}
+
+pub fn index(t: &Tacho) -> (StatusCode, String) {
+    let rows = match t.list_sessions(&ListFilter::default(), None) {
+        Ok(r) => r,
+        Err(e) => return error_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    let mut per_day: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &rows {
+        if let Some(t) = r.summary.started_unix_ns {
+            let day = time_to_rfc3339(t).chars().take(10).collect::<String>();
+            *per_day.entry(day).or_default() += r.summary.tokens_in + r.summary.tokens_out;
+        }
+    }
+    let days: Vec<(String, u64)> = per_day.into_iter().rev().take(60).rev().collect();
+    let more = rows.len() > INDEX_ROWS;
+    let page = IndexPage {
+        rows: rows
+            .into_iter()
+            .take(INDEX_ROWS)
+            .map(|r| {
+                let s = r.summary;
+                IndexRow {
+                    started: time(s.started_unix_ns),
+                    agent: s.agent.unwrap_or_default(),
+                    title: s.title.unwrap_or_default(),
+                    risk: format!("{} {}", r.risk_level.as_str(), r.risk_score),
+                    risk_class: r.risk_level.as_str().to_lowercase(),
+                    tokens: format!("{} / {}", thousands(s.tokens_in), thousands(s.tokens_out)),
+                    status: status_text(s.status),
+                    damaged: r.damaged,
+                    id: s.session,
+                }
+            })
+            .collect(),
+        more,
+        chart: svg::tokens_per_day(&days),
+    };
+    render(&page)
+}
+
+fn render(t: &impl Template) -> (StatusCode, String) {
+    match t.render() {
+        Ok(s) => (StatusCode::OK, s),
+        Err(e) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+pub struct CallView {
+    pub seq: u64,
+    pub tool: String,
+    pub target: String,
+    pub status: String,
+    pub failed: bool,
+    pub time: String,
+    pub error: String,
+    pub input: String,
+    pub output: String,
+    pub output_cut: bool,
+}
+
+pub struct StepView {
+    pub number: u64,
+    pub title: String,
+    pub duration: String,
+    pub tokens: String,
+    pub calls: Vec<CallView>,
+}
+
+pub struct DiffLine {
+    pub class: &'static str,
+    pub text: String,
+}
+
+pub struct FileView {
+    pub path: String,
+    pub change: String,
+    pub added: u64,
+    pub removed: u64,
+    pub diff: Vec<DiffLine>,
+}
+
+pub struct CheckView {
+    pub id: String,
+    pub state: String,
+    pub why: String,
+    pub receipt: String,
+}
+
+pub struct GoalView {
+    pub title: String,
+    pub id: String,
+    pub state: String,
+    pub digest: String,
+    pub checks: Vec<CheckView>,
+}
+
+pub struct GateView {
+    pub seq: u64,
+    pub time: String,
+    pub action: String,
+    pub accepted: bool,
+    pub reason: String,
+    pub details: Vec<String>,
+}
+
+pub struct PointView {
+    pub step: u64,
+    pub time: String,
+    pub files: String,
+    pub command: String,
+}
+
+#[derive(Template)]
+#[template(path = "session.html")]
+struct SessionPage {
+    id: String,
+    title: String,
+    running: bool,
+    readable: bool,
+    facts: Vec<(String, String)>,
+    risk_level: String,
+    risk_class: String,
+    risk_score: u32,
+    readiness: String,
+    factors: Vec<(String, u32, String, String)>,
+    disclaimer: String,
+    timeline: String,
+    steps: Vec<StepView>,
+    files: Vec<FileView>,
+    changes_note: String,
+    verifications: Vec<(u64, String, String, String, bool, String)>,
+    goals: Vec<GoalView>,
+    gates: Vec<GateView>,
+    points: Vec<PointView>,
+    baseline_command: String,
+    children: Vec<(String, String)>,
+    findings: Vec<String>,
+    head: String,
+    events: u64,
+}
+
+pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
+    if tacho_schema::validate_session_id(given).is_err() {
+        return error_page(StatusCode::NOT_FOUND, "no such session");
+    }
+    let id = match t.resolve_session(given) {
+        Ok(id) => id,
+        Err(e) => {
+            let status = match e.kind() {
+                tacho_app::ErrorKind::NotFound => StatusCode::NOT_FOUND,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            return error_page(status, &e.to_string());
+        }
+    };
+    let r = match t.report(&id) {
+        Ok(r) => r,
+        Err(e) => return error_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    let g = &r.graph;
+    // Inputs, outputs and gate decisions from the events (a damaged record: none).
+    let mut inputs: BTreeMap<String, String> = BTreeMap::new();
+    let mut outputs: BTreeMap<String, String> = BTreeMap::new();
+    let mut gates = Vec::new();
+    if r.readable {
+        let _ = t.for_each_event(&id, |e| match e.event.body {
+            EventBody::ToolCall(c) => {
+                if let Some(i) = c.input {
+                    let pretty = serde_json::from_str::<serde_json::Value>(&i)
+                        .ok()
+                        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+                        .unwrap_or(i);
+                    inputs.insert(c.call_id, pretty);
+                }
+            }
+            EventBody::ToolResult(res) => {
+                if let Some(o) = res.output {
+                    outputs.entry(res.call_id).or_insert(o);
+                }
+            }
+            EventBody::GoalUpdate(u) => gates.push(GateView {
+                seq: e.seq,
+                time: time(Some(e.event.time_unix_ns)),
+                action: u.action.to_string(),
+                accepted: u.accepted,
+                reason: u.reason.unwrap_or_default(),
+                details: u.details,
+            }),
+            _ => {}
+        });
+    }
+    let steps = g
+        .steps
+        .iter()
+        .map(|s| StepView {
+            number: s.number,
+            title: s.title.clone().unwrap_or_default(),
+            duration: s.duration_ms().map_or("unfinished".into(), duration),
+            tokens: format!(
+                "{} in / {} out",
+                thousands(s.tokens.input),
+                thousands(s.tokens.output)
+            ),
+            calls: s
+                .tools
+                .iter()
+                .map(|c| {
+                    let (output, output_cut) = cut(outputs.get(&c.call_id).map_or("", |s| s));
+                    CallView {
+                        seq: c.seq,
+                        tool: c.tool.clone(),
+                        target: c.target.clone().unwrap_or_default(),
+                        status: c
+                            .status
+                            .map(|s| s.to_string())
+                            .unwrap_or_else(|| "no result".into()),
+                        failed: c.status.is_some_and(|s| s != tacho_schema::ToolStatus::Ok),
+                        time: c.duration_ms.map_or(String::new(), tool_duration),
+                        error: c.error.clone().unwrap_or_default(),
+                        input: cut(inputs.get(&c.call_id).map_or("", |s| s)).0,
+                        output,
+                        output_cut,
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    let files = r
+        .changes
+        .iter()
+        .map(|c| FileView {
+            path: c.path.clone(),
+            change: format!("{:?}", c.change).to_lowercase(),
+            added: c.lines_added,
+            removed: c.lines_removed,
+            diff: c
+                .unified
+                .as_deref()
+                .unwrap_or("")
+                .lines()
+                .map(|l| DiffLine {
+                    class: if l.starts_with("+++") || l.starts_with("---") {
+                        "hdr"
+                    } else if l.starts_with('+') {
+                        "add"
+                    } else if l.starts_with('-') {
+                        "del"
+                    } else if l.starts_with("@@") {
+                        "hunk"
+                    } else {
+                        "ctx"
+                    },
+                    text: l.to_string(),
+                })
+                .collect(),
+        })
+        .collect();
+    let points = t
+        .rollback_points(&id)
+        .map(|p| {
+            p.points
+                .iter()
+                .filter(|pt| pt.snapshot.is_some())
+                .map(|pt| PointView {
+                    step: pt.step,
+                    time: time(Some(pt.started_unix_ns)),
+                    files: pt.files.join(", "),
+                    command: format!("tacho session rollback {id} --step {} --dry-run", pt.step),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let children = t
+        .list_sessions(&ListFilter::default(), None)
+        .map(|rows| {
+            rows.into_iter()
+                .filter(|row| row.summary.parent.as_deref() == Some(id.as_str()))
+                .map(|row| (row.summary.session, row.summary.title.unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut facts = vec![
+        ("Agents".to_string(), g.agents.join(", ")),
+        ("Project".into(), g.project.clone().unwrap_or_default()),
+        ("Workspace".into(), g.workspace.clone().unwrap_or_default()),
+        ("Started".into(), time(g.started_unix_ns)),
+        (
+            "Status".into(),
+            match g.end_reason {
+                Some(reason) => format!("{reason} at {}", time(g.ended_unix_ns)),
+                None => "running (no end recorded)".into(),
+            },
+        ),
+        (
+            "Duration".into(),
+            g.duration_ms().map_or("-".into(), duration),
+        ),
+        (
+            "Tokens".into(),
+            format!(
+                "{} in / {} out (cache read {}, write {}), {} model calls",
+                thousands(g.tokens.input),
+                thousands(g.tokens.output),
+                thousands(g.tokens.cache_read),
+                thousands(g.tokens.cache_write),
+                g.model_calls
+            ),
+        ),
+    ];
+    if let Some(p) = &g.parent {
+        facts.push(("Parent session".into(), p.clone()));
+    }
+    if let Some(b) = &g.branch {
+        facts.push((
+            "Branch of".into(),
+            format!("{} (its events through #{})", b.parent, b.through_seq),
+        ));
+    }
+    for route in &g.routes {
+        facts.push((
+            "Route".into(),
+            format!(
+                "{} ({})",
+                tacho_app::render::route(route.from.as_deref(), &route.to),
+                route.reason.clone().unwrap_or_default()
+            ),
+        ));
+    }
+    let page = SessionPage {
+        title: g.title.clone().unwrap_or_else(|| id.clone()),
+        running: r.readable && g.end_reason.is_none(),
+        readable: r.readable,
+        facts,
+        risk_level: r.risk.level.as_str().to_string(),
+        risk_class: r.risk.level.as_str().to_lowercase(),
+        risk_score: r.risk.score,
+        readiness: r.risk.readiness.as_str().to_string(),
+        factors: r
+            .risk
+            .factors
+            .iter()
+            .map(|f| {
+                (
+                    f.id.to_string(),
+                    f.weight,
+                    f.evidence.clone(),
+                    f.mitigation.to_string(),
+                )
+            })
+            .collect(),
+        disclaimer: r.risk.disclaimer.to_string(),
+        timeline: svg::timeline(g),
+        steps,
+        files,
+        changes_note: r.changes_note.clone().unwrap_or_default(),
+        verifications: g
+            .verifications
+            .iter()
+            .map(|v| {
+                (
+                    v.seq,
+                    v.step.map_or("-".into(), |s| s.to_string()),
+                    v.command.clone(),
+                    v.status.to_string(),
+                    v.status != tacho_schema::VerificationStatus::Passed,
+                    v.duration_ms.map_or(String::new(), tool_duration),
+                )
+            })
+            .collect(),
+        goals: r
+            .goals
+            .iter()
+            .map(|gs| GoalView {
+                title: gs.title.clone(),
+                id: gs.goal.clone(),
+                state: if gs.completed {
+                    "completed".into()
+                } else if let Some(b) = &gs.blocked {
+                    format!("blocked: {b}")
+                } else if let Some(p) = &gs.paused {
+                    format!("paused: {p}")
+                } else {
+                    "open".into()
+                },
+                digest: gs.contract_digest.clone(),
+                checks: gs
+                    .checks
+                    .iter()
+                    .map(|c| CheckView {
+                        id: c.id.clone(),
+                        state: c.state.to_string(),
+                        why: c.why.clone().unwrap_or_default(),
+                        receipt: c.receipt_seq.map_or(String::new(), |s| format!("#{s}")),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        gates,
+        points,
+        baseline_command: if g.snapshots.is_empty() {
+            String::new()
+        } else {
+            format!("tacho session rollback {id} --dry-run")
+        },
+        children,
+        findings: r.integrity.findings.clone(),
+        head: r.integrity.head.clone(),
+        events: r.integrity.events,
+        id,
+    };
+    render(&page)
+}

@@ -1,0 +1,212 @@
+//! Pictures drawn on the server as inline SVG: the timeline of a session (steps and
+//! their tool calls) and tokens per day. Text in them is escaped here.
+
+use std::fmt::Write;
+
+use tacho_projections::ExecutionGraph;
+
+/// Text for SVG content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Rows drawn at most; the rest is said.
+const ROWS_MAX: usize = 400;
+const WIDTH: f64 = 960.0;
+const LABEL: f64 = 300.0;
+const ROW: f64 = 18.0;
+
+fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut o: String = s.chars().take(n).collect();
+        o.push('…');
+        o
+    }
+}
+
+/// The session's steps and tool calls on one time axis (a Gantt chart): a row per
+/// step (its span), then a row per tool call (call to result), failed calls in red.
+pub fn timeline(g: &ExecutionGraph) -> String {
+    let Some(start) = g
+        .started_unix_ns
+        .or(g.steps.first().map(|s| s.started_unix_ns))
+    else {
+        return String::new();
+    };
+    let end = g
+        .ended_unix_ns
+        .or(g.last_event_unix_ns)
+        .unwrap_or(start)
+        .max(start + 1);
+    let span = (end - start) as f64;
+    let x = |t: i64| LABEL + ((t - start).max(0) as f64 / span) * (WIDTH - LABEL - 10.0);
+    let mut rows: Vec<(String, i64, i64, &'static str, String)> = Vec::new();
+    for s in &g.steps {
+        let s_end = s.finished_unix_ns.unwrap_or(end);
+        rows.push((
+            format!(
+                "Step {}{}",
+                s.number,
+                s.title
+                    .as_ref()
+                    .map(|t| format!(": {t}"))
+                    .unwrap_or_default()
+            ),
+            s.started_unix_ns,
+            s_end,
+            "step",
+            String::new(),
+        ));
+        for t in &s.tools {
+            let t_end = t
+                .duration_ms
+                .map(|ms| t.started_unix_ns + i64::try_from(ms).unwrap_or(0) * 1_000_000)
+                .unwrap_or(t.started_unix_ns);
+            let class = match t.status {
+                Some(tacho_schema::ToolStatus::Ok) => "ok",
+                Some(_) => "fail",
+                None => "open",
+            };
+            rows.push((
+                format!(
+                    "  {}{}",
+                    t.tool,
+                    t.target
+                        .as_ref()
+                        .map(|x| format!(" {x}"))
+                        .unwrap_or_default()
+                ),
+                t.started_unix_ns,
+                t_end,
+                class,
+                t.status
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "no result".into()),
+            ));
+        }
+    }
+    let shown = rows.len().min(ROWS_MAX);
+    let height = 30.0 + ROW * shown as f64 + 10.0;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" class="timeline" role="img" aria-label="timeline of steps and tool calls" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="system-ui,sans-serif" font-size="11">"##
+    );
+    // Time axis: five ticks.
+    for i in 0..=4 {
+        let t = start + (span * f64::from(i) / 4.0) as i64;
+        let xi = x(t);
+        let secs = (t - start) / 1_000_000_000;
+        let anchor = match i {
+            0 => "start",
+            4 => "end",
+            _ => "middle",
+        };
+        let _ = write!(
+            o,
+            r##"<line x1="{xi:.1}" y1="18" x2="{xi:.1}" y2="{height}" stroke="#d0d7de"/><text x="{xi:.1}" y="12" text-anchor="{anchor}" fill="#57606a">+{}:{:02}</text>"##,
+            secs / 60,
+            secs % 60
+        );
+    }
+    for (i, (label, a, b, class, status)) in rows.iter().take(shown).enumerate() {
+        let y = 24.0 + ROW * i as f64;
+        let (xa, xb) = (x(*a), x(*b));
+        let w = (xb - xa).max(2.0);
+        let fill = match *class {
+            "step" => "#8250df",
+            "ok" => "#2da44e",
+            "fail" => "#cf222e",
+            _ => "#bf8700",
+        };
+        let _ = write!(
+            o,
+            r##"<g class="row {class}"><text x="4" y="{:.1}" fill="#1f2328">{}</text><rect x="{xa:.1}" y="{:.1}" width="{w:.1}" height="{:.1}" rx="2" fill="{fill}"><title>{}</title></rect></g>"##,
+            y + 11.0,
+            esc(&cut(label, 46)),
+            y + 3.0,
+            if *class == "step" { 12.0 } else { 9.0 },
+            esc(format!("{} {}", label.trim(), status).trim()),
+        );
+    }
+    if rows.len() > shown {
+        let _ = write!(
+            o,
+            r##"<text x="4" y="{:.1}" fill="#57606a">… and {} more rows (below)</text>"##,
+            height - 2.0,
+            rows.len() - shown
+        );
+    }
+    o.push_str("</svg>");
+    o
+}
+
+/// Tokens (input + output) per day, for the days that have sessions: bars.
+pub fn tokens_per_day(days: &[(String, u64)]) -> String {
+    if days.is_empty() {
+        return String::new();
+    }
+    let max = days.iter().map(|d| d.1).max().unwrap_or(1).max(1) as f64;
+    let bar = ((WIDTH - 60.0) / days.len() as f64).clamp(4.0, 40.0);
+    let height = 160.0;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" class="tokens" role="img" aria-label="tokens per day" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="system-ui,sans-serif" font-size="10">"##
+    );
+    for (i, (day, n)) in days.iter().enumerate() {
+        let h = (*n as f64 / max) * (height - 40.0);
+        let xi = 40.0 + bar * i as f64;
+        let _ = write!(
+            o,
+            r##"<rect x="{xi:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="#0969da"><title>{}: {} tokens</title></rect>"##,
+            height - 20.0 - h,
+            (bar - 2.0).max(1.0),
+            esc(day),
+            tacho_app::render::thousands(*n)
+        );
+        if days.len() <= 16 || i % (days.len() / 8).max(1) == 0 {
+            let _ = write!(
+                o,
+                r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#57606a">{}</text>"##,
+                xi + bar / 2.0,
+                height - 6.0,
+                esc(day.get(5..).unwrap_or(day))
+            );
+        }
+    }
+    let _ = write!(
+        o,
+        r##"<text x="4" y="12" fill="#57606a">{} max</text></svg>"##,
+        tacho_app::render::thousands(max as u64)
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(
+            esc("<a href='x'>&\"</a>"),
+            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
+        );
+        let svg = tokens_per_day(&[("2026-11-20<script>".into(), 5)]);
+        assert!(!svg.contains("<script>"), "{svg}");
+    }
+}
