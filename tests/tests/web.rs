@@ -81,7 +81,14 @@ fn store(dir: &Path) -> (PathBuf, String) {
     )
     .unwrap()
     .replace("ses_01jdemo8xk4rate1imit0000a", "ses_broken");
-    let (code, _, err) = tacho_tests::run_with_stdin(&home, &["record"], &ex);
+    // A second copy, cut before its end: still running.
+    let live: String = ex
+        .replace("ses_broken", "ses_live")
+        .lines()
+        .take(20)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, _, err) = tacho_tests::run_with_stdin(&home, &["record"], &(ex.clone() + &live));
     assert_eq!(code, 0, "{err}");
     let mut c = tacho(&home);
     c.args(["log", "dump", "ses_broken", "--json"]);
@@ -146,6 +153,17 @@ fn the_report_server_answers_its_own_host_only_serves_no_files_and_shows_damage(
         assert!(body.contains(fact), "{fact} missing");
     }
     assert!(!body.contains("<script"), "no script on the page");
+    assert!(
+        !body.contains("http-equiv=\"refresh\""),
+        "an ended session stays still"
+    );
+    // A running session's page refreshes itself (without a script).
+    let (status, _, body) = get(p, "/s/ses_live");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("<meta http-equiv=\"refresh\" content=\"5\">"),
+        "{body}"
+    );
 
     // DNS rebinding: a name that resolves to 127.0.0.1 is still refused.
     let (status, _, _) = request(p, "GET", "/", &format!("evil.example:{p}"));
