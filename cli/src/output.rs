@@ -14,6 +14,23 @@ use tacho_schema::time_to_rfc3339;
 
 use crate::error::CliError;
 
+/// A progress bar on stderr (drawn only on a terminal; never when `hidden`), in the
+/// given indicatif template.
+pub fn progress_bar(template: &str, len: Option<u64>, hidden: bool) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        len,
+        if hidden {
+            indicatif::ProgressDrawTarget::hidden()
+        } else {
+            indicatif::ProgressDrawTarget::stderr()
+        },
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
 /// Buffered stdout. Errors (including a closed pipe) surface as [`CliError`].
 pub struct Out(BufWriter<Stdout>);
 

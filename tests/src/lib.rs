@@ -50,6 +50,13 @@ pub fn run(mut c: Command) -> (i32, String, String) {
     )
 }
 
+/// A test that needs a tool `.ci/run` installs and this machine lacks: says it skipped
+/// (the caller then returns), except in CI (`CI` set), where a missing tool fails it.
+pub fn skip_without(msg: &str) {
+    assert!(std::env::var_os("CI").is_none(), "{msg}");
+    eprintln!("skipped: {msg}");
+}
+
 /// The repository root (for the bundled examples and fixtures).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

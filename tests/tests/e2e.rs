@@ -604,8 +604,7 @@ fn mermaid_output_parses_with_the_real_mermaid_parser() {
         .is_ok_and(|o| o.status.success());
     if !node_ok || !dir.join("node_modules/mermaid").is_dir() {
         let msg = "the Mermaid check needs Node and `npm ci` in tests/mermaid (.ci/run does both)";
-        assert!(std::env::var_os("CI").is_none(), "{msg}");
-        eprintln!("skipped: {msg}");
+        tacho_tests::skip_without(msg);
         return;
     }
     let home = tempfile::tempdir().unwrap();

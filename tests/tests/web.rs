@@ -253,8 +253,7 @@ fn browse(chrome: &Path, profile: &Path, url: &str, shot: &Path) -> String {
 fn the_report_renders_in_headless_chromium_with_the_network_off() {
     let Some(chrome) = chromium() else {
         let msg = "the browser test needs Debian's chromium (.ci/run installs it)";
-        assert!(std::env::var_os("CI").is_none(), "{msg}");
-        eprintln!("skipped: {msg}");
+        tacho_tests::skip_without(msg);
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

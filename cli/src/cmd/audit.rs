@@ -152,20 +152,11 @@ pub fn run(c: AuditCommand) -> Result<(), CliError> {
 }
 
 /// A progress bar on stderr for work that takes more than a moment.
-fn progress(quiet: bool, what: &'static str) -> (indicatif::ProgressBar, Instant) {
-    let bar = indicatif::ProgressBar::with_draw_target(
+fn progress(what: &'static str) -> (indicatif::ProgressBar, Instant) {
+    let bar = crate::output::progress_bar(
+        &format!("{what} {{pos}}/{{len}} sessions, {{msg}} events"),
         None,
-        if quiet {
-            indicatif::ProgressDrawTarget::hidden()
-        } else {
-            indicatif::ProgressDrawTarget::stderr()
-        },
-    );
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{what} {{pos}}/{{len}} sessions, {{msg}} events"
-        ))
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        false,
     );
     (bar, Instant::now())
 }
@@ -199,7 +190,7 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
     let opts = JsonlOptions {
         max_output: a.max_output,
     };
-    let (bar, started) = progress(false, "exporting");
+    let (bar, started) = progress("exporting");
     let mut tick = |done: usize, total: usize, events: u64| {
         if started.elapsed() > Duration::from_millis(250) {
             bar.set_length(total as u64);
@@ -288,7 +279,7 @@ fn otlp(a: OtlpArgs) -> Result<(), CliError> {
     }
     let tacho = crate::open()?;
     let sessions = a.select.sessions(&tacho)?;
-    let (bar, started) = progress(false, "sending");
+    let (bar, started) = progress("sending");
     let mut tick = |done: usize, total: usize, events: u64| {
         if started.elapsed() > Duration::from_millis(250) {
             bar.set_length(total as u64);

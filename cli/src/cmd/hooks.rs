@@ -301,13 +301,10 @@ pub fn import(a: ImportArgs) -> Result<(), CliError> {
         }
     }
     let tacho = crate::open()?;
-    let bar = indicatif::ProgressBar::with_draw_target(
+    let bar = crate::output::progress_bar(
+        "{wide_bar} {pos}/{len} transcripts",
         Some(files.len() as u64),
-        if a.json {
-            indicatif::ProgressDrawTarget::hidden()
-        } else {
-            indicatif::ProgressDrawTarget::stderr()
-        },
+        a.json,
     );
     let r = tacho.import_transcripts(a.agent.agent(), &files, &mut |done, _| {
         bar.set_position(done as u64)

@@ -98,21 +98,14 @@ fn each_session(
     only: Option<&str>,
     quiet: bool,
 ) -> Result<StoreReport, CliError> {
-    let bar = indicatif::ProgressBar::with_draw_target(
-        None,
-        if quiet {
-            indicatif::ProgressDrawTarget::hidden()
-        } else {
-            indicatif::ProgressDrawTarget::stderr()
-        },
-    );
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(if deep {
+    let bar = crate::output::progress_bar(
+        if deep {
             "verifying {pos}/{len} sessions"
         } else {
             "counting {pos}/{len} sessions"
-        })
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        },
+        None,
+        quiet,
     );
     let started = std::time::Instant::now();
     let report = tacho.verify_store(deep, only, &mut |done, total| {
