@@ -9,7 +9,7 @@ use tacho_store::StoreError;
 use crate::{GoalStatus, Tacho};
 
 /// Everything the report shows.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize)]
 pub struct Report {
     pub session: String,
     pub graph: ExecutionGraph,
@@ -31,7 +31,7 @@ pub struct Report {
 }
 
 /// What the record's verification found.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Integrity {
     pub events: u64,
     pub batches: u64,

@@ -408,6 +408,21 @@ fn report_shows_what_a_reviewer_needs_from_the_log_and_the_snapshots() {
     assert!(md.contains(&format!("chain head `{head}`")), "{head}\n{md}");
     assert!(md.contains(&format!("tacho session replay {id} --mode export")));
 
+    // JSON: the same facts for a program.
+    let (code, json, err) = audit(&home, &["report", &id, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(v["type"], "report");
+    assert_eq!(v["integrity"]["head"], head.as_str());
+    assert_eq!(v["graph"]["tokens"]["in"], tokens_in);
+    assert!(
+        v["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["path"] == "src/middleware/rate-limit.ts" && c["change"] == "created")
+    );
+
     // HTML: one self-contained file, nothing fetched, nothing run.
     let file = tmp.path().join("report.html");
     let (code, _, err) = audit(

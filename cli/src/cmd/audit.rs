@@ -55,6 +55,8 @@ pub struct PruneArgs {
 pub enum ReportFormat {
     Markdown,
     Html,
+    /// Everything the report shows, as one JSON object (`type: "report"`).
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -354,6 +356,14 @@ fn report(a: ReportArgs) -> Result<(), CliError> {
     let text = match a.format {
         ReportFormat::Markdown => tacho_app::render::report::markdown(&r),
         ReportFormat::Html => tacho_app::render::report::html(&r),
+        ReportFormat::Json => {
+            let mut v =
+                serde_json::to_value(&r).map_err(|e| CliError::from(std::io::Error::other(e)))?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("type".into(), "report".into());
+            }
+            v.to_string()
+        }
     };
     match &a.output {
         Some(path) => {
