@@ -81,7 +81,7 @@ pub enum GoalError {
     #[error("the correction must say what was wrong")]
     EmptyCorrection,
     #[error(
-        "goal {goal} records {digest:?} as its contract digest, which is not a digest tacho makes (64 hex digits); it cannot be revised"
+        "goal {goal} records {digest:?} as its contract digest, which is not a contract digest of a version tacho knows (SPEC §12.1); it cannot be revised"
     )]
     MalformedDigest { goal: String, digest: String },
     #[error(transparent)]
@@ -566,7 +566,7 @@ impl Tacho {
         // The revision links to the old digest: refuse before writing anything when
         // the recorded one is not a digest at all.
         let digest = &old.created.contract_digest;
-        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if tacho_goals::contract_digest_version(digest).is_none() {
             return Err(GoalError::MalformedDigest {
                 goal: old.created.goal.clone(),
                 digest: digest.clone(),

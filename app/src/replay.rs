@@ -163,15 +163,52 @@ pub struct Expectations {
 }
 
 /// Runs every check of a session's record in `store`.
+/// A frozen goal whose contract digest is not its plan's, by the digest's own version
+/// (SPEC §12.1). A plan today's rules no longer accept is not rechecked (the rules
+/// changed, not the record).
+fn contract_finding(g: &tacho_schema::GoalCreated) -> Option<String> {
+    let plan = tacho_goals::validate(&tacho_goals::Submission {
+        markdown: &g.plan,
+        objective: g.objective.as_deref().unwrap_or(""),
+        head: g.baseline.as_deref(),
+        assure: g.assured,
+    })
+    .ok()?;
+    match tacho_goals::contract_digest_matches(&plan, &g.contract_digest) {
+        Some(true) => None,
+        Some(false) => Some(format!(
+            "goal {}: its contract digest {} is not the digest of its frozen plan",
+            g.goal, g.contract_digest
+        )),
+        None => Some(format!(
+            "goal {}: contract digest {} has a version this tacho does not know",
+            g.goal, g.contract_digest
+        )),
+    }
+}
+
 fn verify(store: &Store, session: &str) -> Result<Verification, StoreError> {
     let log = store.verify_session(session, true)?;
     let mut check = ReplayCheck::new();
     let mut last = None;
+    let mut contracts = Vec::new();
     let read = store.read_session(session, |e| {
         last = Some(e.event.time_unix_ns);
-        check.apply(e.seq, &e.event)
+        check.apply(e.seq, &e.event);
+        if let EventBody::GoalCreated(g) = e.event.body {
+            contracts.push((e.seq, g));
+        }
     });
-    let replay = check.finish();
+    let mut replay = check.finish();
+    for (seq, g) in contracts {
+        if let Some(message) = contract_finding(&g) {
+            replay.findings.push(tacho_projections::ReplayFinding {
+                seq,
+                rule: tacho_projections::ReplayRule::Evidence,
+                message,
+            });
+        }
+    }
     // A stored projection must be what a rebuild from the log gives.
     let mut projection = ProjectionCheck::NoneStored;
     if let Some((stored, head)) = projection::read_stored(store, session) {

@@ -8,5 +8,8 @@ pub mod commits;
 pub mod plan;
 pub mod review;
 
-pub use plan::{Plan, PlanError, Submission, contract_digest, validate};
+pub use plan::{
+    CONTRACT_DIGEST_VERSION, Plan, PlanError, Submission, contract_digest, contract_digest_matches,
+    contract_digest_v1, contract_digest_version, validate,
+};
 pub use tacho_schema::{Assurance, Check, Source};

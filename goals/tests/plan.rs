@@ -3,7 +3,10 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use tacho_goals::{Submission, contract_digest, validate};
+use tacho_goals::{
+    Submission, contract_digest, contract_digest_matches, contract_digest_v1,
+    contract_digest_version, validate,
+};
 
 const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -340,10 +343,26 @@ fn secrets_are_rejected_naming_the_line() {
 fn the_contract_digest_is_pinned_and_ignores_title_and_checklist() {
     let md = plan_with(&check("node checks/invoice-parity.cjs"));
     let p = submit(&md).unwrap();
+    // Version 1 (goals frozen before RFC 8785): pinned, and still checkable.
+    let v1 = "2fcf884ed4d1e82fde2222c340c43f553408d2b9b1e14a1cff4c66df68142634";
+    assert_eq!(contract_digest_v1(&p), v1);
+    assert_eq!(contract_digest_version(v1), Some(1));
+    assert_eq!(contract_digest_matches(&p, v1), Some(true));
+    // Version 2, what new goals get: RFC 8785 canonical JSON.
+    let v2 = contract_digest(&p);
     assert_eq!(
-        contract_digest(&p),
-        "2fcf884ed4d1e82fde2222c340c43f553408d2b9b1e14a1cff4c66df68142634"
+        v2,
+        "v2:be948c0a4d76c54cd1e59863b66dfceca88724887e5f6a2e562d38e08b0accae"
     );
+    assert_eq!(contract_digest_version(&v2), Some(2));
+    assert_eq!(contract_digest_matches(&p, &v2), Some(true));
+    assert_eq!(
+        contract_digest_matches(&p, &format!("v9:{}", &v2[3..])),
+        None
+    );
+    let mut wrong = v1.to_string();
+    wrong.replace_range(..1, "3");
+    assert_eq!(contract_digest_matches(&p, &wrong), Some(false));
     let retitled = submit(
         &md.replace("# Invoices match the legacy system", "# Invoice parity")
             .replace("- UI changes", "- UI changes\n- [x] wrote the check"),

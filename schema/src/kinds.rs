@@ -508,12 +508,11 @@ macro_rules! kinds {
             /// in a segment read from a memory map or an aligned buffer.
             pub fn decode(kind: u16, version: u16, payload: &[u8]) -> Result<Self, SchemaError> {
                 match kind {
-                    $($id => {
-                        check_version(kind, version, $version)?;
-                        rkyv::from_bytes::<$ty, rkyv::rancor::Error>(payload)
+                    $($id => decode_versioned(kind, version, $version, payload, |p| {
+                        rkyv::from_bytes::<$ty, rkyv::rancor::Error>(p)
                             .map(EventBody::$variant)
-                            .map_err(|e| bad(kind, version, e))
-                    })+
+                            .map_err(|e| e.to_string())
+                    }, old_versions(kind)),)+
                     _ => Ok(EventBody::Unknown { kind, version, payload: payload.to_vec() }),
                 }
             }
@@ -523,12 +522,11 @@ macro_rules! kinds {
             /// newer tacho, and the frame checksum and chain still protect them.
             pub fn validate(kind: u16, version: u16, payload: &[u8]) -> Result<(), SchemaError> {
                 match kind {
-                    $($id => {
-                        check_version(kind, version, $version)?;
-                        rkyv::access::<rkyv::Archived<$ty>, rkyv::rancor::Error>(payload)
+                    $($id => validate_versioned(kind, version, $version, payload, |p| {
+                        rkyv::access::<rkyv::Archived<$ty>, rkyv::rancor::Error>(p)
                             .map(|_| ())
-                            .map_err(|e| bad(kind, version, e))
-                    })+
+                            .map_err(|e| e.to_string())
+                    }, old_versions(kind)),)+
                     _ => Ok(()),
                 }
             }
@@ -647,19 +645,85 @@ impl From<serde_path_to_error::Error<serde_json::Error>> for FieldError {
     }
 }
 
-fn check_version(kind: u16, version: u16, known: u16) -> Result<(), SchemaError> {
-    if version == 0 || version > known {
-        return Err(SchemaError::UnknownVersion {
-            kind,
-            name: kind_name(kind),
-            version,
-            known,
-        });
-    }
-    Ok(())
+/// How to read an earlier version of a kind: its payload decoded with the struct of
+/// that version and turned into the current struct (fields added since get their
+/// defaults), and validated without building values. SPEC §6.
+pub struct OldVersion<T> {
+    pub version: u16,
+    pub decode: fn(&[u8]) -> Result<T, String>,
+    pub validate: fn(&[u8]) -> Result<(), String>,
 }
 
-fn bad(kind: u16, version: u16, e: rkyv::rancor::Error) -> SchemaError {
+/// The earlier versions of every kind this tacho still reads. A kind gets an entry
+/// here when its struct changes: the old struct is kept (renamed `...V1`), its version
+/// in the `kinds!` table goes up, and this list maps the old version to a decoder.
+/// Every kind is at version 1 today.
+pub fn old_versions(kind: u16) -> &'static [OldVersion<EventBody>] {
+    let _ = kind;
+    &[]
+}
+
+/// Decodes a payload of `kind` written at `version`: with the current struct when
+/// `version` is `current`, with that version's own decoder when it is an earlier one
+/// this tacho keeps, else refused (never read with another version's struct).
+pub fn decode_versioned<T>(
+    kind: u16,
+    version: u16,
+    current: u16,
+    payload: &[u8],
+    decode_current: impl FnOnce(&[u8]) -> Result<T, String>,
+    old: &[OldVersion<T>],
+) -> Result<T, SchemaError> {
+    let decode = if version == current {
+        return decode_current(payload).map_err(|e| bad(kind, version, e));
+    } else {
+        old.iter()
+            .find(|o| o.version == version)
+            .map(|o| o.decode)
+            .ok_or_else(|| unknown_version(kind, version, current))?
+    };
+    decode(payload).map_err(|e| bad(kind, version, e))
+}
+
+/// Validates like [`decode_versioned`] decodes.
+pub fn validate_versioned<T>(
+    kind: u16,
+    version: u16,
+    current: u16,
+    payload: &[u8],
+    validate_current: impl FnOnce(&[u8]) -> Result<(), String>,
+    old: &[OldVersion<T>],
+) -> Result<(), SchemaError> {
+    let validate = if version == current {
+        return validate_current(payload).map_err(|e| bad(kind, version, e));
+    } else {
+        old.iter()
+            .find(|o| o.version == version)
+            .map(|o| o.validate)
+            .ok_or_else(|| unknown_version(kind, version, current))?
+    };
+    validate(payload).map_err(|e| bad(kind, version, e))
+}
+
+/// Whether a payload of `kind` at `version` is in the current struct's layout (what a
+/// zero-copy view can read); an earlier version is read through its decoder.
+pub fn is_current_version(kind: u16, version: u16) -> bool {
+    KINDS
+        .iter()
+        .find(|k| k.0 == kind)
+        .is_none_or(|k| k.2 == version)
+}
+
+fn unknown_version(kind: u16, version: u16, known: u16) -> SchemaError {
+    SchemaError::UnknownVersion {
+        kind,
+        name: kind_name(kind),
+        version,
+        known,
+    }
+}
+
+fn bad(kind: u16, version: u16, e: impl std::fmt::Display) -> SchemaError {
     SchemaError::BadPayload {
         kind,
         name: kind_name(kind),

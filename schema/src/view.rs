@@ -254,15 +254,31 @@ macro_rules! access {
 impl<'a> EventView<'a> {
     /// A view straight from a payload in a segment: validated (as
     /// [`EventBody::validate`] does), not copied. `payload` must be 8-byte aligned.
+    /// Calls `f` with the view of a payload: read in place when it is in the current
+    /// layout of its kind, else decoded by its version's decoder first (SPEC §6).
+    pub fn visit<R>(
+        kind: u16,
+        version: u16,
+        payload: &[u8],
+        f: impl FnOnce(&EventView<'_>) -> R,
+    ) -> Result<R, SchemaError> {
+        if is_current_version(kind, version) {
+            Ok(f(&EventView::from_archived(kind, version, payload)?))
+        } else {
+            let body = EventBody::decode(kind, version, payload)?;
+            Ok(f(&body.view()))
+        }
+    }
+
     pub fn from_archived(kind: u16, version: u16, payload: &'a [u8]) -> Result<Self, SchemaError> {
-        // Every kind has schema version 1 today; an unknown version is refused as
-        // `decode` refuses it.
-        if KINDS.iter().any(|k| k.0 == kind) && version != 1 {
+        // Only the current layout is read in place; an earlier version goes through
+        // its decoder ([`EventView::visit`]), an unknown one is refused.
+        if !is_current_version(kind, version) {
             return Err(SchemaError::UnknownVersion {
                 kind,
                 name: kind_name(kind),
                 version,
-                known: 1,
+                known: KINDS.iter().find(|k| k.0 == kind).map_or(0, |k| k.2),
             });
         }
         Ok(match kind {

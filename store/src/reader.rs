@@ -172,12 +172,7 @@ impl Store {
             session,
             from_seq,
             |seq, time_unix_ns, kind, version, payload| {
-                f(
-                    seq,
-                    time_unix_ns,
-                    &EventView::from_archived(kind, version, payload)?,
-                );
-                Ok(())
+                EventView::visit(kind, version, payload, |v| f(seq, time_unix_ns, v))
             },
         )
     }

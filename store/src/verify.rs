@@ -155,10 +155,13 @@ impl Store {
                 match &mut visit {
                     // Reading the view validates the payload as `validate` does.
                     Some(f) if deep && out.errors.is_empty() => {
-                        match EventView::from_archived(k, frame.header.kind_version, frame.payload)
+                        let (seq, at) = (frame.header.seq, frame.header.time_unix_ns);
+                        if let Err(e) =
+                            EventView::visit(k, frame.header.kind_version, frame.payload, |v| {
+                                f(seq, at, v)
+                            })
                         {
-                            Ok(v) => f(frame.header.seq, frame.header.time_unix_ns, &v),
-                            Err(e) => out.errors.push((frame.offset, e.to_string())),
+                            out.errors.push((frame.offset, e.to_string()));
                         }
                     }
                     _ => {

@@ -891,3 +891,86 @@ fn trace_and_risk_show_goal_events() {
     let (_, trace, _) = t(&home, &ws, &["session", "trace", "ses_g2"]);
     assert!(trace.contains("  GATE    completion accepted"), "{trace}");
 }
+
+/// A frozen goal's contract digest is checked against its plan by replay verification,
+/// whatever version made it: a version-1 digest (before RFC 8785) still verifies, a
+/// digest that is not the plan's is a finding.
+#[test]
+fn contract_digests_of_every_version_are_checked_against_the_frozen_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_dig");
+    let (code, out, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--assure",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_dig",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let created: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let digest = created["contract_digest"].as_str().unwrap().to_string();
+    assert!(digest.starts_with("v2:"), "{digest}");
+    let verify = |home: &Path| {
+        let mut c = tacho(home);
+        c.args(["session", "replay", "ses_dig", "--mode", "verify"]);
+        run(c)
+    };
+    assert_eq!(verify(&home).0, 0);
+
+    // The same goal frozen by a tacho of digest version 1, and one with a digest that
+    // is not its plan's.
+    let store = tacho_store::Store::open(home.join("log"), Default::default()).unwrap();
+    let mut frozen = None;
+    store
+        .read_session("ses_dig", |e| {
+            if let tacho_schema::EventBody::GoalCreated(g) = e.event.body {
+                frozen = Some(g);
+            }
+        })
+        .unwrap();
+    let frozen = frozen.unwrap();
+    let plan = tacho_goals::validate(&tacho_goals::Submission {
+        markdown: &frozen.plan,
+        objective: "",
+        head: None,
+        assure: true,
+    })
+    .unwrap();
+    let mut v1 = frozen.clone();
+    v1.goal = "goal_v1".into();
+    v1.contract_digest = tacho_goals::contract_digest_v1(&plan);
+    let mut w = store.writer("ses_dig").unwrap();
+    w.append(
+        1,
+        &tacho_schema::EventBody::GoalCreated(v1),
+        tacho_store::Durability::Sync,
+    )
+    .unwrap();
+    drop(w);
+    let (code, out, err) = verify(&home);
+    assert_eq!(code, 0, "a version-1 digest still verifies: {out}{err}");
+    let mut forged = frozen;
+    forged.goal = "goal_forged".into();
+    forged.contract_digest = format!("v2:{}", "0".repeat(64));
+    let mut w = store.writer("ses_dig").unwrap();
+    w.append(
+        2,
+        &tacho_schema::EventBody::GoalCreated(forged),
+        tacho_store::Durability::Sync,
+    )
+    .unwrap();
+    drop(w);
+    let (code, out, err) = verify(&home);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("goal goal_forged: its contract digest"),
+        "{out}{err}"
+    );
+}

@@ -15,7 +15,10 @@ mod markdown;
 mod rules;
 mod secrets;
 
-pub use digest::contract_digest;
+pub use digest::{
+    CONTRACT_DIGEST_VERSION, contract_digest, contract_digest_matches, contract_digest_v1,
+    contract_digest_version,
+};
 use markdown::*;
 use rules::*;
 use secrets::*;
