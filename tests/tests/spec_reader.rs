@@ -226,3 +226,35 @@ fn the_spec_reader_reads_every_kind_as_tacho_does_and_finds_a_changed_byte() {
     assert_eq!(code, 1);
     assert!(err.contains("package digest"), "{err}");
 }
+
+/// The source fingerprint recomputed from SPEC §11 by `fingerprint.py` equals tacho's,
+/// on a directory outside Git with nested files, an executable and an empty file.
+#[test]
+fn the_fingerprint_recomputed_from_the_spec_equals_tachos() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join("src/deep/er")).unwrap();
+    std::fs::write(ws.join("src/a.txt"), "a\n").unwrap();
+    std::fs::write(ws.join("src/deep/er/é.md"), "ü\n".repeat(1000)).unwrap();
+    std::fs::write(ws.join("empty"), "").unwrap();
+    std::fs::write(ws.join("run.sh"), "#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(ws.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = tacho(&tmp.path().join("home"));
+    c.current_dir(&ws).args(["fingerprint", ".", "--json"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["entries"].as_array().unwrap().len(), 4);
+    let py_out = std::process::Command::new(py)
+        .arg(tacho_tests::repo_root().join("tests/spec-reader/fingerprint.py"))
+        .arg(&ws)
+        .output()
+        .unwrap();
+    assert!(py_out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&py_out.stdout).trim(),
+        v["digest"].as_str().unwrap()
+    );
+}
