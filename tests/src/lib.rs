@@ -126,6 +126,31 @@ pub fn run_with_stdin(home: &Path, args: &[&str], input: &str) -> (i32, String, 
     )
 }
 
+/// A workspace whose parity check fails (the value is 41), its plan
+/// ([`PARITY_PLAN`] in `plan.md`), and a recorded session working in it: (data
+/// directory, workspace).
+pub fn parity_workspace(tmp: &Path, session: &str) -> (PathBuf, PathBuf) {
+    let home = tmp.join("home");
+    let ws = tmp.join("ws");
+    std::fs::create_dir_all(ws.join("src")).expect("create src");
+    std::fs::create_dir_all(ws.join("checks")).expect("create checks");
+    let ws = ws.canonicalize().expect("canonical workspace");
+    std::fs::write(ws.join("src/value.txt"), "41\n").expect("write value");
+    std::fs::write(
+        ws.join("checks/parity.sh"),
+        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
+    )
+    .expect("write check");
+    std::fs::write(ws.join("plan.md"), PARITY_PLAN).expect("write plan");
+    let line = format!(
+        r#"{{"type":"session.start","session":"{session}","workspace":"{}"}}"#,
+        ws.display()
+    );
+    let (code, _, err) = run_with_stdin(&home, &["record", "--snapshots", "off"], &line);
+    assert_eq!(code, 0, "{err}");
+    (home, ws)
+}
+
 /// How many events `log dump` shows for a session.
 pub fn event_count(home: &Path, session: &str) -> usize {
     let mut c = tacho(home);

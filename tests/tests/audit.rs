@@ -447,24 +447,7 @@ fn report_shows_what_a_reviewer_needs_from_the_log_and_the_snapshots() {
 #[test]
 fn report_shows_goal_receipts_and_a_record_that_does_not_verify() {
     let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(ws.join("src")).unwrap();
-    std::fs::create_dir_all(ws.join("checks")).unwrap();
-    let ws = ws.canonicalize().unwrap();
-    std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
-    std::fs::write(
-        ws.join("checks/parity.sh"),
-        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
-    )
-    .unwrap();
-    std::fs::write(ws.join("plan.md"), tacho_tests::PARITY_PLAN).unwrap();
-    let start = format!(
-        r#"{{"type":"session.start","session":"ses_goal","workspace":"{}"}}"#,
-        ws.display()
-    );
-    let (code, _, err) = run_with_stdin(&home, &["record", "--snapshots", "off"], &start);
-    assert_eq!(code, 0, "{err}");
+    let (home, ws) = tacho_tests::parity_workspace(tmp.path(), "ses_goal");
     let in_ws = |args: &[&str]| {
         let mut c = tacho(&home);
         c.current_dir(&ws).args(args);

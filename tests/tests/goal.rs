@@ -11,44 +11,12 @@ use std::process::Stdio;
 use tacho_tests::{run, tacho};
 
 use tacho_tests::PARITY_PLAN as PLAN;
+use tacho_tests::parity_workspace as workspace_and_session;
 
 fn t(home: &Path, ws: &Path, args: &[&str]) -> (i32, String, String) {
     let mut c = tacho(home);
     c.current_dir(ws).args(args);
     run(c)
-}
-
-/// A workspace whose check fails (the value is 41), its plan, and a recorded session.
-fn workspace_and_session(tmp: &Path, session: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let home = tmp.join("home");
-    let ws = tmp.join("ws");
-    std::fs::create_dir_all(ws.join("src")).unwrap();
-    std::fs::create_dir_all(ws.join("checks")).unwrap();
-    let ws = ws.canonicalize().unwrap();
-    std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
-    std::fs::write(
-        ws.join("checks/parity.sh"),
-        "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
-    )
-    .unwrap();
-    std::fs::write(ws.join("plan.md"), PLAN).unwrap();
-    let mut rec = tacho(&home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = rec.spawn().unwrap();
-    let line = format!(
-        r#"{{"type":"session.start","session":"{session}","workspace":"{}"}}"#,
-        ws.display()
-    );
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(line.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
-    (home, ws)
 }
 
 #[test]

@@ -154,13 +154,30 @@ pub fn run(c: AuditCommand) -> Result<(), CliError> {
 }
 
 /// A progress bar on stderr for work that takes more than a moment.
-fn progress(what: &'static str) -> (indicatif::ProgressBar, Instant) {
-    let bar = crate::output::progress_bar(
-        &format!("{what} {{pos}}/{{len}} sessions, {{msg}} events"),
-        None,
-        false,
-    );
-    (bar, Instant::now())
+struct Progress {
+    bar: indicatif::ProgressBar,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(what: &'static str) -> Self {
+        Progress {
+            bar: crate::output::progress_bar(
+                &format!("{what} {{pos}}/{{len}} sessions, {{msg}} events"),
+                None,
+                false,
+            ),
+            started: Instant::now(),
+        }
+    }
+
+    fn tick(&self, done: usize, total: usize, events: u64) {
+        if self.started.elapsed() > Duration::from_millis(250) {
+            self.bar.set_length(total as u64);
+            self.bar.set_position(done as u64);
+            self.bar.set_message(events.to_string());
+        }
+    }
 }
 
 fn export_error(e: ExportError) -> CliError {
@@ -192,14 +209,8 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
     let opts = JsonlOptions {
         max_output: a.max_output,
     };
-    let (bar, started) = progress("exporting");
-    let mut tick = |done: usize, total: usize, events: u64| {
-        if started.elapsed() > Duration::from_millis(250) {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-            bar.set_message(events.to_string());
-        }
-    };
+    let progress = Progress::new("exporting");
+    let mut tick = |done: usize, total: usize, events: u64| progress.tick(done, total, events);
     let done = match &a.output {
         Some(path) => {
             let mut file = AtomicFile::create(path).map_err(export_error)?;
@@ -216,7 +227,7 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
             done
         }
     };
-    bar.finish_and_clear();
+    progress.bar.finish_and_clear();
     if let Some(path) = &a.output {
         if a.json {
             let mut out = Out::new();
@@ -281,14 +292,8 @@ fn otlp(a: OtlpArgs) -> Result<(), CliError> {
     }
     let tacho = crate::open()?;
     let sessions = a.select.sessions(&tacho)?;
-    let (bar, started) = progress("sending");
-    let mut tick = |done: usize, total: usize, events: u64| {
-        if started.elapsed() > Duration::from_millis(250) {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-            bar.set_message(events.to_string());
-        }
-    };
+    let progress = Progress::new("sending");
+    let mut tick = |done: usize, total: usize, events: u64| progress.tick(done, total, events);
     let sent = match (&a.file, http) {
         (Some(path), _) => {
             let mut sink = FileSink::new(AtomicFile::create(path).map_err(export_error)?);
@@ -318,7 +323,7 @@ fn otlp(a: OtlpArgs) -> Result<(), CliError> {
         }
         (None, None) => return Err(CliError::input("nowhere to send")),
     };
-    bar.finish_and_clear();
+    progress.bar.finish_and_clear();
     let mut out = Out::new();
     if a.json {
         out.typed("otlp", &sent)?;
