@@ -45,7 +45,7 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
     rollback::print_plan(&p, None, false, &mut out)?;
     let short = prefix(&session, 12);
     out.line(format!(
-        "\nTry next:\n  tacho graph {short} --format mermaid\n  tacho session replay {short} --mode summary\n  tacho session rollback {short} --step 3 --dry-run\n  tacho session list"
+        "\nTry next:\n  tacho graph {short} --format mermaid\n  tacho session replay {short} --mode summary\n  tacho session rollback {short} --step 3 --dry-run\n  tacho audit report {short}\n  tacho run-report {short}\n  tacho session list"
     ))?;
     out.finish()?;
     let failed = v.failed();
