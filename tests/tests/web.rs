@@ -288,3 +288,36 @@ fn the_report_renders_in_headless_chromium_with_the_network_off() {
     assert!(dom.contains("id=\"rollback\""));
     eprintln!("screenshots in {}", shots.display());
 }
+
+/// A session with more tool calls than a page shows: the first 2,000 are shown, the
+/// page says how many more there are (and where to get them).
+#[test]
+fn a_long_session_page_shows_the_first_calls_and_says_how_many_more() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let mut input = String::from(
+        "{\"type\":\"session.start\",\"session\":\"ses_long\",\"ts\":1795166043000}\n{\"type\":\"step.start\",\"session\":\"ses_long\",\"ts\":1795166043001,\"step\":1}\n",
+    );
+    for i in 0..2100 {
+        input.push_str(&format!(
+            "{{\"type\":\"tool.call\",\"session\":\"ses_long\",\"ts\":{},\"call_id\":\"c{i}\",\"tool\":\"read\",\"target\":\"f{i}\"}}\n{{\"type\":\"tool.result\",\"session\":\"ses_long\",\"ts\":{},\"call_id\":\"c{i}\",\"status\":\"ok\",\"output\":\"out {i}\"}}\n",
+            1795166044000i64 + i,
+            1795166044000i64 + i
+        ));
+    }
+    let (code, _, err) =
+        tacho_tests::run_with_stdin(&home, &["record", "--snapshots", "off"], &input);
+    assert_eq!(code, 0, "{err}");
+    let srv = serve(&home);
+    let (status, _, body) = get(srv.port, "/s/ses_long");
+    assert_eq!(status, 200);
+    assert_eq!(body.matches("<tr class=\"call\">").count(), 2000);
+    assert!(
+        body.contains("out 1999") && !body.contains("out 2000<"),
+        "outputs of shown calls only"
+    );
+    assert!(
+        body.contains("… and 100 more tool calls"),
+        "the page says so"
+    );
+}

@@ -17,6 +17,10 @@ use crate::svg;
 const SHOWN_BYTES_MAX: usize = 64 * 1024;
 /// Sessions on the index.
 const INDEX_ROWS: usize = 500;
+/// Tool calls shown with their inputs and outputs on a session page (the first ones;
+/// the page says how many more there are). Bounds the page and the server's memory
+/// whatever the session's length.
+const CALLS_SHOWN: usize = 2000;
 
 fn time(ns: Option<i64>) -> String {
     ns.map_or("-".into(), |t| {
@@ -220,6 +224,8 @@ struct SessionPage {
     points: Vec<PointView>,
     baseline_command: String,
     children: Vec<(String, String)>,
+    /// Tool calls not shown (past the first [`CALLS_SHOWN`]).
+    calls_hidden: usize,
     findings: Vec<String>,
     head: String,
     events: u64,
@@ -245,23 +251,32 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
     };
     let g = &r.graph;
     // Inputs, outputs and gate decisions from the events (a damaged record: none).
+    // Only the calls shown are kept, each cut to what the page shows.
+    let shown: std::collections::BTreeSet<&str> = g
+        .steps
+        .iter()
+        .flat_map(|s| s.tools.iter())
+        .take(CALLS_SHOWN)
+        .map(|c| c.call_id.as_str())
+        .collect();
+    let calls_total: usize = g.steps.iter().map(|s| s.tools.len()).sum();
     let mut inputs: BTreeMap<String, String> = BTreeMap::new();
-    let mut outputs: BTreeMap<String, String> = BTreeMap::new();
+    let mut outputs: BTreeMap<String, (String, bool)> = BTreeMap::new();
     let mut gates = Vec::new();
     if r.readable {
         let _ = t.for_each_event(&id, |e| match e.event.body {
-            EventBody::ToolCall(c) => {
+            EventBody::ToolCall(c) if shown.contains(c.call_id.as_str()) => {
                 if let Some(i) = c.input {
                     let pretty = serde_json::from_str::<serde_json::Value>(&i)
                         .ok()
                         .and_then(|v| serde_json::to_string_pretty(&v).ok())
                         .unwrap_or(i);
-                    inputs.insert(c.call_id, pretty);
+                    inputs.insert(c.call_id, cut(&pretty).0);
                 }
             }
-            EventBody::ToolResult(res) => {
+            EventBody::ToolResult(res) if shown.contains(res.call_id.as_str()) => {
                 if let Some(o) = res.output {
-                    outputs.entry(res.call_id).or_insert(o);
+                    outputs.entry(res.call_id).or_insert_with(|| cut(&o));
                 }
             }
             EventBody::GoalUpdate(u) => gates.push(GateView {
@@ -275,6 +290,7 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
             _ => {}
         });
     }
+    let mut budget = CALLS_SHOWN;
     let steps = g
         .steps
         .iter()
@@ -290,8 +306,13 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
             calls: s
                 .tools
                 .iter()
+                .take({
+                    let n = budget.min(s.tools.len());
+                    budget -= n;
+                    n
+                })
                 .map(|c| {
-                    let (output, output_cut) = cut(outputs.get(&c.call_id).map_or("", |s| s));
+                    let (output, output_cut) = outputs.get(&c.call_id).cloned().unwrap_or_default();
                     CallView {
                         seq: c.seq,
                         tool: c.tool.clone(),
@@ -303,7 +324,7 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
                         failed: c.status.is_some_and(|s| s != tacho_schema::ToolStatus::Ok),
                         time: c.duration_ms.map_or(String::new(), tool_duration),
                         error: c.error.clone().unwrap_or_default(),
-                        input: cut(inputs.get(&c.call_id).map_or("", |s| s)).0,
+                        input: inputs.get(&c.call_id).cloned().unwrap_or_default(),
                         output,
                         output_cut,
                     }
@@ -489,6 +510,7 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
             format!("tacho session rollback {id} --dry-run")
         },
         children,
+        calls_hidden: calls_total.saturating_sub(CALLS_SHOWN),
         findings: r.integrity.findings.clone(),
         head: r.integrity.head.clone(),
         events: r.integrity.events,
