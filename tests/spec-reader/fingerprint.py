@@ -11,7 +11,10 @@ import os
 import struct
 import sys
 
-import blake3
+try:
+    import blake3
+except ImportError:
+    sys.exit("this reader needs the blake3 package: pip install blake3")
 
 
 def main():

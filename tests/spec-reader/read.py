@@ -24,7 +24,10 @@ import sys
 import zlib
 from datetime import datetime, timezone
 
-import blake3
+try:
+    import blake3
+except ImportError:
+    sys.exit("this reader needs the blake3 package: pip install blake3")
 
 ERRORS = []
 WARNINGS = []
