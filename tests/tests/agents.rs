@@ -369,6 +369,82 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         .collect();
     assert!(factors.contains(&"tool_failures"), "{risk}");
 
+    // The real agent's record through the exporters: the report names the completed
+    // goal, the trace export carries every tool call and the graph's output tokens, the
+    // JSON Lines export every event.
+    let (code, md, err) = e.tacho(&["audit", "report", SESSION]);
+    assert_eq!(code, 0, "{err}");
+    assert!(md.contains("## Goal") && md.contains("completed"), "{md}");
+    let traces = e.dir.join("traces.jsonl");
+    let (code, _, err) = e.tacho(&["audit", "otlp", SESSION, "--file", traces.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let g = e.json(&["graph", SESSION, "--format", "json"]);
+    let (mut out_tokens, mut tool_spans) = (0u64, 0u64);
+    for line in std::fs::read_to_string(&traces).unwrap().lines() {
+        let req: serde_json::Value = serde_json::from_str(line).unwrap();
+        for span in req["resourceSpans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["scopeSpans"].as_array().unwrap())
+            .flat_map(|s| s["spans"].as_array().unwrap())
+        {
+            if span["name"].as_str().unwrap().starts_with("execute_tool ") {
+                tool_spans += 1;
+            }
+            for a in span["attributes"].as_array().unwrap() {
+                if a["key"] == "gen_ai.usage.output_tokens" {
+                    out_tokens += a["value"]["intValue"]
+                        .as_str()
+                        .unwrap()
+                        .parse::<u64>()
+                        .unwrap();
+                }
+            }
+        }
+    }
+    let calls: u64 = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["tools"].as_array().unwrap().len() as u64)
+        .sum();
+    assert_eq!(tool_spans, calls, "every tool call is an execute_tool span");
+    assert_eq!(
+        out_tokens,
+        num(&g["tokens"]["out"]),
+        "output tokens as the graph counts them"
+    );
+    let (code, jsonl, err) = e.tacho(&["audit", "export", SESSION]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(jsonl.lines().count() as u64, num(&g["events"]));
+    // And the independent reader (SPEC alone) reads the real agent's record as tacho
+    // does.
+    let python = tacho_tests::repo_root().join("tests/audit/.venv/bin/python");
+    if python.exists() {
+        let out = std::process::Command::new(&python)
+            .arg(tacho_tests::repo_root().join("tests/spec-reader/read.py"))
+            .arg(&e.home)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let theirs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|v: &serde_json::Value| v["session"] == SESSION)
+            .collect();
+        let (_, ours, _) = e.tacho(&["session", "replay", SESSION, "--mode", "summary", "--json"]);
+        let ours: Vec<serde_json::Value> = ours
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(theirs, ours);
+    }
+
     // Roll back the shell command's step: its files come back, the edit before stays.
     let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
     let step = points["points"]
