@@ -682,7 +682,16 @@ impl Sink for HttpSink {
                         }));
                     }
                 }
-                Err(e) => (true, None, e.to_string()),
+                // The network failing is worth another try; a URL, TLS or protocol
+                // error is not.
+                Err(
+                    e @ (ureq::Error::Io(_)
+                    | ureq::Error::Timeout(_)
+                    | ureq::Error::HostNotFound
+                    | ureq::Error::ConnectionFailed
+                    | ureq::Error::BodyStalled),
+                ) => (true, None, e.to_string()),
+                Err(e) => (false, None, e.to_string()),
             };
             if !retryable || attempt >= self.max_attempts {
                 return Err(ExportError::Send(SendError::GaveUp {
@@ -719,6 +728,20 @@ pub fn endpoint(given: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Op
     env("OTEL_EXPORTER_OTLP_ENDPOINT")
         .filter(|s| !s.is_empty())
         .map(|b| base(&b))
+}
+
+/// Checks a traces URL before anything is read or sent: http or https, and a URL.
+pub fn check_endpoint(url: &str) -> Result<(), String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!(
+            "endpoint {url:?} is not an http:// or https:// URL"
+        ));
+    }
+    match url.parse::<ureq::http::Uri>() {
+        Ok(u) if u.host().is_some_and(|h| !h.is_empty()) => Ok(()),
+        Ok(_) => Err(format!("endpoint {url:?} names no host")),
+        Err(e) => Err(format!("endpoint {url:?} is not a URL: {e}")),
+    }
 }
 
 /// Headers from `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
@@ -803,6 +826,11 @@ mod tests {
         };
         assert_eq!(endpoint(None, &env2).as_deref(), Some("http://t:9/custom"));
         assert_eq!(endpoint(None, &|_| None), None);
+        assert!(check_endpoint("http://127.0.0.1:4318/v1/traces").is_ok());
+        assert!(check_endpoint("https://collector.example/v1/traces").is_ok());
+        assert!(check_endpoint("http://exa mple/v1/traces").is_err());
+        assert!(check_endpoint("ftp://x/v1/traces").is_err());
+        assert!(check_endpoint("http:///v1/traces").is_err());
     }
 
     #[test]

@@ -271,11 +271,7 @@ fn otlp(a: OtlpArgs) -> Result<(), CliError> {
                 "no collector: give --endpoint URL, set OTEL_EXPORTER_OTLP_ENDPOINT, or write a file with --file",
             )
         })?;
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(CliError::input(format!(
-                "endpoint {url:?} is not an http:// or https:// URL"
-            )));
-        }
+        otlp::check_endpoint(&url).map_err(CliError::input)?;
         let protocol_text = a
             .protocol
             .clone()
