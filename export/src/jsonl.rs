@@ -8,7 +8,7 @@ use tacho_app::types::StoredEvent;
 use tacho_projections::audit::{AUDIT_SCHEMA, AuditFold, Placement, id_hex};
 use tacho_schema::{EventBody, time_to_rfc3339};
 
-use crate::{ExportError, Exported, Progress};
+use crate::{AHEAD_BYTES_MAX, Ahead, ExportError, Exported, Progress, in_order};
 
 /// Options of a JSON Lines export.
 #[derive(Debug, Clone, Default)]
@@ -233,45 +233,48 @@ fn write_record(
     Ok(())
 }
 
-/// Streams the records of `sessions` (in that order) to `out`. A session that cannot
-/// be read to its end gets an `export.error` record after what could be read, and
-/// is counted in [`Exported::damaged`]; the others are exported whole.
-pub fn export_jsonl(
+/// What rendering one session gave: its events, and the damage that stopped it.
+struct Rendered {
+    events: u64,
+    damage: Option<String>,
+}
+
+/// Renders one session's records (and, if it is damaged, its `export.error` record)
+/// through `emit`, a record at a time.
+fn render_session(
     tacho: &Tacho,
-    sessions: &[String],
+    session: &str,
     opts: &JsonlOptions,
-    out: &mut dyn Write,
-    progress: &mut Progress<'_>,
-) -> Result<Exported, ExportError> {
-    let mut done = Exported::default();
+    emit: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<Rendered> {
+    let trace = id_hex(&tacho_projections::audit::trace_id(session));
+    let mut fold = AuditFold::new(session, false);
+    let mut io_error: Option<std::io::Error> = None;
+    let mut events = 0u64;
     let mut line = Vec::with_capacity(4096);
-    for (i, session) in sessions.iter().enumerate() {
-        let trace = id_hex(&tacho_projections::audit::trace_id(session));
-        let mut fold = AuditFold::new(session, false);
-        let mut io_error: Option<std::io::Error> = None;
-        let mut events = 0u64;
-        let read = tacho.for_each_event(session, |e| {
-            if io_error.is_some() {
-                return;
-            }
-            let p = fold.apply(e.seq, &e.event);
-            // One write per record: serde's many small writes stay in this buffer.
-            line.clear();
-            let written = write_record(&mut line, &trace, fold.parent_session(), e, &p, opts)
-                .and_then(|()| out.write_all(&line));
-            if let Err(err) = written {
-                io_error = Some(err);
-            }
-            events += 1;
-        });
-        if let Some(e) = io_error {
-            return Err(ExportError::Write(e));
+    let read = tacho.for_each_event(session, |e| {
+        if io_error.is_some() {
+            return;
         }
-        done.events += events;
-        done.sessions += 1;
-        if let Err(err) = read {
+        let p = fold.apply(e.seq, &e.event);
+        // One write per record: serde's many small writes stay in this buffer.
+        line.clear();
+        let written = write_record(&mut line, &trace, fold.parent_session(), e, &p, opts)
+            .and_then(|()| emit(&line));
+        if let Err(err) = written {
+            io_error = Some(err);
+        }
+        events += 1;
+    });
+    if let Some(e) = io_error {
+        return Err(e);
+    }
+    let damage = match read {
+        Ok(_) => None,
+        Err(err) => {
+            line.clear();
             serde_json::to_writer(
-                &mut *out,
+                &mut line,
                 &ErrorRecord {
                     schema: AUDIT_SCHEMA,
                     kind: "export.error",
@@ -281,11 +284,64 @@ pub fn export_jsonl(
                 },
             )
             .map_err(std::io::Error::from)?;
-            out.write_all(b"\n")?;
-            done.damaged.push((session.clone(), err.to_string()));
+            line.push(b'\n');
+            emit(&line)?;
+            Some(err.to_string())
         }
-        progress(i + 1, sessions.len(), done.events);
-    }
+    };
+    Ok(Rendered { events, damage })
+}
+
+/// Streams the records of `sessions` (in that order) to `out`. A session that cannot
+/// be read to its end gets an `export.error` record after what could be read, and
+/// is counted in [`Exported::damaged`]; the others are exported whole. Sessions are
+/// rendered on every core ([`crate::in_order`]); the output is the same bytes as
+/// rendering them one by one.
+pub fn export_jsonl(
+    tacho: &Tacho,
+    sessions: &[String],
+    opts: &JsonlOptions,
+    out: &mut dyn Write,
+    progress: &mut Progress<'_>,
+) -> Result<Exported, ExportError> {
+    let mut done = Exported::default();
+    let work = |i: usize| {
+        let Some(session) = sessions.get(i) else {
+            return Ahead::Large;
+        };
+        let mut buf = Vec::new();
+        match render_session(tacho, session, opts, &mut |b| {
+            if buf.len() + b.len() > AHEAD_BYTES_MAX {
+                return Err(std::io::Error::other("too large to make ahead"));
+            }
+            buf.extend_from_slice(b);
+            Ok(())
+        }) {
+            Ok(r) => Ahead::Ready((buf, r)),
+            Err(_) => Ahead::Large,
+        }
+    };
+    in_order(
+        sessions.len(),
+        work,
+        |i, ahead| -> Result<(), ExportError> {
+            let session = sessions.get(i).map_or("", String::as_str);
+            let r = match ahead {
+                Ahead::Ready((bytes, r)) => {
+                    out.write_all(&bytes)?;
+                    r
+                }
+                Ahead::Large => render_session(tacho, session, opts, &mut |b| out.write_all(b))?,
+            };
+            done.events += r.events;
+            done.sessions += 1;
+            if let Some(d) = r.damage {
+                done.damaged.push((session.to_string(), d));
+            }
+            progress(i + 1, sessions.len(), done.events);
+            Ok(())
+        },
+    )?;
     out.flush()?;
     Ok(done)
 }

@@ -10,9 +10,7 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use opentelemetry_proto::tonic::common::v1::{
     AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value,
 };
@@ -25,7 +23,7 @@ use tacho_app::Tacho;
 use tacho_projections::audit::{self, AuditFold, SpanKind};
 use tacho_schema::{EndReason, EventBody, ToolStatus, VerificationStatus};
 
-use crate::{ExportError, Exported, Progress};
+use crate::{AHEAD_BYTES_MAX, Ahead, ExportError, Exported, Progress, in_order};
 
 /// The semantic conventions the spans follow (their `schema_url`). The GenAI cache
 /// token attributes first appear in this version.
@@ -70,32 +68,32 @@ impl Default for OtlpOptions {
 
 /// Where requests go.
 pub trait Sink {
-    fn send(&mut self, request: &ExportTraceServiceRequest) -> Result<(), ExportError>;
+    /// The encoding it wants requests in.
+    fn protocol(&self) -> Protocol;
+    /// One `ExportTraceServiceRequest`, encoded (uncompressed).
+    fn send(&mut self, request: &[u8]) -> Result<(), ExportError>;
 }
 
 /// OTLP JSON lines: one `ExportTraceServiceRequest` per line (the OTLP file format the
 /// collector's file exporter writes).
 pub struct FileSink<W: Write> {
     pub out: W,
-    line: Vec<u8>,
 }
 
 impl<W: Write> FileSink<W> {
     pub fn new(out: W) -> Self {
-        FileSink {
-            out,
-            line: Vec::new(),
-        }
+        FileSink { out }
     }
 }
 
 impl<W: Write> Sink for FileSink<W> {
-    fn send(&mut self, request: &ExportTraceServiceRequest) -> Result<(), ExportError> {
-        // One write per request: serde's many small writes stay in this buffer.
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, request).map_err(std::io::Error::from)?;
-        self.line.push(b'\n');
-        self.out.write_all(&self.line)?;
+    fn protocol(&self) -> Protocol {
+        Protocol::Json
+    }
+
+    fn send(&mut self, request: &[u8]) -> Result<(), ExportError> {
+        self.out.write_all(request)?;
+        self.out.write_all(b"\n")?;
         Ok(())
     }
 }
@@ -403,36 +401,23 @@ pub fn to_proto(
     }
 }
 
-/// Requests under construction: spans of one session or more, up to a batch.
+/// Requests under construction: encoded chunks of `ResourceSpans` (one session's
+/// spans each, at most a batch), joined into one request when the batch is full.
 struct Batcher<'s> {
     sink: &'s mut dyn Sink,
-    pending: Vec<ResourceSpans>,
+    pending: Vec<Vec<u8>>,
     spans: usize,
     limit: usize,
     pub requests: u64,
 }
 
 impl Batcher<'_> {
-    fn push(&mut self, session: &str, span: Span) -> Result<(), ExportError> {
-        let same = self.pending.last().is_some_and(|r| {
-            r.resource.as_ref().is_some_and(|res| {
-                res.attributes.iter().any(|kv| {
-                    kv.key == "tacho.session.id"
-                        && matches!(&kv.value, Some(AnyValue { value: Some(any_value::Value::StringValue(s)) }) if s == session)
-                })
-            })
-        });
-        if !same {
-            self.pending.push(resource_spans(session));
+    fn add(&mut self, chunk: Vec<u8>, spans: usize) -> Result<(), ExportError> {
+        if self.spans + spans > self.limit && !self.pending.is_empty() {
+            self.flush()?;
         }
-        if let Some(scope) = self
-            .pending
-            .last_mut()
-            .and_then(|r| r.scope_spans.last_mut())
-        {
-            scope.spans.push(span);
-        }
-        self.spans += 1;
+        self.pending.push(chunk);
+        self.spans += spans;
         if self.spans >= self.limit {
             self.flush()?;
         }
@@ -443,13 +428,95 @@ impl Batcher<'_> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let request = ExportTraceServiceRequest {
-            resource_spans: std::mem::take(&mut self.pending),
+        // An ExportTraceServiceRequest is its `resource_spans` (field 1), each encoded
+        // whole: in protobuf, the field encodings one after another; in the OTLP JSON
+        // mapping, the array of their JSON forms.
+        let body = match self.sink.protocol() {
+            Protocol::Protobuf => self.pending.concat(),
+            Protocol::Json => {
+                let mut b = b"{\"resourceSpans\":[".to_vec();
+                b.extend_from_slice(&self.pending.join(&b","[..]));
+                b.extend_from_slice(b"]}");
+                b
+            }
         };
+        self.pending.clear();
         self.spans = 0;
         self.requests += 1;
-        self.sink.send(&request)
+        self.sink.send(&body)
     }
+}
+
+/// What making one session's spans gave: its events, and the damage that stopped it.
+struct Rendered {
+    events: u64,
+    damage: Option<String>,
+}
+
+/// Makes one session's spans, encoded in chunks of at most `limit` spans (one
+/// `ResourceSpans` each), handed to `emit` as they fill.
+fn render_session(
+    tacho: &Tacho,
+    session: &str,
+    opts: &OtlpOptions,
+    protocol: Protocol,
+    emit: &mut dyn FnMut(Vec<u8>, usize) -> Result<(), ExportError>,
+) -> Result<Rendered, ExportError> {
+    let limit = opts.batch_spans.max(1);
+    let mut fold = AuditFold::new(session, true);
+    let trace = fold.trace_id();
+    let mut chunk = resource_spans(session);
+    let mut failed: Option<ExportError> = None;
+    let mut events = 0u64;
+    let mut push = |chunk: &mut ResourceSpans, span: Span| -> Result<(), ExportError> {
+        let spans = &mut chunk.scope_spans[0].spans;
+        spans.push(span);
+        if spans.len() >= limit {
+            let n = spans.len();
+            emit(encode(chunk, protocol)?, n)?;
+            chunk.scope_spans[0].spans.clear();
+        }
+        Ok(())
+    };
+    let read = tacho.for_each_event(session, |e| {
+        if failed.is_some() {
+            return;
+        }
+        events += 1;
+        fold.apply(e.seq, &e.event);
+        for s in fold.take_finished() {
+            if let Err(err) = push(&mut chunk, to_proto(session, &trace, &s, opts)) {
+                failed = Some(err);
+                return;
+            }
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    for s in fold.finish() {
+        push(&mut chunk, to_proto(session, &trace, &s, opts))?;
+    }
+    let rest = chunk.scope_spans[0].spans.len();
+    if rest > 0 {
+        emit(encode(&chunk, protocol)?, rest)?;
+    }
+    Ok(Rendered {
+        events,
+        damage: read.err().map(|e| e.to_string()),
+    })
+}
+
+/// One `ResourceSpans` as the request's field 1 (protobuf) or as JSON.
+fn encode(rs: &ResourceSpans, protocol: Protocol) -> Result<Vec<u8>, ExportError> {
+    Ok(match protocol {
+        Protocol::Protobuf => {
+            let mut b = Vec::with_capacity(rs.encoded_len() + 8);
+            prost::encoding::message::encode(1, rs, &mut b);
+            b
+        }
+        Protocol::Json => serde_json::to_vec(rs).map_err(std::io::Error::from)?,
+    })
 }
 
 /// The resource and scope of one session's spans.
@@ -481,9 +548,11 @@ fn resource_spans(session: &str) -> ResourceSpans {
     }
 }
 
-/// Sends the traces of `sessions` (in that order) to `sink`, in batches. A session
-/// that cannot be read to its end is sent up to its damage (its open spans end
-/// there, marked unfinished) and counted in [`Exported::damaged`].
+/// Sends the traces of `sessions` (in that order) to `sink`, in batches of at most
+/// `batch_spans` spans. Spans are made and encoded on every core
+/// ([`crate::in_order`]) and sent in session order. A session that cannot be read to
+/// its end is sent up to its damage (its open spans end there, marked unfinished) and
+/// counted in [`Exported::damaged`].
 pub fn export_otlp(
     tacho: &Tacho,
     sessions: &[String],
@@ -491,6 +560,7 @@ pub fn export_otlp(
     sink: &mut dyn Sink,
     progress: &mut Progress<'_>,
 ) -> Result<(Exported, u64), ExportError> {
+    let protocol = sink.protocol();
     let mut done = Exported::default();
     let mut batch = Batcher {
         sink,
@@ -499,37 +569,51 @@ pub fn export_otlp(
         limit: opts.batch_spans.max(1),
         requests: 0,
     };
-    for (i, session) in sessions.iter().enumerate() {
-        let mut fold = AuditFold::new(session, true);
-        let trace = fold.trace_id();
-        let mut failed: Option<ExportError> = None;
-        let mut events = 0u64;
-        let read = tacho.for_each_event(session, |e| {
-            if failed.is_some() {
-                return;
+    let work = |i: usize| {
+        let Some(session) = sessions.get(i) else {
+            return Ahead::Large;
+        };
+        let mut chunks: Vec<(Vec<u8>, usize)> = Vec::new();
+        let mut bytes = 0usize;
+        match render_session(tacho, session, opts, protocol, &mut |c, n| {
+            bytes += c.len();
+            if bytes > AHEAD_BYTES_MAX {
+                return Err(ExportError::Write(std::io::Error::other(
+                    "too large to make ahead",
+                )));
             }
-            events += 1;
-            fold.apply(e.seq, &e.event);
-            for s in fold.take_finished() {
-                if let Err(err) = batch.push(session, to_proto(session, &trace, &s, opts)) {
-                    failed = Some(err);
-                    return;
+            chunks.push((c, n));
+            Ok(())
+        }) {
+            Ok(r) => Ahead::Ready((chunks, r)),
+            Err(_) => Ahead::Large,
+        }
+    };
+    in_order(
+        sessions.len(),
+        work,
+        |i, ahead| -> Result<(), ExportError> {
+            let session = sessions.get(i).map_or("", String::as_str);
+            let r = match ahead {
+                Ahead::Ready((chunks, r)) => {
+                    for (c, n) in chunks {
+                        batch.add(c, n)?;
+                    }
+                    r
                 }
+                Ahead::Large => {
+                    render_session(tacho, session, opts, protocol, &mut |c, n| batch.add(c, n))?
+                }
+            };
+            done.sessions += 1;
+            done.events += r.events;
+            if let Some(d) = r.damage {
+                done.damaged.push((session.to_string(), d));
             }
-        });
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        for s in fold.finish() {
-            batch.push(session, to_proto(session, &trace, &s, opts))?;
-        }
-        done.sessions += 1;
-        done.events += events;
-        if let Err(err) = read {
-            done.damaged.push((session.clone(), err.to_string()));
-        }
-        progress(i + 1, sessions.len(), done.events);
-    }
+            progress(i + 1, sessions.len(), done.events);
+            Ok(())
+        },
+    )?;
     batch.flush()?;
     Ok((done, batch.requests))
 }
@@ -589,13 +673,9 @@ impl HttpSink {
         }
     }
 
-    fn body(&self, request: &ExportTraceServiceRequest) -> Result<Vec<u8>, ExportError> {
-        let raw = match self.protocol {
-            Protocol::Protobuf => request.encode_to_vec(),
-            Protocol::Json => serde_json::to_vec(request).map_err(std::io::Error::from)?,
-        };
+    fn body(&self, request: &[u8]) -> Result<Vec<u8>, ExportError> {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(&raw)?;
+        gz.write_all(request)?;
         Ok(gz.finish()?)
     }
 
@@ -635,7 +715,11 @@ fn retry_after(value: &str) -> Option<Duration> {
 }
 
 impl Sink for HttpSink {
-    fn send(&mut self, request: &ExportTraceServiceRequest) -> Result<(), ExportError> {
+    fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    fn send(&mut self, request: &[u8]) -> Result<(), ExportError> {
         let body = self.body(request)?;
         let mut wait = self.backoff;
         let mut attempt = 0u32;

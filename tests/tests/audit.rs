@@ -691,3 +691,89 @@ fn prune_removes_whole_old_sessions_after_recording_them_and_verify_checks_the_r
     assert!(!home.join("log/streams/ses_new").exists());
     assert_eq!(verify_json(&home).0, 0);
 }
+
+/// Sessions are rendered on every core, a window ahead of the one written, and one too
+/// large to hold ahead is streamed in its turn: the output is, byte for byte, the
+/// sessions exported one by one, in order.
+#[test]
+fn export_of_many_sessions_in_parallel_equals_exporting_them_one_by_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = store(tmp.path());
+    // A session whose records pass 1 MiB (a 2 MB tool output).
+    let big = format!(
+        concat!(
+            r#"{{"type":"session.start","session":"ses_big","ts":"2026-11-19T00:00:00Z"}}"#,
+            "\n",
+            r#"{{"type":"tool.call","session":"ses_big","ts":"2026-11-19T00:00:01Z","call_id":"c","tool":"bash"}}"#,
+            "\n",
+            r#"{{"type":"tool.result","session":"ses_big","ts":"2026-11-19T00:00:02Z","call_id":"c","status":"ok","output":"{}"}}"#,
+            "\n",
+            r#"{{"type":"session.end","session":"ses_big","ts":"2026-11-19T00:00:03Z","reason":"completed"}}"#,
+            "\n",
+        ),
+        "x".repeat(2 << 20)
+    );
+    let (code, _, err) = run_with_stdin(&home, &["record"], &big);
+    assert_eq!(code, 0, "{err}");
+    let (code, all, err) = audit(&home, &["export", "--all"]);
+    assert_eq!(code, 0, "{err}");
+    let order: Vec<String> = {
+        let mut seen = Vec::new();
+        for r in records(&all) {
+            let s = r["session"].as_str().unwrap().to_string();
+            if seen.last() != Some(&s) {
+                seen.push(s);
+            }
+        }
+        seen
+    };
+    assert_eq!(order.len(), 14);
+    assert_eq!(order[0], "ses_big", "oldest first");
+    let mut one_by_one = String::new();
+    for s in &order {
+        let (code, out, err) = audit(&home, &["export", s]);
+        assert_eq!(code, 0, "{err}");
+        one_by_one.push_str(&out);
+    }
+    assert!(
+        all == one_by_one,
+        "the parallel export differs from one by one"
+    );
+
+    // The same for the trace export (the big session's span carries its 2 MB output):
+    // the spans, in order, are those of the sessions exported one by one.
+    let spans_of = |args: &[&str]| -> Vec<Value> {
+        let file = tmp.path().join("t.jsonl");
+        let mut all_args = vec!["otlp"];
+        all_args.extend_from_slice(args);
+        all_args.extend_from_slice(&["--max-output", "3000000", "--file", file.to_str().unwrap()]);
+        let (code, _, err) = audit(&home, &all_args);
+        assert_eq!(code, 0, "{err}");
+        let mut spans = Vec::new();
+        for line in std::fs::read_to_string(&file).unwrap().lines() {
+            let req: Value = serde_json::from_str(line).unwrap();
+            for rs in req["resourceSpans"].as_array().unwrap() {
+                for ss in rs["scopeSpans"].as_array().unwrap() {
+                    spans.extend(ss["spans"].as_array().unwrap().iter().cloned());
+                }
+            }
+        }
+        spans
+    };
+    let together = spans_of(&["--all"]);
+    let mut apart = Vec::new();
+    for s in &order {
+        apart.extend(spans_of(&[s.as_str()]));
+    }
+    assert_eq!(together.len(), apart.len());
+    assert!(
+        together == apart,
+        "the parallel trace export differs from one by one"
+    );
+    assert!(
+        together
+            .iter()
+            .any(|s| s.to_string().contains(&"x".repeat(2 << 20))),
+        "the big output is in a span"
+    );
+}
