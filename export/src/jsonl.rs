@@ -8,7 +8,7 @@ use tacho_app::types::StoredEvent;
 use tacho_projections::audit::{AUDIT_SCHEMA, AuditFold, Placement, id_hex};
 use tacho_schema::{EventBody, time_to_rfc3339};
 
-use crate::{AHEAD_BYTES_MAX, Ahead, ExportError, Exported, Progress, in_order};
+use crate::{AHEAD_BYTES_MAX, Ahead, ExportError, Exported, Progress, Rendered, in_order};
 
 /// Options of a JSON Lines export.
 #[derive(Debug, Clone, Default)]
@@ -233,12 +233,6 @@ fn write_record(
     Ok(())
 }
 
-/// What rendering one session gave: its events, and the damage that stopped it.
-struct Rendered {
-    events: u64,
-    damage: Option<String>,
-}
-
 /// Renders one session's records (and, if it is damaged, its `export.error` record)
 /// through `emit`, a record at a time.
 fn render_session(
@@ -333,11 +327,7 @@ pub fn export_jsonl(
                 }
                 Ahead::Large => render_session(tacho, session, opts, &mut |b| out.write_all(b))?,
             };
-            done.events += r.events;
-            done.sessions += 1;
-            if let Some(d) = r.damage {
-                done.damaged.push((session.to_string(), d));
-            }
+            done.add(session, r);
             progress(i + 1, sessions.len(), done.events);
             Ok(())
         },

@@ -111,6 +111,23 @@ pub struct Exported {
     pub damaged: Vec<(String, String)>,
 }
 
+impl Exported {
+    /// Counts one session's output.
+    pub(crate) fn add(&mut self, session: &str, r: Rendered) {
+        self.sessions += 1;
+        self.events += r.events;
+        if let Some(d) = r.damage {
+            self.damaged.push((session.to_string(), d));
+        }
+    }
+}
+
+/// What making one session's output gave: its events, and the damage that stopped it.
+pub(crate) struct Rendered {
+    pub events: u64,
+    pub damage: Option<String>,
+}
+
 /// Why an export failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {

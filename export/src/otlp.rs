@@ -23,7 +23,7 @@ use tacho_app::Tacho;
 use tacho_projections::audit::{self, AuditFold, SpanKind};
 use tacho_schema::{EndReason, EventBody, ToolStatus, VerificationStatus};
 
-use crate::{AHEAD_BYTES_MAX, Ahead, ExportError, Exported, Progress, in_order};
+use crate::{AHEAD_BYTES_MAX, Ahead, ExportError, Exported, Progress, Rendered, in_order};
 
 /// The semantic conventions the spans follow (their `schema_url`). The GenAI cache
 /// token attributes first appear in this version.
@@ -447,12 +447,6 @@ impl Batcher<'_> {
     }
 }
 
-/// What making one session's spans gave: its events, and the damage that stopped it.
-struct Rendered {
-    events: u64,
-    damage: Option<String>,
-}
-
 /// Makes one session's spans, encoded in chunks of at most `limit` spans (one
 /// `ResourceSpans` each), handed to `emit` as they fill.
 fn render_session(
@@ -605,11 +599,7 @@ pub fn export_otlp(
                     render_session(tacho, session, opts, protocol, &mut |c, n| batch.add(c, n))?
                 }
             };
-            done.sessions += 1;
-            done.events += r.events;
-            if let Some(d) = r.damage {
-                done.damaged.push((session.to_string(), d));
-            }
+            done.add(session, r);
             progress(i + 1, sessions.len(), done.events);
             Ok(())
         },
