@@ -568,6 +568,12 @@ macro_rules! kinds {
         pub fn kind_name(id: u16) -> &'static str {
             match id { $($id => $name,)+ _ => "unknown" }
         }
+
+        /// The current schema version of a kind id (`None` for ids this tacho does not
+        /// know).
+        pub fn current_version(id: u16) -> Option<u16> {
+            match id { $($id => Some($version),)+ _ => None }
+        }
     };
 }
 
@@ -708,10 +714,7 @@ pub fn validate_versioned<T>(
 /// Whether a payload of `kind` at `version` is in the current struct's layout (what a
 /// zero-copy view can read); an earlier version is read through its decoder.
 pub fn is_current_version(kind: u16, version: u16) -> bool {
-    KINDS
-        .iter()
-        .find(|k| k.0 == kind)
-        .is_none_or(|k| k.2 == version)
+    current_version(kind).is_none_or(|v| v == version)
 }
 
 fn unknown_version(kind: u16, version: u16, known: u16) -> SchemaError {

@@ -278,7 +278,7 @@ impl<'a> EventView<'a> {
                 kind,
                 name: kind_name(kind),
                 version,
-                known: KINDS.iter().find(|k| k.0 == kind).map_or(0, |k| k.2),
+                known: current_version(kind).unwrap_or(0),
             });
         }
         Ok(match kind {
