@@ -151,6 +151,23 @@ pub fn parity_workspace(tmp: &Path, session: &str) -> (PathBuf, PathBuf) {
     (home, ws)
 }
 
+/// The bundled example session (`examples/sessions/rate-limit.jsonl`), as text.
+pub fn example_session() -> String {
+    std::fs::read_to_string(repo_root().join("examples/sessions/rate-limit.jsonl"))
+        .expect("read the bundled example")
+}
+
+/// `tacho demo` run into `dir/repo` with its data under `dir/home` (a realistic
+/// session with real snapshots); returns the data directory.
+pub fn demo_store(dir: &Path) -> PathBuf {
+    let home = dir.join("home");
+    let mut c = tacho(&home);
+    c.args(["demo", "--dir"]).arg(dir.join("repo"));
+    let (code, _, err) = run(c);
+    assert_eq!(code, 0, "{err}");
+    home
+}
+
 /// How many events `log dump` shows for a session.
 pub fn event_count(home: &Path, session: &str) -> usize {
     let mut c = tacho(home);

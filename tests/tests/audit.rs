@@ -15,17 +15,12 @@ use tacho_tests::{run, run_with_stdin, tacho};
 
 const EXAMPLE: &str = "ses_01jdemo8xk4rate1imit0000a";
 
-fn example() -> String {
-    std::fs::read_to_string(tacho_tests::repo_root().join("examples/sessions/rate-limit.jsonl"))
-        .unwrap()
-}
-
 /// A store of 13 sessions: the bundled example under 10 names (half of them started
 /// five days later), one without its tool results (a lower risk), a child session
 /// of the first, and one cut off in the middle (still running, a call left open).
 fn store(dir: &Path) -> PathBuf {
     let home = dir.join("home");
-    let ex = example();
+    let ex = tacho_tests::example_session();
     let mut input = String::new();
     for i in 0..10 {
         let mut s = ex.replace(EXAMPLE, &format!("ses_a{i:03}"));
@@ -345,11 +340,7 @@ fn otlp_file_is_otlp_json_the_official_package_reads() {
 
 /// The demo's session (real snapshots, a failed and a passing test run) as a report.
 fn demo(dir: &Path) -> (PathBuf, String) {
-    let home = dir.join("home");
-    let mut c = tacho(&home);
-    c.args(["demo", "--dir"]).arg(dir.join("repo"));
-    let (code, _, err) = run(c);
-    assert_eq!(code, 0, "{err}");
+    let home = tacho_tests::demo_store(dir);
     let mut c = tacho(&home);
     c.args(["session", "list", "--json"]);
     let (_, out, _) = run(c);
@@ -503,7 +494,7 @@ fn report_shows_goal_receipts_and_a_record_that_does_not_verify() {
 /// Sessions for the prune test: dates relative to now (the rule is an age).
 fn prune_store(dir: &Path) -> PathBuf {
     let home = dir.join("home");
-    let ex = example();
+    let ex = tacho_tests::example_session();
     let day = |ago: i64| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -103,15 +103,8 @@ fn the_spec_reader_reads_the_golden_store_as_tacho_does() {
 /// fixture of the kinds added after version 1's golden store (written as tacho writes
 /// evidence), and a child session.
 fn every_kind(dir: &Path) -> PathBuf {
-    let home = dir.join("home");
-    let mut c = tacho(&home);
-    c.args(["demo", "--dir"]).arg(dir.join("repo"));
-    let (code, _, err) = run(c);
-    assert_eq!(code, 0, "{err}");
-    let ex = std::fs::read_to_string(
-        tacho_tests::repo_root().join("examples/sessions/rate-limit.jsonl"),
-    )
-    .unwrap();
+    let home = tacho_tests::demo_store(dir);
+    let ex = tacho_tests::example_session();
     let extra = concat!(
         r#"{"type":"session.start","session":"ses_err","ts":"2026-11-21T10:00:00Z","agent":"a \"quoted\" é agent"}"#,
         "\n",

@@ -71,16 +71,8 @@ fn get(port: u16, path: &str) -> (u16, String, String) {
 
 /// The demo's session (real snapshots) and a second one whose segment is damaged.
 fn store(dir: &Path) -> (PathBuf, String) {
-    let home = dir.join("home");
-    let mut c = tacho(&home);
-    c.args(["demo", "--dir"]).arg(dir.join("repo"));
-    let (code, _, err) = run(c);
-    assert_eq!(code, 0, "{err}");
-    let ex = std::fs::read_to_string(
-        tacho_tests::repo_root().join("examples/sessions/rate-limit.jsonl"),
-    )
-    .unwrap()
-    .replace("ses_01jdemo8xk4rate1imit0000a", "ses_broken");
+    let home = tacho_tests::demo_store(dir);
+    let ex = tacho_tests::example_session().replace("ses_01jdemo8xk4rate1imit0000a", "ses_broken");
     // A second copy, cut before its end: still running.
     let live: String = ex
         .replace("ses_broken", "ses_live")
