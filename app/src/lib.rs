@@ -70,6 +70,7 @@ pub mod agents {
 pub mod types {
     pub use tacho_git::fingerprint::{Entry as FingerprintEntry, Fingerprint, NoEvidence};
     pub use tacho_git::rollback::{Action, Applied, Conflict, Plan, PlanItem};
+    pub use tacho_git::snapshot::watch::WatchStatus;
     pub use tacho_git::snapshot::{
         ChangeKind, FileDiff, GcReport, Snapshot, SnapshotError, StoreUsage,
     };

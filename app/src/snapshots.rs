@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tacho_git::snapshot::watch::{WatchError, WatchStatus};
 use tacho_git::snapshot::{
     GcReport, MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, StoreUsage, WriteGuard,
 };
@@ -28,9 +29,13 @@ pub enum SnapshotOpError {
     Snapshot(#[from] SnapshotError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Watch(#[from] WatchError),
 }
 
 kinds!(SnapshotOpError {
+    SnapshotOpError::Watch(WatchError::Running(_)) => Busy,
+    SnapshotOpError::Watch(WatchError::Snapshot(e)) => e.kind(),
     SnapshotOpError::Workspace { .. } => Input,
     SnapshotOpError::CurrentDir(_) => Io,
     SnapshotOpError::Snapshot(e) => e.kind(),
@@ -181,6 +186,50 @@ impl Tacho {
             recorded,
             elapsed,
         })
+    }
+
+    /// The workspace a watcher command names: `path`, else the current directory;
+    /// canonical, as snapshots name it.
+    pub fn watch_workspace(&self, path: Option<&Path>) -> Result<PathBuf, SnapshotOpError> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => std::env::current_dir().map_err(SnapshotOpError::CurrentDir)?,
+        };
+        let ws = path
+            .canonicalize()
+            .map_err(|source| SnapshotOpError::Workspace {
+                path: path.clone(),
+                source,
+            })?;
+        if !ws.is_dir() {
+            return Err(SnapshotOpError::Workspace {
+                path,
+                source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+            });
+        }
+        Ok(ws)
+    }
+
+    /// `tacho watch run`: watches `workspace` (canonical) in this thread until stopped
+    /// or the workspace goes away; full snapshots of it by any process then look only at
+    /// the paths it saw change. `ready` is called once it answers.
+    pub fn watch(&self, workspace: &Path, ready: impl FnOnce()) -> Result<(), SnapshotOpError> {
+        Ok(self.snapshots()?.watch(workspace, ready)?)
+    }
+
+    /// `tacho watch status`: the watcher of `workspace`, if one runs.
+    pub fn watch_status(&self, workspace: &Path) -> Result<Option<WatchStatus>, SnapshotOpError> {
+        Ok(self.snapshots()?.watch_status(workspace)?)
+    }
+
+    /// `tacho watch stop`: stops the watcher of `workspace`; whether one ran.
+    pub fn watch_stop(&self, workspace: &Path) -> Result<bool, SnapshotOpError> {
+        Ok(self.snapshots()?.watch_stop(workspace)?)
+    }
+
+    /// Where a watcher started in the background writes what it has to say.
+    pub fn watch_log(&self, workspace: &Path) -> Result<PathBuf, SnapshotOpError> {
+        Ok(self.snapshots()?.watch_log(workspace))
     }
 
     /// The snapshot store's space, when there is a store (queries never create one).

@@ -227,8 +227,8 @@ fn benches(c: &mut Criterion) {
 }
 
 /// The same cases with the workspace inside its own Git repository (everything
-/// committed), where most users are: tacho's full scan, unchanged and after 10 edits,
-/// and the targeted snapshot, against `git add -A && git write-tree` in that repository
+/// committed), where most users are: tacho's full scan, unchanged and after 10 edits
+/// (without and with a watcher of the workspace running), and the targeted snapshot, against `git add -A && git write-tree` in that repository
 /// with a private index. At git/git's shape (4,856 files, 40 MB) under `--bench`;
 /// `TACHO_BENCH_GIT_FILES` and `TACHO_BENCH_GIT_MB` set the size (100,000 files is
 /// the other case).
@@ -255,18 +255,34 @@ fn inside_git(c: &mut Criterion) {
     let label = format!("{files} files, {mb} MB, inside Git");
     // A store handle per snapshot, as each hook process opens one (and, having written
     // a pack, merges the small ones when it drops it).
-    let take = |scope: &Scope| {
-        SnapshotStore::open(root.join("store"), root.join("cache"))
+    let take_in = |cache: &str, scope: &Scope| {
+        SnapshotStore::open(root.join("store"), root.join(cache))
             .unwrap()
             .take(&ws, scope)
             .unwrap()
     };
+    let take = |scope: &Scope| take_in("cache", scope);
+    // A watcher of the workspace (what `tacho watch start` runs) serves the scans whose
+    // stat cache is `wcache` (a watcher belongs to one cache directory); `cache` has
+    // none.
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let (root, ws) = (root.clone(), ws.clone());
+        std::thread::spawn(move || {
+            let store = SnapshotStore::open(root.join("store"), root.join("wcache")).unwrap();
+            store.watch(&ws, || tx.send(()).unwrap()).unwrap();
+        });
+    }
+    rx.recv().unwrap();
+    let watched = || take_in("wcache", &Scope::Full);
     take(&Scope::Full);
+    watched();
     let index = root.join("private-index");
     shadow_git::snapshot_in_repo(&ws, &index).unwrap();
     // Settled: the last scan lies outside the racy window.
     std::thread::sleep(Duration::from_millis(200));
     take(&Scope::Full);
+    watched();
     shadow_git::snapshot_in_repo(&ws, &index).unwrap();
     {
         let mut g = c.benchmark_group(format!("snapshot_unchanged ({label})"));
@@ -275,6 +291,12 @@ fn inside_git(c: &mut Criterion) {
             b.iter(|| {
                 let s = take(&Scope::Full);
                 assert_eq!(s.files_read, 0);
+            })
+        });
+        g.bench_function("tacho full scan, watcher running", |b| {
+            b.iter(|| {
+                let s = watched();
+                assert!(s.watched && s.files_read == 0);
             })
         });
         g.bench_function("git add -A + write-tree (own index)", |b| {
@@ -294,6 +316,19 @@ fn inside_git(c: &mut Criterion) {
                 edit_files(&ws, &ten, round).unwrap();
             },
             |()| take(&Scope::Full),
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("tacho full scan, watcher running", |b| {
+        b.iter_batched(
+            || {
+                round += 1;
+                edit_files(&ws, &ten, round).unwrap();
+            },
+            |()| {
+                let s = watched();
+                assert!(s.watched && s.files_read == 10, "{s:?}");
+            },
             BatchSize::PerIteration,
         )
     });

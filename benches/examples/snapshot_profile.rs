@@ -1,6 +1,7 @@
 //! Times the phases of an incremental snapshot (for profiling; run with
 //! `TACHO_SNAPSHOT_TRACE=1 cargo run --release -p tacho-benches --example snapshot_profile`;
 //! with the argument `git` the workspace is a Git repository with everything committed,
+//! with `watch` a watcher of it runs (`tacho watch`),
 //! `FILES` sets its size and `KB` the average file).
 
 #![allow(clippy::unwrap_used)]
@@ -33,6 +34,16 @@ fn main() {
         }
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
+    if std::env::args().any(|a| a == "watch") {
+        // A watcher of the workspace, as `tacho watch start` runs one.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (root, w) = (tmp.path().to_path_buf(), ws.clone());
+        std::thread::spawn(move || {
+            let store = SnapshotStore::open(root.join("s"), root.join("c")).unwrap();
+            store.watch(&w, || tx.send(()).unwrap()).unwrap();
+        });
+        rx.recv().unwrap();
+    }
     let store = SnapshotStore::open(tmp.path().join("s"), tmp.path().join("c")).unwrap();
     let t = Instant::now();
     store.take(&ws, &Scope::Full).unwrap();

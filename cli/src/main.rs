@@ -50,6 +50,9 @@ enum Command {
     Snapshot(cmd::snapshot::SnapshotArgs),
     /// Drop snapshots no session references and pack the snapshot store.
     Gc(cmd::gc::GcArgs),
+    /// A watcher of a workspace (inotify): full snapshots then look only at what changed.
+    #[command(subcommand)]
+    Watch(cmd::watch::WatchCommand),
     /// The source fingerprint of paths of the workspace (what goal receipts are bound
     /// to), or why no fresh evidence can be produced.
     Fingerprint(cmd::fingerprint::FingerprintArgs),
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
         Command::Log(c) => cmd::log::run(c),
         Command::Snapshot(a) => cmd::snapshot::run(a),
         Command::Gc(a) => cmd::gc::run(a),
+        Command::Watch(c) => cmd::watch::run(c),
         Command::Fingerprint(a) => cmd::fingerprint::run(a),
         Command::Goal(c) => cmd::goal::run(c),
         Command::VerifyCommits(a) => cmd::verify_commits::run(a),

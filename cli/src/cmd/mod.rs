@@ -19,3 +19,4 @@ pub mod session;
 pub mod snapshot;
 pub mod trace;
 pub mod verify_commits;
+pub mod watch;

@@ -51,6 +51,7 @@ pub fn run(a: SnapshotArgs) -> Result<(), CliError> {
             "objects_written": snap.objects_written,
             "targeted": !snap.full_scan,
             "walked": snap.walked,
+            "watched": snap.watched,
             "excluded": snap.excluded.iter().map(|x| serde_json::json!({
                 "path": x.path, "reason": x.reason.to_string(),
             })).collect::<Vec<_>>(),

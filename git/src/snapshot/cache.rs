@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::SnapshotError;
 
-pub(crate) const CACHE_VERSION: u32 = 3;
+pub(crate) const CACHE_VERSION: u32 = 4;
 
 /// How long before a scan's start a file's times must be for its cache entry to be
 /// trusted at the next scan. File times come from a coarse clock (a few milliseconds
@@ -121,6 +121,9 @@ pub(crate) struct CacheFile {
     pub listed_excluded: Vec<ListedExclusion>,
     pub dirs: Vec<DirStamp>,
     pub guards: Vec<GuardStamp>,
+    /// The workspace watcher's token these entries reflect (instance 0: none).
+    pub watch_instance: u64,
+    pub watch_gen: u64,
 }
 
 /// The per-workspace files: `<dir>/<key>.stat` (the full entries of the last full scan)

@@ -17,6 +17,37 @@ impl SnapshotStore {
         let old_index = cache::index(&old);
         let trusted_before = old.scan_start_ns - cache::RACY_NS;
         trace.mark("cache load");
+        // With a watcher running, only the paths it saw change are looked at. It lists
+        // the workspace again when a file that decides the listing changed.
+        // (A guard inside the workspace, its `.gitignore`, is one the watcher reports.)
+        let rules_same = old.guards.iter().all(|g| {
+            cache::GuardStamp::now(Path::new(&g.path)).as_ref() == Some(g)
+                && (g.mtime_ns < trusted_before
+                    || Path::new(&g.path)
+                        .strip_prefix(workspace)
+                        .is_ok_and(|r| !r.components().any(|c| c.as_os_str() == ".git")))
+        });
+        let since = (old.watch_instance != 0).then_some(watch::Token {
+            instance: old.watch_instance,
+            generation: old.watch_gen,
+        });
+        let answer = watch::changes_since(&self.cache_dir, workspace, since, !rules_same);
+        if let (Some(a), true) = (&answer, rules_same)
+            && let Some(changed) = &a.paths
+            && let Some(snap) = self.take_watched(
+                workspace,
+                skip,
+                cache_paths,
+                &old,
+                &old_index,
+                changed,
+                a.token,
+                &trace,
+            )?
+        {
+            return Ok(snap);
+        }
+        trace.mark("watch");
         let reused = reuse_listing(workspace, &old, &old_index, trusted_before);
         let walked = reused.is_none();
         let listing = match reused {
@@ -144,6 +175,8 @@ impl SnapshotStore {
             listed_excluded,
             dirs,
             guards,
+            watch_instance: answer.as_ref().map_or(0, |a| a.token.instance),
+            watch_gen: answer.as_ref().map_or(0, |a| a.token.generation),
         };
         // An unchanged workspace keeps its cache file as it is (rewriting it is a
         // third of an unchanged scan) — when nothing in it is within the racy window
@@ -164,7 +197,10 @@ impl SnapshotStore {
                 .entries
                 .iter()
                 .all(|e| settled(e.mtime_ns, e.ctime_ns));
-        if !unchanged {
+        // A new watcher token (or none, once the watcher is gone) is saved.
+        let token_same = answer.as_ref().map_or(0, |a| a.token.instance) == old.watch_instance
+            && answer.as_ref().map_or(0, |a| a.token.generation) == old.watch_gen;
+        if !unchanged || !token_same {
             cache::save(&cache_paths.stat, &fresh)?;
         }
         trace.mark("cache save");
@@ -177,6 +213,7 @@ impl SnapshotStore {
             excluded,
             true,
             walked,
+            false,
         )
     }
 }
@@ -287,8 +324,17 @@ pub(super) fn reuse_listing(
             }
         }
     }
-    let excluded = old
-        .listed_excluded
+    Some(scan::Listing {
+        paths: listed.into_iter().map(|p| (p.to_owned(), None)).collect(),
+        excluded: old_exclusions(old),
+        dirs: old.dirs.clone(),
+        guards: old.guards.clone(),
+    })
+}
+
+/// What the last walk left out, as it reported it.
+pub(super) fn old_exclusions(old: &cache::CacheFile) -> Vec<Excluded> {
+    old.listed_excluded
         .iter()
         .map(|x| {
             let reason = match x.code {
@@ -299,13 +345,7 @@ pub(super) fn reuse_listing(
             };
             Excluded::new(x.path.clone(), reason)
         })
-        .collect();
-    Some(scan::Listing {
-        paths: listed.into_iter().map(|p| (p.to_owned(), None)).collect(),
-        excluded,
-        dirs: old.dirs.clone(),
-        guards: old.guards.clone(),
-    })
+        .collect()
 }
 
 /// A walk's exclusion as the cache keeps it.

@@ -18,6 +18,8 @@ pub(crate) mod stat;
 mod targeted;
 mod tree;
 mod types;
+pub mod watch;
+mod watched;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -165,6 +167,35 @@ impl SnapshotStore {
         }
     }
 
+    /// Runs a watcher of `workspace` in this thread until it is asked to stop or the
+    /// workspace goes away; full scans of the workspace by any process of this store
+    /// then look only at the paths it saw change. `ready` is called once it answers.
+    pub fn watch(&self, workspace: &Path, ready: impl FnOnce()) -> Result<(), watch::WatchError> {
+        let workspace = canonical_workspace(workspace)?;
+        let skip = self.own_dir_inside(&workspace);
+        watch::serve(&self.cache_dir, &workspace, skip, ready)
+    }
+
+    /// The status of `workspace`'s watcher, if one runs.
+    pub fn watch_status(
+        &self,
+        workspace: &Path,
+    ) -> Result<Option<watch::WatchStatus>, SnapshotError> {
+        let workspace = canonical_workspace(workspace)?;
+        Ok(watch::status(&self.cache_dir, &workspace))
+    }
+
+    /// Stops `workspace`'s watcher; whether one was running.
+    pub fn watch_stop(&self, workspace: &Path) -> Result<bool, SnapshotError> {
+        let workspace = canonical_workspace(workspace)?;
+        Ok(watch::stop(&self.cache_dir, &workspace))
+    }
+
+    /// Where a watcher of `workspace` (canonical) started in the background writes.
+    pub fn watch_log(&self, workspace: &Path) -> PathBuf {
+        watch::socket_path(&self.cache_dir, workspace).with_extension("log")
+    }
+
     /// Why a listed file or link cannot be snapshotted, if it cannot: a special file,
     /// or a file over the size limit.
     fn unsupported(&self, meta: &FileStat) -> Option<ExcludeReason> {
@@ -186,10 +217,15 @@ impl SnapshotStore {
             .filter(|s| !s.is_empty())
     }
 
-    /// Points `refs/snapshots/<tree>` at the tree.
+    /// Points `refs/snapshots/<tree>` at the tree (unless it does already).
     fn keep(&self, tree: ObjectId) -> Result<(), SnapshotError> {
         let repo = self.repo();
         let name = Self::ref_name(&tree.to_hex().to_string());
+        if let Ok(Some(r)) = repo.try_find_reference(name.as_str())
+            && r.target().try_id() == Some(tree.as_ref())
+        {
+            return Ok(());
+        }
         repo.reference(
             name.as_str(),
             tree,
@@ -326,17 +362,18 @@ fn finish(
     mut excluded: Vec<Excluded>,
     full_scan: bool,
     walked: bool,
+    watched: bool,
 ) -> Result<Snapshot, SnapshotError> {
     let mut tree_bytes = [0u8; 20];
     tree_bytes.copy_from_slice(tree.as_bytes());
-    cache::save_head(
-        &cache_paths.head,
-        &cache::Head {
-            tree: tree_bytes,
-            files,
-            bytes,
-        },
-    )?;
+    let head = cache::Head {
+        tree: tree_bytes,
+        files,
+        bytes,
+    };
+    if cache::load_head(&cache_paths.head) != Some(head) {
+        cache::save_head(&cache_paths.head, &head)?;
+    }
     excluded.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Snapshot {
         id: tree.to_hex().to_string(),
@@ -349,5 +386,6 @@ fn finish(
         excluded,
         full_scan,
         walked,
+        watched,
     })
 }

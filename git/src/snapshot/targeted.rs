@@ -138,6 +138,7 @@ impl SnapshotStore {
             excluded,
             false,
             false,
+            false,
         )
     }
 }

@@ -152,6 +152,9 @@ pub struct Snapshot {
     /// Whether a full scan walked the directories (rather than reusing the last walk's
     /// listing because no directory and no ignore file changed).
     pub walked: bool,
+    /// Whether a full scan took the changed paths from the workspace's watcher instead
+    /// of checking every file (see [`SnapshotStore::watch`]).
+    pub watched: bool,
 }
 
 /// One file of a snapshot.

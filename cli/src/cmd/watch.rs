@@ -1,0 +1,187 @@
+//! `tacho watch`: a watcher of a workspace, so that full snapshots (the hooks' snapshot
+//! around every shell command) look only at the paths that changed.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+
+use crate::error::CliError;
+use crate::output::Out;
+
+#[derive(Debug, Subcommand)]
+pub enum WatchCommand {
+    /// Start a watcher of the workspace in the background (returns once it answers).
+    Start {
+        /// The workspace (default: the current directory).
+        path: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a watcher of the workspace in the foreground until it is stopped, killed or
+    /// the workspace goes away (for a service manager).
+    Run {
+        /// The workspace (default: the current directory).
+        path: Option<PathBuf>,
+    },
+    /// Stop the workspace's watcher.
+    Stop {
+        /// The workspace (default: the current directory).
+        path: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Whether a watcher of the workspace runs, and what it holds (exit 4 when none).
+    Status {
+        /// The workspace (default: the current directory).
+        path: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How long `start` waits for the new watcher to answer.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+pub fn run(c: WatchCommand) -> Result<(), CliError> {
+    let tacho = crate::open()?;
+    let mut out = Out::new();
+    match c {
+        WatchCommand::Run { path } => {
+            let ws = tacho.watch_workspace(path.as_deref())?;
+            tacho.watch(&ws, || {
+                eprintln!("watching {} (tacho watch stop to end)", ws.display());
+            })?;
+            Ok(())
+        }
+        WatchCommand::Start { path, json } => {
+            let ws = tacho.watch_workspace(path.as_deref())?;
+            let status = match tacho.watch_status(&ws)? {
+                Some(s) => (s, false),
+                None => (start(&tacho, &ws)?, true),
+            };
+            let (s, started) = status;
+            if json {
+                out.json(&serde_json::json!({
+                    "type": "watch",
+                    "workspace": ws.display().to_string(),
+                    "started": started,
+                    "pid": s.pid,
+                    "dirs": s.dirs,
+                }))?;
+            } else if started {
+                out.line(format!(
+                    "watching {} ({} directories, pid {}); full snapshots of it now look only at what changed",
+                    ws.display(),
+                    s.dirs,
+                    s.pid
+                ))?;
+            } else {
+                out.line(format!(
+                    "a watcher of {} is already running (pid {})",
+                    ws.display(),
+                    s.pid
+                ))?;
+            }
+            out.finish()
+        }
+        WatchCommand::Stop { path, json } => {
+            let ws = tacho.watch_workspace(path.as_deref())?;
+            let stopped = tacho.watch_stop(&ws)?;
+            if json {
+                out.json(&serde_json::json!({
+                    "type": "watch_stop",
+                    "workspace": ws.display().to_string(),
+                    "stopped": stopped,
+                }))?;
+            } else if stopped {
+                out.line(format!("stopped the watcher of {}", ws.display()))?;
+            } else {
+                out.line(format!("no watcher of {} was running", ws.display()))?;
+            }
+            out.finish()
+        }
+        WatchCommand::Status { path, json } => {
+            let ws = tacho.watch_workspace(path.as_deref())?;
+            let status = tacho.watch_status(&ws)?;
+            if json {
+                out.json(&serde_json::json!({
+                    "type": "watch_status",
+                    "workspace": ws.display().to_string(),
+                    "running": status.is_some(),
+                    "watcher": status,
+                }))?;
+            } else if let Some(s) = &status {
+                out.line(format!(
+                    "watching {}: pid {}, {} directories, {} changed path(s) held, {} answer(s) given",
+                    ws.display(),
+                    s.pid,
+                    s.dirs,
+                    s.held,
+                    s.answered
+                ))?;
+            }
+            out.finish()?;
+            if status.is_none() {
+                return Err(CliError::Said {
+                    kind: tacho_app::ErrorKind::NotFound,
+                    text: format!("no watcher of {} is running", ws.display()),
+                });
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Starts `tacho watch run` as a process of its own (its own process group, no
+/// terminal, what it says in its log file) and waits until it answers.
+fn start(
+    tacho: &tacho_app::Tacho,
+    ws: &std::path::Path,
+) -> Result<tacho_app::types::WatchStatus, CliError> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe()?;
+    let log_path = tacho.watch_log(ws)?;
+    if let Some(dir) = log_path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let log = std::fs::File::create(&log_path)?;
+    let mut child = std::process::Command::new(exe)
+        .arg("watch")
+        .arg("run")
+        .arg(ws)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()?;
+    let started = Instant::now();
+    loop {
+        if let Some(s) = tacho.watch_status(ws)? {
+            return Ok(s);
+        }
+        if let Some(code) = child.try_wait()? {
+            let said = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(CliError::Said {
+                kind: tacho_app::ErrorKind::Io,
+                text: format!(
+                    "the watcher of {} exited ({code}): {}",
+                    ws.display(),
+                    said.trim()
+                ),
+            });
+        }
+        if started.elapsed() > START_WAIT {
+            return Err(CliError::Said {
+                kind: tacho_app::ErrorKind::Io,
+                text: format!(
+                    "the watcher of {} did not answer within {} s (see {})",
+                    ws.display(),
+                    START_WAIT.as_secs(),
+                    log_path.display()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,596 @@
+//! A watcher of one workspace (Linux inotify): a process that learns of every change
+//! in the workspace's directories as it happens, so that a full scan need not `lstat`
+//! every file to find the few that changed — what Git's fsmonitor and Watchman do.
+//!
+//! The watcher answers on a Unix socket in the snapshot cache directory. A full scan
+//! asks it which paths changed since the token stored with its stat cache; the answer
+//! is a list of paths and a new token, or "unknown" (the watcher restarted, its queue
+//! overflowed, a directory moved, an ignore rule changed): then the scan is the ordinary
+//! one. Without a watcher nothing changes. SPEC.md §10.6 gives the protocol.
+//!
+//! Correctness rests on one kernel fact: inotify queues an event inside the system call
+//! that changed the file, before that call returns. The watcher reads its whole queue
+//! after a request arrives and before it answers, so every change made before the scan
+//! asked is in the answer; a change made later carries a later token and is in the next
+//! one. Writes through a shared memory mapping raise no inotify event (as with
+//! fsmonitor and Watchman): such a change is seen by the next scan without a watcher.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use serde::{Deserialize, Serialize};
+
+use super::SnapshotError;
+
+/// At most this many changed paths are held; beyond it the watcher forgets them and
+/// answers "unknown" to every older token (a scan then lists the workspace).
+const HELD_MAX: usize = 200_000;
+
+/// How long a scan waits for the watcher's answer before scanning without it.
+const ANSWER_WAIT: Duration = Duration::from_millis(500);
+
+/// Where a scan stands with the watcher: the watcher's run and the point in its change
+/// record that the scan's stat cache reflects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    pub instance: u64,
+    pub generation: u64,
+}
+
+/// The watcher's answer to "what changed since".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answer {
+    /// What the next scan asks with.
+    pub token: Token,
+    /// The workspace-relative paths (files or directories) that changed, sorted; `None`
+    /// when the watcher cannot tell.
+    pub paths: Option<Vec<String>>,
+}
+
+/// What a running watcher reports of itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WatchStatus {
+    pub workspace: String,
+    pub pid: u32,
+    pub instance: u64,
+    /// Directories watched.
+    pub dirs: usize,
+    /// Changed paths held for scans that have not asked yet.
+    pub held: usize,
+    /// Requests answered since it started.
+    pub answered: u64,
+    /// When it started (Unix seconds).
+    pub started_unix: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Request {
+    Since {
+        since: Option<Token>,
+        /// The scan saw a file that decides the listing change (the index, an exclude
+        /// file): the watcher lists the workspace again before answering.
+        relist: bool,
+    },
+    Status,
+    Stop,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SinceReply {
+    token: Token,
+    paths: Option<Vec<String>>,
+}
+
+/// The socket of `workspace`'s watcher, and the lock file its watcher holds.
+pub fn socket_path(cache_dir: &Path, workspace: &Path) -> PathBuf {
+    let key = blake3::hash(workspace.as_os_str().as_encoded_bytes());
+    cache_dir
+        .join("watch")
+        .join(format!("{}.sock", &key.to_hex()[..32]))
+}
+
+fn lock_path(socket: &Path) -> PathBuf {
+    socket.with_extension("lock")
+}
+
+/// A socket path short enough for `sockaddr_un` (108 bytes): the path itself, or the
+/// same file reached through a descriptor of its directory (`/proc/self/fd/N/name`).
+struct SocketAddr {
+    path: PathBuf,
+    _dir: Option<std::fs::File>,
+}
+
+fn socket_addr(socket: &Path) -> std::io::Result<SocketAddr> {
+    if socket.as_os_str().len() < 100 {
+        return Ok(SocketAddr {
+            path: socket.to_path_buf(),
+            _dir: None,
+        });
+    }
+    use std::os::fd::AsRawFd;
+    let dir = std::fs::File::open(socket.parent().unwrap_or(Path::new(".")))?;
+    let name = socket.file_name().unwrap_or_default();
+    Ok(SocketAddr {
+        path: Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name),
+        _dir: Some(dir),
+    })
+}
+
+fn connect(socket: &Path) -> std::io::Result<UnixStream> {
+    let addr = socket_addr(socket)?;
+    let s = UnixStream::connect(&addr.path)?;
+    s.set_read_timeout(Some(ANSWER_WAIT))?;
+    s.set_write_timeout(Some(ANSWER_WAIT))?;
+    Ok(s)
+}
+
+fn ask<R: for<'de> Deserialize<'de>>(socket: &Path, req: &Request) -> std::io::Result<R> {
+    let mut s = connect(socket)?;
+    let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    s.write_all(&line)?;
+    let mut reply = String::new();
+    BufReader::new(s).read_line(&mut reply)?;
+    serde_json::from_str(&reply).map_err(std::io::Error::other)
+}
+
+/// Asks `workspace`'s watcher what changed since `since`; `None` when no watcher
+/// answers (none runs, or it failed): the caller scans without one.
+pub(crate) fn changes_since(
+    cache_dir: &Path,
+    workspace: &Path,
+    since: Option<Token>,
+    relist: bool,
+) -> Option<Answer> {
+    let socket = socket_path(cache_dir, workspace);
+    // No socket, no watcher: one failed `connect` costs a few microseconds.
+    let r: SinceReply = ask(&socket, &Request::Since { since, relist }).ok()?;
+    Some(Answer {
+        token: r.token,
+        paths: r.paths,
+    })
+}
+
+/// The status of `workspace`'s watcher, `None` when none answers.
+pub fn status(cache_dir: &Path, workspace: &Path) -> Option<WatchStatus> {
+    ask(&socket_path(cache_dir, workspace), &Request::Status).ok()
+}
+
+/// Asks `workspace`'s watcher to stop; whether one answered.
+pub fn stop(cache_dir: &Path, workspace: &Path) -> bool {
+    let socket = socket_path(cache_dir, workspace);
+    let answered = ask::<serde_json::Value>(&socket, &Request::Stop).is_ok();
+    if answered {
+        // It removes its socket as it leaves; wait for that, briefly.
+        for _ in 0..100 {
+            if !socket.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    answered
+}
+
+/// Why a watcher could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("a watcher of {0} is already running")]
+    Running(String),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// The directories a full listing reads: every directory the walk read, and every
+/// directory that holds a listed path (a tracked file inside an ignored directory).
+fn dirs_to_watch(workspace: &Path, skip: Option<&str>) -> Result<BTreeSet<String>, SnapshotError> {
+    let listing = super::scan::list(workspace, skip, 1)?;
+    let mut dirs: BTreeSet<String> = BTreeSet::new();
+    dirs.insert(String::new());
+    for d in &listing.dirs {
+        dirs.insert(d.path.clone());
+    }
+    for p in listing.paths() {
+        let mut at = p;
+        while let Some(i) = at.rfind('/') {
+            at = &at[..i];
+            if !dirs.insert(at.to_owned()) {
+                break;
+            }
+        }
+    }
+    // Nested repositories are stamped among the walk's directories but never listed.
+    dirs.retain(|d| d.is_empty() || !workspace.join(d).join(".git").exists());
+    Ok(dirs)
+}
+
+/// The watcher's state.
+struct Watcher {
+    workspace: PathBuf,
+    skip: Option<String>,
+    fd: std::os::fd::OwnedFd,
+    /// Watch descriptor → workspace-relative directory.
+    dirs: HashMap<i32, String>,
+    /// Changed path → the generation it was last seen changing in.
+    changed: HashMap<String, u64>,
+    instance: u64,
+    generation: u64,
+    /// Tokens older than this are answered "unknown".
+    floor: u64,
+    /// The next answer must list the workspace again first (a directory moved, the
+    /// queue overflowed, an ignore rule changed).
+    relist: bool,
+    /// The watch could not be set up completely: every answer is "unknown" until a
+    /// listing succeeds.
+    broken: bool,
+    root_gone: bool,
+    answered: u64,
+    started_unix: i64,
+}
+
+const MASK: WatchFlags = WatchFlags::MODIFY
+    .union(WatchFlags::ATTRIB)
+    .union(WatchFlags::CLOSE_WRITE)
+    .union(WatchFlags::CREATE)
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::DELETE_SELF)
+    .union(WatchFlags::MOVE_SELF)
+    .union(WatchFlags::ONLYDIR)
+    .union(WatchFlags::DONT_FOLLOW)
+    .union(WatchFlags::EXCL_UNLINK);
+
+impl Watcher {
+    fn join(dir: &str, name: &str) -> String {
+        if dir.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{dir}/{name}")
+        }
+    }
+
+    /// Whether a path is never part of a snapshot (tacho's own directory, `.git`).
+    fn outside(&self, rel: &str) -> bool {
+        rel.split('/').any(|c| c == ".git")
+            || self
+                .skip
+                .as_deref()
+                .is_some_and(|s| rel == s || rel.starts_with(&format!("{s}/")))
+    }
+
+    fn add(&mut self, rel: &str) -> std::io::Result<()> {
+        let wd = inotify::add_watch(&self.fd, self.workspace.join(rel), MASK)?;
+        self.dirs.insert(wd, rel.to_owned());
+        Ok(())
+    }
+
+    /// Watches what a listing reads, from scratch.
+    fn relist(&mut self) {
+        self.relist = false;
+        for wd in std::mem::take(&mut self.dirs).into_keys() {
+            let _ = inotify::remove_watch(&self.fd, wd);
+        }
+        let dirs = match dirs_to_watch(&self.workspace, self.skip.as_deref()) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("tacho watch: listing {}: {e}", self.workspace.display());
+                self.broken = true;
+                return;
+            }
+        };
+        self.broken = false;
+        for d in dirs {
+            match self.add(&d) {
+                Ok(()) => {}
+                // Gone since it was listed: its parent's event says so.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    // Out of watches (fs.inotify.max_user_watches): say so and answer
+                    // "unknown" rather than miss changes.
+                    eprintln!(
+                        "tacho watch: watching {}: {e}",
+                        self.workspace.join(&d).display()
+                    );
+                    self.broken = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Watches a directory that appeared, and everything beneath it, recording each
+    /// path found (what was made in it before its watch existed).
+    fn add_tree(&mut self, rel: &str) {
+        let mut stack = vec![rel.to_owned()];
+        while let Some(dir) = stack.pop() {
+            if self.outside(&dir) || self.workspace.join(&dir).join(".git").exists() {
+                continue;
+            }
+            if let Err(e) = self.add(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    self.broken = true;
+                }
+                continue;
+            }
+            let Ok(rd) = std::fs::read_dir(self.workspace.join(&dir)) else {
+                continue;
+            };
+            for entry in rd.flatten() {
+                let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                    continue;
+                };
+                let path = Self::join(&dir, &name);
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(path.clone());
+                }
+                self.mark(path);
+            }
+        }
+    }
+
+    fn mark(&mut self, rel: String) {
+        if self.outside(&rel) {
+            return;
+        }
+        if self.changed.len() >= HELD_MAX && !self.changed.contains_key(&rel) {
+            // Forget, and make every token issued so far "unknown".
+            self.changed.clear();
+            self.generation += 1;
+            self.floor = self.generation;
+        }
+        self.changed.insert(rel, self.generation);
+    }
+
+    /// Reads every queued event.
+    fn drain(&mut self) {
+        let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 64 * 1024];
+        let mut reader = inotify::Reader::new(&self.fd, &mut buf);
+        let mut events: Vec<(i32, ReadFlags, Option<String>)> = Vec::new();
+        loop {
+            match reader.next() {
+                Ok(ev) => {
+                    let name = ev
+                        .file_name()
+                        .map(|n| n.to_str().map(str::to_owned).unwrap_or_default());
+                    events.push((ev.wd(), ev.events(), name));
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => break, // EAGAIN: the queue is empty.
+            }
+        }
+        for (wd, flags, name) in events {
+            self.event(wd, flags, name);
+        }
+    }
+
+    fn event(&mut self, wd: i32, flags: ReadFlags, name: Option<String>) {
+        if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+            self.relist = true;
+            return;
+        }
+        let Some(dir) = self.dirs.get(&wd).cloned() else {
+            return;
+        };
+        if flags.contains(ReadFlags::IGNORED) {
+            self.dirs.remove(&wd);
+            if dir.is_empty() {
+                self.root_gone = true;
+            }
+            return;
+        }
+        let Some(name) = name else {
+            // An event on the watched directory itself.
+            if dir.is_empty() && flags.intersects(ReadFlags::DELETE_SELF | ReadFlags::MOVE_SELF) {
+                self.root_gone = true;
+            }
+            return;
+        };
+        if name.is_empty() {
+            // Not UTF-8: the listing leaves such names out, but a directory's content
+            // is then unknown.
+            self.relist = true;
+            return;
+        }
+        let rel = Self::join(&dir, &name);
+        if self.outside(&rel) {
+            return;
+        }
+        if name == ".gitignore" || name == ".ignore" {
+            // Which directories a listing reads may change.
+            self.relist = true;
+        }
+        if flags.contains(ReadFlags::ISDIR) {
+            if flags.contains(ReadFlags::MOVED_FROM) {
+                // Its watches now name paths it no longer has.
+                self.relist = true;
+            } else if flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
+                self.add_tree(&rel);
+            }
+        }
+        self.mark(rel);
+    }
+
+    /// Answers "what changed since".
+    fn since(&mut self, since: Option<Token>, relist: bool) -> SinceReply {
+        self.drain();
+        let relisting = self.relist || relist || self.broken;
+        if relisting {
+            self.relist();
+            self.changed.clear();
+        }
+        let paths = match since {
+            Some(t) if !relisting && t.instance == self.instance && t.generation >= self.floor => {
+                let mut p: Vec<String> = self
+                    .changed
+                    .iter()
+                    .filter(|(_, g)| **g >= t.generation)
+                    .map(|(p, _)| p.clone())
+                    .collect();
+                p.sort_unstable();
+                Some(p)
+            }
+            _ => None,
+        };
+        // Events read from here on carry the new token's generation or a later one.
+        self.generation += 1;
+        if relisting {
+            self.floor = self.generation;
+        }
+        self.answered += 1;
+        SinceReply {
+            token: Token {
+                instance: self.instance,
+                generation: self.generation,
+            },
+            paths,
+        }
+    }
+
+    fn status(&self) -> WatchStatus {
+        WatchStatus {
+            workspace: self.workspace.display().to_string(),
+            pid: std::process::id(),
+            instance: self.instance,
+            dirs: self.dirs.len(),
+            held: self.changed.len(),
+            answered: self.answered,
+            started_unix: self.started_unix,
+        }
+    }
+}
+
+/// Runs a watcher of `workspace` until asked to stop or the workspace is gone. `skip` is
+/// tacho's own directory inside it, if any. `ready` is called once the socket answers.
+pub fn serve(
+    cache_dir: &Path,
+    workspace: &Path,
+    skip: Option<String>,
+    ready: impl FnOnce(),
+) -> Result<(), WatchError> {
+    let socket = socket_path(cache_dir, workspace);
+    let dir = socket.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| SnapshotError::io(dir, e))?;
+    // One watcher per workspace: it holds this lock for its whole life.
+    let lock_file = lock_path(&socket);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_file)
+        .map_err(|e| SnapshotError::io(&lock_file, e))?;
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Err(WatchError::Running(workspace.display().to_string()));
+    }
+    let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+        .map_err(|e| SnapshotError::io(workspace, e.into()))?;
+    let started = super::now_ns();
+    let mut w = Watcher {
+        workspace: workspace.to_path_buf(),
+        skip,
+        fd,
+        dirs: HashMap::new(),
+        changed: HashMap::new(),
+        // Distinct for every run: a token from an earlier run is never taken for one
+        // of this run's.
+        instance: u64::from_le_bytes(
+            blake3::hash(format!("{}:{started}", std::process::id()).as_bytes()).as_bytes()[..8]
+                .try_into()
+                .unwrap_or([1; 8]),
+        ),
+        generation: 1,
+        floor: 1,
+        relist: false,
+        broken: false,
+        root_gone: false,
+        answered: 0,
+        started_unix: started / 1_000_000_000,
+    };
+    w.relist();
+    // A socket left by a watcher that died is replaced (the lock says none runs).
+    let _ = std::fs::remove_file(&socket);
+    let addr = socket_addr(&socket).map_err(|e| SnapshotError::io(&socket, e))?;
+    let listener = UnixListener::bind(&addr.path).map_err(|e| SnapshotError::io(&socket, e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| SnapshotError::io(&socket, e))?;
+    ready();
+    let result = run(&mut w, &listener);
+    let _ = std::fs::remove_file(&socket);
+    drop(lock);
+    result.map_err(|e| WatchError::Snapshot(SnapshotError::io(&socket, e)))
+}
+
+fn run(w: &mut Watcher, listener: &UnixListener) -> std::io::Result<()> {
+    use rustix::event::{PollFd, PollFlags};
+    loop {
+        let (inotify_ready, socket_ready) = {
+            let mut fds = [
+                PollFd::new(&w.fd, PollFlags::IN),
+                PollFd::new(listener, PollFlags::IN),
+            ];
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+        };
+        if inotify_ready {
+            w.drain();
+        }
+        if w.root_gone {
+            eprintln!("tacho watch: {} is gone; stopping", w.workspace.display());
+            return Ok(());
+        }
+        if socket_ready {
+            loop {
+                let stream = match listener.accept() {
+                    Ok((s, _)) => s,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                if serve_one(w, stream) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Answers one connection; whether the watcher is to stop.
+fn serve_one(w: &mut Watcher, stream: UnixStream) -> bool {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(ANSWER_WAIT));
+    let _ = stream.set_write_timeout(Some(ANSWER_WAIT));
+    let mut line = String::new();
+    let mut reader = BufReader::new(&stream);
+    if reader.read_line(&mut line).is_err() {
+        return false;
+    }
+    let (reply, stop) = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Since { since, relist }) => {
+            (serde_json::to_vec(&w.since(since, relist)), false)
+        }
+        Ok(Request::Status) => (serde_json::to_vec(&w.status()), false),
+        Ok(Request::Stop) => (
+            serde_json::to_vec(&serde_json::json!({"stopping": true})),
+            true,
+        ),
+        Err(e) => (
+            serde_json::to_vec(&serde_json::json!({"error": e.to_string()})),
+            false,
+        ),
+    };
+    if let Ok(mut bytes) = reply {
+        bytes.push(b'\n');
+        let _ = (&stream).write_all(&bytes);
+    }
+    stop
+}
