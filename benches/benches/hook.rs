@@ -4,6 +4,7 @@
 //! snapshot under 5 ms; one with a snapshot under 30 ms. In the same run, the costs a
 //! user would otherwise pay: starting a process at all (`true`), and a shadow-git
 //! checkpoint of the same repository (`git add -A && git write-tree`, own index).
+//! The Bash case runs again with a watcher of the workspace (`tacho watch start`).
 //!
 //! `cargo bench -p tacho-benches --bench hook` (build the binary first:
 //! `cargo build --release -p tacho-cli`; `TACHO_BIN` overrides where it is looked
@@ -139,6 +140,27 @@ fn benches(c: &mut Criterion) {
             hook(&bin, &home, &ws, &p)
         })
     });
+    // The same with a watcher of the workspace running (`tacho watch start`): the full
+    // snapshot then looks only at what changed.
+    tacho_benches::run_ok(
+        Command::new(&bin)
+            .args(["watch", "start"])
+            .arg(&ws)
+            .env("TACHO_HOME", &home),
+    );
+    group.bench_function("Bash call (full snapshot, watcher running)", |b| {
+        b.iter(|| {
+            let id = format!("w{}", next());
+            let p = with(base("PreToolUse"), serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": id}));
+            hook(&bin, &home, &ws, &p)
+        })
+    });
+    tacho_benches::run_ok(
+        Command::new(&bin)
+            .args(["watch", "stop"])
+            .arg(&ws)
+            .env("TACHO_HOME", &home),
+    );
     let shadow = tmp.path().join("shadow.git");
     shadow_git::init(&shadow).unwrap();
     group.bench_function(
