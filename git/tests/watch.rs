@@ -92,16 +92,33 @@ impl Watched {
     }
 }
 
-fn workspace() -> (tempfile::TempDir, Watched) {
-    workspace_with(true)
+/// Where the workspace sits.
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    /// Not in a Git repository.
+    Plain,
+    /// A Git repository of its own, everything committed.
+    Repo,
+    /// A directory inside a Git repository, with tacho's data directory inside it.
+    SubdirWithHomeInside,
 }
 
-/// The workspace, a Git repository with everything committed when `in_git`.
-fn workspace_with(in_git: bool) -> (tempfile::TempDir, Watched) {
+fn workspace() -> (tempfile::TempDir, Watched) {
+    workspace_with(Layout::Repo)
+}
+
+fn workspace_with(layout: Layout) -> (tempfile::TempDir, Watched) {
     let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let repo = tmp.path().join("ws");
+    let ws = match layout {
+        Layout::SubdirWithHomeInside => repo.join("pkg"),
+        _ => repo.clone(),
+    };
+    std::fs::create_dir_all(&ws).unwrap();
     let ws = ws.canonicalize().unwrap();
+    if layout == Layout::SubdirWithHomeInside {
+        write(&repo, "outside/readme.txt", "outside the workspace\n");
+    }
     for i in 0..40 {
         write(
             &ws,
@@ -117,17 +134,22 @@ fn workspace_with(in_git: bool) -> (tempfile::TempDir, Watched) {
     write(&ws, ".gitignore", "build/\n*.log\n");
     write(&ws, "build/out.bin", "ignored");
     write(&ws, "build/kept.txt", "tracked inside an ignored directory");
-    if in_git {
-        git(&ws, &["init", "-q"]);
-        git(&ws, &["add", "-A"]);
+    if layout != Layout::Plain {
+        git(&repo, &["init", "-q"]);
+        git(&repo, &["add", "-A"]);
         git(&ws, &["add", "-f", "build/kept.txt"]);
-        git(&ws, &["commit", "-qm", "base"]);
+        git(&repo, &["commit", "-qm", "base"]);
     }
     // Past the racy window of the index Git just wrote (which would make a scan list
     // the workspace again), as for any workspace a moment after a commit.
     settle();
+    let root = match layout {
+        // tacho's data directory inside the workspace: never snapshotted, never watched.
+        Layout::SubdirWithHomeInside => ws.join(".tacho-home"),
+        _ => tmp.path().join("home"),
+    };
     let w = Watched {
-        root: tmp.path().join("home"),
+        root,
         ws,
         thread: None,
     };
@@ -270,9 +292,24 @@ fn random_rounds(w: &Watched, seed: u64) {
 
 #[test]
 fn outside_git_watched_scans_equal_full_scans() {
-    let (_tmp, mut w) = workspace_with(false);
+    let (_tmp, mut w) = workspace_with(Layout::Plain);
     w.start();
     random_rounds(&w, 0x5eed);
+    w.stop();
+}
+
+#[test]
+fn a_subdirectory_of_a_repository_with_tacho_inside_it() {
+    if !have_git() {
+        return;
+    }
+    let (_tmp, mut w) = workspace_with(Layout::SubdirWithHomeInside);
+    w.start();
+    random_rounds(&w, 0xd1ce);
+    // tacho's own writes inside the workspace (its log, caches, objects) are not
+    // changes of the workspace.
+    let status = w.store().watch_status(&w.ws).unwrap().unwrap();
+    assert!(status.dirs > 6 && status.held < 400, "{status:?}");
     w.stop();
 }
 
