@@ -143,17 +143,39 @@ pub(crate) fn paths(dir: &Path, workspace: &Path) -> CachePaths {
     }
 }
 
-/// Loads a cache; a missing, unreadable or foreign file gives an empty one.
-pub(crate) fn load(path: &Path, workspace: &str) -> CacheFile {
-    let Ok(bytes) = std::fs::read(path) else {
-        return CacheFile::default();
-    };
-    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
-    aligned.extend_from_slice(&bytes);
-    match rkyv::from_bytes::<CacheFile, rkyv::rancor::Error>(&aligned) {
-        Ok(c) if c.version == CACHE_VERSION && c.workspace == workspace => c,
-        _ => CacheFile::default(),
+/// A cache file's bytes, read to be used in place (checked by [`Loaded::get`]): a scan
+/// that needs only a few entries (one the workspace watcher answers) looks them up
+/// without building the whole cache.
+pub(crate) struct Loaded(rkyv::util::AlignedVec<16>);
+
+impl Loaded {
+    pub fn read(path: &Path) -> Option<Loaded> {
+        let mut file = std::fs::File::open(path).ok()?;
+        let len = file.metadata().ok()?.len();
+        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(len as usize);
+        std::io::copy(&mut file, &mut aligned).ok()?;
+        Some(Loaded(aligned))
     }
+
+    /// The cache, when it is whole, of this version and of `workspace`.
+    pub fn get(&self, workspace: &str) -> Option<&ArchivedCacheFile> {
+        let c = rkyv::access::<ArchivedCacheFile, rkyv::rancor::Error>(&self.0).ok()?;
+        (c.version.to_native() == CACHE_VERSION && c.workspace.as_str() == workspace).then_some(c)
+    }
+}
+
+/// The cache as values.
+pub(crate) fn owned(c: &ArchivedCacheFile) -> CacheFile {
+    rkyv::deserialize::<CacheFile, rkyv::rancor::Error>(c).unwrap_or_default()
+}
+
+/// The entry of `path` (entries are sorted by path).
+pub(crate) fn find(c: &ArchivedCacheFile, path: &str) -> Option<CacheEntry> {
+    let i = c
+        .entries
+        .binary_search_by(|e| e.path.as_str().cmp(path))
+        .ok()?;
+    rkyv::deserialize::<CacheEntry, rkyv::rancor::Error>(&c.entries[i]).ok()
 }
 
 pub(crate) fn index(cache: &CacheFile) -> HashMap<&str, &CacheEntry> {

@@ -13,41 +13,44 @@ impl SnapshotStore {
     ) -> Result<Snapshot, SnapshotError> {
         let scan_start_ns = now_ns();
         let trace = Trace::new();
-        let old = cache::load(&cache_paths.stat, ws_text);
-        let old_index = cache::index(&old);
-        let trusted_before = old.scan_start_ns - cache::RACY_NS;
-        trace.mark("cache load");
+        // The cache is read in place first: a scan the watcher answers looks up only
+        // the entries of the paths it names.
+        let loaded = cache::Loaded::read(&cache_paths.stat);
+        let archived = loaded.as_ref().and_then(|l| l.get(ws_text));
+        let trusted_before = archived.map_or(0, |a| a.scan_start_ns.to_native()) - cache::RACY_NS;
+        trace.mark("cache read");
         // With a watcher running, only the paths it saw change are looked at. It lists
         // the workspace again when a file that decides the listing changed.
         // (A guard inside the workspace, its `.gitignore`, is one the watcher reports.)
-        let rules_same = old.guards.iter().all(|g| {
+        let guards: Vec<cache::GuardStamp> = archived
+            .and_then(|a| {
+                rkyv::deserialize::<Vec<cache::GuardStamp>, rkyv::rancor::Error>(&a.guards).ok()
+            })
+            .unwrap_or_default();
+        let rules_same = guards.iter().all(|g| {
             cache::GuardStamp::now(Path::new(&g.path)).as_ref() == Some(g)
                 && (g.mtime_ns < trusted_before
                     || Path::new(&g.path)
                         .strip_prefix(workspace)
                         .is_ok_and(|r| !r.components().any(|c| c.as_os_str() == ".git")))
         });
-        let since = (old.watch_instance != 0).then_some(watch::Token {
-            instance: old.watch_instance,
-            generation: old.watch_gen,
-        });
+        let since = archived
+            .filter(|a| a.watch_instance.to_native() != 0)
+            .map(|a| watch::Token {
+                instance: a.watch_instance.to_native(),
+                generation: a.watch_gen.to_native(),
+            });
         let answer = watch::changes_since(&self.cache_dir, workspace, since, !rules_same);
-        if let (Some(a), true) = (&answer, rules_same)
+        if let (Some(a), Some(old), true) = (&answer, archived, rules_same)
             && let Some(changed) = &a.paths
-            && let Some(snap) = self.take_watched(
-                workspace,
-                skip,
-                cache_paths,
-                &old,
-                &old_index,
-                changed,
-                a.token,
-                &trace,
-            )?
+            && let Some(snap) =
+                self.take_watched(workspace, skip, cache_paths, old, changed, a.token, &trace)?
         {
             return Ok(snap);
         }
-        trace.mark("watch");
+        let old = archived.map(cache::owned).unwrap_or_default();
+        let old_index = cache::index(&old);
+        trace.mark("cache load");
         let reused = reuse_listing(workspace, &old, &old_index, trusted_before);
         let walked = reused.is_none();
         let listing = match reused {
@@ -326,15 +329,15 @@ pub(super) fn reuse_listing(
     }
     Some(scan::Listing {
         paths: listed.into_iter().map(|p| (p.to_owned(), None)).collect(),
-        excluded: old_exclusions(old),
+        excluded: old_exclusions(&old.listed_excluded),
         dirs: old.dirs.clone(),
         guards: old.guards.clone(),
     })
 }
 
 /// What the last walk left out, as it reported it.
-pub(super) fn old_exclusions(old: &cache::CacheFile) -> Vec<Excluded> {
-    old.listed_excluded
+pub(super) fn old_exclusions(listed_excluded: &[cache::ListedExclusion]) -> Vec<Excluded> {
+    listed_excluded
         .iter()
         .map(|x| {
             let reason = match x.code {

@@ -30,8 +30,7 @@ impl SnapshotStore {
         workspace: &Path,
         skip: Option<&str>,
         cache_paths: &cache::CachePaths,
-        old: &cache::CacheFile,
-        old_index: &HashMap<&str, &CacheEntry>,
+        old: &cache::ArchivedCacheFile,
         changed: &[String],
         token: watch::Token,
         trace: &Trace,
@@ -45,14 +44,13 @@ impl SnapshotStore {
             return Ok(None);
         }
         let scan_start_ns = now_ns();
-        let trusted_before = old.scan_start_ns - cache::RACY_NS;
+        let trusted_before = old.scan_start_ns.to_native() - cache::RACY_NS;
         let dirs: HashSet<&str> = old.dirs.iter().map(|d| d.path.as_str()).collect();
-        let extra: HashSet<&str> = old.listed_extra.iter().map(String::as_str).collect();
-        let left_out: HashSet<&str> = old
-            .listed_excluded
-            .iter()
-            .map(|x| x.path.as_str())
-            .collect();
+        let extra: HashSet<&str> = old.listed_extra.iter().map(|p| p.as_str()).collect();
+        let listed_excluded: Vec<cache::ListedExclusion> =
+            rkyv::deserialize::<_, rkyv::rancor::Error>(&old.listed_excluded)
+                .map_err(|e| SnapshotError::git("reading the stat cache", e))?;
+        let left_out: HashSet<&str> = listed_excluded.iter().map(|x| x.path.as_str()).collect();
         // The changed paths, and those the last scan listed but left out (too large,
         // unreadable): their fate is decided again, as a full scan would.
         let mut look: BTreeSet<&str> = extra.iter().copied().collect();
@@ -70,6 +68,12 @@ impl SnapshotStore {
             }
             look.insert(p);
         }
+        // What the cache holds of those paths (looked up, not the whole cache built).
+        let olds: HashMap<&str, CacheEntry> = look
+            .iter()
+            .filter_map(|p| cache::find(old, p).map(|e| (*p, e)))
+            .collect();
+        let old_index: HashMap<&str, &CacheEntry> = olds.iter().map(|(p, e)| (*p, e)).collect();
         // Each looked-at path now: `Some` listed with this metadata, `None` not listed.
         let mut now: Vec<(&str, Option<FileStat>)> = Vec::with_capacity(look.len());
         let mut git = None;
@@ -102,7 +106,7 @@ impl SnapshotStore {
         }
         trace.mark("w:look");
 
-        let mut excluded = old_exclusions(old);
+        let mut excluded = old_exclusions(&listed_excluded);
         // Listed paths that stay out of the snapshot (too large, unreadable).
         let mut extra_now: Vec<String> = Vec::new();
         let mut removals: Vec<String> = Vec::new();
@@ -180,7 +184,10 @@ impl SnapshotStore {
 
         let (mut files, mut bytes) = (
             old.entries.len() as i64,
-            old.entries.iter().map(|e| e.size as i64).sum::<i64>(),
+            old.entries
+                .iter()
+                .map(|e| e.size.to_native() as i64)
+                .sum::<i64>(),
         );
         for p in &removals {
             if let Some(c) = old_index.get(p.as_str()) {
@@ -203,6 +210,7 @@ impl SnapshotStore {
             && read.bytes <= DEFER_BYTES_MAX;
         if !defer {
             // The stat cache as a full scan would leave it, with the new token.
+            let old = cache::owned(old);
             let mut by_path: HashMap<&str, Option<&CacheEntry>> =
                 removals.iter().map(|p| (p.as_str(), None)).collect();
             for (p, e) in &good {
@@ -245,7 +253,7 @@ impl SnapshotStore {
                     scan_start_ns,
                     entries: fresh_entries,
                     listed_extra: extra_now,
-                    listed_excluded: old.listed_excluded.clone(),
+                    listed_excluded,
                     dirs: old.dirs.clone(),
                     guards: old.guards.clone(),
                     watch_instance: token.instance,
