@@ -29,40 +29,48 @@ fn capped_lines_with(
     mut input: impl std::io::BufRead,
     cap: usize,
 ) -> impl Iterator<Item = (usize, std::io::Result<String>)> {
-    use std::io::{BufRead, Read};
     let mut line = 0;
     let mut done = false;
     std::iter::from_fn(move || {
         if done {
             return None;
         }
-        line += 1;
-        let mut buf = Vec::new();
-        let read = (&mut input)
-            .take(cap as u64 + 1)
-            .read_until(b'\n', &mut buf);
-        let r = match read {
-            Ok(0) => return None,
-            Ok(_) if buf.len() > cap && buf.last() != Some(&b'\n') => Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("longer than {cap} bytes: an event line is at most that"),
-            )),
-            Ok(_) => {
-                if buf.last() == Some(&b'\n') {
-                    buf.pop();
-                    if buf.last() == Some(&b'\r') {
-                        buf.pop();
-                    }
-                }
-                String::from_utf8(buf).map_err(|e| {
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())
-                })
-            }
-            Err(e) => Err(e),
-        };
-        done = r.is_err();
-        Some((line, r))
+        let r = next_capped_line(&mut input, cap, &mut line)?;
+        done = r.1.is_err();
+        Some(r)
     })
+}
+
+/// The next line of `input` (numbered from `*line`, which it advances), at most `cap`
+/// bytes; `None` at the end.
+fn next_capped_line(
+    input: &mut impl std::io::BufRead,
+    cap: usize,
+    line: &mut usize,
+) -> Option<(usize, std::io::Result<String>)> {
+    use std::io::{BufRead, Read};
+    *line += 1;
+    let mut buf = Vec::new();
+    let read = input.take(cap as u64 + 1).read_until(b'\n', &mut buf);
+    let r = match read {
+        Ok(0) => return None,
+        Ok(_) if buf.len() > cap && buf.last() != Some(&b'\n') => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {cap} bytes: an event line is at most that"),
+        )),
+        Ok(_) => {
+            if buf.last() == Some(&b'\n') {
+                buf.pop();
+                if buf.last() == Some(&b'\r') {
+                    buf.pop();
+                }
+            }
+            String::from_utf8(buf)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()))
+        }
+        Err(e) => Err(e),
+    };
+    Some((*line, r))
 }
 
 /// How to ingest.
@@ -231,6 +239,38 @@ struct SnapshotTake {
     paths: Vec<String>,
 }
 
+/// A line read and parsed, not yet taken in: what can be done apart from the ingest.
+enum ParsedInput {
+    Blank,
+    Take(SnapshotTake),
+    Event(tacho_schema::ParsedLine),
+}
+
+/// Parses one line of input (`line` is 1-based).
+fn parse_input(source_name: &str, line: usize, text: &str) -> Result<ParsedInput, IngestError> {
+    if text.trim().is_empty() {
+        return Ok(ParsedInput::Blank);
+    }
+    if text.contains("\"snapshot.take\"")
+        && serde_json::from_str::<serde_json::Value>(text)
+            .is_ok_and(|v| v["type"] == "snapshot.take")
+    {
+        return serde_json::from_str::<SnapshotTake>(text)
+            .map(ParsedInput::Take)
+            .map_err(|e| IngestError::Rejected {
+                source_name: source_name.to_owned(),
+                line,
+                reason: format!("snapshot.take: {e}"),
+            });
+    }
+    parse_json_line(text, line)
+        .map(ParsedInput::Event)
+        .map_err(|error| IngestError::Parse {
+            source_name: source_name.to_owned(),
+            error,
+        })
+}
+
 /// The most sessions appended as one group: an input spanning up to this many
 /// sessions is recorded whole or not at all; a larger one group by group.
 pub const GROUP_SESSIONS_MAX: usize = 64;
@@ -337,26 +377,64 @@ impl<'t> Ingest<'t> {
 
     /// One line of JSON Lines input (`line` is 1-based; blank lines are skipped).
     pub fn line(&mut self, line: usize, text: &str) -> Result<(), IngestError> {
-        if text.trim().is_empty() {
-            return Ok(());
+        let parsed = parse_input(&self.opts.source, line, text)?;
+        self.take_in(line, parsed)
+    }
+
+    /// Every line of `input`, in order, each as [`Ingest::line`] takes it: lines are
+    /// read and parsed on a thread of their own, up to a few thousand ahead, and taken
+    /// in here; what was read is handed over before a read would wait for more input,
+    /// so a live stream is taken in as it comes. The first error stops the ingest
+    /// (that thread is left to end with the process if it waits on input).
+    pub fn lines<R: std::io::Read + Send + 'static>(
+        &mut self,
+        input: R,
+    ) -> Result<(), IngestError> {
+        type Chunk = Vec<(usize, Result<ParsedInput, IngestError>)>;
+        const CHUNK_LINES: usize = 1024;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Chunk>(4);
+        let source = self.opts.source.clone();
+        std::thread::spawn(move || {
+            let mut input = std::io::BufReader::with_capacity(256 * 1024, input);
+            let mut line = 0;
+            let mut chunk: Chunk = Vec::with_capacity(CHUNK_LINES);
+            while let Some((n, text)) = next_capped_line(&mut input, LINE_BYTES_MAX, &mut line) {
+                let parsed = match text {
+                    Ok(text) => parse_input(&source, n, &text),
+                    Err(error) => Err(IngestError::Read {
+                        source_name: source.clone(),
+                        line: n,
+                        error,
+                    }),
+                };
+                let stop = parsed.is_err();
+                chunk.push((n, parsed));
+                // (A chunk is sent when full, at an error, or before a read that may
+                // wait; the thread ends when the ingest stopped listening.)
+                if (stop || chunk.len() >= CHUNK_LINES || input.buffer().is_empty())
+                    && (tx.send(std::mem::take(&mut chunk)).is_err() || stop)
+                {
+                    return;
+                }
+            }
+            let _ = tx.send(chunk);
+        });
+        for chunk in rx {
+            for (line, parsed) in chunk {
+                self.take_in(line, parsed?)?;
+            }
         }
-        if text.contains("\"snapshot.take\"")
-            && serde_json::from_str::<serde_json::Value>(text)
-                .is_ok_and(|v| v["type"] == "snapshot.take")
-        {
-            let req =
-                serde_json::from_str::<SnapshotTake>(text).map_err(|e| IngestError::Rejected {
-                    source_name: self.opts.source.clone(),
-                    line,
-                    reason: format!("snapshot.take: {e}"),
-                })?;
-            return self.snapshot_take(line, req);
-        }
+        Ok(())
+    }
+
+    /// Takes in one parsed line.
+    fn take_in(&mut self, line: usize, parsed: ParsedInput) -> Result<(), IngestError> {
+        let mut parsed = match parsed {
+            ParsedInput::Blank => return Ok(()),
+            ParsedInput::Take(req) => return self.snapshot_take(line, req),
+            ParsedInput::Event(p) => p,
+        };
         let source_name = &self.opts.source;
-        let mut parsed = parse_json_line(text, line).map_err(|error| IngestError::Parse {
-            source_name: source_name.clone(),
-            error,
-        })?;
         let session = if self.opts.new_session {
             let fresh = self.fresh_id(parsed.session.clone());
             // A parent recorded in the same input is renamed with it; a session

@@ -35,6 +35,7 @@ pub enum SnapshotOpError {
 
 kinds!(SnapshotOpError {
     SnapshotOpError::Watch(WatchError::Running(_)) => Busy,
+    SnapshotOpError::Watch(WatchError::Cannot(_)) => Io,
     SnapshotOpError::Watch(WatchError::Snapshot(e)) => e.kind(),
     SnapshotOpError::Workspace { .. } => Input,
     SnapshotOpError::CurrentDir(_) => Io,

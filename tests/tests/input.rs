@@ -108,3 +108,51 @@ fn a_line_too_long_a_fifo_and_an_oversized_plan_are_refused() {
         }
     }
 }
+
+/// Lines are parsed ahead of the ingest (on another thread, in chunks): the first bad
+/// line in input order is the one reported, wherever it falls, and nothing is recorded
+/// — whether the line is malformed (found while parsing) or refused by the ingest
+/// (found while taking it in), and whether a file or stdin is read.
+#[test]
+fn the_first_bad_line_is_reported_however_far_ahead_lines_are_parsed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let good =
+        |i: usize| format!("{{\"type\":\"tool.call\",\"call_id\":\"c{i}\",\"tool\":\"bash\"}}\n");
+    for (bad_at, bad) in [
+        (2500, "{\"type\":\"tool.call\",\n"),
+        (1025, "{\"type\":\"nonsense\"}\n"),
+        (3001, "{\"type\":\"snapshot.taken\",\"snapshot\":\"x\"}\n"),
+    ] {
+        // `line N:` or `line N, column C:`.
+        let names = |err: &str| {
+            err.contains(&format!("line {bad_at}:")) || err.contains(&format!("line {bad_at},"))
+        };
+        let mut input = String::from("{\"type\":\"session.start\"}\n");
+        for i in 2..bad_at {
+            input.push_str(&good(i));
+        }
+        input.push_str(bad);
+        // Lines after it, a malformed one among them: never the one reported.
+        for i in 0..2000 {
+            input.push_str(&good(i));
+        }
+        input.push_str("not json\n");
+        let session = format!("ses_bad{bad_at}");
+        let (code, _, err) = run_with_stdin(&home, &["record", "--session", &session], &input);
+        assert_eq!(code, 2, "{err}");
+        assert!(names(&err), "line {bad_at}: {err}");
+        assert!(err.contains("nothing was recorded"), "{err}");
+        let file = tmp.path().join(format!("{session}.jsonl"));
+        std::fs::write(&file, &input).unwrap();
+        let mut c = tacho(&home);
+        c.args(["record", "--session", &session]).arg(&file);
+        let (code, _, err) = run(c);
+        assert_eq!(code, 2, "{err}");
+        assert!(names(&err), "line {bad_at}: {err}");
+        let mut c = tacho(&home);
+        c.args(["session", "list", "--json"]);
+        let (_, out, _) = run(c);
+        assert!(!out.contains(&session), "{out}");
+    }
+}

@@ -1,6 +1,5 @@
 //! `tacho record`: JSON Lines events in, batches appended.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
@@ -54,16 +53,13 @@ pub enum SnapshotsArg {
 }
 
 pub fn run(a: RecordArgs) -> Result<(), CliError> {
-    let (input, source): (Box<dyn BufRead>, String) = match &a.file {
+    let (input, source): (Box<dyn std::io::Read + Send>, String) = match &a.file {
         Some(p) if p.as_os_str() != "-" => {
             let f = std::fs::File::open(p)
                 .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-            (Box::new(BufReader::new(f)), p.display().to_string())
+            (Box::new(f), p.display().to_string())
         }
-        _ => (
-            Box::new(BufReader::new(std::io::stdin().lock())),
-            "stdin".to_string(),
-        ),
+        _ => (Box::new(std::io::stdin()), "stdin".to_string()),
     };
     let opts = IngestOptions {
         source: source.clone(),
@@ -91,24 +87,11 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         }
         Ok(())
     })?;
-    let mut failed = None;
-    for (line_no, line) in tacho_app::capped_lines(input) {
-        let fed = match line {
-            Ok(text) => ingest.line(line_no, &text),
-            Err(error) => Err(IngestError::Read {
-                source_name: source.clone(),
-                line: line_no,
-                error,
-            }),
-        };
-        if let Err(error) = fed {
-            failed = Some(RecordError {
-                error,
-                recorded: ingest.recorded(),
-            });
-            break;
-        }
-    }
+    // Lines are read and parsed on another thread while this one takes them in.
+    let failed = ingest.lines(input).err().map(|error| RecordError {
+        error,
+        recorded: ingest.recorded(),
+    });
     let result = match failed {
         Some(e) => {
             drop(ingest);

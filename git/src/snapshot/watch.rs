@@ -182,6 +182,8 @@ pub fn stop(cache_dir: &Path, workspace: &Path) -> bool {
 pub enum WatchError {
     #[error("a watcher of {0} is already running")]
     Running(String),
+    #[error("cannot watch: {0}")]
+    Cannot(String),
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
 }
@@ -228,6 +230,10 @@ struct Watcher {
     /// The watch could not be set up completely: every answer is "unknown" until a
     /// listing succeeds.
     broken: bool,
+    /// A directory cannot be watched for want of resources (the per-user limit of
+    /// watches, memory): the watcher stops, and scans go on without one, rather than
+    /// answer "unknown" after a listing at every request.
+    gave_up: Option<String>,
     root_gone: bool,
     answered: u64,
     started_unix: i64,
@@ -264,10 +270,30 @@ impl Watcher {
                 .is_some_and(|s| rel == s || rel.starts_with(&format!("{s}/")))
     }
 
-    fn add(&mut self, rel: &str) -> std::io::Result<()> {
-        let wd = inotify::add_watch(&self.fd, self.workspace.join(rel), MASK)?;
-        self.dirs.insert(wd, rel.to_owned());
-        Ok(())
+    /// Watches a directory. One that is gone (its parent's event says so) or that may
+    /// not be read (a scan cannot read it either) is passed over; running out of
+    /// watches or memory gives up.
+    fn add(&mut self, rel: &str) -> Result<(), ()> {
+        match inotify::add_watch(&self.fd, self.workspace.join(rel), MASK) {
+            Ok(wd) => {
+                self.dirs.insert(wd, rel.to_owned());
+                Ok(())
+            }
+            Err(
+                rustix::io::Errno::NOENT | rustix::io::Errno::ACCESS | rustix::io::Errno::NOTDIR,
+            ) => Ok(()),
+            Err(e) => {
+                let e = std::io::Error::from(e);
+                self.gave_up = Some(match e.raw_os_error() {
+                    Some(28) => format!(
+                        "watching {}: {e}: more directories than fs.inotify.max_user_watches allows",
+                        self.workspace.join(rel).display()
+                    ),
+                    _ => format!("watching {}: {e}", self.workspace.join(rel).display()),
+                });
+                Err(())
+            }
+        }
     }
 
     /// Watches what a listing reads, from scratch.
@@ -286,20 +312,8 @@ impl Watcher {
         };
         self.broken = false;
         for d in dirs {
-            match self.add(&d) {
-                Ok(()) => {}
-                // Gone since it was listed: its parent's event says so.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    // Out of watches (fs.inotify.max_user_watches): say so and answer
-                    // "unknown" rather than miss changes.
-                    eprintln!(
-                        "tacho watch: watching {}: {e}",
-                        self.workspace.join(&d).display()
-                    );
-                    self.broken = true;
-                    return;
-                }
+            if self.add(&d).is_err() {
+                return;
             }
         }
     }
@@ -312,11 +326,8 @@ impl Watcher {
             if self.outside(&dir) || self.workspace.join(&dir).join(".git").exists() {
                 continue;
             }
-            if let Err(e) = self.add(&dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    self.broken = true;
-                }
-                continue;
+            if self.add(&dir).is_err() {
+                return;
             }
             let Ok(rd) = std::fs::read_dir(self.workspace.join(&dir)) else {
                 continue;
@@ -507,11 +518,15 @@ pub fn serve(
         floor: 1,
         relist: false,
         broken: false,
+        gave_up: None,
         root_gone: false,
         answered: 0,
         started_unix: started / 1_000_000_000,
     };
     w.relist();
+    if let Some(why) = w.gave_up.take() {
+        return Err(WatchError::Cannot(why));
+    }
     // A socket left by a watcher that died is replaced (the lock says none runs).
     let _ = std::fs::remove_file(&socket);
     let addr = socket_addr(&socket).map_err(|e| SnapshotError::io(&socket, e))?;
@@ -520,13 +535,13 @@ pub fn serve(
         .set_nonblocking(true)
         .map_err(|e| SnapshotError::io(&socket, e))?;
     ready();
-    let result = run(&mut w, &listener);
+    let result = run(&mut w, &listener, &socket);
     let _ = std::fs::remove_file(&socket);
     drop(lock);
     result.map_err(|e| WatchError::Snapshot(SnapshotError::io(&socket, e)))
 }
 
-fn run(w: &mut Watcher, listener: &UnixListener) -> std::io::Result<()> {
+fn run(w: &mut Watcher, listener: &UnixListener, socket: &Path) -> std::io::Result<()> {
     use rustix::event::{PollFd, PollFlags};
     loop {
         let (inotify_ready, socket_ready) = {
@@ -534,7 +549,13 @@ fn run(w: &mut Watcher, listener: &UnixListener) -> std::io::Result<()> {
                 PollFd::new(&w.fd, PollFlags::IN),
                 PollFd::new(listener, PollFlags::IN),
             ];
-            match rustix::event::poll(&mut fds, None) {
+            // Woken once a minute at least, to notice its socket gone (the data
+            // directory deleted): nobody could reach it any more.
+            let minute = rustix::event::Timespec {
+                tv_sec: 60,
+                tv_nsec: 0,
+            };
+            match rustix::event::poll(&mut fds, Some(&minute)) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
@@ -543,6 +564,14 @@ fn run(w: &mut Watcher, listener: &UnixListener) -> std::io::Result<()> {
         };
         if inotify_ready {
             w.drain();
+        }
+        if !inotify_ready && !socket_ready && !socket.exists() {
+            eprintln!("tacho watch: {} is gone; stopping", socket.display());
+            return Ok(());
+        }
+        if let Some(why) = &w.gave_up {
+            eprintln!("tacho watch: {why}; stopping (snapshots scan without a watcher)");
+            return Ok(());
         }
         if w.root_gone {
             eprintln!("tacho watch: {} is gone; stopping", w.workspace.display());
