@@ -5,28 +5,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::mpsc;
 
 use tacho_git::snapshot::{Scope, Snapshot, SnapshotStore};
-use tacho_tests::git::have_git;
-
-fn git(ws: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(ws)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-}
+use tacho_tests::git::{git, have_git};
 
 fn write(ws: &Path, rel: &str, data: &str) {
     let p = ws.join(rel);

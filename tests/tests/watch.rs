@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tacho_tests::git::have_git;
+use tacho_tests::git::{git, have_git};
 use tacho_tests::{run, tacho};
 
 fn json(home: &Path, args: &[&str]) -> (i32, serde_json::Value) {
@@ -16,23 +16,6 @@ fn json(home: &Path, args: &[&str]) -> (i32, serde_json::Value) {
     let v =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("tacho {args:?}: {e}: {out} {err}"));
     (code, v)
-}
-
-fn git(ws: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(ws)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
 }
 
 /// Whether a process is gone (or a zombie nobody reaped yet).
