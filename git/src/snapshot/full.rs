@@ -22,7 +22,10 @@ impl SnapshotStore {
         // With a watcher running, only the paths it saw change are looked at. It lists
         // the workspace again when a file that decides the listing changed.
         // (A guard inside the workspace, its `.gitignore`, is one the watcher reports.)
+        // Without a watcher (no socket) none of this is looked at.
+        let watcher = watch::socket_path(&self.cache_dir, workspace).exists();
         let guards: Vec<cache::GuardStamp> = archived
+            .filter(|_| watcher)
             .and_then(|a| {
                 rkyv::deserialize::<Vec<cache::GuardStamp>, rkyv::rancor::Error>(&a.guards).ok()
             })
@@ -40,7 +43,9 @@ impl SnapshotStore {
                 instance: a.watch_instance.to_native(),
                 generation: a.watch_gen.to_native(),
             });
-        let answer = watch::changes_since(&self.cache_dir, workspace, since, !rules_same);
+        let answer = watcher
+            .then(|| watch::changes_since(&self.cache_dir, workspace, since, !rules_same))
+            .flatten();
         if let (Some(a), Some(old), true) = (&answer, archived, rules_same)
             && let Some(changed) = &a.paths
             && let Some(snap) =
