@@ -599,7 +599,8 @@ fn serve_one(w: &mut Watcher, stream: UnixStream) -> bool {
     let _ = stream.set_read_timeout(Some(ANSWER_WAIT));
     let _ = stream.set_write_timeout(Some(ANSWER_WAIT));
     let mut line = String::new();
-    let mut reader = BufReader::new(&stream);
+    // A request is one short line: more than this is not one.
+    let mut reader = BufReader::new(std::io::Read::take(&stream, 4096));
     if reader.read_line(&mut line).is_err() {
         return false;
     }
