@@ -211,16 +211,29 @@ impl Tacho {
         Ok(ws)
     }
 
-    /// `tacho watch run`: watches `workspace` (canonical) in this thread until stopped
-    /// or the workspace goes away; full snapshots of it by any process then look only at
+    /// `tacho watch run`: watches `workspace` (canonical) in this thread until stopped,
+    /// the workspace goes away or (with `idle`) no scan asked for that long; full snapshots of it by any process then look only at
     /// the paths it saw change. `ready` is called once it answers.
-    pub fn watch(&self, workspace: &Path, ready: impl FnOnce()) -> Result<(), SnapshotOpError> {
-        Ok(self.snapshots()?.watch(workspace, ready)?)
+    pub fn watch(
+        &self,
+        workspace: &Path,
+        idle: Option<Duration>,
+        ready: impl FnOnce(),
+    ) -> Result<(), SnapshotOpError> {
+        Ok(self.snapshots()?.watch(workspace, idle, ready)?)
     }
 
     /// `tacho watch status`: the watcher of `workspace`, if one runs.
     pub fn watch_status(&self, workspace: &Path) -> Result<Option<WatchStatus>, SnapshotOpError> {
         Ok(self.snapshots()?.watch_status(workspace)?)
+    }
+
+    /// `tacho watch list`: every running watcher (none when there is no snapshot store).
+    pub fn watchers(&self) -> Result<Vec<WatchStatus>, SnapshotOpError> {
+        if !self.has_snapshot_store() {
+            return Ok(Vec::new());
+        }
+        Ok(self.snapshots()?.watchers())
     }
 
     /// `tacho watch stop`: stops the watcher of `workspace`; whether one ran.

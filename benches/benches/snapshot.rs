@@ -270,7 +270,7 @@ fn inside_git(c: &mut Criterion) {
         let (root, ws) = (root.clone(), ws.clone());
         std::thread::spawn(move || {
             let store = SnapshotStore::open(root.join("store"), root.join("wcache")).unwrap();
-            store.watch(&ws, || tx.send(()).unwrap()).unwrap();
+            store.watch(&ws, None, || tx.send(()).unwrap()).unwrap();
         });
     }
     rx.recv().unwrap();

@@ -40,7 +40,7 @@ fn main() {
         let (root, w) = (tmp.path().to_path_buf(), ws.clone());
         std::thread::spawn(move || {
             let store = SnapshotStore::open(root.join("s"), root.join("c")).unwrap();
-            store.watch(&w, || tx.send(()).unwrap()).unwrap();
+            store.watch(&w, None, || tx.send(()).unwrap()).unwrap();
         });
         rx.recv().unwrap();
     }

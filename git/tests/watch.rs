@@ -49,7 +49,7 @@ impl Watched {
         let (root, ws) = (self.root.clone(), self.ws.clone());
         self.thread = Some(std::thread::spawn(move || {
             let store = SnapshotStore::open(root.join("snapshots"), root.join("cache")).unwrap();
-            store.watch(&ws, || tx.send(()).unwrap()).unwrap();
+            store.watch(&ws, None, || tx.send(()).unwrap()).unwrap();
         }));
         rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
     }
@@ -350,7 +350,7 @@ fn one_watcher_per_workspace_and_a_dead_ones_socket_is_harmless() {
     assert_eq!(status.pid, std::process::id());
     assert!(status.dirs >= 6, "{status:?}");
     // A second watcher of the same workspace is refused.
-    let err = w.store().watch(&w.ws, || {}).unwrap_err();
+    let err = w.store().watch(&w.ws, None, || {}).unwrap_err();
     assert!(err.to_string().contains("already running"), "{err}");
     w.stop();
     assert!(w.store().watch_status(&w.ws).unwrap().is_none());

@@ -88,6 +88,18 @@ fn a_background_watcher_serves_every_process_and_stops() {
         "{status}"
     );
 
+    // Every running watcher, one JSON line each.
+    let mut c = tacho(&home);
+    c.args(["watch", "list", "--json"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{err}");
+    let listed: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed.len(), 1, "{out}");
+    assert_eq!(listed[0]["watcher"]["pid"], pid);
+
     let (code, stopped) = json(&home, &["watch", "stop", ws_arg, "--json"]);
     assert_eq!((code, &stopped["stopped"]), (0, &serde_json::json!(true)));
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -104,6 +116,29 @@ fn a_background_watcher_serves_every_process_and_stops() {
         after["snapshot"],
         snap(&tmp.path().join("third-home"))["snapshot"]
     );
+
+    // A watcher no scan asks stops after its idle time.
+    let (_, started) = json(&home, &["watch", "start", ws_arg, "--idle", "1s", "--json"]);
+    let pid = started["pid"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gone(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the idle watcher {pid} did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_dir(home.join("cache/snapshots/watch"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .unwrap();
+    assert!(log.contains("no scan asked for 1 s"), "{log}");
+    let mut c = tacho(&home);
+    c.args(["watch", "start", ws_arg, "--idle", "soon"]);
+    let (code, _, err) = run(c);
+    assert_eq!(code, 2, "{err}");
 
     // A watcher whose workspace is deleted exits by itself.
     let (_, started) = json(&home, &["watch", "start", ws_arg, "--json"]);

@@ -15,6 +15,9 @@ pub enum WatchCommand {
     Start {
         /// The workspace (default: the current directory).
         path: Option<PathBuf>,
+        /// Stop once no snapshot has asked for this long (`90s`, `30m`, `8h`).
+        #[arg(long, value_parser = parse_idle)]
+        idle: Option<Duration>,
         #[arg(long)]
         json: bool,
     },
@@ -23,11 +26,19 @@ pub enum WatchCommand {
     Run {
         /// The workspace (default: the current directory).
         path: Option<PathBuf>,
+        /// Stop once no snapshot has asked for this long (`90s`, `30m`, `8h`).
+        #[arg(long, value_parser = parse_idle)]
+        idle: Option<Duration>,
     },
     /// Stop the workspace's watcher.
     Stop {
         /// The workspace (default: the current directory).
         path: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every running watcher of this data directory's workspaces.
+    List {
         #[arg(long)]
         json: bool,
     },
@@ -47,18 +58,18 @@ pub fn run(c: WatchCommand) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let mut out = Out::new();
     match c {
-        WatchCommand::Run { path } => {
+        WatchCommand::Run { path, idle } => {
             let ws = tacho.watch_workspace(path.as_deref())?;
-            tacho.watch(&ws, || {
+            tacho.watch(&ws, idle, || {
                 eprintln!("watching {} (tacho watch stop to end)", ws.display());
             })?;
             Ok(())
         }
-        WatchCommand::Start { path, json } => {
+        WatchCommand::Start { path, idle, json } => {
             let ws = tacho.watch_workspace(path.as_deref())?;
             let status = match tacho.watch_status(&ws)? {
                 Some(s) => (s, false),
-                None => (start(&tacho, &ws)?, true),
+                None => (start(&tacho, &ws, idle)?, true),
             };
             let (s, started) = status;
             if json {
@@ -101,6 +112,24 @@ pub fn run(c: WatchCommand) -> Result<(), CliError> {
             }
             out.finish()
         }
+        WatchCommand::List { json } => {
+            let all = tacho.watchers()?;
+            if json {
+                for s in &all {
+                    out.json(&serde_json::json!({"type": "watcher", "watcher": s}))?;
+                }
+            } else if all.is_empty() {
+                out.line("no watcher is running")?;
+            } else {
+                for s in &all {
+                    out.line(format!(
+                        "{}  pid {}, {} directories, {} changed path(s) held",
+                        s.workspace, s.pid, s.dirs, s.held
+                    ))?;
+                }
+            }
+            out.finish()
+        }
         WatchCommand::Status { path, json } => {
             let ws = tacho.watch_workspace(path.as_deref())?;
             let status = tacho.watch_status(&ws)?;
@@ -138,6 +167,7 @@ pub fn run(c: WatchCommand) -> Result<(), CliError> {
 fn start(
     tacho: &tacho_app::Tacho,
     ws: &std::path::Path,
+    idle: Option<Duration>,
 ) -> Result<tacho_app::types::WatchStatus, CliError> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
@@ -146,10 +176,12 @@ fn start(
         std::fs::create_dir_all(dir)?;
     }
     let log = std::fs::File::create(&log_path)?;
-    let mut child = std::process::Command::new(exe)
-        .arg("watch")
-        .arg("run")
-        .arg(ws)
+    let mut command = std::process::Command::new(exe);
+    command.arg("watch").arg("run").arg(ws);
+    if let Some(idle) = idle {
+        command.arg("--idle").arg(format!("{}s", idle.as_secs()));
+    }
+    let mut child = command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -184,4 +216,20 @@ fn start(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `--idle`: a whole number of seconds, minutes or hours (`90s`, `30m`, `8h`).
+fn parse_idle(s: &str) -> Result<Duration, String> {
+    let secs = match s.chars().last() {
+        Some('s') => 1,
+        Some('m') => 60,
+        Some('h') => 3_600,
+        _ => return Err(format!("{s:?}: a number with s, m or h (such as 30m)")),
+    };
+    s.get(..s.len() - 1)
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|n| *n > 0)
+        .and_then(|n| n.checked_mul(secs))
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{s:?}: a number with s, m or h (such as 30m)"))
 }

@@ -167,13 +167,18 @@ impl SnapshotStore {
         }
     }
 
-    /// Runs a watcher of `workspace` in this thread until it is asked to stop or the
-    /// workspace goes away; full scans of the workspace by any process of this store
+    /// Runs a watcher of `workspace` in this thread until it is asked to stop, the
+    /// workspace goes away or (with `idle`) no scan asked for that long; full scans of the workspace by any process of this store
     /// then look only at the paths it saw change. `ready` is called once it answers.
-    pub fn watch(&self, workspace: &Path, ready: impl FnOnce()) -> Result<(), watch::WatchError> {
+    pub fn watch(
+        &self,
+        workspace: &Path,
+        idle: Option<std::time::Duration>,
+        ready: impl FnOnce(),
+    ) -> Result<(), watch::WatchError> {
         let workspace = canonical_workspace(workspace)?;
         let skip = self.own_dir_inside(&workspace);
-        watch::serve(&self.cache_dir, &workspace, skip, ready)
+        watch::serve(&self.cache_dir, &workspace, skip, idle, ready)
     }
 
     /// The status of `workspace`'s watcher, if one runs.
@@ -183,6 +188,11 @@ impl SnapshotStore {
     ) -> Result<Option<watch::WatchStatus>, SnapshotError> {
         let workspace = canonical_workspace(workspace)?;
         Ok(watch::status(&self.cache_dir, &workspace))
+    }
+
+    /// Every running watcher of this store's workspaces.
+    pub fn watchers(&self) -> Vec<watch::WatchStatus> {
+        watch::running(&self.cache_dir)
     }
 
     /// Stops `workspace`'s watcher; whether one was running.

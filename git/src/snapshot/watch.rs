@@ -161,6 +161,21 @@ pub fn status(cache_dir: &Path, workspace: &Path) -> Option<WatchStatus> {
     ask(&socket_path(cache_dir, workspace), &Request::Status).ok()
 }
 
+/// Every watcher that answers on a socket of `cache_dir`, in workspace order.
+pub fn running(cache_dir: &Path) -> Vec<WatchStatus> {
+    let Ok(rd) = std::fs::read_dir(cache_dir.join("watch")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<WatchStatus> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .filter_map(|p| ask(&p, &Request::Status).ok())
+        .collect();
+    out.sort_by(|a, b| a.workspace.cmp(&b.workspace));
+    out
+}
+
 /// Asks `workspace`'s watcher to stop; whether one answered.
 pub fn stop(cache_dir: &Path, workspace: &Path) -> bool {
     let socket = socket_path(cache_dir, workspace);
@@ -476,12 +491,14 @@ impl Watcher {
     }
 }
 
-/// Runs a watcher of `workspace` until asked to stop or the workspace is gone. `skip` is
-/// tacho's own directory inside it, if any. `ready` is called once the socket answers.
+/// Runs a watcher of `workspace` until asked to stop or the workspace is gone, or — with
+/// `idle` — until no scan has asked for that long. `skip` is tacho's own directory
+/// inside it, if any. `ready` is called once the socket answers.
 pub fn serve(
     cache_dir: &Path,
     workspace: &Path,
     skip: Option<String>,
+    idle: Option<Duration>,
     ready: impl FnOnce(),
 ) -> Result<(), WatchError> {
     let socket = socket_path(cache_dir, workspace);
@@ -535,27 +552,45 @@ pub fn serve(
         .set_nonblocking(true)
         .map_err(|e| SnapshotError::io(&socket, e))?;
     ready();
-    let result = run(&mut w, &listener, &socket);
+    let result = run(&mut w, &listener, &socket, idle);
     let _ = std::fs::remove_file(&socket);
     drop(lock);
     result.map_err(|e| WatchError::Snapshot(SnapshotError::io(&socket, e)))
 }
 
-fn run(w: &mut Watcher, listener: &UnixListener, socket: &Path) -> std::io::Result<()> {
+fn run(
+    w: &mut Watcher,
+    listener: &UnixListener,
+    socket: &Path,
+    idle: Option<Duration>,
+) -> std::io::Result<()> {
     use rustix::event::{PollFd, PollFlags};
+    let mut last_request = std::time::Instant::now();
     loop {
+        // Woken once a minute at least, to notice its socket gone (the data directory
+        // deleted: nobody could reach it any more), and when the idle time is up.
+        let mut wait = Duration::from_secs(60);
+        if let Some(idle) = idle {
+            let left = idle.saturating_sub(last_request.elapsed());
+            if left.is_zero() {
+                eprintln!(
+                    "tacho watch: no scan asked for {} s; stopping",
+                    idle.as_secs()
+                );
+                return Ok(());
+            }
+            wait = wait.min(left);
+        }
         let (inotify_ready, socket_ready) = {
             let mut fds = [
                 PollFd::new(&w.fd, PollFlags::IN),
                 PollFd::new(listener, PollFlags::IN),
             ];
-            // Woken once a minute at least, to notice its socket gone (the data
-            // directory deleted): nobody could reach it any more.
-            let minute = rustix::event::Timespec {
-                tv_sec: 60,
-                tv_nsec: 0,
+            let timeout = rustix::event::Timespec {
+                tv_sec: wait.as_secs() as i64,
+                tv_nsec: i64::from(wait.subsec_nanos()),
             };
-            match rustix::event::poll(&mut fds, Some(&minute)) {
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
@@ -585,6 +620,7 @@ fn run(w: &mut Watcher, listener: &UnixListener, socket: &Path) -> std::io::Resu
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 };
+                last_request = std::time::Instant::now();
                 if serve_one(w, stream) {
                     return Ok(());
                 }
