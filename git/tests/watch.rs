@@ -113,7 +113,7 @@ fn workspace_with(layout: Layout) -> (tempfile::TempDir, Watched) {
     for i in 0..600 {
         write(&ws, &format!("fill/d{}/g{i}.txt", i % 6), &format!("{i}\n"));
     }
-    write(&ws, ".gitignore", "build/\n*.log\n");
+    write(&ws, ".gitignore", "build/\nout*/\n*.log\n");
     write(&ws, "build/out.bin", "ignored");
     write(&ws, "build/kept.txt", "tracked inside an ignored directory");
     if layout != Layout::Plain {
@@ -138,13 +138,16 @@ fn workspace_with(layout: Layout) -> (tempfile::TempDir, Watched) {
     (tmp, w)
 }
 
-/// The workspace's directories (outside `.git`).
+/// The workspace's directories (outside `.git` and the ignored `out*/`).
 fn dirs(ws: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![ws.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_type().unwrap().is_dir() && e.file_name() != ".git" {
+            // Ignored directories (`out*/`) are no change of the listing.
+            let name = e.file_name();
+            let ignored = name.to_str().is_some_and(|n| n.starts_with("out"));
+            if e.file_type().unwrap().is_dir() && name != ".git" && !ignored {
                 stack.push(e.path());
                 out.push(e.path());
             }
@@ -161,7 +164,7 @@ fn change(ws: &Path, rng: &mut Lcg, round: usize) -> bool {
     let m = rng.next(4);
     let f = rng.next(40);
     let file = format!("src/m{}/f{f}.rs", f % 4);
-    match rng.next(14) {
+    match rng.next(15) {
         0..=3 => {
             write(ws, &file, &format!("edited in round {round}\n"));
             true
@@ -210,12 +213,20 @@ fn change(ws: &Path, rng: &mut Lcg, round: usize) -> bool {
         12 => {
             // An ignore rule that changes what is listed.
             let rules = if round.is_multiple_of(2) {
-                "build/\n"
+                "build/\nout*/\n"
             } else {
-                "build/\n*.log\n"
+                "build/\nout*/\n*.log\n"
             };
             write(ws, ".gitignore", rules);
             false
+        }
+        13 => {
+            // A build's output: an ignored directory full of files, made and grown
+            // (no change of the listing, nothing for the watcher to report).
+            for k in 0..30 {
+                write(ws, &format!("out{}/obj/{k}.o", round % 3), "object\n");
+            }
+            true
         }
         _ => {
             // A directory renamed, then a file written in its new place.

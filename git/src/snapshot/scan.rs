@@ -582,13 +582,49 @@ pub(crate) fn is_listed(
     }
 }
 
+/// Whether the ignore rules a full listing applies ignore the directory `rel` (files
+/// tracked beneath it aside): a walk would not read it.
+pub(crate) fn is_ignored_dir(
+    workspace: &Path,
+    git: Option<&GitContext>,
+    rel: &str,
+) -> Result<bool, SnapshotError> {
+    if rel.split('/').any(|c| c == ".git") {
+        return Ok(true);
+    }
+    match git {
+        Some(ctx) => {
+            let full = format!("{}{rel}", ctx.prefix);
+            let empty = gix::index::State::new(ctx.repo.object_hash());
+            let mut excludes = ctx
+                .repo
+                .excludes(
+                    &empty,
+                    None,
+                    gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+                )
+                .map_err(|e| git_err("reading ignore rules", e))?;
+            Ok(excludes
+                .at_entry(full.as_str(), Some(gix::index::entry::Mode::DIR))
+                .map_err(|e| git_err("reading ignore rules", e))?
+                .is_excluded())
+        }
+        None => Ok(ignored_plain_as(workspace, rel, true)),
+    }
+}
+
 /// Whether `.gitignore`/`.ignore` files between the workspace root and `rel` ignore it
 /// (the rules `list_plain` applies while walking).
 fn ignored_plain(workspace: &Path, rel: &str) -> bool {
+    ignored_plain_as(workspace, rel, false)
+}
+
+/// [`ignored_plain`], for a directory when `last_is_dir`.
+fn ignored_plain_as(workspace: &Path, rel: &str, last_is_dir: bool) -> bool {
     let comps: Vec<&str> = rel.split('/').collect();
     // Walk down: a directory that is ignored hides everything beneath it.
     for depth in 1..=comps.len() {
-        let is_dir = depth < comps.len();
+        let is_dir = depth < comps.len() || last_is_dir;
         let mut verdict = None;
         for top in 0..depth {
             let dir = workspace.join(comps[..top].join("/"));

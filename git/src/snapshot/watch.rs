@@ -334,15 +334,28 @@ impl Watcher {
     }
 
     /// Watches a directory that appeared, and everything beneath it, recording each
-    /// path found (what was made in it before its watch existed).
-    fn add_tree(&mut self, rel: &str) {
+    /// path found (what was made in it before its watch existed) — unless the ignore
+    /// rules ignore it, as a build's output directory: a listing would not read it.
+    /// (A tracked file inside one comes with a change of the index, which makes scans
+    /// ask for a new listing.)
+    ///
+    /// Whether `rel` itself is watched (a directory the rules ignore is not, and is not
+    /// a change of the listing).
+    fn add_tree(&mut self, rel: &str) -> bool {
+        let git = super::scan::git_context(&self.workspace).ok().flatten();
+        if super::scan::is_ignored_dir(&self.workspace, git.as_ref(), rel).unwrap_or(false) {
+            return false;
+        }
         let mut stack = vec![rel.to_owned()];
         while let Some(dir) = stack.pop() {
-            if self.outside(&dir) || self.workspace.join(&dir).join(".git").exists() {
+            if self.outside(&dir)
+                || self.workspace.join(&dir).join(".git").exists()
+                || super::scan::is_ignored_dir(&self.workspace, git.as_ref(), &dir).unwrap_or(false)
+            {
                 continue;
             }
             if self.add(&dir).is_err() {
-                return;
+                return true;
             }
             let Ok(rd) = std::fs::read_dir(self.workspace.join(&dir)) else {
                 continue;
@@ -358,6 +371,7 @@ impl Watcher {
                 self.mark(path);
             }
         }
+        true
     }
 
     fn mark(&mut self, rel: String) {
@@ -435,8 +449,10 @@ impl Watcher {
             if flags.contains(ReadFlags::MOVED_FROM) {
                 // Its watches now name paths it no longer has.
                 self.relist = true;
-            } else if flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
-                self.add_tree(&rel);
+            } else if flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO)
+                && !self.add_tree(&rel)
+            {
+                return;
             }
         }
         self.mark(rel);
