@@ -552,33 +552,20 @@ pub(crate) fn is_listed(
     if rel.split('/').any(|c| c == ".git") {
         return Ok(false);
     }
+    if !ignored(workspace, git, rel, false)? {
+        return Ok(true);
+    }
     match git {
+        // Ignored but tracked files are still snapshotted, as Git keeps them.
         Some(ctx) => {
-            let full = format!("{}{rel}", ctx.prefix);
-            let empty = gix::index::State::new(ctx.repo.object_hash());
-            let mut excludes = ctx
-                .repo
-                .excludes(
-                    &empty,
-                    None,
-                    gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
-                )
-                .map_err(|e| git_err("reading ignore rules", e))?;
-            let ignored = excludes
-                .at_entry(full.as_str(), None)
-                .map_err(|e| git_err("reading ignore rules", e))?
-                .is_excluded();
-            if !ignored {
-                return Ok(true);
-            }
-            // Ignored but tracked files are still snapshotted, as Git keeps them.
             let index = ctx
                 .repo
                 .index_or_empty()
                 .map_err(|e| git_err("reading the index", e))?;
+            let full = format!("{}{rel}", ctx.prefix);
             Ok(index.entry_by_path(full.as_str().into()).is_some())
         }
-        None => Ok(!ignored_plain(workspace, rel)),
+        None => Ok(false),
     }
 }
 
@@ -589,38 +576,41 @@ pub(crate) fn is_ignored_dir(
     git: Option<&GitContext>,
     rel: &str,
 ) -> Result<bool, SnapshotError> {
-    if rel.split('/').any(|c| c == ".git") {
-        return Ok(true);
-    }
-    match git {
-        Some(ctx) => {
-            let full = format!("{}{rel}", ctx.prefix);
-            let empty = gix::index::State::new(ctx.repo.object_hash());
-            let mut excludes = ctx
-                .repo
-                .excludes(
-                    &empty,
-                    None,
-                    gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
-                )
-                .map_err(|e| git_err("reading ignore rules", e))?;
-            Ok(excludes
-                .at_entry(full.as_str(), Some(gix::index::entry::Mode::DIR))
-                .map_err(|e| git_err("reading ignore rules", e))?
-                .is_excluded())
-        }
-        None => Ok(ignored_plain_as(workspace, rel, true)),
-    }
+    Ok(rel.split('/').any(|c| c == ".git") || ignored(workspace, git, rel, true)?)
+}
+
+/// Whether the ignore rules a full listing applies ignore `rel`, a directory when
+/// `is_dir` (rules such as `build/` match only directories).
+fn ignored(
+    workspace: &Path,
+    git: Option<&GitContext>,
+    rel: &str,
+    is_dir: bool,
+) -> Result<bool, SnapshotError> {
+    let Some(ctx) = git else {
+        return Ok(ignored_plain(workspace, rel, is_dir));
+    };
+    let full = format!("{}{rel}", ctx.prefix);
+    let empty = gix::index::State::new(ctx.repo.object_hash());
+    let mut excludes = ctx
+        .repo
+        .excludes(
+            &empty,
+            None,
+            gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+        )
+        .map_err(|e| git_err("reading ignore rules", e))?;
+    let mode = is_dir.then_some(gix::index::entry::Mode::DIR);
+    Ok(excludes
+        .at_entry(full.as_str(), mode)
+        .map_err(|e| git_err("reading ignore rules", e))?
+        .is_excluded())
 }
 
 /// Whether `.gitignore`/`.ignore` files between the workspace root and `rel` ignore it
-/// (the rules `list_plain` applies while walking).
-fn ignored_plain(workspace: &Path, rel: &str) -> bool {
-    ignored_plain_as(workspace, rel, false)
-}
-
-/// [`ignored_plain`], for a directory when `last_is_dir`.
-fn ignored_plain_as(workspace: &Path, rel: &str, last_is_dir: bool) -> bool {
+/// (the rules `list_plain` applies while walking), `rel` being a directory when
+/// `last_is_dir`.
+fn ignored_plain(workspace: &Path, rel: &str, last_is_dir: bool) -> bool {
     let comps: Vec<&str> = rel.split('/').collect();
     // Walk down: a directory that is ignored hides everything beneath it.
     for depth in 1..=comps.len() {

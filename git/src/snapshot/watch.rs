@@ -226,6 +226,13 @@ fn dirs_to_watch(workspace: &Path, skip: Option<&str>) -> Result<BTreeSet<String
     Ok(dirs)
 }
 
+/// Whether a workspace-relative path is never part of a snapshot: inside `.git` or in
+/// tacho's own directory `skip`.
+pub(crate) fn never_snapshotted(rel: &str, skip: Option<&str>) -> bool {
+    rel.split('/').any(|c| c == ".git")
+        || skip.is_some_and(|s| rel == s || rel.strip_prefix(s).is_some_and(|r| r.starts_with('/')))
+}
+
 /// The watcher's state.
 struct Watcher {
     workspace: PathBuf,
@@ -278,11 +285,7 @@ impl Watcher {
 
     /// Whether a path is never part of a snapshot (tacho's own directory, `.git`).
     fn outside(&self, rel: &str) -> bool {
-        rel.split('/').any(|c| c == ".git")
-            || self
-                .skip
-                .as_deref()
-                .is_some_and(|s| rel == s || rel.starts_with(&format!("{s}/")))
+        never_snapshotted(rel, self.skip.as_deref())
     }
 
     /// Watches a directory. One that is gone (its parent's event says so) or that may

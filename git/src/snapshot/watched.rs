@@ -56,9 +56,7 @@ impl SnapshotStore {
         let mut look: BTreeSet<&str> = extra.iter().copied().collect();
         for p in changed {
             let p = p.as_str();
-            if p.split('/').any(|c| c == ".git")
-                || skip.is_some_and(|s| p == s || p.starts_with(&format!("{s}/")))
-            {
+            if watch::never_snapshotted(p, skip) {
                 continue;
             }
             let name = p.rsplit('/').next().unwrap_or(p);
