@@ -17,30 +17,6 @@ use crate::snapshots::{AutoPoint, SnapshotOpError, auto_points, taken_event};
 /// form (escaping can double a string). A longer line is refused before it is held.
 pub const LINE_BYTES_MAX: usize = 2 * tacho_log_format::FRAME_PAYLOAD_BYTES_MAX as usize + 4096;
 
-/// The lines of a JSON Lines input, each at most `LINE_BYTES_MAX` bytes: `Err` names
-/// the line that is too long or not UTF-8 (and ends the input).
-pub fn capped_lines(
-    input: impl std::io::BufRead,
-) -> impl Iterator<Item = (usize, std::io::Result<String>)> {
-    capped_lines_with(input, LINE_BYTES_MAX)
-}
-
-fn capped_lines_with(
-    mut input: impl std::io::BufRead,
-    cap: usize,
-) -> impl Iterator<Item = (usize, std::io::Result<String>)> {
-    let mut line = 0;
-    let mut done = false;
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        let r = next_capped_line(&mut input, cap, &mut line)?;
-        done = r.1.is_err();
-        Some(r)
-    })
-}
-
 /// The next line of `input` (numbered from `*line`, which it advances), at most `cap`
 /// bytes; `None` at the end.
 fn next_capped_line(
@@ -869,14 +845,27 @@ impl<'t> Ingest<'t> {
 
 #[cfg(test)]
 mod tests {
-    use super::capped_lines_with;
+    use super::next_capped_line;
+
+    /// Every line `next_capped_line` gives until its first error (where `Ingest::lines`
+    /// stops reading).
+    fn capped(mut input: &[u8], cap: usize) -> Vec<(usize, Result<String, String>)> {
+        let mut line = 0;
+        let mut out = Vec::new();
+        while let Some((n, r)) = next_capped_line(&mut input, cap, &mut line) {
+            let failed = r.is_err();
+            out.push((n, r.map_err(|e| e.to_string())));
+            if failed {
+                break;
+            }
+        }
+        out
+    }
 
     #[test]
     fn lines_longer_than_the_cap_are_refused_before_they_are_held() {
         let input = b"{\"a\":1}\n0123456789abcdef0123\nnever read\n";
-        let got: Vec<(usize, Result<String, String>)> = capped_lines_with(&input[..], 16)
-            .map(|(n, r)| (n, r.map_err(|e| e.to_string())))
-            .collect();
+        let got = capped(&input[..], 16);
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0], (1, Ok("{\"a\":1}".to_string())));
         assert_eq!(got[1].0, 2);
@@ -887,7 +876,8 @@ mod tests {
                 .unwrap_err()
                 .contains("longer than 16 bytes")
         );
-        let crlf: Vec<_> = capped_lines_with(&b"x\r\ny"[..], 16)
+        let crlf: Vec<_> = capped(&b"x\r\ny"[..], 16)
+            .into_iter()
             .map(|(_, r)| r.unwrap())
             .collect();
         assert_eq!(crlf, ["x", "y"]);

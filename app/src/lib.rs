@@ -45,7 +45,7 @@ pub use goals::{
 pub use hooks::{GATE_BLOCKS_MAX, HookAnswer};
 pub use ingest::{
     BatchAck, Ingest, IngestError, IngestOptions, Ingested, LINE_BYTES_MAX, RecordError,
-    SessionTotal, capped_lines,
+    SessionTotal,
 };
 pub use logs::{LogReport, LogsError, analyse_logs};
 pub use logtools::{DumpError, NoData, dump_segment_file};
