@@ -254,6 +254,12 @@ pub const GROUP_SESSIONS_MAX: usize = 64;
 /// The most writers an ingest keeps open (two files each).
 pub const WRITERS_OPEN_MAX: usize = 64;
 
+/// The most events an ingest holds folded at once (over all its open sessions; about
+/// 60 bytes each). A session that would take the folds past it is not folded: its
+/// facts are computed from its stream when the index first needs them, so memory stays
+/// bounded by this however long the input's sessions are.
+pub const FOLD_EVENTS_MAX: u64 = 200_000;
+
 /// Hears of each committed batch; an error stops the ingest.
 type OnBatch<'t> = Box<dyn FnMut(&BatchAck) -> std::io::Result<()> + 't>;
 
@@ -290,6 +296,9 @@ pub struct Ingest<'t> {
     /// batches are appended: their facts go to the session index when their writer
     /// closes, so that the first listing after a large import need not read them all.
     folds: BTreeMap<String, Fold>,
+    /// Events held in `folds` (each fold's `graph.next_seq`), at most `fold_budget`.
+    folded: u64,
+    fold_budget: u64,
 }
 
 /// A session folded from its first event on.
@@ -335,7 +344,15 @@ impl<'t> Ingest<'t> {
             ended: BTreeMap::new(),
             missed_snapshots: 0,
             folds: BTreeMap::new(),
+            folded: 0,
+            fold_budget: FOLD_EVENTS_MAX,
         })
+    }
+
+    /// Holds at most `events` events folded at once instead of [`FOLD_EVENTS_MAX`].
+    pub fn with_fold_budget(mut self, events: u64) -> Self {
+        self.fold_budget = events;
+        self
     }
 
     /// Events recorded so far.
@@ -687,9 +704,12 @@ impl<'t> Ingest<'t> {
             let group = std::mem::replace(&mut rest, later);
             if self.writers.len() + group.len() > WRITERS_OPEN_MAX {
                 // Closing a writer releases its lock; what it knew of its stream's end
-                // is read again by the next one.
+                // is read again by the next one. What was learnt of the sessions goes
+                // too (read from the log if they come back): memory does not grow with
+                // the number of sessions seen.
                 self.close_writers();
                 self.ended.clear();
+                self.workspaces.clear();
             }
             self.flush_group(group)?;
         }
@@ -783,18 +803,20 @@ impl<'t> Ingest<'t> {
     /// ingest knows of it: a session seen from its first event on, with nothing
     /// appended by anyone else in between, is folded whole.
     fn fold(&mut self, session: &str, first_seq: u64, events: &[(i64, EventBody)]) {
+        let within = self.folded + events.len() as u64 <= self.fold_budget;
         let fold = match self.folds.entry(session.to_owned()) {
-            Entry::Occupied(o) if o.get().graph.next_seq == first_seq => o.into_mut(),
+            Entry::Occupied(o) if within && o.get().graph.next_seq == first_seq => o.into_mut(),
             Entry::Occupied(o) => {
-                o.remove();
+                self.folded = self.folded.saturating_sub(o.remove().graph.next_seq);
                 return;
             }
-            Entry::Vacant(v) if first_seq == 0 => v.insert(Fold {
+            Entry::Vacant(v) if within && first_seq == 0 => v.insert(Fold {
                 graph: tacho_projections::ExecutionGraph::new(session),
                 source: None,
             }),
             Entry::Vacant(_) => return,
         };
+        self.folded += events.len() as u64;
         for (i, (at, body)) in events.iter().enumerate() {
             let seq = first_seq + i as u64;
             if let (0, EventBody::SessionStart(s)) = (seq, body) {
@@ -810,9 +832,11 @@ impl<'t> Ingest<'t> {
         let writers = std::mem::take(&mut self.writers);
         let mut facts = Vec::new();
         for (session, w) in &writers {
-            if let Some(f) = self.folds.remove(session)
-                && f.graph.next_seq == w.next_seq()
-            {
+            let Some(f) = self.folds.remove(session) else {
+                continue;
+            };
+            self.folded = self.folded.saturating_sub(f.graph.next_seq);
+            if f.graph.next_seq == w.next_seq() {
                 facts.push(
                     self.tacho
                         .facts_record(f.graph, f.source, (w.next_seq(), w.head())),

@@ -208,3 +208,94 @@ fn notes_go_to_the_sink_and_results_carry_the_stall_rule() {
     let status = t.goal_status("ses_goal", None).unwrap();
     assert!(status.paused.is_some());
 }
+
+/// An ingest folds sessions only up to its budget of events: the session that would
+/// pass it, and a session longer than the whole budget, get no facts from the ingest
+/// (memory stays bounded), and the index computes theirs from the streams when a
+/// listing first needs them, the same as a rebuild does.
+#[test]
+fn sessions_beyond_the_fold_budget_get_their_facts_from_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = open(dir.path(), Arc::default());
+    let example: Vec<&str> = EXAMPLE.lines().collect();
+    let id = "ses_01jdemo8xk4rate1imit0000a";
+    let mut lines: Vec<String> = Vec::new();
+    for s in ["ses_a", "ses_b"] {
+        lines.extend(example.iter().map(|l| l.replace(id, s)));
+    }
+    // A long one: the example's middle three times over.
+    let (first, rest) = example.split_first().unwrap();
+    let (last, middle) = rest.split_last().unwrap();
+    lines.push(first.replace(id, "ses_long"));
+    for _ in 0..3 {
+        lines.extend(middle.iter().map(|l| l.replace(id, "ses_long")));
+    }
+    lines.push(last.replace(id, "ses_long"));
+    assert_eq!(example.len(), 48);
+    let mut ingest = Ingest::new(
+        &t,
+        IngestOptions {
+            source: "budget".into(),
+            session: None,
+            new_session: false,
+            durability: Durability::Sync,
+            batch_lines: 20,
+            auto_snapshots: false,
+        },
+        |_| Ok(()),
+    )
+    .unwrap()
+    .with_fold_budget(60);
+    for (i, line) in lines.iter().enumerate() {
+        ingest.line(i + 1, line).unwrap();
+    }
+    ingest.finish().unwrap();
+
+    let store = tacho_store::Store::open(dir.path().join("log"), Default::default()).unwrap();
+    let facts = |store: &tacho_store::Store| -> Vec<(String, Option<u64>)> {
+        let mut v: Vec<_> = store
+            .index()
+            .unwrap()
+            .entries()
+            .into_iter()
+            .map(|e| (e.session.clone(), e.fresh_facts().map(|f| f.events)))
+            .collect();
+        v.sort();
+        v
+    };
+    // ses_a (48 events) fits; ses_b would take the folds to 96; ses_long alone is 140.
+    assert_eq!(
+        facts(&store),
+        [
+            ("ses_a".to_string(), Some(48)),
+            ("ses_b".to_string(), None),
+            ("ses_long".to_string(), None),
+        ]
+    );
+    let listing = |t: &Tacho| -> Vec<String> {
+        t.list_sessions(&ListFilter::default(), None)
+            .unwrap()
+            .iter()
+            .map(|r| format!("{:?} {} {:?}", r.summary, r.risk_score, r.risk_level))
+            .collect()
+    };
+    let listed = listing(&t);
+    assert_eq!(listed.len(), 3);
+    assert_eq!(
+        facts(&store),
+        [
+            ("ses_a".to_string(), Some(48)),
+            ("ses_b".to_string(), Some(48)),
+            ("ses_long".to_string(), Some(140)),
+        ],
+        "the listing computed and recorded the missing facts"
+    );
+    let kept = store.index().unwrap().entries();
+    store.index_delete().unwrap();
+    assert_eq!(listing(&t), listed, "a rebuilt index answers the same");
+    let mut rebuilt = store.index().unwrap().entries();
+    let mut kept = kept;
+    kept.sort_by(|a, b| a.session.cmp(&b.session));
+    rebuilt.sort_by(|a, b| a.session.cmp(&b.session));
+    assert_eq!(kept, rebuilt);
+}

@@ -57,29 +57,6 @@ fn sqlite_export(db: &Path, out: &Path) -> u64 {
     n
 }
 
-/// Peak resident memory of a command, in KiB, from `/usr/bin/time -v`.
-fn peak_kib(bin: &Path, home: &Path, args: &[&str]) -> Option<u64> {
-    let out = Command::new("/usr/bin/time")
-        .arg("-v")
-        .arg(bin)
-        .args(args)
-        .env("TACHO_HOME", home)
-        .output()
-        .ok()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("Maximum resident set size (kbytes): ")
-        })
-        .and_then(|v| v.trim().parse().ok())
-}
-
 fn export(c: &mut Criterion) {
     let Some(bin) = tacho_bin() else { return };
     let sessions: usize = std::env::var("TACHO_EXPORT_SESSIONS")
@@ -131,7 +108,7 @@ fn export(c: &mut Criterion) {
         ["audit", "export", "--all", "-o", &out_arg],
         ["audit", "otlp", "--all", "--file", &out_arg],
     ] {
-        match peak_kib(&bin, &home, &args) {
+        match tacho_benches::peak_kib(&bin, &home, &args) {
             Some(kib) => eprintln!(
                 "audit_export: `tacho {}` over {events} events: peak RSS {:.1} MB",
                 args.join(" "),

@@ -12,6 +12,9 @@
 //!   --risk HIGH --since 7d --json`, `risk <prefix>`, and `tacho --version`: the cost of
 //!   starting a process at all), with a verification of that store against SQLite.
 //!
+//! - peak memory of `tacho record --batch-lines 1000` over a 1 GB input, as one
+//!   session and as sessions of 48 events (printed, from `/usr/bin/time -v`).
+//!
 //! `cargo bench -p tacho-benches --bench store_scale` (needs the release binary:
 //! `cargo build --release -p tacho-cli`); the query store has 10,000 sessions, and
 //! `TACHO_SCALE_SESSIONS=100000` gives the 100,000 (5 million events; building
@@ -25,7 +28,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use rusqlite::Connection;
-use tacho_benches::scale::{bulk_input, example_lines, sqlite_ingest, tacho_bin};
+use tacho_benches::scale::{bulk_input, example_lines, large_input, sqlite_ingest, tacho_bin};
 use tacho_benches::{json_line, realistic_session};
 use tacho_store::{Durability, Store, StoreOptions};
 
@@ -230,5 +233,46 @@ fn queries(c: &mut Criterion) {
     verify(c, &bin, &home, &db, n);
 }
 
-criterion_group!(benches, bulk, queries);
+/// Peak memory of `tacho record --batch-lines 1000` over a large input (1 GB under
+/// `cargo bench`; the target is under 100 MB), in both shapes: one long session, and
+/// sessions of 48 events (the example's, 97,000 of them: the store's session index,
+/// rewritten as it grows, is then the largest thing held).
+fn memory(_: &mut Criterion) {
+    let Some(bin) = tacho_bin() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let bytes: u64 = if bench_mode() {
+        1_000_000_000
+    } else {
+        2_000_000
+    };
+    for one_session in [true, false] {
+        let input = tmp.path().join("large.jsonl");
+        let events = large_input(&input, bytes, one_session);
+        let home = tmp.path().join(if one_session { "one" } else { "many" });
+        let args = [
+            "record",
+            "--snapshots",
+            "off",
+            "--batch-lines",
+            "1000",
+            &input.to_string_lossy(),
+        ];
+        let shape = if one_session {
+            "one session".to_string()
+        } else {
+            format!("{} sessions", events / 48)
+        };
+        match tacho_benches::peak_kib(&bin, &home, &args) {
+            Some(kib) => eprintln!(
+                "store_scale: `tacho record --batch-lines 1000` of {} MB ({events} events, {shape}): peak RSS {:.1} MB",
+                bytes / 1_000_000,
+                kib as f64 / 1024.0
+            ),
+            None => eprintln!("store_scale: /usr/bin/time is missing; peak memory not measured"),
+        }
+        let _ = std::fs::remove_file(&input);
+    }
+}
+
+criterion_group!(benches, bulk, queries, memory);
 criterion_main!(benches);

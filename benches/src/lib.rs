@@ -386,6 +386,29 @@ pub fn run_ok(c: &mut std::process::Command) {
     }
 }
 
+/// Peak resident memory of a command, in KiB, from `/usr/bin/time -v`.
+pub fn peak_kib(bin: &Path, home: &Path, args: &[&str]) -> Option<u64> {
+    let out = std::process::Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg(bin)
+        .args(args)
+        .env("TACHO_HOME", home)
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// `git ARGS` in the repository at `repo`, with an identity for commits.
 pub fn git_in(repo: &Path, args: &[&str]) {
     run_ok(
@@ -513,6 +536,51 @@ pub mod scale {
         }
         std::fs::write(path, text).unwrap();
         n
+    }
+
+    /// At least `bytes` of input written to `path` as it is made (never held whole):
+    /// copies of the example as sessions of their own, or, with `one_session`, the
+    /// example's middle repeated inside one session. Returns the events written.
+    pub fn large_input(path: &Path, bytes: u64, one_session: bool) -> u64 {
+        use std::io::Write;
+        let lines = example_lines();
+        let id = "ses_01jdemo8xk4rate1imit0000a";
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+        let (mut written, mut events) = (0u64, 0u64);
+        let mut put = |line: &str| {
+            writeln!(out, "{line}").unwrap();
+            written += line.len() as u64 + 1;
+            events += 1;
+            written
+        };
+        if one_session {
+            let (first, rest) = lines.split_first().unwrap();
+            let (last, middle) = rest.split_last().unwrap();
+            put(first);
+            'fill: loop {
+                for l in middle {
+                    if put(l) >= bytes {
+                        break 'fill;
+                    }
+                }
+            }
+            put(last);
+        } else {
+            let mut k = 0u64;
+            'sessions: loop {
+                let new = format!("ses_bulk{k:020}");
+                let mut total = 0;
+                for l in &lines {
+                    total = put(&l.replace(id, &new));
+                }
+                k += 1;
+                if total >= bytes {
+                    break 'sessions;
+                }
+            }
+        }
+        out.flush().unwrap();
+        events
     }
 
     /// What an importer writing SQLite does with the same input: parse every line (as

@@ -45,7 +45,7 @@ const RECORD_LEN_MAX: usize = 1 << 20;
 /// A reader compacts the appended records into the snapshot past this size; a writer
 /// past [`LOG_BYTES_WRITER_COMPACTS`] (when nobody lists for a long time).
 pub const LOG_BYTES_COMPACT: u64 = 256 * 1024;
-pub const LOG_BYTES_WRITER_COMPACTS: u64 = 16 * 1024 * 1024;
+pub const LOG_BYTES_WRITER_COMPACTS: u64 = 4 * 1024 * 1024;
 /// How long an index operation waits for a compaction by another process.
 const INDEX_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -182,11 +182,13 @@ pub struct IndexMark {
 }
 
 /// The sorted entries of a snapshot body (archived).
-#[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-struct Snapshot {
+/// (Written from entry references, `E` = [`EntryRef`]; read as `E` = [`IndexEntry`]:
+/// both archive as [`ArchivedIndexEntry`].)
+#[derive(Debug, Default, rkyv::Archive, rkyv::Serialize)]
+struct Snapshot<E> {
     /// Newest first: by start time descending (sessions with no known start last),
     /// then by id.
-    entries: Vec<IndexEntry>,
+    entries: Vec<E>,
     /// Positions in `entries` sorted by session id, for lookups.
     by_session: Vec<u32>,
 }
@@ -286,6 +288,33 @@ impl EntryRef<'_> {
     }
 }
 
+/// An entry written into a new snapshot as [`IndexEntry`] is: a stored one is taken out
+/// of the old snapshot only while it is written (twice, once per rkyv pass), so a
+/// compaction never holds every entry owned.
+impl rkyv::Archive for EntryRef<'_> {
+    type Archived = ArchivedIndexEntry;
+    type Resolver = IndexEntryResolver;
+
+    fn resolve(&self, resolver: Self::Resolver, out: rkyv::Place<ArchivedIndexEntry>) {
+        match self {
+            EntryRef::Archived(e) => deserialize_entry(e).resolve(resolver, out),
+            EntryRef::Owned(e) => e.resolve(resolver, out),
+        }
+    }
+}
+
+impl<S: rancor::Fallible + ?Sized> rkyv::Serialize<S> for EntryRef<'_>
+where
+    IndexEntry: rkyv::Serialize<S>,
+{
+    fn serialize(&self, serializer: &mut S) -> Result<Self::Resolver, S::Error> {
+        match self {
+            EntryRef::Archived(e) => deserialize_entry(e).serialize(serializer),
+            EntryRef::Owned(e) => e.serialize(serializer),
+        }
+    }
+}
+
 fn deserialize_entry_facts(f: &ArchivedSessionFacts) -> SessionFacts {
     rkyv::deserialize::<SessionFacts, rancor::Error>(f).unwrap_or_default()
 }
@@ -316,7 +345,7 @@ pub struct IndexView {
 }
 
 impl IndexView {
-    fn archived(&self) -> Option<&ArchivedSnapshot> {
+    fn archived(&self) -> Option<&ArchivedSnapshot<IndexEntry>> {
         let bytes = self.snapshot.as_deref()?;
         let body = bytes.get(SNAPSHOT_HEADER_LEN..)?;
         // SAFETY: `snapshot` is only set after `check_snapshot` validated these very
@@ -325,7 +354,7 @@ impl IndexView {
         // written in place. Checking again on every access would cost milliseconds on
         // a store of 100,000 sessions.
         #[allow(unsafe_code)]
-        let snap = unsafe { rkyv::access_unchecked::<ArchivedSnapshot>(body) };
+        let snap = unsafe { rkyv::access_unchecked::<ArchivedSnapshot<IndexEntry>>(body) };
         Some(snap)
     }
 
@@ -366,7 +395,7 @@ impl IndexView {
 
     /// Every entry, newest first (by start time; sessions with no known start last).
     /// `f` returns `false` to stop.
-    pub fn for_each_newest_first(&self, mut f: impl FnMut(EntryRef<'_>) -> bool) {
+    pub fn for_each_newest_first<'s>(&'s self, mut f: impl FnMut(EntryRef<'s>) -> bool) {
         let snap = self.archived();
         let mut stored = snap.into_iter().flat_map(|s| s.entries.iter()).filter(|e| {
             !self.overlay.contains_key(e.session.as_str())
@@ -517,28 +546,65 @@ impl IndexView {
 
 /// The bytes of a snapshot holding `entries` (any order): what compaction and a
 /// rebuild write. The same entries always give the same bytes.
-pub fn snapshot_bytes(mut entries: Vec<IndexEntry>) -> Result<Vec<u8>, String> {
-    entries.sort_by(|a, b| newest_first((a.started(), &a.session), (b.started(), &b.session)));
+pub fn snapshot_bytes(entries: Vec<IndexEntry>) -> Result<Vec<u8>, String> {
+    let mut out = vec![0; SNAPSHOT_HEADER_LEN];
+    let refs = entries.iter().map(EntryRef::Owned).collect();
+    let header = write_snapshot(refs, &mut out).map_err(|e| e.to_string())?;
+    out.splice(..SNAPSHOT_HEADER_LEN, header);
+    Ok(out)
+}
+
+/// Writes the body of a snapshot holding `entries` (any order) to `out` as it is
+/// serialized (a 100,000-session index is never held twice in memory) and returns
+/// the header that goes before it.
+fn write_snapshot(mut entries: Vec<EntryRef<'_>>, out: &mut dyn io::Write) -> io::Result<Vec<u8>> {
+    entries.sort_by(|a, b| newest_first((a.started(), a.session()), (b.started(), b.session())));
     let mut by_session: Vec<u32> = (0..entries.len() as u32).collect();
     by_session.sort_by(|&a, &b| {
-        let name = |i: u32| entries.get(i as usize).map(|e| e.session.as_str());
+        let name = |i: u32| entries.get(i as usize).map(|e| e.session());
         name(a).cmp(&name(b))
     });
     let count = entries.len() as u32;
-    let body = rkyv::to_bytes::<rancor::Error>(&Snapshot {
-        entries,
-        by_session,
-    })
-    .map_err(|e| e.to_string())?;
-    let mut out = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body.len());
-    out.extend_from_slice(SNAPSHOT_MAGIC);
-    out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
-    out.extend_from_slice(&count.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    out.resize(SNAPSHOT_HEADER_LEN, 0);
-    out.extend_from_slice(&body);
-    Ok(out)
+    let mut body = Crc {
+        inner: io::BufWriter::with_capacity(1 << 20, out),
+        crc: crc32fast::Hasher::new(),
+    };
+    let written = rkyv::api::high::to_bytes_in::<_, rancor::Error>(
+        &Snapshot {
+            entries,
+            by_session,
+        },
+        rkyv::ser::writer::IoWriter::new(&mut body),
+    )
+    .map_err(io::Error::other)?;
+    let body_len = rkyv::ser::Positional::pos(&written) as u64;
+    io::Write::flush(&mut body)?;
+    let mut header = Vec::with_capacity(SNAPSHOT_HEADER_LEN);
+    header.extend_from_slice(SNAPSHOT_MAGIC);
+    header.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+    header.extend_from_slice(&count.to_le_bytes());
+    header.extend_from_slice(&body_len.to_le_bytes());
+    header.extend_from_slice(&body.crc.clone().finalize().to_le_bytes());
+    header.resize(SNAPSHOT_HEADER_LEN, 0);
+    Ok(header)
+}
+
+/// A writer that keeps the CRC-32 of what went through it.
+struct Crc<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: io::Write> io::Write for Crc<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(buf.get(..n).unwrap_or(buf));
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Checks a snapshot file: header, length, the rkyv body, and with `crc` its checksum
@@ -577,7 +643,7 @@ fn check_snapshot(bytes: &[u8], crc: bool) -> Result<(), String> {
     if crc && crc32fast::hash(body) != u32_at(24) {
         return Err("checksum mismatch".into());
     }
-    let snap = rkyv::access::<ArchivedSnapshot, rancor::Error>(body)
+    let snap = rkyv::access::<ArchivedSnapshot<IndexEntry>, rancor::Error>(body)
         .map_err(|e| format!("body does not decode: {e}"))?;
     if snap.entries.len() as u32 != u32_at(12) || snap.by_session.len() != snap.entries.len() {
         return Err("entry count does not match".into());
@@ -601,8 +667,9 @@ fn record_bytes(r: &Record, out: &mut Vec<u8>) -> Result<(), StoreError> {
 
 /// The records of a log file, in order; torn or damaged stretches are skipped (and
 /// counted in `damage`).
-fn parse_records(bytes: &[u8], damage: &mut Vec<String>) -> Vec<Record> {
-    let mut out = Vec::new();
+/// Each record of an index log in order, as it is parsed (a long log is never held
+/// parsed as a whole); damage is skipped and described in `damage`.
+fn for_each_record(bytes: &[u8], damage: &mut Vec<String>, mut f: impl FnMut(Record)) {
     let mut pos = 0usize;
     let mut payload = AlignedVec::<16>::new();
     while pos < bytes.len() {
@@ -627,7 +694,7 @@ fn parse_records(bytes: &[u8], damage: &mut Vec<String>) -> Vec<Record> {
         })();
         match parsed {
             Some((r, n)) => {
-                out.push(r);
+                f(r);
                 pos += n;
             }
             None => {
@@ -644,7 +711,6 @@ fn parse_records(bytes: &[u8], damage: &mut Vec<String>) -> Vec<Record> {
             }
         }
     }
-    out
 }
 
 impl Store {
@@ -764,8 +830,10 @@ impl Store {
             Ok(bytes) => {
                 view.exists = true;
                 view.log_len = bytes.len() as u64;
-                let records = parse_records(&bytes, &mut view.damage);
-                view.apply(records);
+                let mut damage = Vec::new();
+                for_each_record(&bytes, &mut damage, |r| view.fold(r));
+                view.order_overlay();
+                view.damage.extend(damage);
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io(&log_path, e)),
@@ -786,7 +854,12 @@ impl Store {
         if !view.complete() || (view.log_len == 0 && view.damage.is_empty()) {
             return Ok(());
         }
-        self.write_index_locked(view.entries(), true)
+        let mut entries = Vec::new();
+        view.for_each_newest_first(|e| {
+            entries.push(e);
+            true
+        });
+        self.write_index_refs(entries, true)
     }
 
     /// Where the index is now: taken before a rebuild reads the streams, so that the
@@ -845,14 +918,20 @@ impl Store {
         entries: Vec<IndexEntry>,
         clear_log: bool,
     ) -> Result<(), StoreError> {
+        self.write_index_refs(entries.iter().map(EntryRef::Owned).collect(), clear_log)
+    }
+
+    fn write_index_refs(
+        &self,
+        entries: Vec<EntryRef<'_>>,
+        clear_log: bool,
+    ) -> Result<(), StoreError> {
         let snap_path = self.index_snapshot_path();
-        let bytes = snapshot_bytes(entries).map_err(|detail| StoreError::Corrupt {
-            path: snap_path.clone(),
-            offset: 0,
-            detail: format!("index snapshot does not encode: {detail}"),
-        })?;
+        let mut entries = Some(entries);
         self.vfs
-            .replace(&snap_path, &bytes)
+            .replace_with(&snap_path, SNAPSHOT_HEADER_LEN, &mut |out| {
+                write_snapshot(entries.take().unwrap_or_default(), out)
+            })
             .map_err(|e| StoreError::io(&snap_path, e))?;
         if clear_log {
             let log_path = self.index_log_path();
@@ -1011,6 +1090,18 @@ mod tests {
         .unwrap();
         assert_eq!(st.index().unwrap().sessions(), ["a", "c"]);
         assert_eq!(st.index().unwrap().sessions_with_prefix("c"), ["c"]);
+        // A compaction mixing stored entries (`c`) with folded ones (`a`) and a removal
+        // writes the bytes of a snapshot built from the owned entries.
+        st.index_append(&[head("d", 1), facts_rec("d", 1, 150)], false)
+            .unwrap();
+        let entries = st.index().unwrap().entries();
+        st.index_compact().unwrap();
+        assert_eq!(
+            st.index_snapshot_file().unwrap(),
+            snapshot_bytes(entries.clone()).unwrap()
+        );
+        assert_eq!(st.index().unwrap().entries(), entries);
+        assert_eq!(st.index().unwrap().sessions(), ["a", "c", "d"]);
     }
 
     #[test]
@@ -1022,10 +1113,8 @@ mod tests {
         bytes.truncate(torn_at + 9);
         record_bytes(&head("c", 3), &mut bytes).unwrap();
         let mut damage = Vec::new();
-        let got: Vec<String> = parse_records(&bytes, &mut damage)
-            .iter()
-            .map(|r| r.session().to_string())
-            .collect();
+        let mut got: Vec<String> = Vec::new();
+        for_each_record(&bytes, &mut damage, |r| got.push(r.session().to_string()));
         assert_eq!(got, ["a", "c"]);
         assert_eq!(damage.len(), 1);
     }

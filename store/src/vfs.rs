@@ -94,6 +94,22 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     /// Replaces the content of `path` atomically and durably: readers see the old or
     /// the new content, and after a crash the new one is there if this returned.
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Replaces the content of `path` as [`Vfs::replace`] does, with `header_len`
+    /// bytes and what `write` writes after them; `write` returns those first bytes
+    /// (known once the rest is written). The real filesystem streams the content to
+    /// the new file instead of holding it.
+    fn replace_with(
+        &self,
+        path: &Path,
+        header_len: usize,
+        write: &mut dyn FnMut(&mut dyn Write) -> io::Result<Vec<u8>>,
+    ) -> io::Result<()> {
+        let mut bytes = vec![0; header_len];
+        let header = write(&mut bytes)?;
+        check_header(&header, header_len)?;
+        bytes.splice(..header_len, header);
+        self.replace(path, &bytes)
+    }
     /// Makes everything written on the filesystem that holds `path` durable, data and
     /// directory entries (`syncfs`): one call for a group of streams, instead of a sync
     /// of each file and each new directory.
@@ -303,6 +319,33 @@ impl Vfs for RealFs {
         result
     }
 
+    fn replace_with(
+        &self,
+        path: &Path,
+        header_len: usize,
+        write: &mut dyn FnMut(&mut dyn Write) -> io::Result<Vec<u8>>,
+    ) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&vec![0; header_len])?;
+            let header = write(&mut f)?;
+            check_header(&header, header_len)?;
+            f.write_all_at(&header, 0)?;
+            f.sync_data()?;
+            std::fs::rename(&tmp, path)?;
+            match path.parent() {
+                Some(dir) => self.sync_dir(dir),
+                None => Ok(()),
+            }
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
     fn lock_mode(
         &self,
         path: &Path,
@@ -314,6 +357,18 @@ impl Vfs for RealFs {
             Err(Acquire::Busy(_)) => Err(LockError::Busy { holder: None }),
             Err(Acquire::Io(e)) => Err(LockError::Io(e)),
         }
+    }
+}
+
+/// The first bytes a [`Vfs::replace_with`] writer returned must be as long as said.
+fn check_header(header: &[u8], header_len: usize) -> io::Result<()> {
+    if header.len() == header_len {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "a header of {} bytes where {header_len} were reserved",
+            header.len()
+        )))
     }
 }
 
