@@ -254,6 +254,10 @@ pub const GROUP_SESSIONS_MAX: usize = 64;
 /// The most writers an ingest keeps open (two files each).
 pub const WRITERS_OPEN_MAX: usize = 64;
 
+/// Queued events are written (staged, not committed) once this many wait, whatever the
+/// batch size: a batch is never held whole in memory.
+const STAGE_EVENTS: usize = 4096;
+
 /// The most events an ingest holds folded at once (over all its open sessions; about
 /// 60 bytes each). A session that would take the folds past it is not folded: its
 /// facts are computed from its stream when the index first needs them, so memory stays
@@ -595,6 +599,8 @@ impl<'t> Ingest<'t> {
         }
         if self.opts.batch_lines > 0 && self.batch.len() >= self.opts.batch_lines {
             self.flush()?;
+        } else if self.opts.batch_lines == 0 && self.batch.len() >= STAGE_EVENTS {
+            self.stage()?;
         }
         Ok(())
     }
@@ -687,10 +693,20 @@ impl<'t> Ingest<'t> {
     }
 
     /// Checks the queued events against every session's rules, then appends them, one
-    /// batch per session, as groups of at most [`GROUP_SESSIONS_MAX`] sessions (each
-    /// group recorded whole or not at all). Open writers stay bounded whatever the
-    /// number of sessions: at most [`WRITERS_OPEN_MAX`], each a lock file and a segment.
+    /// batch per session (with what was staged before), as groups of at most
+    /// [`GROUP_SESSIONS_MAX`] sessions (each group recorded whole or not at all). Open
+    /// writers stay bounded whatever the number of sessions: at most
+    /// [`WRITERS_OPEN_MAX`], each a lock file and a segment.
     pub fn flush(&mut self) -> Result<(), IngestError> {
+        self.stage()?;
+        self.commit_staged()
+    }
+
+    /// Writes the queued events to their streams without committing them (they join
+    /// the batch the next [`Ingest::flush`] commits), so that a batch of any size is
+    /// never held in memory. When more sessions come than writers may stay open, what
+    /// is staged is committed first, as a group, and those writers are closed.
+    fn stage(&mut self) -> Result<(), IngestError> {
         if self.batch.is_empty() {
             return Ok(());
         }
@@ -702,7 +718,12 @@ impl<'t> Ingest<'t> {
         while !rest.is_empty() {
             let later = rest.split_off(rest.len().min(GROUP_SESSIONS_MAX));
             let group = std::mem::replace(&mut rest, later);
-            if self.writers.len() + group.len() > WRITERS_OPEN_MAX {
+            let opening = group
+                .iter()
+                .filter(|(s, _)| !self.writers.contains_key(s))
+                .count();
+            if self.writers.len() + opening > WRITERS_OPEN_MAX {
+                self.commit_staged()?;
                 // Closing a writer releases its lock; what it knew of its stream's end
                 // is read again by the next one. What was learnt of the sessions goes
                 // too (read from the log if they come back): memory does not grow with
@@ -711,13 +732,13 @@ impl<'t> Ingest<'t> {
                 self.ended.clear();
                 self.workspaces.clear();
             }
-            self.flush_group(group)?;
+            self.stage_group(group)?;
         }
         Ok(())
     }
 
-    /// Checks one group of sessions' batches and appends them together.
-    fn flush_group(&mut self, groups: Vec<(String, Vec<Pending>)>) -> Result<(), IngestError> {
+    /// Checks one group of sessions' events and stages them.
+    fn stage_group(&mut self, groups: Vec<(String, Vec<Pending>)>) -> Result<(), IngestError> {
         // Writers open in id order, so two ingests never wait for each other in a cycle.
         for (session, items) in &groups {
             let source_name = self.opts.source.clone();
@@ -730,8 +751,8 @@ impl<'t> Ingest<'t> {
                 });
             }
             // Nothing after session.end, as nothing before session.start. The writer
-            // has read the stream's tail already; only when its last event lies in an
-            // earlier segment is it read again.
+            // has read the stream's tail already (and knows what it staged); only when
+            // its last event lies in an earlier segment is it read again.
             let (next, known) = (w.next_seq(), w.ended());
             let mut ended = match known {
                 Some(e) => e,
@@ -751,45 +772,50 @@ impl<'t> Ingest<'t> {
                 ended = matches!(p.body, EventBody::SessionEnd(_));
             }
         }
-        // Every session's batch is written, then all are synced together; a failure
-        // anywhere takes back what was written, so an input spanning sessions is
-        // recorded whole or not at all (up to a crash, which keeps each batch atomic).
-        let batches: Vec<(String, Vec<(i64, EventBody)>)> = groups
-            .into_iter()
-            .map(|(session, items)| {
-                let events = items
-                    .into_iter()
-                    .map(|p| (p.time_unix_ns, p.body))
-                    .collect();
-                (session, events)
-            })
+        // One synced index append marks every new stream of the group as written.
+        let mut writers: Vec<&mut Writer> = self
+            .writers
+            .iter_mut()
+            .filter(|(s, _)| groups.iter().any(|(g, _)| g == *s))
+            .map(|(_, w)| w)
             .collect();
-        let receipts = {
-            let mut writers: Vec<&mut Writer> = self
-                .writers
-                .iter_mut()
-                .filter(|(s, _)| batches.iter().any(|(b, _)| b == *s))
-                .map(|(_, w)| w)
+        tacho_store::mark_written(&mut writers)?;
+        for (session, items) in groups {
+            let events: Vec<(i64, EventBody)> = items
+                .into_iter()
+                .map(|p| (p.time_unix_ns, p.body))
                 .collect();
-            // Both are in session order (BTreeMap), so writers and batches pair up.
-            let mut group: Vec<(&mut Writer, &[(i64, EventBody)])> = writers
-                .iter_mut()
-                .zip(&batches)
-                .map(|(w, (_, events))| (&mut **w, events.as_slice()))
-                .collect();
-            tacho_store::append_group(&mut group, self.opts.durability)?
-        };
-        for ((session, events), receipt) in batches.into_iter().zip(receipts) {
-            self.fold(&session, receipt.first_seq, &events);
+            let w = self.writer(&session)?;
+            let first_seq = w.stage(&events)?;
+            self.fold(&session, first_seq, &events);
+        }
+        Ok(())
+    }
+
+    /// Commits what every open writer has staged, as one group (all or none), and
+    /// acknowledges each session's batch.
+    fn commit_staged(&mut self) -> Result<(), IngestError> {
+        let (sessions, mut writers): (Vec<String>, Vec<&mut Writer>) = self
+            .writers
+            .iter_mut()
+            .filter(|(_, w)| w.has_staged())
+            .map(|(s, w)| (s.clone(), w))
+            .unzip();
+        if writers.is_empty() {
+            return Ok(());
+        }
+        let receipts = tacho_store::commit_group(&mut writers, self.opts.durability)?;
+        for (session, receipt) in sessions.into_iter().zip(receipts) {
+            let events = receipt.last_seq - receipt.first_seq + 1;
             let t = self.totals.entry(session.clone()).or_default();
             t.first_seq.get_or_insert(receipt.first_seq);
             t.last_seq = receipt.last_seq;
-            t.events += events.len() as u64;
-            self.recorded += events.len() as u64;
+            t.events += events;
+            self.recorded += events;
             (self.on_batch)(&BatchAck {
                 kind: "recorded",
                 session,
-                events: events.len(),
+                events: events as usize,
                 first_seq: receipt.first_seq,
                 last_seq: receipt.last_seq,
                 head: hex(&receipt.chain),

@@ -490,16 +490,31 @@ macro_rules! kinds {
 
             /// Encodes the body as (kind id, schema version, rkyv payload).
             pub fn encode(&self) -> Result<(u16, u16, rkyv::util::AlignedVec), SchemaError> {
+                let mut bytes = rkyv::util::AlignedVec::new();
+                let (kind, version) = self.encode_into(&mut bytes)?;
+                Ok((kind, version, bytes))
+            }
+
+            /// Encodes the body's rkyv payload into `out` (cleared first; its capacity
+            /// is reused, so a writer encoding many events allocates once) and returns
+            /// (kind id, schema version).
+            pub fn encode_into(
+                &self,
+                out: &mut rkyv::util::AlignedVec,
+            ) -> Result<(u16, u16), SchemaError> {
+                out.clear();
                 match self {
                     $(EventBody::$variant(v) => {
-                        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(v)
-                            .map_err(|e| SchemaError::Encode(e.to_string()))?;
-                        Ok(($id, $version, bytes))
+                        *out = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(
+                            v,
+                            std::mem::take(out),
+                        )
+                        .map_err(|e| SchemaError::Encode(e.to_string()))?;
+                        Ok(($id, $version))
                     })+
                     EventBody::Unknown { kind, version, payload } => {
-                        let mut bytes = rkyv::util::AlignedVec::new();
-                        bytes.extend_from_slice(payload);
-                        Ok((*kind, *version, bytes))
+                        out.extend_from_slice(payload);
+                        Ok((*kind, *version))
                     }
                 }
             }

@@ -148,9 +148,10 @@ impl OpenSegment {
     /// journal, and costs about a third less (SPEC.md §4.1). Not on the first write of
     /// a new segment: creating the file commits through the journal anyway, and a
     /// stream written once (a bulk import) would write the zeros and cut them again.
-    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+    /// Without `reserve` (a staged piece of a batch) the file only grows by the data.
+    fn write(&mut self, data: &[u8], reserve: bool) -> std::io::Result<()> {
         let end = self.len + data.len() as u64;
-        if end > self.allocated && self.allocated > 0 {
+        if reserve && end > self.allocated && self.allocated > 0 {
             let free = end.clamp(FREE_SPACE_BYTES_MIN, FREE_SPACE_BYTES_MAX);
             let target = end + free;
             let zeros = vec![0u8; (target - self.allocated) as usize];
@@ -194,6 +195,20 @@ impl OpenSegment {
     }
 }
 
+/// A batch written but not committed yet: its chain step so far and what it holds.
+#[derive(Debug)]
+struct Staged {
+    step: Chain,
+    span_len: u64,
+    first_seq: u64,
+    count: u64,
+    last_kind: Option<u16>,
+    ended: bool,
+}
+
+/// The largest payload scratch a writer keeps between batches.
+const PAYLOAD_SCRATCH_KEPT: usize = 1 << 20;
+
 /// The only writer of one session's stream while it lives (it holds the stream's lock).
 #[derive(Debug)]
 pub struct Writer {
@@ -209,6 +224,8 @@ pub struct Writer {
     chain: ChainValue,
     next_seq: u64,
     buf: Vec<u8>,
+    /// Scratch for one event's payload, reused from event to event.
+    payload: rkyv::util::AlignedVec,
     poisoned: bool,
     recovered: Vec<Recovery>,
     /// The kind of the stream's last event, when the writer has seen it (`None` for an
@@ -223,6 +240,8 @@ pub struct Writer {
     indexed: bool,
     /// Batches were appended since the stream was last synced.
     unsynced: bool,
+    /// Events written and not committed yet ([`Writer::stage`]).
+    staged: Option<Staged>,
 }
 
 impl Store {
@@ -279,6 +298,7 @@ impl Store {
             chain: [0; 32],
             next_seq: 0,
             buf: Vec::new(),
+            payload: rkyv::util::AlignedVec::new(),
             poisoned: false,
             recovered: Vec::new(),
             last_kind: None,
@@ -286,6 +306,7 @@ impl Store {
             resumed_from_mark: false,
             indexed: false,
             unsynced: false,
+            staged: None,
         };
         while !w.resume()? {}
         Ok(w)
@@ -301,28 +322,66 @@ pub fn append_group(
     group: &mut [(&mut Writer, &[(i64, EventBody)])],
     durability: Durability,
 ) -> Result<Vec<AppendReceipt>, StoreError> {
+    let mut writers: Vec<&mut Writer> = group.iter_mut().map(|(w, _)| &mut **w).collect();
+    mark_written(&mut writers)?;
+    group_commit(group, durability, |w, events| {
+        w.append_batch(events, Durability::Buffered)
+    })
+}
+
+/// Commits what each writer has staged ([`Writer::stage`]) as one group, as
+/// [`append_group`] appends: all committed or none (writers with nothing staged are
+/// left out). Returns a receipt per writer that had a batch staged, in order.
+pub fn commit_group(
+    writers: &mut [&mut Writer],
+    durability: Durability,
+) -> Result<Vec<AppendReceipt>, StoreError> {
+    let mut group: Vec<(&mut Writer, ())> = writers
+        .iter_mut()
+        .filter(|w| w.has_staged())
+        .map(|w| (&mut **w, ()))
+        .collect();
+    group_commit(&mut group, durability, |w, ()| {
+        w.commit(Durability::Buffered)
+    })
+}
+
+/// Records in the session index, with one synced append, that each of `writers` not
+/// yet marked writes its stream (what a writer does before its first frame, done once
+/// for a group).
+pub fn mark_written(writers: &mut [&mut Writer]) -> Result<(), StoreError> {
+    let Some(store) = writers.first().map(|w| w.store.clone()) else {
+        return Ok(());
+    };
+    let dirty: Vec<crate::index::Record> = writers
+        .iter()
+        .filter(|w| !w.indexed)
+        .map(|w| crate::index::Record::Dirty {
+            session: w.session.clone(),
+        })
+        .collect();
+    if dirty.is_empty() {
+        return Ok(());
+    }
+    store.index_append(&dirty, true)?;
+    for w in writers.iter_mut() {
+        w.indexed = true;
+    }
+    Ok(())
+}
+
+/// Runs `commit` (which appends or commits one buffered batch) on every writer of the
+/// group, then makes the group durable at once; a failure anywhere takes back every
+/// batch of the group.
+fn group_commit<T>(
+    group: &mut [(&mut Writer, T)],
+    durability: Durability,
+    mut commit: impl FnMut(&mut Writer, &T) -> Result<AppendReceipt, StoreError>,
+) -> Result<Vec<AppendReceipt>, StoreError> {
     let mut receipts = Vec::with_capacity(group.len());
     let mut failed = None;
-    // One synced index append says, for every stream of the group, that it is written.
-    if let Some((w, _)) = group.first() {
-        let store = w.store.clone();
-        let dirty: Vec<crate::index::Record> = group
-            .iter()
-            .filter(|(w, _)| !w.indexed)
-            .map(|(w, _)| crate::index::Record::Dirty {
-                session: w.session.clone(),
-            })
-            .collect();
-        store.index_append(&dirty, true)?;
-        for (w, _) in group.iter_mut() {
-            w.indexed = true;
-        }
-    }
-    for (w, events) in group.iter_mut() {
-        // Cleared first, so that a batch written before its append failed (say, while
-        // sealing the segment) is taken back too, and nothing else is.
-        w.last_batch = None;
-        match w.append_batch(events, Durability::Buffered) {
+    for (w, batch) in group.iter_mut() {
+        match commit(w, batch) {
             Ok(r) => receipts.push(r),
             Err(e) => {
                 failed = Some(e);
@@ -354,6 +413,11 @@ pub fn append_group(
     };
     let mut kept = Vec::new();
     let mut detail = String::new();
+    // Batches staged after the failure are never committed.
+    for (w, _) in group.iter_mut().skip(receipts.len() + 1) {
+        w.abort_staged();
+    }
+    // The writer that failed took its own batch back; those before it committed theirs.
     for (w, _) in group.iter_mut().take(receipts.len() + 1) {
         if let Err(e) = w.take_back_last_batch() {
             kept.push(w.session.clone());
@@ -567,6 +631,9 @@ impl Writer {
     /// Whether the stream's last event is `session.end`: `None` when the writer has not
     /// seen the last event (it lies in an earlier segment).
     pub fn ended(&self) -> Option<bool> {
+        if let Some(staged) = &self.staged {
+            return Some(staged.ended);
+        }
         if self.next_seq == 0 {
             return Some(false);
         }
@@ -592,15 +659,17 @@ impl Writer {
         self.chain
     }
 
-    /// Checks the stream rules for a batch that would be appended next, without
-    /// appending: the first event of a session is `session.start`, and `session.start`
-    /// appears nowhere else. On failure, returns the index in the batch and why.
+    /// Checks the stream rules for a batch that would be appended (or staged) next,
+    /// after what is staged, without appending: the first event of a session is
+    /// `session.start`, and `session.start` appears nowhere else. On failure, returns
+    /// the index in the batch and why.
     pub fn check_batch<'a>(
         &self,
         bodies: impl IntoIterator<Item = &'a EventBody>,
     ) -> Result<(), (usize, String)> {
+        let base = self.next_seq + self.staged.as_ref().map_or(0, |s| s.count);
         for (i, body) in bodies.into_iter().enumerate() {
-            let seq = self.next_seq + i as u64;
+            let seq = base + i as u64;
             let is_start = matches!(body, EventBody::SessionStart(_));
             if seq == 0 && !is_start {
                 return Err((
@@ -637,18 +706,74 @@ impl Writer {
     }
 
     /// Appends events as one batch: all of them become visible and durable together,
-    /// or none does. Events are `(time in ns since the epoch, body)`.
+    /// or none does. Events are `(time in ns since the epoch, body)`. Header (for a new
+    /// segment), event frames and commit frame go to the file in one write.
     pub fn append_batch(
         &mut self,
         events: &[(i64, EventBody)],
         durability: Durability,
     ) -> Result<AppendReceipt, StoreError> {
+        if self.staged.is_some() {
+            return Err(self.reject("a batch is staged: commit it first".into()));
+        }
+        self.last_batch = None;
+        let r = self
+            .encode_staged(events)
+            .and_then(|_| self.write_commit(durability));
+        if r.is_err() {
+            self.abort_staged();
+        }
+        r
+    }
+
+    /// Writes events after the stream's data without committing them: they join the
+    /// batch that [`Writer::commit`] makes visible and durable, all together (SPEC.md
+    /// §4.1). Nothing staged is visible to readers, and a crash before the commit
+    /// leaves a torn tail that the next writer cuts. A batch of any size is written as
+    /// it comes, in pieces, instead of being held in memory. Returns the sequence
+    /// number of the first event; on an error, everything staged is taken back.
+    pub fn stage(&mut self, events: &[(i64, EventBody)]) -> Result<u64, StoreError> {
+        let r = self
+            .encode_staged(events)
+            .and_then(|first| self.write_buf(false).map(|()| first));
+        if r.is_err() {
+            self.abort_staged();
+        }
+        r
+    }
+
+    /// Commits what is staged as one batch: the commit frame is written after it (its
+    /// chain step covers everything staged), then, for [`Durability::Sync`], synced.
+    /// Only then are the events visible and the batch acknowledged. On an error the
+    /// batch is taken back.
+    pub fn commit(&mut self, durability: Durability) -> Result<AppendReceipt, StoreError> {
+        if self.staged.is_none() {
+            return Err(self.reject("nothing is staged to commit".into()));
+        }
+        self.buf.clear();
+        let r = self.write_commit(durability);
+        if r.is_err() {
+            self.abort_staged();
+        }
+        r
+    }
+
+    /// Whether events are staged and not committed yet.
+    pub fn has_staged(&self) -> bool {
+        self.staged.is_some()
+    }
+
+    /// Checks `events` after what is staged and encodes their frames into the buffer
+    /// (after a new segment's header, the first time), adding them to the staged batch
+    /// and its chain step; nothing is written yet. Returns the first event's sequence
+    /// number.
+    fn encode_staged(&mut self, events: &[(i64, EventBody)]) -> Result<u64, StoreError> {
         if self.poisoned {
             return Err(StoreError::Poisoned(self.session.clone()));
         }
-        if events.is_empty() {
+        let Some((first_time, _)) = events.first() else {
             return Err(self.reject("an empty batch cannot be appended".into()));
-        }
+        };
         // Check everything before writing anything.
         if let Err((_, reason)) = self.check_batch(events.iter().map(|(_, b)| b)) {
             return Err(self.reject(reason));
@@ -662,9 +787,13 @@ impl Writer {
             )?;
             self.indexed = true;
         }
+        let first_seq = self.next_seq + self.staged.as_ref().map_or(0, |s| s.count);
         self.buf.clear();
+        let mut payload = std::mem::take(&mut self.payload);
         for (i, (time, body)) in events.iter().enumerate() {
-            let (kind, version, payload) = body.encode().map_err(|e| self.reject(e.to_string()))?;
+            let (kind, version) = body
+                .encode_into(&mut payload)
+                .map_err(|e| self.reject(e.to_string()))?;
             if payload.len() > FRAME_PAYLOAD_BYTES_MAX as usize {
                 return Err(self.reject(format!(
                     "a {} event of {} bytes exceeds the limit of {FRAME_PAYLOAD_BYTES_MAX} bytes",
@@ -676,69 +805,96 @@ impl Writer {
                 &mut self.buf,
                 kind,
                 version,
-                self.next_seq + i as u64,
+                first_seq + i as u64,
                 *time,
                 &payload,
             );
         }
+        // (A scratch grown by a very large event is not kept.)
+        if payload.capacity() <= PAYLOAD_SCRATCH_KEPT {
+            self.payload = payload;
+        }
         if self.seg.is_none() {
-            self.start_segment(events[0].0)?;
+            self.start_segment(*first_time)?;
         }
         let Some(seg) = self.seg.as_mut() else {
             return Err(StoreError::Poisoned(self.session.clone()));
         };
-        let created = seg.len == 0;
-        let mut step = Chain::start(&self.chain);
-        let mut span_len = self.buf.len() as u64;
-        if let Some(h) = &seg.span_prefix {
-            step.update(h);
-            span_len += SEGMENT_HEADER_LEN as u64;
+        let staged = self.staged.get_or_insert_with(|| Staged {
+            step: Chain::start(&self.chain),
+            span_len: 0,
+            first_seq,
+            count: 0,
+            last_kind: None,
+            ended: false,
+        });
+        if staged.count == 0 {
+            // Where the batch begins, to take it back (0: the batch creates the segment).
+            self.last_batch = Some((seg.path.clone(), seg.len));
         }
-        step.update(&self.buf);
-        let chain = step.finish();
-        let commit = CommitPayload {
-            chain,
-            first_seq: self.next_seq,
-            event_count: events.len() as u64,
-            span_len,
+        // A new segment's header is part of its first batch's span, and is written with
+        // it: creating the segment costs no write of its own.
+        let frames_len = self.buf.len();
+        if let Some(h) = seg.span_prefix.take() {
+            staged.step.update(&h);
+            staged.span_len += h.len() as u64;
+            self.buf.splice(0..0, h);
+        }
+        let frames_at = self.buf.len() - frames_len;
+        staged
+            .step
+            .update(self.buf.get(frames_at..).unwrap_or_default());
+        staged.span_len += frames_len as u64;
+        staged.count += events.len() as u64;
+        staged.last_kind = events.last().map(|(_, b)| b.kind_id());
+        staged.ended = matches!(events.last(), Some((_, EventBody::SessionEnd(_))));
+        Ok(first_seq)
+    }
+
+    /// Writes the buffer at the end of the open segment's data. Staged pieces
+    /// (`reserve` false) only extend the file by themselves; free space is reserved by
+    /// the write that commits.
+    fn write_buf(&mut self, reserve: bool) -> Result<(), StoreError> {
+        let Some(seg) = self.seg.as_mut() else {
+            return Err(StoreError::Poisoned(self.session.clone()));
         };
-        encode_commit_frame(&mut self.buf, &commit);
-        if created {
-            // A new segment gets its header, first batch and commit in one write, so
-            // that creating it costs no extra sync.
-            if let Some(h) = &seg.span_prefix {
-                self.buf.splice(0..0, h.iter().copied());
-            }
-        }
-        if let Err(e) = seg.write(&self.buf) {
-            // Take back what part of the batch reached the file, so nothing is
-            // half-written; if even that fails, the next open repairs the tail.
+        if let Err(e) = seg.write(&self.buf, reserve) {
             seg.allocated = u64::MAX; // unknown after a failed write
             if seg.trim().is_err() {
                 self.poisoned = true;
             }
-            let err = StoreError::io(&seg.path, e);
-            if created {
-                // A segment created for this batch (and a stream, for a new session)
-                // is removed with it: no empty stream is left behind.
-                let path = seg.path.clone();
-                self.seg = None;
-                if self.remove_segment(&path).is_err() {
-                    self.poisoned = true;
-                }
-            }
-            return Err(err);
+            return Err(StoreError::io(&seg.path, e));
         }
-        self.last_batch = Some((seg.path.clone(), seg.len));
-        let data_len = seg.len;
-        let mut crc = crc32fast::Hasher::new_with_initial_len(seg.prefix_crc, data_len);
+        let mut crc = crc32fast::Hasher::new_with_initial_len(seg.prefix_crc, seg.len);
         crc.update(&self.buf);
         seg.prefix_crc = crc.finalize();
         seg.len += self.buf.len() as u64;
+        Ok(())
+    }
+
+    /// Adds the commit frame of what is staged to the buffer, writes the buffer, makes
+    /// it as durable as asked, and takes the batch as committed.
+    fn write_commit(&mut self, durability: Durability) -> Result<AppendReceipt, StoreError> {
+        let Some(staged) = self.staged.as_ref() else {
+            return Err(self.reject("nothing is staged to commit".into()));
+        };
+        let chain = staged.step.finish();
+        let (first_seq, count, ended) = (staged.first_seq, staged.count, staged.ended);
+        encode_commit_frame(
+            &mut self.buf,
+            &CommitPayload {
+                chain,
+                first_seq,
+                event_count: count,
+                span_len: staged.span_len,
+            },
+        );
+        self.write_buf(true)?;
+        let Some(seg) = self.seg.as_mut() else {
+            return Err(StoreError::Poisoned(self.session.clone()));
+        };
         // A session that ended takes no more events: give its free space back.
-        let ended = matches!(events.last(), Some((_, EventBody::SessionEnd(_))));
         if ended && let Err(e) = seg.trim() {
-            seg.len = data_len;
             self.poisoned = true;
             return Err(StoreError::io(&seg.path, e));
         }
@@ -750,22 +906,29 @@ impl Writer {
             return Err(StoreError::io(&seg.path, e));
         }
         self.unsynced = durability != Durability::Sync;
-        let receipt = AppendReceipt {
-            first_seq: self.next_seq,
-            last_seq: self.next_seq + events.len() as u64 - 1,
-            chain,
-        };
-        seg.events += events.len() as u64;
-        seg.span_prefix = None;
-        self.next_seq += events.len() as u64;
-        self.last_kind = events.last().map(|(_, b)| b.kind_id());
+        seg.events += count;
+        self.next_seq += count;
+        self.last_kind = self.staged.take().and_then(|s| s.last_kind);
         self.chain = chain;
         let full = seg.len >= self.store.opts.segment_bytes_max;
         self.write_mark();
         if full {
             self.seal()?;
         }
-        Ok(receipt)
+        Ok(AppendReceipt {
+            first_seq,
+            last_seq: first_seq + count - 1,
+            chain,
+        })
+    }
+
+    /// Takes back what is staged (the file is cut to where the batch began, and the
+    /// writer reads its state from the stream again); poisons the writer when that
+    /// fails (the next open cuts the torn tail).
+    fn abort_staged(&mut self) {
+        if self.staged.take().is_some() && self.take_back_last_batch().is_err() {
+            self.poisoned = true;
+        }
     }
 
     /// Takes back the last batch this writer appended, as if it had never been
@@ -994,6 +1157,9 @@ impl Drop for Writer {
     /// this writer). Best effort: a head not recorded (or not durable yet) leaves the
     /// entry dirty, and the next reader heals it from the stream.
     fn drop(&mut self) {
+        // What was staged and never committed is taken back now rather than left for
+        // the next writer to cut.
+        self.abort_staged();
         let Some(head) = self.take_head_record() else {
             return;
         };

@@ -511,7 +511,18 @@ fn run_crash_workload(fs: &SimFs, freeze: Option<u64>) -> Acked {
             } else {
                 Durability::Sync
             };
-            w.append_batch(&batch, d).unwrap();
+            if bi % 4 == 1 {
+                // Staged in pieces, then committed: the same batch, written as it came.
+                let (a, b) = batch.split_at(batch.len() / 2);
+                for piece in [a, b] {
+                    if !piece.is_empty() {
+                        w.stage(piece).unwrap();
+                    }
+                }
+                w.commit(d).unwrap();
+            } else {
+                w.append_batch(&batch, d).unwrap();
+            }
             written.extend(batch);
             if d == Durability::Sync && freeze.is_none_or(|f| fs.sync_count() <= f) {
                 acked = written.len();
@@ -536,6 +547,96 @@ fn run_crash_workload(fs: &SimFs, freeze: Option<u64>) -> Acked {
         out.push((s.to_string(), acked, written));
     }
     out
+}
+
+/// A batch staged in pieces is the batch appended at once, byte for byte; nothing
+/// staged is seen before its commit; a staged batch never committed is taken back
+/// when its writer goes, and cut by the next writer after a crash.
+#[test]
+fn a_batch_staged_in_pieces_is_the_batch_appended_at_once() {
+    let batch: Vec<(i64, EventBody)> = std::iter::once((0, start()))
+        .chain((1..40).map(|i| (i as i64, ev(i, 90))))
+        .chain(std::iter::once((
+            40,
+            EventBody::SessionEnd(SessionEnd {
+                reason: EndReason::Completed,
+                message: None,
+            }),
+        )))
+        .collect();
+    let (one, pieces) = (SimFs::new(), SimFs::new());
+    let a = sim_store(&one, 1 << 20);
+    a.writer("ses_p")
+        .unwrap()
+        .append_batch(&batch, Durability::Sync)
+        .unwrap();
+    let b = sim_store(&pieces, 1 << 20);
+    let mut w = b.writer("ses_p").unwrap();
+    for piece in batch.chunks(7) {
+        w.stage(piece).unwrap();
+        assert!(
+            !b.has_session("ses_p") || read_all(&b, "ses_p").unwrap().is_empty(),
+            "staged events are not visible"
+        );
+    }
+    // Rules hold across pieces: nothing after session.end, no second start.
+    assert!(w.stage(&[(41, start())]).is_err());
+    assert!(
+        !w.has_staged(),
+        "a refused piece takes back the whole batch"
+    );
+    for piece in batch.chunks(7) {
+        w.stage(piece).unwrap();
+    }
+    let r = w.commit(Durability::Sync).unwrap();
+    assert_eq!((r.first_seq, r.last_seq), (0, 40));
+    drop(w);
+    let seg = |fs: &SimFs, st: &Store| fs.read(&last_segment(st, "ses_p"), false).unwrap().to_vec();
+    assert_eq!(seg(&one, &a), seg(&pieces, &b));
+    assert_eq!(read_all(&b, "ses_p").unwrap().len(), 41);
+
+    // Staged and dropped: the stream is as it was.
+    let fs = SimFs::new();
+    let st = sim_store(&fs, 1 << 20);
+    let mut w = st.writer("ses_q").unwrap();
+    w.append_batch(&batch[..5], Durability::Sync).unwrap();
+    let before = fs
+        .read(&last_segment(&st, "ses_q"), false)
+        .unwrap()
+        .to_vec();
+    w.stage(&batch[5..20]).unwrap();
+    drop(w);
+    assert_eq!(
+        fs.read(&last_segment(&st, "ses_q"), false)
+            .unwrap()
+            .to_vec(),
+        before
+    );
+
+    // Staged, then a crash (the staged pieces reached the disk, no commit did): the
+    // next writer cuts them and continues after the last committed batch.
+    let mut w = st.writer("ses_q").unwrap();
+    tacho_store::mark_written(&mut [&mut w]).unwrap();
+    fs.freeze_at_sync(fs.sync_count() + 1);
+    w.stage(&batch[5..20]).unwrap();
+    w.sync().unwrap();
+    let crashed = fs.frozen().expect("frozen").materialize(CrashKeep::Prefix {
+        fraction: 1.0,
+        zero_fill: false,
+    });
+    std::mem::forget(w);
+    let st = sim_store(&crashed, 1 << 20);
+    let w = st.writer("ses_q").unwrap();
+    assert_eq!(w.next_seq(), 5);
+    assert_eq!(w.recovered().len(), 1, "the staged tail is cut");
+    drop(w);
+    assert_eq!(read_all(&st, "ses_q").unwrap().len(), 5);
+    assert!(
+        st.verify_session("ses_q", true)
+            .unwrap()
+            .findings
+            .is_empty()
+    );
 }
 
 #[test]

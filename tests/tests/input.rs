@@ -156,3 +156,75 @@ fn the_first_bad_line_is_reported_however_far_ahead_lines_are_parsed() {
         assert!(!out.contains(&session), "{out}");
     }
 }
+
+/// An input recorded as one batch (no `--batch-lines`) is written to the stream as it
+/// is read, and committed at its end: one acknowledged batch, however long; a bad line
+/// anywhere leaves the stream byte for byte as it was.
+#[test]
+fn a_long_input_is_one_batch_and_a_late_bad_line_leaves_the_stream_as_it_was() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let session = "ses_long_batch";
+    let good =
+        |i: usize| format!("{{\"type\":\"tool.call\",\"call_id\":\"c{i}\",\"tool\":\"bash\"}}\n");
+    let mut first = String::from("{\"type\":\"session.start\"}\n");
+    for i in 0..9 {
+        first.push_str(&good(i));
+    }
+    let (code, _, err) = run_with_stdin(&home, &["record", "--session", session], &first);
+    assert_eq!(code, 0, "{err}");
+    let segment = || {
+        let dir = home.join("log").join("streams").join(session);
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), 1, "{files:?}");
+        // The data; zeros after it are free space (SPEC.md §2), given back or not.
+        let mut bytes = std::fs::read(&files[0]).unwrap();
+        while bytes.last() == Some(&0) {
+            bytes.pop();
+        }
+        bytes
+    };
+    let before = segment();
+    let n = 10_000;
+    let mut long = String::new();
+    for i in 0..n {
+        long.push_str(&good(100 + i));
+    }
+    // A bad line long after several thousand events were written to the stream.
+    let bad = long.clone() + "{\"type\":\"tool.call\"}\n";
+    let (code, _, err) = run_with_stdin(&home, &["record", "--session", session], &bad);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("line {}", n + 1)), "{err}");
+    assert!(err.contains("nothing was recorded"), "{err}");
+    let after = segment();
+    assert!(
+        after == before,
+        "the stream is as it was: {} bytes of data, now {}",
+        before.len(),
+        after.len()
+    );
+    assert_eq!(tacho_tests::event_count(&home, session), 10);
+    // Without it: one batch, acknowledged once.
+    let (code, out, err) =
+        run_with_stdin(&home, &["record", "--session", session, "--json"], &long);
+    assert_eq!(code, 0, "{err}");
+    let acks: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(acks.len(), 1, "{out}");
+    assert_eq!(acks[0]["events"], n);
+    assert_eq!(
+        (acks[0]["first_seq"].as_u64(), acks[0]["last_seq"].as_u64()),
+        (Some(10), Some(10 + n as u64 - 1))
+    );
+    assert_eq!(tacho_tests::event_count(&home, session), 10 + n);
+    let mut c = tacho(&home);
+    c.args(["log", "verify"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+}
