@@ -15,23 +15,13 @@ use clap::{Parser, Subcommand};
 
 use crate::error::CliError;
 
-/// mimalloc: `tacho record` allocates and frees millions of small values (parsed
-/// events, their strings and encodings), many on another thread than the one that
-/// made them; the system allocator spent half of an ingest's time there.
+/// mimalloc (version 2, without transparent huge pages): `tacho record` allocates and
+/// frees millions of small values (parsed events, their strings and encodings), many
+/// on another thread than the one that made them; the system allocator spent half of
+/// an ingest's time there. Version 3 and huge pages each cost every process about half
+/// a millisecond at start (page faults), which every hook would pay.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// `mi_option_purge_delay` in mimalloc 3's `mi_option_t` (`mimalloc.h`; the crate is
-/// pinned, and a test checks that option's default of 1000 ms).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// Freed memory goes back to the system at once instead of after a delay, so a long
-/// ingest's peak memory stays what it holds, as with the system allocator.
-#[allow(unsafe_code)] // an FFI call: mimalloc's own option setter
-fn release_freed_memory_at_once() {
-    // SAFETY: sets an option; called before any other thread exists.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
-}
 
 /// tacho's data as configured by the environment (`TACHO_HOME`, ...).
 pub fn open() -> Result<tacho_app::Tacho, CliError> {
@@ -104,7 +94,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    release_freed_memory_at_once();
     // `tacho hook <agent>` runs at every hook event of an agent: it skips building the
     // whole command-line parser (a fifth of the work of a hook that records no
     // snapshot). Anything else — `--help`, extra arguments — goes through clap.
@@ -150,19 +139,5 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::MI_OPTION_PURGE_DELAY;
-
-    #[test]
-    #[allow(unsafe_code)] // an FFI call: mimalloc's own option getter
-    fn the_purge_delay_option_is_the_one_named() {
-        // SAFETY: reads an option.
-        let value = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        // Its default in mimalloc 3 (`options.c`: 1000 ms; this test process never sets it).
-        assert_eq!(value, 1000);
     }
 }
