@@ -254,8 +254,12 @@ pub const GROUP_SESSIONS_MAX: usize = 64;
 /// The most writers an ingest keeps open (two files each).
 pub const WRITERS_OPEN_MAX: usize = 64;
 
+/// Chunks of input lines read ahead of the ingest, at most ([`Ingest::lines`]).
+const CHUNKS_IN_FLIGHT: usize = 8;
+
 /// Queued events are written (staged, not committed) once this many wait, whatever the
-/// batch size: a batch is never held whole in memory.
+/// batch size (`batch_lines` 0, or larger than this): a batch is never held whole in
+/// memory.
 const STAGE_EVENTS: usize = 4096;
 
 /// The most events an ingest holds folded at once (over all its open sessions; about
@@ -303,6 +307,8 @@ pub struct Ingest<'t> {
     /// Events held in `folds` (each fold's `graph.next_seq`), at most `fold_budget`.
     folded: u64,
     fold_budget: u64,
+    /// Events staged to their streams and not committed yet.
+    staged_events: usize,
 }
 
 /// A session folded from its first event on.
@@ -350,6 +356,7 @@ impl<'t> Ingest<'t> {
             folds: BTreeMap::new(),
             folded: 0,
             fold_budget: FOLD_EVENTS_MAX,
+            staged_events: 0,
         })
     }
 
@@ -378,47 +385,98 @@ impl<'t> Ingest<'t> {
         self.take_in(line, parsed)
     }
 
-    /// Every line of `input`, in order, each as [`Ingest::line`] takes it: lines are
-    /// read and parsed on a thread of their own, up to a few thousand ahead, and taken
-    /// in here; what was read is handed over before a read would wait for more input,
-    /// so a live stream is taken in as it comes. The first error stops the ingest
-    /// (that thread is left to end with the process if it waits on input).
+    /// Every line of `input`, in order, each as [`Ingest::line`] takes it. One thread
+    /// reads lines and hands them over in chunks of up to 1,024 (a chunk goes early
+    /// when the next read could wait, so a live stream is taken in as it comes); two
+    /// more parse chunks side by side; this one takes the parsed lines in, in input
+    /// order. At most [`CHUNKS_IN_FLIGHT`] chunks are read ahead. The first error in
+    /// input order stops the ingest (the reading thread is left to end with the
+    /// process if it waits on input).
     pub fn lines<R: std::io::Read + Send + 'static>(
         &mut self,
         input: R,
     ) -> Result<(), IngestError> {
-        type Chunk = Vec<(usize, Result<ParsedInput, IngestError>)>;
+        use std::sync::mpsc::sync_channel;
+        type Raw = Vec<(usize, std::io::Result<String>)>;
+        type Parsed = Vec<(usize, Result<ParsedInput, IngestError>)>;
         const CHUNK_LINES: usize = 1024;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Chunk>(4);
-        let source = self.opts.source.clone();
+        const PARSERS: usize = 2;
+        // A chunk is read only with a token, and its token comes back once it is taken
+        // in: what is read ahead stays bounded, however the parsers interleave.
+        let (token_tx, token_rx) = sync_channel::<()>(CHUNKS_IN_FLIGHT);
+        for _ in 0..CHUNKS_IN_FLIGHT {
+            let _ = token_tx.send(());
+        }
+        let (raw_tx, raw_rx) = sync_channel::<(u64, Raw)>(CHUNKS_IN_FLIGHT);
+        let raw_rx = std::sync::Arc::new(std::sync::Mutex::new(raw_rx));
+        let (parsed_tx, parsed_rx) = sync_channel::<(u64, Parsed)>(CHUNKS_IN_FLIGHT);
         std::thread::spawn(move || {
             let mut input = std::io::BufReader::with_capacity(256 * 1024, input);
             let mut line = 0;
-            let mut chunk: Chunk = Vec::with_capacity(CHUNK_LINES);
-            while let Some((n, text)) = next_capped_line(&mut input, LINE_BYTES_MAX, &mut line) {
-                let parsed = match text {
-                    Ok(text) => parse_input(&source, n, &text),
-                    Err(error) => Err(IngestError::Read {
-                        source_name: source.clone(),
-                        line: n,
-                        error,
-                    }),
-                };
-                let stop = parsed.is_err();
-                chunk.push((n, parsed));
-                // (A chunk is sent when full, at an error, or before a read that may
-                // wait; the thread ends when the ingest stopped listening.)
-                if (stop || chunk.len() >= CHUNK_LINES || input.buffer().is_empty())
-                    && (tx.send(std::mem::take(&mut chunk)).is_err() || stop)
-                {
+            let mut index = 0u64;
+            let mut chunk: Raw = Vec::with_capacity(CHUNK_LINES);
+            loop {
+                let next = next_capped_line(&mut input, LINE_BYTES_MAX, &mut line);
+                let end = next.is_none();
+                let failed = next.as_ref().is_some_and(|(_, r)| r.is_err());
+                chunk.extend(next);
+                // (A chunk is sent when full, at the end or an error, or before a read
+                // that may wait; reading ends when nobody takes chunks any more.)
+                if end || failed || chunk.len() >= CHUNK_LINES || input.buffer().is_empty() {
+                    if !chunk.is_empty()
+                        && (token_rx.recv().is_err()
+                            || raw_tx.send((index, std::mem::take(&mut chunk))).is_err())
+                    {
+                        return;
+                    }
+                    index += 1;
+                }
+                if end || failed {
                     return;
                 }
             }
-            let _ = tx.send(chunk);
         });
-        for chunk in rx {
-            for (line, parsed) in chunk {
-                self.take_in(line, parsed?)?;
+        for _ in 0..PARSERS {
+            let (raw_rx, parsed_tx) = (raw_rx.clone(), parsed_tx.clone());
+            let source = self.opts.source.clone();
+            std::thread::spawn(move || {
+                loop {
+                    let next = match raw_rx.lock() {
+                        Ok(rx) => rx.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok((index, raw)) = next else { return };
+                    let parsed: Parsed = raw
+                        .into_iter()
+                        .map(|(n, text)| {
+                            let r = match text {
+                                Ok(text) => parse_input(&source, n, &text),
+                                Err(error) => Err(IngestError::Read {
+                                    source_name: source.clone(),
+                                    line: n,
+                                    error,
+                                }),
+                            };
+                            (n, r)
+                        })
+                        .collect();
+                    if parsed_tx.send((index, parsed)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(parsed_tx);
+        let mut next = 0u64;
+        let mut waiting: BTreeMap<u64, Parsed> = BTreeMap::new();
+        for (index, parsed) in parsed_rx {
+            waiting.insert(index, parsed);
+            while let Some(chunk) = waiting.remove(&next) {
+                next += 1;
+                for (line, parsed) in chunk {
+                    self.take_in(line, parsed?)?;
+                }
+                let _ = token_tx.send(());
             }
         }
         Ok(())
@@ -597,9 +655,10 @@ impl<'t> Ingest<'t> {
         if let (Some(ws), Some(session)) = (&ws, after_session) {
             self.auto_snapshot(ws, after, line, &session, time_unix_ns);
         }
-        if self.opts.batch_lines > 0 && self.batch.len() >= self.opts.batch_lines {
+        let in_batch = self.batch.len() + self.staged_events;
+        if self.opts.batch_lines > 0 && in_batch >= self.opts.batch_lines {
             self.flush()?;
-        } else if self.opts.batch_lines == 0 && self.batch.len() >= STAGE_EVENTS {
+        } else if self.batch.len() >= STAGE_EVENTS {
             self.stage()?;
         }
         Ok(())
@@ -710,11 +769,22 @@ impl<'t> Ingest<'t> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let mut by_session: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
-        for p in self.batch.drain(..) {
-            by_session.entry(p.session.clone()).or_default().push(p);
-        }
-        let mut rest: Vec<(String, Vec<Pending>)> = by_session.into_iter().collect();
+        // (The next batch is likely as long as this one.)
+        let next = Vec::with_capacity(self.batch.len());
+        let pending = std::mem::replace(&mut self.batch, next);
+        let mut rest: Vec<(String, Vec<Pending>)> = match pending.first() {
+            // One session (the usual case): its events as they are, not moved one by one.
+            Some(first) if pending.iter().all(|p| p.session == first.session) => {
+                vec![(first.session.clone(), pending)]
+            }
+            _ => {
+                let mut by_session: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
+                for p in pending {
+                    by_session.entry(p.session.clone()).or_default().push(p);
+                }
+                by_session.into_iter().collect()
+            }
+        };
         while !rest.is_empty() {
             let later = rest.split_off(rest.len().min(GROUP_SESSIONS_MAX));
             let group = std::mem::replace(&mut rest, later);
@@ -787,6 +857,7 @@ impl<'t> Ingest<'t> {
                 .collect();
             let w = self.writer(&session)?;
             let first_seq = w.stage(&events)?;
+            self.staged_events += events.len();
             self.fold(&session, first_seq, &events);
         }
         Ok(())
@@ -801,6 +872,7 @@ impl<'t> Ingest<'t> {
             .filter(|(_, w)| w.has_staged())
             .map(|(s, w)| (s.clone(), w))
             .unzip();
+        self.staged_events = 0;
         if writers.is_empty() {
             return Ok(());
         }

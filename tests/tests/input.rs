@@ -223,6 +223,29 @@ fn a_long_input_is_one_batch_and_a_late_bad_line_leaves_the_stream_as_it_was() {
         (Some(10), Some(10 + n as u64 - 1))
     );
     assert_eq!(tacho_tests::event_count(&home, session), 10 + n);
+    // `--batch-lines` larger than what is staged at a time: batches of exactly that.
+    let (code, out, err) = run_with_stdin(
+        &home,
+        &[
+            "record",
+            "--session",
+            session,
+            "--json",
+            "--batch-lines",
+            "6000",
+        ],
+        &long,
+    );
+    assert_eq!(code, 0, "{err}");
+    let sizes: Vec<u64> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["events"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(sizes, [6000, 4000], "{out}");
     let mut c = tacho(&home);
     c.args(["log", "verify"]);
     let (code, out, err) = run(c);
