@@ -889,7 +889,8 @@ impl Writer {
                 span_len: staged.span_len,
             },
         );
-        self.write_buf(true)?;
+        // (No free space is reserved for a session that ends here: it takes no more.)
+        self.write_buf(!ended)?;
         let Some(seg) = self.seg.as_mut() else {
             return Err(StoreError::Poisoned(self.session.clone()));
         };
