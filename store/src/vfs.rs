@@ -164,6 +164,33 @@ impl LockGuard for RealLock {
     }
 }
 
+impl RealFs {
+    /// Replaces `path` atomically and durably with what `fill` writes to a new file:
+    /// written beside it, synced, renamed over it, and the directory synced; the new
+    /// file is removed when anything fails.
+    fn replace_by(
+        &self,
+        path: &Path,
+        fill: impl FnOnce(&mut File) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            fill(&mut f)?;
+            f.sync_data()?;
+            std::fs::rename(&tmp, path)?;
+            match path.parent() {
+                Some(dir) => self.sync_dir(dir),
+                None => Ok(()),
+            }
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+}
+
 impl Vfs for RealFs {
     fn create_dir_all(&self, path: &Path) -> io::Result<bool> {
         if path.is_dir() {
@@ -300,21 +327,7 @@ impl Vfs for RealFs {
     }
 
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let result = (|| {
-            let mut f = File::create(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_data()?;
-            std::fs::rename(&tmp, path)?;
-            match path.parent() {
-                Some(dir) => self.sync_dir(dir),
-                None => Ok(()),
-            }
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        self.replace_by(path, |f| f.write_all(bytes))
     }
 
     fn replace_with(
@@ -323,25 +336,12 @@ impl Vfs for RealFs {
         header_len: usize,
         write: &mut dyn FnMut(&mut dyn Write) -> io::Result<Vec<u8>>,
     ) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let result = (|| {
-            let mut f = File::create(&tmp)?;
+        self.replace_by(path, |f| {
             f.write_all(&vec![0; header_len])?;
-            let header = write(&mut f)?;
+            let header = write(f)?;
             check_header(&header, header_len)?;
-            f.write_all_at(&header, 0)?;
-            f.sync_data()?;
-            std::fs::rename(&tmp, path)?;
-            match path.parent() {
-                Some(dir) => self.sync_dir(dir),
-                None => Ok(()),
-            }
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+            std::os::unix::fs::FileExt::write_all_at(f, &header, 0)
+        })
     }
 
     fn lock_mode(
