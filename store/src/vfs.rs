@@ -104,9 +104,8 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
         header_len: usize,
         write: &mut dyn FnMut(&mut dyn Write) -> io::Result<Vec<u8>>,
     ) -> io::Result<()> {
-        let mut bytes = vec![0; header_len];
-        let header = write(&mut bytes)?;
-        check_header(&header, header_len)?;
+        let mut bytes = Vec::new();
+        let header = write_headed(&mut bytes, header_len, write)?;
         bytes.splice(..header_len, header);
         self.replace(path, &bytes)
     }
@@ -337,9 +336,7 @@ impl Vfs for RealFs {
         write: &mut dyn FnMut(&mut dyn Write) -> io::Result<Vec<u8>>,
     ) -> io::Result<()> {
         self.replace_by(path, |f| {
-            f.write_all(&vec![0; header_len])?;
-            let header = write(f)?;
-            check_header(&header, header_len)?;
+            let header = write_headed(f, header_len, write)?;
             std::os::unix::fs::FileExt::write_all_at(f, &header, 0)
         })
     }
@@ -358,16 +355,23 @@ impl Vfs for RealFs {
     }
 }
 
-/// The first bytes a [`Vfs::replace_with`] writer returned must be as long as said.
-fn check_header(header: &[u8], header_len: usize) -> io::Result<()> {
-    if header.len() == header_len {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
+/// What [`Vfs::replace_with`] writes to `out`: `header_len` zeros, then what `write`
+/// writes; returns the header `write` gave, checked to be as long as reserved (for the
+/// caller to put in place of the zeros).
+fn write_headed(
+    out: &mut dyn Write,
+    header_len: usize,
+    write: &mut dyn FnMut(&mut dyn Write) -> io::Result<Vec<u8>>,
+) -> io::Result<Vec<u8>> {
+    out.write_all(&vec![0; header_len])?;
+    let header = write(out)?;
+    if header.len() != header_len {
+        return Err(io::Error::other(format!(
             "a header of {} bytes where {header_len} were reserved",
             header.len()
-        )))
+        )));
     }
+    Ok(header)
 }
 
 /// Why [`acquire`] returned without the lock.
