@@ -206,6 +206,10 @@ struct Staged {
     ended: bool,
 }
 
+/// Staged frames are written once this many bytes of them wait in memory (and at the
+/// commit): an ingest with 64 writers open holds at most 16 MiB of them.
+const STAGED_BYTES_WRITTEN: usize = 256 * 1024;
+
 /// The largest payload scratch a writer keeps between batches.
 const PAYLOAD_SCRATCH_KEPT: usize = 1 << 20;
 
@@ -716,26 +720,28 @@ impl Writer {
         if self.staged.is_some() {
             return Err(self.reject("a batch is staged: commit it first".into()));
         }
+        // Cleared first: a batch that fails before it is written must not leave the
+        // previous batch named for a group to take back.
         self.last_batch = None;
-        let r = self
-            .encode_staged(events)
-            .and_then(|_| self.write_commit(durability));
-        if r.is_err() {
-            self.abort_staged();
-        }
-        r
+        self.stage(events)?;
+        self.commit(durability)
     }
 
-    /// Writes events after the stream's data without committing them: they join the
-    /// batch that [`Writer::commit`] makes visible and durable, all together (SPEC.md
-    /// §4.1). Nothing staged is visible to readers, and a crash before the commit
-    /// leaves a torn tail that the next writer cuts. A batch of any size is written as
-    /// it comes, in pieces, instead of being held in memory. Returns the sequence
-    /// number of the first event; on an error, everything staged is taken back.
+    /// Adds events to the batch that [`Writer::commit`] makes visible and durable, all
+    /// together (SPEC.md §4.1), without committing them. Their frames wait in memory
+    /// until [`STAGED_BYTES_WRITTEN`] of them do, then go after the stream's data: a
+    /// batch of any size is written as it comes, in pieces, and a small one in one write
+    /// with its commit. Nothing staged is visible to readers, and a crash before the
+    /// commit leaves a torn tail that the next writer cuts. Returns the sequence number
+    /// of the first event; on an error, everything staged is taken back.
     pub fn stage(&mut self, events: &[(i64, EventBody)]) -> Result<u64, StoreError> {
-        let r = self
-            .encode_staged(events)
-            .and_then(|first| self.write_buf(false).map(|()| first));
+        let r = self.encode_staged(events).and_then(|first| {
+            if self.buf.len() >= STAGED_BYTES_WRITTEN {
+                self.write_buf(false)?;
+                self.buf.clear();
+            }
+            Ok(first)
+        });
         if r.is_err() {
             self.abort_staged();
         }
@@ -747,10 +753,6 @@ impl Writer {
     /// Only then are the events visible and the batch acknowledged. On an error the
     /// batch is taken back.
     pub fn commit(&mut self, durability: Durability) -> Result<AppendReceipt, StoreError> {
-        if self.staged.is_none() {
-            return Err(self.reject("nothing is staged to commit".into()));
-        }
-        self.buf.clear();
         let r = self.write_commit(durability);
         if r.is_err() {
             self.abort_staged();
@@ -763,10 +765,10 @@ impl Writer {
         self.staged.is_some()
     }
 
-    /// Checks `events` after what is staged and encodes their frames into the buffer
-    /// (after a new segment's header, the first time), adding them to the staged batch
-    /// and its chain step; nothing is written yet. Returns the first event's sequence
-    /// number.
+    /// Checks `events` after what is staged and encodes their frames after what waits
+    /// in the buffer (after a new segment's header, the first time), adding them to the
+    /// staged batch and its chain step; nothing is written yet. Returns the first
+    /// event's sequence number.
     fn encode_staged(&mut self, events: &[(i64, EventBody)]) -> Result<u64, StoreError> {
         if self.poisoned {
             return Err(StoreError::Poisoned(self.session.clone()));
@@ -788,7 +790,10 @@ impl Writer {
             self.indexed = true;
         }
         let first_seq = self.next_seq + self.staged.as_ref().map_or(0, |s| s.count);
-        self.buf.clear();
+        if self.staged.is_none() {
+            self.buf.clear();
+        }
+        let start = self.buf.len();
         let mut payload = std::mem::take(&mut self.payload);
         for (i, (time, body)) in events.iter().enumerate() {
             let (kind, version) = body
@@ -834,11 +839,11 @@ impl Writer {
         }
         // A new segment's header is part of its first batch's span, and is written with
         // it: creating the segment costs no write of its own.
-        let frames_len = self.buf.len();
+        let frames_len = self.buf.len() - start;
         if let Some(h) = seg.span_prefix.take() {
             staged.step.update(&h);
             staged.span_len += h.len() as u64;
-            self.buf.splice(0..0, h);
+            self.buf.splice(start..start, h);
         }
         let frames_at = self.buf.len() - frames_len;
         staged
@@ -927,6 +932,8 @@ impl Writer {
     /// writer reads its state from the stream again); poisons the writer when that
     /// fails (the next open cuts the torn tail).
     fn abort_staged(&mut self) {
+        // (Frames still waiting in the buffer were never written.)
+        self.buf.clear();
         if self.staged.take().is_some() && self.take_back_last_batch().is_err() {
             self.poisoned = true;
         }

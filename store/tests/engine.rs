@@ -614,11 +614,13 @@ fn a_batch_staged_in_pieces_is_the_batch_appended_at_once() {
     );
 
     // Staged, then a crash (the staged pieces reached the disk, no commit did): the
-    // next writer cuts them and continues after the last committed batch.
+    // next writer cuts them and continues after the last committed batch. (Pieces are
+    // written once 256 KiB of them wait.)
+    let large: Vec<(i64, EventBody)> = (5..20).map(|i| (i as i64, ev(i, 200_000))).collect();
     let mut w = st.writer("ses_q").unwrap();
     tacho_store::mark_written(&mut [&mut w]).unwrap();
     fs.freeze_at_sync(fs.sync_count() + 1);
-    w.stage(&batch[5..20]).unwrap();
+    w.stage(&large).unwrap();
     w.sync().unwrap();
     let crashed = fs.frozen().expect("frozen").materialize(CrashKeep::Prefix {
         fraction: 1.0,
