@@ -268,6 +268,14 @@ const STAGE_EVENTS: usize = 4096;
 /// bounded by this however long the input's sessions are.
 pub const FOLD_EVENTS_MAX: u64 = 200_000;
 
+/// The most sessions, and about the most bytes, of one pack: a larger input's new
+/// sessions go into several, each published (and acknowledged) when full.
+pub const PACK_SESSIONS_MAX: usize = 4096;
+pub const PACK_BYTES_MAX: u64 = 256 << 20;
+
+/// The most workspace spellings an ingest remembers.
+const CANONICAL_KEPT: usize = 1024;
+
 /// Hears of each committed batch; an error stops the ingest.
 type OnBatch<'t> = Box<dyn FnMut(&BatchAck) -> std::io::Result<()> + 't>;
 
@@ -309,6 +317,14 @@ pub struct Ingest<'t> {
     fold_budget: u64,
     /// Events staged to their streams and not committed yet.
     staged_events: usize,
+    /// New sessions of a one-batch input that spans sessions: written into one pack,
+    /// published when the input ends (SPEC.md §1.1).
+    pack: Option<tacho_store::PackBuilder>,
+    /// The index facts of packed sessions that ended (encoded), for when the pack is
+    /// published.
+    pack_facts: Vec<u8>,
+    /// Workspaces as spelt in the input, and their canonical paths.
+    canonical: BTreeMap<String, Option<PathBuf>>,
 }
 
 /// A session folded from its first event on.
@@ -357,6 +373,9 @@ impl<'t> Ingest<'t> {
             folded: 0,
             fold_budget: FOLD_EVENTS_MAX,
             staged_events: 0,
+            pack: None,
+            pack_facts: Vec::new(),
+            canonical: BTreeMap::new(),
         })
     }
 
@@ -626,11 +645,7 @@ impl<'t> Ingest<'t> {
             // One spelling of the workspace for everything that follows (snapshots,
             // edits, receipts): canonical — links resolved, no `.` or trailing slash —
             // when it is a directory here; as reported otherwise.
-            let w = s
-                .workspace
-                .as_ref()
-                .and_then(|w| Path::new(w).canonicalize().ok())
-                .filter(|w| w.is_dir());
+            let w = s.workspace.as_ref().and_then(|w| self.canonical(w));
             if let Some(w) = &w {
                 s.workspace = Some(w.display().to_string());
             }
@@ -662,6 +677,23 @@ impl<'t> Ingest<'t> {
             self.stage()?;
         }
         Ok(())
+    }
+
+    /// A workspace as spelt in a `session.start`, canonical, when it is a directory
+    /// here (remembered: a bulk input names the same few workspaces again and again).
+    fn canonical(&mut self, workspace: &str) -> Option<PathBuf> {
+        if let Some(c) = self.canonical.get(workspace) {
+            return c.clone();
+        }
+        let c = Path::new(workspace)
+            .canonicalize()
+            .ok()
+            .filter(|w| w.is_dir());
+        if self.canonical.len() >= CANONICAL_KEPT {
+            self.canonical.clear();
+        }
+        self.canonical.insert(workspace.to_owned(), c.clone());
+        c
     }
 
     /// The workspace of `session`: from a `session.start` seen in this input, else
@@ -771,8 +803,18 @@ impl<'t> Ingest<'t> {
         }
         // (The next batch is likely as long as this one.)
         let next = Vec::with_capacity(self.batch.len());
-        let pending = std::mem::replace(&mut self.batch, next);
+        let mut pending = std::mem::replace(&mut self.batch, next);
+        // New sessions of a one-batch input that spans sessions go to the pack.
+        let spans = pending
+            .first()
+            .is_some_and(|f| pending.iter().any(|p| p.session != f.session))
+            || !self.writers.is_empty()
+            || !self.totals.is_empty();
+        if self.opts.batch_lines == 0 && (spans || self.pack.is_some()) {
+            pending = self.pack_new_sessions(pending)?;
+        }
         let mut rest: Vec<(String, Vec<Pending>)> = match pending.first() {
+            None => Vec::new(),
             // One session (the usual case): its events as they are, not moved one by one.
             Some(first) if pending.iter().all(|p| p.session == first.session) => {
                 vec![(first.session.clone(), pending)]
@@ -859,6 +901,142 @@ impl<'t> Ingest<'t> {
             let first_seq = w.stage(&events)?;
             self.staged_events += events.len();
             self.fold(&session, first_seq, &events);
+        }
+        Ok(())
+    }
+
+    /// Adds the events of new sessions to the pack, run by run of one session as they
+    /// come (not grouped: the pack takes sessions in any order); returns the others,
+    /// in order. A session is packed when the pack holds it already, or when it is new
+    /// to the store and this ingest has no writer for it.
+    fn pack_new_sessions(&mut self, pending: Vec<Pending>) -> Result<Vec<Pending>, IngestError> {
+        let mut rest = Vec::new();
+        let mut run: Vec<Pending> = Vec::new();
+        let mut it = pending.into_iter().peekable();
+        while let Some(p) = it.next() {
+            let ends_run = it.peek().is_none_or(|n| n.session != p.session);
+            run.push(p);
+            if !ends_run {
+                continue;
+            }
+            let Some(session) = run.first().map(|p| p.session.clone()) else {
+                continue;
+            };
+            // A pack grown large is published before it takes another session: what
+            // an ingest holds for its pack stays bounded, as groups of writers do.
+            if self.pack.as_ref().is_some_and(|p| {
+                !p.contains(&session)
+                    && (p.sessions() >= PACK_SESSIONS_MAX || p.bytes() >= PACK_BYTES_MAX)
+            }) {
+                self.publish_pack()?;
+            }
+            let tacho = self.tacho;
+            let pack = self.pack.get_or_insert_with(|| tacho.log().pack_builder());
+            if pack.contains(&session)
+                || (!self.writers.contains_key(&session) && pack.is_new(&session)?)
+            {
+                self.stage_packed(session, std::mem::take(&mut run))?;
+            } else {
+                rest.append(&mut run);
+            }
+        }
+        Ok(rest)
+    }
+
+    /// Checks a new session's events and adds them to the pack.
+    fn stage_packed(&mut self, session: String, items: Vec<Pending>) -> Result<(), IngestError> {
+        let tacho = self.tacho;
+        let pack = self.pack.get_or_insert_with(|| tacho.log().pack_builder());
+        let source_name = &self.opts.source;
+        let rejected = |line: usize, reason: String| IngestError::Rejected {
+            source_name: source_name.clone(),
+            line,
+            reason,
+        };
+        if let Err((i, reason)) = pack.check_batch(&session, items.iter().map(|p| &p.body)) {
+            return Err(rejected(items.get(i).map_or(0, |p| p.line), reason));
+        }
+        let mut ended = pack.ended(&session);
+        for p in &items {
+            if ended {
+                return Err(rejected(
+                    p.line,
+                    format!(
+                        "session {session} has ended: a {} after session.end is refused",
+                        p.body.kind_name()
+                    ),
+                ));
+            }
+            ended = matches!(p.body, EventBody::SessionEnd(_));
+        }
+        let events: Vec<(i64, EventBody)> = items
+            .into_iter()
+            .map(|p| (p.time_unix_ns, p.body))
+            .collect();
+        let first_seq = pack.stage(&session, &events)?;
+        self.fold(&session, first_seq, &events);
+        // A session that ended takes no more events: its segment is sealed now and
+        // what the index will know of it is computed now, not held folded until the
+        // pack is published.
+        if ended && let Some(pack) = self.pack.as_mut() {
+            let head = pack.close(&session)?;
+            if let (Some(head), Some(f)) = (head, self.folds.remove(&session)) {
+                self.folded = self.folded.saturating_sub(f.graph.next_seq);
+                if f.graph.next_seq == head.0 {
+                    let facts = self.tacho.facts_record(f.graph, f.source, head);
+                    tacho_store::index::encode_record(&facts, &mut self.pack_facts)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes the pack of new sessions, acknowledges each, and gives the session
+    /// index the facts of those folded whole.
+    fn publish_pack(&mut self) -> Result<(), IngestError> {
+        let Some(pack) = self.pack.take() else {
+            return Ok(());
+        };
+        let receipts = pack.publish()?;
+        // What was learnt of the published sessions goes (read from the log if they
+        // come back), as when writers close.
+        self.workspaces.clear();
+        let mut facts = Vec::new();
+        for (session, receipt) in receipts {
+            let events = receipt.last_seq - receipt.first_seq + 1;
+            let t = self.totals.entry(session.clone()).or_default();
+            t.first_seq.get_or_insert(receipt.first_seq);
+            t.last_seq = receipt.last_seq;
+            t.events += events;
+            self.recorded += events;
+            if let Some(f) = self.folds.remove(&session) {
+                self.folded = self.folded.saturating_sub(f.graph.next_seq);
+                if f.graph.next_seq == events {
+                    facts.push(
+                        self.tacho
+                            .facts_record(f.graph, f.source, (events, receipt.chain)),
+                    );
+                }
+            }
+            (self.on_batch)(&BatchAck {
+                kind: "recorded",
+                session,
+                events: events as usize,
+                first_seq: receipt.first_seq,
+                last_seq: receipt.last_seq,
+                head: hex(&receipt.chain),
+            })
+            .map_err(IngestError::Ack)?;
+        }
+        let encoded = std::mem::take(&mut self.pack_facts);
+        let appended = self
+            .tacho
+            .log()
+            .index_append(&facts, false)
+            .and_then(|_| self.tacho.log().index_append_encoded(&encoded, false));
+        if let Err(e) = appended {
+            self.tacho
+                .note(&format!("note: the session index was not updated: {e}"));
         }
         Ok(())
     }
@@ -950,7 +1128,7 @@ impl<'t> Ingest<'t> {
 
     /// Appends what is queued and returns what each session received.
     pub fn finish(mut self) -> Result<Ingested, RecordError> {
-        let flushed = self.flush();
+        let flushed = self.flush().and_then(|()| self.publish_pack());
         self.close_writers();
         match flushed {
             Ok(()) => Ok(Ingested {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tacho_schema::EventView;
 
 use tacho_store::dump::{SegmentDump, dump_file};
-use tacho_store::{StoreError, StoreReport, StreamReport};
+use tacho_store::{SegmentInfo, StoreError, StoreReport, StreamReport};
 
 use crate::Tacho;
 use crate::error::kinds;
@@ -46,9 +46,10 @@ kinds!(DumpError {
     DumpError::Store(e) => e.kind(),
 });
 
-/// A segment file's path, read and walked.
-pub fn dump_segment_file(path: &Path) -> Result<SegmentDump, DumpError> {
-    dump_file(path).map_err(|source| DumpError::Read {
+/// A segment file's path (or a pack's, with the segment's offset and length in it),
+/// read and walked.
+pub fn dump_segment_file(path: &Path, range: Option<(u64, u64)>) -> Result<SegmentDump, DumpError> {
+    dump_file(path, range).map_err(|source| DumpError::Read {
         path: path.to_path_buf(),
         source,
     })
@@ -146,6 +147,7 @@ impl Tacho {
             report.store.extend(self.check_index_store(v, &sessions));
         }
         if only.is_none() {
+            report.store.extend(self.log().verify_packs());
             let (findings, head) = self.check_prune_record()?;
             report.store.extend(findings);
             report.prune_head = head;
@@ -153,12 +155,12 @@ impl Tacho {
         Ok(report)
     }
 
-    /// The segment files of a session (resolved), or only the one at `index`.
+    /// The segments of a session (resolved), or only the one at `index`.
     pub fn segment_paths(
         &self,
         session: &str,
         index: Option<usize>,
-    ) -> Result<Vec<PathBuf>, DumpError> {
+    ) -> Result<Vec<SegmentInfo>, DumpError> {
         let segs = self.log().segments(session)?;
         Ok(match index {
             Some(i) => vec![
@@ -168,10 +170,9 @@ impl Tacho {
                         count: segs.len(),
                         index: i,
                     })?
-                    .path
                     .clone(),
             ],
-            None => segs.into_iter().map(|s| s.path).collect(),
+            None => segs,
         })
     }
 }

@@ -226,8 +226,9 @@ impl Tacho {
             let sessions: Vec<PrunedSession> = held.iter().map(|(c, _)| pruned_ref(c)).collect();
             let record = self.log().record_prune(now, &reason, sessions.clone())?;
             out.records.push(record.digest);
-            for (c, w) in held {
-                w.remove_stream()?;
+            let (removed, writers): (Vec<_>, Vec<_>) = held.into_iter().unzip();
+            tacho_store::remove_streams(writers)?;
+            for c in removed {
                 self.remove_projection(&c.session);
             }
             out.removed.extend(sessions);

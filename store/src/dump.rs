@@ -123,8 +123,12 @@ pub fn dump_segment(buf: &[u8]) -> SegmentDump {
     }
 }
 
-/// Reads a segment file (an aligned copy: rkyv payloads need alignment) and walks it.
-pub fn dump_file(path: &Path) -> std::io::Result<SegmentDump> {
-    let data = RealFs.read(path, false)?;
+/// Reads a segment file (an aligned copy: rkyv payloads need alignment), or the
+/// `range` (offset, length) of a pack that holds one, and walks it.
+pub fn dump_file(path: &Path, range: Option<(u64, u64)>) -> std::io::Result<SegmentDump> {
+    let data = match range {
+        Some((at, len)) => RealFs.read_range(path, at, len)?,
+        None => RealFs.read(path, false)?,
+    };
     Ok(dump_segment(&data))
 }

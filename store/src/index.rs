@@ -652,6 +652,11 @@ fn check_snapshot(bytes: &[u8], crc: bool) -> Result<(), String> {
 }
 
 /// Frames a record for the log.
+/// Adds `r` as the index log holds it to `out` (for [`Store::index_append_encoded`]).
+pub fn encode_record(r: &Record, out: &mut Vec<u8>) -> Result<(), StoreError> {
+    record_bytes(r, out)
+}
+
 fn record_bytes(r: &Record, out: &mut Vec<u8>) -> Result<(), StoreError> {
     let payload = rkyv::to_bytes::<rancor::Error>(r).map_err(|e| StoreError::Corrupt {
         path: PathBuf::new(),
@@ -761,11 +766,20 @@ impl Store {
         for r in records {
             record_bytes(r, &mut bytes)?;
         }
+        self.index_append_encoded(&bytes, sync)
+    }
+
+    /// Appends records encoded by [`encode_record`] (held encoded: a tenth of their
+    /// size in memory), as [`Store::index_append`] does.
+    pub fn index_append_encoded(&self, bytes: &[u8], sync: bool) -> Result<u64, StoreError> {
+        if bytes.is_empty() {
+            return Ok(0);
+        }
         let _shared = self.index_lock(false)?;
         let path = self.index_log_path();
         let (len, created) = self
             .vfs
-            .append_shared(&path, &bytes)
+            .append_shared(&path, bytes)
             .map_err(|e| StoreError::io(&path, e))?;
         if sync {
             self.vfs

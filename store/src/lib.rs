@@ -18,6 +18,7 @@
 pub mod dump;
 pub mod index;
 mod link;
+mod pack;
 mod package;
 mod prune;
 mod reader;
@@ -28,8 +29,9 @@ mod writer;
 
 /// Lower-case hexadecimal of chain values and digests (the crate gix uses for ids).
 pub use faster_hex::hex_string as hex;
+pub use pack::PackBuilder;
 pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, open_package};
-pub use prune::{PRUNE_LOG, PruneRecord, PrunedSession};
+pub use prune::{PRUNE_LOG, PruneRecord, PrunedSession, remove_streams};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
 pub use verify::{EventVisitor, Finding, Severity, StoreReport, StreamReport};

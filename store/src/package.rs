@@ -39,7 +39,7 @@ pub enum PackageError {
 /// Writes the package of `session`: its segments, each up to the end of its committed
 /// data (no free space, no uncommitted tail), and the digest.
 pub fn export_package(store: &Store, session: &str) -> Result<Vec<u8>, StoreError> {
-    let segs = store.segments(session)?;
+    let segs = store.segment_files(session)?;
     let mut out = Vec::new();
     out.extend_from_slice(&PACKAGE_MAGIC);
     out.extend_from_slice(&PACKAGE_VERSION.to_le_bytes());
@@ -48,10 +48,7 @@ pub fn export_package(store: &Store, session: &str) -> Result<Vec<u8>, StoreErro
     out.extend_from_slice(&(session.len() as u16).to_le_bytes());
     out.extend_from_slice(session.as_bytes());
     for (i, seg) in segs.iter().enumerate() {
-        let bytes = store
-            .vfs
-            .read(&seg.path, i + 1 < segs.len())
-            .map_err(|e| StoreError::io(&seg.path, e))?;
+        let bytes = store.read_segment(seg, i + 1 < segs.len())?;
         let mut scan = Scanner::new(
             &bytes,
             ScanLimits {

@@ -185,10 +185,23 @@ impl Writer {
     /// Removes the stream this writer holds — its segments, its directory, its index
     /// entry and its lock file — and releases it. What it held is gone for good: the
     /// caller has recorded it first ([`Store::record_prune`]).
-    pub fn remove_stream(mut self) -> Result<(), StoreError> {
-        self.forget_head();
-        let store = self.store().clone();
-        let dir = store.stream_dir(self.session());
+    pub fn remove_stream(self) -> Result<(), StoreError> {
+        remove_streams(vec![self])
+    }
+}
+
+/// Removes the streams these writers hold, as [`Writer::remove_stream`] does for one:
+/// packs that hold some of them are written again once, without all of them.
+pub fn remove_streams(mut writers: Vec<Writer>) -> Result<(), StoreError> {
+    let Some(store) = writers.first().map(|w| w.store().clone()) else {
+        return Ok(());
+    };
+    for w in writers.iter_mut() {
+        w.forget_head();
+    }
+    let mut packed = Vec::new();
+    for w in &writers {
+        let dir = store.stream_dir(w.session());
         let names = match store.vfs.list_dir(&dir) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -206,29 +219,37 @@ impl Writer {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io(&dir, e)),
         }
-        if let Some(parent) = dir.parent() {
-            store
-                .vfs
-                .sync_dir(parent)
-                .map_err(|e| StoreError::io(parent, e))?;
+        if !store.packed_segments(w.session())?.is_empty() {
+            packed.push(w.session().to_string());
         }
-        store.index_append(
-            &[crate::index::Record::Removed {
-                session: self.session().to_string(),
-            }],
-            true,
-        )?;
+    }
+    let streams = store.streams_dir();
+    if store.vfs.exists(&streams) {
+        store
+            .vfs
+            .sync_dir(&streams)
+            .map_err(|e| StoreError::io(&streams, e))?;
+    }
+    store.unpack(&packed)?;
+    let removed: Vec<crate::index::Record> = writers
+        .iter()
+        .map(|w| crate::index::Record::Removed {
+            session: w.session().to_string(),
+        })
+        .collect();
+    store.index_append(&removed, true)?;
+    for w in writers {
         // Unlinked while held: a writer waiting on it finds, once it has the lock,
         // that the path is another file, and takes that one instead.
-        let lock = store.lock_path(self.session());
+        let lock = store.lock_path(w.session());
         match store.vfs.remove_file(&lock) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io(&lock, e)),
         }
-        drop(self);
-        Ok(())
+        drop(w);
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -33,11 +33,14 @@ pub struct ReadEnd {
     pub uncommitted_bytes: u64,
 }
 
-/// One segment file of a stream.
+/// One segment of a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentInfo {
+    /// Its file, or the pack that holds it.
     pub path: PathBuf,
     pub first_seq: u64,
+    /// For a packed segment: its offset and length in the pack.
+    pub packed: Option<(u64, u64)>,
 }
 
 impl Store {
@@ -46,7 +49,11 @@ impl Store {
         Ok(self
             .segment_files(session)?
             .into_iter()
-            .map(|(first_seq, path)| SegmentInfo { path, first_seq })
+            .map(|s| SegmentInfo {
+                path: s.path,
+                first_seq: s.first_seq,
+                packed: s.packed,
+            })
             .collect())
     }
 
@@ -59,14 +66,10 @@ impl Store {
             return Ok(Some([0; 32]));
         }
         let segs = self.segment_files(session)?;
-        let Some(i) = segs.iter().rposition(|(first, _)| *first < next_seq) else {
+        let Some(i) = segs.iter().rposition(|s| s.first_seq < next_seq) else {
             return Ok(None);
         };
-        let (_, path) = &segs[i];
-        let bytes = self
-            .vfs
-            .read(path, i + 1 < segs.len())
-            .map_err(|e| StoreError::io(path, e))?;
+        let bytes = self.read_segment(&segs[i], i + 1 < segs.len())?;
         let mut scan = Scanner::new(
             &bytes,
             ScanLimits {
@@ -89,13 +92,10 @@ impl Store {
     /// its first segment. `None` when the session has no committed event.
     pub fn first_event(&self, session: &str) -> Result<Option<Event>, StoreError> {
         let segs = self.segment_files(session)?;
-        let Some((_, path)) = segs.first() else {
+        let Some(seg) = segs.first() else {
             return Ok(None);
         };
-        let bytes = self
-            .vfs
-            .read(path, segs.len() > 1)
-            .map_err(|e| StoreError::io(path, e))?;
+        let bytes = self.read_segment(seg, segs.len() > 1)?;
         let mut scan = Scanner::new(
             &bytes,
             ScanLimits {
@@ -111,8 +111,8 @@ impl Store {
         let h = &frame.header;
         let body = EventBody::decode(h.kind, h.kind_version, frame.payload).map_err(|e| {
             StoreError::Corrupt {
-                path: path.clone(),
-                offset: frame.offset as u64,
+                path: seg.path.clone(),
+                offset: seg.base() + frame.offset as u64,
                 detail: e.to_string(),
             }
         })?;
@@ -190,23 +190,21 @@ impl Store {
         let stream = StreamId::of_name(session);
         let start = segs
             .iter()
-            .rposition(|(first, _)| *first <= from_seq)
+            .rposition(|s| s.first_seq <= from_seq)
             .unwrap_or(0);
         let mut end = ReadEnd {
-            next_seq: segs.get(start).map_or(0, |s| s.0),
+            next_seq: segs.get(start).map_or(0, |s| s.first_seq),
             head: [0; 32],
             uncommitted_bytes: 0,
         };
         let mut prev_chain: Option<ChainValue> = None;
-        for (i, (name_seq, path)) in segs.iter().enumerate().skip(start) {
-            let last = i + 1 == segs.len();
-            let bytes = self
-                .vfs
-                .read(path, !last)
-                .map_err(|e| StoreError::io(path, e))?;
+        for (i, seg) in segs.iter().enumerate().skip(start) {
+            // A packed segment is never the growing tail of its stream.
+            let last = i + 1 == segs.len() && seg.packed.is_none();
+            let bytes = self.read_segment(seg, !last)?;
             let corrupt = |offset: usize, detail: String| StoreError::Corrupt {
-                path: path.clone(),
-                offset: offset as u64,
+                path: seg.path.clone(),
+                offset: seg.base() + offset as u64,
                 detail,
             };
             // Every batch read is checked against its chain step: queries answer only
@@ -216,7 +214,7 @@ impl Store {
             if let Some(h) = scan.header() {
                 let expected = Expected {
                     stream,
-                    name_seq: *name_seq,
+                    name_seq: seg.first_seq,
                     index: Some(i as u64),
                     next_seq: Some(end.next_seq),
                     prev_chain,

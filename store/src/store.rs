@@ -97,6 +97,25 @@ pub struct Store {
     pub(crate) root: PathBuf,
     pub(crate) vfs: Arc<dyn Vfs>,
     pub(crate) opts: StoreOptions,
+    /// The packs read so far (shared by clones).
+    pub(crate) packs: Arc<std::sync::Mutex<crate::pack::PackCache>>,
+}
+
+/// Where a segment's bytes are: a file of its own in the stream's directory, or a
+/// range of a pack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SegLoc {
+    pub first_seq: u64,
+    pub path: PathBuf,
+    /// A packed segment's offset and length in its pack.
+    pub packed: Option<(u64, u64)>,
+}
+
+impl SegLoc {
+    /// Where offset 0 of the segment lies in its file (for findings).
+    pub fn base(&self) -> u64 {
+        self.packed.map_or(0, |(at, _)| at)
+    }
 }
 
 /// The directory name of a stream. Session ids are limited to ASCII letters, digits,
@@ -153,7 +172,12 @@ impl Store {
         // Nothing is created until something is written: a read under a mistyped
         // data directory leaves no trace there.
         let root = root.into();
-        Ok(Store { root, vfs, opts })
+        Ok(Store {
+            root,
+            vfs,
+            opts,
+            packs: Arc::default(),
+        })
     }
 
     /// The options the store was opened with.
@@ -172,9 +196,10 @@ impl Store {
 
     /// Lock files live apart from the streams, so that taking a lock creates nothing in
     /// `streams/` and a writer that appends nothing leaves no trace.
-    /// Whether anything was ever written here (the streams directory exists).
+    /// Whether anything was ever written here (the streams or the packs directory
+    /// exists).
     pub fn exists(&self) -> bool {
-        self.vfs.exists(&self.streams_dir())
+        self.vfs.exists(&self.streams_dir()) || self.vfs.exists(&self.packs_dir())
     }
 
     pub(crate) fn lock_path(&self, session: &str) -> PathBuf {
@@ -199,8 +224,20 @@ impl Store {
             .iter()
             .filter_map(|d| stream_name_from_dir(d))
             .collect();
+        names.extend(self.packed_sessions()?);
         names.sort();
+        names.dedup();
         Ok(names)
+    }
+
+    /// The names in `streams/` (stream directory names).
+    pub(crate) fn stream_dirs(&self) -> Result<std::collections::HashSet<String>, StoreError> {
+        let dir = self.streams_dir();
+        match self.vfs.list_dir(&dir) {
+            Ok(l) => Ok(l.into_iter().collect()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Default::default()),
+            Err(e) => Err(StoreError::io(&dir, e)),
+        }
     }
 
     /// The session a user means by `given`: its exact id, or the one session whose id
@@ -252,26 +289,61 @@ impl Store {
     /// Whether the store holds a session with this exact id.
     pub fn has_session(&self, session: &str) -> bool {
         tacho_schema::validate_session_id(session).is_ok()
-            && self.vfs.exists(&self.stream_dir(session))
+            && (self.vfs.exists(&self.stream_dir(session))
+                || self.packed_segments(session).is_ok_and(|p| !p.is_empty()))
     }
 
-    /// The segment files of a session, in sequence order: (first seq, path).
-    pub(crate) fn segment_files(&self, session: &str) -> Result<Vec<(u64, PathBuf)>, StoreError> {
+    /// The segments of a session, in sequence order: its packed ones, then the files
+    /// of its stream directory. Packs are looked into only when the directory does not
+    /// begin the stream (a stream created by a writer never needs them).
+    pub(crate) fn segment_files(&self, session: &str) -> Result<Vec<SegLoc>, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
         let dir = self.stream_dir(session);
         let names = match self.vfs.list_dir(&dir) {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(StoreError::NotFound(session.to_string()));
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(StoreError::io(&dir, e)),
         };
-        let mut segs: Vec<(u64, PathBuf)> = names
+        let mut segs: Vec<SegLoc> = names
             .iter()
-            .filter_map(|n| parse_segment_file_name(n).map(|seq| (seq, dir.join(n))))
+            .filter_map(|n| {
+                parse_segment_file_name(n).map(|first_seq| SegLoc {
+                    first_seq,
+                    path: dir.join(n),
+                    packed: None,
+                })
+            })
             .collect();
-        segs.sort();
+        segs.sort_by_key(|s| s.first_seq);
+        if segs.first().is_none_or(|s| s.first_seq != 0) {
+            let packed = self.packed_segments(session)?;
+            if packed.is_empty() && segs.is_empty() && !self.vfs.exists(&dir) {
+                return Err(StoreError::NotFound(session.to_string()));
+            }
+            segs.splice(
+                0..0,
+                packed.into_iter().map(|(path, e)| SegLoc {
+                    first_seq: e.first_seq,
+                    path,
+                    packed: Some((e.offset, e.len)),
+                }),
+            );
+        }
         Ok(segs)
+    }
+
+    /// A segment's bytes: a sealed file (`immutable`) mapped, the last one copied, a
+    /// packed one read from its pack.
+    pub(crate) fn read_segment(
+        &self,
+        seg: &SegLoc,
+        immutable: bool,
+    ) -> Result<crate::vfs::SegmentBytes, StoreError> {
+        match seg.packed {
+            Some((at, len)) => self.vfs.read_range(&seg.path, at, len),
+            None => self.vfs.read(&seg.path, immutable),
+        }
+        .map_err(|e| StoreError::io(&seg.path, e))
     }
 }
 

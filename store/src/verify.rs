@@ -2,13 +2,13 @@
 //! sequence number and every payload, with each finding located.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd, StreamId};
 use tacho_schema::{EventBody, EventView};
 
 use crate::link::{Expected, header_problems};
-use crate::store::{Store, StoreError};
+use crate::store::{SegLoc, Store, StoreError};
 
 /// How serious a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -121,15 +121,12 @@ impl Store {
     /// with `deep` every chain step and every payload.
     fn scan_segment(
         &self,
-        path: &Path,
+        seg: &SegLoc,
         last: bool,
         deep: bool,
         mut visit: Option<EventVisitor<'_>>,
     ) -> Result<SegmentScan, StoreError> {
-        let bytes = self
-            .vfs
-            .read(path, !last)
-            .map_err(|e| StoreError::io(path, e))?;
+        let bytes = self.read_segment(seg, !last)?;
         let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: deep });
         let mut out = SegmentScan {
             header: scan.header().cloned(),
@@ -239,8 +236,8 @@ impl Store {
                     scope.spawn(|| {
                         loop {
                             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some((_, path)) = segs.get(i) else { break };
-                            let r = self.scan_segment(path, i + 1 == n, deep, None);
+                            let Some(seg) = segs.get(i) else { break };
+                            let r = self.scan_segment(seg, i + 1 == n, deep, None);
                             if let Ok(mut slots) = done.lock() {
                                 slots[i] = Some(r);
                             }
@@ -255,9 +252,9 @@ impl Store {
         } else {
             segs.iter()
                 .enumerate()
-                .map(|(i, (_, path))| {
+                .map(|(i, seg)| {
                     let visit = visit.as_mut().map(|v| &mut **v as EventVisitor<'_>);
-                    self.scan_segment(path, i + 1 == n, deep, visit)
+                    self.scan_segment(seg, i + 1 == n, deep, visit)
                 })
                 .collect()
         };
@@ -267,12 +264,13 @@ impl Store {
             session: session.to_string(),
             ..StreamReport::default()
         };
-        let push = |r: &mut StreamReport, sev, seg: &PathBuf, off: Option<u64>, msg: String| {
+        // (Offsets are in the file: a packed segment's are past its start in the pack.)
+        let push = |r: &mut StreamReport, sev, seg: &SegLoc, off: Option<u64>, msg: String| {
             r.findings.push(Finding {
                 severity: sev,
                 session: session.to_string(),
-                segment: Some(seg.clone()),
-                offset: off,
+                segment: Some(seg.path.clone()),
+                offset: off.map(|o| o + seg.base()),
                 message: msg,
             })
         };
@@ -281,15 +279,17 @@ impl Store {
         // Whether the previous segment was read to its end, so that the link to the next
         // one can be checked (after damage, it would only repeat the same error).
         let mut link_known = true;
-        for (i, ((name_seq, path), scan)) in segs.iter().zip(scans).enumerate() {
+        for (i, (seg, scan)) in segs.iter().zip(scans).enumerate() {
             let scan = scan?;
-            let last = i + 1 == n;
+            // A packed segment is always sealed: never a stream's growing tail.
+            let last = i + 1 == n && seg.packed.is_none();
+            let path = seg;
             r.segments += 1;
             r.bytes += scan.bytes;
             if let Some(h) = &scan.header {
                 let expected = Expected {
                     stream,
-                    name_seq: *name_seq,
+                    name_seq: seg.first_seq,
                     index: Some(i as u64),
                     next_seq: link_known.then_some(expected_seq),
                     prev_chain: link_known.then_some(prev_chain),

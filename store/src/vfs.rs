@@ -74,6 +74,15 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     /// Reads a whole file. `immutable` promises that the file is never truncated or
     /// rewritten while it is read, which allows a memory map.
     fn read(&self, path: &Path, immutable: bool) -> io::Result<SegmentBytes>;
+    /// Reads `len` bytes at `offset` of a file that is never rewritten (a pack): an
+    /// aligned copy, fewer bytes at the end of the file.
+    fn read_range(&self, path: &Path, offset: u64, len: u64) -> io::Result<SegmentBytes>;
+    /// Maps a file that is never rewritten, without reading it ahead: for a lookup that
+    /// touches a few pages of a large file (a pack's table of contents).
+    fn map(&self, path: &Path) -> io::Result<SegmentBytes>;
+    /// Renames `from` to `to` (replacing it); durable once the directory of `to` is
+    /// synced.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Opens a file for appending; with `create_new`, the file must not exist yet.
     fn open_append(&self, path: &Path, create_new: bool) -> io::Result<Box<dyn VfsFile>>;
     /// Makes a directory's entries durable (fsync of the directory).
@@ -231,6 +240,30 @@ impl Vfs for RealFs {
         let mut v = AlignedVec::<16>::with_capacity(len as usize + 64);
         v.extend_from_reader(&mut (&mut f).take(len))?;
         Ok(SegmentBytes::Owned(v))
+    }
+
+    fn read_range(&self, path: &Path, offset: u64, len: u64) -> io::Result<SegmentBytes> {
+        let mut f = File::open(path)?;
+        f.seek(SeekFrom::Start(offset))?;
+        let mut v = AlignedVec::<16>::with_capacity(len as usize + 64);
+        v.extend_from_reader(&mut (&mut f).take(len))?;
+        Ok(SegmentBytes::Owned(v))
+    }
+
+    fn map(&self, path: &Path) -> io::Result<SegmentBytes> {
+        let f = File::open(path)?;
+        if f.metadata()?.len() == 0 {
+            return Ok(SegmentBytes::Owned(AlignedVec::new()));
+        }
+        // SAFETY: read-only, and packs are never truncated or rewritten (a pack is
+        // replaced by renaming a new file over it, which keeps mapped pages valid).
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&f)? };
+        Ok(SegmentBytes::Mapped(map))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
     }
 
     fn open_append(&self, path: &Path, create_new: bool) -> io::Result<Box<dyn VfsFile>> {
@@ -774,6 +807,29 @@ impl Vfs for SimFs {
         let mut v = AlignedVec::<16>::with_capacity(f.data.len());
         v.extend_from_slice(&f.data);
         Ok(SegmentBytes::Owned(v))
+    }
+
+    fn read_range(&self, path: &Path, offset: u64, len: u64) -> io::Result<SegmentBytes> {
+        let st = self.state();
+        let f = st.files.get(path).ok_or_else(|| not_found(path))?;
+        let start = (offset as usize).min(f.data.len());
+        let end = start.saturating_add(len as usize).min(f.data.len());
+        let mut v = AlignedVec::<16>::with_capacity(end - start);
+        v.extend_from_slice(f.data.get(start..end).unwrap_or_default());
+        Ok(SegmentBytes::Owned(v))
+    }
+
+    fn map(&self, path: &Path) -> io::Result<SegmentBytes> {
+        self.read(path, true)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut st = self.state();
+        let mut f = st.files.remove(from).ok_or_else(|| not_found(from))?;
+        // The new name survives a crash once its directory is synced.
+        f.entry_durable = false;
+        st.files.insert(to.to_path_buf(), f);
+        Ok(())
     }
 
     fn open_append(&self, path: &Path, create_new: bool) -> io::Result<Box<dyn VfsFile>> {

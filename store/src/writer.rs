@@ -13,6 +13,35 @@ use crate::link::{Expected, header_problems};
 use crate::store::{Store, StoreError};
 use crate::vfs::{LockError, LockGuard, VfsFile};
 
+/// Checks events that would get sequence numbers from `base` on against the stream
+/// rules (`session.start` first and nowhere else): the index of the first that breaks
+/// one, and why.
+pub(crate) fn check_rules<'a>(
+    base: u64,
+    bodies: impl IntoIterator<Item = &'a EventBody>,
+) -> Result<(), (usize, String)> {
+    for (i, body) in bodies.into_iter().enumerate() {
+        let seq = base + i as u64;
+        let is_start = matches!(body, EventBody::SessionStart(_));
+        if seq == 0 && !is_start {
+            return Err((
+                i,
+                format!(
+                    "the first event of a session must be session.start, not {}",
+                    body.kind_name()
+                ),
+            ));
+        }
+        if seq != 0 && is_start {
+            return Err((
+                i,
+                format!("session.start may only be the first event (this would be event {seq})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// When an append is durable. Chosen at every call site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
@@ -450,17 +479,17 @@ impl Writer {
             Err(StoreError::NotFound(_)) => return Ok(true),
             Err(e) => return Err(e),
         };
-        let Some((name_seq, path)) = segs.last().cloned() else {
+        let Some(last) = segs.last().cloned() else {
             return Ok(true);
         };
         if segs.len() > 1 {
             self.check_stream_links()?;
         }
-        let bytes = self
-            .store
-            .vfs
-            .read(&path, false)
-            .map_err(|e| StoreError::io(&path, e))?;
+        if last.packed.is_some() {
+            return self.resume_after_pack(&last).map(|()| true);
+        }
+        let bytes = self.store.read_segment(&last, false)?;
+        let (name_seq, path) = (last.first_seq, last.path);
         let limits = ScanLimits { verify_chain: true };
         // Where the last writer left off, when the segment still starts with exactly
         // the bytes it vouched for: only what follows is scanned.
@@ -601,6 +630,49 @@ impl Writer {
     /// Recomputing their chain (what a forgery with recomputed checksums needs) is left
     /// to readers and `log verify`: it costs a hash of the whole stream per open.
     /// (A torn tail of the last segment is a warning there, which `resume` repairs.)
+    /// Takes up after a stream whose last segment is packed: it must be sealed (a pack
+    /// is never written again), and the next batch starts a segment file.
+    fn resume_after_pack(&mut self, seg: &crate::store::SegLoc) -> Result<(), StoreError> {
+        let bytes = self.store.read_segment(seg, true)?;
+        let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: true });
+        while let Some(b) = scan.next_batch() {
+            if let Some(f) = b.events.last() {
+                self.last_kind = Some(f.header.kind);
+            }
+        }
+        let corrupt = |offset: usize, detail: String| StoreError::Corrupt {
+            path: seg.path.clone(),
+            offset: seg.base() + offset as u64,
+            detail,
+        };
+        let Some(h) = scan.header().cloned() else {
+            return Err(corrupt(0, "a packed segment without a valid header".into()));
+        };
+        let expected = Expected {
+            stream: self.stream,
+            name_seq: seg.first_seq,
+            index: None,
+            next_seq: None,
+            prev_chain: None,
+        };
+        if let Some(problem) = header_problems(&h, &expected).into_iter().next() {
+            return Err(corrupt(0, problem));
+        }
+        match scan.end() {
+            Some(SegmentEnd::Sealed { seal, .. }) => {
+                self.seg_index = h.segment_index + 1;
+                self.next_seq = h.first_seq + seal.event_count;
+                self.chain = seal.chain;
+                Ok(())
+            }
+            Some(SegmentEnd::Damaged(d)) => Err(corrupt(d.error.offset(), d.error.to_string())),
+            _ => Err(corrupt(
+                bytes.len(),
+                "a packed segment is not sealed".into(),
+            )),
+        }
+    }
+
     fn check_stream_links(&self) -> Result<(), StoreError> {
         let report = self.store.verify_session(&self.session, false)?;
         let damage = report
@@ -671,29 +743,10 @@ impl Writer {
         &self,
         bodies: impl IntoIterator<Item = &'a EventBody>,
     ) -> Result<(), (usize, String)> {
-        let base = self.next_seq + self.staged.as_ref().map_or(0, |s| s.count);
-        for (i, body) in bodies.into_iter().enumerate() {
-            let seq = base + i as u64;
-            let is_start = matches!(body, EventBody::SessionStart(_));
-            if seq == 0 && !is_start {
-                return Err((
-                    i,
-                    format!(
-                        "the first event of a session must be session.start, not {}",
-                        body.kind_name()
-                    ),
-                ));
-            }
-            if seq != 0 && is_start {
-                return Err((
-                    i,
-                    format!(
-                        "session.start may only be the first event (this would be event {seq})"
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        check_rules(
+            self.next_seq + self.staged.as_ref().map_or(0, |s| s.count),
+            bodies,
+        )
     }
 
     /// Appends one event as its own batch.
@@ -1056,6 +1109,9 @@ impl Writer {
             .vfs
             .create_dir_all(&self.dir)
             .map_err(|e| StoreError::io(&self.dir, e))?;
+        if created_dir && self.next_seq == 0 {
+            self.check_not_packed()?;
+        }
         let path = self.dir.join(segment_file_name(self.next_seq));
         let header = SegmentHeader {
             format_version: FORMAT_VERSION,
@@ -1085,6 +1141,26 @@ impl Writer {
             prefix_crc: 0,
         });
         Ok(())
+    }
+
+    /// A new stream's directory was just created: unless a pack published meanwhile
+    /// holds the session (looked for under the pack lock, which a publisher holds from
+    /// its own check of stream directories until its pack is in place), the stream is
+    /// this writer's. Otherwise the directory goes again and the batch is refused.
+    fn check_not_packed(&mut self) -> Result<(), StoreError> {
+        let packed = {
+            let _shared = self.store.pack_lock(false)?;
+            !self.store.packed_segments(&self.session)?.is_empty()
+        };
+        if !packed {
+            return Ok(());
+        }
+        let vfs = self.store.vfs.as_ref();
+        let _ = vfs.remove_dir(&self.dir);
+        while !self.resume()? {}
+        Err(self.reject(
+            "another process recorded this session (in a pack) while this writer was open; nothing was appended".into(),
+        ))
     }
 
     /// Seals the current segment; the next append starts a new one. The seal is synced,

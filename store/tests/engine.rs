@@ -1031,3 +1031,263 @@ fn a_crash_at_every_sync_of_groups_keeps_acknowledged_groups() {
         }
     }
 }
+
+/// `n` events of a new session (its `session.start` first), `size` bytes each.
+fn session_events(n: u64, size: usize) -> Vec<(i64, EventBody)> {
+    (0..n)
+        .map(|i| (1_000 + i as i64, if i == 0 { start() } else { ev(i, size) }))
+        .collect()
+}
+
+fn pack_files(fs: &SimFs) -> Vec<PathBuf> {
+    fs.list_dir(Path::new("/store/packs"))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.ends_with(".tpack"))
+        .map(|n| Path::new("/store/packs").join(n))
+        .collect()
+}
+
+#[test]
+fn packed_sessions_read_verify_and_continue_like_streams() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 4_000);
+    let p1 = session_events(8, 40);
+    let p2 = session_events(5, 40);
+    let p3 = session_events(60, 200); // past segment_bytes_max: several packed segments
+    let mut b = store.pack_builder();
+    // The input comes back to p1 after p2: p1 gets a second segment.
+    b.stage("ses_p1", &p1[..3]).unwrap();
+    b.stage("ses_p2", &p2).unwrap();
+    assert_eq!(b.stage("ses_p1", &p1[3..]).unwrap(), 3);
+    // Staged in pieces: a segment full after a piece is sealed, the next piece starts
+    // the next one (a pack is published whole, so a batch may span its segments).
+    for piece in p3.chunks(10) {
+        b.stage("ses_p3", piece).unwrap();
+    }
+    // Rules hold as in a stream: nothing but session.start first, and never again.
+    assert!(b.check_batch("ses_p4", [&ev(1, 1)]).is_err());
+    assert!(b.check_batch("ses_p2", [&start()]).is_err());
+    // Nothing is visible before the pack is published.
+    assert!(store.sessions().unwrap().is_empty());
+    assert!(pack_files(&fs).is_empty());
+    let receipts = b.publish().unwrap();
+    assert_eq!(
+        receipts
+            .iter()
+            .map(|(s, r)| (s.as_str(), r.first_seq, r.last_seq))
+            .collect::<Vec<_>>(),
+        [("ses_p1", 0, 7), ("ses_p2", 0, 4), ("ses_p3", 0, 59)]
+    );
+    assert_eq!(pack_files(&fs).len(), 1);
+    assert_eq!(store.sessions().unwrap(), ["ses_p1", "ses_p2", "ses_p3"]);
+    for (s, evs) in [("ses_p1", &p1), ("ses_p2", &p2), ("ses_p3", &p3)] {
+        let got: Vec<(i64, EventBody)> = read_all(&store, s)
+            .unwrap()
+            .into_iter()
+            .map(|(_, t, b)| (t, b))
+            .collect();
+        assert_eq!(&got, evs, "{s}");
+        let rep = store.verify_session(s, true).unwrap();
+        assert!(rep.findings.is_empty(), "{s}: {:?}", rep.findings);
+        assert_eq!(rep.sealed_segments, rep.segments);
+    }
+    assert_eq!(store.segments("ses_p1").unwrap().len(), 2);
+    assert!(store.segments("ses_p3").unwrap().len() > 2);
+    assert!(store.verify_packs().is_empty());
+    // A session recorded in one batch, packed, has the head a stream of its own gives it.
+    let plain_fs = SimFs::new();
+    let plain = sim_store(&plain_fs, 4_000);
+    let r = plain
+        .writer("ses_p2")
+        .unwrap()
+        .append_batch(&p2, Durability::Sync)
+        .unwrap();
+    assert_eq!(receipts[1].1, r);
+
+    // A writer continues a packed session in its stream directory, after the pack.
+    let more: Vec<(i64, EventBody)> = (5..9).map(|i| (2_000 + i as i64, ev(i, 40))).collect();
+    let mut w = store.writer("ses_p2").unwrap();
+    assert_eq!(w.next_seq(), 5);
+    assert!(w.append_batch(&[(1, start())], Durability::Sync).is_err());
+    w.append_batch(&more, Durability::Sync).unwrap();
+    drop(w);
+    let segs = store.segments("ses_p2").unwrap();
+    assert_eq!(segs.len(), 2);
+    assert!(segs[0].packed.is_some() && segs[1].packed.is_none());
+    assert_eq!(segs[1].first_seq, 5);
+    assert_eq!(read_all(&store, "ses_p2").unwrap().len(), 9);
+    assert!(
+        store
+            .verify_session("ses_p2", true)
+            .unwrap()
+            .findings
+            .is_empty()
+    );
+    assert_eq!(store.index().unwrap().get("ses_p2").unwrap().next_seq, 9);
+
+    // Removing a packed session writes its pack again without it.
+    tacho_store::remove_streams(vec![store.writer("ses_p1").unwrap()]).unwrap();
+    assert_eq!(store.sessions().unwrap(), ["ses_p2", "ses_p3"]);
+    assert_eq!(pack_files(&fs).len(), 1);
+    assert!(store.verify_packs().is_empty());
+    for s in ["ses_p2", "ses_p3"] {
+        assert!(store.verify_session(s, true).unwrap().findings.is_empty());
+    }
+    assert_eq!(read_all(&store, "ses_p3").unwrap().len(), 60);
+
+    // A changed byte in a packed segment is found at its offset in the pack; a changed
+    // table of contents too.
+    let pack = pack_files(&fs).remove(0);
+    let seg = store.segments("ses_p3").unwrap().remove(1);
+    let (at, len) = seg.packed.unwrap();
+    let mut bytes = fs.file(&pack).unwrap();
+    let clean = bytes.clone();
+    bytes[(at + len / 2) as usize] ^= 0x40;
+    fs.set_file(&pack, bytes);
+    let rep = store.verify_session("ses_p3", true).unwrap();
+    let f = rep
+        .findings
+        .iter()
+        .find(|f| f.severity == Severity::Error)
+        .expect("the change is found");
+    assert_eq!(f.segment.as_deref(), Some(pack.as_path()));
+    assert!((at..at + len).contains(&f.offset.unwrap()), "{f:?}");
+    assert!(read_all(&store, "ses_p3").is_err());
+    let mut bytes = clean.clone();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1; // the last byte of the names
+    fs.set_file(&pack, bytes);
+    drop(store);
+    let store = sim_store(&fs, 4_000);
+    assert!(
+        store
+            .verify_packs()
+            .iter()
+            .any(|f| f.message.contains("checksum")),
+        "{:?}",
+        store.verify_packs()
+    );
+}
+
+#[test]
+fn a_session_created_twice_at_once_is_recorded_once() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    // A writer creates the session after the pack took it: the pack is refused whole.
+    let mut b = store.pack_builder();
+    assert!(b.is_new("ses_c").unwrap());
+    b.stage("ses_c", &session_events(3, 10)).unwrap();
+    b.stage("ses_other", &session_events(2, 10)).unwrap();
+    store
+        .writer("ses_c")
+        .unwrap()
+        .append_batch(&session_events(1, 10), Durability::Sync)
+        .unwrap();
+    let e = b.publish().unwrap_err();
+    assert!(
+        matches!(e, StoreError::Rejected { ref session, .. } if session == "ses_c"),
+        "{e}"
+    );
+    assert!(pack_files(&fs).is_empty());
+    assert_eq!(store.sessions().unwrap(), ["ses_c"]);
+    assert!(
+        fs.list_dir(Path::new("/store/packs"))
+            .unwrap()
+            .iter()
+            .all(|n| n == ".lock"),
+        "nothing of the refused pack is left"
+    );
+    // A pack published while a writer of the same new session is open: the writer's
+    // first batch is refused, and the pack's session stands.
+    let mut w = store.writer("ses_d").unwrap();
+    let mut b = store.pack_builder();
+    b.stage("ses_d", &session_events(4, 10)).unwrap();
+    b.publish().unwrap();
+    let e = w
+        .append_batch(&session_events(2, 10), Durability::Sync)
+        .unwrap_err();
+    assert!(e.to_string().contains("another process"), "{e}");
+    drop(w);
+    assert!(!fs.exists(Path::new("/store/streams/ses_d")));
+    assert_eq!(read_all(&store, "ses_d").unwrap().len(), 4);
+    assert!(
+        store
+            .verify_session("ses_d", true)
+            .unwrap()
+            .findings
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_crash_at_every_sync_of_a_pack_leaves_it_whole_or_absent() {
+    let sessions = ["ses_k1", "ses_k2", "ses_k3"];
+    // A stream written first, then a pack of three sessions; returns whether the pack
+    // was acknowledged before the freeze.
+    let run = |fs: &SimFs, freeze: Option<u64>| -> bool {
+        let store = sim_store(fs, 2_000);
+        write_session(&store, "ses_w", &[3, 2], 30);
+        let mut b = store.pack_builder();
+        for (i, s) in sessions.iter().enumerate() {
+            b.stage(s, &session_events(3 + 10 * i as u64, 60)).unwrap();
+        }
+        b.publish().unwrap();
+        freeze.is_none_or(|f| fs.sync_count() <= f)
+    };
+    let total = {
+        let fs = SimFs::new();
+        assert!(run(&fs, None));
+        fs.sync_count()
+    };
+    for n in 1..=total {
+        let fs = SimFs::new();
+        fs.freeze_at_sync(n);
+        let acked = run(&fs, Some(n));
+        let image = fs.frozen().expect("freeze point reached");
+        for keep in [
+            CrashKeep::DurableOnly,
+            CrashKeep::Prefix {
+                fraction: 0.5,
+                zero_fill: true,
+            },
+            CrashKeep::Prefix {
+                fraction: 1.0,
+                zero_fill: false,
+            },
+        ] {
+            let crashed = image.materialize(keep);
+            let store = sim_store(&crashed, 2_000);
+            let present: Vec<bool> = sessions.iter().map(|s| store.has_session(s)).collect();
+            assert!(
+                present.iter().all(|p| *p) || present.iter().all(|p| !p),
+                "sync {n} {keep:?}: {present:?}"
+            );
+            if acked {
+                assert!(
+                    present[0],
+                    "sync {n} {keep:?}: an acknowledged pack is gone"
+                );
+            }
+            assert!(store.verify_packs().is_empty(), "sync {n} {keep:?}");
+            for s in store.sessions().unwrap() {
+                let rep = store.verify_session(&s, true).unwrap();
+                assert!(
+                    rep.findings.iter().all(|f| f.severity < Severity::Error),
+                    "sync {n} {keep:?}: {:?}",
+                    rep.findings
+                );
+            }
+            // The index knows of every session that is there.
+            let index = store.index().unwrap();
+            for s in store.sessions().unwrap() {
+                let e = index.get(&s).unwrap();
+                let end = store.read_session(&s, |_| {}).unwrap();
+                assert!(
+                    e.dirty || (e.next_seq, e.head) == (end.next_seq, end.head),
+                    "sync {n} {keep:?}: {s}"
+                );
+            }
+        }
+    }
+}

@@ -4,10 +4,11 @@
     python3 tests/spec-reader/read.py PATH [--spec SPEC.md]
 
 PATH is a data directory ($TACHO_HOME, holding log/), a log directory (holding
-streams/), or an exported replay package (SPEC §9). The reader checks what SPEC §1-§3
+streams/ or packs/), or an exported replay package (SPEC §9). The reader checks what SPEC §1-§3
 define — segment headers and their CRCs, stream ids, segment order, frame CRCs and
-lengths, sequence numbers, every chain step, commit and seal fields, free space, the
-package digest — decodes every committed event's payload by the layout of SPEC §5.3
+lengths, sequence numbers, every chain step, commit and seal fields, free space, packs
+(§1.1: header, table of contents, sealed segments that tile the pack), the package
+digest — decodes every committed event's payload by the layout of SPEC §5.3
 (read from SPEC.md itself: the reader has no table of its own), and prints one JSON
 object per event in the form of SPEC §5.3 ("JSON form", with `seq`), sessions in id
 order. Findings go to stderr; it exits 1 on any error (a torn, uncommitted tail at the
@@ -356,19 +357,80 @@ def read_stream(session, segments, tables, packaged=False):
     return events
 
 
+def read_packs(log_dir):
+    """SPEC §1.1: {session: {segment_index: (first_seq, where, bytes)}} of every pack."""
+    packs_dir = os.path.join(log_dir, "packs")
+    found = {}
+    if not os.path.isdir(packs_dir):
+        return found
+    for n in sorted(os.listdir(packs_dir)):
+        if not n.endswith(".tpack") or n.startswith("."):
+            continue
+        path = os.path.join(packs_dir, n)
+        data = open(path, "rb").read()
+        if len(data) < 64:
+            error(path, "shorter than a pack header")
+            continue
+        (magic, ver, hlen, flags, count, toc, names_len, toc_crc, reserved,
+         crc) = struct.unpack_from("<8sHHIQQQI16sI", data, 0)
+        if magic != b"TACHOPAK" or ver != 1 or hlen != 64 or flags != 0 or any(reserved):
+            error(path, "not a version-1 pack header")
+            continue
+        if crc != zlib.crc32(data[0:60]) & 0xFFFFFFFF:
+            error(f"{path}@0", "pack header CRC mismatch")
+            continue
+        if toc % 8 or toc < 64 or toc + 56 * count + names_len != len(data):
+            error(path, "the table of contents does not end the pack")
+            continue
+        if toc_crc != zlib.crc32(data[toc:]) & 0xFFFFFFFF:
+            error(f"{path}@{toc}", "table of contents CRC mismatch")
+            continue
+        names = data[toc + 56 * count:]
+        at = 64
+        keys = []
+        for i in range(count):
+            sid, index, first, off, length, name_at, name_len, res = struct.unpack_from(
+                "<16sQQQQIHH", data, toc + 56 * i)
+            session = names[name_at:name_at + name_len].decode("ascii", "replace")
+            where = f"{path}@{off}"
+            keys.append((sid, index))
+            if res != 0 or sid != stream_id(session):
+                error(where, f"entry {i} does not name its stream")
+            segment = data[off:off + length]
+            if len(segment) < 128 + 88 or segment[-88 + 8] != 3:
+                error(where, "a packed segment that is not sealed")
+            found.setdefault(session, {}).setdefault(index, (first, where, segment))
+        if keys != sorted(keys) or len(set(keys)) != len(keys):
+            error(path, "the table of contents is not sorted by stream and segment")
+        spans = sorted(struct.unpack_from("<QQ", data, toc + 56 * i + 32) for i in range(count))
+        for off, length in spans:
+            if off != at:
+                error(f"{path}@{off}", f"a segment does not start where the previous ends ({at})")
+            at = off + length
+        if at != toc:
+            error(path, "the segments do not end where the table of contents begins")
+    return found
+
+
 def read_store(log_dir, tables):
     streams = os.path.join(log_dir, "streams")
+    packed = read_packs(log_dir)
+    dirs = {}
+    if os.path.isdir(streams):
+        dirs = {session_of_dir(d): d for d in os.listdir(streams)}
     out = []
-    for d in sorted(os.listdir(streams), key=session_of_dir):
-        session = session_of_dir(d)
-        base = os.path.join(streams, d)
-        names = sorted(n for n in os.listdir(base) if n.endswith(".tseg"))
-        segs = []
-        for n in names:
-            with open(os.path.join(base, n), "rb") as f:
-                segs.append((int(n[:-5]), os.path.join(base, n), f.read()))
+    for session in sorted(set(dirs) | set(packed)):
+        segs = [packed[session][i] for i in sorted(packed.get(session, {}))]
+        if session in dirs:
+            base = os.path.join(streams, dirs[session])
+            names = sorted(n for n in os.listdir(base) if n.endswith(".tseg"))
+            if names and int(names[0][:-5]) == 0:
+                segs = []
+            for n in names:
+                with open(os.path.join(base, n), "rb") as f:
+                    segs.append((int(n[:-5]), os.path.join(base, n), f.read()))
         if not segs:
-            warn(base, "a stream without segments")
+            warn(session, "a stream without segments")
             continue
         out.extend(read_stream(session, segs, tables))
     return out
@@ -414,9 +476,9 @@ def main():
     path = args[0]
     if os.path.isfile(path):
         events = read_package(path, tables)
-    elif os.path.isdir(os.path.join(path, "log", "streams")):
+    elif any(os.path.isdir(os.path.join(path, "log", d)) for d in ("streams", "packs")):
         events = read_store(os.path.join(path, "log"), tables)
-    elif os.path.isdir(os.path.join(path, "streams")):
+    elif any(os.path.isdir(os.path.join(path, d)) for d in ("streams", "packs")):
         events = read_store(path, tables)
     else:
         sys.exit(f"{path}: not a data directory, log directory or package")

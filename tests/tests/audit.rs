@@ -539,6 +539,18 @@ fn prune_store(dir: &Path) -> PathBuf {
     home
 }
 
+/// Every pack of the store, as (lossy) text.
+fn packed_bytes(home: &Path) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(home.join("log/packs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "tpack") {
+            all.push_str(&String::from_utf8_lossy(&std::fs::read(p).unwrap()));
+        }
+    }
+    all
+}
+
 fn verify_json(home: &Path) -> (i32, Vec<Value>) {
     let mut c = tacho(home);
     c.args(["log", "verify", "--json"]);
@@ -578,7 +590,8 @@ fn prune_removes_whole_old_sessions_after_recording_them_and_verify_checks_the_r
     );
     assert_eq!(code, 0, "{err}");
     let dry: Value = serde_json::from_str(out.trim()).unwrap();
-    assert!(home.join("log/streams/ses_old_l").exists());
+    // (The input recorded its new sessions into a pack: no stream directories.)
+    assert!(packed_bytes(&home).contains("ses_old_l"));
     let (code, out, err) = audit(
         &home,
         &["prune", "--days", "7", "--keep-risk", "medium", "--json"],
@@ -612,8 +625,11 @@ fn prune_removes_whole_old_sessions_after_recording_them_and_verify_checks_the_r
     );
     assert!(kept["ses_run"].contains("running"), "{kept:?}");
     assert!(!kept.contains_key("ses_new") && !kept.contains_key("ses_kid"));
-    // The whole session is gone: stream, lock, projection, index entry.
+    // The whole session is gone: stream, lock, projection, index entry; the pack that
+    // held it was written again without it, and holds the others still.
     assert!(!home.join("log/streams/ses_old_l").exists());
+    let packed = packed_bytes(&home);
+    assert!(!packed.contains("ses_old_l") && packed.contains("ses_old_m"));
     assert!(!home.join("log/locks/ses_old_l.lock").exists());
     assert!(!projection.exists());
     let mut c = tacho(&home);

@@ -168,10 +168,14 @@ fn sigkill_mid_append_loses_no_acknowledged_batch() {
     eprintln!("{rounds} kills, {torn_tails} left a torn tail that was repaired");
 }
 
-/// One `tacho record` input of many sessions under a low open-files limit: every
-/// session is recorded, none twice, and the store verifies. Before writers were
-/// bounded, the input failed with "Too many open files" (a writer per session stayed
-/// open). `TACHO_MANY_SESSIONS=50000` runs issue 13's size.
+/// One `tacho record` input of many sessions under a low open-files limit, recorded
+/// both ways: as one input (its new sessions go into one pack) and with `--batch-lines`
+/// (a stream per session, at most 64 writers open at once). Every session is recorded,
+/// none twice, the store verifies, and both stores have the same digest: a packed
+/// session has the events, sequence numbers and chain head it would have in a stream
+/// of its own. Before writers were bounded, the input failed with "Too many open
+/// files" (a writer per session stayed open). `TACHO_MANY_SESSIONS=50000` runs issue
+/// 13's size.
 #[test]
 fn an_input_of_many_sessions_stays_within_the_open_files_limit() {
     let n: usize = std::env::var("TACHO_MANY_SESSIONS")
@@ -189,40 +193,66 @@ fn an_input_of_many_sessions_stays_within_the_open_files_limit() {
         ));
     }
     std::fs::write(&input, text).unwrap();
-    let home = tmp.path().join("home");
-    let mut c = std::process::Command::new("sh");
-    c.env_clear()
-        .env("TACHO_HOME", &home)
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .arg("-c")
-        .arg("ulimit -n 256 && exec \"$0\" record --snapshots off \"$1\"")
-        .arg(tacho_tests::tacho_bin())
-        .arg(&input);
-    let (code, out, err) = run(c);
-    assert_eq!(code, 0, "{out}{err}");
-    let store = Store::open(home.join("log"), StoreOptions::default()).unwrap();
-    let sessions = store.sessions().unwrap();
-    assert_eq!(sessions.len(), n);
-    let report = store.verify_all(true).unwrap();
-    assert!(report.is_clean());
-    assert_eq!(
-        report.streams.iter().map(|s| s.events).sum::<u64>(),
-        2 * n as u64
-    );
-    // Every writer's head reached the session index as it closed (in groups), with the
-    // facts of its session: no entry is left for the first listing to read and fold.
-    let index = store.index().unwrap();
-    assert_eq!(index.entries().len(), n);
-    for e in index.entries() {
-        assert!(!e.dirty && e.next_seq == 2, "{e:?}");
-        let facts = e.fresh_facts().expect("facts recorded with the head");
-        assert_eq!(facts.events, 2, "{e:?}");
+    let mut digests = Vec::new();
+    for (layout, flags) in [("packed", ""), ("streams", "--batch-lines 100000000")] {
+        let home = tmp.path().join(layout);
+        let mut c = std::process::Command::new("sh");
+        c.env_clear()
+            .env("TACHO_HOME", &home)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n 256 && exec \"$0\" record --snapshots off {flags} \"$1\""
+            ))
+            .arg(tacho_tests::tacho_bin())
+            .arg(&input);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{layout}: {out}{err}");
+        let dirs = std::fs::read_dir(home.join("log/streams")).unwrap().count();
+        let packs = std::fs::read_dir(home.join("log/packs"))
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "tpack")
+                })
+                .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(
+            (dirs, packs),
+            if layout == "packed" { (0, 1) } else { (n, 0) },
+            "{layout}"
+        );
+        let store = Store::open(home.join("log"), StoreOptions::default()).unwrap();
+        let sessions = store.sessions().unwrap();
+        assert_eq!(sessions.len(), n, "{layout}");
+        let report = store.verify_all(true).unwrap();
+        assert!(report.is_clean(), "{layout}");
+        assert_eq!(
+            report.streams.iter().map(|s| s.events).sum::<u64>(),
+            2 * n as u64
+        );
+        digests.push(report.store_digest());
+        // Every session's head reached the session index when it was recorded, with
+        // the facts of its session: no entry is left for the first listing to read
+        // and fold.
+        let index = store.index().unwrap();
+        assert_eq!(index.entries().len(), n);
+        for e in index.entries() {
+            assert!(!e.dirty && e.next_seq == 2, "{layout}: {e:?}");
+            let facts = e.fresh_facts().expect("facts recorded with the head");
+            assert_eq!(facts.events, 2, "{layout}: {e:?}");
+        }
+        // And `log verify` finds them equal to the facts folded from the events.
+        let mut c = std::process::Command::new(tacho_tests::tacho_bin());
+        c.env("TACHO_HOME", &home).args(["log", "verify"]);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{layout}: {out}{err}");
     }
-    // And `log verify` finds them equal to the facts folded from the events.
-    let mut c = std::process::Command::new(tacho_tests::tacho_bin());
-    c.env("TACHO_HOME", &home).args(["log", "verify"]);
-    let (code, out, err) = run(c);
-    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(digests[0], digests[1]);
 }
 
 #[test]
@@ -487,6 +517,109 @@ fn golden_store_v1_reads_forever() {
     let (code, stdout, stderr) = run(c);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains(STORE_V1_DIGEST));
+}
+
+fn packed_fixture_dir() -> PathBuf {
+    repo_root().join("tests/fixtures/store-v1-packed")
+}
+
+/// The digest of the committed v1 store with a pack (SPEC.md §1.1).
+const PACKED_V1_DIGEST: &str = "da8089b95810bc6a4380c5eb04d2cc68222363f058f725ca20b679c0999a08d1";
+
+/// The events of the fixture sessions that the packed fixture writes with a writer
+/// after the pack: the example's last 8.
+const PACKED_FIXTURE_TAIL: usize = 8;
+
+/// Writes the packed fixture store: the fixture's sessions in one pack, staged in
+/// pieces that interleave the sessions (so each has several packed segments), then
+/// the example's last events appended by a writer after its packed segments. Only
+/// ever run once: `TACHO_WRITE_FIXTURE=1 cargo test -p tacho-tests
+/// write_packed_fixture_store -- --ignored`.
+#[test]
+#[ignore]
+fn write_packed_fixture_store() {
+    assert_eq!(std::env::var("TACHO_WRITE_FIXTURE").as_deref(), Ok("1"));
+    let root = packed_fixture_dir().join("log");
+    assert!(
+        !root.exists(),
+        "the packed v1 fixture exists and must never be rewritten"
+    );
+    let st = Store::open(
+        &root,
+        StoreOptions {
+            segment_bytes_max: 2048,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let sources = fixture_sources();
+    let (a, a_events, a_batch) = &sources[0];
+    let (b, b_events, b_batch) = &sources[1];
+    let (a_packed, a_tail) = a_events.split_at(a_events.len() - PACKED_FIXTURE_TAIL);
+    let mut pack = st.pack_builder();
+    let mut a_chunks = a_packed.chunks(*a_batch);
+    let mut b_chunks = b_events.chunks(*b_batch);
+    loop {
+        let (x, y) = (a_chunks.next(), b_chunks.next());
+        if x.is_none() && y.is_none() {
+            break;
+        }
+        if let Some(x) = x {
+            pack.stage(a, x).unwrap();
+        }
+        if let Some(y) = y {
+            pack.stage(b, y).unwrap();
+        }
+    }
+    pack.publish().unwrap();
+    st.writer(a)
+        .unwrap()
+        .append_batch(a_tail, Durability::Sync)
+        .unwrap();
+    for d in ["locks", "index"] {
+        std::fs::remove_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::remove_file(root.join("packs/.lock")).unwrap();
+    println!(
+        "digest {}",
+        hex(&st.verify_all(true).unwrap().store_digest())
+    );
+}
+
+#[test]
+fn golden_packed_store_v1_reads_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&packed_fixture_dir().join("log"), &dir.path().join("log"));
+    let st = store(dir.path());
+    let report = st.verify_all(true).unwrap();
+    assert!(
+        report.is_clean(),
+        "{:?}",
+        report.findings().collect::<Vec<_>>()
+    );
+    assert!(st.verify_packs().is_empty());
+    assert_eq!(hex(&report.store_digest()), PACKED_V1_DIGEST);
+    let sources = fixture_sources();
+    assert_eq!(st.sessions().unwrap().len(), sources.len());
+    for (session, events, _) in sources {
+        let mut read = Vec::new();
+        st.read_session(&session, |e| {
+            read.push((e.event.time_unix_ns, e.event.body))
+        })
+        .unwrap();
+        assert_eq!(read, events, "{session}");
+        let segs = st.segments(&session).unwrap();
+        assert!(segs.len() >= 3, "{session}: {} segments", segs.len());
+    }
+    // The example continues after its packed segments in a segment file.
+    let segs = st.segments("ses_01jdemo8xk4rate1imit0000a").unwrap();
+    assert!(segs.last().unwrap().packed.is_none());
+    assert!(segs[..segs.len() - 1].iter().all(|s| s.packed.is_some()));
+    let mut c = tacho(dir.path());
+    c.args(["log", "verify"]);
+    let (code, stdout, stderr) = run(c);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains(PACKED_V1_DIGEST));
 }
 
 /// Replays the fuzz corpus and every crash artifact ever found through the fuzz

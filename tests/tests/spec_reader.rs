@@ -99,6 +99,35 @@ fn the_spec_reader_reads_the_golden_store_as_tacho_does() {
     assert_eq!(events, tacho_summary(tmp.path()));
 }
 
+#[test]
+fn the_spec_reader_reads_the_packed_golden_store_as_tacho_does() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(
+        &tacho_tests::repo_root().join("tests/fixtures/store-v1-packed/log"),
+        &tmp.path().join("log"),
+    );
+    let (code, events, err) = read(&py, tmp.path());
+    assert_eq!(code, 0, "{err}");
+    assert!(events.len() > 100);
+    assert_eq!(events, tacho_summary(tmp.path()));
+    // A changed byte in the pack's table of contents is found.
+    let packs = tmp.path().join("log/packs");
+    let pack = std::fs::read_dir(&packs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&pack, bytes).unwrap();
+    let (code, _, err) = read(&py, tmp.path());
+    assert_eq!(code, 1);
+    assert!(err.contains("table of contents CRC"), "{err}");
+}
+
 /// A store with every kind: the demo (snapshots, evidence), the bundled example, the
 /// fixture of the kinds added after version 1's golden store (written as tacho writes
 /// evidence), and a child session.

@@ -89,9 +89,11 @@ fn store(dir: &Path) -> (PathBuf, String) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    // (A packed segment starts `pack_offset` bytes into its pack.)
     let seg = PathBuf::from(frames[0]["segment"].as_str().unwrap());
+    let base = frames[0]["pack_offset"].as_u64().unwrap_or(0);
     let f = &frames[10];
-    let at = (f["offset"].as_u64().unwrap() + f["len"].as_u64().unwrap() / 2) as usize;
+    let at = (base + f["offset"].as_u64().unwrap() + f["len"].as_u64().unwrap() / 2) as usize;
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes[at] ^= 0x20;
     std::fs::write(&seg, bytes).unwrap();

@@ -307,8 +307,15 @@ fn kind_label(k: u16) -> String {
 
 fn dump(a: DumpArgs) -> Result<(), CliError> {
     let mut out = Out::new();
-    let (files, session): (Vec<PathBuf>, String) = match (&a.file, &a.session) {
-        (Some(f), _) => (vec![f.clone()], String::new()),
+    let (segments, session): (Vec<tacho_app::SegmentInfo>, String) = match (&a.file, &a.session) {
+        (Some(f), _) => (
+            vec![tacho_app::SegmentInfo {
+                path: f.clone(),
+                first_seq: 0,
+                packed: None,
+            }],
+            String::new(),
+        ),
         (None, Some(given)) => {
             let tacho = crate::open()?;
             let s = tacho.resolve_session(given)?;
@@ -317,9 +324,10 @@ fn dump(a: DumpArgs) -> Result<(), CliError> {
         (None, None) => return Err(CliError::input("give a session or --file")),
     };
     let mut damaged = false;
-    for path in files {
-        let d = dump_segment_file(&path)?;
-        print_segment(&mut out, &path, &d, &session, a.json)?;
+    for seg in segments {
+        let (path, range) = (seg.path, seg.packed);
+        let d = dump_segment_file(&path, range)?;
+        print_segment(&mut out, &path, range.map(|r| r.0), &d, &session, a.json)?;
         damaged |= d.damaged();
     }
     out.finish()?;
@@ -329,9 +337,12 @@ fn dump(a: DumpArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// One segment's dump; a packed one (`packed_at`: where it starts in its pack) is named
+/// by its pack and that offset (the frames' offsets are the segment's own).
 fn print_segment(
     out: &mut Out,
     path: &Path,
+    packed_at: Option<u64>,
     d: &SegmentDump,
     session: &str,
     json: bool,
@@ -349,15 +360,17 @@ fn print_segment(
     };
     if json {
         out.json(&serde_json::json!({
-            "type": "segment", "segment": path.display().to_string(), "format_version": header.format_version,
+            "type": "segment", "segment": path.display().to_string(), "pack_offset": packed_at,
+            "format_version": header.format_version,
             "segment_index": header.segment_index, "first_seq": header.first_seq,
             "prev_chain": hex(&header.prev_chain), "first_time": time_to_rfc3339(header.first_time_unix_ns),
             "bytes": d.len,
         }))?;
     } else {
         out.line(format!(
-            "== {} (segment {}, format v{}, first seq {}, {} bytes, first event at {})",
+            "== {}{} (segment {}, format v{}, first seq {}, {} bytes, first event at {})",
             path.display(),
+            packed_at.map(|at| format!(" at {at}")).unwrap_or_default(),
             header.segment_index,
             header.format_version,
             header.first_seq,
