@@ -112,14 +112,17 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         out.finish()?;
         return missed;
     }
+    // (One write for all of them: a bulk input records thousands of sessions.)
+    let mut report = String::new();
     for (session, t) in &done.totals {
-        eprintln!(
-            "recorded {} event(s) in session {session} (seq {}..={})",
+        report.push_str(&format!(
+            "recorded {} event(s) in session {session} (seq {}..={})\n",
             t.events,
             t.first_seq.unwrap_or(0),
             t.last_seq
-        );
+        ));
     }
+    eprint!("{report}");
     if done.totals.is_empty() {
         eprintln!("no events in {source}");
     }
