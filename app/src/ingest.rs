@@ -286,6 +286,17 @@ struct Pending {
     body: EventBody,
 }
 
+/// Queued events are staged as they are queued (an event body is ~300 bytes: copying
+/// each into a tuple first was a third of a bulk ingest's main thread).
+impl tacho_store::EventRef for Pending {
+    fn time_unix_ns(&self) -> i64 {
+        self.time_unix_ns
+    }
+    fn body(&self) -> &EventBody {
+        &self.body
+    }
+}
+
 /// An ingest in progress. Feed it lines or events; batches are appended as they fill
 /// (every `batch_lines` events) and at [`Ingest::finish`].
 pub struct Ingest<'t> {
@@ -893,14 +904,10 @@ impl<'t> Ingest<'t> {
             .collect();
         tacho_store::mark_written(&mut writers)?;
         for (session, items) in groups {
-            let events: Vec<(i64, EventBody)> = items
-                .into_iter()
-                .map(|p| (p.time_unix_ns, p.body))
-                .collect();
             let w = self.writer(&session)?;
-            let first_seq = w.stage(&events)?;
-            self.staged_events += events.len();
-            self.fold(&session, first_seq, &events);
+            let first_seq = w.stage(&items)?;
+            self.staged_events += items.len();
+            self.fold(&session, first_seq, &items);
         }
         Ok(())
     }
@@ -910,18 +917,15 @@ impl<'t> Ingest<'t> {
     /// in order. A session is packed when the pack holds it already, or when it is new
     /// to the store and this ingest has no writer for it.
     fn pack_new_sessions(&mut self, pending: Vec<Pending>) -> Result<Vec<Pending>, IngestError> {
-        let mut rest = Vec::new();
-        let mut run: Vec<Pending> = Vec::new();
-        let mut it = pending.into_iter().peekable();
-        while let Some(p) = it.next() {
-            let ends_run = it.peek().is_none_or(|n| n.session != p.session);
-            run.push(p);
-            if !ends_run {
-                continue;
-            }
-            let Some(session) = run.first().map(|p| p.session.clone()) else {
-                continue;
-            };
+        // Runs are staged from where they lie; only the others are moved, at the end.
+        let mut kept: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut start = 0;
+        while let Some(first) = pending.get(start) {
+            let session = first.session.clone();
+            let end = pending
+                .get(start..)
+                .and_then(|rest| rest.iter().position(|p| p.session != session))
+                .map_or(pending.len(), |n| start + n);
             // A pack grown large is published before it takes another session: what
             // an ingest holds for its pack stays bounded, as groups of writers do.
             if self.pack.as_ref().is_some_and(|p| {
@@ -935,16 +939,31 @@ impl<'t> Ingest<'t> {
             if pack.contains(&session)
                 || (!self.writers.contains_key(&session) && pack.is_new(&session)?)
             {
-                self.stage_packed(session, std::mem::take(&mut run))?;
+                self.stage_packed(&session, pending.get(start..end).unwrap_or_default())?;
             } else {
-                rest.append(&mut run);
+                kept.push(start..end);
             }
+            start = end;
         }
-        Ok(rest)
+        if kept.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut keep = vec![false; pending.len()];
+        for r in kept {
+            keep.get_mut(r)
+                .into_iter()
+                .flatten()
+                .for_each(|k| *k = true);
+        }
+        Ok(pending
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(p, k)| k.then_some(p))
+            .collect())
     }
 
     /// Checks a new session's events and adds them to the pack.
-    fn stage_packed(&mut self, session: String, items: Vec<Pending>) -> Result<(), IngestError> {
+    fn stage_packed(&mut self, session: &str, items: &[Pending]) -> Result<(), IngestError> {
         let tacho = self.tacho;
         let pack = self.pack.get_or_insert_with(|| tacho.log().pack_builder());
         let source_name = &self.opts.source;
@@ -953,11 +972,11 @@ impl<'t> Ingest<'t> {
             line,
             reason,
         };
-        if let Err((i, reason)) = pack.check_batch(&session, items.iter().map(|p| &p.body)) {
+        if let Err((i, reason)) = pack.check_batch(session, items.iter().map(|p| &p.body)) {
             return Err(rejected(items.get(i).map_or(0, |p| p.line), reason));
         }
-        let mut ended = pack.ended(&session);
-        for p in &items {
+        let mut ended = pack.ended(session);
+        for p in items {
             if ended {
                 return Err(rejected(
                     p.line,
@@ -969,18 +988,14 @@ impl<'t> Ingest<'t> {
             }
             ended = matches!(p.body, EventBody::SessionEnd(_));
         }
-        let events: Vec<(i64, EventBody)> = items
-            .into_iter()
-            .map(|p| (p.time_unix_ns, p.body))
-            .collect();
-        let first_seq = pack.stage(&session, &events)?;
-        self.fold(&session, first_seq, &events);
+        let first_seq = pack.stage(session, items)?;
+        self.fold(session, first_seq, items);
         // A session that ended takes no more events: its segment is sealed now and
         // what the index will know of it is computed now, not held folded until the
         // pack is published.
         if ended && let Some(pack) = self.pack.as_mut() {
-            let head = pack.close(&session)?;
-            if let (Some(head), Some(f)) = (head, self.folds.remove(&session)) {
+            let head = pack.close(session)?;
+            if let (Some(head), Some(f)) = (head, self.folds.remove(session)) {
                 self.folded = self.folded.saturating_sub(f.graph.next_seq);
                 if f.graph.next_seq == head.0 {
                     let facts = self.tacho.facts_record(f.graph, f.source, head);
@@ -1078,7 +1093,7 @@ impl<'t> Ingest<'t> {
     /// Folds a session's appended batch (its first event `first_seq`) into what this
     /// ingest knows of it: a session seen from its first event on, with nothing
     /// appended by anyone else in between, is folded whole.
-    fn fold(&mut self, session: &str, first_seq: u64, events: &[(i64, EventBody)]) {
+    fn fold<E: tacho_store::EventRef>(&mut self, session: &str, first_seq: u64, events: &[E]) {
         let within = self.folded + events.len() as u64 <= self.fold_budget;
         let fold = match self.folds.entry(session.to_owned()) {
             Entry::Occupied(o) if within && o.get().graph.next_seq == first_seq => o.into_mut(),
@@ -1093,12 +1108,13 @@ impl<'t> Ingest<'t> {
             Entry::Vacant(_) => return,
         };
         self.folded += events.len() as u64;
-        for (i, (at, body)) in events.iter().enumerate() {
+        for (i, e) in events.iter().enumerate() {
             let seq = first_seq + i as u64;
+            let body = e.body();
             if let (0, EventBody::SessionStart(s)) = (seq, body) {
                 fold.source = s.source.clone();
             }
-            fold.graph.apply_view(seq, *at, &body.view());
+            fold.graph.apply_view(seq, e.time_unix_ns(), &body.view());
         }
     }
 

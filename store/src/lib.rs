@@ -36,6 +36,6 @@ pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
 pub use verify::{EventVisitor, Finding, Severity, StoreReport, StreamReport};
 pub use writer::{
-    AppendReceipt, Durability, Recovery, Writer, append_group, close_writers, commit_group,
-    mark_written,
+    AppendReceipt, Durability, EventRef, Recovery, Writer, append_group, close_writers,
+    commit_group, mark_written,
 };

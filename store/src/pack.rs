@@ -21,6 +21,7 @@ use tacho_schema::EventBody;
 use crate::AppendReceipt;
 use crate::store::{Store, StoreError};
 use crate::vfs::{Released, SegmentBytes, VfsFile};
+use crate::writer::EventRef;
 
 const PACK_MAGIC: &[u8; 8] = b"TACHOPAK";
 /// The pack header's length.
@@ -689,7 +690,7 @@ impl PackBuilder {
     /// Adds `events` to `session`'s segment in the pack (a new session's first must be
     /// its `session.start`); the first event's sequence number. On an error the pack
     /// is given up (nothing of it is published).
-    pub fn stage(&mut self, session: &str, events: &[(i64, EventBody)]) -> Result<u64, StoreError> {
+    pub fn stage<E: EventRef>(&mut self, session: &str, events: &[E]) -> Result<u64, StoreError> {
         let r = self.stage_inner(session, events);
         if r.is_err() {
             self.poisoned = true;
@@ -697,22 +698,18 @@ impl PackBuilder {
         r
     }
 
-    fn stage_inner(
-        &mut self,
-        session: &str,
-        events: &[(i64, EventBody)],
-    ) -> Result<u64, StoreError> {
+    fn stage_inner<E: EventRef>(&mut self, session: &str, events: &[E]) -> Result<u64, StoreError> {
         if self.poisoned {
             return Err(StoreError::Poisoned(session.to_string()));
         }
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
-        let Some((first_time, _)) = events.first() else {
+        let Some(first_time) = events.first().map(E::time_unix_ns) else {
             return Err(Self::reject(
                 session,
                 "an empty batch cannot be appended".into(),
             ));
         };
-        if let Err((_, reason)) = self.check_batch(session, events.iter().map(|(_, b)| b)) {
+        if let Err((_, reason)) = self.check_batch(session, events.iter().map(E::body)) {
             return Err(Self::reject(session, reason));
         }
         if self.open.as_ref().is_some_and(|o| o.session != session) {
@@ -727,7 +724,7 @@ impl PackBuilder {
                 segment_index: st.segments,
                 first_seq: st.next_seq,
                 prev_chain: st.chain,
-                first_time_unix_ns: *first_time,
+                first_time_unix_ns: first_time,
             }
             .encode();
             let mut step = Chain::start(&st.chain);
@@ -747,7 +744,8 @@ impl PackBuilder {
         }
         let start = self.buf.len();
         let mut payload = std::mem::take(&mut self.payload);
-        for (i, (time, body)) in events.iter().enumerate() {
+        for (i, e) in events.iter().enumerate() {
+            let (time, body) = (e.time_unix_ns(), e.body());
             let (kind, version) = body
                 .encode_into(&mut payload)
                 .map_err(|e| Self::reject(session, e.to_string()))?;
@@ -766,7 +764,7 @@ impl PackBuilder {
                 kind,
                 version,
                 first_seq + i as u64,
-                *time,
+                time,
                 &payload,
             );
         }
@@ -782,7 +780,7 @@ impl PackBuilder {
         open.count += events.len() as u64;
         self.len += n;
         if let Some(st) = self.streams.get_mut(session) {
-            st.ended = matches!(events.last(), Some((_, EventBody::SessionEnd(_))));
+            st.ended = matches!(events.last().map(E::body), Some(EventBody::SessionEnd(_)));
         }
         let full = open.len >= self.store.opts.segment_bytes_max;
         if self.buf.len() >= BUF_BYTES_WRITTEN {

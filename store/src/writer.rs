@@ -42,6 +42,22 @@ pub(crate) fn check_rules<'a>(
     Ok(())
 }
 
+/// An event to append: its time and body, wherever the caller keeps them (an ingest
+/// appends its queued items as they are, without copying each into a tuple).
+pub trait EventRef {
+    fn time_unix_ns(&self) -> i64;
+    fn body(&self) -> &EventBody;
+}
+
+impl EventRef for (i64, EventBody) {
+    fn time_unix_ns(&self) -> i64 {
+        self.0
+    }
+    fn body(&self) -> &EventBody {
+        &self.1
+    }
+}
+
 /// When an append is durable. Chosen at every call site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
@@ -787,7 +803,7 @@ impl Writer {
     /// with its commit. Nothing staged is visible to readers, and a crash before the
     /// commit leaves a torn tail that the next writer cuts. Returns the sequence number
     /// of the first event; on an error, everything staged is taken back.
-    pub fn stage(&mut self, events: &[(i64, EventBody)]) -> Result<u64, StoreError> {
+    pub fn stage<E: EventRef>(&mut self, events: &[E]) -> Result<u64, StoreError> {
         let r = self.encode_staged(events).and_then(|first| {
             if self.buf.len() >= STAGED_BYTES_WRITTEN {
                 self.write_buf(false)?;
@@ -822,15 +838,15 @@ impl Writer {
     /// in the buffer (after a new segment's header, the first time), adding them to the
     /// staged batch and its chain step; nothing is written yet. Returns the first
     /// event's sequence number.
-    fn encode_staged(&mut self, events: &[(i64, EventBody)]) -> Result<u64, StoreError> {
+    fn encode_staged<E: EventRef>(&mut self, events: &[E]) -> Result<u64, StoreError> {
         if self.poisoned {
             return Err(StoreError::Poisoned(self.session.clone()));
         }
-        let Some((first_time, _)) = events.first() else {
+        let Some(first_time) = events.first().map(E::time_unix_ns) else {
             return Err(self.reject("an empty batch cannot be appended".into()));
         };
         // Check everything before writing anything.
-        if let Err((_, reason)) = self.check_batch(events.iter().map(|(_, b)| b)) {
+        if let Err((_, reason)) = self.check_batch(events.iter().map(E::body)) {
             return Err(self.reject(reason));
         }
         if !self.indexed {
@@ -848,7 +864,8 @@ impl Writer {
         }
         let start = self.buf.len();
         let mut payload = std::mem::take(&mut self.payload);
-        for (i, (time, body)) in events.iter().enumerate() {
+        for (i, e) in events.iter().enumerate() {
+            let (time, body) = (e.time_unix_ns(), e.body());
             let (kind, version) = body
                 .encode_into(&mut payload)
                 .map_err(|e| self.reject(e.to_string()))?;
@@ -864,7 +881,7 @@ impl Writer {
                 kind,
                 version,
                 first_seq + i as u64,
-                *time,
+                time,
                 &payload,
             );
         }
@@ -873,7 +890,7 @@ impl Writer {
             self.payload = payload;
         }
         if self.seg.is_none() {
-            self.start_segment(*first_time)?;
+            self.start_segment(first_time)?;
         }
         let Some(seg) = self.seg.as_mut() else {
             return Err(StoreError::Poisoned(self.session.clone()));
@@ -904,8 +921,8 @@ impl Writer {
             .update(self.buf.get(frames_at..).unwrap_or_default());
         staged.span_len += frames_len as u64;
         staged.count += events.len() as u64;
-        staged.last_kind = events.last().map(|(_, b)| b.kind_id());
-        staged.ended = matches!(events.last(), Some((_, EventBody::SessionEnd(_))));
+        staged.last_kind = events.last().map(|e| e.body().kind_id());
+        staged.ended = matches!(events.last().map(E::body), Some(EventBody::SessionEnd(_)));
         Ok(first_seq)
     }
 
