@@ -558,6 +558,21 @@ macro_rules! kinds {
             }
         }
 
+        /// The body of kind `name` read in one pass from a whole line (`text`), its
+        /// envelope fields (`type`, `session`, `ts`) set aside in `envelope`; `None`
+        /// where that does not work.
+        pub(crate) fn from_enveloped_json<'a>(
+            name: &str,
+            text: &'a str,
+            envelope: &mut crate::json::Envelope<'a>,
+        ) -> Option<EventBody> {
+            match name {
+                $($name => crate::json::deserialize_enveloped::<$ty>(text, envelope)
+                    .map(EventBody::$variant),)+
+                _ => None,
+            }
+        }
+
         /// Builds a body from the fields of a JSON object whose `type` is `name`.
         /// Errors name the field (`step: invalid type ...`) and return its path.
         pub fn from_json_fields(
