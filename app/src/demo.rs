@@ -139,6 +139,7 @@ impl Tacho {
                 durability: Durability::Sync,
                 batch_lines: 1,
                 auto_snapshots: true,
+                pack_new_sessions: false,
             },
             |_| Ok(()),
         )?;

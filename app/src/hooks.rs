@@ -139,6 +139,7 @@ impl Tacho {
                 durability: Durability::Sync,
                 batch_lines: 0,
                 auto_snapshots: false,
+                pack_new_sessions: false,
             };
             let mut ingest = match Ingest::new(self, opts, |_| Ok(())) {
                 Ok(i) => i,

@@ -164,6 +164,7 @@ impl Tacho {
             durability: Durability::Sync,
             batch_lines: 0,
             auto_snapshots: false,
+            pack_new_sessions: false,
         };
         let mut ingest = Ingest::new(self, opts, |_| Ok(())).map_err(|e| e.to_string())?;
         let n = fresh.len() as u64;

@@ -65,6 +65,10 @@ pub struct IngestOptions {
     /// Take a baseline after `session.start`, one before each `step.start` and a final
     /// one before `session.end`, when the session's workspace exists here.
     pub auto_snapshots: bool,
+    /// Write the sessions a one-batch input creates, once it spans sessions, into packs
+    /// (SPEC.md §1.1): for bulk inputs (`tacho record`), not for a hook that records a
+    /// subagent's session beside its parent's.
+    pub pack_new_sessions: bool,
 }
 
 /// A committed batch of one session.
@@ -821,7 +825,10 @@ impl<'t> Ingest<'t> {
             .is_some_and(|f| pending.iter().any(|p| p.session != f.session))
             || !self.writers.is_empty()
             || !self.totals.is_empty();
-        if self.opts.batch_lines == 0 && (spans || self.pack.is_some()) {
+        if self.opts.pack_new_sessions
+            && self.opts.batch_lines == 0
+            && (spans || self.pack.is_some())
+        {
             pending = self.pack_new_sessions(pending)?;
         }
         let mut rest: Vec<(String, Vec<Pending>)> = match pending.first() {

@@ -55,8 +55,9 @@ fn open(dir: &Path, notes: Arc<Collected>) -> Tacho {
 const EXAMPLE: &str = include_str!("../../examples/sessions/rate-limit.jsonl");
 
 /// Records the bundled example under a fresh id (without `ts` on its first line, so
-/// the clock is read) and branches it; returns the store digest.
-fn run_operations(t: &Tacho) -> (String, Vec<String>) {
+/// the clock is read) and branches it; returns the store digest. With `packed`, the
+/// input's new sessions go into a pack, as `tacho record` writes them.
+fn run_operations_with(t: &Tacho, packed: bool) -> (String, Vec<String>) {
     let mut ingest = Ingest::new(
         t,
         IngestOptions {
@@ -66,6 +67,7 @@ fn run_operations(t: &Tacho) -> (String, Vec<String>) {
             durability: Durability::Buffered,
             batch_lines: 0,
             auto_snapshots: false,
+            pack_new_sessions: packed,
         },
         |_| Ok(()),
     )
@@ -89,6 +91,10 @@ fn run_operations(t: &Tacho) -> (String, Vec<String>) {
     (hex(&report.store_digest()), ids)
 }
 
+fn run_operations(t: &Tacho) -> (String, Vec<String>) {
+    run_operations_with(t, false)
+}
+
 #[test]
 fn a_fixed_clock_and_fixed_ids_give_the_same_store() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -102,6 +108,19 @@ fn a_fixed_clock_and_fixed_ids_give_the_same_store() {
     );
     assert_eq!(ids_a, ids_b);
     assert_eq!(da, db, "same operations, same clock and ids: same bytes");
+    assert!(!a.path().join("log/packs").exists());
+    // Packed, the two new sessions of the input have the heads streams give them.
+    let c = tempfile::tempdir().unwrap();
+    let tc = open(c.path(), Arc::default());
+    let (dc, ids_c) = run_operations_with(&tc, true);
+    assert_eq!((dc, ids_c), (da.clone(), ids_a.clone()));
+    assert!(!c.path().join("log/streams/ses_fixed0001").exists());
+    assert_eq!(
+        std::fs::read_dir(c.path().join("log/packs"))
+            .unwrap()
+            .count(),
+        2
+    ); // and .lock
     // The line without a time was stamped by the clock, not the wall time.
     let events = ta.events("ses_fixed0002").unwrap();
     assert_eq!(events[0].event.time_unix_ns, 1_795_996_800_000_000_000);
@@ -158,6 +177,7 @@ fn notes_go_to_the_sink_and_results_carry_the_stall_rule() {
             durability: Durability::Sync,
             batch_lines: 0,
             auto_snapshots: false,
+            pack_new_sessions: false,
         },
         |_| Ok(()),
     )
@@ -241,6 +261,7 @@ fn sessions_beyond_the_fold_budget_get_their_facts_from_the_index() {
             durability: Durability::Sync,
             batch_lines: 20,
             auto_snapshots: false,
+            pack_new_sessions: false,
         },
         |_| Ok(()),
     )
