@@ -272,6 +272,39 @@ const STAGE_EVENTS: usize = 4096;
 /// bounded by this however long the input's sessions are.
 pub const FOLD_EVENTS_MAX: u64 = 200_000;
 
+/// Turns the stream rules' verdict on `items` (`checked`: the index of the first that
+/// breaks one, and why) into the input's error at that line, and refuses anything
+/// after a `session.end` (`ended`: whether the session had ended before `items`).
+fn check_items(
+    source_name: &str,
+    session: &str,
+    checked: Result<(), (usize, String)>,
+    mut ended: bool,
+    items: &[Pending],
+) -> Result<(), IngestError> {
+    let rejected = |line: usize, reason: String| IngestError::Rejected {
+        source_name: source_name.to_owned(),
+        line,
+        reason,
+    };
+    if let Err((i, reason)) = checked {
+        return Err(rejected(items.get(i).map_or(0, |p| p.line), reason));
+    }
+    for p in items {
+        if ended {
+            return Err(rejected(
+                p.line,
+                format!(
+                    "session {session} has ended: a {} after session.end is refused",
+                    p.body.kind_name()
+                ),
+            ));
+        }
+        ended = matches!(p.body, EventBody::SessionEnd(_));
+    }
+    Ok(())
+}
+
 /// The most sessions, and about the most bytes, of one pack: a larger input's new
 /// sessions go into several, each published (and acknowledged) when full.
 pub const PACK_SESSIONS_MAX: usize = 4096;
@@ -871,36 +904,17 @@ impl<'t> Ingest<'t> {
     fn stage_group(&mut self, groups: Vec<(String, Vec<Pending>)>) -> Result<(), IngestError> {
         // Writers open in id order, so two ingests never wait for each other in a cycle.
         for (session, items) in &groups {
-            let source_name = self.opts.source.clone();
             let w = self.writer(session)?;
-            if let Err((i, reason)) = w.check_batch(items.iter().map(|p| &p.body)) {
-                return Err(IngestError::Rejected {
-                    source_name,
-                    line: items.get(i).map_or(0, |p| p.line),
-                    reason,
-                });
-            }
+            let checked = w.check_batch(items.iter().map(|p| &p.body));
             // Nothing after session.end, as nothing before session.start. The writer
             // has read the stream's tail already (and knows what it staged); only when
             // its last event lies in an earlier segment is it read again.
             let (next, known) = (w.next_seq(), w.ended());
-            let mut ended = match known {
+            let ended = match known {
                 Some(e) => e,
                 None => self.has_ended(session, next)?,
             };
-            for p in items {
-                if ended {
-                    return Err(IngestError::Rejected {
-                        source_name,
-                        line: p.line,
-                        reason: format!(
-                            "session {session} has ended: a {} after session.end is refused",
-                            p.body.kind_name()
-                        ),
-                    });
-                }
-                ended = matches!(p.body, EventBody::SessionEnd(_));
-            }
+            check_items(&self.opts.source, session, checked, ended, items)?;
         }
         // One synced index append marks every new stream of the group as written.
         let mut writers: Vec<&mut Writer> = self
@@ -973,28 +987,15 @@ impl<'t> Ingest<'t> {
     fn stage_packed(&mut self, session: &str, items: &[Pending]) -> Result<(), IngestError> {
         let tacho = self.tacho;
         let pack = self.pack.get_or_insert_with(|| tacho.log().pack_builder());
-        let source_name = &self.opts.source;
-        let rejected = |line: usize, reason: String| IngestError::Rejected {
-            source_name: source_name.clone(),
-            line,
-            reason,
-        };
-        if let Err((i, reason)) = pack.check_batch(session, items.iter().map(|p| &p.body)) {
-            return Err(rejected(items.get(i).map_or(0, |p| p.line), reason));
-        }
-        let mut ended = pack.ended(session);
-        for p in items {
-            if ended {
-                return Err(rejected(
-                    p.line,
-                    format!(
-                        "session {session} has ended: a {} after session.end is refused",
-                        p.body.kind_name()
-                    ),
-                ));
-            }
-            ended = matches!(p.body, EventBody::SessionEnd(_));
-        }
+        let checked = pack.check_batch(session, items.iter().map(|p| &p.body));
+        check_items(
+            &self.opts.source,
+            session,
+            checked,
+            pack.ended(session),
+            items,
+        )?;
+        let ended = matches!(items.last(), Some(p) if matches!(p.body, EventBody::SessionEnd(_)));
         let first_seq = pack.stage(session, items)?;
         self.fold(session, first_seq, items);
         // A session that ended takes no more events: its segment is sealed now and
@@ -1026,11 +1027,6 @@ impl<'t> Ingest<'t> {
         let mut facts = Vec::new();
         for (session, receipt) in receipts {
             let events = receipt.last_seq - receipt.first_seq + 1;
-            let t = self.totals.entry(session.clone()).or_default();
-            t.first_seq.get_or_insert(receipt.first_seq);
-            t.last_seq = receipt.last_seq;
-            t.events += events;
-            self.recorded += events;
             if let Some(f) = self.folds.remove(&session) {
                 self.folded = self.folded.saturating_sub(f.graph.next_seq);
                 if f.graph.next_seq == events {
@@ -1040,15 +1036,7 @@ impl<'t> Ingest<'t> {
                     );
                 }
             }
-            (self.on_batch)(&BatchAck {
-                kind: "recorded",
-                session,
-                events: events as usize,
-                first_seq: receipt.first_seq,
-                last_seq: receipt.last_seq,
-                head: hex(&receipt.chain),
-            })
-            .map_err(IngestError::Ack)?;
+            self.acknowledge(session, &receipt)?;
         }
         let encoded = std::mem::take(&mut self.pack_facts);
         let appended = self
@@ -1078,23 +1066,32 @@ impl<'t> Ingest<'t> {
         }
         let receipts = tacho_store::commit_group(&mut writers, self.opts.durability)?;
         for (session, receipt) in sessions.into_iter().zip(receipts) {
-            let events = receipt.last_seq - receipt.first_seq + 1;
-            let t = self.totals.entry(session.clone()).or_default();
-            t.first_seq.get_or_insert(receipt.first_seq);
-            t.last_seq = receipt.last_seq;
-            t.events += events;
-            self.recorded += events;
-            (self.on_batch)(&BatchAck {
-                kind: "recorded",
-                session,
-                events: events as usize,
-                first_seq: receipt.first_seq,
-                last_seq: receipt.last_seq,
-                head: hex(&receipt.chain),
-            })
-            .map_err(IngestError::Ack)?;
+            self.acknowledge(session, &receipt)?;
         }
         Ok(())
+    }
+
+    /// Counts a committed batch of `session` and acknowledges it.
+    fn acknowledge(
+        &mut self,
+        session: String,
+        receipt: &tacho_store::AppendReceipt,
+    ) -> Result<(), IngestError> {
+        let events = receipt.last_seq - receipt.first_seq + 1;
+        let t = self.totals.entry(session.clone()).or_default();
+        t.first_seq.get_or_insert(receipt.first_seq);
+        t.last_seq = receipt.last_seq;
+        t.events += events;
+        self.recorded += events;
+        (self.on_batch)(&BatchAck {
+            kind: "recorded",
+            session,
+            events: events as usize,
+            first_seq: receipt.first_seq,
+            last_seq: receipt.last_seq,
+            head: hex(&receipt.chain),
+        })
+        .map_err(IngestError::Ack)
     }
 
     /// Folds a session's appended batch (its first event `first_seq`) into what this

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tacho_log_format::{
-    Chain, ChainValue, CommitPayload, FORMAT_VERSION, FRAME_PAYLOAD_BYTES_MAX, SealPayload,
-    SegmentHeader, StreamId, encode_commit_frame, encode_event_frame, encode_seal_frame,
+    Chain, ChainValue, CommitPayload, FORMAT_VERSION, SealPayload, SegmentHeader, StreamId,
+    encode_commit_frame, encode_seal_frame,
 };
 use tacho_schema::EventBody;
 
@@ -743,32 +743,8 @@ impl PackBuilder {
             self.len += header.len() as u64;
         }
         let start = self.buf.len();
-        let mut payload = std::mem::take(&mut self.payload);
-        for (i, e) in events.iter().enumerate() {
-            let (time, body) = (e.time_unix_ns(), e.body());
-            let (kind, version) = body
-                .encode_into(&mut payload)
-                .map_err(|e| Self::reject(session, e.to_string()))?;
-            if payload.len() > FRAME_PAYLOAD_BYTES_MAX as usize {
-                return Err(Self::reject(
-                    session,
-                    format!(
-                        "a {} event of {} bytes exceeds the limit of {FRAME_PAYLOAD_BYTES_MAX} bytes",
-                        body.kind_name(),
-                        payload.len()
-                    ),
-                ));
-            }
-            encode_event_frame(
-                &mut self.buf,
-                kind,
-                version,
-                first_seq + i as u64,
-                time,
-                &payload,
-            );
-        }
-        self.payload = payload;
+        crate::writer::encode_frames(&mut self.buf, &mut self.payload, first_seq, events)
+            .map_err(|reason| Self::reject(session, reason))?;
         let frames = self.buf.get(start..).unwrap_or_default();
         let n = frames.len() as u64;
         let Some(open) = self.open.as_mut() else {

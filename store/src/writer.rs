@@ -58,6 +58,42 @@ impl EventRef for (i64, EventBody) {
     }
 }
 
+/// Adds the event frames of `events` (sequence numbers from `first_seq`) to `buf`,
+/// encoding each payload in the reused `scratch`; the reason when one does not encode
+/// or is larger than a frame holds (nothing is written yet then).
+pub(crate) fn encode_frames<E: EventRef>(
+    buf: &mut Vec<u8>,
+    scratch: &mut rkyv::util::AlignedVec,
+    first_seq: u64,
+    events: &[E],
+) -> Result<(), String> {
+    let mut payload = std::mem::take(scratch);
+    for (i, e) in events.iter().enumerate() {
+        let body = e.body();
+        let (kind, version) = body.encode_into(&mut payload).map_err(|e| e.to_string())?;
+        if payload.len() > FRAME_PAYLOAD_BYTES_MAX as usize {
+            return Err(format!(
+                "a {} event of {} bytes exceeds the limit of {FRAME_PAYLOAD_BYTES_MAX} bytes",
+                body.kind_name(),
+                payload.len()
+            ));
+        }
+        encode_event_frame(
+            buf,
+            kind,
+            version,
+            first_seq + i as u64,
+            e.time_unix_ns(),
+            &payload,
+        );
+    }
+    // (A scratch grown by a very large event is not kept.)
+    if payload.capacity() <= PAYLOAD_SCRATCH_KEPT {
+        *scratch = payload;
+    }
+    Ok(())
+}
+
 /// When an append is durable. Chosen at every call site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
@@ -863,32 +899,8 @@ impl Writer {
             self.buf.clear();
         }
         let start = self.buf.len();
-        let mut payload = std::mem::take(&mut self.payload);
-        for (i, e) in events.iter().enumerate() {
-            let (time, body) = (e.time_unix_ns(), e.body());
-            let (kind, version) = body
-                .encode_into(&mut payload)
-                .map_err(|e| self.reject(e.to_string()))?;
-            if payload.len() > FRAME_PAYLOAD_BYTES_MAX as usize {
-                return Err(self.reject(format!(
-                    "a {} event of {} bytes exceeds the limit of {FRAME_PAYLOAD_BYTES_MAX} bytes",
-                    body.kind_name(),
-                    payload.len()
-                )));
-            }
-            encode_event_frame(
-                &mut self.buf,
-                kind,
-                version,
-                first_seq + i as u64,
-                time,
-                &payload,
-            );
-        }
-        // (A scratch grown by a very large event is not kept.)
-        if payload.capacity() <= PAYLOAD_SCRATCH_KEPT {
-            self.payload = payload;
-        }
+        encode_frames(&mut self.buf, &mut self.payload, first_seq, events)
+            .map_err(|reason| self.reject(reason))?;
         if self.seg.is_none() {
             self.start_segment(first_time)?;
         }

@@ -986,50 +986,39 @@ fn a_crash_at_every_sync_of_groups_keeps_acknowledged_groups() {
         }
         acked
     };
-    let total = {
-        let fs = SimFs::new();
-        run(&fs, None);
-        fs.sync_count()
-    };
-    for n in 1..=total {
-        let fs = SimFs::new();
-        fs.freeze_at_sync(n);
-        let acked = run(&fs, Some(n));
-        let image = fs.frozen().expect("freeze point reached");
-        for keep in [
-            CrashKeep::DurableOnly,
-            CrashKeep::Prefix {
-                fraction: 0.5,
-                zero_fill: true,
-            },
-        ] {
-            let crashed = image.materialize(keep);
-            let store = sim_store(&crashed, 1_500);
-            let index = store.index().unwrap();
-            for (s, count) in &acked {
-                let end = store.read_session(s, |_| {}).unwrap();
-                assert!(
-                    end.next_seq as usize >= *count,
-                    "sync {n} {keep:?}: {s} holds {} events, {count} acknowledged",
-                    end.next_seq
-                );
-                let e = index.get(s).unwrap();
-                assert!(
-                    e.dirty || (e.next_seq, e.head) == (end.next_seq, end.head),
-                    "sync {n} {keep:?}: {s}"
-                );
-            }
-            for s in store.sessions().unwrap() {
-                drop(store.writer(&s).unwrap());
-                let rep = store.verify_session(&s, true).unwrap();
-                assert!(
-                    rep.findings.is_empty(),
-                    "sync {n} {keep:?}: {:?}",
-                    rep.findings
-                );
-            }
+    let keeps = [
+        CrashKeep::DurableOnly,
+        CrashKeep::Prefix {
+            fraction: 0.5,
+            zero_fill: true,
+        },
+    ];
+    for_each_crash(run, &keeps, |n, keep, crashed, acked| {
+        let store = sim_store(&crashed, 1_500);
+        let index = store.index().unwrap();
+        for (s, count) in acked {
+            let end = store.read_session(s, |_| {}).unwrap();
+            assert!(
+                end.next_seq as usize >= *count,
+                "sync {n} {keep:?}: {s} holds {} events, {count} acknowledged",
+                end.next_seq
+            );
+            let e = index.get(s).unwrap();
+            assert!(
+                e.dirty || (e.next_seq, e.head) == (end.next_seq, end.head),
+                "sync {n} {keep:?}: {s}"
+            );
         }
-    }
+        for s in store.sessions().unwrap() {
+            drop(store.writer(&s).unwrap());
+            let rep = store.verify_session(&s, true).unwrap();
+            assert!(
+                rep.findings.is_empty(),
+                "sync {n} {keep:?}: {:?}",
+                rep.findings
+            );
+        }
+    });
 }
 
 /// `n` events of a new session (its `session.start` first), `size` bytes each.
@@ -1235,35 +1224,26 @@ fn a_crash_at_every_sync_of_a_pack_leaves_it_whole_or_absent() {
         b.publish().unwrap();
         freeze.is_none_or(|f| fs.sync_count() <= f)
     };
-    let total = {
-        let fs = SimFs::new();
-        assert!(run(&fs, None));
-        fs.sync_count()
-    };
-    for n in 1..=total {
-        let fs = SimFs::new();
-        fs.freeze_at_sync(n);
-        let acked = run(&fs, Some(n));
-        let image = fs.frozen().expect("freeze point reached");
-        for keep in [
-            CrashKeep::DurableOnly,
-            CrashKeep::Prefix {
-                fraction: 0.5,
-                zero_fill: true,
-            },
-            CrashKeep::Prefix {
-                fraction: 1.0,
-                zero_fill: false,
-            },
-        ] {
-            let crashed = image.materialize(keep);
+    let keeps = [
+        CrashKeep::DurableOnly,
+        CrashKeep::Prefix {
+            fraction: 0.5,
+            zero_fill: true,
+        },
+        CrashKeep::Prefix {
+            fraction: 1.0,
+            zero_fill: false,
+        },
+    ];
+    for_each_crash(run, &keeps, |n, keep, crashed, acked| {
+        {
             let store = sim_store(&crashed, 2_000);
             let present: Vec<bool> = sessions.iter().map(|s| store.has_session(s)).collect();
             assert!(
                 present.iter().all(|p| *p) || present.iter().all(|p| !p),
                 "sync {n} {keep:?}: {present:?}"
             );
-            if acked {
+            if *acked {
                 assert!(
                     present[0],
                     "sync {n} {keep:?}: an acknowledged pack is gone"
@@ -1288,6 +1268,30 @@ fn a_crash_at_every_sync_of_a_pack_leaves_it_whole_or_absent() {
                     "sync {n} {keep:?}: {s}"
                 );
             }
+        }
+    });
+}
+
+/// Runs `run` once whole to count its syncs, then once per sync N frozen there
+/// (`run(fs, Some(N))` says what it acknowledged before the freeze), and hands `check`
+/// each crash image `keeps` makes of it.
+fn for_each_crash<T>(
+    run: impl Fn(&SimFs, Option<u64>) -> T,
+    keeps: &[CrashKeep],
+    mut check: impl FnMut(u64, CrashKeep, SimFs, &T),
+) {
+    let total = {
+        let fs = SimFs::new();
+        run(&fs, None);
+        fs.sync_count()
+    };
+    for n in 1..=total {
+        let fs = SimFs::new();
+        fs.freeze_at_sync(n);
+        let acked = run(&fs, Some(n));
+        let image = fs.frozen().expect("freeze point reached");
+        for &keep in keeps {
+            check(n, keep, image.materialize(keep), &acked);
         }
     }
 }

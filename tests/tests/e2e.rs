@@ -454,25 +454,32 @@ fn fixture_sources() -> Vec<FixtureSession> {
     ]
 }
 
-/// Writes the fixture store. Only ever run to create a new version's fixture:
-/// `TACHO_WRITE_FIXTURE=1 cargo test -p tacho-tests write_fixture_store -- --ignored`.
-#[test]
-#[ignore]
-fn write_fixture_store() {
+/// The store a fixture is written into (small segments, so it has sealed ones), only
+/// when asked to and never over an existing fixture.
+fn new_fixture_store(root: &Path) -> Store {
     assert_eq!(std::env::var("TACHO_WRITE_FIXTURE").as_deref(), Ok("1"));
-    let root = fixture_dir().join("log");
     assert!(
         !root.exists(),
-        "the v1 fixture exists and must never be rewritten"
+        "{} exists: a fixture is never rewritten",
+        root.display()
     );
-    let st = Store::open(
-        &root,
+    Store::open(
+        root,
         StoreOptions {
             segment_bytes_max: 2048,
             ..StoreOptions::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// Writes the fixture store. Only ever run to create a new version's fixture:
+/// `TACHO_WRITE_FIXTURE=1 cargo test -p tacho-tests write_fixture_store -- --ignored`.
+#[test]
+#[ignore]
+fn write_fixture_store() {
+    let root = fixture_dir().join("log");
+    let st = new_fixture_store(&root);
     for (session, events, batch) in fixture_sources() {
         let mut w = st.writer(&session).unwrap();
         for chunk in events.chunks(batch) {
@@ -486,18 +493,19 @@ fn write_fixture_store() {
     );
 }
 
-#[test]
-fn golden_store_v1_reads_forever() {
+/// A copy of a golden store, checked: it verifies clean with the digest pinned for it,
+/// holds the fixture's sessions event for event, and the CLI prints the same digest.
+fn golden_store(fixture: &Path, digest: &str) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
-    copy_dir(&fixture_dir().join("log"), &dir.path().join("log"));
+    copy_dir(&fixture.join("log"), &dir.path().join("log"));
     let st = store(dir.path());
     let report = st.verify_all(true).unwrap();
     assert!(
-        report.is_clean(),
+        report.is_clean() && st.verify_packs().is_empty(),
         "{:?}",
         report.findings().collect::<Vec<_>>()
     );
-    assert_eq!(hex(&report.store_digest()), STORE_V1_DIGEST);
+    assert_eq!(hex(&report.store_digest()), digest);
     let sources = fixture_sources();
     assert_eq!(st.sessions().unwrap().len(), sources.len());
     for (session, events, _) in sources {
@@ -508,15 +516,20 @@ fn golden_store_v1_reads_forever() {
         .unwrap();
         assert_eq!(read, events, "{session}");
     }
-    // The long session spans sealed segments.
-    let segs = st.segments("ses_fixture_all_kinds").unwrap();
-    assert!(segs.len() >= 3, "{} segments", segs.len());
-    // And the CLI reads it too.
     let mut c = tacho(dir.path());
     c.args(["log", "verify"]);
     let (code, stdout, stderr) = run(c);
     assert_eq!(code, 0, "{stdout}{stderr}");
-    assert!(stdout.contains(STORE_V1_DIGEST));
+    assert!(stdout.contains(digest));
+    (dir, st)
+}
+
+#[test]
+fn golden_store_v1_reads_forever() {
+    let (_dir, st) = golden_store(&fixture_dir(), STORE_V1_DIGEST);
+    // The long session spans sealed segments.
+    let segs = st.segments("ses_fixture_all_kinds").unwrap();
+    assert!(segs.len() >= 3, "{} segments", segs.len());
 }
 
 fn packed_fixture_dir() -> PathBuf {
@@ -538,20 +551,8 @@ const PACKED_FIXTURE_TAIL: usize = 8;
 #[test]
 #[ignore]
 fn write_packed_fixture_store() {
-    assert_eq!(std::env::var("TACHO_WRITE_FIXTURE").as_deref(), Ok("1"));
     let root = packed_fixture_dir().join("log");
-    assert!(
-        !root.exists(),
-        "the packed v1 fixture exists and must never be rewritten"
-    );
-    let st = Store::open(
-        &root,
-        StoreOptions {
-            segment_bytes_max: 2048,
-            ..StoreOptions::default()
-        },
-    )
-    .unwrap();
+    let st = new_fixture_store(&root);
     let sources = fixture_sources();
     let (a, a_events, a_batch) = &sources[0];
     let (b, b_events, b_batch) = &sources[1];
@@ -588,26 +589,8 @@ fn write_packed_fixture_store() {
 
 #[test]
 fn golden_packed_store_v1_reads_forever() {
-    let dir = tempfile::tempdir().unwrap();
-    copy_dir(&packed_fixture_dir().join("log"), &dir.path().join("log"));
-    let st = store(dir.path());
-    let report = st.verify_all(true).unwrap();
-    assert!(
-        report.is_clean(),
-        "{:?}",
-        report.findings().collect::<Vec<_>>()
-    );
-    assert!(st.verify_packs().is_empty());
-    assert_eq!(hex(&report.store_digest()), PACKED_V1_DIGEST);
-    let sources = fixture_sources();
-    assert_eq!(st.sessions().unwrap().len(), sources.len());
-    for (session, events, _) in sources {
-        let mut read = Vec::new();
-        st.read_session(&session, |e| {
-            read.push((e.event.time_unix_ns, e.event.body))
-        })
-        .unwrap();
-        assert_eq!(read, events, "{session}");
+    let (_dir, st) = golden_store(&packed_fixture_dir(), PACKED_V1_DIGEST);
+    for (session, _, _) in fixture_sources() {
         let segs = st.segments(&session).unwrap();
         assert!(segs.len() >= 3, "{session}: {} segments", segs.len());
     }
@@ -615,11 +598,6 @@ fn golden_packed_store_v1_reads_forever() {
     let segs = st.segments("ses_01jdemo8xk4rate1imit0000a").unwrap();
     assert!(segs.last().unwrap().packed.is_none());
     assert!(segs[..segs.len() - 1].iter().all(|s| s.packed.is_some()));
-    let mut c = tacho(dir.path());
-    c.args(["log", "verify"]);
-    let (code, stdout, stderr) = run(c);
-    assert_eq!(code, 0, "{stdout}{stderr}");
-    assert!(stdout.contains(PACKED_V1_DIGEST));
 }
 
 /// Replays the fuzz corpus and every crash artifact ever found through the fuzz
