@@ -264,6 +264,9 @@ impl Store {
         match matches.len() {
             1 => Ok(matches.into_iter().next().unwrap_or_default()),
             0 => {
+                // A session may be missing only because a pack that holds it is damaged:
+                // that is the answer then.
+                self.packs()?;
                 let all = if view.complete() {
                     view.sessions()
                 } else {

@@ -1157,6 +1157,16 @@ fn packed_sessions_read_verify_and_continue_like_streams() {
         "{:?}",
         store.verify_packs()
     );
+    // Reads that need the pack fail closed, naming it; listings leave its sessions out.
+    match read_all(&store, "ses_p3") {
+        Err(StoreError::Corrupt { path, .. }) => assert_eq!(path, pack),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        store.resolve_session("ses_p3"),
+        Err(StoreError::Corrupt { .. })
+    ));
+    assert_eq!(store.sessions().unwrap(), ["ses_p2"]);
 }
 
 #[test]
