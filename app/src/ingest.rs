@@ -862,7 +862,7 @@ impl<'t> Ingest<'t> {
             && self.opts.batch_lines == 0
             && (spans || self.pack.is_some())
         {
-            pending = self.pack_new_sessions(pending)?;
+            pending = self.stage_runs_into_pack(pending)?;
         }
         let mut rest: Vec<(String, Vec<Pending>)> = match pending.first() {
             None => Vec::new(),
@@ -937,7 +937,7 @@ impl<'t> Ingest<'t> {
     /// come (not grouped: the pack takes sessions in any order); returns the others,
     /// in order. A session is packed when the pack holds it already, or when it is new
     /// to the store and this ingest has no writer for it.
-    fn pack_new_sessions(&mut self, pending: Vec<Pending>) -> Result<Vec<Pending>, IngestError> {
+    fn stage_runs_into_pack(&mut self, pending: Vec<Pending>) -> Result<Vec<Pending>, IngestError> {
         // Runs are staged from where they lie; only the others are moved, at the end.
         let mut kept: Vec<std::ops::Range<usize>> = Vec::new();
         let mut start = 0;
