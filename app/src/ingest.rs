@@ -939,7 +939,7 @@ impl<'t> Ingest<'t> {
     /// to the store and this ingest has no writer for it.
     fn stage_runs_into_pack(&mut self, pending: Vec<Pending>) -> Result<Vec<Pending>, IngestError> {
         // Runs are staged from where they lie; only the others are moved, at the end.
-        let mut kept: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut keep: Vec<bool> = Vec::new();
         let mut start = 0;
         while let Some(first) = pending.get(start) {
             let session = first.session.clone();
@@ -962,19 +962,16 @@ impl<'t> Ingest<'t> {
             {
                 self.stage_packed(&session, pending.get(start..end).unwrap_or_default())?;
             } else {
-                kept.push(start..end);
+                keep.resize(pending.len(), false);
+                keep.get_mut(start..end)
+                    .into_iter()
+                    .flatten()
+                    .for_each(|k| *k = true);
             }
             start = end;
         }
-        if kept.is_empty() {
+        if keep.is_empty() {
             return Ok(Vec::new());
-        }
-        let mut keep = vec![false; pending.len()];
-        for r in kept {
-            keep.get_mut(r)
-                .into_iter()
-                .flatten()
-                .for_each(|k| *k = true);
         }
         Ok(pending
             .into_iter()
@@ -1001,15 +998,12 @@ impl<'t> Ingest<'t> {
         // A session that ended takes no more events: its segment is sealed now and
         // what the index will know of it is computed now, not held folded until the
         // pack is published.
-        if ended && let Some(pack) = self.pack.as_mut() {
-            let head = pack.close(session)?;
-            if let (Some(head), Some(f)) = (head, self.folds.remove(session)) {
-                self.folded = self.folded.saturating_sub(f.graph.next_seq);
-                if f.graph.next_seq == head.0 {
-                    let facts = self.tacho.facts_record(f.graph, f.source, head);
-                    tacho_store::index::encode_record(&facts, &mut self.pack_facts)?;
-                }
-            }
+        if ended
+            && let Some(pack) = self.pack.as_mut()
+            && let Some(head) = pack.close(session)?
+            && let Some(facts) = self.facts_at(session, head)
+        {
+            tacho_store::index::encode_record(&facts, &mut self.pack_facts)?;
         }
         Ok(())
     }
@@ -1027,15 +1021,7 @@ impl<'t> Ingest<'t> {
         let mut facts = Vec::new();
         for (session, receipt) in receipts {
             let events = receipt.last_seq - receipt.first_seq + 1;
-            if let Some(f) = self.folds.remove(&session) {
-                self.folded = self.folded.saturating_sub(f.graph.next_seq);
-                if f.graph.next_seq == events {
-                    facts.push(
-                        self.tacho
-                            .facts_record(f.graph, f.source, (events, receipt.chain)),
-                    );
-                }
-            }
+            facts.extend(self.facts_at(&session, (events, receipt.chain)));
             self.acknowledge(session, &receipt)?;
         }
         let encoded = std::mem::take(&mut self.pack_facts);
@@ -1122,22 +1108,25 @@ impl<'t> Ingest<'t> {
         }
     }
 
+    /// Lets go of `session`'s fold; its index facts when it was folded whole up to
+    /// `head` (events, chain value).
+    fn facts_at(
+        &mut self,
+        session: &str,
+        head: (u64, [u8; 32]),
+    ) -> Option<tacho_store::index::Record> {
+        let f = self.folds.remove(session)?;
+        self.folded = self.folded.saturating_sub(f.graph.next_seq);
+        (f.graph.next_seq == head.0).then(|| self.tacho.facts_record(f.graph, f.source, head))
+    }
+
     /// Closes every open writer: their heads go to the session index in one append,
     /// then the facts of the sessions folded whole (for exactly those heads).
     fn close_writers(&mut self) {
         let writers = std::mem::take(&mut self.writers);
         let mut facts = Vec::new();
         for (session, w) in &writers {
-            let Some(f) = self.folds.remove(session) else {
-                continue;
-            };
-            self.folded = self.folded.saturating_sub(f.graph.next_seq);
-            if f.graph.next_seq == w.next_seq() {
-                facts.push(
-                    self.tacho
-                        .facts_record(f.graph, f.source, (w.next_seq(), w.head())),
-                );
-            }
+            facts.extend(self.facts_at(session, (w.next_seq(), w.head())));
         }
         tacho_store::close_writers(writers.into_values());
         if let Err(e) = self.tacho.log().index_append(&facts, false) {

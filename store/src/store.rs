@@ -302,9 +302,9 @@ impl Store {
     pub(crate) fn segment_files(&self, session: &str) -> Result<Vec<SegLoc>, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
         let dir = self.stream_dir(session);
-        let names = match self.vfs.list_dir(&dir) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        let (names, dir_found) = match self.vfs.list_dir(&dir) {
+            Ok(n) => (n, true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), false),
             Err(e) => return Err(StoreError::io(&dir, e)),
         };
         let mut segs: Vec<SegLoc> = names
@@ -320,7 +320,7 @@ impl Store {
         segs.sort_by_key(|s| s.first_seq);
         if segs.first().is_none_or(|s| s.first_seq != 0) {
             let packed = self.packed_segments(session)?;
-            if packed.is_empty() && segs.is_empty() && !self.vfs.exists(&dir) {
+            if packed.is_empty() && !dir_found {
                 return Err(StoreError::NotFound(session.to_string()));
             }
             segs.splice(

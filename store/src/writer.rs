@@ -675,13 +675,6 @@ impl Writer {
         }
     }
 
-    /// A writer never appends to a damaged stream. The last segment is checked in full
-    /// by [`Writer::resume`]; the sealed ones before it are checked here for every
-    /// checksum, their structure and their links (sequence numbers, segment indexes and
-    /// chain values carried from seal to header) — what any accidental damage breaks.
-    /// Recomputing their chain (what a forgery with recomputed checksums needs) is left
-    /// to readers and `log verify`: it costs a hash of the whole stream per open.
-    /// (A torn tail of the last segment is a warning there, which `resume` repairs.)
     /// Takes up after a stream whose last segment is packed: it must be sealed (a pack
     /// is never written again), and the next batch starts a segment file.
     fn resume_after_pack(&mut self, seg: &crate::store::SegLoc) -> Result<(), StoreError> {
@@ -725,6 +718,13 @@ impl Writer {
         }
     }
 
+    /// A writer never appends to a damaged stream. The last segment is checked in full
+    /// by [`Writer::resume`]; the sealed ones before it are checked here for every
+    /// checksum, their structure and their links (sequence numbers, segment indexes and
+    /// chain values carried from seal to header) — what any accidental damage breaks.
+    /// Recomputing their chain (what a forgery with recomputed checksums needs) is left
+    /// to readers and `log verify`: it costs a hash of the whole stream per open.
+    /// (A torn tail of the last segment is a warning there, which `resume` repairs.)
     fn check_stream_links(&self) -> Result<(), StoreError> {
         let report = self.store.verify_session(&self.session, false)?;
         let damage = report
