@@ -253,8 +253,7 @@ fn inside_git(c: &mut Criterion) {
     }
     std::thread::sleep(Duration::from_millis(200));
     let label = format!("{files} files, {mb} MB, inside Git");
-    // A store handle per snapshot, as each hook process opens one (and, having written
-    // a pack, merges the small ones when it drops it).
+    // A store handle per snapshot, as each hook process opens one.
     let take_in = |cache: &str, scope: &Scope| {
         SnapshotStore::open(root.join("store"), root.join(cache))
             .unwrap()

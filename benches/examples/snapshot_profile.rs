@@ -2,7 +2,7 @@
 //! `TACHO_SNAPSHOT_TRACE=1 cargo run --release -p tacho-benches --example snapshot_profile`;
 //! with the argument `git` the workspace is a Git repository with everything committed,
 //! with `watch` a watcher of it runs (`tacho watch`),
-//! `FILES` sets its size and `KB` the average file).
+//! `FILES` sets its size, `KB` the average file and `ROUNDS` the rounds of edits).
 
 #![allow(clippy::unwrap_used)]
 
@@ -62,15 +62,18 @@ fn main() {
         .cloned()
         .collect();
     drop(store);
-    // A store handle per snapshot, as each hook process opens one; its time includes
-    // dropping it (a handle that wrote a pack merges the small ones then).
+    // A store handle per snapshot, as each hook process opens one.
     let take = |scope: &Scope| {
         SnapshotStore::open(tmp.path().join("s"), tmp.path().join("c"))
             .unwrap()
             .take(&ws, scope)
             .unwrap();
     };
-    for round in 0..10 {
+    let rounds: u64 = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    for round in 0..rounds {
         edit_files(&ws, &ten, round).unwrap();
         let t = Instant::now();
         take(&Scope::Full);

@@ -1011,3 +1011,91 @@ fn disk_text(ws: &Path) -> BTreeMap<String, String> {
         })
         .collect()
 }
+
+/// A snapshot that reads many files writes its new objects as packs (one per
+/// `pack_bytes_max` of compressed objects), a small one loose objects; both read back
+/// whole, as git reads them, and gc and `git fsck` agree.
+#[test]
+fn a_large_snapshot_writes_packs_and_a_small_one_loose_objects() {
+    use tacho_git::snapshot::PACK_MIN_FILES;
+    let e = env();
+    let ws = &e.ws;
+    let files = PACK_MIN_FILES + 36;
+    for k in 0..files {
+        // Unlike contents, so every file is an object of its own, 1 KB or so compressed.
+        let text: String = (0..400)
+            .map(|i| format!("{:x}", (k * 7919 + i * 31) % 4093))
+            .collect();
+        write(ws, &format!("d{}/f{k}.txt", k % 7), &text);
+    }
+    // Outside the racy window, so the next scan reads only what changes.
+    age(ws);
+    // A store handle whose packs hold about 16 objects.
+    let store = SnapshotStore::open(e.store.root(), e.store.root().with_file_name("cache2"))
+        .unwrap()
+        .with_pack_bytes_max(16 * 1024);
+    let first = store.take(ws, &Scope::Full).unwrap();
+    let usage = store.usage().unwrap();
+    assert_eq!(usage.loose_objects, 0, "{usage:?}");
+    assert!(usage.packs >= 4, "{usage:?}");
+    assert_eq!(first.objects_written, files as u64);
+    let want = disk(ws);
+    assert_eq!(want.len(), files);
+    if have_git() {
+        assert_eq!(ls_tree(&store, &first.id), want);
+        fsck(&store);
+        // Each index is byte for byte the one git makes for its pack.
+        let pack_dir = store.root().join("objects/pack");
+        let mut compared = 0;
+        for entry in std::fs::read_dir(&pack_dir).unwrap() {
+            let pack = entry.unwrap().path();
+            if pack.extension().is_none_or(|x| x != "pack") {
+                continue;
+            }
+            let theirs = e._tmp.path().join("git.idx");
+            git(
+                store.root(),
+                &[
+                    "index-pack",
+                    "-o",
+                    theirs.to_str().unwrap(),
+                    pack.to_str().unwrap(),
+                ],
+            );
+            let ours = std::fs::read(pack.with_extension("idx")).unwrap();
+            assert!(
+                ours == std::fs::read(&theirs).unwrap(),
+                "{}",
+                pack.display()
+            );
+            std::fs::remove_file(&theirs).unwrap();
+            compared += 1;
+        }
+        assert_eq!(compared, usage.packs);
+    }
+    for (path, f) in store.files(first.tree).unwrap() {
+        let on_disk = std::fs::read(ws.join(&path)).unwrap();
+        assert_eq!(store.blob(f.oid).unwrap(), on_disk, "{path}");
+    }
+    // Two edits: loose objects (two blobs and the trees above them), no new pack: the
+    // choice goes by the files a snapshot reads.
+    write(ws, "d1/f1.txt", "one\n");
+    write(ws, "d2/f2.txt", "two\n");
+    let second = store.take(ws, &Scope::Full).unwrap();
+    let after = store.usage().unwrap();
+    assert_eq!(after.packs, usage.packs);
+    assert_eq!(after.loose_objects, 5, "{after:?}");
+    assert_eq!(second.files_read, 2);
+    if have_git() {
+        assert_eq!(ls_tree(&store, &second.id), disk(ws));
+        fsck(&store);
+    }
+    // gc keeps both in one pack.
+    let ids: HashSet<String> = [first.id.clone(), second.id.clone()].into();
+    let report = store.gc(&ids, false).unwrap();
+    assert_eq!((report.after.packs, report.after.loose_objects), (1, 0));
+    for s in [&first, &second] {
+        assert_eq!(store.files(s.tree).unwrap().len(), files);
+    }
+    fsck_if_git(&store);
+}

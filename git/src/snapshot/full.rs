@@ -116,7 +116,8 @@ impl SnapshotStore {
             entries.push((path, stat));
         }
         trace.mark("lstat");
-        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        let writes = pack::Writes::for_reads(to_read.len());
+        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
         trace.mark("hash");
         let mut failed = std::collections::HashSet::new();
         for (i, reason) in problems {
@@ -154,9 +155,10 @@ impl SnapshotStore {
             base_ok.then_some(base),
             upserts,
             removals.into_iter(),
+            &writes,
         )?;
         trace.mark("tree");
-        self.keep(tree)?;
+        self.keep(tree, writes)?;
         trace.mark("ref");
 
         let files = entries.len() as u64;

@@ -234,9 +234,19 @@ impl SnapshotStore {
                 Err(e) => return Err(SnapshotError::io(path, e)),
             }
         }
-        for (id, _) in &loose {
-            let hex = id.to_hex().to_string();
-            let _ = std::fs::remove_dir(objects.join(&hex[..2]));
+        // The fan-out directories stay (SnapshotStore::open makes all 256 once): later
+        // snapshots write loose objects into them. What a snapshot's pack writer left
+        // when it was killed goes (a temporary file, a pack without its index): no
+        // writer runs while gc holds the store.
+        if let Ok(rd) = std::fs::read_dir(self.pack_dir()) {
+            for e in rd.flatten() {
+                let path = e.path();
+                let name = e.file_name().to_string_lossy().into_owned();
+                let orphan = name.ends_with(".pack") && !path.with_extension("idx").exists();
+                if name.starts_with(".tmp-tacho-") || orphan {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
         }
         report.after = self.usage()?;
         Ok(report)

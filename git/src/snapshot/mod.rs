@@ -35,6 +35,7 @@ use gix::object::tree::EntryKind;
 
 pub use diff::{ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange};
 pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
+pub use pack::{PACK_BYTES_MAX, PACK_MIN_FILES};
 pub use paths::{canonical_workspace, head_commit, relative_path};
 pub use types::*;
 
@@ -50,6 +51,7 @@ pub struct SnapshotStore {
     cache_dir: PathBuf,
     repo: gix::ThreadSafeRepository,
     max_file_bytes: u64,
+    pack_bytes_max: usize,
     threads: usize,
 }
 
@@ -69,6 +71,13 @@ fn init_once(root: &Path) -> Result<(), SnapshotError> {
     ));
     gix::init_bare(&tmp)
         .map_err(|e| SnapshotError::git(format!("creating {}", tmp.display()), e))?;
+    // The 256 directories of loose objects, made once here (gc leaves them): a store
+    // whose first snapshot was a pack would otherwise make them one by one in later
+    // snapshots, each as dear as an object.
+    for i in 0..=255u8 {
+        let d = tmp.join("objects").join(format!("{i:02x}"));
+        std::fs::create_dir_all(&d).map_err(|e| SnapshotError::io(&d, e))?;
+    }
     match std::fs::rename(&tmp, root) {
         Ok(()) => Ok(()),
         Err(_) => {
@@ -102,6 +111,7 @@ impl SnapshotStore {
             cache_dir: cache_dir.into(),
             repo: repo.into_sync(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            pack_bytes_max: pack::PACK_BYTES_MAX,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         })
     }
@@ -109,6 +119,13 @@ impl SnapshotStore {
     /// Sets the per-file size limit.
     pub fn with_max_file_bytes(mut self, n: u64) -> Self {
         self.max_file_bytes = n;
+        self
+    }
+
+    /// Sets how many compressed bytes of a snapshot's new objects one pack holds
+    /// (default [`PACK_BYTES_MAX`]); a snapshot with more writes several.
+    pub fn with_pack_bytes_max(mut self, n: usize) -> Self {
+        self.pack_bytes_max = n.max(1);
         self
     }
 
@@ -228,7 +245,13 @@ impl SnapshotStore {
     }
 
     /// Points `refs/snapshots/<tree>` at the tree (unless it does already).
-    fn keep(&self, tree: ObjectId) -> Result<(), SnapshotError> {
+    /// Writes what a snapshot's new objects still wait in memory, then its ref.
+    fn keep(&self, tree: ObjectId, writes: pack::Writes) -> Result<(), SnapshotError> {
+        self.flush(writes)?;
+        self.make_ref(tree)
+    }
+
+    fn make_ref(&self, tree: ObjectId) -> Result<(), SnapshotError> {
         let repo = self.repo();
         let name = Self::ref_name(&tree.to_hex().to_string());
         if let Ok(Some(r)) = repo.try_find_reference(name.as_str())

@@ -1,11 +1,14 @@
-//! Writing packs: the objects gc keeps, copied into one pack with its index, and
+//! Writing packs: a large snapshot's new objects (put together in memory, a pack per
+//! [`PACK_BYTES_MAX`]), the objects gc keeps copied into one pack with its index, and
 //! removing packs.
 //!
-//! Snapshots write loose objects. Writing each small snapshot's objects as a pack of
-//! its own was measured slower (SPEC.md §10.5): every process then maps every pack, and
-//! the packs must be merged.
+//! A small snapshot writes loose objects. Writing each small snapshot's objects as a
+//! pack of its own was measured slower (SPEC.md §10.5): every process then maps every
+//! pack, and the packs must be merged.
 
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use gix::ObjectId;
 use gix_pack::data::output;
@@ -19,7 +22,146 @@ fn err(
     SnapshotError::git(what, e)
 }
 
+/// A snapshot that reads at least this many files writes its new objects as packs.
+pub const PACK_MIN_FILES: usize = 64;
+
+/// A pack is written once the compressed objects waiting for it reach this size (by
+/// default; [`SnapshotStore::with_pack_bytes_max`]).
+pub const PACK_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Where a snapshot's new objects go.
+pub(super) enum Writes {
+    /// One loose object each, as soon as it is known.
+    Loose,
+    /// Compressed on the thread that found it and kept in memory until there are
+    /// [`PACK_BYTES_MAX`] or the snapshot ends, then written as one pack.
+    Pack(Mutex<PackBuffer>),
+}
+
+#[derive(Default)]
+pub(super) struct PackBuffer {
+    ids: HashSet<ObjectId>,
+    entries: Vec<output::Entry>,
+    bytes: usize,
+}
+
+impl Writes {
+    /// Packs for a snapshot that reads at least [`PACK_MIN_FILES`] files, loose objects
+    /// for a smaller one.
+    pub(super) fn for_reads(files: usize) -> Self {
+        if files >= PACK_MIN_FILES {
+            Writes::Pack(Mutex::default())
+        } else {
+            Writes::Loose
+        }
+    }
+
+    /// Stores one object the store does not hold yet.
+    pub(super) fn put(
+        &self,
+        store: &SnapshotStore,
+        repo: &gix::Repository,
+        kind: gix::object::Kind,
+        data: &[u8],
+        id: ObjectId,
+    ) -> Result<(), SnapshotError> {
+        let buffer = match self {
+            Writes::Loose => {
+                use gix::prelude::Write;
+                repo.objects
+                    .write_buf_with_known_id(kind, data, id)
+                    .map_err(|e| err(&format!("writing object {id}"), e))?;
+                return Ok(());
+            }
+            Writes::Pack(buffer) => buffer,
+        };
+        let entry = output::Entry::from_data(
+            &output::Count::from_data(id, None),
+            &gix::objs::Data::new(data, kind, gix::hash::Kind::Sha1),
+            // The level of loose objects (gix's, and Git's core.looseCompression).
+            gix::zlib::Compression::BEST_SPEED,
+        )
+        .map_err(|e| err(&format!("compressing object {id}"), e))?;
+        let mut b = buffer
+            .lock()
+            .map_err(|_| SnapshotError::Internal("a pack buffer was poisoned"))?;
+        if b.ids.insert(id) {
+            b.bytes += entry.compressed_data.len();
+            b.entries.push(entry);
+        }
+        if b.bytes >= store.pack_bytes_max {
+            let entries = std::mem::take(&mut b.entries);
+            b.bytes = 0;
+            // Written without the lock: the other threads go on compressing.
+            drop(b);
+            store.write_pack_in_memory(entries)?;
+        }
+        Ok(())
+    }
+}
+
 impl SnapshotStore {
+    /// Writes what `writes` still holds in memory as one pack.
+    pub(super) fn flush(&self, writes: Writes) -> Result<(), SnapshotError> {
+        if let Writes::Pack(buffer) = writes {
+            let entries = buffer
+                .into_inner()
+                .map_err(|_| SnapshotError::Internal("a pack buffer was poisoned"))?
+                .entries;
+            self.write_pack_in_memory(entries)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `entries` as one pack with its index, both put together in memory: the
+    /// pack first, then the index, each through a temporary file and a rename (a pack
+    /// is read only once its index is there). Not synced, as loose objects are not.
+    fn write_pack_in_memory(&self, entries: Vec<output::Entry>) -> Result<(), SnapshotError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let n = u32::try_from(entries.len())
+            .map_err(|_| SnapshotError::Internal("too many objects for one pack"))?;
+        let ids: Vec<ObjectId> = entries.iter().map(|e| e.id).collect();
+        let mut pack = Vec::new();
+        // One entry per step, so each step's byte count is that entry's extent (the
+        // first also carries the pack's header, the last step is the trailer).
+        let mut writer = output::bytes::FromEntriesIter::new(
+            entries.into_iter().map(|e| Ok(vec![e])),
+            &mut pack,
+            n,
+            gix_pack::data::Version::V2,
+            gix::hash::Kind::Sha1,
+        );
+        let mut extents = Vec::with_capacity(ids.len());
+        let mut at = 0u64;
+        for step in &mut writer {
+            let len = step.map_err(|e| err("writing a pack", e))?;
+            let start = if at == 0 { PACK_HEADER } else { at };
+            extents.push((start, at + len));
+            at += len;
+        }
+        let hash = writer
+            .digest()
+            .ok_or(SnapshotError::Internal("a pack was left unfinished"))?;
+        drop(writer);
+        // The last step wrote the trailer.
+        extents.truncate(ids.len());
+        let mut located = Vec::with_capacity(ids.len());
+        for (id, (start, end)) in ids.into_iter().zip(extents) {
+            let bytes = pack
+                .get(start as usize..end as usize)
+                .ok_or(SnapshotError::Internal("a pack entry outside its pack"))?;
+            located.push((id, start, crc32fast::hash(bytes)));
+        }
+        let idx = index_v2(located, &hash)?;
+        let dir = self.pack_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| SnapshotError::io(&dir, e))?;
+        let path = dir.join(format!("pack-{hash}.pack"));
+        place(&path, &pack)?;
+        place(&path.with_extension("idx"), &idx)
+    }
+
     pub(crate) fn pack_dir(&self) -> PathBuf {
         self.root().join("objects").join("pack")
     }
@@ -170,4 +312,77 @@ impl SnapshotStore {
         }
         Ok(())
     }
+}
+
+/// A pack's header: signature, version, number of objects.
+const PACK_HEADER: u64 = 12;
+
+/// A pack index, version 2 (Git's `gitformat-pack`), of entries (id, offset in the
+/// pack, CRC-32 of the entry's bytes) of the pack whose trailer is `pack_hash`.
+/// gix-pack writes indexes only by parsing a pack stream again; here every offset and
+/// CRC is known already.
+fn index_v2(
+    mut entries: Vec<(ObjectId, u64, u32)>,
+    pack_hash: &ObjectId,
+) -> Result<Vec<u8>, SnapshotError> {
+    entries.sort_by_key(|e| e.0);
+    entries.dedup_by(|a, b| a.0 == b.0);
+    let mut out = Vec::with_capacity(1072 + entries.len() * 28 + 40);
+    out.extend_from_slice(b"\xfftOc");
+    out.extend_from_slice(&2u32.to_be_bytes());
+    let mut fanout = [0u32; 256];
+    for (id, _, _) in &entries {
+        fanout[usize::from(id.as_bytes()[0])] += 1;
+    }
+    let mut total = 0u32;
+    for count in fanout {
+        total += count;
+        out.extend_from_slice(&total.to_be_bytes());
+    }
+    for (id, _, _) in &entries {
+        out.extend_from_slice(id.as_bytes());
+    }
+    for (_, _, crc) in &entries {
+        out.extend_from_slice(&crc.to_be_bytes());
+    }
+    // Offsets from 2^31 up go to a table of 64-bit offsets, named by their place in it.
+    let mut large = Vec::new();
+    for (_, offset, _) in &entries {
+        let small = match u32::try_from(*offset) {
+            Ok(o) if o < 0x8000_0000 => o,
+            _ => {
+                let k = u32::try_from(large.len())
+                    .map_err(|_| SnapshotError::Internal("too many large pack offsets"))?;
+                large.push(*offset);
+                0x8000_0000 | k
+            }
+        };
+        out.extend_from_slice(&small.to_be_bytes());
+    }
+    for offset in large {
+        out.extend_from_slice(&offset.to_be_bytes());
+    }
+    out.extend_from_slice(pack_hash.as_bytes());
+    let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
+    hasher.update(&out);
+    let own = hasher
+        .try_finalize()
+        .map_err(|e| err("hashing a pack index", e))?;
+    out.extend_from_slice(own.as_bytes());
+    Ok(out)
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it and a rename.
+fn place(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".tmp-tacho-{}-{}",
+        std::process::id(),
+        super::now_ns()
+    ));
+    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(|e| SnapshotError::io(path, e))
 }

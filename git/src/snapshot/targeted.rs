@@ -64,7 +64,8 @@ impl SnapshotStore {
             entries.push((rel, stat));
         }
         trace.mark("t:check paths");
-        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        let writes = pack::Writes::for_reads(to_read.len());
+        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
         trace.mark("t:hash");
         let mut failed = std::collections::HashSet::new();
         for (i, reason) in problems {
@@ -124,9 +125,10 @@ impl SnapshotStore {
             Some(base),
             upserts,
             removed.iter().map(String::as_str),
+            &writes,
         )?;
         trace.mark("t:tree");
-        self.keep(tree)?;
+        self.keep(tree, writes)?;
         trace.mark("t:ref");
         let (files, bytes) = (files.max(0) as u64, bytes.max(0) as u64);
         finish(

@@ -12,6 +12,7 @@ impl SnapshotStore {
         workspace: &Path,
         entries: &mut [(String, CacheEntry)],
         to_read: &[(usize, FileStat)],
+        writes: &pack::Writes,
     ) -> Result<(ReadCounters, Vec<(usize, ExcludeReason)>), SnapshotError> {
         let next = AtomicUsize::new(0);
         let threads = self.threads.min(to_read.len().div_ceil(8)).max(1);
@@ -30,7 +31,10 @@ impl SnapshotStore {
                                 break;
                             };
                             let path = &shared[*i].0;
-                            out.push(store_file(&repo, workspace, path, meta).map(|r| (*i, r)));
+                            out.push(
+                                store_file(self, &repo, writes, workspace, path, meta)
+                                    .map(|r| (*i, r)),
+                            );
                         }
                         out
                     })
@@ -74,6 +78,7 @@ impl SnapshotStore {
         base: Option<ObjectId>,
         upserts: impl Iterator<Item = (&'e str, &'e CacheEntry)>,
         removals: impl Iterator<Item = &'e str>,
+        writes: &pack::Writes,
     ) -> Result<ObjectId, SnapshotError> {
         let root = match base {
             Some(id) => repo
@@ -105,7 +110,7 @@ impl SnapshotStore {
                 .write(|t| repo.write_object(t).map(gix::Id::detach))
                 .map_err(|e| SnapshotError::git("writing a tree", e))?
         };
-        self.persist(repo.objects.take_object_memory())?;
+        self.persist(repo.objects.take_object_memory(), writes)?;
         Ok(tree)
     }
 
@@ -113,13 +118,13 @@ impl SnapshotStore {
     pub(super) fn persist(
         &self,
         memory: Option<gix::odb::memory::Storage>,
+        writes: &pack::Writes,
     ) -> Result<(), SnapshotError> {
         let Some(memory) = memory else { return Ok(()) };
         let objects: Vec<(&ObjectId, &(gix::object::Kind, Vec<u8>))> = memory.iter().collect();
         let next = AtomicUsize::new(0);
         let threads = self.threads.min(objects.len()).max(1);
         let write = || -> Result<(), SnapshotError> {
-            use gix::prelude::Write;
             let repo = self.repo();
             loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
@@ -127,9 +132,7 @@ impl SnapshotStore {
                     return Ok(());
                 };
                 if !repo.objects.exists_without_refresh(id) {
-                    repo.objects
-                        .write_buf_with_known_id(*kind, data, **id)
-                        .map_err(|e| SnapshotError::git(format!("writing object {id}"), e))?;
+                    writes.put(self, &repo, *kind, data, **id)?;
                 }
             }
         };
@@ -156,7 +159,9 @@ pub(super) struct ReadCounters {
 /// Reads one file or link without following links and stores its blob. A file that
 /// changes while being read is retried, then reported.
 pub(super) fn store_file(
+    store: &SnapshotStore,
     repo: &gix::Repository,
+    writes: &pack::Writes,
     workspace: &Path,
     rel: &str,
     listed: &FileStat,
@@ -212,10 +217,7 @@ pub(super) fn store_file(
         let written = if repo.objects.exists_without_refresh(&oid) {
             false
         } else {
-            use gix::prelude::Write;
-            repo.objects
-                .write_buf_with_known_id(gix::object::Kind::Blob, &data, oid)
-                .map_err(|e| SnapshotError::git(format!("writing the blob of {rel}"), e))?;
+            writes.put(store, repo, gix::object::Kind::Blob, &data, oid)?;
             true
         };
         let mut e = stat_entry(rel, &meta);

@@ -139,7 +139,8 @@ impl SnapshotStore {
             to_read.push((entries.len(), *m));
             entries.push(((*p).to_owned(), stat));
         }
-        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read)?;
+        let writes = pack::Writes::for_reads(to_read.len());
+        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
         trace.mark("w:hash");
         let mut failed = HashSet::new();
         for (i, reason) in problems {
@@ -175,10 +176,11 @@ impl SnapshotStore {
                 Some(base),
                 upserts.into_iter(),
                 removals.iter().map(String::as_str),
+                &writes,
             )?
         };
         trace.mark("w:tree");
-        self.keep(tree)?;
+        self.keep(tree, writes)?;
 
         let (mut files, mut bytes) = (
             old.entries.len() as i64,
