@@ -360,6 +360,38 @@ impl Store {
             })
     }
 
+    /// Removes what pack builders of processes that died (killed, crashed) left in
+    /// `packs/`: each builder names its file `.<pid>-<ns>.tmp` and removes it itself
+    /// unless its process ends first. Only files over an hour old whose process is
+    /// gone are removed (a process of another PID namespace sharing the store could
+    /// look gone). Best effort, under the pack lock (exclusive).
+    fn remove_abandoned_pack_files(&self) {
+        let dir = self.packs_dir();
+        let Ok(names) = self.vfs.list_dir(&dir) else {
+            return;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        for name in names {
+            let Some((pid, ns)) = name
+                .strip_prefix('.')
+                .and_then(|n| n.strip_suffix(".tmp"))
+                .and_then(|n| n.split_once('-'))
+                .and_then(|(p, t)| Some((p.parse::<i32>().ok()?, t.parse::<u128>().ok()?)))
+            else {
+                continue;
+            };
+            let old = now.saturating_sub(ns) > ABANDONED_AFTER.as_nanos();
+            let gone = rustix::process::Pid::from_raw(pid).is_none_or(|p| {
+                rustix::process::test_kill_process(p) == Err(rustix::io::Errno::SRCH)
+            });
+            if old && gone {
+                let _ = self.vfs.remove_file(&dir.join(&name));
+            }
+        }
+    }
+
     /// Starts a pack of new sessions.
     pub fn pack_builder(&self) -> PackBuilder {
         PackBuilder {
@@ -971,6 +1003,7 @@ impl PackBuilder {
                 }
             }
             self.publish_file()?;
+            store.remove_abandoned_pack_files();
         }
         let streams = std::mem::take(&mut self.streams);
         let heads: Vec<crate::index::Record> = streams
@@ -1001,6 +1034,9 @@ impl PackBuilder {
             .collect())
     }
 }
+
+/// A pack builder's temporary file older than this whose process is gone was abandoned.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl Drop for PackBuilder {
     /// A pack never published leaves nothing: its file is removed.

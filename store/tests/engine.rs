@@ -1305,3 +1305,44 @@ fn for_each_crash<T>(
         }
     }
 }
+
+/// What a killed pack builder left (its temporary file) goes when the next pack is
+/// published, once it is over an hour old and its process is gone; a recent one, or
+/// one whose process still runs, stays.
+#[test]
+fn a_dead_builders_temporary_pack_file_is_removed_by_the_next_publisher() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let mut b = store.pack_builder();
+    b.stage("ses_a", &session_events(2, 10)).unwrap();
+    b.publish().unwrap();
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let two_hours = 2 * 3600 * 1_000_000_000u128;
+    // pid_max is at most 2^22: this process cannot exist.
+    let dead_old = format!(".999999999-{}.tmp", now_ns - two_hours);
+    let dead_new = format!(".999999999-{now_ns}.tmp");
+    let alive_old = format!(".{}-{}.tmp", std::process::id(), now_ns - two_hours);
+    for name in [&dead_old, &dead_new, &alive_old] {
+        let mut f = fs
+            .open_append(&Path::new("/store/packs").join(name), true)
+            .unwrap();
+        f.write_at(0, b"half a pack").unwrap();
+    }
+    let mut b = store.pack_builder();
+    b.stage("ses_b", &session_events(2, 10)).unwrap();
+    b.publish().unwrap();
+    let mut left: Vec<String> = fs
+        .list_dir(Path::new("/store/packs"))
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    left.sort();
+    let mut want = vec![dead_new, alive_old];
+    want.sort();
+    assert_eq!(left, want);
+    assert_eq!(pack_files(&fs).len(), 2);
+}
