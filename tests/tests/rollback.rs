@@ -580,7 +580,8 @@ fn fsck(home: &Path) {
 
 /// Snapshots recorded while gc runs over and over: none is lost, gc never fails, and
 /// the store stays whole — `git fsck --strict` after every gc round, while snapshots
-/// go on being taken. `TACHO_CAMPAIGN_SECS=60` runs the campaign longer.
+/// go on being taken, some of them written as packs. `TACHO_CAMPAIGN_SECS=60` runs the
+/// campaign longer.
 #[test]
 fn gc_racing_snapshots_loses_none() {
     let e = env();
@@ -623,6 +624,12 @@ fn gc_racing_snapshots_loses_none() {
     while std::time::Instant::now() < until {
         n += 1;
         e.write("a.txt", &format!("a {n}\n"));
+        // Every third snapshot reads enough files to write its objects as a pack.
+        if n % 3 == 0 {
+            for k in 0..70 {
+                e.write(&format!("many/f{k}.txt"), &format!("{k} {n}\n"));
+            }
+        }
         let (code, _, err) = e.tacho(&["snapshot", "--workspace", &ws, "--session", "ses_race"]);
         assert_eq!(code, 0, "{err}");
         taken += 1;
