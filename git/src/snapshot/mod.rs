@@ -244,13 +244,13 @@ impl SnapshotStore {
             .filter(|s| !s.is_empty())
     }
 
-    /// Points `refs/snapshots/<tree>` at the tree (unless it does already).
-    /// Writes what a snapshot's new objects still wait in memory, then its ref.
+    /// Writes the new objects of a snapshot that still wait in memory, then its ref.
     fn keep(&self, tree: ObjectId, writes: pack::Writes) -> Result<(), SnapshotError> {
         self.flush(writes)?;
         self.make_ref(tree)
     }
 
+    /// Points `refs/snapshots/<tree>` at the tree (unless it does already).
     fn make_ref(&self, tree: ObjectId) -> Result<(), SnapshotError> {
         let repo = self.repo();
         let name = Self::ref_name(&tree.to_hex().to_string());
