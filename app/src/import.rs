@@ -73,9 +73,38 @@ pub fn transcripts_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Transcripts imported together: one ingest, one group commit, and their new sessions
+/// in one pack, up to this many transcripts or [`CHUNK_EVENTS`] events.
+const CHUNK_TRANSCRIPTS: usize = 1024;
+const CHUNK_EVENTS: usize = 100_000;
+
+/// What one transcript adds: the events its session does not hold yet.
+struct Planned<'t> {
+    session: &'t str,
+    exists: bool,
+    fresh: Vec<(i64, &'t EventBody)>,
+}
+
+impl ImportReport {
+    /// Adds what a chunk imported on its own reported.
+    fn absorb(&mut self, other: ImportReport) {
+        self.sessions_created += other.sessions_created;
+        self.sessions_extended += other.sessions_extended;
+        self.sessions_unchanged += other.sessions_unchanged;
+        self.events_added += other.events_added;
+        self.events_already_recorded += other.events_already_recorded;
+        self.events_after_end += other.events_after_end;
+        self.failed.extend(other.failed);
+        self.sessions.extend(other.sessions);
+    }
+}
+
 impl Tacho {
     /// Imports transcripts of `agent` (Claude Code transcripts, Codex rollouts).
-    /// `progress` hears (files done, files in all).
+    /// `progress` hears (files done, files in all). Transcripts go in chunks through
+    /// one ingest each (one group commit, new sessions in one pack); a chunk that
+    /// fails is imported again transcript by transcript, so one bad transcript fails
+    /// alone (nothing is added twice: events the log holds are skipped by their ids).
     pub fn import_transcripts(
         &self,
         agent: Agent,
@@ -87,6 +116,8 @@ impl Tacho {
             agent: agent.name(),
             ..ImportReport::default()
         };
+        let mut chunk: Vec<(&PathBuf, Transcript)> = Vec::new();
+        let mut chunk_events = 0;
         for (i, file) in files.iter().enumerate() {
             progress(i, files.len());
             report.files += 1;
@@ -109,18 +140,67 @@ impl Tacho {
             for (k, n) in &t.skipped {
                 *report.skipped_entries.entry(k.clone()).or_default() += n;
             }
-            if let Err(e) = self.import_transcript(&t, &mut report) {
-                report.failed.push(ImportFailure {
-                    file: file.clone(),
-                    error: e,
-                });
+            // A session a transcript of this chunk already brings waits for the next
+            // chunk: what it holds by then decides what is new.
+            let again = chunk.iter().any(|(_, c)| c.session == t.session);
+            if again
+                || chunk.len() >= CHUNK_TRANSCRIPTS
+                || chunk_events + t.events.len() > CHUNK_EVENTS
+            {
+                self.import_chunk(std::mem::take(&mut chunk), &mut report);
+                chunk_events = 0;
             }
+            chunk_events += t.events.len();
+            chunk.push((file, t));
         }
+        self.import_chunk(chunk, &mut report);
         progress(files.len(), files.len());
         report
     }
 
-    fn import_transcript(&self, t: &Transcript, report: &mut ImportReport) -> Result<(), String> {
+    /// Imports `chunk` through one ingest, or transcript by transcript if that fails.
+    fn import_chunk(&self, chunk: Vec<(&PathBuf, Transcript)>, report: &mut ImportReport) {
+        if chunk.len() > 1 {
+            let mut tentative = ImportReport::default();
+            let together = (|| {
+                let mut planned = Vec::new();
+                for (_, t) in &chunk {
+                    if let Some(p) = self.plan(t, &mut tentative)? {
+                        planned.push(p);
+                    }
+                }
+                self.ingest_planned(&planned, format!("{} transcripts", chunk.len()))?;
+                count_added(&planned, &mut tentative);
+                Ok::<(), String>(())
+            })();
+            if together.is_ok() {
+                report.absorb(tentative);
+                return;
+            }
+        }
+        for (file, t) in &chunk {
+            let one = self.plan(t, report).and_then(|p| {
+                let Some(p) = p else { return Ok(()) };
+                let planned = [p];
+                self.ingest_planned(&planned, format!("transcript of {}", t.session))?;
+                count_added(&planned, report);
+                Ok(())
+            });
+            if let Err(error) = one {
+                report.failed.push(ImportFailure {
+                    file: (*file).clone(),
+                    error,
+                });
+            }
+        }
+    }
+
+    /// What `t` adds to its session; `None` when nothing (counted in `report`).
+    fn plan<'t>(
+        &self,
+        t: &'t Transcript,
+        report: &mut ImportReport,
+    ) -> Result<Option<Planned<'t>>, String> {
         let exists = self.log().has_session(&t.session);
         let mut held: BTreeSet<String> = BTreeSet::new();
         let mut ended = false;
@@ -146,41 +226,58 @@ impl Tacho {
                 report.events_already_recorded += 1;
                 continue;
             }
-            fresh.push((*time, body.clone()));
+            fresh.push((*time, body));
         }
         if fresh.is_empty() {
             report.sessions_unchanged += 1;
-            return Ok(());
+            return Ok(None);
         }
         if ended {
             report.events_after_end += fresh.len() as u64;
             report.sessions_unchanged += 1;
-            return Ok(());
+            return Ok(None);
         }
+        Ok(Some(Planned {
+            session: &t.session,
+            exists,
+            fresh,
+        }))
+    }
+
+    /// Records what `planned` adds through one ingest, made durable together; more
+    /// than one transcript's new sessions go into one pack.
+    fn ingest_planned(&self, planned: &[Planned], source: String) -> Result<(), String> {
         let opts = IngestOptions {
-            source: format!("transcript of {}", t.session),
+            source,
             session: None,
             new_session: false,
             durability: Durability::Sync,
             batch_lines: 0,
             auto_snapshots: false,
-            pack_new_sessions: false,
+            pack_new_sessions: planned.len() > 1,
         };
         let mut ingest = Ingest::new(self, opts, |_| Ok(())).map_err(|e| e.to_string())?;
-        let n = fresh.len() as u64;
-        for (time, body) in fresh {
-            ingest
-                .event(0, t.session.clone(), time, body)
-                .map_err(|e| e.to_string())?;
+        for p in planned {
+            for (time, body) in &p.fresh {
+                ingest
+                    .event(0, p.session.to_owned(), *time, (*body).clone())
+                    .map_err(|e| e.to_string())?;
+            }
         }
         ingest.finish().map_err(|e| e.error.to_string())?;
-        report.events_added += n;
-        if exists {
+        Ok(())
+    }
+}
+
+/// Counts what `planned` added, once it is recorded.
+fn count_added(planned: &[Planned], report: &mut ImportReport) {
+    for p in planned {
+        report.events_added += p.fresh.len() as u64;
+        if p.exists {
             report.sessions_extended += 1;
         } else {
             report.sessions_created += 1;
         }
-        report.sessions.push(t.session.clone());
-        Ok(())
+        report.sessions.push(p.session.to_owned());
     }
 }

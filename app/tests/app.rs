@@ -320,3 +320,90 @@ fn sessions_beyond_the_fold_budget_get_their_facts_from_the_index() {
     rebuilt.sort_by(|a, b| a.session.cmp(&b.session));
     assert_eq!(kept, rebuilt);
 }
+
+/// Transcripts are imported in chunks, each through one ingest with its new sessions in
+/// one pack. A transcript that cannot be recorded fails alone: its chunk is imported
+/// again one transcript at a time, counted once. Importing again adds nothing.
+#[test]
+fn transcripts_import_together_and_a_refused_one_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = open(&dir.path().join("home"), Arc::default());
+    let transcript = |sid: &str| -> String {
+        let sid = format!(r#","sessionId":"{sid}""#);
+        let mut lines = vec![format!(
+            r#"{{"type":"user"{sid},"cwd":"/w","timestamp":"2026-11-20T09:00:00Z","message":{{"role":"user","content":"Fix it"}}}}"#
+        )];
+        for k in 0..3 {
+            lines.push(format!(
+                r#"{{"type":"assistant"{sid},"timestamp":"2026-11-20T09:0{k}:01Z","message":{{"id":"m{k}","model":"x","usage":{{"input_tokens":5,"output_tokens":7}},"content":[{{"type":"tool_use","id":"t{k}","name":"Write","input":{{"file_path":"/w/a{k}"}}}}]}}}}"#
+            ));
+            lines.push(format!(
+                r#"{{"type":"user"{sid},"timestamp":"2026-11-20T09:0{k}:03Z","message":{{"content":[{{"type":"tool_result","tool_use_id":"t{k}","content":"written"}}]}},"toolUseResult":{{"type":"create"}}}}"#
+            ));
+        }
+        lines.join("\n") + "\n"
+    };
+    let write_all = |name: &str| -> Vec<std::path::PathBuf> {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        (0..20)
+            .map(|k| {
+                let f = d.join(format!("{k:02}.jsonl"));
+                std::fs::write(&f, transcript(&format!("imp-{name}{k:02}"))).unwrap();
+                f
+            })
+            .collect()
+    };
+    let packs = || {
+        std::fs::read_dir(dir.path().join("home/log/packs"))
+            .map(|rd| {
+                rd.filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .ends_with(".tpack")
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    };
+    let import = |files: &[std::path::PathBuf]| {
+        t.import_transcripts(tacho_agents::Agent::ClaudeCode, files, &mut |_, _| {})
+    };
+    // Twenty transcripts: one chunk, one pack.
+    let files_a = write_all("a");
+    let r = import(&files_a);
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    assert_eq!(r.sessions_created, 20);
+    let per = r.events_added / 20;
+    assert!(per > 3 && r.events_added == per * 20, "{r:?}");
+    assert_eq!(packs(), 1);
+    // Twenty more, one of which the store cannot take (a file stands where its
+    // session's directory goes): it fails, the others are recorded one by one (no
+    // pack), and nothing is counted twice.
+    std::fs::write(dir.path().join("home/log/streams/imp-b07"), "in the way").unwrap();
+    let files_b = write_all("b");
+    let r = import(&files_b);
+    assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+    assert!(r.failed[0].file.ends_with("07.jsonl"), "{:?}", r.failed);
+    assert_eq!(
+        (
+            r.sessions_created,
+            r.events_added,
+            r.events_already_recorded
+        ),
+        (19, per * 19, 0),
+        "{r:?}"
+    );
+    assert_eq!(packs(), 1);
+    for k in (0..20).filter(|k| *k != 7) {
+        let s = format!("imp-b{k:02}");
+        assert_eq!(t.events(&s).unwrap().len() as u64, per, "{s}");
+    }
+    // Everything again: nothing added.
+    let all: Vec<_> = files_a.iter().chain(&files_b).cloned().collect();
+    let r = import(&all);
+    assert_eq!((r.events_added, r.sessions_unchanged), (0, 39), "{r:?}");
+    assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+}
