@@ -93,10 +93,14 @@ pub fn parse(path: &str, text: &str) -> Result<Map<String, Value>, SettingsError
     }
 }
 
-/// The command line tacho installs for `agent`.
-pub fn command_for(tacho: &str, agent: Agent) -> String {
-    format!("{} hook {}", shell_quote(tacho), agent.name())
+/// The command line tacho installs for `agent`; with `watch`, the hook keeps a watcher
+/// of the session's workspace running (`tacho hook <agent> --watch`).
+pub fn command_for(tacho: &str, agent: Agent, watch: bool) -> String {
+    let watch = if watch { WATCH_FLAG } else { "" };
+    format!("{} hook {}{watch}", shell_quote(tacho), agent.name())
 }
+
+const WATCH_FLAG: &str = " --watch";
 
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -113,7 +117,9 @@ fn shell_quote(s: &str) -> String {
 /// runs.
 pub fn tacho_command(command: &str, agent: Agent) -> Option<String> {
     let suffix = format!(" hook {}", agent.name());
-    let program = command.trim().strip_suffix(&suffix)?.trim();
+    let command = command.trim();
+    let command = command.strip_suffix(WATCH_FLAG).unwrap_or(command);
+    let program = command.strip_suffix(&suffix)?.trim();
     let unquoted = program
         .strip_prefix('\'')
         .and_then(|p| p.strip_suffix('\''))
@@ -359,11 +365,17 @@ mod tests {
             tacho_command(CMD, Agent::ClaudeCode).as_deref(),
             Some("/opt/tacho/bin/tacho")
         );
-        let q = command_for("/home/me/my tools/tacho", Agent::Codex);
+        let q = command_for("/home/me/my tools/tacho", Agent::Codex, false);
         assert_eq!(q, "'/home/me/my tools/tacho' hook codex");
         assert_eq!(
             tacho_command(&q, Agent::Codex).as_deref(),
             Some("/home/me/my tools/tacho")
+        );
+        let w = command_for("/opt/tacho/bin/tacho", Agent::ClaudeCode, true);
+        assert_eq!(w, "/opt/tacho/bin/tacho hook claude-code --watch");
+        assert_eq!(
+            tacho_command(&w, Agent::ClaudeCode).as_deref(),
+            Some("/opt/tacho/bin/tacho")
         );
         assert_eq!(tacho_command(&q, Agent::ClaudeCode), None);
         assert_eq!(tacho_command("./guard.sh hook codex", Agent::Codex), None);

@@ -38,6 +38,9 @@ pub struct HookAnswer {
     pub stderr: String,
     /// Problems met (each also logged).
     pub problems: Vec<String>,
+    /// The workspace of a session that goes on (not ended), when it is a directory
+    /// here: what `tacho hook --watch` keeps a watcher of.
+    pub workspace: Option<PathBuf>,
 }
 
 impl Tacho {
@@ -207,6 +210,7 @@ impl Tacho {
                     problem(&mut answer, msg);
                 }
             }
+            answer.workspace = ingest.workspace(&session).ok().flatten();
             match ingest.finish() {
                 Ok(_) => {}
                 Err(e) => problem(&mut answer, format!("nothing recorded: {}", e.error)),
@@ -246,6 +250,9 @@ impl Tacho {
                     Err(e) => problem(&mut answer, format!("ending the session: {e}")),
                 }
             }
+        }
+        if state.main.ended {
+            answer.workspace = None;
         }
         if let Err(e) = write_state(&state_path, &serde_json::to_vec(&state).unwrap_or_default()) {
             problem(&mut answer, format!("{}: {e}", state_path.display()));

@@ -260,15 +260,17 @@ fn edit_settings(
     })
 }
 
-/// Merges tacho's hooks for `agent` into the settings file at `scope`.
+/// Merges tacho's hooks for `agent` into the settings file at `scope` (with `watch`,
+/// hooks that keep a watcher of the session's workspace running).
 pub fn install_hooks(
     places: &Places,
     agent: Agent,
     scope: Scope,
     tacho: &str,
     dry_run: bool,
+    watch: bool,
 ) -> Result<Installed, InstallError> {
-    let command = settings::command_for(tacho, agent);
+    let command = settings::command_for(tacho, agent, watch);
     let e = edit_settings(places, agent, scope, dry_run, |name, s| {
         settings::install(name, s, agent, &command)
     })?;

@@ -228,6 +228,12 @@ impl Tacho {
         Ok(self.snapshots()?.watch_status(workspace)?)
     }
 
+    /// Whether a watcher of `workspace` runs, without asking it (a hook with
+    /// `--watch` checks this at every event).
+    pub fn watch_running(&self, workspace: &Path) -> Result<bool, SnapshotOpError> {
+        Ok(self.snapshots()?.watch_running(workspace)?)
+    }
+
     /// `tacho watch list`: every running watcher (none when there is no snapshot store).
     pub fn watchers(&self) -> Result<Vec<WatchStatus>, SnapshotOpError> {
         if !self.has_snapshot_store() {

@@ -98,11 +98,15 @@ fn main() -> ExitCode {
     // whole command-line parser (a fifth of the work of a hook that records no
     // snapshot). Anything else — `--help`, extra arguments — goes through clap.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let [_, hook, agent] = args.as_slice()
-        && hook == "hook"
+    let fast_hook = match args.as_slice() {
+        [_, hook, agent] if hook == "hook" => Some((agent, false)),
+        [_, hook, agent, watch] if hook == "hook" && watch == "--watch" => Some((agent, true)),
+        _ => None,
+    };
+    if let Some((agent, watch)) = fast_hook
         && let Some(agent) = cmd::hooks::AgentArg::from_name(agent)
     {
-        return match cmd::hooks::hook(cmd::hooks::HookArgs { agent }) {
+        return match cmd::hooks::hook(cmd::hooks::HookArgs { agent, watch }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -124,8 +124,13 @@ impl Env {
 
     /// Runs `tacho hook <agent>` with `input` on stdin: (exit code, stdout, stderr).
     fn hook(&self, agent: &str, input: &str) -> (i32, String, String) {
+        self.hook_with(&["hook", agent], input)
+    }
+
+    /// Runs `tacho ARGS` with `input` on stdin: (exit code, stdout, stderr).
+    fn hook_with(&self, args: &[&str], input: &str) -> (i32, String, String) {
         let mut c = tacho(&self.home);
-        c.args(["hook", agent])
+        c.args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -844,4 +849,72 @@ fn the_stop_gate_lets_go_after_the_stall_rule_pauses_the_goal() {
         st["paused"].is_string(),
         "the stall rule paused the goal: {st}"
     );
+}
+
+/// `tacho hooks install --watch` installs hooks that keep a watcher of the session's
+/// workspace: the first hook starts one (not waiting for it), later hooks find it, and
+/// full snapshots are then served by it; hooks without `--watch` start none.
+#[test]
+fn hooks_with_watch_keep_a_watcher_of_the_workspace() {
+    let e = Env::new();
+    let ws = e.ws.display().to_string();
+    // Installed with --watch: the command says so, and is still recognised as tacho's.
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code", "--watch", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let installed: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let command = installed["command"].as_str().unwrap().to_owned();
+    assert!(command.ends_with(" hook claude-code --watch"), "{command}");
+    let settings = std::fs::read_to_string(e.cfg.join("settings.json")).unwrap();
+    assert!(settings.contains("hook claude-code --watch"), "{settings}");
+    // Installed again without: replaced, not added.
+    assert_eq!(e.tacho(&["hooks", "install", "claude-code"]).0, 0);
+    let settings = std::fs::read_to_string(e.cfg.join("settings.json")).unwrap();
+    assert!(!settings.contains("--watch"), "{settings}");
+    assert_eq!(
+        settings.matches(" hook claude-code").count(),
+        installed["events"].as_array().unwrap().len(),
+        "{settings}"
+    );
+
+    let payload = |session: &str, event: &str| {
+        serde_json::json!({"session_id": session, "transcript_path": e.dir.join("none.jsonl"), "cwd": ws, "hook_event_name": event}).to_string()
+    };
+    let status = || e.tacho(&["watch", "status", &ws, "--json"]);
+    // Without --watch: no watcher.
+    assert_eq!(e.hook("claude-code", &payload("w-0", "SessionStart")).0, 0);
+    assert_eq!(status().0, 4, "no watcher without --watch");
+    // With it: the first hook starts one.
+    let (code, _, err) = e.hook_with(
+        &["hook", "claude-code", "--watch"],
+        &payload("w-1", "SessionStart"),
+    );
+    assert_eq!(code, 0, "{err}");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while status().0 != 0 {
+        assert!(std::time::Instant::now() < until, "no watcher started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Later hooks find it; one watcher runs.
+    for event in ["UserPromptSubmit", "Stop"] {
+        let (code, _, err) =
+            e.hook_with(&["hook", "claude-code", "--watch"], &payload("w-1", event));
+        assert_eq!(code, 0, "{err}");
+    }
+    let (_, listed, _) = e.tacho(&["watch", "list", "--json"]);
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    // Full snapshots are served by it (the first after it started takes its token).
+    let snapshot = || {
+        let (code, out, err) = e.tacho(&["snapshot", "--workspace", &ws, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    snapshot();
+    std::fs::write(e.ws.join("src/value.txt"), "42\n").unwrap();
+    let snap = snapshot();
+    assert_eq!(
+        (&snap["watched"], &snap["files_read"]),
+        (&serde_json::json!(true), &serde_json::json!(1)),
+        "{snap}"
+    );
+    assert_eq!(e.tacho(&["watch", "stop", &ws]).0, 0);
 }

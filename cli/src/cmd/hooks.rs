@@ -58,7 +58,14 @@ impl ScopeArg {
 pub struct HookArgs {
     /// The agent whose hook payload arrives on stdin.
     pub agent: AgentArg,
+    /// Keep a watcher of the session's workspace running (`tacho watch run`, stopping
+    /// after an hour without a snapshot): started by the first hook that finds none.
+    #[arg(long)]
+    pub watch: bool,
 }
+
+/// How long a watcher a hook started waits for a snapshot before it stops.
+const HOOK_WATCH_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Reads one payload, records it, and answers the agent. Exit 0 always (a recording
 /// failure is logged, never breaks the agent); a blocked stop is JSON on stdout.
@@ -89,6 +96,16 @@ pub fn hook(a: HookArgs) -> Result<(), CliError> {
     use std::io::Write;
     let _ = std::io::stdout().write_all(answer.stdout.as_bytes());
     let _ = std::io::stderr().write_all(answer.stderr.as_bytes());
+    if a.watch
+        && let Some(ws) = answer.workspace.filter(|w| w.is_dir())
+        && matches!(tacho.watch_running(&ws), Ok(false))
+    {
+        // Not waited for: the agent goes on while it lists the workspace. Two hooks
+        // that both start one leave one running (the other finds its lock taken).
+        if let Err(e) = super::watch::spawn(&tacho, &ws, Some(HOOK_WATCH_IDLE)) {
+            eprintln!("tacho: no watcher of {}: {e}", ws.display());
+        }
+    }
     Ok(())
 }
 
@@ -114,6 +131,10 @@ pub struct InstallArgs {
     /// Show the file as it would be; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Hooks that keep a watcher of the session's workspace running, so that full
+    /// snapshots look only at what changed (`tacho hook <agent> --watch`; install).
+    #[arg(long)]
+    pub watch: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -149,6 +170,7 @@ pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
                 a.scope.scope(),
                 &tacho,
                 a.dry_run,
+                a.watch,
             )?;
             let done = format!(
                 "installed tacho's {} hooks ({}) in {}{}",

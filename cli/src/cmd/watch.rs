@@ -163,12 +163,12 @@ pub fn run(c: WatchCommand) -> Result<(), CliError> {
 }
 
 /// Starts `tacho watch run` as a process of its own (its own process group, no
-/// terminal, what it says in its log file) and waits until it answers.
-fn start(
+/// terminal, what it says in its log file); its log's path.
+pub fn spawn(
     tacho: &tacho_app::Tacho,
     ws: &std::path::Path,
     idle: Option<Duration>,
-) -> Result<tacho_app::types::WatchStatus, CliError> {
+) -> Result<(std::process::Child, PathBuf), CliError> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
     let log_path = tacho.watch_log(ws)?;
@@ -181,12 +181,22 @@ fn start(
     if let Some(idle) = idle {
         command.arg("--idle").arg(format!("{}s", idle.as_secs()));
     }
-    let mut child = command
+    let child = command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .process_group(0)
         .spawn()?;
+    Ok((child, log_path))
+}
+
+/// Starts a watcher ([`spawn`]) and waits until it answers.
+fn start(
+    tacho: &tacho_app::Tacho,
+    ws: &std::path::Path,
+    idle: Option<Duration>,
+) -> Result<tacho_app::types::WatchStatus, CliError> {
+    let (mut child, log_path) = spawn(tacho, ws, idle)?;
     let started = Instant::now();
     loop {
         if let Some(s) = tacho.watch_status(ws)? {

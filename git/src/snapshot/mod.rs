@@ -207,6 +207,12 @@ impl SnapshotStore {
         Ok(watch::status(&self.cache_dir, &workspace))
     }
 
+    /// Whether a watcher of `workspace` runs (its lock is held; nothing is asked).
+    pub fn watch_running(&self, workspace: &Path) -> Result<bool, SnapshotError> {
+        let workspace = canonical_workspace(workspace)?;
+        Ok(watch::is_running(&self.cache_dir, &workspace))
+    }
+
     /// Every running watcher of this store's workspaces.
     pub fn watchers(&self) -> Vec<watch::WatchStatus> {
         watch::running(&self.cache_dir)

@@ -161,6 +161,22 @@ pub fn status(cache_dir: &Path, workspace: &Path) -> Option<WatchStatus> {
     ask(&socket_path(cache_dir, workspace), &Request::Status).ok()
 }
 
+/// Whether a watcher of `workspace` runs, without asking it (it may be busy listing
+/// the workspace): its lock is held.
+pub fn is_running(cache_dir: &Path, workspace: &Path) -> bool {
+    let lock_file = lock_path(&socket_path(cache_dir, workspace));
+    let Ok(lock) = std::fs::File::open(&lock_file) else {
+        return false;
+    };
+    match lock.try_lock_shared() {
+        Ok(()) => {
+            let _ = lock.unlock();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
 /// Every watcher that answers on a socket of `cache_dir`, in workspace order.
 pub fn running(cache_dir: &Path) -> Vec<WatchStatus> {
     let Ok(rd) = std::fs::read_dir(cache_dir.join("watch")) else {
