@@ -254,6 +254,9 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert!(out.contains("installed tacho's claude-code hooks"), "{out}");
     let (_, out, _) = e.tacho(&["hooks", "install", "claude-code"]);
     assert!(out.contains("nothing changed"), "{out}");
+    // With --watch: the hooks keep a watcher of the workspace (checked at the end).
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code", "--watch"]);
+    assert_eq!(code, 0, "{out}{err}");
     let status = e.json(&["hooks", "status", "--json"]);
     let user = &status["files"][0];
     assert_eq!(user["scope"], "user");
@@ -475,6 +478,13 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
         "42\n"
     );
+    // The hooks (installed with --watch) started a watcher of the workspace, and the
+    // full snapshots the hooks took asked it what changed.
+    let (code, out, _) = e.tacho(&["watch", "status", &ws, "--json"]);
+    assert_eq!(code, 0, "a hook started a watcher: {out}");
+    let served: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(num(&served["watcher"]["answered"]) > 0, "{served}");
+    assert_eq!(e.tacho(&["watch", "stop", &ws]).0, 0);
 
     // Importing the same transcript into a fresh store gives the token totals
     // ccusage reports for it; importing again adds nothing.
