@@ -56,7 +56,8 @@ impl Writes {
         }
     }
 
-    /// Stores one object the store does not hold yet.
+    /// Stores one object the store does not hold yet; `file` names the file a blob
+    /// holds, for errors.
     pub(super) fn put(
         &self,
         store: &SnapshotStore,
@@ -64,13 +65,18 @@ impl Writes {
         kind: gix::object::Kind,
         data: &[u8],
         id: ObjectId,
+        file: Option<&str>,
     ) -> Result<(), SnapshotError> {
+        let what = || match file {
+            Some(f) => format!("writing the blob of {f}"),
+            None => format!("writing object {id}"),
+        };
         let buffer = match self {
             Writes::Loose => {
                 use gix::prelude::Write;
                 repo.objects
                     .write_buf_with_known_id(kind, data, id)
-                    .map_err(|e| err(&format!("writing object {id}"), e))?;
+                    .map_err(|e| err(&what(), e))?;
                 return Ok(());
             }
             Writes::Pack(buffer) => buffer,
@@ -81,7 +87,7 @@ impl Writes {
             // The level of loose objects (gix's, and Git's core.looseCompression).
             gix::zlib::Compression::BEST_SPEED,
         )
-        .map_err(|e| err(&format!("compressing object {id}"), e))?;
+        .map_err(|e| err(&what(), e))?;
         let mut b = buffer
             .lock()
             .map_err(|_| SnapshotError::Internal("a pack buffer was poisoned"))?;

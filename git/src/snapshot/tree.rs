@@ -132,7 +132,7 @@ impl SnapshotStore {
                     return Ok(());
                 };
                 if !repo.objects.exists_without_refresh(id) {
-                    writes.put(self, &repo, *kind, data, **id)?;
+                    writes.put(self, &repo, *kind, data, **id, None)?;
                 }
             }
         };
@@ -217,7 +217,7 @@ pub(super) fn store_file(
         let written = if repo.objects.exists_without_refresh(&oid) {
             false
         } else {
-            writes.put(store, repo, gix::object::Kind::Blob, &data, oid)?;
+            writes.put(store, repo, gix::object::Kind::Blob, &data, oid, Some(rel))?;
             true
         };
         let mut e = stat_entry(rel, &meta);
