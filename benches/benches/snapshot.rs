@@ -254,9 +254,14 @@ fn inside_git(c: &mut Criterion) {
     std::thread::sleep(Duration::from_millis(200));
     let label = format!("{files} files, {mb} MB, inside Git");
     // A store handle per snapshot, as each hook process opens one.
+    // `TACHO_BENCH_PACK_MIN_FILES=0` makes every snapshot write a pack (SPEC.md §10.5
+    // compares that with loose objects).
+    let pack_min_files = env("TACHO_BENCH_PACK_MIN_FILES")
+        .map_or(tacho_git::snapshot::PACK_MIN_FILES, |v| v as usize);
     let take_in = |cache: &str, scope: &Scope| {
         SnapshotStore::open(root.join("store"), root.join(cache))
             .unwrap()
+            .with_pack_min_files(pack_min_files)
             .take(&ws, scope)
             .unwrap()
     };

@@ -116,7 +116,7 @@ impl SnapshotStore {
             entries.push((path, stat));
         }
         trace.mark("lstat");
-        let writes = pack::Writes::for_reads(to_read.len());
+        let writes = pack::Writes::for_reads(self, to_read.len());
         let (read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
         trace.mark("hash");
         let mut failed = std::collections::HashSet::new();

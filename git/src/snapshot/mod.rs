@@ -52,6 +52,7 @@ pub struct SnapshotStore {
     repo: gix::ThreadSafeRepository,
     max_file_bytes: u64,
     pack_bytes_max: usize,
+    pack_min_files: usize,
     threads: usize,
 }
 
@@ -112,6 +113,7 @@ impl SnapshotStore {
             repo: repo.into_sync(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             pack_bytes_max: pack::PACK_BYTES_MAX,
+            pack_min_files: pack::PACK_MIN_FILES,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         })
     }
@@ -126,6 +128,14 @@ impl SnapshotStore {
     /// (default [`PACK_BYTES_MAX`]); a snapshot with more writes several.
     pub fn with_pack_bytes_max(mut self, n: usize) -> Self {
         self.pack_bytes_max = n.max(1);
+        self
+    }
+
+    /// Sets how many files a snapshot must read to write its new objects as packs
+    /// (default [`PACK_MIN_FILES`]; 0: every snapshot writes a pack, as the benchmark
+    /// that measured it against loose objects does).
+    pub fn with_pack_min_files(mut self, n: usize) -> Self {
+        self.pack_min_files = n;
         self
     }
 

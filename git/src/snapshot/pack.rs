@@ -22,7 +22,8 @@ fn err(
     SnapshotError::git(what, e)
 }
 
-/// A snapshot that reads at least this many files writes its new objects as packs.
+/// A snapshot that reads at least this many files writes its new objects as packs (by
+/// default; [`SnapshotStore::with_pack_min_files`]).
 pub const PACK_MIN_FILES: usize = 64;
 
 /// A pack is written once the compressed objects waiting for it reach this size (by
@@ -46,10 +47,10 @@ pub(super) struct PackBuffer {
 }
 
 impl Writes {
-    /// Packs for a snapshot that reads at least [`PACK_MIN_FILES`] files, loose objects
-    /// for a smaller one.
-    pub(super) fn for_reads(files: usize) -> Self {
-        if files >= PACK_MIN_FILES {
+    /// Packs for a snapshot that reads at least `pack_min_files` files of `store`
+    /// ([`PACK_MIN_FILES`] by default), loose objects for a smaller one.
+    pub(super) fn for_reads(store: &SnapshotStore, files: usize) -> Self {
+        if files >= store.pack_min_files {
             Writes::Pack(Mutex::default())
         } else {
             Writes::Loose

@@ -64,7 +64,7 @@ impl SnapshotStore {
             entries.push((rel, stat));
         }
         trace.mark("t:check paths");
-        let writes = pack::Writes::for_reads(to_read.len());
+        let writes = pack::Writes::for_reads(self, to_read.len());
         let (read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
         trace.mark("t:hash");
         let mut failed = std::collections::HashSet::new();

@@ -139,7 +139,7 @@ impl SnapshotStore {
             to_read.push((entries.len(), *m));
             entries.push(((*p).to_owned(), stat));
         }
-        let writes = pack::Writes::for_reads(to_read.len());
+        let writes = pack::Writes::for_reads(self, to_read.len());
         let (read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
         trace.mark("w:hash");
         let mut failed = HashSet::new();
