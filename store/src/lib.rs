@@ -29,7 +29,7 @@ mod writer;
 
 /// Lower-case hexadecimal of chain values and digests (the crate gix uses for ids).
 pub use faster_hex::hex_string as hex;
-pub use pack::PackBuilder;
+pub use pack::{PACKS_BEFORE_MERGE, PackBuilder};
 pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, open_package};
 pub use prune::{PRUNE_LOG, PruneRecord, PrunedSession, remove_streams};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};

@@ -276,35 +276,48 @@ impl Store {
     /// open are left out (for listings: `log verify` reports them).
     fn load_packs(&self, lenient: bool) -> Result<Vec<Arc<Pack>>, StoreError> {
         let dir = self.packs_dir();
-        let mut names = match self.vfs.list_dir(&dir) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(StoreError::io(&dir, e)),
-        };
-        names.retain(|n| n.ends_with(PACK_SUFFIX) && !n.starts_with('.'));
-        names.sort();
-        let mut cache = self
-            .packs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache.packs.retain(|n, _| names.contains(n));
-        let mut out = Vec::with_capacity(names.len());
-        for n in names {
-            let pack = match cache.packs.get(&n) {
-                Some(p) => p.clone(),
-                None => match Pack::open(self, &dir.join(&n)) {
-                    Ok(p) => {
-                        let p = Arc::new(p);
-                        cache.packs.insert(n, p.clone());
-                        p
-                    }
-                    Err(_) if lenient => continue,
-                    Err(e) => return Err(e),
-                },
+        // A pack listed and then removed before it was opened was merged (or rewritten)
+        // meanwhile: the pack that replaces it was published before the removal, so
+        // listing again finds it.
+        let mut attempts = 0;
+        'listing: loop {
+            attempts += 1;
+            let mut names = match self.vfs.list_dir(&dir) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(StoreError::io(&dir, e)),
             };
-            out.push(pack);
+            names.retain(|n| n.ends_with(PACK_SUFFIX) && !n.starts_with('.'));
+            names.sort();
+            let mut cache = self
+                .packs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            cache.packs.retain(|n, _| names.contains(n));
+            let mut out = Vec::with_capacity(names.len());
+            for n in names {
+                let pack = match cache.packs.get(&n) {
+                    Some(p) => p.clone(),
+                    None => match Pack::open(self, &dir.join(&n)) {
+                        Ok(p) => {
+                            let p = Arc::new(p);
+                            cache.packs.insert(n, p.clone());
+                            p
+                        }
+                        Err(StoreError::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::NotFound
+                                && attempts < LISTING_ATTEMPTS =>
+                        {
+                            continue 'listing;
+                        }
+                        Err(_) if lenient => continue,
+                        Err(e) => return Err(e),
+                    },
+                };
+                out.push(pack);
+            }
+            return Ok(out);
         }
-        Ok(out)
     }
 
     /// The packed segments of `session`, in segment order, each with its pack. A
@@ -562,6 +575,70 @@ impl Store {
             }
         }
         out
+    }
+
+    /// Merges the smaller packs into one when there are more than
+    /// [`PACKS_BEFORE_MERGE`]: from the smallest up, each pack joins while its segments
+    /// take at most twice the bytes of those taken before it, so a large pack is left
+    /// alone and a merge costs little against what it saves. The merged pack is
+    /// published (synced, renamed, the directory synced) before the merged ones are
+    /// removed: a crash leaves both, whose common segments count once, and the next
+    /// merge takes them again. Returns how many packs were merged.
+    pub fn merge_packs(&self) -> Result<usize, StoreError> {
+        let _lock = self.pack_lock(true)?;
+        let mut packs = self.packs()?;
+        if packs.len() <= PACKS_BEFORE_MERGE {
+            return Ok(0);
+        }
+        packs.sort_by(|a, b| {
+            a.header
+                .toc_offset
+                .cmp(&b.header.toc_offset)
+                .then_with(|| a.path.cmp(&b.path))
+        });
+        let mut total = 0u64;
+        let mut taken = Vec::new();
+        for p in packs {
+            let size = p.header.toc_offset;
+            if !taken.is_empty() && size > total.saturating_mul(2) {
+                break;
+            }
+            total = total.saturating_add(size);
+            taken.push(p);
+        }
+        if taken.len() < 2 {
+            return Ok(0);
+        }
+        // Each segment once (an interrupted merge left some in two packs), read from
+        // the pack it is taken from.
+        let mut from: BTreeMap<([u8; 16], u64), (PathBuf, u64)> = BTreeMap::new();
+        let mut entries = Vec::new();
+        for p in &taken {
+            for e in p.entries()? {
+                if let std::collections::btree_map::Entry::Vacant(v) = from.entry(e.key()) {
+                    v.insert((p.path.clone(), e.offset));
+                    entries.push(e);
+                }
+            }
+        }
+        self.write_pack(&mut entries, |e| {
+            let (path, offset) = from
+                .get(&e.key())
+                .ok_or(StoreError::Poisoned("(pack merge)".into()))?;
+            self.vfs
+                .read_range(path, *offset, e.len)
+                .map_err(|err| StoreError::io(path, err))
+        })?;
+        let dir = self.packs_dir();
+        for p in &taken {
+            self.vfs
+                .remove_file(&p.path)
+                .map_err(|e| StoreError::io(&p.path, e))?;
+        }
+        self.vfs
+            .sync_dir(&dir)
+            .map_err(|e| StoreError::io(&dir, e))?;
+        Ok(taken.len())
     }
 
     /// Removes `sessions` from every pack that holds them: each such pack is written
@@ -1005,6 +1082,7 @@ impl PackBuilder {
             self.publish_file()?;
             store.remove_abandoned_pack_files();
         }
+
         let streams = std::mem::take(&mut self.streams);
         let heads: Vec<crate::index::Record> = streams
             .iter()
@@ -1019,6 +1097,10 @@ impl PackBuilder {
         {
             let _ = store.index_compact();
         }
+        // Published whatever the merge does: a merge that fails leaves the packs as
+        // they are, and the next publication tries again (log verify reads every pack
+        // either way).
+        let _ = store.merge_packs();
         Ok(streams
             .into_iter()
             .map(|(s, st)| {
@@ -1034,6 +1116,14 @@ impl PackBuilder {
             .collect())
     }
 }
+
+/// How often the packs are listed again when one vanished between listing and
+/// opening it (each time, a merge or rewrite finished in between).
+const LISTING_ATTEMPTS: u32 = 8;
+
+/// More published packs than this and the smaller ones are merged
+/// ([`Store::merge_packs`], after each publication).
+pub const PACKS_BEFORE_MERGE: usize = 16;
 
 /// A pack builder's temporary file older than this whose process is gone was abandoned.
 const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);

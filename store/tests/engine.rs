@@ -1346,3 +1346,104 @@ fn a_dead_builders_temporary_pack_file_is_removed_by_the_next_publisher() {
     assert_eq!(left, want);
     assert_eq!(pack_files(&fs).len(), 2);
 }
+
+/// Publishes a pack of two new sessions (`ses_m<k>a`, `ses_m<k>b`); their events.
+fn publish_pair(store: &Store, k: usize) -> Vec<(String, Vec<(i64, EventBody)>)> {
+    let mut b = store.pack_builder();
+    let mut out = Vec::new();
+    for (i, side) in ["a", "b"].iter().enumerate() {
+        let s = format!("ses_m{k:02}{side}");
+        let events = session_events(3 + (k + i) as u64 % 5, 20 + 10 * i);
+        b.stage(&s, &events).unwrap();
+        out.push((s, events));
+    }
+    b.publish().unwrap();
+    out
+}
+
+/// Packs pile up one per bulk input; past `PACKS_BEFORE_MERGE` the smaller ones are
+/// merged after a publication, and every session reads, verifies and continues as
+/// before.
+#[test]
+fn small_packs_are_merged_and_their_sessions_read_the_same() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let mut all = Vec::new();
+    let mut most = 0;
+    for k in 0..40 {
+        all.extend(publish_pair(&store, k));
+        let n = pack_files(&fs).len();
+        assert!(n <= tacho_store::PACKS_BEFORE_MERGE, "{n} packs after {k}");
+        most = most.max(n);
+    }
+    assert_eq!(most, tacho_store::PACKS_BEFORE_MERGE, "merges happened");
+    assert!(
+        store.verify_packs().is_empty(),
+        "{:?}",
+        store.verify_packs()
+    );
+    for (s, events) in &all {
+        let got = read_all(&store, s).unwrap();
+        let bodies: Vec<&EventBody> = got.iter().map(|(_, _, b)| b).collect();
+        let want: Vec<&EventBody> = events.iter().map(|(_, b)| b).collect();
+        assert_eq!(bodies, want, "{s}");
+        assert!(
+            store.verify_session(s, true).unwrap().findings.is_empty(),
+            "{s}"
+        );
+    }
+    // A merged session goes on as a stream.
+    let (s, events) = &all[3];
+    store
+        .writer(s)
+        .unwrap()
+        .append_batch(&[(9_999, ev(1, 10))], Durability::Sync)
+        .unwrap();
+    assert_eq!(read_all(&store, s).unwrap().len(), events.len() + 1);
+    // A fresh process sees the same.
+    let again = sim_store(&fs, 1 << 20);
+    assert_eq!(again.sessions().unwrap().len(), all.len());
+}
+
+/// A crash at any sync of a publication that merges packs: every acknowledged session
+/// is there whole; a merge cut short leaves segments in two packs (a warning, the
+/// first counts), never an error.
+#[test]
+fn a_crash_during_a_merge_loses_no_session() {
+    let before = tacho_store::PACKS_BEFORE_MERGE;
+    let run = |fs: &SimFs, freeze: Option<u64>| -> Vec<String> {
+        let store = sim_store(fs, 1 << 20);
+        let mut acked = Vec::new();
+        for k in 0..=before {
+            let pair = publish_pair(&store, k);
+            if freeze.is_none_or(|f| fs.sync_count() <= f) {
+                acked.extend(pair.into_iter().map(|(s, _)| s));
+            }
+        }
+        acked
+    };
+    let keeps = [
+        CrashKeep::DurableOnly,
+        CrashKeep::Prefix {
+            fraction: 1.0,
+            zero_fill: false,
+        },
+    ];
+    for_each_crash(run, &keeps, |n, keep, crashed, acked| {
+        let store = sim_store(&crashed, 1 << 20);
+        let findings = store.verify_packs();
+        assert!(
+            findings.iter().all(|f| f.severity < Severity::Error),
+            "sync {n} {keep:?}: {findings:?}"
+        );
+        for s in acked {
+            assert!(store.has_session(s), "sync {n} {keep:?}: {s} is gone");
+            let rep = store.verify_session(s, true).unwrap();
+            assert!(
+                rep.findings.iter().all(|f| f.severity < Severity::Error),
+                "sync {n} {keep:?}: {:?}",
+                rep.findings
+            );
+        }
+    });
+}
