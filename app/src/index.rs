@@ -349,7 +349,13 @@ impl Tacho {
             .collect();
         let known: std::collections::HashSet<&str> = streams.iter().map(String::as_str).collect();
         for e in view.entries() {
-            if !known.contains(e.session.as_str()) && !e.dirty && e.next_seq > 0 {
+            // A session created after the listing (the index is read after it) is
+            // there now.
+            if !known.contains(e.session.as_str())
+                && !e.dirty
+                && e.next_seq > 0
+                && !self.log().has_session(&e.session)
+            {
                 out.push(index_finding(
                     Severity::Error,
                     &e.session,

@@ -242,14 +242,31 @@ impl Pack {
     }
 }
 
+impl Pack {
+    /// A segment's bytes, copied from the pack's mapping: readable even after a merge
+    /// removed the file, as long as this process holds the pack.
+    pub(crate) fn segment(&self, at: u64, len: u64) -> Option<SegmentBytes> {
+        let end = at.checked_add(len)?;
+        let slice = self
+            .bytes
+            .get(usize::try_from(at).ok()?..usize::try_from(end).ok()?)?;
+        let mut v = rkyv::util::AlignedVec::<16>::with_capacity(slice.len());
+        v.extend_from_slice(slice);
+        Some(SegmentBytes::Owned(v))
+    }
+}
+
 /// The packed segments of `session` in `packs` (see [`Store::packed_segments`]).
-fn packed_in(packs: &[Arc<Pack>], session: &str) -> Result<Vec<(PathBuf, PackEntry)>, StoreError> {
-    let mut found: BTreeMap<u64, (PathBuf, PackEntry)> = BTreeMap::new();
+fn packed_in(
+    packs: &[Arc<Pack>],
+    session: &str,
+) -> Result<Vec<(Arc<Pack>, PackEntry)>, StoreError> {
+    let mut found: BTreeMap<u64, (Arc<Pack>, PackEntry)> = BTreeMap::new();
     for p in packs {
         for e in p.find(session)? {
             found
                 .entry(e.segment_index)
-                .or_insert_with(|| (p.path.clone(), e));
+                .or_insert_with(|| (p.clone(), e));
         }
     }
     Ok(found.into_values().collect())
@@ -326,7 +343,7 @@ impl Store {
     pub(crate) fn packed_segments(
         &self,
         session: &str,
-    ) -> Result<Vec<(PathBuf, PackEntry)>, StoreError> {
+    ) -> Result<Vec<(Arc<Pack>, PackEntry)>, StoreError> {
         packed_in(&self.packs()?, session)
     }
 
@@ -486,6 +503,12 @@ impl Store {
             let path = dir.join(&n);
             let pack = match Pack::open(self, &path) {
                 Ok(p) => p,
+                // Removed since it was listed: merged into a pack published before.
+                Err(StoreError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
+                }
                 Err(StoreError::Corrupt { offset, detail, .. }) => {
                     out.push(finding(error, &path, offset, detail));
                     continue;

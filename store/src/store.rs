@@ -103,12 +103,15 @@ pub struct Store {
 
 /// Where a segment's bytes are: a file of its own in the stream's directory, or a
 /// range of a pack.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct SegLoc {
     pub first_seq: u64,
     pub path: PathBuf,
     /// A packed segment's offset and length in its pack.
     pub packed: Option<(u64, u64)>,
+    /// The pack, held open: a merge that removes its file meanwhile does not take the
+    /// segment from a reader that found it.
+    pub pack: Option<std::sync::Arc<crate::pack::Pack>>,
 }
 
 impl SegLoc {
@@ -314,6 +317,7 @@ impl Store {
                     first_seq,
                     path: dir.join(n),
                     packed: None,
+                    pack: None,
                 })
             })
             .collect();
@@ -325,10 +329,11 @@ impl Store {
             }
             segs.splice(
                 0..0,
-                packed.into_iter().map(|(path, e)| SegLoc {
+                packed.into_iter().map(|(pack, e)| SegLoc {
                     first_seq: e.first_seq,
-                    path,
+                    path: pack.path.clone(),
                     packed: Some((e.offset, e.len)),
+                    pack: Some(pack),
                 }),
             );
         }
@@ -342,9 +347,15 @@ impl Store {
         seg: &SegLoc,
         immutable: bool,
     ) -> Result<crate::vfs::SegmentBytes, StoreError> {
-        match seg.packed {
-            Some((at, len)) => self.vfs.read_range(&seg.path, at, len),
-            None => self.vfs.read(&seg.path, immutable),
+        match (seg.packed, &seg.pack) {
+            (Some((at, len)), Some(pack)) => pack.segment(at, len).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("segment at {at} ({len} bytes) is past the end of the pack"),
+                )
+            }),
+            (Some((at, len)), None) => self.vfs.read_range(&seg.path, at, len),
+            (None, _) => self.vfs.read(&seg.path, immutable),
         }
         .map_err(|e| StoreError::io(&seg.path, e))
     }

@@ -1134,6 +1134,8 @@ fn packed_sessions_read_verify_and_continue_like_streams() {
     let clean = bytes.clone();
     bytes[(at + len / 2) as usize] ^= 0x40;
     fs.set_file(&pack, bytes);
+    // A process that opens the pack as it now is (one holding it reads what it mapped).
+    let store = sim_store(&fs, 4_000);
     let rep = store.verify_session("ses_p3", true).unwrap();
     let f = rep
         .findings

@@ -165,10 +165,11 @@ fn listings_read_the_index_and_verification_checks_it() {
     );
 }
 
-/// 16 processes at a time create sessions (one `tacho record` each, as hooks do)
-/// while `session list` runs in a loop, compacting the index each time: every
+/// 16 processes at a time create sessions (one `tacho record` each, as hooks do: a
+/// pack each, merged as they pile up) while `session list` runs in a loop, compacting
+/// the index each time, with `log verify` and a read of a listed session: every
 /// listing succeeds, never shows a session twice, never loses one it showed, and the
-/// last one shows them all.
+/// last one shows them all; verification and reads never fail.
 #[test]
 fn sixteen_writers_creating_sessions_while_listing() {
     let home = tempfile::tempdir().unwrap();
@@ -215,6 +216,29 @@ fn sixteen_writers_creating_sessions_while_listing() {
                     seen.difference(&now).collect::<Vec<_>>()
                 );
                 seen = now;
+                // Verification and reads race the packs' merges too: a pack removed
+                // after it was listed is never an error.
+                let verified = tacho(&home)
+                    .args(["log", "verify", "--json"])
+                    .output()
+                    .unwrap();
+                assert!(
+                    verified.status.success() || seen.is_empty(),
+                    "log verify: {}{}",
+                    String::from_utf8_lossy(&verified.stdout),
+                    String::from_utf8_lossy(&verified.stderr)
+                );
+                if let Some(s) = seen.iter().next() {
+                    let g = tacho(&home)
+                        .args(["graph", s, "--format", "json"])
+                        .output()
+                        .unwrap();
+                    assert!(
+                        g.status.success(),
+                        "graph {s}: {}",
+                        String::from_utf8_lossy(&g.stderr)
+                    );
+                }
                 listings += 1;
                 started.store(true, Ordering::Relaxed);
                 eprintln!(
