@@ -132,7 +132,7 @@ pub struct InstallArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Hooks that keep a watcher of the session's workspace running, so that full
-    /// snapshots look only at what changed (`tacho hook <agent> --watch`; install).
+    /// snapshots look only at what changed (installs `tacho hook <agent> --watch`).
     #[arg(long)]
     pub watch: bool,
     #[arg(long)]
