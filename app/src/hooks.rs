@@ -38,9 +38,9 @@ pub struct HookAnswer {
     pub stderr: String,
     /// Problems met (each also logged).
     pub problems: Vec<String>,
-    /// The workspace of a session that goes on (not ended), when it is a directory
-    /// here: what `tacho hook --watch` keeps a watcher of.
-    pub workspace: Option<PathBuf>,
+    /// The session the payload belongs to, while it goes on (not ended): whose
+    /// workspace `tacho hook --watch` keeps a watcher of.
+    pub session: Option<String>,
 }
 
 impl Tacho {
@@ -210,7 +210,6 @@ impl Tacho {
                     problem(&mut answer, msg);
                 }
             }
-            answer.workspace = ingest.workspace(&session).ok().flatten();
             match ingest.finish() {
                 Ok(_) => {}
                 Err(e) => problem(&mut answer, format!("nothing recorded: {}", e.error)),
@@ -251,8 +250,8 @@ impl Tacho {
                 }
             }
         }
-        if state.main.ended {
-            answer.workspace = None;
+        if !state.main.ended {
+            answer.session = Some(session.clone());
         }
         if let Err(e) = write_state(&state_path, &serde_json::to_vec(&state).unwrap_or_default()) {
             problem(&mut answer, format!("{}: {e}", state_path.display()));

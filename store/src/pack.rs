@@ -634,23 +634,27 @@ impl Store {
         }
         // Each segment once (an interrupted merge left some in two packs), read from
         // the pack it is taken from.
-        let mut from: BTreeMap<([u8; 16], u64), (PathBuf, u64)> = BTreeMap::new();
+        let mut from: BTreeMap<([u8; 16], u64), (&Pack, u64)> = BTreeMap::new();
         let mut entries = Vec::new();
         for p in &taken {
             for e in p.entries()? {
                 if let std::collections::btree_map::Entry::Vacant(v) = from.entry(e.key()) {
-                    v.insert((p.path.clone(), e.offset));
+                    v.insert((p, e.offset));
                     entries.push(e);
                 }
             }
         }
         self.write_pack(&mut entries, |e| {
-            let (path, offset) = from
-                .get(&e.key())
-                .ok_or(StoreError::Poisoned("(pack merge)".into()))?;
-            self.vfs
-                .read_range(path, *offset, e.len)
-                .map_err(|err| StoreError::io(path, err))
+            let unreadable = || StoreError::Corrupt {
+                path: self.packs_dir(),
+                offset: e.offset,
+                detail: format!(
+                    "segment {} of {} is not in its pack",
+                    e.segment_index, e.session
+                ),
+            };
+            let (pack, offset) = from.get(&e.key()).ok_or_else(unreadable)?;
+            pack.segment(*offset, e.len).ok_or_else(unreadable)
         })?;
         let dir = self.packs_dir();
         for p in &taken {

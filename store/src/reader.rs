@@ -50,9 +50,9 @@ impl Store {
             .segment_files(session)?
             .into_iter()
             .map(|s| SegmentInfo {
+                packed: s.range(),
                 path: s.path,
                 first_seq: s.first_seq,
-                packed: s.packed,
             })
             .collect())
     }

@@ -107,17 +107,20 @@ pub struct Store {
 pub(crate) struct SegLoc {
     pub first_seq: u64,
     pub path: PathBuf,
-    /// A packed segment's offset and length in its pack.
-    pub packed: Option<(u64, u64)>,
-    /// The pack, held open: a merge that removes its file meanwhile does not take the
-    /// segment from a reader that found it.
-    pub pack: Option<std::sync::Arc<crate::pack::Pack>>,
+    /// A packed segment: its pack, held open (a merge that removes the file meanwhile
+    /// does not take the segment from a reader that found it), offset and length.
+    pub packed: Option<(std::sync::Arc<crate::pack::Pack>, u64, u64)>,
 }
 
 impl SegLoc {
+    /// A packed segment's offset and length in its pack.
+    pub fn range(&self) -> Option<(u64, u64)> {
+        self.packed.as_ref().map(|(_, at, len)| (*at, *len))
+    }
+
     /// Where offset 0 of the segment lies in its file (for findings).
     pub fn base(&self) -> u64 {
-        self.packed.map_or(0, |(at, _)| at)
+        self.range().map_or(0, |(at, _)| at)
     }
 }
 
@@ -317,7 +320,6 @@ impl Store {
                     first_seq,
                     path: dir.join(n),
                     packed: None,
-                    pack: None,
                 })
             })
             .collect();
@@ -332,8 +334,7 @@ impl Store {
                 packed.into_iter().map(|(pack, e)| SegLoc {
                     first_seq: e.first_seq,
                     path: pack.path.clone(),
-                    packed: Some((e.offset, e.len)),
-                    pack: Some(pack),
+                    packed: Some((pack, e.offset, e.len)),
                 }),
             );
         }
@@ -341,21 +342,20 @@ impl Store {
     }
 
     /// A segment's bytes: a sealed file (`immutable`) mapped, the last one copied, a
-    /// packed one read from its pack.
+    /// packed one copied out of its pack's mapping.
     pub(crate) fn read_segment(
         &self,
         seg: &SegLoc,
         immutable: bool,
     ) -> Result<crate::vfs::SegmentBytes, StoreError> {
-        match (seg.packed, &seg.pack) {
-            (Some((at, len)), Some(pack)) => pack.segment(at, len).ok_or_else(|| {
+        match &seg.packed {
+            Some((pack, at, len)) => pack.segment(*at, *len).ok_or_else(|| {
                 std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     format!("segment at {at} ({len} bytes) is past the end of the pack"),
                 )
             }),
-            (Some((at, len)), None) => self.vfs.read_range(&seg.path, at, len),
-            (None, _) => self.vfs.read(&seg.path, immutable),
+            None => self.vfs.read(&seg.path, immutable),
         }
         .map_err(|e| StoreError::io(&seg.path, e))
     }

@@ -96,8 +96,10 @@ pub fn hook(a: HookArgs) -> Result<(), CliError> {
     use std::io::Write;
     let _ = std::io::stdout().write_all(answer.stdout.as_bytes());
     let _ = std::io::stderr().write_all(answer.stderr.as_bytes());
+    // Looked up only here: a hook without --watch does no work for it.
     if a.watch
-        && let Some(ws) = answer.workspace.filter(|w| w.is_dir())
+        && let Some(session) = &answer.session
+        && let Ok(Some(ws)) = tacho.session_workspace(session)
         && matches!(tacho.watch_running(&ws), Ok(false))
     {
         // Not waited for: the agent goes on while it lists the workspace. Two hooks
