@@ -276,6 +276,20 @@ impl Tacho {
     }
 }
 
+/// Whether a clean index entry names another head than the verified stream's.
+fn head_differs(e: &IndexEntry, r: &StreamReport) -> bool {
+    !e.dirty && (e.next_seq, e.head) != (r.next_seq, r.chain)
+}
+
+/// A verified stream whose index entry, read before the stream, named another head;
+/// checked again once every stream is read ([`Tacho::recheck_index_entries`]).
+pub(crate) struct Deferred {
+    pub(crate) slot: usize,
+    pub(crate) before: IndexEntry,
+    pub(crate) folded: ExecutionGraph,
+    pub(crate) source: Option<String>,
+}
+
 fn index_finding(severity: Severity, session: &str, message: String) -> Finding {
     Finding {
         severity,
@@ -295,6 +309,17 @@ impl Tacho {
         &self,
         view: &IndexView,
         r: &StreamReport,
+        folded: ExecutionGraph,
+        source: Option<String>,
+    ) -> Vec<Finding> {
+        self.check_index_entry_with(view.get(&r.session), r, folded, source)
+    }
+
+    /// [`Tacho::check_index_entry`] of the entry as read.
+    fn check_index_entry_with(
+        &self,
+        entry: Option<IndexEntry>,
+        r: &StreamReport,
         mut folded: ExecutionGraph,
         source: Option<String>,
     ) -> Vec<Finding> {
@@ -303,7 +328,7 @@ impl Tacho {
         if r.findings.iter().any(|f| f.severity == Severity::Error) {
             return Vec::new();
         }
-        let Some(e) = view.get(s) else {
+        let Some(e) = entry else {
             return vec![index_finding(
                 Severity::Error,
                 s,
@@ -311,7 +336,7 @@ impl Tacho {
             )];
         };
         let mut out = Vec::new();
-        if !e.dirty && (e.next_seq, e.head) != (r.next_seq, r.chain) {
+        if head_differs(&e, r) {
             out.push(index_finding(
                 Severity::Error,
                 s,
@@ -337,6 +362,47 @@ impl Tacho {
             }
         }
         out
+    }
+
+    /// Whether `r`'s index entry in `view` (read before the stream) names another
+    /// head than the stream's: checked once more after every stream is read, since a
+    /// writer may have appended meanwhile ([`Tacho::recheck_index_entries`]).
+    pub(crate) fn index_head_differs(
+        &self,
+        view: &IndexView,
+        r: &StreamReport,
+    ) -> Option<IndexEntry> {
+        if r.findings.iter().any(|f| f.severity == Severity::Error) {
+            return None;
+        }
+        view.get(&r.session).filter(|e| head_differs(e, r))
+    }
+
+    /// Checks again, against `fresh` (the index read after every stream), the entries
+    /// whose head differed from their stream's. Writers append a synced `Dirty`
+    /// record before a stream's first new frame, so an entry unchanged since the
+    /// first reading was not moved by a writer: its difference stands. One that
+    /// changed meanwhile is checked as it is now, unless it is dirty (a writer is
+    /// mid-way) or ahead of the stream as read (a writer appended after the reading).
+    pub(crate) fn recheck_index_entries(
+        &self,
+        fresh: &IndexView,
+        deferred: Vec<Deferred>,
+        streams: &mut [StreamReport],
+    ) {
+        for d in deferred {
+            let Some(r) = streams.get_mut(d.slot) else {
+                continue;
+            };
+            let findings = match fresh.get(&r.session) {
+                Some(now) if now == d.before => {
+                    self.check_index_entry_with(Some(d.before), r, d.folded, d.source)
+                }
+                Some(now) if now.dirty || now.next_seq > r.next_seq => Vec::new(),
+                now => self.check_index_entry_with(now, r, d.folded, d.source),
+            };
+            r.findings.extend(findings);
+        }
     }
 
     /// Store-level checks of the index: entries of sessions that have no stream, and

@@ -10,6 +10,7 @@ use tacho_store::{SegmentInfo, StoreError, StoreReport, StreamReport};
 
 use crate::Tacho;
 use crate::error::kinds;
+use crate::index::Deferred;
 
 /// Why a dump could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +88,7 @@ impl Tacho {
         let total = sessions.len();
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
+        let deferred: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
         let slots: Vec<Mutex<Option<Result<StreamReport, StoreError>>>> =
             sessions.iter().map(|_| Mutex::new(None)).collect();
         let work = || {
@@ -108,7 +110,23 @@ impl Tacho {
                                 g.apply_view(seq, at, e)
                             })
                             .map(|mut r| {
-                                r.findings.extend(self.check_index_entry(v, &r, g, source));
+                                // A head that differs is checked again once every
+                                // stream is read: a writer may have appended since
+                                // the index was.
+                                match self.index_head_differs(v, &r) {
+                                    Some(before) => deferred
+                                        .lock()
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .push(Deferred {
+                                            slot: i,
+                                            before,
+                                            folded: g,
+                                            source,
+                                        }),
+                                    None => {
+                                        r.findings.extend(self.check_index_entry(v, &r, g, source))
+                                    }
+                                }
                                 r
                             })
                     }
@@ -144,6 +162,11 @@ impl Tacho {
             }
         }
         if let Some(v) = &index {
+            let deferred = deferred.into_inner().unwrap_or_else(|e| e.into_inner());
+            if !deferred.is_empty() {
+                let fresh = self.log().index_checked()?;
+                self.recheck_index_entries(&fresh, deferred, &mut report.streams);
+            }
             report.store.extend(self.check_index_store(v, &sessions));
         }
         if only.is_none() {

@@ -163,6 +163,34 @@ fn listings_read_the_index_and_verification_checks_it() {
         ok(home, &["session", "list", "--risk", "critical", "--json"]),
         ""
     );
+    // A head the stream never had (ahead of it), which no writer moves while
+    // verification runs: checked again after the streams are read, it stands.
+    let entry = st.index().unwrap().get("ses_early").unwrap();
+    st.index_append(
+        &[Record::Head {
+            session: "ses_early".into(),
+            next_seq: entry.next_seq + 5,
+            head: [7; 32],
+        }],
+        true,
+    )
+    .unwrap();
+    let (code, out, _) = run({
+        let mut c = tacho(home);
+        c.args(["log", "verify", "--json"]);
+        c
+    });
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "the session index says {} events (head {})",
+            entry.next_seq + 5,
+            "07".repeat(32)
+        )),
+        "{out}"
+    );
+    ok(home, &["log", "reindex"]);
+    ok(home, &["log", "verify"]);
 }
 
 /// 16 processes at a time create sessions (one `tacho record` each, as hooks do: a
@@ -285,5 +313,76 @@ fn sixteen_writers_creating_sessions_while_listing() {
         .map(|r| r["session"].as_str().unwrap())
         .collect();
     assert_eq!(ids.len(), WRITERS * EACH);
+    ok(&home, &["log", "verify"]);
+}
+
+/// Processes appending to sessions that exist (one `tacho record` each, as hooks do:
+/// a `Dirty` record, the batch, a `Head` record) while `log verify` runs in a loop:
+/// verification reads the index before it reads the streams, and a stream that grew
+/// meanwhile is not a finding; at the end everything verifies.
+#[test]
+fn writers_extending_sessions_while_verifying() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path().to_path_buf();
+    const WRITERS: usize = 8;
+    const EACH: usize = 20;
+    let starts: String = (0..WRITERS)
+        .map(|w| {
+            format!(
+                "{{\"type\":\"session.start\",\"session\":\"ses_x{w:02}\",\"ts\":\"2026-11-30T10:00:{w:02}Z\",\"agent\":\"coder\"}}\n"
+            )
+        })
+        .collect();
+    let (code, _, err) = run_with_stdin(&home, &["record"], &starts);
+    assert_eq!(code, 0, "{err}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let verifier = {
+        let home = home.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut runs = 0;
+            while !stop.load(Ordering::Relaxed) || runs < 2 {
+                let verified = tacho(&home)
+                    .args(["log", "verify", "--json"])
+                    .output()
+                    .unwrap();
+                assert!(
+                    verified.status.success(),
+                    "log verify while sessions grow: {}{}",
+                    String::from_utf8_lossy(&verified.stdout),
+                    String::from_utf8_lossy(&verified.stderr)
+                );
+                runs += 1;
+            }
+            runs
+        })
+    };
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let home = home.clone();
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    let input = format!(
+                        "{{\"type\":\"tool.call\",\"session\":\"ses_x{w:02}\",\"ts\":\"2026-11-30T10:01:{i:02}Z\",\"call_id\":\"c{i}\",\"tool\":\"bash\"}}\n"
+                    );
+                    let (code, _, err) = run_with_stdin(&home, &["record"], &input);
+                    assert_eq!(code, 0, "ses_x{w:02} #{i}: {err}");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let runs = verifier.join().unwrap();
+    eprintln!("{runs} verifications while {WRITERS} writers appended");
+    let out = ok(&home, &["session", "list", "--json"]);
+    assert!(
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .all(|r| r["events"] == EACH as u64 + 1),
+        "{out}"
+    );
     ok(&home, &["log", "verify"]);
 }
