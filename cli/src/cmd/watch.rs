@@ -162,20 +162,33 @@ pub fn run(c: WatchCommand) -> Result<(), CliError> {
     }
 }
 
+/// A watcher's log past this size is started afresh by the next watcher.
+const WATCH_LOG_KEPT: u64 = 1 << 20;
+
 /// Starts `tacho watch run` as a process of its own (its own process group, no
-/// terminal, what it says in its log file); its log's path.
+/// terminal, what it says appended to its log file); its log's path and where in it
+/// this watcher's words start. (Appended: two hooks may start watchers of one
+/// workspace at once, and the one that finds the other running says so after it.)
 pub fn spawn(
     tacho: &tacho_app::Tacho,
     ws: &std::path::Path,
     idle: Option<Duration>,
-) -> Result<(std::process::Child, PathBuf), CliError> {
+) -> Result<(std::process::Child, PathBuf, u64), CliError> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
     let log_path = tacho.watch_log(ws)?;
     if let Some(dir) = log_path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let log = std::fs::File::create(&log_path)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let mut from = log.metadata()?.len();
+    if from > WATCH_LOG_KEPT {
+        log.set_len(0)?;
+        from = 0;
+    }
     let mut command = std::process::Command::new(exe);
     command.arg("watch").arg("run").arg(ws);
     if let Some(idle) = idle {
@@ -187,7 +200,7 @@ pub fn spawn(
         .stderr(log)
         .process_group(0)
         .spawn()?;
-    Ok((child, log_path))
+    Ok((child, log_path, from))
 }
 
 /// Starts a watcher ([`spawn`]) and waits until it answers.
@@ -196,14 +209,20 @@ fn start(
     ws: &std::path::Path,
     idle: Option<Duration>,
 ) -> Result<tacho_app::types::WatchStatus, CliError> {
-    let (mut child, log_path) = spawn(tacho, ws, idle)?;
+    let (mut child, log_path, from) = spawn(tacho, ws, idle)?;
     let started = Instant::now();
     loop {
         if let Some(s) = tacho.watch_status(ws)? {
             return Ok(s);
         }
         if let Some(code) = child.try_wait()? {
-            let said = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let said = std::fs::read(&log_path).unwrap_or_default();
+            let said = String::from_utf8_lossy(
+                usize::try_from(from)
+                    .ok()
+                    .and_then(|from| said.get(from..))
+                    .unwrap_or_default(),
+            );
             return Err(CliError::Said {
                 kind: tacho_app::ErrorKind::Io,
                 text: format!(
