@@ -124,6 +124,14 @@ impl Config {
         {
             store.index_compact_bytes = n;
         }
+        // Tests set it low, to fill several packs with a small input.
+        if let Some(n) = std::env::var("TACHO_PACK_SESSIONS_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| *n > 0)
+        {
+            store.pack_sessions_max = n;
+        }
         Ok(Config {
             data_dir,
             store,

@@ -305,9 +305,9 @@ fn check_items(
     Ok(())
 }
 
-/// The most sessions, and about the most bytes, of one pack: a larger input's new
-/// sessions go into several, each published (and acknowledged) when full.
-pub const PACK_SESSIONS_MAX: usize = 4096;
+/// About the most bytes of one pack (the most sessions are the store's
+/// `pack_sessions_max`): a larger input's new sessions go into several, each published
+/// (and acknowledged) when full.
 pub const PACK_BYTES_MAX: u64 = 256 << 20;
 
 /// The most workspace spellings an ingest remembers.
@@ -949,9 +949,10 @@ impl<'t> Ingest<'t> {
                 .map_or(pending.len(), |n| start + n);
             // A pack grown large is published before it takes another session: what
             // an ingest holds for its pack stays bounded, as groups of writers do.
+            let sessions_max = self.tacho.log().options().pack_sessions_max;
             if self.pack.as_ref().is_some_and(|p| {
                 !p.contains(&session)
-                    && (p.sessions() >= PACK_SESSIONS_MAX || p.bytes() >= PACK_BYTES_MAX)
+                    && (p.sessions() >= sessions_max || p.bytes() >= PACK_BYTES_MAX)
             }) {
                 self.publish_pack()?;
             }

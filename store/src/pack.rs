@@ -30,6 +30,12 @@ pub const PACK_HEADER_LEN: usize = 64;
 pub const PACK_ENTRY_LEN: usize = 56;
 /// A pack's file name ends with this.
 pub const PACK_SUFFIX: &str = ".tpack";
+/// The default most sessions of one pack (`StoreOptions::pack_sessions_max`). Each
+/// publication costs syncs of the pack, the session index and the directory, and a
+/// listing for the next pack's new-session checks (15–20 ms for an import of a few
+/// thousand sessions), so packs are few and large; a pack being built holds about
+/// 1.2 KiB per session.
+pub const PACK_SESSIONS_MAX: usize = 16_384;
 /// The lock that orders publishing a pack against creating a stream (under `packs/`).
 const PACK_LOCK: &str = ".lock";
 /// Sessions looked up with a stat of their stream directory each; beyond, the

@@ -24,6 +24,9 @@ pub struct StoreOptions {
     /// A reader folds the session index's appended records into its snapshot once
     /// they exceed this many bytes (256 KiB).
     pub index_compact_bytes: u64,
+    /// The most sessions one pack holds (16,384): an ingest publishes its pack before
+    /// the next session would pass it.
+    pub pack_sessions_max: usize,
 }
 
 impl Default for StoreOptions {
@@ -33,6 +36,7 @@ impl Default for StoreOptions {
             lock_timeout: Duration::from_secs(10),
             verify_threads: 0,
             index_compact_bytes: crate::index::LOG_BYTES_COMPACT,
+            pack_sessions_max: crate::pack::PACK_SESSIONS_MAX,
         }
     }
 }
