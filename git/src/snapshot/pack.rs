@@ -121,8 +121,12 @@ impl SnapshotStore {
     }
 
     /// Writes `entries` as one pack with its index, both put together in memory: the
-    /// pack first, then the index, each through a temporary file and a rename (a pack
-    /// is read only once its index is there). Not synced, as loose objects are not.
+    /// pack first, then the index, each through a temporary file, synced, and a rename
+    /// (a pack is read only once its index is there), then the directory is synced.
+    /// Packs are synced as Git syncs them by default (`core.fsync`: everything but
+    /// loose objects): a large snapshot is usually a session's first, the one a
+    /// rollback returns to. Loose objects are not (one sync each would cost a hook
+    /// more than the snapshot).
     fn write_pack_in_memory(&self, entries: Vec<output::Entry>) -> Result<(), SnapshotError> {
         if entries.is_empty() {
             return Ok(());
@@ -166,7 +170,10 @@ impl SnapshotStore {
         std::fs::create_dir_all(&dir).map_err(|e| SnapshotError::io(&dir, e))?;
         let path = dir.join(format!("pack-{hash}.pack"));
         place(&path, &pack)?;
-        place(&path.with_extension("idx"), &idx)
+        place(&path.with_extension("idx"), &idx)?;
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| SnapshotError::io(&dir, e))
     }
 
     pub(crate) fn pack_dir(&self) -> PathBuf {
@@ -295,6 +302,19 @@ impl SnapshotStore {
         if let Some(keep) = &out.keep_path {
             let _ = std::fs::remove_file(keep);
         }
+        // gix renames the pack and its index into place without syncing them; gc
+        // removes the objects they replace right after.
+        for path in [out.data_path.as_ref(), out.index_path.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            std::fs::File::open(path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| SnapshotError::io(path, e))?;
+        }
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| SnapshotError::io(&dir, e))?;
         Ok(out.data_path)
     }
 
@@ -379,15 +399,18 @@ fn index_v2(
     Ok(out)
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it and a rename.
+/// Writes `bytes` to `path` through a temporary file beside it, synced, and a rename.
 fn place(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".tmp-tacho-{}-{}",
         std::process::id(),
         super::now_ns()
     ));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    let result = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_data()))
+        .and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
