@@ -523,6 +523,9 @@ struct SimState {
     freeze_at: Option<u64>,
     frozen: Option<CrashImage>,
     fail_writes_after: Option<u64>,
+    /// Names the next listings of a directory give that are not there (removed
+    /// between a listing and an open): (directory, name, listings left).
+    ghost: Option<(PathBuf, String, u32)>,
 }
 
 /// What a crash leaves: per file, the durable content and the operations after it that
@@ -626,6 +629,12 @@ impl SimFs {
     /// Makes every append fail with an I/O error once `n` more bytes were written.
     pub fn fail_writes_after(&self, n: u64) {
         self.state().fail_writes_after = Some(n);
+    }
+
+    /// The next `listings` listings of `dir` also name `name`, which is not there: as
+    /// if another process removed it right after each listing.
+    pub fn ghost_in_listings(&self, dir: &Path, name: &str, listings: u32) {
+        self.state().ghost = Some((dir.to_path_buf(), name.to_string(), listings));
     }
 
     /// The current content of a file (for tests that damage files).
@@ -786,11 +795,18 @@ impl Vfs for SimFs {
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        let st = self.state();
+        let mut st = self.state();
         if !st.dirs.contains(path) {
             return Err(not_found(path));
         }
         let mut names = BTreeSet::new();
+        if let Some((dir, name, left)) = &mut st.ghost
+            && dir == path
+            && *left > 0
+        {
+            *left -= 1;
+            names.insert(name.clone());
+        }
         for p in st.files.keys().chain(st.dirs.iter()) {
             if p.parent() == Some(path)
                 && let Some(n) = p.file_name().and_then(|n| n.to_str())

@@ -1407,6 +1407,35 @@ fn small_packs_are_merged_and_their_sessions_read_the_same() {
     assert_eq!(again.sessions().unwrap().len(), all.len());
 }
 
+/// A pack listed and then gone before it is opened (a merge removed it meanwhile,
+/// after publishing the pack that replaces it): a reader lists again and reads every
+/// session; a pack that keeps vanishing from listing after listing is an error in the
+/// end, not a loop.
+#[test]
+fn a_pack_gone_between_listing_and_opening_is_listed_again() {
+    let fs = SimFs::new();
+    let store = sim_store(&fs, 1 << 20);
+    let mut all = Vec::new();
+    for k in 0..3 {
+        all.extend(publish_pair(&store, k));
+    }
+    let ghost = format!("{}.tpack", "0".repeat(32));
+    let packs = Path::new("/store/packs");
+    fs.ghost_in_listings(packs, &ghost, 1);
+    // A fresh handle: nothing cached, so the first read lists and opens every pack.
+    let fresh = sim_store(&fs, 1 << 20);
+    let (s, events) = &all[4];
+    let got = read_all(&fresh, s).unwrap();
+    assert_eq!(got.len(), events.len(), "{s}");
+    assert_eq!(fresh.sessions().unwrap().len(), all.len());
+    // Vanishing at every listing: given up after a few, with the missing pack named.
+    fs.ghost_in_listings(packs, &ghost, u32::MAX);
+    let err = read_all(&sim_store(&fs, 1 << 20), s).unwrap_err();
+    assert!(err.to_string().contains(&ghost), "{err}");
+    // Listings (`sessions`) leave a pack that does not open out.
+    assert_eq!(sim_store(&fs, 1 << 20).sessions().unwrap().len(), all.len());
+}
+
 /// A crash at any sync of a publication that merges packs: every acknowledged session
 /// is there whole; a merge cut short leaves segments in two packs (a warning, the
 /// first counts), never an error.
