@@ -304,19 +304,9 @@ impl Tacho {
     /// Checks a session's index entry against its verified stream: present; its head
     /// the stream's unless marked dirty; its facts, when they claim to describe that
     /// head, equal to the facts of `folded` and `source`, the stream's events folded
-    /// anew while they were verified (not stored projections).
+    /// anew while they were verified (not stored projections). `entry` is the
+    /// session's entry as read from the index.
     pub(crate) fn check_index_entry(
-        &self,
-        view: &IndexView,
-        r: &StreamReport,
-        folded: ExecutionGraph,
-        source: Option<String>,
-    ) -> Vec<Finding> {
-        self.check_index_entry_with(view.get(&r.session), r, folded, source)
-    }
-
-    /// [`Tacho::check_index_entry`] of the entry as read.
-    fn check_index_entry_with(
         &self,
         entry: Option<IndexEntry>,
         r: &StreamReport,
@@ -364,18 +354,11 @@ impl Tacho {
         out
     }
 
-    /// Whether `r`'s index entry in `view` (read before the stream) names another
-    /// head than the stream's: checked once more after every stream is read, since a
-    /// writer may have appended meanwhile ([`Tacho::recheck_index_entries`]).
-    pub(crate) fn index_head_differs(
-        &self,
-        view: &IndexView,
-        r: &StreamReport,
-    ) -> Option<IndexEntry> {
-        if r.findings.iter().any(|f| f.severity == Severity::Error) {
-            return None;
-        }
-        view.get(&r.session).filter(|e| head_differs(e, r))
+    /// Whether `r`'s index entry (read before the stream) names another head than the
+    /// stream's: checked once more after every stream is read, since a writer may
+    /// have appended meanwhile ([`Tacho::recheck_index_entries`]).
+    pub(crate) fn index_head_differs(entry: &IndexEntry, r: &StreamReport) -> bool {
+        !r.findings.iter().any(|f| f.severity == Severity::Error) && head_differs(entry, r)
     }
 
     /// Checks again, against `fresh` (the index read after every stream), the entries
@@ -396,10 +379,10 @@ impl Tacho {
             };
             let findings = match fresh.get(&r.session) {
                 Some(now) if now == d.before => {
-                    self.check_index_entry_with(Some(d.before), r, d.folded, d.source)
+                    self.check_index_entry(Some(d.before), r, d.folded, d.source)
                 }
                 Some(now) if now.dirty || now.next_seq > r.next_seq => Vec::new(),
-                now => self.check_index_entry_with(now, r, d.folded, d.source),
+                now => self.check_index_entry(now, r, d.folded, d.source),
             };
             r.findings.extend(findings);
         }

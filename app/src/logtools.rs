@@ -113,19 +113,21 @@ impl Tacho {
                                 // A head that differs is checked again once every
                                 // stream is read: a writer may have appended since
                                 // the index was.
-                                match self.index_head_differs(v, &r) {
-                                    Some(before) => deferred
-                                        .lock()
-                                        .unwrap_or_else(|e| e.into_inner())
-                                        .push(Deferred {
-                                            slot: i,
-                                            before,
-                                            folded: g,
-                                            source,
-                                        }),
-                                    None => {
-                                        r.findings.extend(self.check_index_entry(v, &r, g, source))
+                                let entry = v.get(s);
+                                match entry {
+                                    Some(before) if Tacho::index_head_differs(&before, &r) => {
+                                        deferred.lock().unwrap_or_else(|e| e.into_inner()).push(
+                                            Deferred {
+                                                slot: i,
+                                                before,
+                                                folded: g,
+                                                source,
+                                            },
+                                        )
                                     }
+                                    entry => r
+                                        .findings
+                                        .extend(self.check_index_entry(entry, &r, g, source)),
                                 }
                                 r
                             })
