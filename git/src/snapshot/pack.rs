@@ -171,9 +171,7 @@ impl SnapshotStore {
         let path = dir.join(format!("pack-{hash}.pack"));
         place(&path, &pack)?;
         place(&path.with_extension("idx"), &idx)?;
-        std::fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| SnapshotError::io(&dir, e))
+        sync_dir(&dir)
     }
 
     pub(crate) fn pack_dir(&self) -> PathBuf {
@@ -312,9 +310,7 @@ impl SnapshotStore {
                 .and_then(|f| f.sync_all())
                 .map_err(|e| SnapshotError::io(path, e))?;
         }
-        std::fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| SnapshotError::io(&dir, e))?;
+        sync_dir(&dir)?;
         Ok(out.data_path)
     }
 
@@ -397,6 +393,13 @@ fn index_v2(
         .map_err(|e| err("hashing a pack index", e))?;
     out.extend_from_slice(own.as_bytes());
     Ok(out)
+}
+
+/// Syncs a directory (the names renamed into it).
+fn sync_dir(dir: &Path) -> Result<(), SnapshotError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| SnapshotError::io(dir, e))
 }
 
 /// Writes `bytes` to `path` through a temporary file beside it, synced, and a rename.
