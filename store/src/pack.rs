@@ -32,10 +32,9 @@ pub const PACK_ENTRY_LEN: usize = 56;
 pub const PACK_SUFFIX: &str = ".tpack";
 /// The default most sessions of one pack (`StoreOptions::pack_sessions_max`). Each
 /// publication costs syncs of the pack, the session index and the directory, and a
-/// listing for the next pack's new-session checks (15–20 ms for an import of a few
-/// thousand sessions), so packs are few and large; a pack being built holds about
-/// 1.2 KiB per session.
-pub const PACK_SESSIONS_MAX: usize = 16_384;
+/// listing for the next pack's new-session checks (15–20 ms), while each session a
+/// pack may hold costs about 4 KiB of peak memory as it is built (SPEC.md §1.1).
+pub const PACK_SESSIONS_MAX: usize = 8_192;
 /// The lock that orders publishing a pack against creating a stream (under `packs/`).
 const PACK_LOCK: &str = ".lock";
 /// Sessions looked up with a stat of their stream directory each; beyond, the
@@ -659,8 +658,13 @@ impl Store {
                     e.segment_index, e.session
                 ),
             };
+            // Read, not copied out of the mapping: a merge reads every byte of the
+            // packs it takes, and each page it touched in a mapping would stay in this
+            // process's resident memory until the end (the pack lock keeps the files).
             let (pack, offset) = from.get(&e.key()).ok_or_else(unreadable)?;
-            pack.segment(*offset, e.len).ok_or_else(unreadable)
+            self.vfs
+                .read_range(&pack.path, *offset, e.len)
+                .map_err(|err| StoreError::io(&pack.path, err))
         })?;
         let dir = self.packs_dir();
         for p in &taken {

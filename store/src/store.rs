@@ -24,7 +24,7 @@ pub struct StoreOptions {
     /// A reader folds the session index's appended records into its snapshot once
     /// they exceed this many bytes (256 KiB).
     pub index_compact_bytes: u64,
-    /// The most sessions one pack holds (16,384): an ingest publishes its pack before
+    /// The most sessions one pack holds (8,192): an ingest publishes its pack before
     /// the next session would pass it.
     pub pack_sessions_max: usize,
 }
