@@ -281,6 +281,13 @@ fn head_differs(e: &IndexEntry, r: &StreamReport) -> bool {
     !e.dirty && (e.next_seq, e.head) != (r.next_seq, r.chain)
 }
 
+/// Whether `r`'s index entry (read before the stream) names another head than a
+/// stream that verified: checked once more after every stream is read, since a writer
+/// may have appended meanwhile ([`Tacho::recheck_index_entries`]).
+pub(crate) fn index_head_differs(entry: &IndexEntry, r: &StreamReport) -> bool {
+    !r.findings.iter().any(|f| f.severity == Severity::Error) && head_differs(entry, r)
+}
+
 /// A verified stream whose index entry, read before the stream, named another head;
 /// checked again once every stream is read ([`Tacho::recheck_index_entries`]).
 pub(crate) struct Deferred {
@@ -352,13 +359,6 @@ impl Tacho {
             }
         }
         out
-    }
-
-    /// Whether `r`'s index entry (read before the stream) names another head than the
-    /// stream's: checked once more after every stream is read, since a writer may
-    /// have appended meanwhile ([`Tacho::recheck_index_entries`]).
-    pub(crate) fn index_head_differs(entry: &IndexEntry, r: &StreamReport) -> bool {
-        !r.findings.iter().any(|f| f.severity == Severity::Error) && head_differs(entry, r)
     }
 
     /// Checks again, against `fresh` (the index read after every stream), the entries

@@ -10,7 +10,7 @@ use tacho_store::{SegmentInfo, StoreError, StoreReport, StreamReport};
 
 use crate::Tacho;
 use crate::error::kinds;
-use crate::index::Deferred;
+use crate::index::{Deferred, index_head_differs};
 
 /// Why a dump could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -115,16 +115,15 @@ impl Tacho {
                                 // the index was.
                                 let entry = v.get(s);
                                 match entry {
-                                    Some(before) if Tacho::index_head_differs(&before, &r) => {
-                                        deferred.lock().unwrap_or_else(|e| e.into_inner()).push(
-                                            Deferred {
-                                                slot: i,
-                                                before,
-                                                folded: g,
-                                                source,
-                                            },
-                                        )
-                                    }
+                                    Some(before) if index_head_differs(&before, &r) => deferred
+                                        .lock()
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .push(Deferred {
+                                            slot: i,
+                                            before,
+                                            folded: g,
+                                            source,
+                                        }),
                                     entry => r
                                         .findings
                                         .extend(self.check_index_entry(entry, &r, g, source)),
