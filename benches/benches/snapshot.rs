@@ -306,6 +306,26 @@ fn inside_git(c: &mut Criterion) {
         g.bench_function("git add -A + write-tree (own index)", |b| {
             b.iter(|| shadow_git::snapshot_in_repo(&ws, &index).unwrap())
         });
+        // What any scan without a watcher must do at least: without one, only a file's
+        // metadata tells that its content may have changed (on every core, as tacho's
+        // scan and git's preloaded index do). Not a snapshot: the floor the two above
+        // share.
+        g.bench_function("floor: lstat of every file, all cores", |b| {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let share = paths.len().div_ceil(threads);
+            b.iter(|| {
+                std::thread::scope(|s| {
+                    for part in paths.chunks(share) {
+                        let ws = &ws;
+                        s.spawn(move || {
+                            for p in part {
+                                std::fs::symlink_metadata(ws.join(p)).unwrap();
+                            }
+                        });
+                    }
+                })
+            })
+        });
         g.finish();
     }
     let step = (paths.len() / 10).max(1);
