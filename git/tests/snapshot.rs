@@ -1099,3 +1099,51 @@ fn a_large_snapshot_writes_packs_and_a_small_one_loose_objects() {
     }
     fsck_if_git(&store);
 }
+
+/// A pack whose index cannot be read (an empty one, as a crash or a full disk can leave
+/// it) does not stop gc: gc names it, leaves it where it is, and packs the rest. Every
+/// kept snapshot reads back whole, before and after.
+#[test]
+fn gc_names_a_pack_it_cannot_read_and_packs_the_rest() {
+    let e = env();
+    let ws = &e.ws;
+    let mut taken = Vec::new();
+    for k in 0..5 {
+        write(ws, &format!("d{k}/f.txt"), &format!("file {k}\n"));
+        let s = e.store.take(ws, &Scope::Full).unwrap();
+        taken.push((s.tree, disk_text(ws)));
+    }
+    let keep: HashSet<String> = taken.iter().map(|(id, _)| id.to_string()).collect();
+    e.store.gc(&keep, false).unwrap();
+    let pack_dir = e.store.root().join("objects/pack");
+    let broken = pack_dir.join(format!("pack-{}.pack", "0".repeat(40)));
+    std::fs::write(&broken, b"").unwrap();
+    std::fs::write(broken.with_extension("idx"), b"").unwrap();
+    write(ws, "d0/f.txt", "after\n");
+    let s = e.store.take(ws, &Scope::Full).unwrap();
+    taken.push((s.tree, disk_text(ws)));
+    let keep: HashSet<String> = taken.iter().map(|(id, _)| id.to_string()).collect();
+    let report = e.store.gc(&keep, false).unwrap();
+    assert_eq!(report.unreadable_packs.len(), 1, "{report:?}");
+    assert!(
+        report.unreadable_packs[0].contains(&format!("pack-{}.idx", "0".repeat(40))),
+        "{report:?}"
+    );
+    assert!(report.incomplete_snapshots.is_empty(), "{report:?}");
+    assert!(broken.exists() && broken.with_extension("idx").exists());
+    // The readable packs and the loose objects became one pack beside it.
+    assert_eq!((report.after.packs, report.after.loose_objects), (2, 0));
+    for (tree, want) in &taken {
+        let files = e.store.files(*tree).unwrap();
+        let got: BTreeMap<String, String> = files
+            .iter()
+            .map(|(p, f)| {
+                (
+                    p.clone(),
+                    String::from_utf8(e.store.blob(f.oid).unwrap()).unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(&got, want);
+    }
+}

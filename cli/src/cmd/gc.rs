@@ -43,6 +43,7 @@ pub fn run(a: GcArgs) -> Result<(), CliError> {
             "before": usage(&r.before),
             "after": usage(&r.after),
             "incomplete_snapshots": r.incomplete_snapshots,
+            "unreadable_packs": r.unreadable_packs,
         }))?;
         return out.finish();
     }
@@ -51,6 +52,11 @@ pub fn run(a: GcArgs) -> Result<(), CliError> {
             "warning: {} snapshot(s) that sessions reference are missing objects (they cannot be fully restored): {}",
             r.incomplete_snapshots.len(),
             r.incomplete_snapshots.join(", ")
+        );
+    }
+    for pack in &r.unreadable_packs {
+        eprintln!(
+            "warning: a pack of the snapshot store cannot be read and was left as it is (what it holds is not restorable): {pack}"
         );
     }
     let verb = if a.dry_run { "would drop" } else { "dropped" };

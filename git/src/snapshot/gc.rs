@@ -36,11 +36,15 @@ pub struct GcReport {
     /// Objects (loose or packed) no kept snapshot reaches, deleted.
     pub pruned_objects: u64,
     /// Objects a kept snapshot reaches, all written into one new pack (the store's
-    /// only one afterwards, with no loose objects left).
+    /// only one afterwards besides any in `unreadable_packs`, with no loose objects
+    /// left).
     pub packed_objects: u64,
     /// Kept snapshots whose tree, or an object under it, is missing from the store:
     /// reported every time, never a reason to fail.
     pub incomplete_snapshots: Vec<String>,
+    /// Packs whose index cannot be read (`path: error`): left where they are, and
+    /// their objects neither counted nor copied.
+    pub unreadable_packs: Vec<String>,
 }
 
 /// How long `gc` waits for snapshot writers to finish before it gives up.
@@ -189,13 +193,21 @@ impl SnapshotStore {
         }
         let objects = self.root().join("objects");
         let loose = loose_objects(&objects)?;
-        let packs = self.packs()?;
-        // Every object the store holds, loose or packed.
+        // Every object the store holds, loose or packed. A pack whose index cannot be
+        // read stays as it is: what it holds is unknown, and gix cannot read it either
+        // (a kept snapshot that needs it is incomplete).
         let mut held: HashSet<ObjectId> = loose.iter().map(|(id, _)| *id).collect();
-        for p in &packs {
-            let index = gix_pack::index::File::at(p.with_extension("idx"), gix::hash::Kind::Sha1)
-                .map_err(|e| SnapshotError::git("reading a pack index", e))?;
-            held.extend(index.iter().map(|e| e.oid));
+        let mut packs = Vec::new();
+        let mut unreadable_packs = Vec::new();
+        for p in self.packs()? {
+            let idx = p.with_extension("idx");
+            match gix_pack::index::File::at(&idx, gix::hash::Kind::Sha1) {
+                Ok(index) => {
+                    held.extend(index.iter().map(|e| e.oid));
+                    packs.push(p);
+                }
+                Err(e) => unreadable_packs.push(format!("{}: {e}", idx.display())),
+            }
         }
         let kept: Vec<ObjectId> = held
             .iter()
@@ -209,6 +221,7 @@ impl SnapshotStore {
             pruned_objects: (held.len() - kept.len()) as u64,
             packed_objects: 0,
             incomplete_snapshots: incomplete,
+            unreadable_packs,
         };
         if dry_run {
             return Ok(report);
