@@ -14,6 +14,7 @@ mod branch;
 mod changes;
 mod context;
 mod demo;
+mod end;
 pub mod error;
 mod goals;
 mod hooks;
@@ -37,6 +38,7 @@ mod verifiers;
 pub use branch::{BranchError, Branched};
 pub use context::{Clock, Config, Ids, Notes, OpenError, StderrNotes, SystemClock, Tacho, UlidIds};
 pub use demo::{Demo, DemoError};
+pub use end::{EndError, Ended, EndedSession};
 pub use error::{ErrorKind, Kind};
 pub use goals::{
     BLOCK_KINDS, BlockRequest, Blocked, CheckCommand, CheckStatus, Completion, CreateRequest,

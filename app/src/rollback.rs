@@ -35,7 +35,7 @@ pub enum RollbackError {
     #[error("session {0} recorded no snapshot: files it changed cannot be restored this way")]
     NoSnapshot(String),
     #[error(
-        "refusing to roll back while included sessions are still running: {} (end them first, or use --dry-run to see the plan)",
+        "refusing to roll back while included sessions are still running: {} (if their agent has stopped without recording its end, `tacho session end <session>` records it; --dry-run shows the plan)",
         .0.join(", ")
     )]
     Running(Vec<String>),

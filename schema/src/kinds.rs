@@ -50,6 +50,18 @@ macro_rules! string_enum {
             pub fn as_str(self) -> &'static str {
                 match self { $name::$first => $first_text, $($name::$variant => $text),* }
             }
+
+            /// Every name, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$first_text $(, $text)*];
+
+            /// The variant with this name, as in JSON.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name {
+                    $first_text => Some($name::$first),
+                    $($text => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
         }
 
         impl std::fmt::Display for $name {

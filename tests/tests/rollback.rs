@@ -223,6 +223,63 @@ fn a_running_session_is_refused_and_outside_changes_are_conflicts() {
     assert_eq!(e.read("app.rs").as_deref(), Some("fn main() {}\n"));
 }
 
+/// An agent killed before it recorded its end (its session and a subagent's left
+/// without `session.end`): rollback refuses and names the way out; `tacho session end`
+/// records the ends, the subagent's first, and the rollback then runs. Ending it again,
+/// or with an unknown reason, is refused.
+#[test]
+fn session_end_closes_a_session_and_its_subagents_so_they_can_be_rolled_back() {
+    let e = env();
+    e.session("ses_killed", false);
+    let ws = e.ws.display().to_string();
+    e.record(
+        "ses_killed_sub",
+        &format!(r#"{{"type":"session.start","workspace":"{ws}","parent":"ses_killed"}}"#),
+    );
+    e.record(
+        "ses_elsewhere",
+        r#"{"type":"session.start","workspace":"/somewhere/else","parent":"ses_killed"}"#,
+    );
+    e.record(
+        "ses_elsewhere",
+        r#"{"type":"session.end","reason":"completed"}"#,
+    );
+    let (code, _, err) = e.tacho(&["session", "rollback", "ses_killed", "--yes"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("still running: ses_killed, ses_killed_sub")
+            && err.contains("`tacho session end <session>`"),
+        "{err}"
+    );
+    let (code, _, err) = e.tacho(&["session", "end", "ses_killed", "--reason", "crashed"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("one of completed, aborted"), "{err}");
+    let ended = e.json(&["session", "end", "ses_killed", "--json"]);
+    assert_eq!(ended["type"], "session_end");
+    assert_eq!(ended["session"], "ses_killed");
+    assert_eq!(ended["reason"], "aborted");
+    let sessions: Vec<&str> = ended["ended"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["session"].as_str().unwrap())
+        .collect();
+    // The one that had ended already is left alone.
+    assert_eq!(sessions, ["ses_killed_sub", "ses_killed"]);
+    let show = e.json(&["session", "show", "ses_killed", "--json"]);
+    assert_eq!(show["status"], "aborted", "{show}");
+    let show = e.json(&["session", "show", "ses_killed_sub", "--json"]);
+    assert_eq!(show["status"], "aborted", "{show}");
+    let (code, _, err) = e.tacho(&["session", "end", "ses_killed"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("has already ended (aborted)"), "{err}");
+    let (code, _, err) = e.tacho(&["session", "rollback", "ses_killed", "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(e.read("app.rs").as_deref(), Some("fn main() {}\n"));
+    assert_eq!(e.read("notes.txt").as_deref(), Some("notes\n"));
+    assert_eq!(e.read("new/made.txt"), None);
+}
+
 #[test]
 fn child_sessions_in_the_same_directory_are_followed_others_are_not() {
     let e = env();

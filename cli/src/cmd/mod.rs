@@ -2,6 +2,7 @@ pub mod audit;
 pub mod branch;
 pub mod compare;
 pub mod demo;
+pub mod end;
 pub mod fingerprint;
 pub mod gc;
 pub mod goal;

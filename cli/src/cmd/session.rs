@@ -26,6 +26,9 @@ pub enum SessionCommand {
     Rollback(crate::cmd::rollback::RollbackArgs),
     /// Fork a session's saved state up to a point into a new session.
     Branch(crate::cmd::branch::BranchArgs),
+    /// Record the end of a session whose agent recorded none (killed, or its host
+    /// reports no end), and of its descendants, so that it can be rolled back.
+    End(crate::cmd::end::EndArgs),
 }
 
 #[derive(Debug, Args)]
@@ -65,6 +68,7 @@ pub fn run(c: SessionCommand) -> Result<(), CliError> {
         SessionCommand::Trace(a) => crate::cmd::trace::run(a),
         SessionCommand::Rollback(a) => crate::cmd::rollback::run(a),
         SessionCommand::Branch(a) => crate::cmd::branch::run(a),
+        SessionCommand::End(a) => crate::cmd::end::run(a),
     }
 }
 
