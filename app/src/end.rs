@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use tacho_schema::{EndReason, EventBody, SessionEnd};
-use tacho_store::{Durability, StoreError};
+use tacho_store::StoreError;
 
 use crate::Tacho;
 use crate::error::kinds;
@@ -101,15 +101,7 @@ impl Tacho {
             }
         }
         order.reverse();
-        let opts = IngestOptions {
-            source: "tacho session end".into(),
-            session: None,
-            new_session: false,
-            durability: Durability::Sync,
-            batch_lines: 0,
-            auto_snapshots: false,
-            pack_new_sessions: false,
-        };
+        let opts = IngestOptions::one_batch("tacho session end");
         let mut ingest = Ingest::new(self, opts, |_| Ok(()))
             .map_err(|error| RecordError { error, recorded: 0 })?;
         let record = |ingest: &mut Ingest, s: &str, reason: EndReason, message: String| {

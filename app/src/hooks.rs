@@ -135,15 +135,7 @@ impl Tacho {
         let actions = map_payload(agent, &payload, &mut state);
         let mut gate = None;
         {
-            let opts = IngestOptions {
-                source: format!("{agent} hook {event}"),
-                session: None,
-                new_session: false,
-                durability: Durability::Sync,
-                batch_lines: 0,
-                auto_snapshots: false,
-                pack_new_sessions: false,
-            };
+            let opts = IngestOptions::one_batch(format!("{agent} hook {event}"));
             let mut ingest = match Ingest::new(self, opts, |_| Ok(())) {
                 Ok(i) => i,
                 Err(e) => {

@@ -13,7 +13,6 @@ use serde::Serialize;
 use tacho_agents::Agent;
 use tacho_agents::import::{Transcript, dedup_key, read_claude_transcript, read_codex_rollout};
 use tacho_schema::EventBody;
-use tacho_store::Durability;
 
 use crate::context::Tacho;
 use crate::ingest::{Ingest, IngestOptions};
@@ -248,13 +247,8 @@ impl Tacho {
     /// than one transcript's new sessions go into one pack.
     fn ingest_planned(&self, planned: &[Planned], source: String) -> Result<(), String> {
         let opts = IngestOptions {
-            source,
-            session: None,
-            new_session: false,
-            durability: Durability::Sync,
-            batch_lines: 0,
-            auto_snapshots: false,
             pack_new_sessions: planned.len() > 1,
+            ..IngestOptions::one_batch(source)
         };
         let mut ingest = Ingest::new(self, opts, |_| Ok(())).map_err(|e| e.to_string())?;
         for p in planned {

@@ -71,6 +71,23 @@ pub struct IngestOptions {
     pub pack_new_sessions: bool,
 }
 
+impl IngestOptions {
+    /// What tacho records itself (a hook's events, imported transcripts, ends): every
+    /// event given to the ingest in one batch, synced, named by `source`, without
+    /// snapshots or packs.
+    pub fn one_batch(source: impl Into<String>) -> Self {
+        IngestOptions {
+            source: source.into(),
+            session: None,
+            new_session: false,
+            durability: Durability::Sync,
+            batch_lines: 0,
+            auto_snapshots: false,
+            pack_new_sessions: false,
+        }
+    }
+}
+
 /// A committed batch of one session.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BatchAck {
