@@ -89,8 +89,10 @@ impl SnapshotStore {
         };
         repo.objects.enable_object_memory();
         let tree = {
-            let find = repo.objects.clone();
-            let mut editor = gix::objs::tree::Editor::new(root, &find, gix::hash::Kind::Sha1);
+            // The handle itself, not a clone: a clone starts with an empty object
+            // cache, and would read again every tree the caller already read.
+            let mut editor =
+                gix::objs::tree::Editor::new(root, &repo.objects, gix::hash::Kind::Sha1);
             for (path, e) in upserts {
                 let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
                 editor
