@@ -542,69 +542,79 @@ fn error_path(e: &ignore::Error) -> Option<&Path> {
     }
 }
 
-/// Whether a path the caller named explicitly (a targeted snapshot) is one a full
-/// listing would include: tracked, or not ignored.
-pub(crate) fn is_listed(
-    workspace: &Path,
-    git: Option<&GitContext>,
-    rel: &str,
-) -> Result<bool, SnapshotError> {
-    if rel.split('/').any(|c| c == ".git") {
-        return Ok(false);
+/// The rules that decide what a full listing includes, for asking about many paths:
+/// inside Git the ignore rules are read once (building them reads the exclude files
+/// and the configuration), and the index only when an ignored path may be tracked.
+pub(crate) struct Rules<'a> {
+    workspace: &'a Path,
+    git: Option<(&'a GitContext, gix::AttributeStack<'a>)>,
+}
+
+impl<'a> Rules<'a> {
+    pub(crate) fn new(
+        workspace: &'a Path,
+        git: Option<&'a GitContext>,
+    ) -> Result<Self, SnapshotError> {
+        let git = match git {
+            Some(ctx) => {
+                let empty = gix::index::State::new(ctx.repo.object_hash());
+                let excludes = ctx
+                    .repo
+                    .excludes(
+                        &empty,
+                        None,
+                        gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+                    )
+                    .map_err(|e| git_err("reading ignore rules", e))?;
+                Some((ctx, excludes))
+            }
+            None => None,
+        };
+        Ok(Rules { workspace, git })
     }
-    if !ignored(workspace, git, rel, false)? {
-        return Ok(true);
-    }
-    match git {
-        // Ignored but tracked files are still snapshotted, as Git keeps them.
-        Some(ctx) => {
-            let index = ctx
-                .repo
-                .index_or_empty()
-                .map_err(|e| git_err("reading the index", e))?;
-            let full = format!("{}{rel}", ctx.prefix);
-            Ok(index.entry_by_path(full.as_str().into()).is_some())
+
+    /// Whether a path the caller named explicitly (a targeted snapshot) is one a full
+    /// listing would include: tracked, or not ignored.
+    pub(crate) fn is_listed(&mut self, rel: &str) -> Result<bool, SnapshotError> {
+        if rel.split('/').any(|c| c == ".git") {
+            return Ok(false);
         }
-        None => Ok(false),
+        if !self.ignored(rel, false)? {
+            return Ok(true);
+        }
+        match &self.git {
+            // Ignored but tracked files are still snapshotted, as Git keeps them.
+            Some((ctx, _)) => {
+                let index = ctx
+                    .repo
+                    .index_or_empty()
+                    .map_err(|e| git_err("reading the index", e))?;
+                let full = format!("{}{rel}", ctx.prefix);
+                Ok(index.entry_by_path(full.as_str().into()).is_some())
+            }
+            None => Ok(false),
+        }
     }
-}
 
-/// Whether the ignore rules a full listing applies ignore the directory `rel` (files
-/// tracked beneath it aside): a walk would not read it.
-pub(crate) fn is_ignored_dir(
-    workspace: &Path,
-    git: Option<&GitContext>,
-    rel: &str,
-) -> Result<bool, SnapshotError> {
-    Ok(rel.split('/').any(|c| c == ".git") || ignored(workspace, git, rel, true)?)
-}
+    /// Whether the ignore rules a full listing applies ignore the directory `rel`
+    /// (files tracked beneath it aside): a walk would not read it.
+    pub(crate) fn is_ignored_dir(&mut self, rel: &str) -> Result<bool, SnapshotError> {
+        Ok(rel.split('/').any(|c| c == ".git") || self.ignored(rel, true)?)
+    }
 
-/// Whether the ignore rules a full listing applies ignore `rel`, a directory when
-/// `is_dir` (rules such as `build/` match only directories).
-fn ignored(
-    workspace: &Path,
-    git: Option<&GitContext>,
-    rel: &str,
-    is_dir: bool,
-) -> Result<bool, SnapshotError> {
-    let Some(ctx) = git else {
-        return Ok(ignored_plain(workspace, rel, is_dir));
-    };
-    let full = format!("{}{rel}", ctx.prefix);
-    let empty = gix::index::State::new(ctx.repo.object_hash());
-    let mut excludes = ctx
-        .repo
-        .excludes(
-            &empty,
-            None,
-            gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
-        )
-        .map_err(|e| git_err("reading ignore rules", e))?;
-    let mode = is_dir.then_some(gix::index::entry::Mode::DIR);
-    Ok(excludes
-        .at_entry(full.as_str(), mode)
-        .map_err(|e| git_err("reading ignore rules", e))?
-        .is_excluded())
+    /// Whether the ignore rules a full listing applies ignore `rel`, a directory when
+    /// `is_dir` (rules such as `build/` match only directories).
+    fn ignored(&mut self, rel: &str, is_dir: bool) -> Result<bool, SnapshotError> {
+        let Some((ctx, excludes)) = &mut self.git else {
+            return Ok(ignored_plain(self.workspace, rel, is_dir));
+        };
+        let full = format!("{}{rel}", ctx.prefix);
+        let mode = is_dir.then_some(gix::index::entry::Mode::DIR);
+        Ok(excludes
+            .at_entry(full.as_str(), mode)
+            .map_err(|e| git_err("reading ignore rules", e))?
+            .is_excluded())
+    }
 }
 
 /// Whether `.gitignore`/`.ignore` files between the workspace root and `rel` ignore it

@@ -13,6 +13,7 @@ impl SnapshotStore {
     ) -> Result<Snapshot, SnapshotError> {
         let trace = Trace::new();
         let git = scan::git_context(workspace)?;
+        let mut rules = scan::Rules::new(workspace, git.as_ref())?;
         trace.mark("t:git context");
         let mut excluded = Vec::new();
         let mut entries: Vec<(String, CacheEntry)> = Vec::new();
@@ -50,7 +51,7 @@ impl SnapshotStore {
                 let ws_text = workspace.to_str().unwrap_or_default().to_owned();
                 return self.take_full(workspace, &ws_text, skip, cache_paths);
             }
-            if !scan::is_listed(workspace, git.as_ref(), &rel)? {
+            if !rules.is_listed(&rel)? {
                 removed.push(rel);
                 continue;
             }

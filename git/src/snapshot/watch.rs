@@ -361,15 +361,22 @@ impl Watcher {
     /// Whether `rel` itself is watched (a directory the rules ignore is not, and is not
     /// a change of the listing).
     fn add_tree(&mut self, rel: &str) -> bool {
-        let git = super::scan::git_context(&self.workspace).ok().flatten();
-        if super::scan::is_ignored_dir(&self.workspace, git.as_ref(), rel).unwrap_or(false) {
+        let workspace = self.workspace.clone();
+        let git = super::scan::git_context(&workspace).ok().flatten();
+        let mut rules = super::scan::Rules::new(&workspace, git.as_ref()).ok();
+        let mut ignored_dir = |dir: &str| {
+            rules
+                .as_mut()
+                .is_some_and(|r| r.is_ignored_dir(dir).unwrap_or(false))
+        };
+        if ignored_dir(rel) {
             return false;
         }
         let mut stack = vec![rel.to_owned()];
         while let Some(dir) = stack.pop() {
             if self.outside(&dir)
                 || self.workspace.join(&dir).join(".git").exists()
-                || super::scan::is_ignored_dir(&self.workspace, git.as_ref(), &dir).unwrap_or(false)
+                || ignored_dir(&dir)
             {
                 continue;
             }

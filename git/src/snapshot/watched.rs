@@ -74,7 +74,7 @@ impl SnapshotStore {
         let old_index: HashMap<&str, &CacheEntry> = olds.iter().map(|(p, e)| (*p, e)).collect();
         // Each looked-at path now: `Some` listed with this metadata, `None` not listed.
         let mut now: Vec<(&str, Option<FileStat>)> = Vec::with_capacity(look.len());
-        let mut git = None;
+        let mut new_paths = Vec::new();
         for p in look {
             let was_listed = old_index.contains_key(p) || extra.contains(p);
             match stat::lstat(&workspace.join(p)) {
@@ -93,14 +93,20 @@ impl SnapshotStore {
                     if !dirs.contains(parent) {
                         return Ok(None);
                     }
-                    if git.is_none() {
-                        git = Some(scan::git_context(workspace)?);
-                    }
-                    if scan::is_listed(workspace, git.as_ref().and_then(Option::as_ref), p)? {
-                        now.push((p, Some(m)));
-                    }
+                    new_paths.push((p, m));
                 }
             }
+        }
+        // New paths are asked of the listing's rules, read once for all of them.
+        if !new_paths.is_empty() {
+            let git = scan::git_context(workspace)?;
+            let mut rules = scan::Rules::new(workspace, git.as_ref())?;
+            for (p, m) in new_paths {
+                if rules.is_listed(p)? {
+                    now.push((p, Some(m)));
+                }
+            }
+            now.sort_by(|a, b| a.0.cmp(b.0));
         }
         trace.mark("w:look");
 
