@@ -2,7 +2,6 @@
 //! mode) when its blob id was computed, so that the next full scan reads only files
 //! whose metadata changed. Derived data: deleting it only makes the next scan slower.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::SnapshotError;
@@ -178,8 +177,13 @@ pub(crate) fn find(c: &ArchivedCacheFile, path: &str) -> Option<CacheEntry> {
     rkyv::deserialize::<CacheEntry, rkyv::rancor::Error>(&c.entries[i]).ok()
 }
 
-pub(crate) fn index(cache: &CacheFile) -> HashMap<&str, &CacheEntry> {
-    cache.entries.iter().map(|e| (e.path.as_str(), e)).collect()
+/// The entry of `path` in `cache` (entries are sorted by path).
+pub(crate) fn entry<'c>(cache: &'c CacheFile, path: &str) -> Option<&'c CacheEntry> {
+    let i = cache
+        .entries
+        .binary_search_by(|e| e.path.as_str().cmp(path))
+        .ok()?;
+    cache.entries.get(i)
 }
 
 pub(crate) fn save(path: &Path, cache: &CacheFile) -> Result<(), SnapshotError> {

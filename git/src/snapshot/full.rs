@@ -54,16 +54,17 @@ impl SnapshotStore {
             return Ok(snap);
         }
         let old = archived.map(cache::owned).unwrap_or_default();
-        let old_index = cache::index(&old);
         trace.mark("cache load");
-        let reused = reuse_listing(workspace, &old, &old_index, trusted_before);
+        let reused = reuse_listing(workspace, &old, trusted_before);
         let walked = reused.is_none();
         let listing = match reused {
             Some(l) => l,
             None => scan::list(workspace, skip, self.threads)?,
         };
         trace.mark("list");
-        let listed: Vec<String> = listing.paths.iter().map(|p| p.0.clone()).collect();
+        // Listed paths that stay out of the entries (gone, a directory, left out): with
+        // the entries, the listing the cache keeps.
+        let mut listed_extra: Vec<String> = Vec::new();
         let listed_excluded: Vec<cache::ListedExclusion> = listing
             .excluded
             .iter()
@@ -81,28 +82,48 @@ impl SnapshotStore {
         let base_ok = !old.entries.is_empty() && repo.has_object(base);
         let mut entries: Vec<(String, CacheEntry)> = Vec::with_capacity(metas.len());
         let mut to_read: Vec<(usize, FileStat)> = Vec::new();
+        // The listing and the cache's entries are both sorted by path: the entry of
+        // each listed path is found by walking the two in step.
+        let mut cursor = 0;
         for (path, meta) in metas {
             let meta = match meta {
                 Ok(m) => m,
                 // Deleted since it was listed (or a tracked file that is gone).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    listed_extra.push(path);
+                    continue;
+                }
                 Err(e) => {
                     excluded.push(Excluded::new(
-                        path,
+                        path.clone(),
                         ExcludeReason::Unreadable(e.to_string()),
                     ));
+                    listed_extra.push(path);
                     continue;
                 }
             };
             if meta.is_dir() {
+                listed_extra.push(path);
                 continue;
             }
             if let Some(reason) = self.unsupported(&meta) {
-                excluded.push(Excluded::new(path, reason));
+                excluded.push(Excluded::new(path.clone(), reason));
+                listed_extra.push(path);
                 continue;
             }
             let mut stat = stat_entry("", &meta);
-            if let Some(c) = old_index.get(path.as_str())
+            let mut cached = None;
+            while let Some(c) = old.entries.get(cursor) {
+                match c.path.as_str().cmp(path.as_str()) {
+                    std::cmp::Ordering::Less => cursor += 1,
+                    std::cmp::Ordering::Equal => {
+                        cached = Some(c);
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+            if let Some(c) = cached
                 && same_stat(c, &stat)
                 && c.mtime_ns < trusted_before
                 && (base_ok || repo.has_object(ObjectId::from_bytes_or_panic(&c.oid)))
@@ -123,7 +144,9 @@ impl SnapshotStore {
         for (i, reason) in problems {
             failed.insert(i);
             excluded.push(Excluded::new(entries[i].0.clone(), reason));
+            listed_extra.push(entries[i].0.clone());
         }
+        listed_extra.sort_unstable();
         let entries: Vec<CacheEntry> = entries
             .into_iter()
             .enumerate()
@@ -170,17 +193,7 @@ impl SnapshotStore {
             workspace: ws_text.to_owned(),
             tree: tree_bytes,
             scan_start_ns,
-            listed_extra: {
-                // Both lists are sorted: what `entries` lacks, in one pass.
-                let mut kept = entries.iter().map(|e| e.path.as_str()).peekable();
-                listed
-                    .into_iter()
-                    .filter(|p| {
-                        while kept.next_if(|k| *k < p.as_str()).is_some() {}
-                        kept.next_if(|k| *k == p.as_str()).is_none()
-                    })
-                    .collect()
-            },
+            listed_extra,
             entries,
             listed_excluded,
             dirs,
@@ -296,7 +309,6 @@ pub(super) fn stat_all(
 pub(super) fn reuse_listing(
     workspace: &Path,
     old: &cache::CacheFile,
-    old_index: &HashMap<&str, &CacheEntry>,
     trusted_before: i64,
 ) -> Option<scan::Listing> {
     if old.dirs.is_empty() {
@@ -327,7 +339,7 @@ pub(super) fn reuse_listing(
     for p in &listed {
         let name = p.rsplit('/').next().unwrap_or(p);
         if name == ".gitignore" || name == ".ignore" {
-            let c = old_index.get(p)?;
+            let c = cache::entry(old, p)?;
             let m = stat::lstat(&workspace.join(p)).ok()?;
             if !same_stat(c, &stat_entry("", &m)) || c.mtime_ns >= trusted_before {
                 return None;
