@@ -228,8 +228,10 @@ fn benches(c: &mut Criterion) {
 
 /// The same cases with the workspace inside its own Git repository (everything
 /// committed), where most users are: tacho's full scan, unchanged and after 10 edits
-/// (without and with a watcher of the workspace running), and the targeted snapshot, against `git add -A && git write-tree` in that repository
-/// with a private index. At git/git's shape (4,856 files, 40 MB) under `--bench`;
+/// (without and with a watcher of the workspace running), and the targeted snapshot,
+/// in-process and — with the release binary built — as whole `tacho snapshot`
+/// processes, as a hook runs them, against `git add -A && git write-tree` in that
+/// repository with a private index (two processes). At git/git's shape (4,856 files, 40 MB) under `--bench`;
 /// `TACHO_BENCH_GIT_FILES` and `TACHO_BENCH_GIT_MB` set the size (100,000 files is
 /// the other case).
 fn inside_git(c: &mut Criterion) {
@@ -283,10 +285,28 @@ fn inside_git(c: &mut Criterion) {
     watched();
     let index = root.join("private-index");
     shadow_git::snapshot_in_repo(&ws, &index).unwrap();
+    // Whole `tacho snapshot` processes (what a hook pays), with a store of their own,
+    // when the release binary is there: `git` is measured as processes too.
+    let bin = tacho_benches::scale::tacho_bin();
+    let process = |paths: &[String]| {
+        if let Some(bin) = &bin {
+            let status = Command::new(bin)
+                .arg("snapshot")
+                .args(paths)
+                .current_dir(&ws)
+                .env("TACHO_HOME", root.join("process-home"))
+                .stdout(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+    };
+    process(&[]);
     // Settled: the last scan lies outside the racy window.
     std::thread::sleep(Duration::from_millis(200));
     take(&Scope::Full);
     watched();
+    process(&[]);
     shadow_git::snapshot_in_repo(&ws, &index).unwrap();
     {
         let mut g = c.benchmark_group(format!("snapshot_unchanged ({label})"));
@@ -303,6 +323,9 @@ fn inside_git(c: &mut Criterion) {
                 assert!(s.watched && s.files_read == 0);
             })
         });
+        if bin.is_some() {
+            g.bench_function("tacho snapshot, whole process", |b| b.iter(|| process(&[])));
+        }
         g.bench_function("git add -A + write-tree (own index)", |b| {
             b.iter(|| shadow_git::snapshot_in_repo(&ws, &index).unwrap())
         });
@@ -385,6 +408,28 @@ fn inside_git(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
+    if bin.is_some() {
+        g.bench_function("tacho snapshot, whole process", |b| {
+            b.iter_batched(
+                || {
+                    round += 1;
+                    edit_files(&ws, &ten, round).unwrap();
+                },
+                |()| process(&[]),
+                BatchSize::PerIteration,
+            )
+        });
+        g.bench_function("tacho snapshot PATHS (targeted), whole process", |b| {
+            b.iter_batched(
+                || {
+                    round += 1;
+                    edit_files(&ws, &ten, round).unwrap();
+                },
+                |()| process(&ten),
+                BatchSize::PerIteration,
+            )
+        });
+    }
     g.bench_function("git add -A + write-tree (own index)", |b| {
         b.iter_batched(
             || {

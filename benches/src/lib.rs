@@ -502,7 +502,7 @@ pub mod scale {
             Some(bin)
         } else {
             eprintln!(
-                "store_scale: {} is missing; run `cargo build --release -p tacho-cli` first",
+                "{} is missing (its cases are skipped); run `cargo build --release -p tacho-cli` first",
                 bin.display()
             );
             None
