@@ -31,12 +31,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tacho_schema::{
-    AgentNotice, AgentRoute, EditOp, EndReason, EventBody, FileEdit, PermissionAsk, SessionEnd,
-    SessionStart, SnapshotReason, StepFinish, StepStart, ToolCall, ToolResult, ToolStatus,
+    AgentNotice, AgentRoute, EditOp, EndReason, EventBody, FileEdit, LlmResponse, PermissionAsk,
+    SessionEnd, SessionStart, SnapshotReason, StepFinish, StepStart, ToolCall, ToolResult,
+    ToolStatus,
 };
 
 use crate::patch::{PatchOp, patch_files};
-use crate::transcript::{CallOutput, Cursor};
+use crate::transcript::{CallOutput, Cursor, RECENT_IDS};
 use crate::{Agent, session_id_from};
 
 /// The longest step title or notice kept from a prompt or command, in characters.
@@ -131,6 +132,79 @@ pub struct Track {
     /// Open calls whose after-snapshot is taken (their result waits).
     #[serde(default)]
     pub snapshotted: std::collections::BTreeSet<String>,
+    /// The step open now: calls that can change files and overlap (an agent running
+    /// tools in parallel) share it, and it finishes with the last of them.
+    #[serde(default)]
+    pub open_step: Option<u64>,
+    /// Whether a call of the open step failed.
+    #[serde(default)]
+    pub open_step_failed: bool,
+}
+
+impl Track {
+    /// The step open now (older states kept only the calls' steps).
+    fn current_step(&self) -> Option<u64> {
+        self.open_step.or_else(|| self.open.values().max().copied())
+    }
+
+    /// Remembers a call id (recent ids are enough to tell a repeated report from a
+    /// new call); false when it was known.
+    fn remember_call(&mut self, call_id: &str) -> bool {
+        if self.calls.iter().any(|c| c == call_id) {
+            return false;
+        }
+        self.calls.push(call_id.to_owned());
+        if self.calls.len() > CALLS_KEPT {
+            let extra = self.calls.len() - CALLS_KEPT;
+            self.calls.drain(..extra);
+        }
+        true
+    }
+
+    /// Folds in one event of this track's session that the hook did not record
+    /// itself (or recorded without keeping its state: a hook killed halfway).
+    fn observe(&mut self, body: &EventBody) {
+        match body {
+            EventBody::SessionStart(_) => self.started = true,
+            EventBody::SessionEnd(_) => {
+                self.ended = true;
+                self.open.clear();
+                self.open_step = None;
+            }
+            EventBody::StepStart(s) => {
+                self.started = true;
+                self.steps = self.steps.max(s.step);
+                self.open_step = Some(s.step);
+                self.open_step_failed = false;
+            }
+            EventBody::StepFinish(f) => {
+                self.open.retain(|_, s| *s != f.step);
+                if self.open_step == Some(f.step) {
+                    self.open_step = None;
+                }
+            }
+            EventBody::ToolCall(c) => {
+                self.remember_call(&c.call_id);
+                let input = c
+                    .input
+                    .as_deref()
+                    .and_then(|i| serde_json::from_str::<Value>(i).ok());
+                if let Some(step) = self.open_step
+                    && tool_kind(&c.tool, input.as_ref()) != ToolKind::ReadOnly
+                {
+                    self.open.insert(c.call_id.clone(), step);
+                }
+            }
+            EventBody::ToolResult(r) => {
+                self.open.remove(&r.call_id);
+                self.snapshotted.remove(&r.call_id);
+                if r.status != ToolStatus::Ok && self.open_step.is_some() {
+                    self.open_step_failed = true;
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// What a hook process keeps between the events of one agent session.
@@ -148,6 +222,12 @@ pub struct HookState {
     pub gate_blocks: u32,
     /// Payloads whose event was unknown, by name.
     pub unknown_events: BTreeMap<String, u64>,
+    /// Each session's next sequence number in the log when this state was written:
+    /// a log that moved past it (a hook killed after its events were committed and
+    /// before its state was written, a goal check, `tacho session end`) is folded in
+    /// before the next payload ([`HookState::observe`]).
+    #[serde(default)]
+    pub heads: BTreeMap<String, u64>,
     /// Codex: tool outputs read from the rollout and not yet matched with their
     /// `PostToolUse` (whose `tool_response` carries no exit code).
     #[serde(default)]
@@ -156,6 +236,60 @@ pub struct HookState {
     /// result is recorded when it does (at the latest at the next stop).
     #[serde(default)]
     pub deferred: Vec<HookPayload>,
+}
+
+impl HookState {
+    /// The track recording `session`, if this state has one.
+    pub fn track_mut(&mut self, session: &str) -> Option<&mut Track> {
+        if self.main.session == session {
+            return Some(&mut self.main);
+        }
+        self.subagents.values_mut().find(|t| t.session == session)
+    }
+
+    /// Folds in one event that the log holds for `session` past this state's head.
+    pub fn observe(&mut self, session: &str, body: &EventBody) {
+        if let EventBody::LlmResponse(r) = body
+            && self.main.session == session
+        {
+            observe_usage(&mut self.transcript, r);
+        }
+        if let Some(t) = self.track_mut(session) {
+            t.observe(body);
+        }
+    }
+}
+
+/// Folds a model response the log holds into `cursor`: its id counts as counted and,
+/// for Codex, the cumulative total it was counted from is advanced, so that reading
+/// the transcript again never counts it twice.
+fn observe_usage(cursor: &mut Cursor, r: &LlmResponse) {
+    let id = r
+        .response_id
+        .clone()
+        .unwrap_or_else(|| r.request_id.clone());
+    if let Some(total) = id
+        .strip_prefix("codex-usage-")
+        .and_then(|t| t.parse::<u64>().ok())
+    {
+        let mut t = cursor.codex_total.unwrap_or_default();
+        if total > t[4] {
+            let add = |a: u64, b: u64| a.saturating_add(b);
+            t[0] = add(t[0], add(r.tokens_in, r.cache_read));
+            t[1] = add(t[1], r.cache_read);
+            t[2] = add(t[2], r.cache_write);
+            t[3] = add(t[3], r.tokens_out);
+            t[4] = total;
+            cursor.codex_total = Some(t);
+        }
+    }
+    if !cursor.counted.contains(&id) {
+        cursor.counted.push(id);
+        if cursor.counted.len() > RECENT_IDS {
+            let extra = cursor.counted.len() - RECENT_IDS;
+            cursor.counted.drain(..extra);
+        }
+    }
 }
 
 /// How many recent tool call ids a track keeps.
@@ -693,43 +827,45 @@ fn tool_call(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Act
         .tool_use_id
         .clone()
         .unwrap_or_else(|| format!("call-{}", track.calls.len() + 1));
-    if track.calls.contains(&call_id) {
+    if !track.remember_call(&call_id) {
         return; // the same call reported twice
-    }
-    track.calls.push(call_id.clone());
-    // Recent ids are enough to tell a repeated report from a new call.
-    if track.calls.len() > CALLS_KEPT {
-        let extra = track.calls.len() - CALLS_KEPT;
-        track.calls.drain(..extra);
     }
     let input = p.tool_input.as_ref();
     let target = tool_target(&tool, input);
     let kind = tool_kind(&tool, input);
     if kind != ToolKind::ReadOnly {
-        track.steps += 1;
-        let step = track.steps;
-        track.open.insert(call_id.clone(), step);
         let paths = match &kind {
             ToolKind::Files(p) => p.clone(),
             _ => Vec::new(),
         };
+        // A call that starts while another that can change files runs (tools run in
+        // parallel) joins its step: the step's before-state is taken before the first
+        // of them, and this call's own paths before it runs.
+        let joined = track.current_step().filter(|_| !track.open.is_empty());
+        let step = joined.unwrap_or(track.steps + 1);
+        track.open.insert(call_id.clone(), step);
         out.push(Action::Snapshot {
             session: track.session.clone(),
             paths,
             reason: SnapshotReason::Step,
             before_step: Some(step),
         });
-        out.push(Action::Event {
-            session: track.session.clone(),
-            body: EventBody::StepStart(StepStart {
-                step,
-                agent: Some(agent.name().to_owned()),
-                title: Some(match &target {
-                    Some(t) => format!("{tool}: {}", clip(t, TITLE_CHARS_MAX)),
-                    None => tool.clone(),
+        if joined.is_none() {
+            track.steps = step;
+            track.open_step = Some(step);
+            track.open_step_failed = false;
+            out.push(Action::Event {
+                session: track.session.clone(),
+                body: EventBody::StepStart(StepStart {
+                    step,
+                    agent: Some(agent.name().to_owned()),
+                    title: Some(match &target {
+                        Some(t) => format!("{tool}: {}", clip(t, TITLE_CHARS_MAX)),
+                        None => tool.clone(),
+                    }),
                 }),
-            }),
-        });
+            });
+        }
     }
     out.push(Action::Event {
         session: track.session.clone(),
@@ -819,13 +955,21 @@ fn tool_result(
         if !snapshotted {
             out.push(after_snapshot(&tool, p, track));
         }
-        out.push(Action::Event {
-            session: track.session.clone(),
-            body: EventBody::StepFinish(StepFinish {
-                step,
-                reason: Some(if failed { "failed" } else { "done" }.into()),
-            }),
-        });
+        track.open_step_failed |= failed;
+        // The step finishes with the last of its calls.
+        if !track.open.values().any(|s| *s == step) {
+            let failed = std::mem::take(&mut track.open_step_failed);
+            if track.open_step == Some(step) {
+                track.open_step = None;
+            }
+            out.push(Action::Event {
+                session: track.session.clone(),
+                body: EventBody::StepFinish(StepFinish {
+                    step,
+                    reason: Some(if failed { "failed" } else { "done" }.into()),
+                }),
+            });
+        }
     }
 }
 
@@ -936,7 +1080,11 @@ fn file_edits(tool: &str, p: &HookPayload, call_id: &str, track: &Track, out: &m
 }
 
 fn finish_open_steps(track: &mut Track, out: &mut Vec<Action>) {
-    for (_, step) in std::mem::take(&mut track.open) {
+    let steps: std::collections::BTreeSet<u64> =
+        std::mem::take(&mut track.open).into_values().collect();
+    track.open_step = None;
+    track.open_step_failed = false;
+    for step in steps {
         out.push(Action::Event {
             session: track.session.clone(),
             body: EventBody::StepFinish(StepFinish {

@@ -16,7 +16,7 @@ use tacho_schema::LlmResponse;
 
 /// How many recently counted response ids a cursor remembers, so that a line of an
 /// already counted response seen again is not counted twice.
-const RECENT_IDS: usize = 512;
+pub const RECENT_IDS: usize = 512;
 
 /// One model response, as counted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

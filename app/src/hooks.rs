@@ -112,11 +112,24 @@ impl Tacho {
                         &mut answer,
                         format!("{}: {e}; starting from the log", state_path.display()),
                     );
-                    self.state_from_log(agent, &session)
+                    self.state_from_log(&session)
                 }
             },
-            Err(_) => self.state_from_log(agent, &session),
+            Err(_) => self.state_from_log(&session),
         };
+        let opts = IngestOptions::one_batch(format!("{agent} hook {event}"));
+        let mut ingest = match Ingest::new(self, opts, |_| Ok(())) {
+            Ok(i) => i,
+            Err(e) => {
+                problem(&mut answer, e.to_string());
+                return self.hook_ok(agent, &event, answer);
+            }
+        };
+        // What the log holds past the state's heads (a hook killed after its events
+        // were committed, a goal check, `tacho session end`) is folded in first.
+        if let Err(e) = self.catch_up(&session, &mut state, &mut ingest) {
+            problem(&mut answer, format!("catching up with the log: {e}"));
+        }
         // Codex's hook payloads carry no exit code: its rollout does. Read it first,
         // so that a tool result can be recorded with what the call returned.
         let mut early = Vec::new();
@@ -135,14 +148,6 @@ impl Tacho {
         let actions = map_payload(agent, &payload, &mut state);
         let mut gate = None;
         {
-            let opts = IngestOptions::one_batch(format!("{agent} hook {event}"));
-            let mut ingest = match Ingest::new(self, opts, |_| Ok(())) {
-                Ok(i) => i,
-                Err(e) => {
-                    problem(&mut answer, e.to_string());
-                    return self.hook_ok(agent, &event, answer);
-                }
-            };
             for action in actions {
                 let r = match action {
                     Action::Event { session, body } => ingest
@@ -203,7 +208,11 @@ impl Tacho {
                 }
             }
             match ingest.finish() {
-                Ok(_) => {}
+                Ok(done) => {
+                    for (s, t) in done.totals {
+                        state.heads.insert(s, t.last_seq.saturating_add(1));
+                    }
+                }
                 Err(e) => problem(&mut answer, format!("nothing recorded: {}", e.error)),
             }
         }
@@ -232,12 +241,14 @@ impl Tacho {
                         "codex: the turn ended (a later turn continues as a new session)".into(),
                     ),
                 });
-                match self
-                    .log()
-                    .writer(&session)
-                    .and_then(|mut w| w.append(self.now(), &end, Durability::Sync))
-                {
-                    Ok(_) => state.main.ended = true,
+                match self.log().writer(&session).and_then(|mut w| {
+                    w.append(self.now(), &end, Durability::Sync)?;
+                    Ok(w.next_seq())
+                }) {
+                    Ok(next) => {
+                        state.main.ended = true;
+                        state.heads.insert(session.clone(), next);
+                    }
                     Err(e) => problem(&mut answer, format!("ending the session: {e}")),
                 }
             }
@@ -245,6 +256,11 @@ impl Tacho {
         if !state.main.ended {
             answer.session = Some(session.clone());
         }
+        // Heads are kept for the sessions the state still records.
+        let tracked: Vec<String> = std::iter::once(state.main.session.clone())
+            .chain(state.subagents.values().map(|t| t.session.clone()))
+            .collect();
+        state.heads.retain(|s, _| tracked.contains(s));
         if let Err(e) = write_state(&state_path, &serde_json::to_vec(&state).unwrap_or_default()) {
             problem(&mut answer, format!("{}: {e}", state_path.display()));
         }
@@ -272,58 +288,58 @@ impl Tacho {
     /// torn: what the log says — started and ended, step numbers, open steps and their
     /// calls, and every model response already counted — so that a lost state file
     /// never records a second `session.start` nor counts tokens twice.
-    fn state_from_log(&self, agent: Agent, session: &str) -> HookState {
+    fn state_from_log(&self, session: &str) -> HookState {
         let mut state = HookState::default();
         state.main.session = session.to_owned();
         if !self.log().has_session(session) {
             return state;
         }
         state.main.started = true;
-        let mut last_end = false;
-        let mut open_step: Option<u64> = None;
-        let mut codex = [0u64; 5];
+        let mut next = 0;
         let _ = self.log().read_session(session, |e| {
-            last_end = false;
-            match &e.event.body {
-                EventBody::StepStart(s) => {
-                    state.main.steps = state.main.steps.max(s.step);
-                    open_step = Some(s.step);
-                }
-                EventBody::StepFinish(f) => {
-                    state.main.open.retain(|_, s| *s != f.step);
-                    open_step = None;
-                }
-                EventBody::ToolCall(c) => {
-                    state.main.calls.push(c.call_id.clone());
-                    if let Some(s) = open_step.take() {
-                        state.main.open.insert(c.call_id.clone(), s);
-                    }
-                }
-                EventBody::LlmResponse(r) => {
-                    let id = r
-                        .response_id
-                        .clone()
-                        .unwrap_or_else(|| r.request_id.clone());
-                    if let Some(total) =
-                        id.strip_prefix("codex-usage-").and_then(|t| t.parse().ok())
-                    {
-                        codex[0] += r.tokens_in + r.cache_read;
-                        codex[1] += r.cache_read;
-                        codex[2] += r.cache_write;
-                        codex[3] += r.tokens_out;
-                        codex[4] = codex[4].max(total);
-                    }
-                    state.transcript.counted.push(id);
-                }
-                EventBody::SessionEnd(_) => last_end = true,
-                _ => {}
-            }
+            state.observe(session, &e.event.body);
+            next = e.seq + 1;
         });
-        state.main.ended = last_end;
-        if agent == Agent::Codex && codex[4] > 0 {
-            state.transcript.codex_total = Some(codex);
-        }
+        state.heads.insert(session.to_owned(), next);
         state
+    }
+
+    /// Brings `state` up to what the log holds: for each session it recorded, the
+    /// events past the head it was written at are folded in; a session the log no
+    /// longer holds, or holds less of, starts the state again from the log.
+    fn catch_up(
+        &self,
+        session: &str,
+        state: &mut HookState,
+        ingest: &mut Ingest<'_>,
+    ) -> Result<(), crate::ingest::IngestError> {
+        let heads: Vec<(String, u64)> = state
+            .heads
+            .iter()
+            .filter(|(s, _)| {
+                state.main.session == **s || state.subagents.values().any(|t| t.session == **s)
+            })
+            .map(|(s, h)| (s.clone(), *h))
+            .collect();
+        for (s, head) in heads {
+            let now = if self.log().has_session(&s) {
+                ingest.next_seq(&s)?
+            } else {
+                0
+            };
+            if now < head {
+                // Removed or cut short since: what the log holds is what counts.
+                *state = self.state_from_log(session);
+                return Ok(());
+            }
+            if now > head {
+                self.log().read_session_from(&s, head, |e| {
+                    state.observe(&s, &e.event.body);
+                })?;
+                state.heads.insert(s, now);
+            }
+        }
+        Ok(())
     }
 
     /// A snapshot around a tool call: paths the agent gave absolute are made relative

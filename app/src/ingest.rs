@@ -833,6 +833,12 @@ impl<'t> Ingest<'t> {
         }
     }
 
+    /// The sequence number `session`'s next event gets (its writer is opened, and kept
+    /// for what this ingest appends).
+    pub fn next_seq(&mut self, session: &str) -> Result<u64, IngestError> {
+        Ok(self.writer(session)?.next_seq())
+    }
+
     /// Whether `session` (whose next event would be `next`) has ended.
     fn has_ended(&mut self, session: &str, next: u64) -> Result<bool, IngestError> {
         if let Some(e) = self.ended.get(session) {
