@@ -27,6 +27,9 @@ pub enum Agent {
 }
 
 impl Agent {
+    /// Every agent tacho has an adapter for.
+    pub const ALL: [Agent; 2] = [Agent::ClaudeCode, Agent::Codex];
+
     /// The name used on the command line and in recorded events.
     pub fn name(self) -> &'static str {
         match self {
@@ -67,7 +70,14 @@ pub fn session_id_from(raw: &str) -> String {
     if id.is_empty() || id.starts_with(['.', '-']) {
         id.insert(0, 's');
     }
-    id.truncate(tacho_schema::SESSION_ID_BYTES_MAX);
+    if id.len() > tacho_schema::SESSION_ID_BYTES_MAX {
+        // Cut, with a digest of the whole id after it: two long ids that share their
+        // first bytes (`<main>.<agent_id>`, `<main>.2` and `<main>`) stay apart.
+        let digest = blake3::hash(raw.as_bytes()).to_hex();
+        id.truncate(tacho_schema::SESSION_ID_BYTES_MAX - 17);
+        id.push('-');
+        id.push_str(digest.get(..16).unwrap_or_default());
+    }
     id
 }
 
@@ -94,5 +104,16 @@ mod tests {
             session_id_from("f315c152-cf0f-4af4-a417-7602a53a305e"),
             "f315c152-cf0f-4af4-a417-7602a53a305e"
         );
+        // A long id and the ids derived from it stay apart, and each is stable.
+        let main = "Z".repeat(128);
+        let ids: Vec<String> = [main.clone(), format!("{main}.2"), format!("{main}.a1")]
+            .iter()
+            .map(|r| session_id_from(r))
+            .collect();
+        assert_eq!(ids[0], main);
+        assert_ne!(ids[1], ids[0]);
+        assert_ne!(ids[2], ids[0]);
+        assert_ne!(ids[1], ids[2]);
+        assert_eq!(session_id_from(&format!("{main}.2")), ids[1]);
     }
 }

@@ -140,6 +140,7 @@ impl Tacho {
                 batch_lines: 1,
                 auto_snapshots: true,
                 pack_new_sessions: false,
+                outside: true,
             },
             |_| Ok(()),
         )?;

@@ -51,6 +51,48 @@ impl Tacho {
             .join(format!("{session}.json"))
     }
 
+    /// The agent whose hooks record `session`: they keep a state file for it, or for
+    /// the main session it continues (`<id>.2`) or is a subagent of (`<id>.<agent>`).
+    /// Such a session's events come from the hooks only (SPEC §3.1).
+    pub fn hook_recorder(&self, session: &str) -> Option<Agent> {
+        let mains = std::iter::once(session).chain(
+            session
+                .char_indices()
+                .filter(|(_, c)| *c == '.')
+                .filter_map(|(i, _)| session.get(..i)),
+        );
+        let mains: Vec<&str> = mains.filter(|m| !m.is_empty()).collect();
+        Agent::ALL
+            .into_iter()
+            .find(|a| mains.iter().any(|m| self.hook_state_path(*a, m).is_file()))
+    }
+
+    /// Removes the hooks' state of `session` (a main session's id), for a session
+    /// removed from the log: a later payload of the same agent session then starts
+    /// recording it afresh. Taken under the state lock; a hook holding it now is left
+    /// alone (its state names a head the log no longer has, so it starts again from
+    /// the log anyway).
+    pub(crate) fn remove_hook_state(&self, session: &str) {
+        for agent in Agent::ALL {
+            let path = self.hook_state_path(agent, session);
+            if !path.is_file() {
+                continue;
+            }
+            let Ok(lock) = RealFs.lock(&path.with_extension("lock"), Duration::ZERO) else {
+                continue;
+            };
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                self.note(&format!(
+                    "note: {}: the hooks' state was not removed: {e}",
+                    path.display()
+                ));
+            }
+            drop(lock);
+        }
+    }
+
     /// Appends one line to `<data>/logs/hooks.log`. Best effort: a hook that cannot
     /// even log still exits 0.
     fn hook_log(&self, agent: Agent, event: &str, session: &str, message: &str) {

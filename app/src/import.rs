@@ -248,6 +248,7 @@ impl Tacho {
     fn ingest_planned(&self, planned: &[Planned], source: String) -> Result<(), String> {
         let opts = IngestOptions {
             pack_new_sessions: planned.len() > 1,
+            outside: false,
             ..IngestOptions::one_batch(source)
         };
         let mut ingest = Ingest::new(self, opts, |_| Ok(())).map_err(|e| e.to_string())?;

@@ -2,8 +2,8 @@
 //! with automatic snapshots at step boundaries. `tacho record` and `tacho demo` use
 //! it, and so will hooks and importers.
 
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use tacho_schema::{EventBody, JsonError, Provenance, SnapshotReason, parse_json_line};
@@ -69,6 +69,10 @@ pub struct IngestOptions {
     /// (SPEC.md §1.1): for bulk inputs (`tacho record`), not for a hook that records a
     /// subagent's session beside its parent's.
     pub pack_new_sessions: bool,
+    /// The input comes from outside tacho (`tacho record`): events for a session that
+    /// tacho's hooks record are refused, and so is an event earlier than its
+    /// session's start (SPEC §3.1).
+    pub outside: bool,
 }
 
 impl IngestOptions {
@@ -84,6 +88,7 @@ impl IngestOptions {
             batch_lines: 0,
             auto_snapshots: false,
             pack_new_sessions: false,
+            outside: false,
         }
     }
 }
@@ -390,7 +395,16 @@ pub struct Ingest<'t> {
     pack_facts: Vec<u8>,
     /// Workspaces as spelt in the input, and their canonical paths.
     canonical: BTreeMap<String, Option<PathBuf>>,
+    /// An outside input's sessions: when each started, when known (at most
+    /// [`STARTS_KEPT`]).
+    starts: BTreeMap<String, i64>,
+    /// An outside input's sessions that exist in the log and were found not to be
+    /// recorded by hooks.
+    not_hooked: BTreeSet<String>,
 }
+
+/// The most session start times an outside ingest remembers.
+const STARTS_KEPT: usize = 65_536;
 
 /// A session folded from its first event on.
 struct Fold {
@@ -441,6 +455,8 @@ impl<'t> Ingest<'t> {
             pack: None,
             pack_facts: Vec::new(),
             canonical: BTreeMap::new(),
+            starts: BTreeMap::new(),
+            not_hooked: BTreeSet::new(),
         })
     }
 
@@ -839,6 +855,74 @@ impl<'t> Ingest<'t> {
         Ok(self.writer(session)?.next_seq())
     }
 
+    /// The provenance rules of an outside input (SPEC §3.1): a session that tacho's
+    /// hooks record takes no event from it (`existing`: the log holds the session), and
+    /// no event is earlier than its session's start.
+    fn check_outside(
+        &mut self,
+        session: &str,
+        items: &[Pending],
+        existing: bool,
+    ) -> Result<(), IngestError> {
+        if !self.opts.outside {
+            return Ok(());
+        }
+        let first_line = items.first().map_or(0, |p| p.line);
+        let rejected = |line: usize, reason: String| IngestError::Rejected {
+            source_name: self.opts.source.clone(),
+            line,
+            reason,
+        };
+        if existing && !self.not_hooked.contains(session) {
+            if let Some(agent) = self.tacho.hook_recorder(session) {
+                return Err(rejected(
+                    first_line,
+                    format!(
+                        "session {session} is recorded by tacho's {agent} hooks: its events, its end included, come from them and are not accepted from outside (a session whose agent died is ended with `tacho session end`)"
+                    ),
+                ));
+            }
+            self.not_hooked.insert(session.to_owned());
+        }
+        if let Some(first) = items.first()
+            && matches!(first.body, EventBody::SessionStart(_))
+        {
+            if self.starts.len() >= STARTS_KEPT {
+                self.starts.clear();
+            }
+            self.starts.insert(session.to_owned(), first.time_unix_ns);
+        }
+        let start = match self.starts.get(session) {
+            Some(t) => Some(*t),
+            None if existing => {
+                let t = self
+                    .tacho
+                    .log()
+                    .first_event(session)?
+                    .map(|e| e.time_unix_ns);
+                if let Some(t) = t {
+                    self.starts.insert(session.to_owned(), t);
+                }
+                t
+            }
+            None => None,
+        };
+        if let Some(start) = start
+            && let Some(p) = items.iter().find(|p| p.time_unix_ns < start)
+        {
+            return Err(rejected(
+                p.line,
+                format!(
+                    "{} at {} is earlier than the start of session {session} ({}): no event may move a session's time before its start",
+                    p.body.kind_name(),
+                    tacho_schema::time_to_rfc3339(p.time_unix_ns),
+                    tacho_schema::time_to_rfc3339(start)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether `session` (whose next event would be `next`) has ended.
     fn has_ended(&mut self, session: &str, next: u64) -> Result<bool, IngestError> {
         if let Some(e) = self.ended.get(session) {
@@ -917,6 +1001,8 @@ impl<'t> Ingest<'t> {
                 self.close_writers();
                 self.ended.clear();
                 self.workspaces.clear();
+                self.starts.clear();
+                self.not_hooked.clear();
             }
             self.stage_group(group)?;
         }
@@ -938,6 +1024,7 @@ impl<'t> Ingest<'t> {
                 None => self.has_ended(session, next)?,
             };
             check_items(&self.opts.source, session, checked, ended, items)?;
+            self.check_outside(session, items, next > 0)?;
         }
         // One synced index append marks every new stream of the group as written.
         let mut writers: Vec<&mut Writer> = self
@@ -1016,6 +1103,8 @@ impl<'t> Ingest<'t> {
             pack.ended(session),
             items,
         )?;
+        self.check_outside(session, items, false)?;
+        let pack = self.pack.get_or_insert_with(|| tacho.log().pack_builder());
         let ended = matches!(items.last(), Some(p) if matches!(p.body, EventBody::SessionEnd(_)));
         let first_seq = pack.stage(session, items)?;
         self.fold(session, first_seq, items);

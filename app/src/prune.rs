@@ -230,6 +230,7 @@ impl Tacho {
             tacho_store::remove_streams(writers)?;
             for c in removed {
                 self.remove_projection(&c.session);
+                self.remove_hook_state(&c.session);
             }
             out.removed.extend(sessions);
         }
@@ -258,6 +259,7 @@ impl Tacho {
             {
                 w.remove_stream()?;
                 self.remove_projection(&p.session);
+                self.remove_hook_state(&p.session);
                 done.push(p.session.clone());
             }
         }

@@ -68,6 +68,7 @@ fn run_operations_with(t: &Tacho, packed: bool) -> (String, Vec<String>) {
             batch_lines: 0,
             auto_snapshots: false,
             pack_new_sessions: packed,
+            outside: true,
         },
         |_| Ok(()),
     )
@@ -178,6 +179,7 @@ fn notes_go_to_the_sink_and_results_carry_the_stall_rule() {
             batch_lines: 0,
             auto_snapshots: false,
             pack_new_sessions: false,
+            outside: true,
         },
         |_| Ok(()),
     )
@@ -262,6 +264,7 @@ fn sessions_beyond_the_fold_budget_get_their_facts_from_the_index() {
             batch_lines: 20,
             auto_snapshots: false,
             pack_new_sessions: false,
+            outside: true,
         },
         |_| Ok(()),
     )
@@ -406,4 +409,72 @@ fn transcripts_import_together_and_a_refused_one_fails_alone() {
     let r = import(&all);
     assert_eq!((r.events_added, r.sessions_unchanged), (0, 39), "{r:?}");
     assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+}
+
+/// A clock that a test moves forward.
+struct MovableClock(AtomicU64);
+
+impl Clock for MovableClock {
+    fn now_unix_ns(&self) -> i64 {
+        1_795_996_800_000_000_000 + self.0.fetch_add(1_000_000, Ordering::SeqCst) as i64
+    }
+}
+
+/// `audit prune --include-unended` of a session the hooks record takes the hooks'
+/// state with it: the agent's later events start the session again, instead of being
+/// appended to a stream that is gone (and refused, recording nothing).
+#[test]
+fn pruning_a_hooked_session_takes_its_hook_state_and_recording_goes_on() {
+    use tacho_app::agents::Agent;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let clock = Arc::new(MovableClock(AtomicU64::new(0)));
+    let mut cfg = Config::from_env().unwrap();
+    cfg.data_dir = dir.path().join("data");
+    cfg.clock = clock.clone();
+    cfg.notes = Arc::new(Collected::default());
+    let t = Tacho::open(cfg).unwrap();
+    let payload = |event: &str, extra: &str| {
+        format!(
+            "{{\"session_id\":\"pruned-1\",\"cwd\":{:?},\"hook_event_name\":\"{event}\"{extra}}}",
+            ws.display().to_string()
+        )
+    };
+    let tool =
+        ",\"tool_name\":\"Read\",\"tool_input\":{\"file_path\":\"x\"},\"tool_use_id\":\"r1\"";
+    for (event, extra) in [("SessionStart", ""), ("PreToolUse", tool)] {
+        let a = t.hook(Agent::ClaudeCode, payload(event, extra).as_bytes());
+        assert!(a.problems.is_empty(), "{:?}", a.problems);
+    }
+    let state = dir.path().join("data/agents/claude-code/pruned-1.json");
+    assert!(state.is_file());
+    // 100 days later, the unended session is pruned.
+    clock
+        .0
+        .fetch_add(100 * 86_400_000_000_000, Ordering::SeqCst);
+    let out = t
+        .prune(&tacho_app::PruneOptions {
+            days: 90,
+            include_unended: true,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(out.removed.len(), 1, "{out:?}");
+    assert!(!state.exists(), "the hooks' state went with the session");
+    // The agent goes on: its next tool call is recorded, in a session started again.
+    let tool2 = tool.replace("r1", "r2");
+    let a = t.hook(Agent::ClaudeCode, payload("PreToolUse", &tool2).as_bytes());
+    assert!(a.problems.is_empty(), "{:?}", a.problems);
+    let kinds: Vec<&str> = t
+        .events("pruned-1")
+        .unwrap()
+        .iter()
+        .map(|e| e.event.body.kind_name())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["session.start", "snapshot.taken", "tool.call"],
+        "{kinds:?}"
+    );
 }

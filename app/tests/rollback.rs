@@ -90,6 +90,7 @@ fn check(initial: &[Op], steps: &[Vec<Op>; 3]) {
         batch_lines: 1,
         auto_snapshots: true,
         pack_new_sessions: false,
+        outside: true,
     };
     let mut ingest = Ingest::new(&t, opts, |_| Ok(())).unwrap();
     let mut line = 0;

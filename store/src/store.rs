@@ -128,10 +128,16 @@ impl SegLoc {
     }
 }
 
+/// The longest stream directory name spelt letter for letter: the stream's lock file
+/// (`<name>.lock`) must still fit a file name (255 bytes).
+const PLAIN_NAME_MAX: usize = 250;
+
 /// The directory name of a stream. Session ids are limited to ASCII letters, digits,
 /// `.`, `_` and `-`; upper-case letters are written as `^` plus the lower-case letter,
 /// so that two ids differing only in case never share a directory on a
-/// case-insensitive filesystem.
+/// case-insensitive filesystem. A name that would be longer than [`PLAIN_NAME_MAX`]
+/// (an id of more than 122 upper-case letters) is `~` and the id's bytes in lower-case
+/// base32 instead (at most 206 bytes): no letter-for-letter name starts with `~`.
 pub fn stream_dir_name(session: &str) -> String {
     let mut out = String::with_capacity(session.len() + 4);
     for c in session.chars() {
@@ -142,12 +148,25 @@ pub fn stream_dir_name(session: &str) -> String {
             out.push(c);
         }
     }
+    if out.len() > PLAIN_NAME_MAX {
+        return format!(
+            "~{}",
+            data_encoding::BASE32_DNSSEC.encode(session.as_bytes())
+        );
+    }
     out
 }
 
 /// The session id stored in a stream directory name, or `None` for names that no
 /// session id produces.
 pub fn stream_name_from_dir(dir: &str) -> Option<String> {
+    if let Some(coded) = dir.strip_prefix('~') {
+        let bytes = data_encoding::BASE32_DNSSEC.decode(coded.as_bytes()).ok()?;
+        let id = String::from_utf8(bytes).ok()?;
+        tacho_schema::validate_session_id(&id).ok()?;
+        // Only the name this id gets (one spelling per id).
+        return (stream_dir_name(&id) == dir).then_some(id);
+    }
     let mut out = String::with_capacity(dir.len());
     let mut chars = dir.chars();
     while let Some(c) = chars.next() {
@@ -164,7 +183,7 @@ pub fn stream_name_from_dir(dir: &str) -> Option<String> {
         }
     }
     tacho_schema::validate_session_id(&out).ok()?;
-    Some(out)
+    (dir.len() <= PLAIN_NAME_MAX).then_some(out)
 }
 
 impl Store {
@@ -371,12 +390,28 @@ mod tests {
 
     #[test]
     fn stream_dir_names_round_trip_and_separate_case() {
-        for id in ["ses_01jf", "Ses_A", "3F2A-b.c", "x"] {
-            assert_eq!(
-                stream_name_from_dir(&stream_dir_name(id)).as_deref(),
-                Some(id)
-            );
+        let long = [
+            "A".repeat(128),
+            "Ab".repeat(64),
+            format!("{}b", "A".repeat(125)),
+        ];
+        for id in ["ses_01jf", "Ses_A", "3F2A-b.c", "x"]
+            .into_iter()
+            .chain(long.iter().map(String::as_str))
+        {
+            let name = stream_dir_name(id);
+            assert!(name.len() <= PLAIN_NAME_MAX, "{name}");
+            assert!(!name.bytes().any(|b| b.is_ascii_uppercase()), "{name}");
+            assert_eq!(stream_name_from_dir(&name).as_deref(), Some(id));
         }
+        // The longest letter-for-letter name stays as it was.
+        let id = format!("{}{}", "A".repeat(122), "b".repeat(6));
+        assert_eq!(stream_dir_name(&id).len(), 250);
+        assert!(!stream_dir_name(&id).starts_with('~'));
+        assert_eq!(
+            stream_name_from_dir(&format!("~{}", data_encoding::BASE32_DNSSEC.encode(b"a/b"))),
+            None
+        );
         assert_ne!(
             stream_dir_name("AB").to_lowercase(),
             stream_dir_name("ab").to_lowercase()

@@ -221,3 +221,128 @@ fn a_stale_hook_state_is_caught_up_from_the_log() {
         g["tokens"]
     );
 }
+
+/// The watched agent has a shell and `tacho record`: it cannot end its own recorded
+/// session (nor move its time back so that prune takes it). A session the hooks
+/// record takes its events from them only; an event earlier than its session's start
+/// is refused from any input; and a session ended behind the hooks' back (`tacho
+/// session end`) is continued, not silenced.
+#[test]
+fn the_agent_cannot_silence_its_own_recording() {
+    let e = Env::new();
+    let s = "silence-1";
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let forged =
+        "{\"type\":\"session.end\",\"reason\":\"completed\",\"ts\":\"2001-01-01T00:00:01Z\"}\n";
+    let (code, out, err) = e.tacho_in(&["record", "--session", s], forged);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("recorded by tacho's claude-code hooks"),
+        "{err}"
+    );
+    // Nor through a subagent's or a continuation's id.
+    let (code, _, err) = e.tacho_in(&["record", "--session", "silence-1.agent-x"], forged);
+    assert_ne!(code, 0, "{err}");
+    // Recording goes on.
+    let a_in = serde_json::json!({"command": "echo A >> src/a.txt"});
+    e.send(s, "PreToolUse", pre("Bash", "A", a_in.clone()));
+    e.send(s, "PostToolUse", post("Bash", "A", a_in));
+    let (_, summary, _) = e.tacho(&["session", "replay", s, "--mode", "summary"]);
+    assert!(summary.contains("tool.result"), "{summary}");
+    assert!(!summary.contains("session.end"), "{summary}");
+    let (code, out, err) = e.tacho(&["audit", "prune", "--days", "90"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, list, _) = e.tacho(&["session", "list", "--json"]);
+    assert!(list.contains(&format!("\"session\":\"{s}\"")), "{list}");
+
+    // An outside session cannot end before it began, in one input or a later one.
+    let start =
+        "{\"type\":\"session.start\",\"session\":\"rec-1\",\"ts\":\"2026-11-20T09:00:00Z\"}\n";
+    let early_end = "{\"type\":\"session.end\",\"session\":\"rec-1\",\"reason\":\"completed\",\"ts\":\"2026-11-20T08:59:59Z\"}\n";
+    let (code, _, err) = e.tacho_in(&["record"], &format!("{start}{early_end}"));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("line 2") && err.contains("earlier than the start"),
+        "{err}"
+    );
+    let (code, _, err) = e.tacho_in(&["record"], start);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = e.tacho_in(&["record"], early_end);
+    assert_ne!(code, 0);
+    assert!(err.contains("earlier than the start"), "{err}");
+    let end = early_end.replace("08:59:59", "09:00:01");
+    let (code, _, err) = e.tacho_in(&["record"], &end);
+    assert_eq!(code, 0, "{err}");
+
+    // Ended behind the hooks' back: the next payload continues as `<id>.2`.
+    let (code, out, err) = e.tacho(&["session", "end", s]);
+    assert_eq!(code, 0, "{out}{err}");
+    let b_in = serde_json::json!({"command": "echo B >> src/b.txt"});
+    e.send(s, "PreToolUse", pre("Bash", "B", b_in.clone()));
+    e.send(s, "PostToolUse", post("Bash", "B", b_in));
+    let (_, summary, _) = e.tacho(&["session", "replay", "silence-1.2", "--mode", "summary"]);
+    assert!(summary.contains("tool.result"), "{summary}");
+    let (code, out) = e.verify(s);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = e.verify("silence-1.2");
+    assert_eq!(code, 0, "{out}");
+}
+
+/// Session ids up to the SPEC's limit work whatever their case (a stream's directory
+/// name spells each upper-case letter with two bytes), and ids derived from a long one
+/// (a subagent's `<id>.<agent>`, a continuation's `<id>.2`) never collapse into it: a
+/// SubagentStop ends the subagent, not the main session.
+#[test]
+fn long_session_ids_work_and_derived_ids_stay_apart() {
+    let e = Env::new();
+    for s in [
+        "A".repeat(128),
+        "Ab".repeat(64),
+        format!("{}x", "z".repeat(126)),
+    ] {
+        e.send(&s, "SessionStart", serde_json::json!({"source": "startup"}));
+        e.send(
+            &s,
+            "SubagentStart",
+            serde_json::json!({"agent_id": "helper-1", "agent_type": "general"}),
+        );
+        let a_in = serde_json::json!({"command": "true"});
+        let mut call = pre("Bash", "A", a_in.clone());
+        call["agent_id"] = "helper-1".into();
+        e.send(&s, "PreToolUse", call);
+        let mut done = post("Bash", "A", a_in);
+        done["agent_id"] = "helper-1".into();
+        e.send(&s, "PostToolUse", done);
+        e.send(
+            &s,
+            "SubagentStop",
+            serde_json::json!({"agent_id": "helper-1"}),
+        );
+        e.send(
+            &s,
+            "UserPromptSubmit",
+            serde_json::json!({"prompt": "go on"}),
+        );
+        let (code, out) = e.verify(&s);
+        assert_eq!(code, 0, "{out}");
+        let (_, summary, _) = e.tacho(&["session", "replay", &s, "--mode", "summary"]);
+        assert!(
+            !summary.contains("session.end"),
+            "the main session goes on: {summary}"
+        );
+        assert!(summary.contains("prompt"), "{summary}");
+        let (_, list, _) = e.tacho(&["session", "list", "--json"]);
+        let children = list.matches(&format!("\"parent\":\"{s}\"")).count();
+        assert_eq!(children, 1, "one subagent session: {list}");
+        // `tacho record` takes such an id too, and a second input continues it.
+        let id = format!("{}R", &s[..127]);
+        let start = format!("{{\"type\":\"session.start\",\"session\":\"{id}\"}}\n");
+        let (code, _, err) = e.tacho_in(&["record"], &start);
+        assert_eq!(code, 0, "{err}");
+        let more = format!("{{\"type\":\"agent.notice\",\"session\":\"{id}\",\"notice\":\"n\"}}\n");
+        let (code, _, err) = e.tacho_in(&["record"], &more);
+        assert_eq!(code, 0, "{err}");
+        let (code, out) = e.verify(&id);
+        assert_eq!(code, 0, "{out}");
+    }
+}

@@ -72,6 +72,7 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         batch_lines: a.batch_lines,
         auto_snapshots: a.snapshots == SnapshotsArg::Auto,
         pack_new_sessions: true,
+        outside: true,
     };
     let tacho = crate::open()?;
     // With --json: one acknowledgement per committed batch, written (and flushed) as
