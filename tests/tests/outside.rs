@@ -57,11 +57,7 @@ fn a_repository_link_at_the_backup_is_refused() {
     let claude = e.repo.join(".claude");
     std::fs::create_dir_all(&claude).unwrap();
     std::fs::write(claude.join("settings.json"), "{\"hooks\":{}}").unwrap();
-    symlink(
-        e.user_settings(),
-        claude.join("settings.json.tacho-backup"),
-    )
-    .unwrap();
+    symlink(e.user_settings(), claude.join("settings.json.tacho-backup")).unwrap();
     let (code, out, err) = e.tacho(&["hooks", "install", "claude-code", "--scope", "project"]);
     assert_eq!(
         std::fs::read_to_string(e.user_settings()).unwrap(),
@@ -132,13 +128,7 @@ fn install_keeps_mode_owner_and_numbers() {
     let (code, out, err) = e.tacho(&["hooks", "install", "claude-code"]);
     assert_eq!(code, 0, "{out}{err}");
     let after = std::fs::read_to_string(&f).unwrap();
-    for n in [
-        "123456789012345678901234567890",
-        "1.10",
-        "1e3",
-        "-0",
-        "30",
-    ] {
+    for n in ["123456789012345678901234567890", "1.10", "1e3", "-0", "30"] {
         assert!(
             after.contains(&format!(": {n},")) || after.contains(&format!(": {n}\n")),
             "{n} was not kept as written:\n{after}"
@@ -241,7 +231,10 @@ fn outputs_write_into_a_fifo_in_place() {
             .unwrap_or(false);
         // Checked before joining: a replaced FIFO has no writer, and its reader
         // would wait for ever.
-        assert!(still_fifo, "{what}: the FIFO was replaced: {code} {out}{err}");
+        assert!(
+            still_fifo,
+            "{what}: the FIFO was replaced: {code} {out}{err}"
+        );
         assert_eq!(code, 0, "{what}: {out}{err}");
         let got = reader.join().unwrap();
         assert!(!got.is_empty(), "{what}: the reader got nothing");
@@ -296,5 +289,14 @@ fn outputs_write_through_a_link_and_refuse_a_directory() {
     assert_ne!(code, 0, "{out}{err}");
     assert!(err.contains("a-dir") && err.contains("directory"), "{err}");
     assert!(std::fs::metadata(&d).unwrap().is_dir());
-    assert_eq!(std::fs::read_dir(&e.dir).unwrap().filter(|x| x.as_ref().is_ok_and(|x| x.file_name().to_string_lossy().contains("tmp"))).count(), 0, "no temporary file left");
+    assert_eq!(
+        std::fs::read_dir(&e.dir)
+            .unwrap()
+            .filter(|x| x
+                .as_ref()
+                .is_ok_and(|x| x.file_name().to_string_lossy().contains("tmp")))
+            .count(),
+        0,
+        "no temporary file left"
+    );
 }
