@@ -172,14 +172,11 @@ pub struct HookStatus {
     pub problem: Option<String>,
 }
 
-fn read_settings(path: &Path) -> Result<(String, bool), InstallError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok((t, true)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((String::new(), false)),
-        Err(source) => Err(InstallError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
+/// Whose the settings file of `scope` is: the user's, or the project's repository's.
+fn owner(places: &Places, scope: Scope) -> Owner<'_> {
+    match scope {
+        Scope::User => Owner::User,
+        Scope::Project | Scope::Local => Owner::Repository(&places.project),
     }
 }
 
@@ -224,11 +221,7 @@ fn edit_settings(
 ) -> Result<Edited, InstallError> {
     let file = places.settings_file(agent, scope)?;
     let name = file.display().to_string();
-    let owner = match scope {
-        Scope::User => Owner::User,
-        Scope::Project | Scope::Local => Owner::Repository(&places.project),
-    };
-    let current = SettingsFile::read(&file, owner)?;
+    let current = SettingsFile::read(&file, owner(places, scope))?;
     let mut s = settings::parse(&name, current.text())?;
     let changed = edit(&name, &mut s)?;
     let text = settings::render(&s)?;
@@ -316,8 +309,11 @@ pub fn hooks_status(places: &Places, tacho: &str) -> Vec<HookStatus> {
                 continue;
             };
             let name = file.display().to_string();
-            let (text, exists) = match read_settings(&file) {
-                Ok(r) => r,
+            let (text, exists) = match SettingsFile::read(&file, owner(places, scope)) {
+                Ok(f) => {
+                    let exists = f.exists();
+                    (f.into_text(), exists)
+                }
                 Err(e) => {
                     out.push(HookStatus {
                         agent: agent.name(),

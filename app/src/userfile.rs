@@ -31,7 +31,7 @@ use rustix::io::Errno;
 pub enum UserFileError {
     /// What is at the path is not something tacho writes (a link in a repository, a
     /// directory, a socket, a link to nothing): nothing was written.
-    #[error("{}: {why}; nothing was written", path.display())]
+    #[error("{}: {why}", path.display())]
     Refused { path: PathBuf, why: String },
     #[error("{}: {source}", path.display())]
     Io {
@@ -140,7 +140,16 @@ fn keep_owner_and_mode(f: &std::fs::File, old: &Stat) -> std::io::Result<()> {
             f,
             Some(rustix::fs::Uid::from_raw(old.st_uid)),
             Some(rustix::fs::Gid::from_raw(old.st_gid)),
-        )?;
+        )
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "its owner ({}:{}) cannot be kept: {e}",
+                    old.st_uid, old.st_gid
+                ),
+            )
+        })?;
     }
     rustix::fs::fchmod(f, Mode::from_raw_mode(old.st_mode & 0o7777))?;
     Ok(())
@@ -391,6 +400,10 @@ impl SettingsFile {
 
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    pub fn into_text(self) -> String {
+        self.text
     }
 
     pub fn exists(&self) -> bool {

@@ -3,6 +3,8 @@
 //! `audit otlp --file`, `audit report` and `session replay --mode export`. A repository
 //! cannot turn them against the user, and a user's file keeps what it was.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
@@ -298,5 +300,33 @@ fn outputs_write_through_a_link_and_refuse_a_directory() {
             .count(),
         0,
         "no temporary file left"
+    );
+}
+
+/// `hooks status` reads a repository's settings by the same rules: a link there is a
+/// problem named, not a file read through (it could lead to a device or a FIFO).
+#[test]
+fn status_does_not_read_through_a_repository_link() {
+    let e = Env::new();
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let claude = e.repo.join(".claude");
+    std::fs::create_dir_all(&claude).unwrap();
+    symlink(e.user_settings(), claude.join("settings.json")).unwrap();
+    let (code, out, err) = e.tacho(&["hooks", "status", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let project = v["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["agent"] == "claude-code" && v["scope"] == "project")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(project["events"], serde_json::json!([]), "{project}");
+    assert!(
+        project["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("symbolic link")),
+        "{project}"
     );
 }
