@@ -607,3 +607,59 @@ fn not_followed(dir: &OwnedFd, name: &OsStr, shown: &Path, e: Errno) -> UserFile
         _ => io(shown, e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn an_output_dropped_without_commit_leaves_the_file_as_it_was() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let f = tmp.path().join("out.txt");
+        std::fs::write(&f, "old").unwrap_or_else(|e| panic!("{e}"));
+        {
+            let mut o = OutputFile::create(&f).unwrap_or_else(|e| panic!("{e}"));
+            o.write_all(b"half").unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(std::fs::read_to_string(&f).ok().as_deref(), Some("old"));
+        assert_eq!(names(tmp.path()), ["out.txt"]);
+        let mut o = OutputFile::create(&f).unwrap_or_else(|e| panic!("{e}"));
+        o.write_all(b"new").unwrap_or_else(|e| panic!("{e}"));
+        o.commit().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read_to_string(&f).ok().as_deref(), Some("new"));
+        assert_eq!(names(tmp.path()), ["out.txt"]);
+    }
+
+    #[test]
+    fn a_settings_file_replaced_since_it_was_read_is_refused() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let f = tmp.path().join("settings.json");
+        std::fs::write(&f, "{}").unwrap_or_else(|e| panic!("{e}"));
+        let s = SettingsFile::read(&f, Owner::User).unwrap_or_else(|e| panic!("{e}"));
+        // Another program replaces it meanwhile (as an editor saving does).
+        std::fs::write(tmp.path().join("other"), "{\"a\": 1}").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::rename(tmp.path().join("other"), &f).unwrap_or_else(|e| panic!("{e}"));
+        let r = s.replace("{\"b\": 2}\n");
+        assert!(
+            matches!(&r, Err(UserFileError::Refused { why, .. }) if why.contains("changed")),
+            "{:?}",
+            r.err()
+        );
+        assert_eq!(
+            std::fs::read_to_string(&f).ok().as_deref(),
+            Some("{\"a\": 1}")
+        );
+        assert_eq!(names(tmp.path()), ["settings.json"]);
+    }
+}

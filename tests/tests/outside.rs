@@ -330,3 +330,38 @@ fn status_does_not_read_through_a_repository_link() {
         "{project}"
     );
 }
+
+/// Item 3: a character device of our own (a null device made with mknod, as root) is
+/// written in place and stays a device: what `--output /dev/null` needs, without
+/// risking the machine's /dev/null if this were wrong.
+#[test]
+fn outputs_write_into_a_device_in_place() {
+    let e = Env::new();
+    let session = recorded(&e);
+    let null = e.dir.join("null");
+    let made = std::process::Command::new("mknod")
+        .arg(&null)
+        .args(["c", "1", "3"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        eprintln!("skipped: mknod needs root");
+        return;
+    }
+    for args in [
+        vec!["audit", "export", session, "--output"],
+        vec!["session", "replay", session, "--mode", "export", "--output"],
+    ] {
+        let mut args = args;
+        let path = null.display().to_string();
+        args.push(&path);
+        let (code, out, err) = e.tacho(&args);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        let m = std::fs::symlink_metadata(&null).unwrap();
+        assert!(
+            m.file_type().is_char_device(),
+            "{args:?}: the device was replaced"
+        );
+    }
+}
