@@ -6,6 +6,7 @@
 //! `settings.json`, Codex in `hooks.json`). tacho's handlers are the ones whose
 //! command runs `<tacho> hook <agent>`; everything else is never touched.
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::Agent;
@@ -56,23 +57,33 @@ pub enum SettingsError {
         what: String,
         expected: &'static str,
     },
+    #[error("the settings could not be written back as JSON ({0}); the file was left as it is")]
+    Render(String),
 }
 
 /// Parses a settings file's text (empty text is an empty object). Comments are not
 /// JSON, and a file rewritten without them would lose them, so they are refused like
 /// any other syntax error.
+///
+/// Every number is kept as written: one that serde_json would print otherwise (an
+/// integer beyond 64 bits, `1.10`, `1e3`, `-0`) is held as its text behind a marker
+/// that [`render`] writes back verbatim. serde_json's `arbitrary_precision` would do
+/// this for the whole build, and it changes how numbers deserialize through
+/// internally tagged enums and `flatten`, which the schema uses.
 pub fn parse(path: &str, text: &str) -> Result<Map<String, Value>, SettingsError> {
     if text.trim().is_empty() {
         return Ok(Map::new());
     }
-    let v: Value = serde_json::from_str(text).map_err(|e| {
+    let malformed = |e: serde_json::Error| {
         let near = text
             .lines()
             .nth(e.line().saturating_sub(1))
             .map(str::trim_start)
             .unwrap_or("");
         let message = if near.starts_with("//") || near.starts_with("/*") {
-            format!("{e} (comments are not JSON; tacho does not rewrite a file it would have to drop them from)")
+            format!(
+                "{e} (comments are not JSON; tacho does not rewrite a file it would have to drop them from)"
+            )
         } else {
             e.to_string()
         };
@@ -82,6 +93,15 @@ pub fn parse(path: &str, text: &str) -> Result<Map<String, Value>, SettingsError
             column: e.column(),
             message,
         }
+    };
+    let raw: &RawValue = serde_json::from_str(text).map_err(malformed)?;
+    let v = exact(raw).map_err(|e| match e {
+        Exact::Json(e) => malformed(e),
+        Exact::Marker => SettingsError::Shape {
+            path: path.to_owned(),
+            what: "a string of the file".into(),
+            expected: "free of tacho's number marker (U+0000 followed by `tacho-exact-number:`)",
+        },
     })?;
     match v {
         Value::Object(m) => Ok(m),
@@ -90,6 +110,115 @@ pub fn parse(path: &str, text: &str) -> Result<Map<String, Value>, SettingsError
             what: "the file".into(),
             expected: "a JSON object",
         }),
+    }
+}
+
+/// What stands before a number's text in a string that holds it (see [`parse`]).
+const NUMBER: &str = "\u{0}tacho-exact-number:";
+
+enum Exact {
+    Json(serde_json::Error),
+    Marker,
+}
+
+/// An object's members in order, each left as its text.
+struct Members<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Members<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(e) = m.next_entry::<String, &'de RawValue>()? {
+                    out.push(e);
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A JSON value from its text, with every number that serde_json would print
+/// differently held as its text (see [`parse`]).
+fn exact(raw: &RawValue) -> Result<Value, Exact> {
+    let s = raw.get();
+    let marked = |t: &str| t.contains(NUMBER);
+    match s.as_bytes().first() {
+        Some(b'{') => {
+            let members: Members<'_> = serde_json::from_str(s).map_err(Exact::Json)?;
+            let mut m = Map::new();
+            for (k, v) in members.0 {
+                if marked(&k) {
+                    return Err(Exact::Marker);
+                }
+                m.insert(k, exact(v)?);
+            }
+            Ok(Value::Object(m))
+        }
+        Some(b'[') => {
+            let items: Vec<&RawValue> = serde_json::from_str(s).map_err(Exact::Json)?;
+            items
+                .into_iter()
+                .map(exact)
+                .collect::<Result<_, _>>()
+                .map(Value::Array)
+        }
+        Some(b'-' | b'0'..=b'9') => {
+            let n: Value = serde_json::from_str(s).map_err(Exact::Json)?;
+            if serde_json::to_string(&n).is_ok_and(|again| again == s) {
+                Ok(n)
+            } else {
+                Ok(Value::String(format!("{NUMBER}{s}")))
+            }
+        }
+        _ => {
+            let v: Value = serde_json::from_str(s).map_err(Exact::Json)?;
+            if v.as_str().is_some_and(marked) {
+                return Err(Exact::Marker);
+            }
+            Ok(v)
+        }
+    }
+}
+
+/// A value serialized with every held number written back as its text.
+struct Verbatim<'a>(&'a Value);
+
+impl serde::Serialize for Verbatim<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::String(t) => match t.strip_prefix(NUMBER) {
+                Some(n) => RawValue::from_string(n.to_owned())
+                    .map_err(S::Error::custom)?
+                    .serialize(s),
+                None => t.serialize(s),
+            },
+            Value::Array(a) => {
+                let mut q = s.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    q.serialize_element(&Verbatim(v))?;
+                }
+                q.end()
+            }
+            Value::Object(o) => {
+                let mut m = s.serialize_map(Some(o.len()))?;
+                for (k, v) in o {
+                    m.serialize_entry(k, &Verbatim(v))?;
+                }
+                m.end()
+            }
+            v => v.serialize(s),
+        }
     }
 }
 
@@ -282,11 +411,12 @@ pub fn installed(settings: &Map<String, Value>, agent: Agent) -> Vec<(String, St
 }
 
 /// The text written back: two-space indented JSON with a final newline.
-pub fn render(settings: &Map<String, Value>) -> String {
-    let mut s = serde_json::to_string_pretty(&Value::Object(settings.clone()))
-        .unwrap_or_else(|_| "{}".into());
+pub fn render(settings: &Map<String, Value>) -> Result<String, SettingsError> {
+    let v = Value::Object(settings.clone());
+    let mut s = serde_json::to_string_pretty(&Verbatim(&v))
+        .map_err(|e| SettingsError::Render(e.to_string()))?;
     s.push('\n');
-    s
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -300,9 +430,9 @@ mod tests {
         let text = r#"{"model":"opus","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./guard.sh"}]}]},"env":{"A":"1"}}"#;
         let mut s = parse("s.json", text).unwrap_or_default();
         assert!(install("s.json", &mut s, Agent::ClaudeCode, CMD).unwrap_or(false));
-        let once = render(&s);
+        let once = render(&s).unwrap_or_default();
         assert!(!install("s.json", &mut s, Agent::ClaudeCode, CMD).unwrap_or(true));
-        assert_eq!(render(&s), once);
+        assert_eq!(render(&s).unwrap_or_default(), once);
         let v: Value = serde_json::from_str(&once).unwrap_or_default();
         assert_eq!(v["model"], "opus");
         assert_eq!(v["env"]["A"], "1");
@@ -337,6 +467,36 @@ mod tests {
         assert_eq!(removed, events(Agent::ClaudeCode).len());
         let back: Value = serde_json::from_str(text).unwrap_or_default();
         assert_eq!(Value::Object(s), back);
+    }
+
+    #[test]
+    fn numbers_are_written_back_as_they_were() {
+        // In the layout render writes, so the whole text can be compared.
+        let text = [
+            "{",
+            "  \"big\": 123456789012345678901234567890,",
+            "  \"f\": [",
+            "    1.10,",
+            "    1e3,",
+            "    -0,",
+            "    0.1,",
+            "    2.5E-7",
+            "  ],",
+            "  \"n\": {",
+            "    \"t\": 30,",
+            "    \"u\": -18446744073709551617",
+            "  }",
+            "}\n",
+        ]
+        .join("\n");
+        let text = text.as_str();
+        let mut s = parse("s.json", text).unwrap_or_default();
+        assert_eq!(render(&s).unwrap_or_default(), text);
+        assert!(install("s.json", &mut s, Agent::ClaudeCode, CMD).unwrap_or(false));
+        assert!(uninstall("s.json", &mut s, Agent::ClaudeCode).unwrap_or(0) > 0);
+        assert_eq!(render(&s).unwrap_or_default(), text);
+        // A string that holds the marker is refused, not mistaken for a number.
+        assert!(parse("s.json", "{\"a\": \"\\u0000tacho-exact-number:1\"}").is_err());
     }
 
     #[test]

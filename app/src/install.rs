@@ -2,8 +2,10 @@
 //! settings file, merged in and taken out without touching anything else.
 //!
 //! A file that is not valid JSON is never rewritten. Writes are atomic (a temporary
-//! file beside it, synced, renamed) and the previous file is kept as
-//! `<name>.tacho-backup`.
+//! file beside it, synced, renamed), keep the file's owner, mode and every value as
+//! written, and the previous file is kept as `<name>.tacho-backup`. How links are
+//! treated (a repository's refused, a user's followed and said) is
+//! [`crate::userfile`]'s.
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +13,7 @@ use serde::Serialize;
 use tacho_agents::Agent;
 use tacho_agents::settings::{self, SettingsError};
 
-use std::io::Write;
+use crate::userfile::{Owner, SettingsFile, UserFileError};
 
 /// Where a settings file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -110,6 +112,8 @@ pub enum InstallError {
     },
     #[error("the path of this tacho is not UTF-8: {0}")]
     ExePath(PathBuf),
+    #[error(transparent)]
+    File(#[from] UserFileError),
 }
 
 impl crate::error::Kind for InstallError {
@@ -121,6 +125,7 @@ impl crate::error::Kind for InstallError {
             InstallError::NoHome | InstallError::Io { .. } | InstallError::ExePath(_) => {
                 crate::error::ErrorKind::Io
             }
+            InstallError::File(e) => crate::error::Kind::kind(e),
         }
     }
 }
@@ -140,6 +145,9 @@ pub struct Installed {
     pub events: Vec<String>,
     /// The previous file, kept.
     pub backup: Option<PathBuf>,
+    /// The file written when `file` is a link (the user's own, to a regular file): its
+    /// target.
+    pub written_through: Option<PathBuf>,
     /// The file's text after the change.
     #[serde(skip)]
     pub text: String,
@@ -164,14 +172,11 @@ pub struct HookStatus {
     pub problem: Option<String>,
 }
 
-fn read_settings(path: &Path) -> Result<(String, bool), InstallError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok((t, true)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((String::new(), false)),
-        Err(source) => Err(InstallError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
+/// Whose the settings file of `scope` is: the user's, or the project's repository's.
+fn owner(places: &Places, scope: Scope) -> Owner<'_> {
+    match scope {
+        Scope::User => Owner::User,
+        Scope::Project | Scope::Local => Owner::Repository(&places.project),
     }
 }
 
@@ -192,39 +197,12 @@ pub fn this_tacho() -> Result<String, InstallError> {
         .ok_or_else(|| InstallError::ExePath(exe.clone()))
 }
 
-fn write_with_backup(
-    path: &Path,
-    existed: bool,
-    text: &str,
-) -> Result<Option<PathBuf>, InstallError> {
-    let io = |source| InstallError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    let backup = if existed {
-        let b = path.with_file_name(format!(
-            "{}.tacho-backup",
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default()
-        ));
-        std::fs::copy(path, &b).map_err(io)?;
-        Some(b)
-    } else {
-        None
-    };
-    write_atomically(path, text.as_bytes()).map_err(io)?;
-    Ok(backup)
-}
-
 /// What an edit of a settings file did.
 struct Edited {
     file: PathBuf,
     changed: bool,
     backup: Option<PathBuf>,
+    written_through: Option<PathBuf>,
     text: String,
 }
 
@@ -243,12 +221,12 @@ fn edit_settings(
 ) -> Result<Edited, InstallError> {
     let file = places.settings_file(agent, scope)?;
     let name = file.display().to_string();
-    let (text, existed) = read_settings(&file)?;
-    let mut s = settings::parse(&name, &text)?;
+    let current = SettingsFile::read(&file, owner(places, scope))?;
+    let mut s = settings::parse(&name, current.text())?;
     let changed = edit(&name, &mut s)?;
-    let text = settings::render(&s);
+    let text = settings::render(&s)?;
     let backup = if changed && !dry_run {
-        write_with_backup(&file, existed, &text)?
+        current.replace(&text)?
     } else {
         None
     };
@@ -256,6 +234,7 @@ fn edit_settings(
         file,
         changed,
         backup,
+        written_through: current.written_through().map(Path::to_path_buf),
         text,
     })
 }
@@ -287,6 +266,7 @@ pub fn install_hooks(
             .map(|(e, _, _)| (*e).to_owned())
             .collect(),
         backup: e.backup,
+        written_through: e.written_through,
         text: e.text,
         note: codex_note(agent),
     })
@@ -314,6 +294,7 @@ pub fn uninstall_hooks(
         command: String::new(),
         events: before.into_iter().map(|(e, _)| e).collect(),
         backup: e.backup,
+        written_through: e.written_through,
         text: e.text,
         note: None,
     })
@@ -328,8 +309,11 @@ pub fn hooks_status(places: &Places, tacho: &str) -> Vec<HookStatus> {
                 continue;
             };
             let name = file.display().to_string();
-            let (text, exists) = match read_settings(&file) {
-                Ok(r) => r,
+            let (text, exists) = match SettingsFile::read(&file, owner(places, scope)) {
+                Ok(f) => {
+                    let exists = f.exists();
+                    (f.into_text(), exists)
+                }
                 Err(e) => {
                     out.push(HookStatus {
                         agent: agent.name(),
@@ -366,24 +350,4 @@ pub fn hooks_status(places: &Places, tacho: &str) -> Vec<HookStatus> {
         }
     }
     out
-}
-
-/// Writes a file whole or not at all: a temporary file beside it, synced, renamed.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_data()?;
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }

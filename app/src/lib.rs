@@ -33,6 +33,7 @@ mod rollback;
 pub mod runner;
 mod sessions;
 mod snapshots;
+pub mod userfile;
 mod verifiers;
 
 pub use branch::{BranchError, Branched};

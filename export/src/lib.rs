@@ -6,8 +6,7 @@
 pub mod jsonl;
 pub mod otlp;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Sessions rendered ahead of the one being written, at most.
 const WINDOW: usize = 32;
@@ -135,6 +134,8 @@ pub enum ExportError {
     Write(#[from] std::io::Error),
     #[error(transparent)]
     Send(#[from] otlp::SendError),
+    #[error(transparent)]
+    File(#[from] tacho_app::userfile::UserFileError),
     #[error("{}: {source}", path.display())]
     Output {
         path: PathBuf,
@@ -145,62 +146,14 @@ pub enum ExportError {
 
 impl tacho_app::Kind for ExportError {
     fn kind(&self) -> tacho_app::ErrorKind {
-        tacho_app::ErrorKind::Io
+        match self {
+            ExportError::File(e) => e.kind(),
+            _ => tacho_app::ErrorKind::Io,
+        }
     }
 }
 
-/// An output file written whole or not at all: a temporary file beside it, synced and
-/// renamed over it on [`AtomicFile::commit`]; dropped without commit, it is removed.
-pub struct AtomicFile {
-    path: PathBuf,
-    file: std::io::BufWriter<tempfile::NamedTempFile>,
-}
-
-impl AtomicFile {
-    pub fn create(path: &Path) -> Result<AtomicFile, ExportError> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        // Created as any file the user makes (0666 less the umask), not private.
-        let tmp = tempfile::Builder::new()
-            .prefix(".tacho-export-")
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-            .tempfile_in(&dir)
-            .map_err(|source| ExportError::Output {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        Ok(AtomicFile {
-            path: path.to_path_buf(),
-            file: std::io::BufWriter::with_capacity(1 << 20, tmp),
-        })
-    }
-
-    /// Syncs the file and puts it in place.
-    pub fn commit(self) -> Result<(), ExportError> {
-        let path = self.path;
-        let err = |source| ExportError::Output {
-            path: path.clone(),
-            source,
-        };
-        let tmp = self.file.into_inner().map_err(|e| err(e.into_error()))?;
-        tmp.as_file().sync_all().map_err(err)?;
-        tmp.persist(&path).map_err(|e| err(e.error))?;
-        Ok(())
-    }
-}
-
-impl Write for AtomicFile {
-    #[inline]
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.file.write(buf)
-    }
-    #[inline]
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.file.write_all(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
-    }
-}
+/// Every export's output file: written beside a regular file and renamed over it at
+/// the commit, in place into a device or FIFO, never through a repository's or a
+/// dangling link (tacho-app's `userfile`, whose rules ARCHITECTURE.md lists).
+pub use tacho_app::userfile::OutputFile;

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use tacho_app::{ListFilter, Tacho};
 use tacho_export::jsonl::{JsonlOptions, export_jsonl};
 use tacho_export::otlp::{self, FileSink, HttpSink, OtlpOptions, Protocol, export_otlp};
-use tacho_export::{AtomicFile, ExportError, Exported};
+use tacho_export::{ExportError, Exported, OutputFile};
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -213,10 +213,10 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
     let mut tick = |done: usize, total: usize, events: u64| progress.tick(done, total, events);
     let done = match &a.output {
         Some(path) => {
-            let mut file = AtomicFile::create(path).map_err(export_error)?;
+            let mut file = OutputFile::create(path)?;
             let done = export_jsonl(&tacho, &sessions, &opts, &mut file, &mut tick)
                 .map_err(export_error)?;
-            file.commit().map_err(export_error)?;
+            file.commit()?;
             done
         }
         None => {
@@ -292,10 +292,10 @@ fn otlp(a: OtlpArgs) -> Result<(), CliError> {
     let mut tick = |done: usize, total: usize, events: u64| progress.tick(done, total, events);
     let sent = match (&a.file, http) {
         (Some(path), _) => {
-            let mut sink = FileSink::new(AtomicFile::create(path).map_err(export_error)?);
+            let mut sink = FileSink::new(OutputFile::create(path)?);
             let (exported, requests) = export_otlp(&tacho, &sessions, &opts, &mut sink, &mut tick)
                 .map_err(export_error)?;
-            sink.out.commit().map_err(export_error)?;
+            sink.out.commit()?;
             Sent {
                 exported,
                 requests,
@@ -368,14 +368,14 @@ fn report(a: ReportArgs) -> Result<(), CliError> {
     };
     match &a.output {
         Some(path) => {
-            let mut file = AtomicFile::create(path).map_err(export_error)?;
+            let mut file = OutputFile::create(path)?;
             file.write_all(text.as_bytes()).map_err(|source| {
                 export_error(ExportError::Output {
                     path: path.clone(),
                     source,
                 })
             })?;
-            file.commit().map_err(export_error)?;
+            file.commit()?;
             eprintln!("wrote the report of {session} to {}", path.display());
         }
         None => {

@@ -259,13 +259,22 @@ fn report(
     same: &str,
 ) -> Result<(), CliError> {
     if json {
-        out.json(r)
-    } else if r.dry_run {
-        out.line(format!("{} would be:", r.file.display()))?;
-        out.line(r.text.trim_end().to_string())
-    } else {
-        out.line(if r.changed { done } else { same }.to_string())
+        return out.json(r);
     }
+    if r.dry_run {
+        out.line(format!("{} would be:", r.file.display()))?;
+        out.line(r.text.trim_end().to_string())?;
+    } else {
+        out.line(if r.changed { done } else { same }.to_string())?;
+    }
+    if let Some(t) = &r.written_through {
+        out.line(format!(
+            "note: {} is a symbolic link: tacho writes its target, {}, and leaves the link as it is",
+            r.file.display(),
+            t.display()
+        ))?;
+    }
+    Ok(())
 }
 
 fn scope_name(s: Scope) -> &'static str {

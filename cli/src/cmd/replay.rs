@@ -110,16 +110,16 @@ fn export(
     let (pkg, log) = tacho.export_package(session)?;
     match output {
         Some(path) => {
-            // Written next to its final name, then renamed: never a half-written package.
-            let tmp = path.with_extension("tmp-export");
-            std::fs::write(&tmp, &pkg)
-                .and_then(|()| std::fs::rename(&tmp, path))
-                .map_err(|e| {
-                    CliError::from(std::io::Error::new(
-                        e.kind(),
-                        format!("{}: {e}", path.display()),
-                    ))
-                })?;
+            // Written next to a file and renamed over it (never a half-written
+            // package), into a device or FIFO in place: tacho-app's `userfile`.
+            let mut file = tacho_app::userfile::OutputFile::create(path)?;
+            file.write_all(&pkg).map_err(|e| {
+                CliError::from(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", path.display()),
+                ))
+            })?;
+            file.commit()?;
         }
         None => {
             let mut stdout = stdout.lock();
