@@ -180,9 +180,15 @@ impl Tacho {
         let ws_path = PathBuf::from(&target.workspace);
 
         // The session, and descendants that worked in the very same directory.
-        let (members, elsewhere, rollback_sessions) =
+        let (mut members, mut elsewhere, rollback_sessions) =
             self.members(session, graph, &target.workspace, &ws_path)?;
-        self.close_interrupted(&rollback_sessions, session, allow_running)?;
+        let closed = self.close_interrupted(&rollback_sessions, session, allow_running)?;
+        // A cut-short rollback among the members (the undo it printed, run right after
+        // it was killed) is running no more: read the members again.
+        if members.iter().any(|m| closed.contains(&m.id)) {
+            (members, elsewhere, _) =
+                self.members(session, self.graph(session)?, &target.workspace, &ws_path)?;
+        }
         let running: Vec<String> = members
             .iter()
             .filter(|m| m.running)
@@ -401,7 +407,8 @@ impl Tacho {
         candidates: &[String],
         session: &str,
         look_only: bool,
-    ) -> Result<(), RollbackError> {
+    ) -> Result<Vec<String>, RollbackError> {
+        let mut closed = Vec::new();
         for id in candidates {
             let events = self.events(id)?;
             if events
@@ -457,6 +464,7 @@ impl Tacho {
                 }),
             ));
             w.append_batch(&closing, Durability::Sync)?;
+            closed.push(id.clone());
             self.note(&format!(
                 "note: rollback {id} was interrupted{} before it finished{}; undo it with `tacho session rollback {id} --yes`, or run the rollback of {session} again to finish it",
                 if applied { " after its files were written" } else { "" },
@@ -464,7 +472,7 @@ impl Tacho {
                     .unwrap_or_default()
             ));
         }
-        Ok(())
+        Ok(closed)
     }
 
     /// The session and its descendants in the same workspace; also the descendants

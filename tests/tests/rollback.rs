@@ -819,3 +819,54 @@ fn a_rollback_killed_midway_can_be_undone() {
     }
     eprintln!("{kills} kills during rollbacks, {interrupted} interrupted mid-way: no work lost");
 }
+
+/// The undo command a rollback prints works as printed after `kill -9` of that
+/// rollback, with nothing run in between: the cut-short rollback's session is closed
+/// by the undo itself (it was refused as "still running" before).
+#[test]
+fn the_printed_undo_works_right_after_a_killed_rollback() {
+    let mut interrupted = 0;
+    for round in 0..6u64 {
+        let e = env();
+        let ws = e.ws.display().to_string();
+        for i in 0..300 {
+            e.write(&format!("f{i:03}.txt"), "v0\n");
+        }
+        e.record(
+            "ses_u",
+            &format!(r#"{{"type":"session.start","workspace":"{ws}"}}"#),
+        );
+        for i in 0..300 {
+            e.write(&format!("f{i:03}.txt"), "v1 by the agent\n");
+        }
+        e.record("ses_u", r#"{"type":"session.end","reason":"completed"}"#);
+        let before: Vec<Option<String>> =
+            (0..300).map(|i| e.read(&format!("f{i:03}.txt"))).collect();
+        let mut c = tacho(&e.home);
+        c.args(["session", "rollback", "ses_u", "--yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(60 + round * 61 % 300));
+        let _ = child.kill();
+        let _ = child.wait();
+        let (_, out, _) = e.tacho(&["session", "list", "--json"]);
+        let Some(r) = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|r| r["title"] == "rollback of ses_u")
+        else {
+            continue;
+        };
+        let id = r["session"].as_str().unwrap().to_owned();
+        if r["status"] == "running" {
+            interrupted += 1;
+        }
+        let (code, out, err) = e.tacho(&["session", "rollback", &id, "--yes"]);
+        assert_eq!(code, 0, "round {round}: {out}{err}");
+        let after: Vec<Option<String>> =
+            (0..300).map(|i| e.read(&format!("f{i:03}.txt"))).collect();
+        assert_eq!(after, before, "round {round}: the user's work is back");
+    }
+    eprintln!("{interrupted} rollbacks undone right after being killed mid-way");
+}
