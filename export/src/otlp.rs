@@ -707,7 +707,7 @@ impl HttpSink {
         let Some(response) = response else {
             if self.messages.len() < MESSAGES_MAX {
                 self.messages.push(format!(
-                    "its answer ({} bytes) is not an OTLP ExportTraceServiceResponse",
+                    "({} bytes that are not an OTLP ExportTraceServiceResponse)",
                     bytes.len()
                 ));
             }
