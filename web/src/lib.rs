@@ -117,6 +117,9 @@ impl Limits {
     }
 }
 
+/// Longer timeouts are cut to this (a deadline must stay a valid instant).
+const TIMEOUT_MAX: Duration = Duration::from_secs(24 * 3600);
+
 /// Serves until interrupted (Ctrl-C), with the default [`Limits`]. `ready` gets the
 /// address bound (port 0 picks a free one) before the first request is read.
 pub fn serve(cfg: Config, port: u16, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
@@ -150,9 +153,12 @@ pub fn serve_with(
         let router = router(app);
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
+            .header_read_timeout(limits.header_timeout.min(TIMEOUT_MAX))
             .keep_alive(true);
-        let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+        let idle = limits.idle_timeout.min(TIMEOUT_MAX);
+        let permits = Arc::new(Semaphore::new(
+            limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+        ));
         let stop = async {
             // Without a Ctrl-C handler, serve until killed.
             if tokio::signal::ctrl_c().await.is_err() {
@@ -184,7 +190,7 @@ pub fn serve_with(
                 stream,
                 http.clone(),
                 router.clone(),
-                limits.idle_timeout,
+                idle,
                 permit,
             ));
         }
