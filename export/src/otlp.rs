@@ -10,7 +10,9 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{
     AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value,
 };
@@ -617,6 +619,16 @@ pub enum SendError {
         status: u16,
         body: String,
     },
+    /// OTLP defines no redirects: one is not followed (the request and its headers go
+    /// nowhere else) and fails the export.
+    #[error(
+        "{url}: the collector answered HTTP {status}, a redirect to {location}; OTLP has no redirects, so nothing was sent there (give the collector's own URL)"
+    )]
+    Redirected {
+        url: String,
+        status: u16,
+        location: String,
+    },
     #[error("{url}: still failing after {attempts} attempts: {last}")]
     GaveUp {
         url: String,
@@ -626,7 +638,10 @@ pub enum SendError {
 }
 
 /// OTLP/HTTP: gzip, retries on 429, 502, 503 and 504 (and on connection failures)
-/// with exponential backoff, honouring `Retry-After`; never on 400.
+/// with exponential backoff, honouring `Retry-After`; never on 400. Success is a 2xx
+/// answer and nothing else; redirects are not followed (OTLP defines none, and the
+/// user's headers must not reach another origin). Everything the collector says that
+/// is shown is [`printable`] and cut.
 pub struct HttpSink {
     agent: ureq::Agent,
     pub url: String,
@@ -646,6 +661,7 @@ impl HttpSink {
     pub fn new(url: String, headers: Vec<(String, String)>, protocol: Protocol) -> HttpSink {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_redirects(0)
             .timeout_global(Some(Duration::from_secs(30)))
             .build()
             .into();
@@ -676,17 +692,94 @@ impl HttpSink {
         }
     }
 
-    /// Reads a success response's partial-success report, if any.
+    /// Reads a success response's partial-success report, if any. An answer that is
+    /// not an `ExportTraceServiceResponse` (an empty one is) is reported.
     fn partial(&mut self, bytes: &[u8]) {
         let response = match self.protocol {
             Protocol::Protobuf => ExportTraceServiceResponse::decode(bytes).ok(),
-            Protocol::Json => serde_json::from_slice::<ExportTraceServiceResponse>(bytes).ok(),
-        };
-        if let Some(p) = response.and_then(|r| r.partial_success) {
-            self.rejected_spans += p.rejected_spans;
-            if !p.error_message.is_empty() {
-                self.messages.push(p.error_message);
+            Protocol::Json if bytes.iter().all(u8::is_ascii_whitespace) => {
+                Some(ExportTraceServiceResponse::default())
             }
+            Protocol::Json => serde_json::from_slice::<JsonResponse>(bytes)
+                .ok()
+                .map(JsonResponse::into_proto),
+        };
+        let Some(response) = response else {
+            if self.messages.len() < MESSAGES_MAX {
+                self.messages.push(format!(
+                    "({} bytes that are not an OTLP ExportTraceServiceResponse)",
+                    bytes.len()
+                ));
+            }
+            return;
+        };
+        if let Some(p) = response.partial_success {
+            // A negative count is nonsense and must not hide an earlier rejection.
+            self.rejected_spans = self.rejected_spans.saturating_add(p.rejected_spans.max(0));
+            if !p.error_message.is_empty() && self.messages.len() < MESSAGES_MAX {
+                self.messages
+                    .push(printable(&p.error_message, COLLECTOR_TEXT_MAX));
+            }
+        }
+    }
+}
+
+/// At most this many characters of what a collector says are shown.
+pub const COLLECTOR_TEXT_MAX: usize = 500;
+/// At most this many partial-success messages are kept.
+const MESSAGES_MAX: usize = 20;
+
+/// `text` fit for a terminal: control characters (C0, DEL, C1 — escape sequences
+/// start with them) and the bidirectional overrides that reorder what is shown are
+/// written as `\u{..}` escapes, and the result is cut to `max` characters (`…` then
+/// ends it). For anything a server says that tacho shows.
+pub fn printable(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n >= max {
+            out.push('…');
+            break;
+        }
+        if c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// An `ExportTraceServiceResponse` in the OTLP JSON mapping, where a 64-bit integer is
+/// a string (`"rejectedSpans":"7"`, as the collector writes it) or a number.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct JsonResponse {
+    partial_success: Option<JsonPartial>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct JsonPartial {
+    rejected_spans: Option<serde_json::Value>,
+    error_message: String,
+}
+
+impl JsonResponse {
+    fn into_proto(self) -> ExportTraceServiceResponse {
+        ExportTraceServiceResponse {
+            partial_success: self.partial_success.map(|p| {
+                let rejected_spans = match &p.rejected_spans {
+                    Some(serde_json::Value::Number(n)) => n.as_i64().unwrap_or(i64::MAX),
+                    Some(serde_json::Value::String(s)) => s.trim().parse().unwrap_or(i64::MAX),
+                    _ => 0,
+                };
+                ExportTracePartialSuccess {
+                    rejected_spans,
+                    error_message: p.error_message,
+                }
+            }),
         }
     }
 }
@@ -742,10 +835,21 @@ impl Sink for HttpSink {
                         self.partial(&bytes);
                         return Ok(());
                     }
-                    let text = String::from_utf8_lossy(&bytes)
-                        .chars()
-                        .take(500)
-                        .collect::<String>();
+                    if (300..400).contains(&status) {
+                        let location = resp
+                            .headers()
+                            .get("location")
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                        return Err(ExportError::Send(SendError::Redirected {
+                            url: self.url.clone(),
+                            status,
+                            location: location.map_or_else(
+                                || "nowhere (no Location)".into(),
+                                |l| printable(&l, COLLECTOR_TEXT_MAX),
+                            ),
+                        }));
+                    }
+                    let text = printable(&String::from_utf8_lossy(&bytes), COLLECTOR_TEXT_MAX);
                     if matches!(status, 429 | 502 | 503 | 504) {
                         (true, hint, format!("HTTP {status}: {text}"))
                     } else {
@@ -764,8 +868,8 @@ impl Sink for HttpSink {
                     | ureq::Error::HostNotFound
                     | ureq::Error::ConnectionFailed
                     | ureq::Error::BodyStalled),
-                ) => (true, None, e.to_string()),
-                Err(e) => (false, None, e.to_string()),
+                ) => (true, None, printable(&e.to_string(), COLLECTOR_TEXT_MAX)),
+                Err(e) => (false, None, printable(&e.to_string(), COLLECTOR_TEXT_MAX)),
             };
             if !retryable || attempt >= self.max_attempts {
                 return Err(ExportError::Send(SendError::GaveUp {
@@ -919,6 +1023,17 @@ mod tests {
             vec![("api-key".into(), "a b".into()), ("X".into(), "2".into())]
         );
         assert!(headers(&["nope".into()], &|_| None).is_err());
+    }
+
+    #[test]
+    fn printable_escapes_controls_and_bidi_and_cuts() {
+        assert_eq!(printable("ok: fine", 100), "ok: fine");
+        assert_eq!(
+            printable("\u{1b}[2Jx\u{7}\u{9b}\u{202e}y\n", 100),
+            "\\u{1b}[2Jx\\u{7}\\u{9b}\\u{202e}y\\u{a}"
+        );
+        assert_eq!(printable("abcdef", 3), "abc…");
+        assert_eq!(printable("é😀", 2), "é😀");
     }
 
     #[test]

@@ -338,6 +338,241 @@ fn otlp_file_is_otlp_json_the_official_package_reads() {
     otlp_check("file");
 }
 
+/// A collector stand-in on 127.0.0.1 that answers every request with `answer` (one
+/// request per connection) and keeps the head of each request it read. The accept loop
+/// ends when the server is dropped, or after a minute at most.
+struct Fake {
+    port: u16,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Fake {
+    fn start(answer: impl Fn(u16) -> Vec<u8> + Send + 'static) -> Fake {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (h, st) = (heads.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while !st.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+                let Ok((mut s, _)) = listener.accept() else {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                    .unwrap();
+                let mut raw = Vec::new();
+                let mut buf = [0u8; 8192];
+                let head_end = loop {
+                    if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break Some(i + 4);
+                    }
+                    match s.read(&mut buf) {
+                        Ok(n) if n > 0 && raw.len() < 1 << 20 => raw.extend_from_slice(&buf[..n]),
+                        _ => break None,
+                    }
+                };
+                let Some(head_end) = head_end else { continue };
+                let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while raw.len() < head_end + len {
+                    match s.read(&mut buf) {
+                        Ok(n) if n > 0 => raw.extend_from_slice(&buf[..n]),
+                        _ => break,
+                    }
+                }
+                h.lock().unwrap().push(head);
+                let _ = s.write_all(&answer(port));
+            }
+        });
+        Fake {
+            port,
+            heads,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn http_answer(status: &str, headers: &str, body: &[u8]) -> Vec<u8> {
+    let mut a = format!(
+        "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    a.extend_from_slice(body);
+    a
+}
+
+/// `audit otlp` to `port` with a secret in a flag and one in the environment.
+fn otlp_to(home: &Path, port: u16, extra: &[&str]) -> (i32, String, String) {
+    let mut c = tacho(home);
+    c.args(["audit", "otlp", "--endpoint"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .args(["--header", "x-api-key=SECRET-FLAG", "--all"])
+        .args(extra)
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-team-token=SECRET-ENV");
+    run(c)
+}
+
+/// OTLP defines no redirects: a collector answering 302 to another origin gets the
+/// export refused (exit 5, the location named), and the other origin sees nothing —
+/// not the spans, not the secret headers.
+#[test]
+fn otlp_follows_no_redirect_and_fails_naming_the_location() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = store(tmp.path());
+    let other = Fake::start(|_| http_answer("200 OK", "", b""));
+    let to = other.port;
+    for status in [
+        "302 Found",
+        "307 Temporary Redirect",
+        "308 Permanent Redirect",
+    ] {
+        let collector = Fake::start(move |_| {
+            http_answer(
+                status,
+                &format!("Location: http://127.0.0.1:{to}/v1/traces\r\n"),
+                b"",
+            )
+        });
+        let (code, out, err) = otlp_to(&home, collector.port, &[]);
+        let location = format!("http://127.0.0.1:{to}/v1/traces");
+        assert_eq!(code, 5, "{status}: {out}{err}");
+        assert!(
+            err.contains("redirect") && err.contains(&location),
+            "{status}: {err}"
+        );
+        assert!(!out.contains("sent "), "{status}: {out}");
+        let got = collector.heads();
+        assert_eq!(got.len(), 1, "{status}: a redirect is not retried: {got:?}");
+        assert!(got[0].contains("secret-flag") && got[0].contains("secret-env"));
+    }
+    assert_eq!(
+        other.heads(),
+        Vec::<String>::new(),
+        "the other origin got nothing"
+    );
+}
+
+/// What a collector answers reaches the terminal without its control characters
+/// (no escape sequence can retitle the window, clear it or hide text) and cut short.
+#[test]
+fn otlp_echoes_no_control_characters_from_the_collector() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = store(tmp.path());
+    let nasty = "\u{1b}]0;owned\u{7}\u{1b}[2Jbad request\u{9b}31m\u{202e}gnp.exe\r";
+    let plain = |s: &str| {
+        !s.chars()
+            .any(|c| c.is_control() && c != '\n' || c == '\u{202e}')
+    };
+
+    // Rejected (400): the body is shown, escaped and cut.
+    let body = format!("{nasty}{}", "x".repeat(5000));
+    let collector = Fake::start(move |_| http_answer("400 Bad Request", "", body.as_bytes()));
+    let (code, _, err) = otlp_to(&home, collector.port, &[]);
+    assert_eq!(code, 5, "{err}");
+    assert!(
+        err.contains("bad request") && err.contains("HTTP 400"),
+        "{err}"
+    );
+    assert!(plain(&err), "{err:?}");
+    assert!(err.len() < 2000, "cut: {} bytes", err.len());
+
+    // A redirect's location (an ESC there is refused by the HTTP parser already; C1 and
+    // bidirectional characters are not).
+    let collector = Fake::start(move |_| {
+        http_answer(
+            "301 Moved Permanently",
+            "Location: http://127.0.0.1:1/\u{9b}2J\u{202e}txt.exe\r\n",
+            b"",
+        )
+    });
+    let (code, _, err) = otlp_to(&home, collector.port, &[]);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("redirect") && plain(&err), "{err:?}");
+
+    // Partial success: the collector's message, in text and in JSON.
+    let msg = serde_json::json!({
+        "partialSuccess": {"rejectedSpans": "0", "errorMessage": nasty}
+    })
+    .to_string();
+    let collector = Fake::start(move |_| {
+        http_answer(
+            "200 OK",
+            "Content-Type: application/json\r\n",
+            msg.as_bytes(),
+        )
+    });
+    for json in [false, true] {
+        let mut extra = vec!["--protocol", "http/json"];
+        if json {
+            extra.push("--json");
+        }
+        let (code, out, err) = otlp_to(&home, collector.port, &extra);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("sent ") || json, "{out}");
+        assert!(plain(&out) && plain(&err), "{out:?}{err:?}");
+        assert!(
+            err.contains("bad request") || out.contains("bad request"),
+            "{out}{err}"
+        );
+    }
+}
+
+/// The OTLP JSON mapping writes 64-bit integers as strings: a collector's partial
+/// success in that form (as the collector itself writes it) counts, and exits 1.
+#[test]
+fn otlp_json_partial_success_with_a_string_count_is_a_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = store(tmp.path());
+    for (answer, code) in [
+        (
+            r#"{"partialSuccess":{"rejectedSpans":"7","errorMessage":"too old"}}"#,
+            1,
+        ),
+        (r#"{"partialSuccess":{"rejectedSpans":7}}"#, 1),
+        (r#"{}"#, 0),
+    ] {
+        let collector = Fake::start(move |_| {
+            http_answer(
+                "200 OK",
+                "Content-Type: application/json\r\n",
+                answer.as_bytes(),
+            )
+        });
+        let (got, out, err) = otlp_to(&home, collector.port, &["--protocol", "http/json"]);
+        assert_eq!(got, code, "{answer}: {out}{err}");
+        if code == 1 {
+            assert!(err.contains("rejected 7 span(s)"), "{err}");
+        }
+    }
+}
+
 /// The demo's session (real snapshots, a failed and a passing test run) as a report.
 fn demo(dir: &Path) -> (PathBuf, String) {
     let home = tacho_tests::demo_store(dir);

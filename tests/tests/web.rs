@@ -6,10 +6,11 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 use tacho_tests::{run, tacho};
 
@@ -27,7 +28,13 @@ impl Drop for Server {
 }
 
 fn serve(home: &Path) -> Server {
+    serve_env(home, &[])
+}
+
+/// `serve` with environment settings (the connection limits).
+fn serve_env(home: &Path, env: &[(&str, &str)]) -> Server {
     let mut c = tacho(home);
+    c.envs(env.iter().copied());
     c.args(["run-report", "--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
@@ -314,4 +321,232 @@ fn a_long_session_page_shows_the_first_calls_and_says_how_many_more() {
         body.contains("… and 100 more tool calls"),
         "the page says so"
     );
+}
+
+/// Whether the server has closed `s` (or answered and closed it), waiting at most
+/// `within`; what it sent meanwhile is appended to `got`.
+fn closed_within(s: &mut TcpStream, within: Duration, got: &mut Vec<u8>) -> bool {
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+fn home_with_a_session(dir: &Path) -> PathBuf {
+    let home = dir.join("home");
+    let (code, _, err) = tacho_tests::run_with_stdin(
+        &home,
+        &["record", "--snapshots", "off"],
+        "{\"type\":\"session.start\",\"session\":\"ses_one\",\"ts\":1795166043000}\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    home
+}
+
+/// A connection that sends nothing, one that trickles its request head (slowloris) and
+/// a kept-alive one left idle are all closed after the header timeout
+/// (`TACHO_WEB_HEADER_TIMEOUT_MS`, here 1 s); the server still answers, and still
+/// refuses heads and URIs that are too large.
+#[test]
+fn the_report_server_closes_silent_slow_and_idle_connections() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = home_with_a_session(tmp.path());
+    let srv = serve_env(&home, &[("TACHO_WEB_HEADER_TIMEOUT_MS", "1000")]);
+    let p = srv.port;
+    let limit = Duration::from_secs(4);
+
+    // Nothing sent.
+    let mut silent = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    let t = Instant::now();
+    assert!(
+        closed_within(&mut silent, limit, &mut Vec::new()),
+        "silent connection kept"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // A head trickled a line every 100 ms, never finished.
+    let mut slow = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    write!(slow, "GET / HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\n").unwrap();
+    let t = Instant::now();
+    let mut closed = false;
+    for i in 0..40 {
+        if slow
+            .write_all(format!("X-Slow-{i}: a\r\n").as_bytes())
+            .is_err()
+            || closed_within(&mut slow, Duration::from_millis(100), &mut Vec::new())
+        {
+            closed = true;
+            break;
+        }
+    }
+    assert!(
+        closed,
+        "a trickled head kept the connection for {:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() < limit, "{:?}", t.elapsed());
+
+    // Kept alive after an answer, then idle.
+    let mut kept = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    write!(
+        kept,
+        "GET /s/ses_one HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    assert!(
+        closed_within(&mut kept, limit, &mut got),
+        "idle connection kept"
+    );
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+
+    // Still answering, still refusing what it refused.
+    assert_eq!(get(p, "/").0, 200);
+    assert_eq!(request(p, "GET", "/", "evil.example").0, 421);
+    assert_eq!(get(p, &format!("/{}", "a".repeat(70_000))).0, 414);
+    let mut big = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    write!(big, "GET / HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\n").unwrap();
+    for i in 0..200 {
+        write!(big, "X-Many-{i}: a\r\n").unwrap();
+    }
+    big.write_all(b"\r\n").unwrap();
+    let mut got = Vec::new();
+    closed_within(&mut big, limit, &mut got);
+    assert!(
+        got.starts_with(b"HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+/// At most `TACHO_WEB_MAX_CONNECTIONS` (here 3) connections are served at once; the
+/// next waits, unanswered, and is answered as soon as one of the others closes.
+#[test]
+fn the_report_server_serves_at_most_its_connection_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = home_with_a_session(tmp.path());
+    let srv = serve_env(&home, &[("TACHO_WEB_MAX_CONNECTIONS", "3")]);
+    let p = srv.port;
+    let mut held: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+            write!(s, "GET / HTTP/1.1\r\n").unwrap();
+            s
+        })
+        .collect();
+    // Each held connection is accepted (in order) before the next one is made.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut next = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    write!(
+        next,
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    assert!(
+        !closed_within(&mut next, Duration::from_millis(1500), &mut got) && got.is_empty(),
+        "a fourth connection was served: {}",
+        String::from_utf8_lossy(&got)
+    );
+    drop(held.pop());
+    assert!(closed_within(&mut next, Duration::from_secs(10), &mut got));
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    drop(held);
+    for _ in 0..5 {
+        assert_eq!(get(p, "/").0, 200);
+    }
+
+    // A limit that is not a positive integer is refused, by name.
+    let mut c = tacho(&home);
+    c.env("TACHO_WEB_MAX_CONNECTIONS", "0").arg("run-report");
+    let (code, _, err) = run(c);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("TACHO_WEB_MAX_CONNECTIONS"), "{err}");
+}
+
+/// A client that asks for a large page and does not read it holds the connection
+/// only until the idle timeout (`TACHO_WEB_IDLE_TIMEOUT_MS`, here 1 s): the answer is
+/// cut there, whatever the header timeout.
+#[test]
+fn the_report_server_closes_a_connection_where_nothing_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    // About 8 MB of page: more than the socket buffers hold.
+    let out = "o".repeat(60_000);
+    let mut input =
+        String::from("{\"type\":\"session.start\",\"session\":\"ses_big\",\"ts\":1795166043000}\n");
+    for i in 0..140 {
+        input.push_str(&format!(
+            "{{\"type\":\"tool.call\",\"session\":\"ses_big\",\"ts\":{t},\"call_id\":\"c{i}\",\"tool\":\"read\",\"target\":\"f{i}\"}}\n{{\"type\":\"tool.result\",\"session\":\"ses_big\",\"ts\":{t},\"call_id\":\"c{i}\",\"status\":\"ok\",\"output\":\"{out}\"}}\n",
+            t = 1795166044000i64 + i,
+        ));
+    }
+    let (code, _, err) =
+        tacho_tests::run_with_stdin(&home, &["record", "--snapshots", "off"], &input);
+    assert_eq!(code, 0, "{err}");
+    let srv = serve_env(
+        &home,
+        &[
+            ("TACHO_WEB_HEADER_TIMEOUT_MS", "60000"),
+            ("TACHO_WEB_IDLE_TIMEOUT_MS", "1000"),
+        ],
+    );
+    let p = srv.port;
+    let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    write!(
+        s,
+        "GET /s/ses_big HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    // The head, once the page is made (bounded: 30 s)...
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before its head");
+        got.extend_from_slice(&buf[..n]);
+    }
+    // ...then nothing read for longer than the idle timeout.
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(closed_within(&mut s, Duration::from_secs(20), &mut got));
+    let text = String::from_utf8_lossy(&got);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().to_string())
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(length > 8_000_000, "a large page: {length}");
+    assert!(
+        body.len() < length,
+        "the answer was not cut: {} of {length} bytes",
+        body.len()
+    );
+    assert_eq!(get(p, "/").0, 200);
 }

@@ -32,7 +32,9 @@ pub fn run(a: RunReportArgs) -> Result<(), CliError> {
         }
         None => "/".to_string(),
     };
-    tacho_web::serve(cfg, a.port, |addr| {
+    let limits =
+        tacho_web::Limits::from_env(&|k| std::env::var(k).ok()).map_err(CliError::input)?;
+    tacho_web::serve_with(cfg, a.port, limits, |addr| {
         let url = format!("http://{addr}{path}");
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
