@@ -107,6 +107,10 @@ pub struct Prepared {
     pub pre: Snapshot,
     /// No snapshot after the point: changes are known from edit events only.
     pub no_later: bool,
+    /// Steps that began before the point restored to and have no snapshot before
+    /// them (a whole-session rollback of a session whose first snapshot failed):
+    /// what they changed before it stays.
+    pub without_before_state: Vec<u64>,
     pub plan: Plan,
     pub force: bool,
     /// Holds the snapshot store until the rollback is recorded (or not applied): gc
@@ -304,6 +308,11 @@ impl Tacho {
             elsewhere,
             pre,
             no_later: later_files.is_empty(),
+            without_before_state: if step.is_none() {
+                points.without_before_state.clone()
+            } else {
+                Vec::new()
+            },
             plan,
             force,
             _guard: guard,

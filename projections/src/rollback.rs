@@ -24,9 +24,14 @@ pub struct RollbackPoint {
 pub struct RollbackPoints {
     pub session: String,
     pub workspace: Option<String>,
-    /// The first snapshot: what a whole-session rollback restores.
+    /// The first snapshot: what a whole-session rollback restores. It is the
+    /// session's true baseline only when no step precedes it (see
+    /// `without_before_state`).
     pub baseline: Option<SnapshotNode>,
     pub points: Vec<RollbackPoint>,
+    /// Steps with no snapshot before them (the session's first snapshot failed or
+    /// came late): no rollback can undo what they changed before the first snapshot.
+    pub without_before_state: Vec<u64>,
 }
 
 impl RollbackPoints {
@@ -52,11 +57,16 @@ impl RollbackPoints {
                     .find(|n| n.seq < s.start_seq)
                     .cloned(),
             })
-            .collect();
+            .collect::<Vec<RollbackPoint>>();
         RollbackPoints {
             session: g.session.clone(),
             workspace: g.workspace.clone(),
             baseline: g.snapshots.first().cloned(),
+            without_before_state: points
+                .iter()
+                .filter(|p| p.snapshot.is_none())
+                .map(|p| p.step)
+                .collect(),
             points,
         }
     }

@@ -870,3 +870,69 @@ fn the_printed_undo_works_right_after_a_killed_rollback() {
     }
     eprintln!("{interrupted} rollbacks undone right after being killed mid-way");
 }
+
+/// A session whose first snapshot was never taken (disk full, a hook killed before
+/// it): its earliest snapshot comes after step 1 began, so step 1 has no before-state.
+/// `--list`, the plan and its JSON name that step instead of calling the later
+/// snapshot the baseline and leaving step 1's change in place without a word.
+#[test]
+fn steps_without_a_before_state_are_named() {
+    let e = env();
+    let ws = e.ws.display().to_string();
+    e.write("a.txt", "a0\n");
+    e.write("b.txt", "b0\n");
+    let rec = |line: &str| {
+        let mut c = tacho(&e.home);
+        c.args(["record", "--session", "ses_nobase", "--snapshots", "off"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(line.as_bytes())
+            .unwrap();
+        assert!(child.wait_with_output().unwrap().status.success(), "{line}");
+    };
+    rec(&format!(r#"{{"type":"session.start","workspace":"{ws}"}}"#));
+    rec(r#"{"type":"step.start","step":1}"#);
+    e.write("a.txt", "a1\n");
+    rec(r#"{"type":"step.finish","step":1}"#);
+    rec(r#"{"type":"snapshot.take"}"#);
+    rec(r#"{"type":"step.start","step":2}"#);
+    e.write("b.txt", "b1\n");
+    rec(r#"{"type":"step.finish","step":2}"#);
+    rec(r#"{"type":"snapshot.take"}"#);
+    rec(r#"{"type":"session.end","reason":"completed"}"#);
+
+    let points = e.json(&["session", "rollback", "ses_nobase", "--list", "--json"]);
+    assert_eq!(
+        points["without_before_state"],
+        serde_json::json!([1]),
+        "{points}"
+    );
+    let (code, out, err) = e.tacho(&["session", "rollback", "ses_nobase", "--list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("no before-state: step 1"), "{out}");
+    assert!(!out.contains("baseline"), "{out}");
+    let plan = e.json(&["session", "rollback", "ses_nobase", "--dry-run", "--json"]);
+    assert_eq!(
+        plan["without_before_state"],
+        serde_json::json!([1]),
+        "{plan}"
+    );
+    let (code, out, err) = e.tacho(&["session", "rollback", "ses_nobase", "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        (out.clone() + &err).contains("step 1 has no before-state"),
+        "{out}{err}"
+    );
+    assert_eq!(e.read("b.txt").as_deref(), Some("b0\n"));
+    assert_eq!(
+        e.read("a.txt").as_deref(),
+        Some("a1\n"),
+        "step 1's change stays"
+    );
+}

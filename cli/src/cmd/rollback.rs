@@ -103,15 +103,26 @@ pub fn print_points(p: &RollbackPoints, json: bool, out: &mut Out) -> Result<(),
         return out.typed("rollback_points", p);
     }
     out.line(format!("Rollback points of {}", p.session))?;
+    let label = if p.without_before_state.is_empty() {
+        "baseline"
+    } else {
+        "first"
+    };
     match &p.baseline {
         Some(b) => out.line(format!(
-            "  baseline      snapshot {}  {}  ({} files)   tacho session rollback {}",
+            "  {label:<13} snapshot {}  {}  ({} files)   tacho session rollback {}",
             short_id(&b.id),
             time_to_rfc3339(b.at_unix_ns),
             thousands(b.files),
             p.session
         ))?,
         None => out.line("  no snapshot was recorded: nothing can be restored")?,
+    }
+    if !p.without_before_state.is_empty() {
+        out.line(format!(
+            "  no before-state: {} (no snapshot was taken before; what changed before the first snapshot cannot be undone)",
+            steps_named(&p.without_before_state)
+        ))?;
     }
     out.line(format!(
         "  {:<6} {:<20} {:>8} {:>6} {:>16} {:<14} FILES",
@@ -172,6 +183,7 @@ pub fn print_plan(
             "sessions": h.members.iter().map(|m| &m.id).collect::<Vec<_>>(),
             "excluded_sessions": h.elsewhere.iter().map(|e| serde_json::json!({"session": e.session, "workspace": e.workspace})).collect::<Vec<_>>(),
             "running": h.running().collect::<Vec<_>>(),
+            "without_before_state": h.without_before_state,
             "plan": plan.items.iter().map(item).collect::<Vec<_>>(),
             "conflicts": plan.conflicts,
             "already_restored": plan.already,
@@ -185,9 +197,10 @@ pub fn print_plan(
         }))?;
         return Ok(());
     }
-    let point = match h.step {
-        Some(n) => format!("before step {n}"),
-        None => "the session's baseline".into(),
+    let point = match (h.step, h.without_before_state.first()) {
+        (Some(n), _) => format!("before step {n}"),
+        (None, None) => "the session's baseline".into(),
+        (None, Some(_)) => "its first snapshot".into(),
     };
     out.line(format!(
         "Rollback of {} to {point} (snapshot {}, {})",
@@ -215,6 +228,17 @@ pub fn print_plan(
         out.line(format!(
             "Excluded child session {}: worked in {}",
             e.session, e.workspace
+        ))?;
+    }
+    if !h.without_before_state.is_empty() {
+        let n = h.without_before_state.len();
+        out.line(format!(
+            "note: {} {} no before-state (no snapshot was taken before {}): what {} changed before snapshot {} stays as it is",
+            steps_named(&h.without_before_state),
+            if n == 1 { "has" } else { "have" },
+            if n == 1 { "it" } else { "them" },
+            if n == 1 { "it" } else { "they" },
+            short_id(&h.target.id)
         ))?;
     }
     if h.no_later {
@@ -295,4 +319,14 @@ pub fn print_plan(
         }
     }
     Ok(())
+}
+
+/// "step 1" or "steps 1, 3".
+fn steps_named(steps: &[u64]) -> String {
+    let list: Vec<String> = steps.iter().map(u64::to_string).collect();
+    format!(
+        "{} {}",
+        if steps.len() == 1 { "step" } else { "steps" },
+        list.join(", ")
+    )
 }
