@@ -60,6 +60,12 @@ pub enum StoreError {
         offset: u64,
         detail: String,
     },
+    /// The stream ends before events its writers committed durably (its checkpoint
+    /// says so): events were removed from its end. Nothing is appended to it.
+    #[error(
+        "session {session}: committed events are missing from the end of its stream: {detail}; nothing is appended to it (run `tacho log verify`)"
+    )]
+    Lost { session: String, detail: String },
     #[error("no session {0} in the store")]
     NotFound(String),
     #[error("no session matches {given:?}{}", nearest.as_ref().map(|n| format!("; did you mean {n}?")).unwrap_or_default())]

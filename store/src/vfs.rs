@@ -92,6 +92,9 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     fn remove_dir(&self, path: &Path) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (created if missing), waiting at most `timeout`.
     fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError>;
+    /// The note in the lock file at `path` ([`LockGuard::read_note`]) read without the
+    /// lock, as readers do: possibly torn by a holder writing it meanwhile.
+    fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// Whether a path exists.
     fn exists(&self, path: &Path) -> bool;
     /// Appends `bytes` to the end of the file at `path` (created if missing) in one
@@ -311,6 +314,14 @@ impl Vfs for RealFs {
             }
             Err(Acquire::Io(e)) => Err(LockError::Io(e)),
         }
+    }
+
+    fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut f = File::open(path)?;
+        f.seek(SeekFrom::Start(LOCK_RECORD_LEN))?;
+        let mut out = Vec::new();
+        f.read_to_end(&mut out)?;
+        Ok(out)
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -535,6 +546,9 @@ pub struct CrashImage {
     /// path → (durable content, unsynced operations in order, entry durable)
     pub files: BTreeMap<PathBuf, (Vec<u8>, Vec<SimOp>, bool)>,
     pub dirs: BTreeSet<PathBuf>,
+    /// The notes in lock files (never synced): every crash image keeps them as they
+    /// were, the case where a note reached the disk and data written before it did not.
+    pub lock_notes: BTreeMap<PathBuf, Vec<u8>>,
 }
 
 /// How much of the unsynced operations a simulated crash keeps.
@@ -554,6 +568,7 @@ impl CrashImage {
     pub fn materialize(&self, keep: CrashKeep) -> SimFs {
         let mut st = SimState {
             dirs: self.dirs.clone(),
+            lock_notes: self.lock_notes.clone(),
             ..SimState::default()
         };
         for (path, (durable, ops, entry_durable)) in &self.files {
@@ -681,6 +696,7 @@ impl SimFs {
                     })
                     .collect(),
                 dirs: st.dirs.clone(),
+                lock_notes: st.lock_notes.clone(),
             };
             st.frozen = Some(image);
         }
@@ -796,7 +812,8 @@ impl Vfs for SimFs {
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         let mut st = self.state();
-        if !st.dirs.contains(path) {
+        // (Lock files need no directory here: `locks/` is there when one is noted.)
+        if !st.dirs.contains(path) && !st.lock_notes.keys().any(|p| p.parent() == Some(path)) {
             return Err(not_found(path));
         }
         let mut names = BTreeSet::new();
@@ -807,7 +824,13 @@ impl Vfs for SimFs {
             *left -= 1;
             names.insert(name.clone());
         }
-        for p in st.files.keys().chain(st.dirs.iter()) {
+        // (A lock file is its note here.)
+        for p in st
+            .files
+            .keys()
+            .chain(st.dirs.iter())
+            .chain(st.lock_notes.keys())
+        {
             if p.parent() == Some(path)
                 && let Some(n) = p.file_name().and_then(|n| n.to_str())
             {
@@ -879,11 +902,14 @@ impl Vfs for SimFs {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.state()
-            .files
-            .remove(path)
-            .map(|_| ())
-            .ok_or_else(|| not_found(path))
+        let mut st = self.state();
+        // A lock file is its note here (a lock taken leaves no file of its own).
+        let note = st.lock_notes.remove(path);
+        match st.files.remove(path) {
+            Some(_) => Ok(()),
+            None if note.is_some() => Ok(()),
+            None => Err(not_found(path)),
+        }
     }
 
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
@@ -915,6 +941,14 @@ impl Vfs for SimFs {
             fs: self.clone(),
             path: path.to_path_buf(),
         }))
+    }
+
+    fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.state()
+            .lock_notes
+            .get(path)
+            .cloned()
+            .ok_or_else(|| not_found(path))
     }
 
     fn exists(&self, path: &Path) -> bool {

@@ -228,8 +228,19 @@ fn truncating_the_last_segment_at_every_offset_repairs_the_torn_tail() {
         }
     }
     let from = ends[0].0; // everything after the first batch
+    let lock = Path::new(ROOT).join("locks/ses_t.lock");
     for cut in from..=full.len() {
         fs.set_file(&path, full[..cut].to_vec());
+        // What a crash leaves: the batches cut were never acknowledged, so no
+        // checkpoint says they were committed (with one, the cut is a loss, refused:
+        // `committed_events_removed_from_the_end_are_an_error_and_refuse_writers`).
+        if cut == from {
+            assert!(
+                matches!(store.writer("ses_t"), Err(StoreError::Lost { .. })),
+                "cut {cut}"
+            );
+        }
+        fs.set_lock_note(&lock, Vec::new());
         let expect = ends
             .iter()
             .rev()
@@ -940,6 +951,128 @@ fn the_checkpoint_mark_is_used_only_for_the_bytes_it_vouches_for() {
         store.writer("ses_m"),
         Err(StoreError::Corrupt { .. })
     ));
+}
+
+/// The segment lengths at which each committed batch of a segment's bytes ends.
+fn batch_ends(bytes: &[u8]) -> Vec<usize> {
+    let mut scan =
+        tacho_log_format::Scanner::new(bytes, tacho_log_format::ScanLimits { verify_chain: true });
+    let mut ends = Vec::new();
+    while scan.next_batch().is_some() {
+        ends.push(scan.valid_len());
+    }
+    ends
+}
+
+/// Every file of a simulated store and its bytes.
+fn all_files(fs: &SimFs, dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for name in fs.list_dir(dir).unwrap_or_default() {
+        let p = dir.join(name);
+        match fs.file(&p) {
+            Some(b) => out.push((p, b)),
+            None => out.extend(all_files(fs, &p)),
+        }
+    }
+    out
+}
+
+/// Committed events removed from the end of a stream — its last segment deleted, its
+/// committed tail cut (inside a batch or at a batch's end) or zeroed, the whole stream
+/// directory deleted — are an error of verification naming what is missing, and no
+/// writer appends to the stream or repairs it: the files stay as they are. (A torn
+/// tail after the committed end is repaired as before, see the tests above.)
+#[test]
+fn committed_events_removed_from_the_end_are_an_error_and_refuse_writers() {
+    type Damage = fn(&SimFs, &Path);
+    let cases: [(&str, Damage); 5] = [
+        ("the last segment removed", |fs, seg| {
+            fs.remove_file(seg).unwrap();
+        }),
+        ("the committed tail cut inside its last batch", |fs, seg| {
+            let b = fs.file(seg).unwrap();
+            let ends = batch_ends(&b);
+            let cut = ends[ends.len() - 2] + 40;
+            fs.set_file(seg, b[..cut].to_vec());
+        }),
+        ("the committed tail cut after a batch", |fs, seg| {
+            let b = fs.file(seg).unwrap();
+            let ends = batch_ends(&b);
+            fs.set_file(seg, b[..ends[ends.len() - 2]].to_vec());
+        }),
+        ("the committed tail zeroed", |fs, seg| {
+            let mut b = fs.file(seg).unwrap();
+            let ends = batch_ends(&b);
+            let from = ends[ends.len() - 2];
+            b[from..].fill(0);
+            fs.set_file(seg, b);
+        }),
+        ("the stream directory removed", |fs, seg| {
+            let dir = seg.parent().unwrap();
+            for name in fs.list_dir(dir).unwrap() {
+                fs.remove_file(&dir.join(name)).unwrap();
+            }
+            fs.remove_dir(dir).unwrap();
+        }),
+    ];
+    for (what, damage) in cases {
+        let fs = SimFs::new();
+        let store = sim_store(&fs, 1500);
+        let written = write_session(&store, "ses_l", &[1, 3, 2, 4, 2, 3, 1, 2, 4, 3, 1, 1], 60);
+        write_session(&store, "ses_ok", &[1, 2], 20);
+        let segs = store.segments("ses_l").unwrap();
+        assert!(segs.len() >= 3, "{segs:?}");
+        let seg = segs.last().unwrap().path.clone();
+        assert!(batch_ends(&fs.file(&seg).unwrap()).len() >= 2);
+        damage(&fs, &seg);
+        let before = all_files(&fs, Path::new(ROOT));
+        // Verification: an error naming what is missing, not a note.
+        let report = store.verify_all(true).unwrap();
+        assert!(
+            !report.is_clean(),
+            "{what}: {:?}",
+            report.findings().collect::<Vec<_>>()
+        );
+        let lost: Vec<_> = report
+            .findings()
+            .filter(|f| f.severity == Severity::Error && f.session == "ses_l")
+            .collect();
+        assert!(
+            lost.iter()
+                .any(|f| f.message.contains(&format!("{}", written.len()))),
+            "{what}: {lost:?}"
+        );
+        assert!(
+            report
+                .findings()
+                .all(|f| f.session == "ses_l" || f.severity < Severity::Error),
+            "{what}: {:?}",
+            report.findings().collect::<Vec<_>>()
+        );
+        // No writer appends to it, nor repairs it.
+        let w = store.writer("ses_l");
+        assert!(
+            w.is_err(),
+            "{what}: a writer opened the stream short of its committed end"
+        );
+        let e = w.err().unwrap().to_string();
+        assert!(
+            e.contains("ses_l") && e.contains(&format!("{}", written.len())),
+            "{what}: {e}"
+        );
+        drop(store.writer("ses_ok").unwrap());
+        assert_eq!(
+            all_files(&fs, Path::new(ROOT))
+                .iter()
+                .filter(|(p, _)| p.starts_with(Path::new(ROOT).join("streams")))
+                .collect::<Vec<_>>(),
+            before
+                .iter()
+                .filter(|(p, _)| p.starts_with(Path::new(ROOT).join("streams")))
+                .collect::<Vec<_>>(),
+            "{what}: the stream was changed"
+        );
+    }
 }
 
 /// A group made durable by one filesystem sync: a crash at any sync keeps every
