@@ -128,13 +128,13 @@ impl Store {
         deep: bool,
         mut visit: Option<EventVisitor<'_>>,
     ) -> Result<SegmentScan, StoreError> {
-        let bytes = self.read_segment(seg, !last)?;
-        let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: deep });
+        let mut bytes = self.read_segment(seg, !last)?;
+        let limits = ScanLimits { verify_chain: deep };
         let mut out = SegmentScan {
-            header: scan.header().cloned(),
+            header: None,
             errors: Vec::new(),
             end: None,
-            bytes: bytes.len() as u64,
+            bytes: 0,
             events: 0,
             batches: 0,
             by_kind: BTreeMap::new(),
@@ -144,37 +144,97 @@ impl Store {
         };
         // Counting in an array avoids a map lookup per event on the hot path.
         let mut counts = [0u64; 64];
-        while let Some(batch) = scan.next_batch() {
-            out.batches += 1;
-            for frame in batch.events {
-                let k = frame.header.kind;
-                match counts.get_mut(usize::from(k)) {
-                    Some(c) => *c += 1,
-                    None => *out.by_kind.entry(k).or_default() += 1,
+        // A stream's open segment is read again where it looks damaged while a write
+        // may be in progress (`Store::reread_open_segment`), and scanned on from the
+        // end of the last batch already counted.
+        let open = last && seg.packed.is_none();
+        let mut resume: Option<(usize, ChainValue, u64, u64)> = None;
+        let mut rereads = 0;
+        let scan = loop {
+            let resumed = resume.and_then(|(pos, chain, next, events)| {
+                Scanner::resume_at(&bytes, limits, pos, chain, next, events)
+            });
+            if let Some((pos, chain, next_seq, events)) = resume
+                && resumed.is_none()
+                && events > 0
+            {
+                // (Committed bytes are never cut: the file was replaced or damaged.)
+                out.errors.push((
+                    pos,
+                    "the segment lost committed bytes while it was read".into(),
+                ));
+                (out.chain, out.next_seq, out.events, out.data_len) =
+                    (chain, next_seq, events, pos as u64);
+                break None;
+            }
+            let mut scan = match resumed {
+                Some(s) => s,
+                None => {
+                    let s = Scanner::new(&bytes, limits);
+                    out.header = s.header().cloned();
+                    s
                 }
-                match &mut visit {
-                    // Reading the view validates the payload as `validate` does.
-                    Some(f) if deep && out.errors.is_empty() => {
-                        let (seq, at) = (frame.header.seq, frame.header.time_unix_ns);
-                        if let Err(e) =
-                            EventView::visit(k, frame.header.kind_version, frame.payload, |v| {
-                                f(seq, at, v)
-                            })
-                        {
-                            out.errors.push((frame.offset, e.to_string()));
-                        }
+            };
+            out.bytes = bytes.len() as u64;
+            while let Some(batch) = scan.next_batch() {
+                out.batches += 1;
+                for frame in batch.events {
+                    let k = frame.header.kind;
+                    match counts.get_mut(usize::from(k)) {
+                        Some(c) => *c += 1,
+                        None => *out.by_kind.entry(k).or_default() += 1,
                     }
-                    _ => {
-                        if deep
-                            && let Err(e) =
-                                EventBody::validate(k, frame.header.kind_version, frame.payload)
-                        {
-                            out.errors.push((frame.offset, e.to_string()));
+                    match &mut visit {
+                        // Reading the view validates the payload as `validate` does.
+                        Some(f) if deep && out.errors.is_empty() => {
+                            let (seq, at) = (frame.header.seq, frame.header.time_unix_ns);
+                            if let Err(e) =
+                                EventView::visit(k, frame.header.kind_version, frame.payload, |v| {
+                                    f(seq, at, v)
+                                })
+                            {
+                                out.errors.push((frame.offset, e.to_string()));
+                            }
+                        }
+                        _ => {
+                            if deep
+                                && let Err(e) =
+                                    EventBody::validate(k, frame.header.kind_version, frame.payload)
+                            {
+                                out.errors.push((frame.offset, e.to_string()));
+                            }
                         }
                     }
                 }
             }
-        }
+            if let Some(SegmentEnd::Damaged(d)) = scan.end()
+                && open
+                && d.class == DamageClass::Corruption
+                && rereads < crate::store::REREADS_MAX
+            {
+                let at = (
+                    scan.valid_len(),
+                    scan.chain(),
+                    scan.next_seq(),
+                    scan.event_count(),
+                );
+                if let Some(again) = self.reread_open_segment(seg, &bytes, d.valid_len)? {
+                    bytes = again;
+                    resume = Some(at);
+                    rereads += 1;
+                    continue;
+                }
+            }
+            break Some(scan);
+        };
+        let Some(scan) = scan else {
+            for (k, n) in counts.iter().enumerate() {
+                if *n > 0 {
+                    *out.by_kind.entry(k as u16).or_default() += n;
+                }
+            }
+            return Ok(out);
+        };
         for (k, n) in counts.iter().enumerate() {
             if *n > 0 {
                 *out.by_kind.entry(k as u16).or_default() += n;
@@ -344,7 +404,9 @@ impl Store {
                     msg.clone(),
                 );
             }
-            if intact_so_far {
+            // (A last segment without a whole header yet — a writer creating it — adds
+            // nothing: the head stays where the previous segment ended.)
+            if intact_so_far && scan.header.is_some() {
                 r.next_seq = scan.next_seq;
                 r.chain = scan.chain;
             }

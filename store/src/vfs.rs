@@ -537,6 +537,9 @@ struct SimState {
     /// Names the next listings of a directory give that are not there (removed
     /// between a listing and an open): (directory, name, listings left).
     ghost: Option<(PathBuf, String, u32)>,
+    /// The next read of this file sees zeros at these offsets (see
+    /// [`SimFs::tear_next_read`]).
+    torn_read: Option<(PathBuf, std::ops::Range<usize>)>,
 }
 
 /// What a crash leaves: per file, the durable content and the operations after it that
@@ -650,6 +653,15 @@ impl SimFs {
     /// if another process removed it right after each listing.
     pub fn ghost_in_listings(&self, dir: &Path, name: &str, listings: u32) {
         self.state().ghost = Some((dir.to_path_buf(), name.to_string(), listings));
+    }
+
+    /// The next read of the file at `path` sees zeros at `range` and its content
+    /// everywhere else: a read that copied those bytes of the free space before a write
+    /// in progress reached them, and the bytes after them once it had (a reader takes
+    /// no lock, and the kernel copies a write into the page cache while it is read).
+    /// Later reads see the content.
+    pub fn tear_next_read(&self, path: &Path, range: std::ops::Range<usize>) {
+        self.state().torn_read = Some((path.to_path_buf(), range));
     }
 
     /// The current content of a file (for tests that damage files).
@@ -841,10 +853,20 @@ impl Vfs for SimFs {
     }
 
     fn read(&self, path: &Path, _immutable: bool) -> io::Result<SegmentBytes> {
-        let st = self.state();
+        let mut st = self.state();
+        let torn = match &st.torn_read {
+            Some((p, _)) if p == path => st.torn_read.take().map(|(_, r)| r),
+            _ => None,
+        };
         let f = st.files.get(path).ok_or_else(|| not_found(path))?;
         let mut v = AlignedVec::<16>::with_capacity(f.data.len());
         v.extend_from_slice(&f.data);
+        if let Some(r) = torn {
+            let end = r.end.min(v.len());
+            if let Some(b) = v.get_mut(r.start.min(end)..end) {
+                b.fill(0);
+            }
+        }
         Ok(SegmentBytes::Owned(v))
     }
 
