@@ -1091,14 +1091,14 @@ fn sixteen_writers_appending_while_readers_verify() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(150);
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), opts(64 << 10)).unwrap();
+    let store = Store::open(dir.path(), opts(1 << 20)).unwrap();
     let sessions: Vec<String> = (0..WRITERS).map(|w| format!("ses_s{w:02}")).collect();
     for s in &sessions {
         write_session(&store, s, &[1], 10);
     }
     let done = Arc::new(AtomicBool::new(false));
     let passes = Arc::new(AtomicU64::new(0));
-    let readers: Vec<_> = (0..2)
+    let readers: Vec<_> = (0..3)
         .map(|r| {
             let (store, sessions) = (store.clone(), sessions.clone());
             let (done, passes) = (done.clone(), passes.clone());
@@ -1143,15 +1143,15 @@ fn sixteen_writers_appending_while_readers_verify() {
                     // Batches of a few bytes to tens of pages, written into the free
                     // space ahead of the data; most not synced, so that many writes
                     // race the readers.
-                    let n = 1 + rng.below(6);
+                    let n = 1 + rng.below(8);
                     let batch: Vec<(i64, EventBody)> = (0..n)
                         .map(|i| {
-                            let size = 100 + rng.below(8_000) as usize;
+                            let size = 100 + rng.below(40_000) as usize;
                             ((seq + i) as i64, ev(seq + i, size))
                         })
                         .collect();
                     seq += n;
-                    let d = if b % 8 == 7 {
+                    let d = if b % 32 == 31 {
                         Durability::Sync
                     } else {
                         Durability::Buffered
