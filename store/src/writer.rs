@@ -760,6 +760,28 @@ impl Writer {
         next_seq: u64,
         stream_end: Option<(u64, u64)>,
     ) -> Result<bool, StoreError> {
+        // With no checkpoint to go by (its lock file new or replaced, a stream continued
+        // from a pack), the session index's head: recorded only once durable, never
+        // moved back. Read only then, and only for a stream that exists: a writer per
+        // new session would otherwise read the whole index. (An index that does not
+        // read is derived data: it vouches for nothing.)
+        if checkpoint.is_none()
+            && stream_end.is_some()
+            && let Ok(view) = self.store.index()
+            && let Some(e) = view.get(&self.session)
+            && e.next_seq > next_seq
+            && e.next_seq > self.durable_next_seq
+        {
+            return Err(StoreError::Lost {
+                session: self.session.clone(),
+                detail: format!(
+                    "the session index recorded {} events (head {}), the stream holds {next_seq}: {} missing",
+                    e.next_seq,
+                    faster_hex::hex_string(&e.head),
+                    e.next_seq - next_seq
+                ),
+            });
+        }
         if next_seq >= self.durable_next_seq {
             return Ok(true);
         }

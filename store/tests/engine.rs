@@ -241,6 +241,7 @@ fn truncating_the_last_segment_at_every_offset_repairs_the_torn_tail() {
             );
         }
         fs.set_lock_note(&lock, Vec::new());
+        store.index_delete().unwrap();
         let expect = ends
             .iter()
             .rev()
@@ -1072,6 +1073,16 @@ fn committed_events_removed_from_the_end_are_an_error_and_refuse_writers() {
                 .collect::<Vec<_>>(),
             "{what}: the stream was changed"
         );
+        // With no checkpoint (a lock file removed or new), the session index's head
+        // vouches for the events: the writer still refuses.
+        if what != "the stream directory removed" {
+            fs.set_lock_note(&Path::new(ROOT).join("locks/ses_l.lock"), Vec::new());
+            let e = store.writer("ses_l").err().map(|e| e.to_string());
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains("session index")),
+                "{what}, without a checkpoint: {e:?}"
+            );
+        }
     }
 }
 
