@@ -340,10 +340,11 @@ impl Tacho {
                 Severity::Error,
                 s,
                 format!(
-                    "committed events are missing from the end of the stream: the session index recorded {} events (head {}), the stream holds {}",
+                    "the session index says {} events (head {}), the stream holds {}: {} committed events are missing from the end of the stream (the index records a head only once it is durable; if the index is what changed, `tacho log reindex` rebuilds it)",
                     e.next_seq,
                     hex(&e.head),
-                    r.next_seq
+                    r.next_seq,
+                    e.next_seq - r.next_seq
                 ),
             ));
         } else if head_differs(&e, r) {

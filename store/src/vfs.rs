@@ -48,6 +48,9 @@ pub trait LockGuard: Send + std::fmt::Debug {
     /// checkpoint there: no file of its own to create per session). Not synced.
     fn read_note(&mut self) -> io::Result<Vec<u8>>;
     fn write_note(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes the note durable (fdatasync of the lock file): for a note that must not
+    /// come back after a crash, such as a checkpoint cleared before its stream goes.
+    fn sync_note(&mut self) -> io::Result<()>;
 }
 
 /// The holder's record at the start of a lock file: `pid N`, padded to this length.
@@ -172,6 +175,9 @@ impl LockGuard for RealLock {
     }
     fn write_note(&mut self, bytes: &[u8]) -> io::Result<()> {
         std::os::unix::fs::FileExt::write_all_at(&self.0, bytes, LOCK_RECORD_LEN)
+    }
+    fn sync_note(&mut self) -> io::Result<()> {
+        self.0.sync_data()
     }
 }
 
@@ -803,6 +809,10 @@ impl LockGuard for SimLock {
             .state()
             .lock_notes
             .insert(self.path.clone(), bytes.to_vec());
+        Ok(())
+    }
+    fn sync_note(&mut self) -> io::Result<()> {
+        // (Crash images keep every note as written: nothing to do.)
         Ok(())
     }
 }

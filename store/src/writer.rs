@@ -910,11 +910,16 @@ impl Writer {
     }
 
     /// Nothing to record in the index when this writer is dropped, and nothing left
-    /// in its checkpoint: the stream is being removed (retention).
-    pub(crate) fn forget_head(&mut self) {
+    /// in its checkpoint, durably: the stream is being removed (retention), and a
+    /// checkpoint that outlived it would vouch for events no longer there.
+    pub(crate) fn forget_head(&mut self) -> Result<(), StoreError> {
         self.indexed = false;
         self.durable_next_seq = 0;
-        let _ = self.lock.write_note(&[0; MARK_LEN]);
+        let path = self.store.lock_path(&self.session);
+        self.lock
+            .write_note(&[0; MARK_LEN])
+            .and_then(|()| self.lock.sync_note())
+            .map_err(|e| StoreError::io(&path, e))
     }
 
     /// The chain value after the last committed batch.
