@@ -30,7 +30,7 @@ impl Kind for StoreError {
         match self {
             StoreError::Io { .. } | StoreError::Poisoned(_) => ErrorKind::Io,
             StoreError::Busy { .. } => ErrorKind::Busy,
-            StoreError::Corrupt { .. } => ErrorKind::Findings,
+            StoreError::Corrupt { .. } | StoreError::Lost { .. } => ErrorKind::Findings,
             StoreError::NotFound(_)
             | StoreError::UnknownSession { .. }
             | StoreError::AmbiguousSession { .. } => ErrorKind::NotFound,

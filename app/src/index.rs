@@ -276,9 +276,11 @@ impl Tacho {
     }
 }
 
-/// Whether a clean index entry names another head than the verified stream's.
+/// Whether a clean index entry names another head than the verified stream's, or
+/// any entry more events than the stream holds: a head is recorded only once durable
+/// and never moves back, so even a dirty entry's is a floor.
 fn head_differs(e: &IndexEntry, r: &StreamReport) -> bool {
-    !e.dirty && (e.next_seq, e.head) != (r.next_seq, r.chain)
+    (!e.dirty && (e.next_seq, e.head) != (r.next_seq, r.chain)) || e.next_seq > r.next_seq
 }
 
 /// Whether `r`'s index entry (read before the stream) names another head than a
@@ -333,7 +335,19 @@ impl Tacho {
             )];
         };
         let mut out = Vec::new();
-        if head_differs(&e, r) {
+        if e.next_seq > r.next_seq {
+            out.push(index_finding(
+                Severity::Error,
+                s,
+                format!(
+                    "the session index says {} events (head {}), the stream holds {}: {} committed events are missing from the end of the stream (the index records a head only once it is durable; if the index is what changed, `tacho log reindex` rebuilds it)",
+                    e.next_seq,
+                    hex(&e.head),
+                    r.next_seq,
+                    e.next_seq - r.next_seq
+                ),
+            ));
+        } else if head_differs(&e, r) {
             out.push(index_finding(
                 Severity::Error,
                 s,
@@ -400,8 +414,8 @@ impl Tacho {
         for e in view.entries() {
             // A session created after the listing (the index is read after it) is
             // there now.
+            // (A dirty entry's head is durable too: a floor.)
             if !known.contains(e.session.as_str())
-                && !e.dirty
                 && e.next_seq > 0
                 && !self.log().has_session(&e.session)
             {

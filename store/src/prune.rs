@@ -197,7 +197,7 @@ pub fn remove_streams(mut writers: Vec<Writer>) -> Result<(), StoreError> {
         return Ok(());
     };
     for w in writers.iter_mut() {
-        w.forget_head();
+        w.forget_head()?;
     }
     let mut packed = Vec::new();
     for w in &writers {

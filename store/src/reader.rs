@@ -201,7 +201,7 @@ impl Store {
         for (i, seg) in segs.iter().enumerate().skip(start) {
             // A packed segment is never the growing tail of its stream.
             let last = i + 1 == segs.len() && seg.packed.is_none();
-            let bytes = self.read_segment(seg, !last)?;
+            let mut bytes = self.read_segment(seg, !last)?;
             let corrupt = |offset: usize, detail: String| StoreError::Corrupt {
                 path: seg.path.clone(),
                 offset: seg.base() + offset as u64,
@@ -210,32 +210,76 @@ impl Store {
             // Every batch read is checked against its chain step: queries answer only
             // from verified data, and a payload forged with a recomputed checksum is
             // refused at its offset instead of shown.
-            let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: true });
-            if let Some(h) = scan.header() {
-                let expected = Expected {
-                    stream,
-                    name_seq: seg.first_seq,
-                    index: Some(i as u64),
-                    next_seq: Some(end.next_seq),
-                    prev_chain,
-                };
-                if let Some(problem) = header_problems(h, &expected).into_iter().next() {
-                    return Err(corrupt(0, problem));
+            let limits = ScanLimits { verify_chain: true };
+            // Where to go on after reading the open segment again (a write was in
+            // progress where it looked damaged): the end of the last batch handed out.
+            let mut resume: Option<(usize, ChainValue, u64, u64)> = None;
+            let mut rereads = 0;
+            let scan = loop {
+                let resumed = resume.and_then(|(pos, chain, next, events)| {
+                    Scanner::resume_at(&bytes, limits, pos, chain, next, events)
+                });
+                let fresh = resumed.is_none();
+                if let Some((pos, _, _, events)) = resume
+                    && fresh
+                    && events > 0
+                {
+                    // (Committed bytes are never cut: the file was replaced or damaged.)
+                    return Err(corrupt(
+                        pos,
+                        "the segment lost committed bytes while it was read".into(),
+                    ));
                 }
-            }
-            while let Some(batch) = scan.next_batch() {
-                for frame in batch.events {
-                    let seq = frame.header.seq;
-                    if seq < from_seq {
+                let mut scan = resumed.unwrap_or_else(|| Scanner::new(&bytes, limits));
+                if fresh && let Some(h) = scan.header() {
+                    let expected = Expected {
+                        stream,
+                        name_seq: seg.first_seq,
+                        index: Some(i as u64),
+                        next_seq: Some(end.next_seq),
+                        prev_chain,
+                    };
+                    if let Some(problem) = header_problems(h, &expected).into_iter().next() {
+                        return Err(corrupt(0, problem));
+                    }
+                }
+                while let Some(batch) = scan.next_batch() {
+                    for frame in batch.events {
+                        let seq = frame.header.seq;
+                        if seq < from_seq {
+                            continue;
+                        }
+                        let h = &frame.header;
+                        f(seq, h.time_unix_ns, h.kind, h.kind_version, frame.payload)
+                            .map_err(|e| corrupt(frame.offset, e.to_string()))?;
+                    }
+                }
+                if let Some(SegmentEnd::Damaged(d)) = scan.end()
+                    && last
+                    && d.class == DamageClass::Corruption
+                    && rereads < crate::store::REREADS_MAX
+                {
+                    let at = (
+                        scan.valid_len(),
+                        scan.chain(),
+                        scan.next_seq(),
+                        scan.event_count(),
+                    );
+                    if let Some(again) = self.reread_open_segment(seg, &bytes, d.valid_len)? {
+                        bytes = again;
+                        resume = Some(at);
+                        rereads += 1;
                         continue;
                     }
-                    let h = &frame.header;
-                    f(seq, h.time_unix_ns, h.kind, h.kind_version, frame.payload)
-                        .map_err(|e| corrupt(frame.offset, e.to_string()))?;
                 }
+                break scan;
+            };
+            // (A last segment without a whole header yet — a writer creating it — adds
+            // nothing: the stream ends where the previous segment did.)
+            if scan.header().is_some() {
+                end.next_seq = scan.next_seq();
+                end.head = scan.chain();
             }
-            end.next_seq = scan.next_seq();
-            end.head = scan.chain();
             prev_chain = Some(scan.chain());
             match scan.end() {
                 Some(SegmentEnd::Sealed { .. }) => {}

@@ -60,6 +60,12 @@ pub enum StoreError {
         offset: u64,
         detail: String,
     },
+    /// The stream ends before events its writers committed durably (its checkpoint
+    /// says so): events were removed from its end. Nothing is appended to it.
+    #[error(
+        "session {session}: committed events are missing from the end of its stream: {detail}; nothing is appended to it (run `tacho log verify`)"
+    )]
+    Lost { session: String, detail: String },
     #[error("no session {0} in the store")]
     NotFound(String),
     #[error("no session matches {given:?}{}", nearest.as_ref().map(|n| format!("; did you mean {n}?")).unwrap_or_default())]
@@ -94,6 +100,10 @@ impl StoreError {
         }
     }
 }
+
+/// How many times a reader reads a stream's open segment again while what it finds
+/// damaged keeps changing (a write in progress each time), before it reports it.
+pub(crate) const REREADS_MAX: usize = 8;
 
 /// A store rooted at a directory.
 #[derive(Debug, Clone)]
@@ -362,6 +372,24 @@ impl Store {
             );
         }
         Ok(segs)
+    }
+
+    /// The last (open) segment of a stream read again, after a scan of `bytes`, its
+    /// copy, found damage that committed data follows, from `valid_len` on. A reader
+    /// takes no lock: a write in progress into the free space can be copied with its
+    /// first bytes still zero and later ones (a commit frame) already there, which reads
+    /// as corruption. `Some(the new copy)` when it differs from `bytes` after
+    /// `valid_len` (scan it again from there: committed bytes before never change);
+    /// `None` when it is the same, and the damage real.
+    pub(crate) fn reread_open_segment(
+        &self,
+        seg: &SegLoc,
+        bytes: &[u8],
+        valid_len: usize,
+    ) -> Result<Option<crate::vfs::SegmentBytes>, StoreError> {
+        let again = self.read_segment(seg, false)?;
+        let same = again.get(valid_len..bytes.len()) == bytes.get(valid_len..);
+        Ok((!same).then_some(again))
     }
 
     /// A segment's bytes: a sealed file (`immutable`) mapped, the last one copied, a

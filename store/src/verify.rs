@@ -107,6 +107,8 @@ struct SegmentScan {
     /// Sequence number and chain value after the last good batch.
     next_seq: u64,
     chain: ChainValue,
+    /// Where the last good batch ends (or the header, or the seal).
+    data_len: u64,
 }
 
 /// Below this many bytes a stream is verified on the calling thread.
@@ -126,52 +128,113 @@ impl Store {
         deep: bool,
         mut visit: Option<EventVisitor<'_>>,
     ) -> Result<SegmentScan, StoreError> {
-        let bytes = self.read_segment(seg, !last)?;
-        let mut scan = Scanner::new(&bytes, ScanLimits { verify_chain: deep });
+        let mut bytes = self.read_segment(seg, !last)?;
+        let limits = ScanLimits { verify_chain: deep };
         let mut out = SegmentScan {
-            header: scan.header().cloned(),
+            header: None,
             errors: Vec::new(),
             end: None,
-            bytes: bytes.len() as u64,
+            bytes: 0,
             events: 0,
             batches: 0,
             by_kind: BTreeMap::new(),
             next_seq: 0,
             chain: [0; 32],
+            data_len: 0,
         };
         // Counting in an array avoids a map lookup per event on the hot path.
         let mut counts = [0u64; 64];
-        while let Some(batch) = scan.next_batch() {
-            out.batches += 1;
-            for frame in batch.events {
-                let k = frame.header.kind;
-                match counts.get_mut(usize::from(k)) {
-                    Some(c) => *c += 1,
-                    None => *out.by_kind.entry(k).or_default() += 1,
+        // A stream's open segment is read again where it looks damaged while a write
+        // may be in progress (`Store::reread_open_segment`), and scanned on from the
+        // end of the last batch already counted.
+        let open = last && seg.packed.is_none();
+        let mut resume: Option<(usize, ChainValue, u64, u64)> = None;
+        let mut rereads = 0;
+        let scan = loop {
+            let resumed = resume.and_then(|(pos, chain, next, events)| {
+                Scanner::resume_at(&bytes, limits, pos, chain, next, events)
+            });
+            if let Some((pos, chain, next_seq, events)) = resume
+                && resumed.is_none()
+                && events > 0
+            {
+                // (Committed bytes are never cut: the file was replaced or damaged.)
+                out.errors.push((
+                    pos,
+                    "the segment lost committed bytes while it was read".into(),
+                ));
+                (out.chain, out.next_seq, out.events, out.data_len) =
+                    (chain, next_seq, events, pos as u64);
+                break None;
+            }
+            let mut scan = match resumed {
+                Some(s) => s,
+                None => {
+                    let s = Scanner::new(&bytes, limits);
+                    out.header = s.header().cloned();
+                    s
                 }
-                match &mut visit {
-                    // Reading the view validates the payload as `validate` does.
-                    Some(f) if deep && out.errors.is_empty() => {
-                        let (seq, at) = (frame.header.seq, frame.header.time_unix_ns);
-                        if let Err(e) =
-                            EventView::visit(k, frame.header.kind_version, frame.payload, |v| {
-                                f(seq, at, v)
-                            })
-                        {
-                            out.errors.push((frame.offset, e.to_string()));
-                        }
+            };
+            out.bytes = bytes.len() as u64;
+            while let Some(batch) = scan.next_batch() {
+                out.batches += 1;
+                for frame in batch.events {
+                    let k = frame.header.kind;
+                    match counts.get_mut(usize::from(k)) {
+                        Some(c) => *c += 1,
+                        None => *out.by_kind.entry(k).or_default() += 1,
                     }
-                    _ => {
-                        if deep
-                            && let Err(e) =
-                                EventBody::validate(k, frame.header.kind_version, frame.payload)
-                        {
-                            out.errors.push((frame.offset, e.to_string()));
+                    match &mut visit {
+                        // Reading the view validates the payload as `validate` does.
+                        Some(f) if deep && out.errors.is_empty() => {
+                            let (seq, at) = (frame.header.seq, frame.header.time_unix_ns);
+                            if let Err(e) =
+                                EventView::visit(k, frame.header.kind_version, frame.payload, |v| {
+                                    f(seq, at, v)
+                                })
+                            {
+                                out.errors.push((frame.offset, e.to_string()));
+                            }
+                        }
+                        _ => {
+                            if deep
+                                && let Err(e) =
+                                    EventBody::validate(k, frame.header.kind_version, frame.payload)
+                            {
+                                out.errors.push((frame.offset, e.to_string()));
+                            }
                         }
                     }
                 }
             }
-        }
+            if let Some(SegmentEnd::Damaged(d)) = scan.end()
+                && open
+                && d.class == DamageClass::Corruption
+                && rereads < crate::store::REREADS_MAX
+            {
+                let at = (
+                    scan.valid_len(),
+                    scan.chain(),
+                    scan.next_seq(),
+                    scan.event_count(),
+                );
+                if let Some(again) = self.reread_open_segment(seg, &bytes, d.valid_len)? {
+                    bytes = again;
+                    resume = Some(at);
+                    rereads += 1;
+                    continue;
+                }
+            }
+            break Some(scan);
+        };
+        let Some(scan) = scan else {
+            for (k, n) in counts.iter().enumerate() {
+                if *n > 0 {
+                    *out.by_kind.entry(k as u16).or_default() += n;
+                }
+            }
+            return Ok(out);
+        };
         for (k, n) in counts.iter().enumerate() {
             if *n > 0 {
                 *out.by_kind.entry(k as u16).or_default() += n;
@@ -181,6 +244,11 @@ impl Store {
         out.next_seq = scan.next_seq();
         out.chain = scan.chain();
         out.end = scan.end().cloned();
+        out.data_len = match &out.end {
+            Some(SegmentEnd::Open { len } | SegmentEnd::Sealed { len, .. }) => *len as u64,
+            Some(SegmentEnd::Damaged(d)) => d.valid_len as u64,
+            None => scan.valid_len() as u64,
+        };
         Ok(out)
     }
 
@@ -190,7 +258,25 @@ impl Store {
     /// core (`StoreOptions::verify_threads`); the links between segments are checked
     /// afterwards, in order.
     pub fn verify_session(&self, session: &str, deep: bool) -> Result<StreamReport, StoreError> {
-        self.verify_session_with(session, deep, None)
+        self.verify_session_with(session, deep, true, None)
+    }
+
+    /// [`Store::verify_session`], with or without the check of the stream against its
+    /// writer's checkpoint (a writer opening the stream makes that check itself).
+    pub(crate) fn verify_session_checked(
+        &self,
+        session: &str,
+        deep: bool,
+        checkpoint: bool,
+    ) -> Result<StreamReport, StoreError> {
+        self.verify_session_with(session, deep, checkpoint, None)
+    }
+
+    /// The checkpoint a stream's writer left in its lock file (read without the lock),
+    /// when it reads: how many events were committed durably.
+    pub(crate) fn checkpoint(&self, session: &str) -> Option<crate::writer::Mark> {
+        let note = self.vfs.peek_lock_note(&self.lock_path(session)).ok()?;
+        crate::writer::Mark::decode(&note)
     }
 
     /// [`Store::verify_session`] (deep) that also hands every committed event to
@@ -201,15 +287,23 @@ impl Store {
         session: &str,
         visit: EventVisitor<'_>,
     ) -> Result<StreamReport, StoreError> {
-        self.verify_session_with(session, true, Some(visit))
+        self.verify_session_with(session, true, true, Some(visit))
     }
 
     fn verify_session_with(
         &self,
         session: &str,
         deep: bool,
+        check_mark: bool,
         mut visit: Option<EventVisitor<'_>>,
     ) -> Result<StreamReport, StoreError> {
+        // Read before the stream: a writer appending meanwhile only adds to the stream
+        // after what its checkpoint says.
+        let checkpoint = if check_mark {
+            self.checkpoint(session)
+        } else {
+            None
+        };
         let segs = self.segment_files(session)?;
         let n = segs.len();
         // Segments are at most `segment_bytes_max`, so the count tells the size.
@@ -276,6 +370,7 @@ impl Store {
         };
         let mut prev_chain: ChainValue = [0; 32];
         let mut expected_seq = 0u64;
+        let mut stream_end = None;
         // Whether the previous segment was read to its end, so that the link to the next
         // one can be checked (after damage, it would only repeat the same error).
         let mut link_known = true;
@@ -309,7 +404,9 @@ impl Store {
                     msg.clone(),
                 );
             }
-            if intact_so_far {
+            // (A last segment without a whole header yet — a writer creating it — adds
+            // nothing: the head stays where the previous segment ended.)
+            if intact_so_far && scan.header.is_some() {
                 r.next_seq = scan.next_seq;
                 r.chain = scan.chain;
             }
@@ -320,6 +417,7 @@ impl Store {
             }
             prev_chain = scan.chain;
             expected_seq = scan.next_seq;
+            stream_end = Some((seg.first_seq, scan.data_len));
             link_known = matches!(
                 scan.end,
                 Some(SegmentEnd::Sealed { .. } | SegmentEnd::Open { .. })
@@ -362,15 +460,78 @@ impl Store {
                 None => {}
             }
         }
+        // Committed events removed from the end (a last segment deleted, committed
+        // bytes cut or zeroed) leave a stream that reads well, only shorter than what
+        // its writers synced: an error, not a torn tail.
+        let intact = !r.findings.iter().any(|f| f.severity == Severity::Error);
+        if intact
+            && let Some(m) = checkpoint
+            && let Some(detail) = m.shortfall(r.next_seq, stream_end)
+        {
+            r.findings.push(Finding {
+                severity: Severity::Error,
+                session: session.to_string(),
+                segment: Some(
+                    self.stream_dir(session)
+                        .join(tacho_log_format::segment_file_name(m.segment_first_seq)),
+                ),
+                offset: None,
+                message: format!(
+                    "committed events are missing from the end of the stream: {detail}"
+                ),
+            });
+        }
         Ok(r)
     }
 
     /// Verifies (or counts, without `deep`) every stream of the store.
     pub fn verify_all(&self, deep: bool) -> Result<StoreReport, StoreError> {
         let mut report = StoreReport::default();
-        for s in self.sessions()? {
-            report.streams.push(self.verify_session(&s, deep)?);
+        let sessions = self.sessions()?;
+        for s in &sessions {
+            report.streams.push(self.verify_session(s, deep)?);
         }
+        report.store.extend(self.streams_lost(&sessions)?);
         Ok(report)
+    }
+
+    /// Sessions whose stream is gone while their lock file's checkpoint says events of
+    /// it were committed durably (a stream directory deleted). A session removed by
+    /// retention has no lock file (its checkpoint is cleared first); one created after
+    /// `listed` was taken is looked for again.
+    fn streams_lost(&self, listed: &[String]) -> Result<Vec<Finding>, StoreError> {
+        let dir = self.root().join("locks");
+        let names = match self.vfs.list_dir(&dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(StoreError::io(&dir, e)),
+        };
+        let mut out = Vec::new();
+        for name in names {
+            let Some(session) = name
+                .strip_suffix(".lock")
+                .and_then(crate::store::stream_name_from_dir)
+            else {
+                continue;
+            };
+            if listed.binary_search(&session).is_ok() {
+                continue;
+            }
+            let Some(m) = self.checkpoint(&session) else {
+                continue;
+            };
+            if let Some(detail) = m.shortfall(0, None)
+                && !self.has_session(&session)
+            {
+                out.push(Finding {
+                    severity: Severity::Error,
+                    session: session.clone(),
+                    segment: Some(self.stream_dir(&session)),
+                    offset: None,
+                    message: format!("the session's stream is missing: {detail}"),
+                });
+            }
+        }
+        Ok(out)
     }
 }

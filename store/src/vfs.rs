@@ -48,6 +48,9 @@ pub trait LockGuard: Send + std::fmt::Debug {
     /// checkpoint there: no file of its own to create per session). Not synced.
     fn read_note(&mut self) -> io::Result<Vec<u8>>;
     fn write_note(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes the note durable (fdatasync of the lock file): for a note that must not
+    /// come back after a crash, such as a checkpoint cleared before its stream goes.
+    fn sync_note(&mut self) -> io::Result<()>;
 }
 
 /// The holder's record at the start of a lock file: `pid N`, padded to this length.
@@ -92,6 +95,9 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     fn remove_dir(&self, path: &Path) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (created if missing), waiting at most `timeout`.
     fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError>;
+    /// The note in the lock file at `path` ([`LockGuard::read_note`]) read without the
+    /// lock, as readers do: possibly torn by a holder writing it meanwhile.
+    fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// Whether a path exists.
     fn exists(&self, path: &Path) -> bool;
     /// Appends `bytes` to the end of the file at `path` (created if missing) in one
@@ -169,6 +175,9 @@ impl LockGuard for RealLock {
     }
     fn write_note(&mut self, bytes: &[u8]) -> io::Result<()> {
         std::os::unix::fs::FileExt::write_all_at(&self.0, bytes, LOCK_RECORD_LEN)
+    }
+    fn sync_note(&mut self) -> io::Result<()> {
+        self.0.sync_data()
     }
 }
 
@@ -311,6 +320,14 @@ impl Vfs for RealFs {
             }
             Err(Acquire::Io(e)) => Err(LockError::Io(e)),
         }
+    }
+
+    fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut f = File::open(path)?;
+        f.seek(SeekFrom::Start(LOCK_RECORD_LEN))?;
+        let mut out = Vec::new();
+        f.read_to_end(&mut out)?;
+        Ok(out)
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -526,6 +543,9 @@ struct SimState {
     /// Names the next listings of a directory give that are not there (removed
     /// between a listing and an open): (directory, name, listings left).
     ghost: Option<(PathBuf, String, u32)>,
+    /// The next read of this file sees zeros at these offsets (see
+    /// [`SimFs::tear_next_read`]).
+    torn_read: Option<(PathBuf, std::ops::Range<usize>)>,
 }
 
 /// What a crash leaves: per file, the durable content and the operations after it that
@@ -535,6 +555,9 @@ pub struct CrashImage {
     /// path → (durable content, unsynced operations in order, entry durable)
     pub files: BTreeMap<PathBuf, (Vec<u8>, Vec<SimOp>, bool)>,
     pub dirs: BTreeSet<PathBuf>,
+    /// The notes in lock files (never synced): every crash image keeps them as they
+    /// were, the case where a note reached the disk and data written before it did not.
+    pub lock_notes: BTreeMap<PathBuf, Vec<u8>>,
 }
 
 /// How much of the unsynced operations a simulated crash keeps.
@@ -554,6 +577,7 @@ impl CrashImage {
     pub fn materialize(&self, keep: CrashKeep) -> SimFs {
         let mut st = SimState {
             dirs: self.dirs.clone(),
+            lock_notes: self.lock_notes.clone(),
             ..SimState::default()
         };
         for (path, (durable, ops, entry_durable)) in &self.files {
@@ -637,6 +661,15 @@ impl SimFs {
         self.state().ghost = Some((dir.to_path_buf(), name.to_string(), listings));
     }
 
+    /// The next read of the file at `path` sees zeros at `range` and its content
+    /// everywhere else: a read that copied those bytes of the free space before a write
+    /// in progress reached them, and the bytes after them once it had (a reader takes
+    /// no lock, and the kernel copies a write into the page cache while it is read).
+    /// Later reads see the content.
+    pub fn tear_next_read(&self, path: &Path, range: std::ops::Range<usize>) {
+        self.state().torn_read = Some((path.to_path_buf(), range));
+    }
+
     /// The current content of a file (for tests that damage files).
     /// The note a lock holder left in the lock file at `path` (tests).
     pub fn lock_note(&self, path: &Path) -> Vec<u8> {
@@ -681,6 +714,7 @@ impl SimFs {
                     })
                     .collect(),
                 dirs: st.dirs.clone(),
+                lock_notes: st.lock_notes.clone(),
             };
             st.frozen = Some(image);
         }
@@ -777,6 +811,10 @@ impl LockGuard for SimLock {
             .insert(self.path.clone(), bytes.to_vec());
         Ok(())
     }
+    fn sync_note(&mut self) -> io::Result<()> {
+        // (Crash images keep every note as written: nothing to do.)
+        Ok(())
+    }
 }
 impl Drop for SimLock {
     fn drop(&mut self) {
@@ -796,7 +834,8 @@ impl Vfs for SimFs {
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         let mut st = self.state();
-        if !st.dirs.contains(path) {
+        // (Lock files need no directory here: `locks/` is there when one is noted.)
+        if !st.dirs.contains(path) && !st.lock_notes.keys().any(|p| p.parent() == Some(path)) {
             return Err(not_found(path));
         }
         let mut names = BTreeSet::new();
@@ -807,7 +846,13 @@ impl Vfs for SimFs {
             *left -= 1;
             names.insert(name.clone());
         }
-        for p in st.files.keys().chain(st.dirs.iter()) {
+        // (A lock file is its note here.)
+        for p in st
+            .files
+            .keys()
+            .chain(st.dirs.iter())
+            .chain(st.lock_notes.keys())
+        {
             if p.parent() == Some(path)
                 && let Some(n) = p.file_name().and_then(|n| n.to_str())
             {
@@ -818,10 +863,20 @@ impl Vfs for SimFs {
     }
 
     fn read(&self, path: &Path, _immutable: bool) -> io::Result<SegmentBytes> {
-        let st = self.state();
+        let mut st = self.state();
+        let torn = match &st.torn_read {
+            Some((p, _)) if p == path => st.torn_read.take().map(|(_, r)| r),
+            _ => None,
+        };
         let f = st.files.get(path).ok_or_else(|| not_found(path))?;
         let mut v = AlignedVec::<16>::with_capacity(f.data.len());
         v.extend_from_slice(&f.data);
+        if let Some(r) = torn {
+            let end = r.end.min(v.len());
+            if let Some(b) = v.get_mut(r.start.min(end)..end) {
+                b.fill(0);
+            }
+        }
         Ok(SegmentBytes::Owned(v))
     }
 
@@ -879,11 +934,14 @@ impl Vfs for SimFs {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.state()
-            .files
-            .remove(path)
-            .map(|_| ())
-            .ok_or_else(|| not_found(path))
+        let mut st = self.state();
+        // A lock file is its note here (a lock taken leaves no file of its own).
+        let note = st.lock_notes.remove(path);
+        match st.files.remove(path) {
+            Some(_) => Ok(()),
+            None if note.is_some() => Ok(()),
+            None => Err(not_found(path)),
+        }
     }
 
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
@@ -915,6 +973,14 @@ impl Vfs for SimFs {
             fs: self.clone(),
             path: path.to_path_buf(),
         }))
+    }
+
+    fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.state()
+            .lock_notes
+            .get(path)
+            .cloned()
+            .ok_or_else(|| not_found(path))
     }
 
     fn exists(&self, path: &Path) -> bool {

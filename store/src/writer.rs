@@ -160,19 +160,25 @@ struct OpenSegment {
 /// what follows, instead of re-reading and re-hashing the whole segment: opening a
 /// writer costs a CRC pass, not a chain pass, whatever the session's length. Any doubt
 /// (no mark, a torn or stale one, another segment, other bytes) means a full scan.
+///
+/// It also says how far the stream was **committed durably**: `durable_next_seq`, the
+/// stream's length at the last sync any writer of it made (carried from mark to mark).
+/// A stream found shorter than that lost acknowledged events: no writer appends to
+/// it, and `log verify` reports it (SPEC.md §4.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Mark {
-    segment_first_seq: u64,
+pub(crate) struct Mark {
+    pub(crate) segment_first_seq: u64,
     len: u64,
     prefix_crc: u32,
     next_seq: u64,
     chain: ChainValue,
     events: u64,
     last_kind: Option<u16>,
+    pub(crate) durable_next_seq: u64,
 }
 
-const MARK_MAGIC: &[u8; 8] = b"TMARK v1";
-const MARK_LEN: usize = 8 + 8 + 8 + 4 + 8 + 32 + 8 + 4 + 4;
+const MARK_MAGIC: &[u8; 8] = b"TMARK v2";
+const MARK_LEN: usize = 8 + 8 + 8 + 4 + 8 + 32 + 8 + 4 + 8 + 4;
 
 impl Mark {
     fn encode(&self) -> [u8; MARK_LEN] {
@@ -191,12 +197,13 @@ impl Mark {
         put(&self.events.to_le_bytes());
         let kind = self.last_kind.map_or(u32::MAX, u32::from);
         put(&kind.to_le_bytes());
+        put(&self.durable_next_seq.to_le_bytes());
         let crc = crc32fast::hash(&b[..MARK_LEN - 4]);
         b[MARK_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
-    fn decode(b: &[u8]) -> Option<Mark> {
+    pub(crate) fn decode(b: &[u8]) -> Option<Mark> {
         let b = b.get(..MARK_LEN)?;
         let (body, crc) = b.split_at(MARK_LEN - 4);
         if crc32fast::hash(body).to_le_bytes() != crc || body.get(..8)? != MARK_MAGIC {
@@ -213,7 +220,44 @@ impl Mark {
             chain: body.get(36..68)?.try_into().ok()?,
             events: u64_at(68)?,
             last_kind: u16::try_from(kind).ok(),
+            durable_next_seq: u64_at(80)?,
         })
+    }
+
+    /// What is missing when a stream whose segments end as `stream_end` says (the
+    /// first sequence number and data length of its last segment, `None` for no
+    /// segment at all) holds `next_seq` events, short of what this mark says was
+    /// committed durably; `None` when the stream holds all of it.
+    pub(crate) fn shortfall(
+        &self,
+        next_seq: u64,
+        stream_end: Option<(u64, u64)>,
+    ) -> Option<String> {
+        if next_seq >= self.durable_next_seq {
+            return None;
+        }
+        let missing = self.durable_next_seq - next_seq;
+        let mut detail = format!(
+            "the writer's checkpoint says {} events were committed durably (up to seq {}), the stream holds {next_seq}: {missing} event{} missing",
+            self.durable_next_seq,
+            self.durable_next_seq - 1,
+            if missing == 1 { " is" } else { "s are" }
+        );
+        let seg = segment_file_name(self.segment_first_seq);
+        match stream_end {
+            None => detail.push_str(" (the stream has no segment left)"),
+            Some((first, _)) if first < self.segment_first_seq => {
+                detail.push_str(&format!(" (segment {seg} is missing)"));
+            }
+            Some((first, len)) if first == self.segment_first_seq && len < self.len => {
+                detail.push_str(&format!(
+                    " (segment {seg} ends its committed data at byte {len}, the checkpoint at byte {})",
+                    self.len
+                ));
+            }
+            Some(_) => {}
+        }
+        Some(detail)
     }
 }
 
@@ -327,6 +371,10 @@ pub struct Writer {
     unsynced: bool,
     /// Events written and not committed yet ([`Writer::stage`]).
     staged: Option<Staged>,
+    /// How many events of the stream are known committed durably: synced by this
+    /// writer, or by an earlier one as its checkpoint says. The stream is never shorter
+    /// (else events were removed from its end, and this writer refuses it).
+    durable_next_seq: u64,
 }
 
 impl Store {
@@ -392,6 +440,7 @@ impl Store {
             indexed: false,
             unsynced: false,
             staged: None,
+            durable_next_seq: 0,
         };
         while !w.resume()? {}
         Ok(w)
@@ -526,26 +575,37 @@ impl Writer {
     /// Looks at the stream's last segment and takes up where it ends. Returns `false`
     /// when it repaired a torn tail and the stream must be looked at again.
     fn resume(&mut self) -> Result<bool, StoreError> {
+        // The previous writer's checkpoint: where it left off, and how much of the
+        // stream was committed durably (read before the stream, which only grows).
+        let checkpoint = self.read_mark();
+        if let Some(m) = &checkpoint {
+            self.durable_next_seq = self.durable_next_seq.max(m.durable_next_seq);
+        }
         let segs = match self.store.segment_files(&self.session) {
             Ok(s) => s,
-            Err(StoreError::NotFound(_)) => return Ok(true),
+            Err(StoreError::NotFound(_)) => return self.check_not_short(&checkpoint, 0, None),
             Err(e) => return Err(e),
         };
         let Some(last) = segs.last().cloned() else {
-            return Ok(true);
+            return self.check_not_short(&checkpoint, 0, None);
         };
         if segs.len() > 1 {
             self.check_stream_links()?;
         }
         if last.packed.is_some() {
-            return self.resume_after_pack(&last).map(|()| true);
+            self.resume_after_pack(&last)?;
+            return self.check_not_short(
+                &checkpoint,
+                self.next_seq,
+                Some((last.first_seq, u64::MAX)),
+            );
         }
         let bytes = self.store.read_segment(&last, false)?;
         let (name_seq, path) = (last.first_seq, last.path);
         let limits = ScanLimits { verify_chain: true };
         // Where the last writer left off, when the segment still starts with exactly
         // the bytes it vouched for: only what follows is scanned.
-        let mark = self.read_mark().filter(|m| {
+        let mark = checkpoint.filter(|m| {
             m.segment_first_seq == name_seq
                 && bytes
                     .get(..m.len as usize)
@@ -593,6 +653,22 @@ impl Writer {
             if let Some(problem) = header_problems(h, &expected).into_iter().next() {
                 return Err(corrupt(0, problem));
             }
+        }
+        // Committed events removed from the end (a segment deleted, committed bytes cut
+        // or zeroed) look like a shorter stream, or a torn tail: refused before anything
+        // is repaired. (Corruption is refused below, naming the damage.)
+        let corruption = matches!(scan.end(), Some(SegmentEnd::Damaged(d)) if d.class == DamageClass::Corruption);
+        if !corruption {
+            let recovered = if header.is_some() {
+                scan.next_seq()
+            } else {
+                name_seq
+            };
+            self.check_not_short(
+                &checkpoint,
+                recovered,
+                Some((name_seq, scan.valid_len() as u64)),
+            )?;
         }
         match (scan.end().cloned(), header) {
             (Some(SegmentEnd::Damaged(d)), _) if d.class == DamageClass::Corruption => {
@@ -675,6 +751,59 @@ impl Writer {
         }
     }
 
+    /// Refuses a stream that holds fewer than the events known committed durably
+    /// (`next_seq`, its last segment's first sequence number and committed length as
+    /// recovered); `Ok(true)` otherwise, for [`Writer::resume`] to return.
+    fn check_not_short(
+        &self,
+        checkpoint: &Option<Mark>,
+        next_seq: u64,
+        stream_end: Option<(u64, u64)>,
+    ) -> Result<bool, StoreError> {
+        // With no checkpoint to go by (its lock file new or replaced, a stream continued
+        // from a pack), the session index's head: recorded only once durable, never
+        // moved back. Read only then, and only for a stream that exists: a writer per
+        // new session would otherwise read the whole index. (An index that does not
+        // read is derived data: it vouches for nothing.)
+        if checkpoint.is_none()
+            && stream_end.is_some()
+            && let Ok(view) = self.store.index()
+            && let Some(e) = view.get(&self.session)
+            && e.next_seq > next_seq
+            && e.next_seq > self.durable_next_seq
+        {
+            return Err(StoreError::Lost {
+                session: self.session.clone(),
+                detail: format!(
+                    "the session index recorded {} events (head {}), the stream holds {next_seq}: {} missing",
+                    e.next_seq,
+                    faster_hex::hex_string(&e.head),
+                    e.next_seq - next_seq
+                ),
+            });
+        }
+        if next_seq >= self.durable_next_seq {
+            return Ok(true);
+        }
+        // This writer's own syncs, or the checkpoint it read, vouch for what is missing.
+        let detail = match checkpoint {
+            Some(m) if m.durable_next_seq == self.durable_next_seq => {
+                m.shortfall(next_seq, stream_end)
+            }
+            _ => None,
+        }
+        .unwrap_or_else(|| {
+            format!(
+                "{} events were committed durably, the stream holds {next_seq}",
+                self.durable_next_seq
+            )
+        });
+        Err(StoreError::Lost {
+            session: self.session.clone(),
+            detail,
+        })
+    }
+
     /// Takes up after a stream whose last segment is packed: it must be sealed (a pack
     /// is never written again), and the next batch starts a segment file.
     fn resume_after_pack(&mut self, seg: &crate::store::SegLoc) -> Result<(), StoreError> {
@@ -726,7 +855,10 @@ impl Writer {
     /// to readers and `log verify`: it costs a hash of the whole stream per open.
     /// (A torn tail of the last segment is a warning there, which `resume` repairs.)
     fn check_stream_links(&self) -> Result<(), StoreError> {
-        let report = self.store.verify_session(&self.session, false)?;
+        // (Without the checkpoint check: `resume` makes it, with the writer's error.)
+        let report = self
+            .store
+            .verify_session_checked(&self.session, false, false)?;
         let damage = report
             .findings
             .into_iter()
@@ -777,9 +909,17 @@ impl Writer {
         &self.store
     }
 
-    /// Nothing to record in the index when this writer is dropped.
-    pub(crate) fn forget_head(&mut self) {
+    /// Nothing to record in the index when this writer is dropped, and nothing left
+    /// in its checkpoint, durably: the stream is being removed (retention), and a
+    /// checkpoint that outlived it would vouch for events no longer there.
+    pub(crate) fn forget_head(&mut self) -> Result<(), StoreError> {
         self.indexed = false;
+        self.durable_next_seq = 0;
+        let path = self.store.lock_path(&self.session);
+        self.lock
+            .write_note(&[0; MARK_LEN])
+            .and_then(|()| self.lock.sync_note())
+            .map_err(|e| StoreError::io(&path, e))
     }
 
     /// The chain value after the last committed batch.
@@ -996,6 +1136,9 @@ impl Writer {
         self.unsynced = durability != Durability::Sync;
         seg.events += count;
         self.next_seq += count;
+        if durability == Durability::Sync {
+            self.durable_next_seq = self.next_seq;
+        }
         self.last_kind = self.staged.take().and_then(|s| s.last_kind);
         self.chain = chain;
         let full = seg.len >= self.store.opts.segment_bytes_max;
@@ -1065,6 +1208,7 @@ impl Writer {
             chain: self.chain,
             events: seg.events,
             last_kind: self.last_kind,
+            durable_next_seq: self.durable_next_seq,
         }
         .encode();
         let _ = self.lock.write_note(&mark);
@@ -1111,6 +1255,8 @@ impl Writer {
             seg.dir_entry_durable = true;
         }
         self.unsynced = false;
+        self.durable_next_seq = self.next_seq;
+        self.write_mark();
     }
 
     /// Syncs everything appended so far (after [`Durability::Buffered`] appends).
@@ -1120,6 +1266,8 @@ impl Writer {
                 .map_err(|e| StoreError::io(&seg.path, e))?;
         }
         self.unsynced = false;
+        self.durable_next_seq = self.next_seq;
+        self.write_mark();
         Ok(())
     }
 

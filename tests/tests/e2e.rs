@@ -1109,3 +1109,54 @@ fn a_missing_data_directory_is_reported_and_left_alone() {
         "nothing was created under the mistyped directory"
     );
 }
+
+/// Committed events cut from the end of a session's stream (the stream reads well,
+/// only shorter): `log verify` fails naming what is missing, instead of passing, and
+/// the next `tacho record` for the session appends nothing and says why.
+#[test]
+fn events_cut_from_the_end_of_a_stream_fail_verify_and_refuse_the_next_record() {
+    let home = tempfile::tempdir().unwrap();
+    let s = "ses_cut";
+    let lines: Vec<String> = std::iter::once(start_line(s))
+        .chain((1..8).map(|i| call_line(s, "c", i, 20)))
+        .collect();
+    let (code, _, err) = tacho_tests::run_with_stdin(
+        home.path(),
+        &["record", "--batch-lines", "1"],
+        &(lines.join("\n") + "\n"),
+    );
+    assert_eq!(code, 0, "{err}");
+    let seg = store(home.path()).segments(s).unwrap()[0].path.clone();
+    let bytes = std::fs::read(&seg).unwrap();
+    let mut scan =
+        tacho_log_format::Scanner::new(&bytes, tacho_log_format::ScanLimits { verify_chain: true });
+    let mut ends = Vec::new();
+    while scan.next_batch().is_some() {
+        ends.push(scan.valid_len());
+    }
+    assert_eq!(ends.len(), 8);
+    // The last three batches gone, at a batch's end.
+    std::fs::write(&seg, &bytes[..ends[4]]).unwrap();
+    let cut = std::fs::read(&seg).unwrap();
+    let (code, _, err) =
+        tacho_tests::run_with_stdin(home.path(), &["record"], &(call_line(s, "d", 9, 5) + "\n"));
+    assert_ne!(
+        code, 0,
+        "record appended to a stream short of committed events"
+    );
+    assert!(err.contains(s) && err.contains("missing"), "{err}");
+    assert_eq!(std::fs::read(&seg).unwrap(), cut, "the stream was changed");
+    let (code, out, err) = run({
+        let mut c = tacho(home.path());
+        c.args(["log", "verify"]);
+        c
+    });
+    assert_ne!(
+        code, 0,
+        "verify passed a stream short of 3 events: {out}{err}"
+    );
+    assert!(
+        format!("{out}{err}").contains("3 events are missing"),
+        "{out}{err}"
+    );
+}
