@@ -1010,6 +1010,14 @@ fn claude_code_parallel_tool_calls_of_one_message_verify_and_roll_back() {
     let last_call = at("tool.call", cat).max(at("tool.call", ls));
     let first_result = at("tool.result", cat).min(at("tool.result", ls));
     assert!(last_call < first_result, "no overlap:\n{shown}");
+
+    // The record verifies, and its report says so.
+    let (code, out, err) = e.tacho(&["session", "replay", S, "--mode", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, md, err) = e.tacho(&["audit", "report", S]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!md.contains("does not verify"), "{md}");
+    assert!(md.contains("record verified"), "{md}");
     // They share one step; the writers ran after them, one at a time, each in a step
     // of its own.
     let step_of = |target: &str| calls[at("tool.call", target)].2;
@@ -1023,14 +1031,6 @@ fn claude_code_parallel_tool_calls_of_one_message_verify_and_roll_back() {
     );
     assert!(step_of(append) > Some(shared), "{shown}");
     assert!(step_of(write) > step_of(append), "{shown}");
-
-    // The record verifies, and its report says so.
-    let (code, out, err) = e.tacho(&["session", "replay", S, "--mode", "verify"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let (code, md, err) = e.tacho(&["audit", "report", S]);
-    assert_eq!(code, 0, "{err}");
-    assert!(!md.contains("does not verify"), "{md}");
-    assert!(md.contains("record verified"), "{md}");
 
     // Rolling back the shared step restores the workspace from before it: both files
     // as they were, byte for byte.
