@@ -3,7 +3,8 @@
 //! against a loopback mock of the Messages API (`tests/agents/mock_messages_api.py`,
 //! streaming SSE) with tacho's hooks installed by `tacho hooks install`. Then graph,
 //! risk, replay, a rollback of one shell command, the Stop gate, and an import of the
-//! same transcript checked against `ccusage` (npm, pinned).
+//! same transcript checked against `ccusage` (npm, pinned); and one model message with
+//! several tool calls, which Claude Code runs partly at once.
 //!
 //! `.ci/run` installs them (`npm install` in `tests/agents`, from its lockfile). Without Node, Python or that
 //! install the tests say so and pass, except in CI (`CI` set), where they fail.
