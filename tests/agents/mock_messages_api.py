@@ -8,6 +8,8 @@ SCRIPT.json is a list of assistant turns for the main conversation (requests tha
 carry tools). Each turn is a list of content blocks:
   {"text": "..."}                              a text block
   {"tool": "Bash", "input": {...}}             a tool_use block (ids are generated)
+A turn with several tool blocks is one assistant message with several tool_use blocks
+(parallel tool calls); the Responses API gets one function_call item per tool block.
 The turn answered is chosen by how many assistant messages the request already holds,
 so retries and resumed requests get the same answer. A turn may instead be
 {"until_text": "needle", "then": [...], "else": [...]}: `then` when the last user

@@ -3,7 +3,8 @@
 //! against a loopback mock of the Messages API (`tests/agents/mock_messages_api.py`,
 //! streaming SSE) with tacho's hooks installed by `tacho hooks install`. Then graph,
 //! risk, replay, a rollback of one shell command, the Stop gate, and an import of the
-//! same transcript checked against `ccusage` (npm, pinned).
+//! same transcript checked against `ccusage` (npm, pinned); and one model message with
+//! several tool calls, which Claude Code runs partly at once.
 //!
 //! `.ci/run` installs them (`npm install` in `tests/agents`, from its lockfile). Without Node, Python or that
 //! install the tests say so and pass, except in CI (`CI` set), where they fail.
@@ -927,4 +928,120 @@ fn hooks_with_watch_keep_a_watcher_of_the_workspace() {
         "{snap}"
     );
     assert_eq!(e.tacho(&["watch", "stop", &ws]).0, 0);
+}
+
+/// Claude Code answers one model message holding several tool calls by running its
+/// concurrency-safe calls (Read, Glob, Grep, read-only shell commands) at once and the
+/// others (Write, Edit, any other command) one at a time, in the message's order. A
+/// shell command can change files as far as tacho knows, so two read-only commands run
+/// at once overlap in the record (`PreToolUse` A and B before either `PostToolUse`):
+/// they share one step and the record verifies (SPEC §13.2). The writers of the same
+/// message (a command appending to one.txt, a Write over two.txt) follow, and rolling
+/// back the shared step restores both files byte for byte.
+#[test]
+fn claude_code_parallel_tool_calls_of_one_message_verify_and_roll_back() {
+    let Some(claude) = npm_bin("claude") else {
+        return;
+    };
+    let e = Env::new();
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Bytes a text round trip would change: a CR, a non-UTF-8 byte, a NUL, no final
+    // newline.
+    let one_before: &[u8] = b"one\r\n\xff\x00end";
+    let two_before: &[u8] = b"old two";
+    std::fs::write(e.ws.join("one.txt"), one_before).unwrap();
+    std::fs::write(e.ws.join("two.txt"), two_before).unwrap();
+    let two = e.ws.join("two.txt").display().to_string();
+    const S: &str = "5e551011-aaaa-4bbb-8ccc-000000000027";
+    // One assistant message with five tool calls: a Read (Claude Code writes only a
+    // file it has read), two read-only commands, then the two writers.
+    let script = serde_json::json!([
+        [{"text": "All at once."},
+         {"tool": "Read", "input": {"file_path": two}},
+         {"tool": "Bash", "input": {"command": "cat src/value.txt", "description": "read the value"}},
+         {"tool": "Bash", "input": {"command": "ls src", "description": "list src"}},
+         {"tool": "Bash", "input": {"command": "printf 'more\\n' >> one.txt", "description": "append"}},
+         {"tool": "Write", "input": {"file_path": two, "content": "two\n"}}],
+        [{"text": "Done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    e.claude(&claude, &mock, S, "Do five things");
+    drop(mock);
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(log.trim().is_empty(), "hook problems:\n{log}");
+    // Both writers ran.
+    let mut one_after = one_before.to_vec();
+    one_after.extend_from_slice(b"more\n");
+    assert_eq!(std::fs::read(e.ws.join("one.txt")).unwrap(), one_after);
+    assert_eq!(std::fs::read(&two).unwrap(), b"two\n");
+
+    // The order the hooks saw, as recorded: (type, "tool: command or path", step).
+    let (code, jsonl, err) = e.tacho(&["audit", "export", S]);
+    assert_eq!(code, 0, "{err}");
+    let calls: Vec<(String, String, Option<u64>)> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "tool.call" || v["type"] == "tool.result")
+        .map(|v| {
+            let kind = v["type"].as_str().unwrap_or("").to_string();
+            let target = v["target"].as_str().unwrap_or("");
+            let target = target
+                .strip_prefix(&format!("{}/", e.ws.display()))
+                .unwrap_or(target);
+            let tool = v["tool"].as_str().unwrap_or("");
+            (kind, format!("{tool}: {target}"), v["step"].as_u64())
+        })
+        .collect();
+    let shown: Vec<String> = calls
+        .iter()
+        .map(|(k, t, s)| format!("{k} {t} (step {s:?})"))
+        .collect();
+    let shown = shown.join("\n");
+    eprintln!("the hooks saw, in this order:\n{shown}");
+    assert_eq!(calls.len(), 10, "five calls, five results:\n{shown}");
+    let at = |kind: &str, target: &str| {
+        calls
+            .iter()
+            .position(|(k, t, _)| k == kind && t == target)
+            .unwrap_or_else(|| panic!("no {kind} of {target}:\n{shown}"))
+    };
+    // The two read-only commands overlapped: both started before either finished.
+    let (cat, ls) = ("Bash: cat src/value.txt", "Bash: ls src");
+    let last_call = at("tool.call", cat).max(at("tool.call", ls));
+    let first_result = at("tool.result", cat).min(at("tool.result", ls));
+    assert!(last_call < first_result, "no overlap:\n{shown}");
+
+    // The record verifies, and its report says so.
+    let (code, out, err) = e.tacho(&["session", "replay", S, "--mode", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, md, err) = e.tacho(&["audit", "report", S]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!md.contains("does not verify"), "{md}");
+    assert!(md.contains("record verified"), "{md}");
+    // They share one step; the writers ran after them, one at a time, each in a step
+    // of its own.
+    let step_of = |target: &str| calls[at("tool.call", target)].2;
+    let shared = step_of(cat).unwrap_or_else(|| panic!("no step:\n{shown}"));
+    assert_eq!(step_of(ls), Some(shared), "{shown}");
+    let (append, write) = ("Bash: printf 'more\\n' >> one.txt", "Write: two.txt");
+    assert!(at("tool.call", append) > first_result, "{shown}");
+    assert!(
+        at("tool.result", append) < at("tool.call", write),
+        "{shown}"
+    );
+    assert!(step_of(append) > Some(shared), "{shown}");
+    assert!(step_of(write) > step_of(append), "{shown}");
+
+    // Rolling back the shared step restores the workspace from before it: both files
+    // as they were, byte for byte.
+    let n = shared.to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", S, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        std::fs::read(e.ws.join("one.txt")).unwrap(),
+        one_before,
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&two).unwrap(), two_before, "{out}");
 }
