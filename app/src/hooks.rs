@@ -125,7 +125,7 @@ impl Tacho {
         {
             match state.transcript.catch_up(Path::new(t), false, true) {
                 Ok(c) => {
-                    early = c.usages;
+                    early = self.not_recorded(&session, c.rewritten, c.usages);
                     state.call_outputs.extend(c.outputs);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -168,12 +168,13 @@ impl Tacho {
                         match cursor.catch_up(Path::new(&transcript), finish, codex) {
                             Ok(c) => {
                                 state.call_outputs.extend(c.outputs);
+                                let usages = self.not_recorded(&session, c.rewritten, c.usages);
                                 let first = if subagent.is_none() {
                                     std::mem::take(&mut early)
                                 } else {
                                     Vec::new()
                                 };
-                                first.into_iter().chain(c.usages).try_for_each(|u| {
+                                first.into_iter().chain(usages).try_for_each(|u| {
                                     let t = u.time_unix_ns.unwrap_or_else(|| self.now());
                                     ingest
                                         .event(
@@ -307,10 +308,13 @@ impl Tacho {
                     if let Some(total) =
                         id.strip_prefix("codex-usage-").and_then(|t| t.parse().ok())
                     {
-                        codex[0] += r.tokens_in + r.cache_read;
-                        codex[1] += r.cache_read;
-                        codex[2] += r.cache_write;
-                        codex[3] += r.tokens_out;
+                        // Saturating: recorded numbers come from outside.
+                        codex[0] = codex[0]
+                            .saturating_add(r.tokens_in)
+                            .saturating_add(r.cache_read);
+                        codex[1] = codex[1].saturating_add(r.cache_read);
+                        codex[2] = codex[2].saturating_add(r.cache_write);
+                        codex[3] = codex[3].saturating_add(r.tokens_out);
                         codex[4] = codex[4].max(total);
                     }
                     state.transcript.counted.push(id);
@@ -324,6 +328,34 @@ impl Tacho {
             state.transcript.codex_total = Some(codex);
         }
         state
+    }
+
+    /// `usages` without the responses `session` already holds, when the transcript
+    /// they come from was rewritten and is read again from its start (its cursor
+    /// remembers only the recent ids).
+    fn not_recorded(
+        &self,
+        session: &str,
+        rewritten: bool,
+        mut usages: Vec<tacho_agents::transcript::Usage>,
+    ) -> Vec<tacho_agents::transcript::Usage> {
+        if !rewritten || usages.is_empty() {
+            return usages;
+        }
+        let mut held = std::collections::BTreeSet::new();
+        let _ = self.log().read_session(session, |e| {
+            if let EventBody::LlmResponse(r) = &e.event.body {
+                held.insert(
+                    r.response_id
+                        .clone()
+                        .unwrap_or_else(|| r.request_id.clone()),
+                );
+            }
+        });
+        // Each id once: read again from its start, a long transcript can bring a
+        // response twice in one call (its id left the cursor's recent ones).
+        usages.retain(|u| held.insert(u.message_id.clone()));
+        usages
     }
 
     /// A snapshot around a tool call: paths the agent gave absolute are made relative
