@@ -371,6 +371,16 @@ impl Tacho {
         let Some(ws) = ingest.workspace(&session).map_err(|e| e.to_string())? else {
             return Ok(()); // a workspace not on this machine: nothing to protect
         };
+        // A workspace snapshots refuse (`/`, the home directory, a pseudo file system)
+        // is said once, by the session's baseline; later snapshots are left out quietly.
+        if reason != SnapshotReason::Baseline
+            && matches!(
+                tacho_git::snapshot::snapshot_workspace(&ws),
+                Err(tacho_git::snapshot::SnapshotError::RefusedWorkspace { .. })
+            )
+        {
+            return Ok(());
+        }
         let mut rel = Vec::new();
         for p in paths {
             let path = Path::new(p);
