@@ -282,7 +282,7 @@ pub fn fingerprint(
         return Ok(refusal);
     }
     let entries: Vec<Entry> = entries.into_iter().flatten().collect();
-    let bytes: u64 = entries.iter().map(|e| e.size).sum();
+    let bytes: u64 = entries.iter().fold(0u64, |n, e| n.saturating_add(e.size));
     if bytes > MAX_BYTES {
         return Ok(none(
             source_paths.join(" "),
@@ -398,6 +398,17 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
     if !before.is_file() {
         return Err(fail("is a special file".into()));
     }
+    if before.size > MAX_BYTES {
+        // Over the limit by itself: the whole fingerprint is refused for its size
+        // (the sum of the entries' sizes), so the content is not read at all.
+        return Ok(Entry {
+            path: rel.to_owned(),
+            kind: "file",
+            size: before.size,
+            executable: before.executable(),
+            content: String::new(),
+        });
+    }
     // Without blocking (a FIFO swapped in since the lstat) and only a regular file.
     let f = match crate::snapshot::open_regular(&abs) {
         Ok(Ok((f, _))) => f,
@@ -422,7 +433,8 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
     }
     if size > MAX_BYTES {
         return Err(fail(format!(
-            "more than the limit of {MAX_BYTES} bytes of content"
+            "more than the limit of {MAX_BYTES} bytes of content when read (its size says {})",
+            before.size
         )));
     }
     let f = f.into_inner();
