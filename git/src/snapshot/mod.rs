@@ -40,6 +40,7 @@ pub(crate) use mounts::{pseudo_fs_of, pseudo_mounts_under, under_mount};
 pub use pack::{PACK_BYTES_MAX, PACK_MIN_FILES};
 pub use paths::{canonical_workspace, head_commit, relative_path, snapshot_workspace};
 pub(crate) use tree::open_regular;
+pub use tree::read_regular;
 pub use types::*;
 
 use full::*;

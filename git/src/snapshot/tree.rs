@@ -181,6 +181,33 @@ pub(crate) fn open_regular(
     Ok(Ok((f, FileStat::of(&m))))
 }
 
+/// Reads a file someone else may have put in the way (a review declaration, a test
+/// report): opened without blocking, read only when its descriptor is a regular file,
+/// and at most `limit` bytes — one more is an `InvalidData` error naming the limit,
+/// whatever the stat says. Links are followed, as `std::fs::read` does.
+pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use rustix::fs::OFlags;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut data = Vec::new();
+    f.take(limit.saturating_add(1)).read_to_end(&mut data)?;
+    if data.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than the limit of {limit} bytes"),
+        ));
+    }
+    Ok(data)
+}
+
 /// Reads one file or link without following links and stores its blob. A file that
 /// changes while being read is retried, then reported.
 pub(super) fn store_file(
