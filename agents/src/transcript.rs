@@ -7,8 +7,15 @@
 //! kept, and the transcript may lag the hook, so the response whose lines are being
 //! written is held back until a later line shows it is complete, or until the session
 //! stops ([`Cursor::finish`]).
+//!
+//! A transcript path comes from the agent's payload, so it is read as untrusted: it
+//! is opened without blocking and must be a regular file ([`open_transcript`]); one
+//! call reads at most [`READ_BYTES_MAX`] bytes from the kept offset (the next call
+//! goes on), and a line longer than [`LINE_BYTES_MAX`] is skipped as damaged without
+//! being held in memory.
 
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -17,6 +24,95 @@ use tacho_schema::LlmResponse;
 /// How many recently counted response ids a cursor remembers, so that a line of an
 /// already counted response seen again is not counted twice.
 pub const RECENT_IDS: usize = 512;
+
+/// At most this many bytes of a transcript are read by one [`Cursor::catch_up`]; what
+/// lies beyond is read by the next calls.
+pub const READ_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+/// A transcript line longer than this is skipped (counted as damaged).
+pub const LINE_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// How many bytes before the kept offset are compared to tell a transcript that grew
+/// from one that was rewritten.
+const TAIL_BYTES: u64 = 4096;
+
+/// What a file is, in words, when it is not a regular file.
+fn kind_of(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Why `path`, of type `ft`, cannot be a transcript; `None` for a regular file.
+pub fn not_a_transcript(path: &Path, ft: std::fs::FileType) -> Option<String> {
+    (!ft.is_file()).then(|| {
+        format!(
+            "{} is {}, not a transcript file",
+            path.display(),
+            kind_of(ft)
+        )
+    })
+}
+
+/// Opens a transcript for reading without ever blocking: `O_NONBLOCK` (opening a FIFO
+/// with no writer would wait forever), `O_NOCTTY`, and then the descriptor's own type
+/// must be a regular file — anything else is refused with an `InvalidInput` error that
+/// names the path and what it is.
+pub fn open_transcript(path: &Path) -> std::io::Result<std::fs::File> {
+    use rustix::fs::OFlags;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC).bits() as i32)
+        .open(path)?;
+    let ft = f.metadata()?.file_type();
+    if let Some(why) = not_a_transcript(path, ft) {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
+    }
+    Ok(f)
+}
+
+/// A whole transcript file (for imports), opened as [`open_transcript`] does.
+pub fn read_transcript_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut f = open_transcript(path)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The first newline of `bytes`. Blocks without one are passed over with
+/// `<[u8]>::contains`, which runs std's word-at-a-time search (fast even in a build
+/// without optimisations, which the tests run); only a block holding one is looked
+/// into byte by byte.
+fn newline(bytes: &[u8]) -> Option<usize> {
+    let mut base = 0;
+    for block in bytes.chunks(4096) {
+        if block.contains(&b'\n') {
+            return block.iter().position(|&c| c == b'\n').map(|p| base + p);
+        }
+        base += block.len();
+    }
+    None
+}
+
+/// FNV-1a, 64 bits.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
 
 /// One model response, as counted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +168,18 @@ pub struct Cursor {
     /// Codex: the model of the current turn.
     #[serde(default)]
     pub model: Option<String>,
+    /// FNV-1a of the (up to 4,096) bytes before `offset`: when they differ, the
+    /// transcript was rewritten, not appended to.
+    #[serde(default)]
+    pub tail: Option<u64>,
+    /// Inside a line longer than [`LINE_BYTES_MAX`], skipped up to its newline.
+    #[serde(default)]
+    pub skipping: bool,
+    /// After a rewrite, the offset up to which lines may repeat responses counted
+    /// before it (more than the recent ids remember): the caller checks them against
+    /// what it recorded ([`Caught::rewritten`]).
+    #[serde(default)]
+    pub recheck_until: u64,
 }
 
 /// What a Codex tool call returned, from its rollout.
@@ -87,6 +195,12 @@ pub struct Caught {
     pub usages: Vec<Usage>,
     /// Codex: tool outputs by call id.
     pub outputs: Vec<(String, CallOutput)>,
+    /// The transcript was rewritten and is being read again from its start: the
+    /// usages may hold responses counted long ago, which the caller must drop by
+    /// their ids.
+    pub rewritten: bool,
+    /// Bytes of the transcript left unread by this call ([`READ_BYTES_MAX`]).
+    pub behind: u64,
 }
 
 /// Reads Codex's text of a command's output: "Process exited with code N" and what
@@ -258,42 +372,119 @@ impl Cursor {
     }
 
     /// Reads what the transcript gained since the last call: complete lines only (a
-    /// line still being written is read next time). `codex` reads a Codex rollout
-    /// instead of a Claude Code transcript. With `finish`, the response held back is
-    /// counted too.
+    /// line still being written is read next time), at most [`READ_BYTES_MAX`] bytes
+    /// (the next call goes on). `codex` reads a Codex rollout instead of a Claude Code
+    /// transcript. With `finish`, the response held back is counted too, once the
+    /// whole transcript is read.
+    ///
+    /// A transcript shorter than the offset, or whose bytes before the offset are no
+    /// longer those read, was rewritten: it is read again from its start, and
+    /// [`Caught::rewritten`] says its responses must be checked against those counted.
     pub fn catch_up(&mut self, path: &Path, finish: bool, codex: bool) -> std::io::Result<Caught> {
-        let mut f = std::fs::File::open(path)?;
+        let mut f = open_transcript(path)?;
         let len = f.metadata()?.len();
-        if len < self.offset {
-            // The file was replaced or cut: start again (counted ids prevent doubles).
-            self.offset = 0;
-        }
-        f.seek(SeekFrom::Start(self.offset))?;
-        let mut buf = Vec::new();
-        f.take(len - self.offset).read_to_end(&mut buf)?;
         let mut out = Caught::default();
-        let mut start = 0;
-        while let Some(nl) = buf
-            .get(start..)
-            .and_then(|b| b.iter().position(|&c| c == b'\n'))
-        {
-            let end = start + nl;
-            if let Some(line) = buf.get(start..end) {
-                if codex {
-                    let (u, o) = self.codex_line(line);
-                    out.usages.extend(u);
-                    out.outputs.extend(o);
-                } else if let Some(u) = self.line(line) {
-                    out.usages.push(u);
-                }
-            }
-            start = end + 1;
+        if self.offset > 0 && !self.same_prefix(&f, len) {
+            self.recheck_until = self.recheck_until.max(self.offset);
+            self.offset = 0;
+            self.skipping = false;
         }
-        self.offset += start as u64;
-        if finish && let Some(u) = self.finish() {
+        out.rewritten = self.offset < self.recheck_until;
+        f.seek(SeekFrom::Start(self.offset))?;
+        let budget = len.saturating_sub(self.offset).min(READ_BYTES_MAX);
+        let mut reader = f.by_ref().take(budget);
+        let mut chunk = vec![0u8; (budget as usize).clamp(1, 1 << 20)];
+        // The line being gathered (its start is at `self.offset`).
+        let mut line: Vec<u8> = Vec::new();
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let mut rest = chunk.get(..n).unwrap_or_default();
+            while let Some(nl) = newline(rest) {
+                let (head, tail) = rest.split_at(nl);
+                let consumed = (line.len() + head.len() + 1) as u64;
+                if self.skipping {
+                    self.skipping = false;
+                    self.bad_lines += 1;
+                } else if line.is_empty() {
+                    self.feed(head, codex, &mut out);
+                } else if line.len() + head.len() > LINE_BYTES_MAX {
+                    self.bad_lines += 1;
+                } else {
+                    line.extend_from_slice(head);
+                    self.feed(&line, codex, &mut out);
+                }
+                self.offset += consumed;
+                line.clear();
+                rest = tail.get(1..).unwrap_or_default();
+            }
+            if self.skipping {
+                self.offset += rest.len() as u64;
+            } else if line.len() + rest.len() > LINE_BYTES_MAX {
+                // Too long to be a line worth holding: skipped up to its newline,
+                // which a later call may be the one to meet.
+                self.offset += (line.len() + rest.len()) as u64;
+                line = Vec::new();
+                self.skipping = true;
+            } else {
+                line.extend_from_slice(rest);
+            }
+        }
+        out.behind = len.saturating_sub(self.offset + line.len() as u64);
+        self.tail = self.tail_hash(&f)?;
+        if self.offset >= self.recheck_until {
+            self.recheck_until = 0;
+        }
+        // The held-back response is complete only once nothing is left unread.
+        if finish
+            && out.behind == 0
+            && let Some(u) = self.finish()
+        {
             out.usages.push(u);
         }
         Ok(out)
+    }
+
+    /// Feeds one complete line into what this call gained.
+    fn feed(&mut self, line: &[u8], codex: bool, out: &mut Caught) {
+        if codex {
+            let (u, o) = self.codex_line(line);
+            out.usages.extend(u);
+            out.outputs.extend(o);
+        } else if let Some(u) = self.line(line) {
+            out.usages.push(u);
+        }
+    }
+
+    /// FNV-1a of the bytes of `f` before the offset (up to [`TAIL_BYTES`]).
+    fn tail_hash(&self, f: &std::fs::File) -> std::io::Result<Option<u64>> {
+        if self.offset == 0 {
+            return Ok(None);
+        }
+        let n = self.offset.min(TAIL_BYTES);
+        let mut buf = vec![0u8; n as usize];
+        match f.read_exact_at(&mut buf, self.offset - n) {
+            Ok(()) => Ok(Some(fnv1a(&buf))),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `f` (of `len` bytes) still holds what was read before the offset: it
+    /// is at least that long and ends there as it did. A cursor kept by an earlier
+    /// version has no tail to compare: only the length is checked.
+    fn same_prefix(&self, f: &std::fs::File, len: u64) -> bool {
+        if len < self.offset {
+            return false;
+        }
+        match self.tail {
+            None => true,
+            Some(h) => matches!(self.tail_hash(f), Ok(Some(now)) if now == h),
+        }
     }
 }
 
@@ -391,6 +582,104 @@ mod tests {
                     output: "boom\n".into()
                 }
             ))
+        );
+    }
+
+    /// Runs `f` on a thread of its own; `None` when it has not returned after 5 s
+    /// (the thread is left behind: the test fails anyway).
+    fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5)).ok()
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let p = dir.path().join("t.jsonl");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &p,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap_or_else(|e| panic!("mkfifo: {e}"));
+        let q = p.clone();
+        let got = within_5s(move || Cursor::default().catch_up(&q, true, false).map(|_| ()))
+            .unwrap_or_else(|| panic!("catch_up of a FIFO blocked"));
+        let e = got
+            .err()
+            .unwrap_or_else(|| panic!("a FIFO was read as a transcript"));
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().contains("is a FIFO, not a transcript file"),
+            "{e}"
+        );
+        let q = p.clone();
+        let got = within_5s(move || read_transcript_file(&q).map(|_| ()))
+            .unwrap_or_else(|| panic!("reading a FIFO blocked"));
+        assert!(got.is_err());
+    }
+
+    #[test]
+    fn one_call_reads_a_bounded_part_and_skips_an_endless_line() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let p = dir.path().join("t.jsonl");
+        let mib = 1024 * 1024u64;
+        {
+            // 100 MiB of zeros (sparse, no disk), a newline, then one response.
+            let mut f = std::fs::File::create(&p).unwrap_or_else(|e| panic!("{e}"));
+            f.set_len(100 * mib).unwrap_or_else(|e| panic!("{e}"));
+            f.seek(SeekFrom::End(0)).unwrap_or_else(|e| panic!("{e}"));
+            write!(f, "\n{}\n{}\n", line("m1", 1), line("m2", 2)).ok();
+        }
+        let mut c = Cursor::default();
+        let got = c
+            .catch_up(&p, true, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(got.usages.is_empty());
+        assert_eq!(c.offset, 64 * mib, "one call reads at most 64 MiB");
+        let got = c
+            .catch_up(&p, true, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ids: Vec<_> = got.usages.iter().map(|u| u.message_id.as_str()).collect();
+        assert_eq!(ids, ["m1", "m2"]);
+        assert_eq!(c.bad_lines, 1, "the endless line is one damaged line");
+    }
+
+    #[test]
+    fn a_rewritten_transcript_is_read_again_and_said_so() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let p = dir.path().join("t.jsonl");
+        let text: String = (0..3).map(|i| line(&format!("m{i}"), i) + "\n").collect();
+        std::fs::write(&p, &text).unwrap_or_else(|e| panic!("{e}"));
+        let mut c = Cursor::default();
+        let got = c
+            .catch_up(&p, false, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!got.rewritten);
+        // Appended to: read on from the offset.
+        let grown = text.clone() + &line("m3", 3) + "\n";
+        std::fs::write(&p, &grown).unwrap_or_else(|e| panic!("{e}"));
+        let got = c
+            .catch_up(&p, false, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!got.rewritten);
+        // Rewritten, longer than the offset but different before it.
+        let other: String = (0..6).map(|i| line(&format!("x{i}"), i) + "\n").collect();
+        std::fs::write(&p, &other).unwrap_or_else(|e| panic!("{e}"));
+        let got = c
+            .catch_up(&p, false, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(got.rewritten);
+        let ids: Vec<_> = got.usages.iter().map(|u| u.message_id.as_str()).collect();
+        assert_eq!(ids, ["m3", "x0", "x1", "x2", "x3", "x4"]);
+        assert_eq!(
+            c.bad_lines, 0,
+            "read from its start, not from the middle of a line"
         );
     }
 

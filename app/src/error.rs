@@ -44,6 +44,7 @@ impl Kind for SnapshotError {
     fn kind(&self) -> ErrorKind {
         match self {
             SnapshotError::Workspace { .. }
+            | SnapshotError::RefusedWorkspace { .. }
             | SnapshotError::BadPath { .. }
             | SnapshotError::NotUtf8(_) => ErrorKind::Input,
             SnapshotError::Missing(_) => ErrorKind::NotFound,

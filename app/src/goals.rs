@@ -233,7 +233,6 @@ pub struct CreateRequest<'a> {
 /// can be (its limit applies to the plan as frozen; a file eight times that size cannot
 /// fit), so nothing large is read only to be refused.
 pub fn read_plan(path: &Path) -> Result<String, GoalError> {
-    use std::io::Read;
     const FILE_BYTES_MAX: u64 = 8 * tacho_goals::plan::MAX_PLAN_BYTES as u64;
     let bad = |source: std::io::Error| GoalError::ReadPlan {
         path: path.to_path_buf(),
@@ -256,11 +255,11 @@ pub fn read_plan(path: &Path) -> Result<String, GoalError> {
             ),
         )));
     }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(FILE_BYTES_MAX + 1).read_to_string(&mut text))
-        .map_err(bad)?;
-    Ok(text)
+    // Opened without blocking and checked again through the descriptor: a FIFO put in
+    // the file's place since the stat is refused, not waited on.
+    let bytes = tacho_git::snapshot::read_regular(path, FILE_BYTES_MAX).map_err(bad)?;
+    String::from_utf8(bytes)
+        .map_err(|e| bad(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
 /// Validates a plan; `{BASELINE}` becomes the workspace's HEAD.

@@ -180,7 +180,7 @@ impl Tacho {
         {
             match state.transcript.catch_up(Path::new(t), false, true) {
                 Ok(c) => {
-                    early = c.usages;
+                    early = self.not_recorded(&session, c.rewritten, c.usages);
                     state.call_outputs.extend(c.outputs);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -215,12 +215,13 @@ impl Tacho {
                         match cursor.catch_up(Path::new(&transcript), finish, codex) {
                             Ok(c) => {
                                 state.call_outputs.extend(c.outputs);
+                                let usages = self.not_recorded(&session, c.rewritten, c.usages);
                                 let first = if subagent.is_none() {
                                     std::mem::take(&mut early)
                                 } else {
                                     Vec::new()
                                 };
-                                first.into_iter().chain(c.usages).try_for_each(|u| {
+                                first.into_iter().chain(usages).try_for_each(|u| {
                                     let t = u.time_unix_ns.unwrap_or_else(|| self.now());
                                     ingest
                                         .event(
@@ -384,6 +385,34 @@ impl Tacho {
         Ok(())
     }
 
+    /// `usages` without the responses `session` already holds, when the transcript
+    /// they come from was rewritten and is read again from its start (its cursor
+    /// remembers only the recent ids).
+    fn not_recorded(
+        &self,
+        session: &str,
+        rewritten: bool,
+        mut usages: Vec<tacho_agents::transcript::Usage>,
+    ) -> Vec<tacho_agents::transcript::Usage> {
+        if !rewritten || usages.is_empty() {
+            return usages;
+        }
+        let mut held = std::collections::BTreeSet::new();
+        let _ = self.log().read_session(session, |e| {
+            if let EventBody::LlmResponse(r) = &e.event.body {
+                held.insert(
+                    r.response_id
+                        .clone()
+                        .unwrap_or_else(|| r.request_id.clone()),
+                );
+            }
+        });
+        // Each id once: read again from its start, a long transcript can bring a
+        // response twice in one call (its id left the cursor's recent ones).
+        usages.retain(|u| held.insert(u.message_id.clone()));
+        usages
+    }
+
     /// A snapshot around a tool call: paths the agent gave absolute are made relative
     /// to the workspace; a path outside it is left out (nothing there can be restored).
     fn hook_snapshot(
@@ -397,6 +426,16 @@ impl Tacho {
         let Some(ws) = ingest.workspace(&session).map_err(|e| e.to_string())? else {
             return Ok(()); // a workspace not on this machine: nothing to protect
         };
+        // A workspace snapshots refuse (`/`, the home directory, a pseudo file system)
+        // is said once, by the session's baseline; later snapshots are left out quietly.
+        if reason != SnapshotReason::Baseline
+            && matches!(
+                tacho_git::snapshot::snapshot_workspace(&ws),
+                Err(tacho_git::snapshot::SnapshotError::RefusedWorkspace { .. })
+            )
+        {
+            return Ok(());
+        }
         let mut rel = Vec::new();
         for p in paths {
             let path = Path::new(p);

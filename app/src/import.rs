@@ -14,6 +14,8 @@ use tacho_agents::Agent;
 use tacho_agents::import::{Transcript, dedup_key, read_claude_transcript, read_codex_rollout};
 use tacho_schema::EventBody;
 
+pub use tacho_agents::transcript::not_a_transcript;
+
 use crate::context::Tacho;
 use crate::ingest::{Ingest, IngestOptions};
 
@@ -120,7 +122,9 @@ impl Tacho {
         for (i, file) in files.iter().enumerate() {
             progress(i, files.len());
             report.files += 1;
-            let bytes = match std::fs::read(file) {
+            // Opened without blocking, and only a regular file: a FIFO or a device
+            // named as a transcript is reported, never waited on.
+            let bytes = match tacho_agents::transcript::read_transcript_file(file) {
                 Ok(b) => b,
                 Err(e) => {
                     report.failed.push(ImportFailure {

@@ -14,7 +14,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -140,7 +139,8 @@ pub fn fingerprint(
     files: &[String],
     threads: usize,
 ) -> Result<Fingerprint, SnapshotError> {
-    let ws = crate::snapshot::canonical_workspace(workspace)?;
+    // `/`, the home directory and pseudo file systems are refused, as for snapshots.
+    let ws = crate::snapshot::snapshot_workspace(workspace)?;
     // path → explicit (named as a file: included even when ignored)
     let mut wanted: BTreeMap<String, bool> = BTreeMap::new();
     let mut dirs: Vec<String> = Vec::new();
@@ -221,6 +221,9 @@ pub fn fingerprint(
                 ExcludeReason::NestedRepository => "is a nested Git repository".to_string(),
                 ExcludeReason::Special => "is a special file".to_string(),
                 ExcludeReason::NotUtf8 => "has a name that is not UTF-8".to_string(),
+                ExcludeReason::PseudoFileSystem(fs) => {
+                    format!("is a {fs} mount, a pseudo file system that holds no user files")
+                }
                 other => other.to_string(),
             };
             problems.add(x.path.clone(), reason);
@@ -279,7 +282,7 @@ pub fn fingerprint(
         return Ok(refusal);
     }
     let entries: Vec<Entry> = entries.into_iter().flatten().collect();
-    let bytes: u64 = entries.iter().map(|e| e.size).sum();
+    let bytes: u64 = entries.iter().fold(0u64, |n, e| n.saturating_add(e.size));
     if bytes > MAX_BYTES {
         return Ok(none(
             source_paths.join(" "),
@@ -320,6 +323,8 @@ fn walk_all(ws: &Path, dir: &str, out: &mut scan::Listing) -> Result<(), Snapsho
     } else {
         ws.join(dir)
     };
+    // Mounts of pseudo file systems below the workspace are never walked into.
+    let pseudo = crate::snapshot::pseudo_mounts_under(ws);
     let mut stack = vec![root];
     while let Some(d) = stack.pop() {
         let rd = std::fs::read_dir(&d).map_err(|e| SnapshotError::io(&d, e))?;
@@ -335,6 +340,13 @@ fn walk_all(ws: &Path, dir: &str, out: &mut scan::Listing) -> Result<(), Snapsho
             };
             let t = e.file_type().map_err(|e| SnapshotError::io(&p, e))?;
             if t.is_dir() {
+                if let Some((_, fs)) = crate::snapshot::under_mount(&rel, &pseudo) {
+                    out.excluded.push(crate::snapshot::Excluded::new(
+                        rel,
+                        ExcludeReason::PseudoFileSystem(fs.clone()),
+                    ));
+                    continue;
+                }
                 if e.file_name() == ".git" || p.join(".git").exists() {
                     out.excluded.push(crate::snapshot::Excluded::new(
                         if e.file_name() == ".git" {
@@ -386,11 +398,26 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
     if !before.is_file() {
         return Err(fail("is a special file".into()));
     }
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32)
-        .open(&abs)
-        .map_err(|e| fail(format!("unreadable: {e}")))?;
+    if before.size > MAX_BYTES {
+        // Over the limit by itself: the whole fingerprint is refused for its size
+        // (the sum of the entries' sizes), so the content is not read at all.
+        return Ok(Entry {
+            path: rel.to_owned(),
+            kind: "file",
+            size: before.size,
+            executable: before.executable(),
+            content: String::new(),
+        });
+    }
+    // Without blocking (a FIFO swapped in since the lstat) and only a regular file.
+    let f = match crate::snapshot::open_regular(&abs) {
+        Ok(Ok((f, _))) => f,
+        Ok(Err(_)) => return Err(fail("is a special file".into())),
+        Err(e) => return Err(fail(format!("unreadable: {e}"))),
+    };
+    // Bounded by the bytes read, not by the stat: a file of a pseudo file system says
+    // 0 bytes and may never end.
+    let mut f = f.take(MAX_BYTES + 1);
     let mut h = blake3::Hasher::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut size = 0u64;
@@ -402,8 +429,15 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
             break;
         }
         size += n as u64;
-        h.update(&buf[..n]);
+        h.update(buf.get(..n).unwrap_or_default());
     }
+    if size > MAX_BYTES {
+        return Err(fail(format!(
+            "more than the limit of {MAX_BYTES} bytes of content when read (its size says {})",
+            before.size
+        )));
+    }
+    let f = f.into_inner();
     let after = f
         .metadata()
         .map(|m| FileStat::of(&m))

@@ -183,13 +183,25 @@ impl Root {
                 Ok(Found::Link(target.into_bytes()))
             }
             rustix::fs::FileType::RegularFile => {
+                // Without blocking: a FIFO swapped in since the stat would wait for a
+                // writer forever. What the descriptor is decides.
                 let fd = rustix::fs::openat(
                     &dir,
                     name,
-                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    OFlags::RDONLY
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC
+                        | OFlags::NONBLOCK
+                        | OFlags::NOCTTY,
                     Mode::empty(),
                 )
                 .map_err(|e| io(rel, e))?;
+                let st = rustix::fs::fstat(&fd).map_err(|e| io(rel, e))?;
+                if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    != rustix::fs::FileType::RegularFile
+                {
+                    return Ok(Found::Other);
+                }
                 let mut f = std::fs::File::from(fd);
                 let mut data = Vec::new();
                 f.read_to_end(&mut data).map_err(|e| io(rel, e))?;
@@ -278,7 +290,7 @@ impl Root {
         let fd = rustix::fs::openat(
             &dir,
             name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
             Mode::empty(),
         )
         .map_err(|e| io(rel, e))?;

@@ -20,8 +20,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use tacho_git::snapshot::SnapshotError;
 use tacho_git::snapshot::scan;
+use tacho_git::snapshot::{SnapshotError, read_regular};
+
+/// The longest review declaration, round or test report read (each is read without
+/// blocking, and only when it is a regular file).
+const FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// The longest source file compared with its committed blob.
+const SOURCE_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -94,7 +100,7 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
         })
     };
     let review_path = root.join("review.json");
-    let review: Option<ReviewFile> = match std::fs::read(&review_path) {
+    let review: Option<ReviewFile> = match read_regular(&review_path, FILE_BYTES_MAX) {
         Ok(b) => match serde_json::from_slice(&b) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -127,7 +133,7 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         report.rounds.push(name.clone());
-        let round: Round = match std::fs::read(dir.join("round.json"))
+        let round: Round = match read_regular(&dir.join("round.json"), FILE_BYTES_MAX)
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
         {
@@ -258,7 +264,8 @@ fn junit_results(dir: &Path) -> BTreeMap<String, Vec<bool>> {
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "xml")
-                && let Ok(text) = std::fs::read_to_string(&p)
+                && let Ok(text) = read_regular(&p, FILE_BYTES_MAX)
+                    .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
             {
                 for (class, name, passed) in testcases(&text) {
                     let mut ids = vec![name.clone()];
@@ -382,7 +389,8 @@ fn uncommitted(
             Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&abs)
                 .ok()
                 .map(|t| t.into_os_string().into_encoded_bytes()),
-            Ok(_) => std::fs::read(&abs).ok(),
+            // Bounded, without blocking: a file over the limit counts as changed.
+            Ok(_) => read_regular(&abs, SOURCE_BYTES_MAX).ok(),
             Err(_) => None,
         };
         let now = now

@@ -198,3 +198,27 @@ fn no_rounds_is_never_success() {
         [".: no review round (a directory with round.json): there is nothing to verify"]
     );
 }
+
+/// Review files are the workspace's, which the agent writes: a FIFO in place of one
+/// is reported, never waited on (it used to block the verifier forever).
+#[test]
+fn a_fifo_in_place_of_a_review_file_does_not_block() {
+    let (_t, ws, root, _) = setup();
+    std::fs::remove_file(root.join("review.json")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(root.join("review.json"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(problems(&root, &ws));
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("the verifier blocked on a FIFO");
+    assert!(
+        got.contains(&"review.json: cannot be read: not a regular file".to_string()),
+        "{got:?}"
+    );
+}

@@ -27,11 +27,13 @@ pub struct Tokens {
 }
 
 impl Tokens {
+    /// Adds `o`, saturating: the numbers come from outside (an agent's transcript), and
+    /// a sum that wrapped would show a tiny total for a huge one.
     fn add(&mut self, o: &Tokens) {
-        self.input += o.input;
-        self.output += o.output;
-        self.cache_read += o.cache_read;
-        self.cache_write += o.cache_write;
+        self.input = self.input.saturating_add(o.input);
+        self.output = self.output.saturating_add(o.output);
+        self.cache_read = self.cache_read.saturating_add(o.cache_read);
+        self.cache_write = self.cache_write.saturating_add(o.cache_write);
     }
 }
 

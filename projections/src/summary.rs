@@ -119,4 +119,62 @@ mod tests {
         assert_eq!(s.events, 5);
         assert_eq!(s.last_event_unix_ns, Some(5));
     }
+
+    #[test]
+    fn token_totals_saturate_instead_of_wrapping() {
+        let mut g = ExecutionGraph::new("s");
+        let big = u64::MAX - 5;
+        let bodies = [
+            EventBody::SessionStart(SessionStart::default()),
+            EventBody::LlmResponse(LlmResponse {
+                request_id: "r1".into(),
+                response_id: Some("m1".into()),
+                tokens_in: big,
+                tokens_out: big,
+                cache_read: big,
+                cache_write: big,
+                ..Default::default()
+            }),
+            EventBody::StepStart(tacho_schema::StepStart {
+                step: 1,
+                ..Default::default()
+            }),
+            EventBody::LlmResponse(LlmResponse {
+                request_id: "r2".into(),
+                response_id: Some("m2".into()),
+                tokens_in: big,
+                tokens_out: 10,
+                cache_read: big,
+                cache_write: 10,
+                ..Default::default()
+            }),
+            EventBody::LlmResponse(LlmResponse {
+                request_id: "r3".into(),
+                response_id: Some("m3".into()),
+                tokens_in: big,
+                tokens_out: big,
+                cache_read: big,
+                cache_write: big,
+                ..Default::default()
+            }),
+        ];
+        for (i, body) in bodies.into_iter().enumerate() {
+            g.apply(
+                i as u64,
+                &Event {
+                    session: "s".into(),
+                    time_unix_ns: i as i64 + 1,
+                    body,
+                },
+            );
+        }
+        let s = SessionSummary::from_graph(&g);
+        assert_eq!((s.tokens_in, s.tokens_out), (u64::MAX, u64::MAX));
+        assert_eq!(
+            (g.tokens.cache_read, g.tokens.cache_write),
+            (u64::MAX, u64::MAX)
+        );
+        let step = g.steps.iter().find(|s| s.number == 1);
+        assert_eq!(step.map(|s| s.tokens.input), Some(u64::MAX));
+    }
 }

@@ -98,7 +98,10 @@ pub fn index(t: &Tacho) -> (StatusCode, String) {
     for r in &rows {
         if let Some(t) = r.summary.started_unix_ns {
             let day = time_to_rfc3339(t).chars().take(10).collect::<String>();
-            *per_day.entry(day).or_default() += r.summary.tokens_in + r.summary.tokens_out;
+            let day_total = per_day.entry(day).or_default();
+            *day_total = day_total
+                .saturating_add(r.summary.tokens_in)
+                .saturating_add(r.summary.tokens_out);
         }
     }
     let days: Vec<(String, u64)> = per_day.into_iter().rev().take(60).rev().collect();

@@ -317,20 +317,36 @@ pub fn import(a: ImportArgs) -> Result<(), CliError> {
     }
     let mut files = Vec::new();
     for r in &roots {
-        if r.is_dir() {
-            files.extend(
-                tacho_app::import::transcripts_under(r).map_err(|e| CliError::Said {
+        match std::fs::metadata(r) {
+            Ok(m) if m.is_dir() => {
+                files.extend(tacho_app::import::transcripts_under(r).map_err(|e| {
+                    CliError::Said {
+                        kind: ErrorKind::Io,
+                        text: format!("{}: {e}", r.display()),
+                    }
+                })?)
+            }
+            Ok(m) if m.is_file() => files.push(r.clone()),
+            // A FIFO, socket or device: said as such (it exists), and never read.
+            Ok(m) => {
+                return Err(CliError::Said {
+                    kind: ErrorKind::Input,
+                    text: tacho_app::import::not_a_transcript(r, m.file_type())
+                        .unwrap_or_else(|| format!("{} is not a transcript file", r.display())),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(CliError::Said {
+                    kind: ErrorKind::NotFound,
+                    text: format!("{}: no such file or directory", r.display()),
+                });
+            }
+            Err(e) => {
+                return Err(CliError::Said {
                     kind: ErrorKind::Io,
                     text: format!("{}: {e}", r.display()),
-                })?,
-            );
-        } else if r.is_file() {
-            files.push(r.clone());
-        } else {
-            return Err(CliError::Said {
-                kind: ErrorKind::NotFound,
-                text: format!("{}: no such file or directory", r.display()),
-            });
+                });
+            }
         }
     }
     let tacho = crate::open()?;

@@ -97,7 +97,8 @@ impl GuardStamp {
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub(crate) struct ListedExclusion {
     pub path: String,
-    /// 0 special, 1 nested repository, 2 unreadable, 3 not UTF-8.
+    /// 0 special, 1 nested repository, 2 unreadable, 3 not UTF-8, 4 a pseudo file
+    /// system's mount (`detail`: its type).
     pub code: u8,
     pub detail: String,
 }

@@ -363,6 +363,7 @@ pub(super) fn old_exclusions(listed_excluded: &[cache::ListedExclusion]) -> Vec<
                 0 => ExcludeReason::Special,
                 1 => ExcludeReason::NestedRepository,
                 3 => ExcludeReason::NotUtf8,
+                4 => ExcludeReason::PseudoFileSystem(x.detail.clone()),
                 _ => ExcludeReason::Unreadable(x.detail.clone()),
             };
             Excluded::new(x.path.clone(), reason)
@@ -377,6 +378,7 @@ pub(super) fn listed_exclusion(x: &Excluded) -> Option<cache::ListedExclusion> {
         ExcludeReason::NestedRepository => (1, String::new()),
         ExcludeReason::Unreadable(e) => (2, e.clone()),
         ExcludeReason::NotUtf8 => (3, String::new()),
+        ExcludeReason::PseudoFileSystem(fs) => (4, fs.clone()),
         _ => return None,
     };
     Some(cache::ListedExclusion {

@@ -11,6 +11,7 @@ mod cache;
 mod diff;
 mod full;
 mod gc;
+mod mounts;
 mod pack;
 mod paths;
 pub mod scan;
@@ -35,8 +36,11 @@ use gix::object::tree::EntryKind;
 
 pub use diff::{ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange};
 pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
+pub(crate) use mounts::{pseudo_fs_of, pseudo_mounts_under, under_mount};
 pub use pack::{PACK_BYTES_MAX, PACK_MIN_FILES};
-pub use paths::{canonical_workspace, head_commit, relative_path};
+pub use paths::{canonical_workspace, head_commit, relative_path, snapshot_workspace};
+pub(crate) use tree::open_regular;
+pub use tree::read_regular;
 pub use types::*;
 
 use full::*;
@@ -165,7 +169,7 @@ impl SnapshotStore {
         // gc waits while objects are written and the ref is made (callers hold their
         // own guard on top, until the snapshot is recorded).
         let _guard = self.write_guard()?;
-        let workspace = canonical_workspace(workspace)?;
+        let workspace = snapshot_workspace(workspace)?;
         let ws_text = workspace
             .to_str()
             .ok_or_else(|| SnapshotError::NotUtf8(workspace.clone()))?
@@ -203,7 +207,7 @@ impl SnapshotStore {
         idle: Option<std::time::Duration>,
         ready: impl FnOnce(),
     ) -> Result<(), watch::WatchError> {
-        let workspace = canonical_workspace(workspace)?;
+        let workspace = snapshot_workspace(workspace)?;
         let skip = self.own_dir_inside(&workspace);
         watch::serve(&self.cache_dir, &workspace, skip, idle, ready)
     }

@@ -30,6 +30,17 @@ pub fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SnapshotError> {
     Ok(ws)
 }
 
+/// [`canonical_workspace`], refused when it is `/`, the home directory or a directory
+/// of a pseudo file system ([`SnapshotError::RefusedWorkspace`]): what snapshots and
+/// watchers look at, which walk the whole workspace.
+pub fn snapshot_workspace(workspace: &Path) -> Result<PathBuf, SnapshotError> {
+    let ws = canonical_workspace(workspace)?;
+    match super::mounts::refused_workspace(&ws) {
+        Some(reason) => Err(SnapshotError::RefusedWorkspace { path: ws, reason }),
+        None => Ok(ws),
+    }
+}
+
 /// A path named by a caller, made relative to the workspace: absolute paths must lie
 /// inside it; `..`, empty components and `.git` are refused.
 pub fn relative_path(workspace: &Path, path: &str) -> Result<String, SnapshotError> {

@@ -208,7 +208,14 @@ pub fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, Snapshot
             .map(|w| format!(":(top,literal){prefix}{w}").into())
             .collect()
     };
+    // Mounts of pseudo file systems in the work tree are never walked into.
     let mut walked = Walked::default();
+    if let Some(workdir) = repo.workdir().and_then(|w| w.canonicalize().ok()) {
+        walked.prune = super::pseudo_mounts_under(&workdir)
+            .into_iter()
+            .map(|(rel, fs)| (gix::bstr::BString::from(rel), fs))
+            .collect();
+    }
     repo.dirwalk(&index, patterns, &interrupt, options, &mut walked)
         .map_err(|e| git_err("walking the work tree", e))?;
     let mut repeatable = within.is_empty();
@@ -221,6 +228,26 @@ pub fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, Snapshot
             None => {}
         }
     }
+    for (mount, fs) in &walked.pruned {
+        if let Some(rel) = inside(mount.as_ref(), prefix, &mut excluded)
+            && wanted(rel)
+        {
+            excluded.push(Excluded::new(
+                rel.to_owned(),
+                ExcludeReason::PseudoFileSystem(fs.clone()),
+            ));
+        }
+    }
+    let pruned = std::mem::take(&mut walked.pruned);
+    // Tracked paths below such a mount (the index can name anything) are left out too.
+    paths.retain(|p| {
+        let full = format!("{prefix}{p}");
+        !pruned.iter().any(|(m, _)| {
+            full.as_bytes() == m.as_slice()
+                || (full.as_bytes().starts_with(m.as_slice())
+                    && full.as_bytes().get(m.len()) == Some(&b'/'))
+        })
+    });
     for (entry, _) in walked.collect.unorded_entries {
         if entry.status != gix::dir::entry::Status::Untracked {
             continue;
@@ -274,6 +301,11 @@ struct Walked {
     collect: gix::dir::walk::delegate::Collect,
     /// Repository-relative.
     dirs: Vec<gix::bstr::BString>,
+    /// Mount points of pseudo file systems (repository-relative, with their type):
+    /// never recursed into.
+    prune: Vec<(gix::bstr::BString, String)>,
+    /// Those the walk met.
+    pruned: Vec<(gix::bstr::BString, String)>,
 }
 
 impl gix::dir::walk::Delegate for Walked {
@@ -297,6 +329,15 @@ impl gix::dir::walk::Delegate for Walked {
             for_deletion,
             worktree_root_is_repository,
         );
+        if recurse
+            && let Some(m) = self
+                .prune
+                .iter()
+                .find(|(m, _)| m.as_slice() == entry.rela_path.as_ref() as &[u8])
+        {
+            self.pruned.push(m.clone());
+            return false;
+        }
         if recurse {
             self.dirs.push(entry.rela_path.clone().into_owned());
         }
@@ -374,6 +415,11 @@ fn git_guards(ctx: &GitContext) -> Option<Vec<super::cache::GuardStamp>> {
 }
 
 fn list_plain(workspace: &Path, threads: usize) -> Result<Listing, SnapshotError> {
+    // A directory on another device than the workspace is a mount point: one of a
+    // pseudo file system is never walked into.
+    let root_dev = super::stat::lstat(workspace)
+        .map_err(|e| SnapshotError::io(workspace, e))?
+        .dev;
     let nested: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
     let seen = Arc::clone(&nested);
     let walk = ignore::WalkBuilder::new(workspace)
@@ -445,10 +491,22 @@ fn list_plain(workspace: &Path, threads: usize) -> Result<Listing, SnapshotError
             };
             match entry.file_type() {
                 Some(t) if t.is_dir() => match entry.metadata() {
-                    Ok(m) => local.push(Found::Dir(super::cache::DirStamp::of(
-                        rel,
-                        &super::stat::FileStat::of(&m),
-                    ))),
+                    Ok(m) => {
+                        let stat = super::stat::FileStat::of(&m);
+                        let pseudo = if stat.dev == root_dev {
+                            None
+                        } else {
+                            super::pseudo_fs_of(entry.path())
+                        };
+                        local.push(Found::Dir(super::cache::DirStamp::of(rel.clone(), &stat)));
+                        if let Some(fs) = pseudo {
+                            local.push(Found::Excluded(Excluded::new(
+                                rel,
+                                ExcludeReason::PseudoFileSystem(fs.to_owned()),
+                            )));
+                            return ignore::WalkState::Skip;
+                        }
+                    }
                     Err(_) => local.push(Found::Unrepeatable),
                 },
                 Some(t) if t.is_file() || t.is_symlink() => {

@@ -19,6 +19,9 @@ impl SnapshotStore {
         let mut entries: Vec<(String, CacheEntry)> = Vec::new();
         let mut to_read = Vec::new();
         let mut removed = Vec::new();
+        let ws_dev = stat::lstat(workspace)
+            .map_err(|e| SnapshotError::io(workspace, e))?
+            .dev;
         let mut rels = std::collections::BTreeSet::new();
         for p in paths {
             rels.insert(relative_path(workspace, p)?);
@@ -45,6 +48,18 @@ impl SnapshotStore {
                     continue;
                 }
             };
+            // On another device: below a mount point, perhaps of a pseudo file system,
+            // which a full scan never walks into either.
+            if meta.dev != ws_dev
+                && let Some(fs) = pseudo_fs_of(&abs)
+            {
+                excluded.push(Excluded::new(
+                    rel.clone(),
+                    ExcludeReason::PseudoFileSystem(fs.to_owned()),
+                ));
+                removed.push(rel);
+                continue;
+            }
             if meta.is_dir() {
                 // A directory appeared where the edit happened: only a full scan knows
                 // what is inside it and which of it is ignored.

@@ -158,6 +158,56 @@ pub(super) struct ReadCounters {
     pub(super) written: u64,
 }
 
+/// Opens a file of the workspace for reading without ever blocking or following a
+/// link (`O_NONBLOCK | O_NOFOLLOW | O_NOCTTY`: a FIFO swapped in after the listing
+/// would otherwise wait for a writer forever), and checks through the descriptor that
+/// it is a regular file. Returns the file and its metadata, or why it is left out.
+/// (What is then read is bounded by the caller: a regular file of a pseudo file system
+/// can say 0 bytes and never end.)
+pub(crate) fn open_regular(
+    abs: &Path,
+) -> std::io::Result<Result<(std::fs::File, FileStat), ExcludeReason>> {
+    use rustix::fs::OFlags;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(
+            (OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32,
+        )
+        .open(abs)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Ok(Err(ExcludeReason::Special));
+    }
+    Ok(Ok((f, FileStat::of(&m))))
+}
+
+/// Reads a file someone else may have put in the way (a review declaration, a test
+/// report): opened without blocking, read only when its descriptor is a regular file,
+/// and at most `limit` bytes — one more is an `InvalidData` error naming the limit,
+/// whatever the stat says. Links are followed, as `std::fs::read` does.
+pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use rustix::fs::OFlags;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut data = Vec::new();
+    f.take(limit.saturating_add(1)).read_to_end(&mut data)?;
+    if data.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than the limit of {limit} bytes"),
+        ));
+    }
+    Ok(data)
+}
+
 /// Reads one file or link without following links and stores its blob. A file that
 /// changes while being read is retried, then reported.
 pub(super) fn store_file(
@@ -181,19 +231,24 @@ pub(super) fn store_file(
             }
             (target.into_os_string().into_encoded_bytes(), FileKind::Link)
         } else {
-            let mut f = match std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(
-                    (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32,
-                )
-                .open(&abs)
-            {
-                Ok(f) => f,
+            let (mut f, opened) = match open_regular(&abs) {
+                Ok(Ok(f)) => f,
+                Ok(Err(reason)) => return Ok(Err(reason)),
                 Err(e) => return Ok(Err(ExcludeReason::Unreadable(e.to_string()))),
             };
-            let mut data = Vec::with_capacity(meta.len() as usize);
-            if let Err(e) = f.read_to_end(&mut data) {
+            // Bounded by what is read, not by what the stat said: a file of a pseudo
+            // file system says 0 bytes and may never end.
+            let limit = store.max_file_bytes;
+            let mut data = Vec::with_capacity(opened.len().min(limit) as usize);
+            if let Err(e) = f
+                .by_ref()
+                .take(limit.saturating_add(1))
+                .read_to_end(&mut data)
+            {
                 return Ok(Err(ExcludeReason::Unreadable(e.to_string())));
+            }
+            if data.len() as u64 > limit {
+                return Ok(Err(ExcludeReason::TooLarge(limit)));
             }
             let after = match f.metadata() {
                 Ok(m) => FileStat::of(&m),

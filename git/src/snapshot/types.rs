@@ -38,6 +38,11 @@ pub enum SnapshotError {
     NotUtf8(PathBuf),
     #[error("workspace {}: {reason}", path.display())]
     Workspace { path: PathBuf, reason: String },
+    /// A directory that cannot be a workspace: `/`, the home directory, or one on a
+    /// pseudo file system (a snapshot would read the whole machine, or files that
+    /// never end).
+    #[error("{} is refused as a workspace: it is {reason}", path.display())]
+    RefusedWorkspace { path: PathBuf, reason: String },
     #[error("no snapshot {0} in the snapshot store")]
     Missing(String),
     #[error("invalid path {path:?}: {reason}")]
@@ -84,6 +89,9 @@ pub enum ExcludeReason {
     /// Named through a symbolic link to a directory (`link/file`): a full scan never
     /// goes through links, so neither does a targeted snapshot.
     ThroughLink(String),
+    /// A mount of a pseudo file system (its type: `proc`, `sysfs`, ...), which holds no
+    /// user files: never walked into nor read.
+    PseudoFileSystem(String),
 }
 
 impl std::fmt::Display for ExcludeReason {
@@ -98,6 +106,12 @@ impl std::fmt::Display for ExcludeReason {
             ExcludeReason::NotUtf8 => f.write_str("name is not UTF-8"),
             ExcludeReason::ThroughLink(link) => {
                 write!(f, "reached through the symbolic link {link}")
+            }
+            ExcludeReason::PseudoFileSystem(fs) => {
+                write!(
+                    f,
+                    "a {fs} mount, a pseudo file system that holds no user files"
+                )
             }
         }
     }
