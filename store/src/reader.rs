@@ -213,7 +213,7 @@ impl Store {
             let limits = ScanLimits { verify_chain: true };
             // Where to go on after reading the open segment again (a write was in
             // progress where it looked damaged): the end of the last batch handed out.
-            let mut resume: Option<(usize, ChainValue, u64, u64)> = None;
+            let mut resume: Option<crate::store::Resume> = None;
             let mut rereads = 0;
             let scan = loop {
                 let resumed = resume.and_then(|(pos, chain, next, events)| {
@@ -254,23 +254,11 @@ impl Store {
                             .map_err(|e| corrupt(frame.offset, e.to_string()))?;
                     }
                 }
-                if let Some(SegmentEnd::Damaged(d)) = scan.end()
-                    && last
-                    && d.class == DamageClass::Corruption
-                    && rereads < crate::store::REREADS_MAX
-                {
-                    let at = (
-                        scan.valid_len(),
-                        scan.chain(),
-                        scan.next_seq(),
-                        scan.event_count(),
-                    );
-                    if let Some(again) = self.reread_open_segment(seg, &bytes, d.valid_len)? {
-                        bytes = again;
-                        resume = Some(at);
-                        rereads += 1;
-                        continue;
-                    }
+                if let Some((again, at)) = self.reread_torn(seg, &bytes, &scan, last, rereads)? {
+                    bytes = again;
+                    resume = Some(at);
+                    rereads += 1;
+                    continue;
                 }
                 break scan;
             };

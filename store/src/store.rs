@@ -105,6 +105,10 @@ impl StoreError {
 /// damaged keeps changing (a write in progress each time), before it reports it.
 pub(crate) const REREADS_MAX: usize = 8;
 
+/// Where a scan of a re-read segment resumes: offset, chain, next sequence number,
+/// events so far.
+pub(crate) type Resume = (usize, tacho_log_format::ChainValue, u64, u64);
+
 /// A store rooted at a directory.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -381,6 +385,35 @@ impl Store {
     /// as corruption. `Some(the new copy)` when it differs from `bytes` after
     /// `valid_len` (scan it again from there: committed bytes before never change);
     /// `None` when it is the same, and the damage real.
+    /// When the scan of a stream's open segment `seg` (`open`) ended in corruption that
+    /// a write in progress may explain, and fewer than [`REREADS_MAX`] re-reads were
+    /// made: the segment read again, if it changed, and where its scan resumes
+    /// (offset, chain, next sequence number, events so far).
+    pub(crate) fn reread_torn(
+        &self,
+        seg: &SegLoc,
+        bytes: &[u8],
+        scan: &tacho_log_format::Scanner<'_>,
+        open: bool,
+        rereads: usize,
+    ) -> Result<Option<(crate::vfs::SegmentBytes, Resume)>, StoreError> {
+        let Some(tacho_log_format::SegmentEnd::Damaged(d)) = scan.end() else {
+            return Ok(None);
+        };
+        if !open || d.class != tacho_log_format::DamageClass::Corruption || rereads >= REREADS_MAX {
+            return Ok(None);
+        }
+        let at = (
+            scan.valid_len(),
+            scan.chain(),
+            scan.next_seq(),
+            scan.event_count(),
+        );
+        Ok(self
+            .reread_open_segment(seg, bytes, d.valid_len)?
+            .map(|again| (again, at)))
+    }
+
     pub(crate) fn reread_open_segment(
         &self,
         seg: &SegLoc,

@@ -148,7 +148,7 @@ impl Store {
         // may be in progress (`Store::reread_open_segment`), and scanned on from the
         // end of the last batch already counted.
         let open = last && seg.packed.is_none();
-        let mut resume: Option<(usize, ChainValue, u64, u64)> = None;
+        let mut resume: Option<crate::store::Resume> = None;
         let mut rereads = 0;
         let scan = loop {
             let resumed = resume.and_then(|(pos, chain, next, events)| {
@@ -207,23 +207,11 @@ impl Store {
                     }
                 }
             }
-            if let Some(SegmentEnd::Damaged(d)) = scan.end()
-                && open
-                && d.class == DamageClass::Corruption
-                && rereads < crate::store::REREADS_MAX
-            {
-                let at = (
-                    scan.valid_len(),
-                    scan.chain(),
-                    scan.next_seq(),
-                    scan.event_count(),
-                );
-                if let Some(again) = self.reread_open_segment(seg, &bytes, d.valid_len)? {
-                    bytes = again;
-                    resume = Some(at);
-                    rereads += 1;
-                    continue;
-                }
+            if let Some((again, at)) = self.reread_torn(seg, &bytes, &scan, open, rereads)? {
+                bytes = again;
+                resume = Some(at);
+                rereads += 1;
+                continue;
             }
             break Some(scan);
         };
