@@ -28,6 +28,8 @@ pub struct GoalState {
     pub last_passing_verification: Option<u64>,
     /// Checks started whose receipt has not been recorded: check id → start seq.
     pub running: BTreeMap<String, u64>,
+    /// The last resume (a `pause` update not accepted: the pause no longer holds).
+    pub resumed: Option<u64>,
 }
 
 impl GoalState {
@@ -46,8 +48,8 @@ impl GoalState {
         }
     }
 
-    /// Refused completion attempts since the last passing receipt: attempts that
-    /// produced no new successful evidence.
+    /// Refused completion attempts since the last passing receipt (or the last resume):
+    /// attempts that produced no new successful evidence.
     pub fn fruitless_attempts(&self) -> usize {
         let last_pass = self
             .receipts
@@ -55,7 +57,8 @@ impl GoalState {
             .filter(|(_, r)| r.passed)
             .map(|(s, _)| *s)
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(self.resumed.unwrap_or(0));
         self.completions
             .iter()
             .filter(|(s, accepted)| *s > last_pass && !accepted)
@@ -134,6 +137,11 @@ impl Goals {
                         }
                         GoalAction::Block if u.accepted => g.blocked = u.reason.clone(),
                         GoalAction::Pause if u.accepted => g.paused = u.reason.clone(),
+                        // A resume: the pause no longer holds.
+                        GoalAction::Pause => {
+                            g.paused = None;
+                            g.resumed = Some(seq);
+                        }
                         _ => {}
                     }
                 }
@@ -162,6 +170,7 @@ impl Goals {
             revised_by: None,
             last_passing_verification: None,
             running: BTreeMap::new(),
+            resumed: None,
         });
     }
 
