@@ -159,7 +159,7 @@ impl TachoMcp {
     }
 
     #[tool(
-        description = "The goal's status: each check passed, failed, stale (and why) or missing, with receipt numbers, and whether the goal can complete."
+        description = "The goal's status: each check passed, failed, stale (and why), running or missing, with its command, purpose, sourcePaths, sources and receipt number; the additional paths fingerprinted and the external paths left out; and whether the goal can complete."
     )]
     async fn get_goal(&self, Parameters(p): Parameters<GetGoal>) -> CallToolResult {
         let r = blocking(move |t| t.goal_status(&p.session, p.goal.as_deref())).await;
