@@ -329,6 +329,36 @@ mod tests {
         }
     }
 
+    fn update(action: GoalAction, accepted: bool, reason: &str) -> EventBody {
+        EventBody::GoalUpdate(tacho_schema::GoalUpdate {
+            goal: "goal_1".into(),
+            revision: 1,
+            action,
+            accepted,
+            reason: Some(reason.into()),
+            ..tacho_schema::GoalUpdate::default()
+        })
+    }
+
+    #[test]
+    fn a_pause_not_accepted_is_a_resume_and_restarts_the_stall_count() {
+        let mut gs = Goals::default();
+        gs.apply(1, &ev(EventBody::GoalCreated(created())));
+        for seq in 2..5 {
+            gs.apply(seq, &ev(update(GoalAction::Complete, false, "refused")));
+        }
+        gs.apply(5, &ev(update(GoalAction::Pause, true, "stalled")));
+        let g = gs.find(None).unwrap();
+        assert_eq!(g.paused.as_deref(), Some("stalled"));
+        assert_eq!(g.fruitless_attempts(), 3);
+        gs.apply(6, &ev(update(GoalAction::Pause, false, "resumed")));
+        let g = gs.find(None).unwrap();
+        assert_eq!(g.paused, None);
+        assert_eq!(g.fruitless_attempts(), 0);
+        gs.apply(7, &ev(update(GoalAction::Complete, false, "refused")));
+        assert_eq!(gs.find(None).unwrap().fruitless_attempts(), 1);
+    }
+
     #[test]
     fn a_receipt_that_ran_another_command_never_passes() {
         let mut gs = Goals::default();
