@@ -463,6 +463,16 @@ fn the_mcp_server_works_with_the_official_python_client() {
     );
     assert_eq!(v["complete_error"], false);
     assert_eq!(v["complete"]["accepted"], true);
+    // A completed goal is not resumed: the refusal says why.
+    assert_eq!(v["resume_error"], true);
+    assert!(
+        v["resume"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("is not paused (it is completed)"),
+        "{}",
+        v["resume"]
+    );
     // The same evidence as the CLI's: the receipt is in the session's log.
     let (code, out, _) = t(
         &home,
