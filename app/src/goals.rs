@@ -195,7 +195,13 @@ pub struct CheckStatus {
     pub purpose: String,
     pub source_paths: Vec<String>,
     pub sources: Vec<Source>,
+    /// The event numbers of the check's most recent receipts (at most
+    /// [`RECENT_EVIDENCE`]), newest first.
+    pub recent_evidence: Vec<u64>,
 }
+
+/// How many receipts a check's status lists as its recent evidence.
+pub const RECENT_EVIDENCE: usize = 5;
 
 /// A goal's status.
 #[derive(Debug, Clone, Serialize)]
@@ -470,6 +476,11 @@ fn check_contract(g: &GoalState, id: &str) -> CheckStatus {
             .map(|a| a.source_paths.clone())
             .unwrap_or_default(),
         sources: a.map(|a| a.sources).unwrap_or_default(),
+        recent_evidence: g
+            .receipt_history
+            .get(id)
+            .map(|seqs| seqs.iter().rev().take(RECENT_EVIDENCE).copied().collect())
+            .unwrap_or_default(),
     }
 }
 

@@ -30,6 +30,8 @@ pub struct GoalState {
     pub running: BTreeMap<String, u64>,
     /// The last resume (a `pause` update not accepted: the pause no longer holds).
     pub resumed: Option<u64>,
+    /// Check id → the seqs of all its receipts, oldest first.
+    pub receipt_history: BTreeMap<String, Vec<u64>>,
 }
 
 impl GoalState {
@@ -126,6 +128,10 @@ impl Goals {
                         g.paused = None;
                     }
                     g.receipts.insert(r.check.clone(), (seq, r.clone()));
+                    g.receipt_history
+                        .entry(r.check.clone())
+                        .or_default()
+                        .push(seq);
                 }
             }
             EventBody::GoalUpdate(u) => {
@@ -171,6 +177,7 @@ impl Goals {
             last_passing_verification: None,
             running: BTreeMap::new(),
             resumed: None,
+            receipt_history: BTreeMap::new(),
         });
     }
 

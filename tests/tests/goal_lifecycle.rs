@@ -218,8 +218,27 @@ fn status_carries_each_checks_contract() {
         c["sources"],
         serde_json::json!([{"role": "requirement", "reference": "the ticket"}])
     );
+    assert_eq!(c["recent_evidence"], serde_json::json!([]));
+    let mut receipts = Vec::new();
+    for _ in 0..7 {
+        let (_, out, _) = t(
+            &home,
+            &ws,
+            &["goal", "check", "parity", "--session", S, "--json"],
+        );
+        receipts.push(json(&out)["seq"].as_u64().unwrap());
+    }
+    let newest_first: Vec<u64> = receipts.iter().rev().take(5).copied().collect();
+    assert_eq!(
+        status(&home, &ws, None)["checks"][0]["recent_evidence"],
+        serde_json::json!(newest_first)
+    );
     let (_, out, _) = t(&home, &ws, &["goal", "status", "--session", S]);
     assert!(out.contains("purpose: the value is right"), "{out}");
+    assert!(
+        out.contains(&format!("recent receipts: #{}", receipts[6])),
+        "{out}"
+    );
     assert!(out.contains("command: sh checks/parity.sh"), "{out}");
 }
 

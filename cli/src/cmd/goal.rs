@@ -410,6 +410,10 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
         out.line(format!("  {:<8} {}{why}{evidence}", c.state, c.id))?;
         out.line(format!("           purpose: {}", c.purpose))?;
         out.line(format!("           command: {}", c.command))?;
+        if !c.recent_evidence.is_empty() {
+            let seqs: Vec<String> = c.recent_evidence.iter().map(|s| format!("#{s}")).collect();
+            out.line(format!("           recent receipts: {}", seqs.join(", ")))?;
+        }
     }
     if let Some(c) = v.checks.first() {
         out.line(format!("Source paths: {}", c.source_paths.join(", ")))?;
