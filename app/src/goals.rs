@@ -10,7 +10,9 @@ use tacho_git::fingerprint::{Fingerprint, fingerprint};
 use tacho_git::snapshot::{SnapshotError, head_commit, relative_path};
 use tacho_goals::{Plan, PlanError, Submission, contract_digest, validate};
 use tacho_projections::{CheckState, GoalState, Goals, check_states};
-use tacho_schema::{EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate};
+use tacho_schema::{
+    EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate, Source,
+};
 use tacho_store::{Durability, StoreError};
 
 use crate::Tacho;
@@ -84,6 +86,23 @@ pub enum GoalError {
         "goal {goal} records {digest:?} as its contract digest, which is not a contract digest of a version tacho knows (SPEC §12.1); it cannot be revised"
     )]
     MalformedDigest { goal: String, digest: String },
+    #[error(
+        "goal {goal} was already replaced by {by}: this replacement does not take over (replace {by} instead)"
+    )]
+    AlreadyReplaced { goal: String, by: String },
+    #[error(
+        "goal {goal} {what} while its replacement was prepared: the replacement does not take over"
+    )]
+    ChangedMeanwhile { goal: String, what: &'static str },
+    #[error("goal {0} is completed: a completed goal is not replaced; create a new goal")]
+    CompletedNotReplaced(String),
+    #[error("goal {goal} is not paused{}; there is nothing to resume", why.map(|w| format!(" ({w})")).unwrap_or_default())]
+    NotPaused {
+        goal: String,
+        why: Option<&'static str>,
+    },
+    #[error("goal {goal} was replaced by {by}: resume or work on {by} instead")]
+    ReplacedNotResumed { goal: String, by: String },
     #[error(transparent)]
     Run(#[from] RunError),
     #[error(transparent)]
@@ -121,6 +140,8 @@ pub struct Frozen {
     pub checks: Option<Vec<String>>,
     pub check_commands: Option<Vec<CheckCommand>>,
     pub seq: u64,
+    /// Said when the plan is larger than the advisory size (a warning, not a refusal).
+    pub advisory: Option<String>,
 }
 
 /// A revision of a goal.
@@ -134,6 +155,8 @@ pub struct Revised {
     pub contract_digest: String,
     pub previous_digest: String,
     pub seq: u64,
+    /// Said when the plan is larger than the advisory size.
+    pub advisory: Option<String>,
 }
 
 /// A goal marked blocked.
@@ -154,6 +177,10 @@ pub struct Receipt {
     pub seq: u64,
     pub passed: bool,
     pub receipt: GoalCheckRun,
+    /// Files fingerprinted beyond the plan's source paths: those edit events reported.
+    pub additional_paths: Vec<String>,
+    /// Paths edit events reported outside the workspace, left out of the fingerprint.
+    pub external_paths_left_out: Vec<String>,
 }
 
 /// One check's state against the source now.
@@ -163,7 +190,18 @@ pub struct CheckStatus {
     pub state: &'static str,
     pub why: Option<String>,
     pub receipt_seq: Option<u64>,
+    /// From the frozen plan: what the check runs and asserts, and the source it covers.
+    pub command: String,
+    pub purpose: String,
+    pub source_paths: Vec<String>,
+    pub sources: Vec<Source>,
+    /// The event numbers of the check's most recent receipts (at most
+    /// [`RECENT_EVIDENCE`]), newest first.
+    pub recent_evidence: Vec<u64>,
 }
+
+/// How many receipts a check's status lists as its recent evidence.
+pub const RECENT_EVIDENCE: usize = 5;
 
 /// A goal's status.
 #[derive(Debug, Clone, Serialize)]
@@ -187,6 +225,10 @@ pub struct GoalStatus {
     pub no_fresh_evidence: Option<String>,
     pub checks: Vec<CheckStatus>,
     pub can_complete: bool,
+    /// Files fingerprinted beyond the plan's source paths: those edit events reported.
+    pub additional_paths: Vec<String>,
+    /// Paths edit events reported outside the workspace, left out of the fingerprint.
+    pub external_paths_left_out: Vec<String>,
 }
 
 /// The completion gate's answer.
@@ -346,6 +388,7 @@ fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalSt
 /// A goal's status: each check's state against the source now.
 fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
     let a = assess_goal(g)?;
+    let (additional_paths, external_paths_left_out) = disclosure(g);
     Ok(GoalStatus {
         kind: "goal_status",
         session,
@@ -376,10 +419,115 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
                     _ => None,
                 },
                 receipt_seq: g.receipts.get(id).map(|r| r.0),
+                ..check_contract(g, id)
             })
             .collect(),
         can_complete: a.can_complete,
+        additional_paths,
+        external_paths_left_out,
     })
+}
+
+/// The advisory for a plan larger than [`tacho_goals::plan::ADVISORY_PLAN_BYTES`]
+/// (frozen all the same: only [`tacho_goals::plan::MAX_PLAN_BYTES`] refuses).
+pub fn plan_advisory(rendered: &str) -> Option<String> {
+    use tacho_goals::plan::{ADVISORY_PLAN_BYTES, MAX_PLAN_BYTES};
+    let size = rendered.len();
+    (size > ADVISORY_PLAN_BYTES).then(|| {
+        format!(
+            "the rendered plan is {size} bytes, {} over the advised {} bytes: a shorter plan is easier to check (frozen all the same; the limit is {} bytes)",
+            size - ADVISORY_PLAN_BYTES,
+            thousands(ADVISORY_PLAN_BYTES),
+            thousands(MAX_PLAN_BYTES)
+        )
+    })
+}
+
+/// `7168` as `7,168`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A check's entry in a status with what the frozen plan says of it (its command,
+/// purpose, the plan's source paths and sources); `missing` until the status fills in
+/// the state.
+fn check_contract(g: &GoalState, id: &str) -> CheckStatus {
+    let a = g.assurance();
+    let check = a
+        .as_ref()
+        .and_then(|a| a.checks.iter().find(|c| c.id == id));
+    CheckStatus {
+        id: id.to_owned(),
+        state: CheckState::Missing.name(),
+        why: None,
+        receipt_seq: None,
+        command: check.map(|c| c.command.clone()).unwrap_or_default(),
+        purpose: check.map(|c| c.purpose.clone()).unwrap_or_default(),
+        source_paths: a
+            .as_ref()
+            .map(|a| a.source_paths.clone())
+            .unwrap_or_default(),
+        sources: a.map(|a| a.sources).unwrap_or_default(),
+        recent_evidence: g
+            .receipt_history
+            .get(id)
+            .map(|seqs| seqs.iter().rev().take(RECENT_EVIDENCE).copied().collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// What the goal's fingerprint covers beyond its plan (BRIEF §3, "Disclosure"): the
+/// files edit events reported that lie outside every declared source path (each
+/// fingerprinted as a file, workspace-relative), and the reported paths outside the
+/// workspace, which are left out (as reported). Both sorted.
+pub fn disclosure(g: &GoalState) -> (Vec<String>, Vec<String>) {
+    let ws = PathBuf::from(&g.created.workspace);
+    let declared: Vec<String> = g
+        .source_paths()
+        .iter()
+        .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_owned())
+        .collect();
+    let covered = |rel: &str| {
+        declared.iter().any(|d| {
+            d.is_empty()
+                || d == "."
+                || rel == d
+                || rel
+                    .strip_prefix(d.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        })
+    };
+    let (mut additional, mut external) = (Vec::new(), Vec::new());
+    for p in g.edited.keys() {
+        match relative_path(&ws, p) {
+            Ok(rel) if !covered(&rel) => additional.push(rel),
+            Ok(_) => {}
+            Err(_) if outside_workspace(&ws, p) => external.push(p.clone()),
+            // Inside the workspace but not a file a fingerprint can name (`.git`):
+            // neither fingerprinted nor external.
+            Err(_) => {}
+        }
+    }
+    additional.sort();
+    additional.dedup();
+    (additional, external)
+}
+
+/// Whether a reported path lies outside the workspace: leaving it through `..`, or
+/// absolute and under no spelling of it.
+fn outside_workspace(ws: &Path, p: &str) -> bool {
+    let path = Path::new(p);
+    path.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+        || (path.is_absolute() && !path.starts_with(ws))
 }
 
 impl Tacho {
@@ -475,6 +623,7 @@ impl Tacho {
                     .collect()
             }),
             seq,
+            advisory: plan_advisory(&plan.markdown),
         })
     }
 
@@ -602,6 +751,7 @@ impl Tacho {
             contract_digest: digest,
             previous_digest: old.created.contract_digest.clone(),
             seq,
+            advisory: plan_advisory(&plan.markdown),
         })
     }
 
@@ -669,12 +819,15 @@ impl Tacho {
             passed,
         };
         let seq = self.append_goal_event(&session, EventBody::GoalCheckRun(receipt.clone()))?;
+        let (additional_paths, external_paths_left_out) = disclosure(g);
         Ok(Receipt {
             kind: "receipt",
             session,
             seq,
             passed,
             receipt,
+            additional_paths,
+            external_paths_left_out,
         })
     }
 
@@ -777,6 +930,199 @@ impl Tacho {
             reason,
             open: a.open,
             note,
+        })
+    }
+}
+
+/// A replacement that took over.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replaced {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub goal: String,
+    pub session: String,
+    pub replaces: String,
+    pub revision: u32,
+    pub assured: bool,
+    pub contract_digest: String,
+    pub previous_digest: String,
+    pub checks: Vec<String>,
+    pub seq: u64,
+    /// Said when the plan is larger than the advisory size.
+    pub advisory: Option<String>,
+}
+
+/// A paused goal, resumed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resumed {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub goal: String,
+    pub session: String,
+    /// The pause lifted.
+    pub was_paused: String,
+    pub seq: u64,
+}
+
+/// What `goal replace` is given.
+#[derive(Debug, Clone)]
+pub struct ReplaceRequest<'a> {
+    pub session: &'a str,
+    /// The goal replaced (default: the session's latest).
+    pub goal: Option<&'a str>,
+    /// Why the goal is replaced.
+    pub reason: &'a str,
+    pub plan_path: &'a Path,
+    /// The replacement's objective (default: the replaced goal's).
+    pub objective: Option<String>,
+}
+
+/// What changed about a goal between two reads of the log, if anything that keeps a
+/// replacement prepared in between from taking over.
+fn changed_meanwhile(before: &GoalState, now: &GoalState) -> Option<&'static str> {
+    if now.completed && !before.completed {
+        Some("was completed")
+    } else if now.blocked.is_some() && now.blocked != before.blocked {
+        Some("was blocked")
+    } else if now.paused.is_some() && now.paused != before.paused {
+        Some("was paused")
+    } else {
+        None
+    }
+}
+
+impl Tacho {
+    /// Replaces a goal with a new plan (BRIEF §3, "Replace and resume"): recorded as a
+    /// `goal.created` linked to the old goal like a revision, with the old goal's
+    /// assurance kept (an assured goal's replacement needs a contract). A plan that
+    /// fails validation writes nothing, so the old goal stays as it was (resumable if
+    /// paused). The log is read again under the session's writer lock before the
+    /// replacement is appended: when another replacement took over meanwhile, or the
+    /// old goal was paused, blocked or completed, this one does not take over.
+    pub fn replace_goal(&self, req: ReplaceRequest<'_>) -> Result<Replaced, GoalError> {
+        let (session, gs) = self.goals(req.session)?;
+        let old = pick(&gs, &session, req.goal)?.clone();
+        let old_id = old.created.goal.clone();
+        if old.completed {
+            return Err(GoalError::CompletedNotReplaced(old_id));
+        }
+        if let Some(by) = &old.revised_by {
+            return Err(GoalError::AlreadyReplaced {
+                goal: old_id,
+                by: by.clone(),
+            });
+        }
+        if req.reason.trim().is_empty() {
+            return Err(GoalError::Empty("the reason for the replacement"));
+        }
+        let digest = &old.created.contract_digest;
+        if tacho_goals::contract_digest_version(digest).is_none() {
+            return Err(GoalError::MalformedDigest {
+                goal: old_id,
+                digest: digest.clone(),
+            });
+        }
+        let ws = PathBuf::from(&old.created.workspace);
+        let objective = req.objective.or_else(|| old.created.objective.clone());
+        let markdown = read_plan(req.plan_path)?;
+        let plan = validate_plan(
+            &markdown,
+            &req.plan_path.display().to_string(),
+            &ws,
+            objective.as_deref().unwrap_or(""),
+            old.created.assured,
+        )?;
+        let assured = old.created.assured || plan.assurance.is_some();
+        let revision = old.created.revision.saturating_add(1);
+        let mut created = self.freeze(&plan, objective, assured, &ws, revision);
+        created.revises = Some(old_id.clone());
+        created.previous_digest = Some(old.created.contract_digest.clone());
+        created.correction = Some(req.reason.to_owned());
+        let (goal, new_digest) = (created.goal.clone(), created.contract_digest.clone());
+
+        // Taken over only if nothing happened to the old goal since it was read.
+        let mut w = self.log().writer(&session)?;
+        let (_, gs_now) = self.goals(&session)?;
+        let now = pick(&gs_now, &session, Some(&old_id))?;
+        if let Some(by) = &now.revised_by {
+            return Err(GoalError::AlreadyReplaced {
+                goal: old_id,
+                by: by.clone(),
+            });
+        }
+        if let Some(what) = changed_meanwhile(&old, now) {
+            return Err(GoalError::ChangedMeanwhile { goal: old_id, what });
+        }
+        let seq = w
+            .append(
+                self.now(),
+                &EventBody::GoalCreated(created),
+                Durability::Sync,
+            )?
+            .last_seq;
+        Ok(Replaced {
+            kind: "goal_replaced",
+            goal,
+            session,
+            replaces: old_id,
+            revision,
+            assured,
+            contract_digest: new_digest,
+            previous_digest: old.created.contract_digest.clone(),
+            checks: plan
+                .assurance
+                .map(|a| a.checks.into_iter().map(|c| c.id).collect())
+                .unwrap_or_default(),
+            seq,
+            advisory: plan_advisory(&plan.markdown),
+        })
+    }
+
+    /// Resumes a paused goal: records a `goal.update` `pause` that is not accepted
+    /// (the pause no longer holds), after which the goal holds the agent again and the
+    /// stall count starts over. A replaced or completed goal is not resumed.
+    pub fn resume_goal(&self, session: &str, goal: Option<&str>) -> Result<Resumed, GoalError> {
+        let (session, gs) = self.goals(session)?;
+        let g = pick(&gs, &session, goal)?;
+        let id = g.created.goal.clone();
+        if let Some(by) = &g.revised_by {
+            return Err(GoalError::ReplacedNotResumed {
+                goal: id,
+                by: by.clone(),
+            });
+        }
+        if g.completed {
+            return Err(GoalError::NotPaused {
+                goal: id,
+                why: Some("it is completed"),
+            });
+        }
+        let Some(was_paused) = g.paused.clone() else {
+            return Err(GoalError::NotPaused {
+                goal: id,
+                why: g
+                    .blocked
+                    .as_ref()
+                    .map(|_| "it is blocked, which a resume does not lift"),
+            });
+        };
+        let seq = self.append_goal_event(
+            &session,
+            EventBody::GoalUpdate(GoalUpdate {
+                goal: id.clone(),
+                revision: g.created.revision,
+                action: GoalAction::Pause,
+                accepted: false,
+                reason: Some(format!("resumed (was paused: {was_paused})")),
+                ..GoalUpdate::default()
+            }),
+        )?;
+        Ok(Resumed {
+            kind: "goal_resumed",
+            goal: id,
+            session,
+            was_paused,
+            seq,
         })
     }
 }

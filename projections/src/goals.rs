@@ -28,6 +28,10 @@ pub struct GoalState {
     pub last_passing_verification: Option<u64>,
     /// Checks started whose receipt has not been recorded: check id → start seq.
     pub running: BTreeMap<String, u64>,
+    /// The last resume (a `pause` update not accepted: the pause no longer holds).
+    pub resumed: Option<u64>,
+    /// Check id → the seqs of all its receipts, oldest first.
+    pub receipt_history: BTreeMap<String, Vec<u64>>,
 }
 
 impl GoalState {
@@ -46,8 +50,8 @@ impl GoalState {
         }
     }
 
-    /// Refused completion attempts since the last passing receipt: attempts that
-    /// produced no new successful evidence.
+    /// Refused completion attempts since the last passing receipt (or the last resume):
+    /// attempts that produced no new successful evidence.
     pub fn fruitless_attempts(&self) -> usize {
         let last_pass = self
             .receipts
@@ -55,7 +59,8 @@ impl GoalState {
             .filter(|(_, r)| r.passed)
             .map(|(s, _)| *s)
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(self.resumed.unwrap_or(0));
         self.completions
             .iter()
             .filter(|(s, accepted)| *s > last_pass && !accepted)
@@ -123,6 +128,10 @@ impl Goals {
                         g.paused = None;
                     }
                     g.receipts.insert(r.check.clone(), (seq, r.clone()));
+                    g.receipt_history
+                        .entry(r.check.clone())
+                        .or_default()
+                        .push(seq);
                 }
             }
             EventBody::GoalUpdate(u) => {
@@ -134,6 +143,11 @@ impl Goals {
                         }
                         GoalAction::Block if u.accepted => g.blocked = u.reason.clone(),
                         GoalAction::Pause if u.accepted => g.paused = u.reason.clone(),
+                        // A resume: the pause no longer holds.
+                        GoalAction::Pause => {
+                            g.paused = None;
+                            g.resumed = Some(seq);
+                        }
                         _ => {}
                     }
                 }
@@ -162,6 +176,8 @@ impl Goals {
             revised_by: None,
             last_passing_verification: None,
             running: BTreeMap::new(),
+            resumed: None,
+            receipt_history: BTreeMap::new(),
         });
     }
 
@@ -318,6 +334,36 @@ mod tests {
             passed: exit == 0,
             ..GoalCheckRun::default()
         }
+    }
+
+    fn update(action: GoalAction, accepted: bool, reason: &str) -> EventBody {
+        EventBody::GoalUpdate(tacho_schema::GoalUpdate {
+            goal: "goal_1".into(),
+            revision: 1,
+            action,
+            accepted,
+            reason: Some(reason.into()),
+            ..tacho_schema::GoalUpdate::default()
+        })
+    }
+
+    #[test]
+    fn a_pause_not_accepted_is_a_resume_and_restarts_the_stall_count() {
+        let mut gs = Goals::default();
+        gs.apply(1, &ev(EventBody::GoalCreated(created())));
+        for seq in 2..5 {
+            gs.apply(seq, &ev(update(GoalAction::Complete, false, "refused")));
+        }
+        gs.apply(5, &ev(update(GoalAction::Pause, true, "stalled")));
+        let g = gs.find(None).unwrap();
+        assert_eq!(g.paused.as_deref(), Some("stalled"));
+        assert_eq!(g.fruitless_attempts(), 3);
+        gs.apply(6, &ev(update(GoalAction::Pause, false, "resumed")));
+        let g = gs.find(None).unwrap();
+        assert_eq!(g.paused, None);
+        assert_eq!(g.fruitless_attempts(), 0);
+        gs.apply(7, &ev(update(GoalAction::Complete, false, "refused")));
+        assert_eq!(gs.find(None).unwrap().fruitless_attempts(), 1);
     }
 
     #[test]

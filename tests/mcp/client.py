@@ -48,6 +48,9 @@ async def main(tacho, workspace, session):
             done = await client.call_tool("update_goal", {"session": session, "status": "complete"})
             out["complete_error"] = bool(done.is_error)
             out["complete"] = payload(done)
+            resumed = await client.call_tool("update_goal", {"session": session, "status": "resume"})
+            out["resume_error"] = bool(resumed.is_error)
+            out["resume"] = payload(resumed)
     print(json.dumps(out))
 
 

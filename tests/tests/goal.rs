@@ -454,8 +454,25 @@ fn the_mcp_server_works_with_the_official_python_client() {
             .contains("has no check \"not-a-check\"")
     );
     assert_eq!(v["status"]["checks"][0]["state"], "passed");
+    // Each check carries what the frozen plan says of it.
+    assert_eq!(v["status"]["checks"][0]["command"], "sh checks/parity.sh");
+    assert_eq!(v["status"]["checks"][0]["purpose"], "the value is right");
+    assert_eq!(
+        v["status"]["checks"][0]["source_paths"],
+        serde_json::json!(["src", "checks"])
+    );
     assert_eq!(v["complete_error"], false);
     assert_eq!(v["complete"]["accepted"], true);
+    // A completed goal is not resumed: the refusal says why.
+    assert_eq!(v["resume_error"], true);
+    assert!(
+        v["resume"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("is not paused (it is completed)"),
+        "{}",
+        v["resume"]
+    );
     // The same evidence as the CLI's: the receipt is in the session's log.
     let (code, out, _) = t(
         &home,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use tacho_app::render::prefix;
-use tacho_app::{BlockRequest, CreateRequest, read_plan};
+use tacho_app::{BlockRequest, CreateRequest, ReplaceRequest, read_plan};
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -29,6 +29,31 @@ pub enum GoalCommand {
     /// Replace the goal's plan after a correction: a new goal with a new contract; the
     /// old plan, digest and receipts stay in the record and cannot satisfy it.
     Revise(ReviseArgs),
+    /// Replace the goal with a new plan (a new objective may come with it): the
+    /// replacement keeps the goal's assurance, takes over only if no other replacement,
+    /// pause, block or completion of the goal came first, and a plan that fails leaves
+    /// the goal as it was.
+    Replace(ReplaceArgs),
+    /// Resume a paused goal: it holds the agent again and the stall count starts over.
+    Resume(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplaceArgs {
+    /// Why the goal is replaced.
+    pub reason: String,
+    #[arg(long)]
+    pub plan: PathBuf,
+    /// The replacement's objective (default: the replaced goal's).
+    #[arg(long)]
+    pub objective: Option<String>,
+    #[arg(long)]
+    pub session: String,
+    /// The goal replaced (id or unique prefix; default the session's latest).
+    #[arg(long)]
+    pub goal: Option<String>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -124,7 +149,79 @@ pub fn run(c: GoalCommand) -> Result<(), CliError> {
         GoalCommand::Complete(a) => complete(a),
         GoalCommand::Block(a) => block(a),
         GoalCommand::Revise(a) => revise(a),
+        GoalCommand::Replace(a) => replace(a),
+        GoalCommand::Resume(a) => resume(a),
     }
+}
+
+/// The plan size advisory, if any, as a line of text output.
+fn advisory(out: &mut Out, advisory: Option<&String>) -> Result<(), CliError> {
+    if let Some(a) = advisory {
+        out.line(format!("  advisory: {a}"))?;
+    }
+    Ok(())
+}
+
+/// What a fingerprint covered beyond the plan, as lines of text output.
+fn disclose(
+    out: &mut Out,
+    additional: &[String],
+    external: &[String],
+    labels: [&str; 2],
+) -> Result<(), CliError> {
+    if !additional.is_empty() {
+        out.line(format!("{}: {}", labels[0], additional.join(", ")))?;
+    }
+    if !external.is_empty() {
+        out.line(format!("{}: {}", labels[1], external.join(", ")))?;
+    }
+    Ok(())
+}
+
+fn replace(a: ReplaceArgs) -> Result<(), CliError> {
+    let tacho = crate::open()?;
+    let v = tacho.replace_goal(ReplaceRequest {
+        session: &a.session,
+        goal: a.goal.as_deref(),
+        reason: &a.reason,
+        plan_path: &a.plan,
+        objective: a.objective.clone(),
+    })?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&v)?;
+        return out.finish();
+    }
+    out.line(format!(
+        "goal {} (revision {}) replaces {}: contract {} → {}; {}",
+        v.goal,
+        v.revision,
+        v.replaces,
+        prefix(&v.previous_digest, 16),
+        prefix(&v.contract_digest, 16),
+        if v.assured {
+            "assured: completion is earned by its checks"
+        } else {
+            "no assurance contract (the replaced goal had none)"
+        }
+    ))?;
+    advisory(&mut out, v.advisory.as_ref())?;
+    out.finish()
+}
+
+fn resume(a: StatusArgs) -> Result<(), CliError> {
+    let tacho = crate::open()?;
+    let v = tacho.resume_goal(&a.session, a.goal.as_deref())?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&v)?;
+    } else {
+        out.line(format!(
+            "goal {} resumed (it was paused: {})",
+            v.goal, v.was_paused
+        ))?;
+    }
+    out.finish()
 }
 
 fn create(a: CreateArgs) -> Result<(), CliError> {
@@ -158,6 +255,7 @@ fn create(a: CreateArgs) -> Result<(), CliError> {
         }
         None => out.line("  no assurance contract: completion follows the plain rule")?,
     }
+    advisory(&mut out, v.advisory.as_ref())?;
     out.finish()
 }
 
@@ -201,6 +299,7 @@ fn revise(a: ReviseArgs) -> Result<(), CliError> {
             prefix(&v.previous_digest, 16),
             prefix(&v.contract_digest, 16)
         ))?;
+        advisory(&mut out, v.advisory.as_ref())?;
     }
     out.finish()
 }
@@ -232,6 +331,12 @@ fn check(a: CheckArgs) -> Result<(), CliError> {
         } else if r.fingerprint_before != r.fingerprint_after {
             out.line("  the source changed while the check ran")?;
         }
+        disclose(
+            &mut out,
+            &v.additional_paths,
+            &v.external_paths_left_out,
+            ["  also fingerprinted", "  left out (outside the workspace)"],
+        )?;
     }
     out.finish()?;
     if v.passed {
@@ -303,7 +408,28 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
             .map(|s| format!(" (receipt #{s})"))
             .unwrap_or_default();
         out.line(format!("  {:<8} {}{why}{evidence}", c.state, c.id))?;
+        out.line(format!("           purpose: {}", c.purpose))?;
+        out.line(format!("           command: {}", c.command))?;
+        if !c.recent_evidence.is_empty() {
+            let seqs: Vec<String> = c.recent_evidence.iter().map(|s| format!("#{s}")).collect();
+            out.line(format!("           recent receipts: {}", seqs.join(", ")))?;
+        }
     }
+    if let Some(c) = v.checks.first() {
+        out.line(format!("Source paths: {}", c.source_paths.join(", ")))?;
+        for s in &c.sources {
+            out.line(format!("Source ({}): {}", s.role, s.reference))?;
+        }
+    }
+    disclose(
+        &mut out,
+        &v.additional_paths,
+        &v.external_paths_left_out,
+        [
+            "Also fingerprinted (reported by edits)",
+            "Left out (outside the workspace)",
+        ],
+    )?;
     if let Some(r) = &v.revises {
         out.line(format!(
             "Revision {} of {r} (correction: {})",

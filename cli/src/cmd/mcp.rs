@@ -1,6 +1,6 @@
 //! `tacho mcp`: a stdio MCP server (the official `rmcp` SDK) exposing goal assurance to
 //! agents: `create_goal`, `get_goal`, `verify_project` (with `goalCheck`) and
-//! `update_goal` (complete / blocked). It calls the same typed operations of the
+//! `update_goal` (complete / blocked / resume). It calls the same typed operations of the
 //! application layer as `tacho goal`, so a receipt made through MCP is the same
 //! evidence. Operations run on tokio's blocking pool (a check can run for minutes), off
 //! the thread that serves the protocol. Nothing but protocol goes to stdout; check
@@ -59,7 +59,7 @@ pub struct UpdateGoal {
     pub session: String,
     #[serde(default)]
     pub goal: Option<String>,
-    /// `complete` or `blocked`.
+    /// `complete`, `blocked` or `resume` (of a paused goal).
     pub status: String,
     /// For `blocked`: `external_dependency`, `authorization` or `user_input`.
     #[serde(default)]
@@ -86,7 +86,7 @@ pub struct TachoMcp {
 enum ToolError {
     #[error("{0}")]
     Op(#[from] CliError),
-    #[error("status {0:?}: `complete` or `blocked`")]
+    #[error("status {0:?}: `complete`, `blocked` or `resume`")]
     BadStatus(String),
     #[error("the operation stopped unexpectedly: {0}")]
     Join(#[from] tokio::task::JoinError),
@@ -124,12 +124,13 @@ fn answer<T: Serialize>(r: Result<T, ToolError>, ok: impl Fn(&T) -> bool) -> Cal
     }
 }
 
-/// What `update_goal` answers: a completion or a block.
+/// What `update_goal` answers: a completion, a block or a resume.
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Update {
     Completion(tacho_app::Completion),
     Blocked(tacho_app::Blocked),
+    Resumed(tacho_app::Resumed),
 }
 
 #[tool_router]
@@ -159,7 +160,7 @@ impl TachoMcp {
     }
 
     #[tool(
-        description = "The goal's status: each check passed, failed, stale (and why) or missing, with receipt numbers, and whether the goal can complete."
+        description = "The goal's status: each check passed, failed, stale (and why), running or missing, with its command, purpose, sourcePaths, sources and receipt number; the additional paths fingerprinted and the external paths left out; and whether the goal can complete."
     )]
     async fn get_goal(&self, Parameters(p): Parameters<GetGoal>) -> CallToolResult {
         let r = blocking(move |t| t.goal_status(&p.session, p.goal.as_deref())).await;
@@ -183,7 +184,7 @@ impl TachoMcp {
     }
 
     #[tool(
-        description = "Ask to complete the goal (the completion gate: refused unless every check passed on the current source; the refusal names each check and why) or mark it blocked (kind, reason, requiredChange, evidence receipt numbers, noIndependentWork)."
+        description = "Ask to complete the goal (the completion gate: refused unless every check passed on the current source; the refusal names each check and why) or mark it blocked (kind, reason, requiredChange, evidence receipt numbers, noIndependentWork), or resume a paused goal."
     )]
     async fn update_goal(&self, Parameters(p): Parameters<UpdateGoal>) -> CallToolResult {
         let r = match p.status.as_str() {
@@ -211,11 +212,18 @@ impl TachoMcp {
                 })
                 .await
             }
+            "resume" => {
+                blocking(move |t| {
+                    t.resume_goal(&p.session, p.goal.as_deref())
+                        .map(Update::Resumed)
+                })
+                .await
+            }
             other => Err(ToolError::BadStatus(other.to_owned())),
         };
         answer(r, |v| match v {
             Update::Completion(c) => c.accepted,
-            Update::Blocked(_) => true,
+            Update::Blocked(_) | Update::Resumed(_) => true,
         })
     }
 }

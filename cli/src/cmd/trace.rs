@@ -161,7 +161,9 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
                     (tacho_schema::GoalAction::Complete, false) => {
                         ("GATE", format!("completion refused: {reason}"), "!")
                     }
-                    (tacho_schema::GoalAction::Pause, _) => ("PAUSE", reason, "!"),
+                    (tacho_schema::GoalAction::Pause, true) => ("PAUSE", reason, "!"),
+                    // A pause not accepted is a resume (`tacho goal resume`).
+                    (tacho_schema::GoalAction::Pause, false) => ("RESUME", reason, ""),
                     (tacho_schema::GoalAction::Block, _) => ("BLOCK", reason, "!"),
                 }
             }

@@ -26,6 +26,10 @@ use secrets::*;
 /// The rendered plan's limit.
 pub const MAX_PLAN_BYTES: usize = 8192;
 
+/// The size a plan should aim to stay under: a larger one is frozen with an advisory
+/// (BRIEF §3, "Plan size advisory"); [`MAX_PLAN_BYTES`] stays the hard limit.
+pub const ADVISORY_PLAN_BYTES: usize = 7168;
+
 /// A parsed, validated plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
