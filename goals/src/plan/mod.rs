@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tacho_schema::Assurance;
 
 mod digest;
+mod failure;
 mod markdown;
 mod rules;
 mod secrets;
@@ -75,6 +76,20 @@ fn err(line: Option<usize>, message: impl Into<String>) -> PlanError {
         line,
         message: message.into(),
     }
+}
+
+/// What the rules for new plans say about one check's command, if it breaks one
+/// (`check ID can hide a failure: …`, `check ID is too weak to prove anything: …`, a
+/// moving remote before-state). A plan frozen before a rule existed keeps its digest;
+/// `goal status` and the completion gate show this as a warning.
+pub fn check_command_problem(id: &str, command: &str, objective: &str) -> Option<String> {
+    command_problem(id, command, objective)
+}
+
+/// Why `command` can turn a failure into success, naming the construct and its
+/// position (SPEC §12.1); `None` when it cannot.
+pub fn hides_failure(command: &str) -> Option<String> {
+    failure::hides_failure(command)
 }
 
 /// Parses and validates a plan. Every rule of BRIEF §3 is checked; the first broken
