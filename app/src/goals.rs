@@ -187,6 +187,9 @@ pub struct GoalStatus {
     pub no_fresh_evidence: Option<String>,
     pub checks: Vec<CheckStatus>,
     pub can_complete: bool,
+    /// Checks of a plan frozen before a rule that now refuses them (see
+    /// [`check_warnings`]).
+    pub warnings: Vec<String>,
 }
 
 /// The completion gate's answer.
@@ -202,6 +205,9 @@ pub struct Completion {
     pub open: Vec<String>,
     /// The stall rule's hint (second fruitless attempt) or pause (third).
     pub note: Option<String>,
+    /// Checks of a plan frozen before a rule that now refuses them (see
+    /// [`check_warnings`]).
+    pub warnings: Vec<String>,
 }
 
 /// What `goal block` states.
@@ -331,6 +337,21 @@ fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
     })
 }
 
+/// The checks of a goal's frozen plan that the rules for new plans refuse (one that
+/// can hide a failure, a weak check such as a lone path-filtered `git log`): a plan
+/// frozen before a rule keeps its digest and its goal can still complete, but status
+/// and the completion gate say so.
+pub fn check_warnings(g: &GoalState) -> Vec<String> {
+    let objective = g.created.objective.as_deref().unwrap_or_default();
+    g.check_ids()
+        .iter()
+        .filter_map(|(id, command)| tacho_goals::check_command_problem(id, command, objective))
+        .map(|w| {
+            format!("{w} (the plan was frozen before this rule and keeps its digest; its receipts cannot prove that the check would have failed)")
+        })
+        .collect()
+}
+
 fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalState, GoalError> {
     gs.find(id).ok_or_else(|| match id {
         Some(given) => GoalError::NoSuchGoal {
@@ -379,6 +400,7 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
             })
             .collect(),
         can_complete: a.can_complete,
+        warnings: check_warnings(g),
     })
 }
 
@@ -729,6 +751,11 @@ impl Tacho {
                 format!("{} of {} checks not passed", a.open.len(), a.states.len()),
             )
         };
+        let warnings = check_warnings(g);
+        let reason = match warnings.is_empty() {
+            true => reason,
+            false => format!("{reason}; warning: {}", warnings.join("; ")),
+        };
         let body = EventBody::GoalUpdate(GoalUpdate {
             goal: g.created.goal.clone(),
             revision: g.created.revision,
@@ -777,6 +804,7 @@ impl Tacho {
             reason,
             open: a.open,
             note,
+            warnings,
         })
     }
 }

@@ -247,6 +247,9 @@ fn complete(a: StatusArgs) -> Result<(), CliError> {
     if let Some(n) = &v.note {
         eprintln!("{n}");
     }
+    for w in &v.warnings {
+        eprintln!("warning: {w}");
+    }
     let mut out = Out::new();
     if a.json {
         out.json(&v)?;
@@ -321,6 +324,9 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
     }
     if let Some(p) = &v.paused {
         out.line(format!("Paused: {p}"))?;
+    }
+    for w in &v.warnings {
+        out.line(format!("Warning: {w}"))?;
     }
     out.line(if v.completed {
         "Completed."
