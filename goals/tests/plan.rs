@@ -486,9 +486,15 @@ fn wrappers_that_hide_failure_are_refused_with_their_position() {
         ),
         (
             format!("exec true; {c}"),
-            "`exec true` at column 1: it replaces the check's shell",
+            "`exec true` at column 1: it replaces the check's shell, so the commands after it never run",
         ),
         (format!("exit 0; {c}"), "`exit 0` at column 1"),
+        (format!("exec true && {c}"), "`exec true` at column 1"),
+        (format!("(exec true; {c})"), "`exec true` at column 2"),
+        (
+            format!("{c}; exec true"),
+            "`true` as the last command at column 27",
+        ),
         // Strings run by a nested shell are read with the same rules.
         (
             format!("sh -c '{c} || true'"),
@@ -594,6 +600,23 @@ fn wrappers_that_hide_failure_are_refused_with_their_position() {
         "timeout 600 cargo test --workspace",
         "[[ -n \"$HOME\" ]] && sh checks/parity.sh",
         "git diff --exit-code {BASELINE} -- src/legacy",
+        // Everyday checks.
+        "cargo test --workspace -- --nocapture",
+        "npm test -- --reporter=dot",
+        "pytest -q tests/test_invoice.py::test_total -k 'total and not slow'",
+        "go test ./... -run 'TestParity$'",
+        "make -C build check",
+        "tacho verify-commits --baseline {BASELINE} --allow src --forbid 'legacy/**'",
+        "git merge-base --is-ancestor {BASELINE} HEAD && git diff --exit-code {BASELINE} -- src/legacy",
+        "python3 -c 'import sys; sys.exit(0 if open(\"x\").read() == \"42\" else 1)'",
+        "cargo test 2>&1 | tee test.log | tail -50",
+        "RUSTFLAGS=\"-D warnings\" cargo build && cargo test",
+        "cd app && npm ci && npm test",
+        "./checks/parity.sh",
+        "npx vitest run --reporter=junit --outputFile=out.xml",
+        "node -e \"process.exit(require('./out.json').ok ? 0 : 1)\"",
+        "cargo test -p invoices 2>&1 | grep -q 'test result: ok'",
+        "exec cargo test",
     ] {
         if let Err(e) = submit(&plan_with(&check(honest))) {
             wrong.push(format!("{honest}\n  refused: {e}"));

@@ -16,7 +16,7 @@
 //!   lets the commands after it run;
 //! - `!`, `if`, `case`, `while`, `until`, `for`, `select`, background jobs (`&`,
 //!   `coproc`), function definitions, `trap`, `source`/`.`, `shopt`, `alias`, `enable`,
-//!   `hash`, `exec` with a command, `set` turning errexit or pipefail off (or
+//!   `hash`, `exec` with a command anywhere but at the very end, `set` turning errexit or pipefail off (or
 //!   switching on `noexec`), `exit 0` (or any status not proven non-zero), and `true`
 //!   or `:` as the last command;
 //! - command substitutions (`$(…)`, backquotes) except as the only one in an
@@ -197,12 +197,14 @@ fn and_or(l: &ast::AndOrList, tail: bool, ctx: &Ctx) -> Found {
             errexit: ctx.errexit && last,
             ..ctx.clone()
         };
-        pipeline(p, tail || !last, &inner)?;
+        // Nothing runs after the last part of a list at the end: only there may
+        // `exec` replace the shell.
+        pipeline(p, tail || !last, tail && last, &inner)?;
     }
     Ok(())
 }
 
-fn pipeline(p: &Pipeline, tail: bool, ctx: &Ctx) -> Found {
+fn pipeline(p: &Pipeline, tail: bool, ends: bool, ctx: &Ctx) -> Found {
     if p.bang {
         return Err(format!(
             "`!` before the command{}: it inverts the status, so the check passes when the command fails (and bash's errexit ignores a `!` pipeline)",
@@ -218,15 +220,16 @@ fn pipeline(p: &Pipeline, tail: bool, ctx: &Ctx) -> Found {
     // Each part of a longer pipeline runs in a process of its own: its status is
     // what pipefail sees.
     let tail = tail || p.seq.len() > 1;
+    let ends = ends || p.seq.len() > 1;
     for c in &p.seq {
-        command(c, tail, ctx)?;
+        command(c, tail, ends, ctx)?;
     }
     Ok(())
 }
 
-fn command(c: &Command, tail: bool, ctx: &Ctx) -> Found {
+fn command(c: &Command, tail: bool, ends: bool, ctx: &Ctx) -> Found {
     match c {
-        Command::Simple(s) => simple(s, tail, ctx),
+        Command::Simple(s) => simple(s, tail, ends, ctx),
         Command::Function(f) => Err(format!(
             "the function definition `{}`{}: a function can stand in for the program a check names, and runs where errexit may not hold",
             f.fname,
@@ -489,7 +492,9 @@ fn strip_runners(words: &[WordAt]) -> &[WordAt] {
     }
 }
 
-fn simple(s: &SimpleCommand, tail: bool, ctx: &Ctx) -> Found {
+/// `ends`: nothing runs after this command in its shell and its status is the
+/// shell's (where `exec` may replace the shell).
+fn simple(s: &SimpleCommand, tail: bool, ends: bool, ctx: &Ctx) -> Found {
     // Substitutions, in every word, assignment and redirection.
     let mut subs: Vec<(String, Option<SourceSpan>)> = Vec::new();
     // Each word with where to point at: an assignment's value has no location of its
@@ -583,9 +588,9 @@ fn simple(s: &SimpleCommand, tail: bool, ctx: &Ctx) -> Found {
     let base = basename(name);
     let here = at(loc.clone(), ctx);
     let arg = |i: usize| argv.get(i).map(|x| x.0.as_deref());
-    if basename(first.as_deref().unwrap_or_default()) == "exec" {
+    if !ends && basename(first.as_deref().unwrap_or_default()) == "exec" {
         return Err(format!(
-            "`exec {name}`{}: it replaces the check's shell, so nothing after it runs and its status is the check's",
+            "`exec {name}`{}: it replaces the check's shell, so the commands after it never run",
             at(first_loc.clone(), ctx)
         ));
     }
