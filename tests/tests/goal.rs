@@ -1017,6 +1017,40 @@ fn a_failing_check_never_completes_an_assured_goal_whatever_wraps_it() {
         .env("BASH_ENV", tmp.path().join("env.sh"));
     let (code, out, err) = run(cmd);
     assert_eq!(code, 1, "the environment made the check pass: {out}{err}");
+    // Nor can PATH choose the check's shell: bash is taken from a fixed path.
+    let fake = tmp.path().join("fake");
+    std::fs::create_dir(&fake).unwrap();
+    for shell in ["sh", "bash"] {
+        std::fs::write(fake.join(shell), "#!/bin/sh\nexit 0\n").unwrap();
+        let mut p = std::fs::metadata(fake.join(shell)).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+        std::fs::set_permissions(fake.join(shell), p).unwrap();
+    }
+    std::fs::write(ws.join("plan.md"), plan_running("/bin/sh checks/parity.sh")).unwrap();
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_wrap",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let path = format!(
+        "{}:{}",
+        fake.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = tacho(&home);
+    cmd.current_dir(&ws)
+        .args(["goal", "check", "parity", "--session", "ses_wrap"])
+        .env("PATH", path);
+    let (code, out, err) = run(cmd);
+    assert_eq!(code, 1, "a shell on PATH made the check pass: {out}{err}");
 
     let (mut refused, mut failed) = (0, 0);
     for w in &wrappers {
