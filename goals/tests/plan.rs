@@ -5,7 +5,7 @@
 
 use tacho_goals::{
     Submission, contract_digest, contract_digest_matches, contract_digest_v1,
-    contract_digest_version, validate,
+    contract_digest_version, read_frozen, validate,
 };
 
 const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -623,4 +623,34 @@ fn wrappers_that_hide_failure_are_refused_with_their_position() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A plan frozen before the check-command rules still reads for its digest check.
+#[test]
+fn a_frozen_plan_reads_without_the_command_rules() {
+    let markdown = plan_with(&check("node checks/invoice-parity.cjs || true"));
+    let sub = Submission {
+        markdown: &markdown,
+        objective: "",
+        head: Some(HEAD),
+        assure: true,
+    };
+    assert!(validate(&sub).is_err());
+    let plan = read_frozen(&sub).unwrap();
+    assert_eq!(
+        contract_digest_matches(&plan, &contract_digest(&plan)),
+        Some(true)
+    );
+    // Every other rule still holds.
+    let markdown = markdown.replace("- AC2: the mapping covers every legacy column\n", "");
+    let sub = Submission {
+        markdown: &markdown,
+        ..sub
+    };
+    assert!(
+        read_frozen(&sub)
+            .unwrap_err()
+            .to_string()
+            .contains("covers AC2")
+    );
 }

@@ -1165,10 +1165,22 @@ fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
     gitlog.command = "git log --oneline -- src".into();
     assurance.checks.push(gitlog);
     plan.assurance = Some(assurance.clone());
-    plan.markdown = frozen.plan.replace(
-        &frozen.assurance.clone().unwrap(),
-        &serde_json::to_string(&assurance).unwrap(),
-    );
+    // The contract's JSON line in the plan's Markdown.
+    let json = serde_json::to_string(&assurance).unwrap();
+    plan.markdown = frozen
+        .plan
+        .lines()
+        .map(|l| {
+            if l.starts_with("{\"version\"") {
+                json.as_str()
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    assert!(plan.markdown.contains(hiding), "{}", plan.markdown);
     let mut old = frozen.clone();
     old.goal = "goal_old".into();
     old.plan = plan.markdown.clone();
@@ -1177,6 +1189,41 @@ fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
     let mut w = store.writer("ses_old").unwrap();
     w.append(
         1,
+        &tacho_schema::EventBody::GoalCreated(old.clone()),
+        tacho_store::Durability::Sync,
+    )
+    .unwrap();
+    drop(w);
+
+    // Its digest is still checked by replay verification: a forged one is reported.
+    let verify = || {
+        let mut c = tacho(&home);
+        c.args(["session", "replay", "ses_old", "--mode", "verify"]);
+        run(c)
+    };
+    let (code, out, err) = verify();
+    assert_eq!(code, 0, "{out}{err}");
+    let mut forged = old.clone();
+    forged.goal = "goal_forged".into();
+    forged.contract_digest = format!("v2:{}", "0".repeat(64));
+    let mut w = store.writer("ses_old").unwrap();
+    w.append(
+        2,
+        &tacho_schema::EventBody::GoalCreated(forged),
+        tacho_store::Durability::Sync,
+    )
+    .unwrap();
+    drop(w);
+    let (code, out, err) = verify();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("goal goal_forged: its contract digest"),
+        "{out}{err}"
+    );
+    // The older goal is the current one again.
+    let mut w = store.writer("ses_old").unwrap();
+    w.append(
+        3,
         &tacho_schema::EventBody::GoalCreated(old.clone()),
         tacho_store::Durability::Sync,
     )

@@ -95,6 +95,18 @@ pub fn hides_failure(command: &str) -> Option<String> {
 /// Parses and validates a plan. Every rule of BRIEF §3 is checked; the first broken
 /// one is returned.
 pub fn validate(sub: &Submission<'_>) -> Result<Plan, PlanError> {
+    validate_with(sub, true)
+}
+
+/// Reads a plan that was frozen already, for checking its contract digest: every rule
+/// but the rules about check commands (weak checks, hidden failure, remote
+/// before-states), which a plan frozen before them need not keep — it keeps its
+/// digest, and that digest is still checked.
+pub fn read_frozen(sub: &Submission<'_>) -> Result<Plan, PlanError> {
+    validate_with(sub, false)
+}
+
+fn validate_with(sub: &Submission<'_>, command_rules: bool) -> Result<Plan, PlanError> {
     // Secrets first: a plan that carries a credential is never stored.
     for (i, line) in sub.markdown.lines().enumerate() {
         if let Some(what) = credential(line) {
@@ -200,7 +212,7 @@ pub fn validate(sub: &Submission<'_>) -> Result<Plan, PlanError> {
         Some((line, text)) => Some(parse_assurance(*line, text)?),
     };
     if let Some(a) = &assurance {
-        check_assurance(a, &acceptance, sub.objective)?;
+        check_assurance(a, &acceptance, sub.objective, command_rules)?;
     }
     Ok(Plan {
         title,
