@@ -464,6 +464,15 @@ fn wrappers_that_hide_failure_are_refused_with_their_position() {
             "`set +o pipefail` at column 1",
         ),
         (format!("set -n; {c}"), "`set -n` at column 1"),
+        (format!("set -t; true; {c}"), "`set -t` at column 1"),
+        (
+            format!("set -o onecmd; true; {c}"),
+            "`set -o onecmd` at column 1",
+        ),
+        (
+            format!("mapfile -C 'exit 0' -c 1 < README.md; {c}"),
+            "`mapfile` at column 1",
+        ),
         (
             format!("trap 'exit 0' EXIT; {c}"),
             "`trap` at column 1: a trap can run commands at exit",

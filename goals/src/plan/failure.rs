@@ -16,8 +16,8 @@
 //!   lets the commands after it run;
 //! - `!`, `if`, `case`, `while`, `until`, `for`, `select`, background jobs (`&`,
 //!   `coproc`), function definitions, `trap`, `source`/`.`, `shopt`, `alias`, `enable`,
-//!   `hash`, `exec` with a command anywhere but at the very end, `set` turning errexit or pipefail off (or
-//!   switching on `noexec`), `exit 0` (or any status not proven non-zero), and `true`
+//!   `hash`, `mapfile`/`readarray`, `exec` with a command anywhere but at the very end, `set` turning errexit or pipefail off (or
+//!   switching on `noexec` or `onecmd`), `exit 0` (or any status not proven non-zero), and `true`
 //!   or `:` as the last command;
 //! - command substitutions (`$(…)`, backquotes) except as the only one in an
 //!   assignment (`v=$(cmd)`, whose status bash checks), and process substitutions;
@@ -602,8 +602,8 @@ fn simple(s: &SimpleCommand, tail: bool, ends: bool, ctx: &Ctx) -> Found {
             "`{base}`{here}: it runs a file inside the check's shell, where it can switch off errexit or replace commands; run it as a script (`bash {}`)",
             arg(1).flatten().unwrap_or("FILE")
         )),
-        "shopt" | "alias" | "enable" | "hash" => Err(format!(
-            "`{base}`{here}: it changes what the check's shell runs or how it handles failure"
+        "shopt" | "alias" | "enable" | "hash" | "mapfile" | "readarray" => Err(format!(
+            "`{base}`{here}: it changes what the check's shell runs or how it handles failure (or runs a command string of its own: `mapfile -C`)"
         )),
         "set" => set_options(&argv[1..], &here),
         "exit" | "return" | "logout" => {
@@ -711,12 +711,12 @@ fn failing_exit(p: &Pipeline, direct: bool, ctx: &Ctx) -> Result<bool, String> {
     }
 }
 
-/// `set` may switch on errexit, pipefail, nounset, xtrace, verbose; nothing off, and
-/// not `noexec`.
+/// `set` may not switch errexit or pipefail off, nor switch on `noexec` (`-n`: commands
+/// are read, not run) or `onecmd` (`-t`: the shell exits after the next command).
 fn set_options(args: &[WordAt], here: &str) -> Found {
     let refuse = |w: &str| {
         Err(format!(
-            "`set {w}`{here}: it switches off how the check's shell catches failure (errexit, pipefail) or stops it running commands (noexec)"
+            "`set {w}`{here}: it switches off how the check's shell catches failure (errexit, pipefail) or stops it running the commands that follow (noexec, onecmd)"
         ))
     };
     let mut i = 0;
@@ -731,14 +731,14 @@ fn set_options(args: &[WordAt], here: &str) -> Found {
             break;
         };
         let off = w.starts_with('+');
-        if flags.contains('n') || (off && flags.contains('e')) {
+        if (!off && flags.contains(['n', 't'])) || (off && flags.contains('e')) {
             return refuse(w);
         }
         if flags.contains('o') {
             i += 1;
             let name = args.get(i).and_then(|x| x.0.as_deref());
             match name {
-                Some("noexec") => return refuse(&format!("{w} noexec")),
+                Some(n @ ("noexec" | "onecmd")) if !off => return refuse(&format!("{w} {n}")),
                 Some(n @ ("errexit" | "pipefail")) if off => return refuse(&format!("{w} {n}")),
                 Some(_) => {}
                 None if off => {} // `set +o` lists the options
