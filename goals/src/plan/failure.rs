@@ -550,11 +550,7 @@ fn simple(s: &SimpleCommand, tail: bool, ends: bool, ctx: &Ctx) -> Found {
         // and with inherit_errexit its body runs under errexit.
         ([(body, _)], None) if !body.is_empty() => {
             let inner = Ctx {
-                within: format!(
-                    " (in the command substitution{}{})",
-                    at(s.location(), ctx),
-                    ""
-                ),
+                within: format!(" (in the command substitution{})", at(s.location(), ctx)),
                 depth: ctx.depth + 1,
                 ..ctx.clone()
             };
@@ -605,7 +601,7 @@ fn simple(s: &SimpleCommand, tail: bool, ends: bool, ctx: &Ctx) -> Found {
         "shopt" | "alias" | "enable" | "hash" | "mapfile" | "readarray" => Err(format!(
             "`{base}`{here}: it changes what the check's shell runs or how it handles failure (or runs a command string of its own: `mapfile -C`)"
         )),
-        "set" => set_options(&argv[1..], &here),
+        "set" => set_options(argv.get(1..).unwrap_or_default(), &here),
         "exit" | "return" | "logout" => {
             if nonzero_status(arg(1)) && argv.len() <= 2 {
                 Ok(())
@@ -621,7 +617,7 @@ fn simple(s: &SimpleCommand, tail: bool, ends: bool, ctx: &Ctx) -> Found {
         }
         "eval" => {
             let mut parts = Vec::new();
-            for (w, l) in &argv[1..] {
+            for (w, l) in argv.get(1..).unwrap_or_default() {
                 match w {
                     Some(w) => parts.push(w.as_str()),
                     None => {
@@ -654,7 +650,7 @@ fn simple(s: &SimpleCommand, tail: bool, ends: bool, ctx: &Ctx) -> Found {
                             f.starts_with('-') && !f.starts_with("--") && f.contains('c')
                         })
                 {
-                    return nested_shell(&argv[i..], ctx);
+                    return nested_shell(argv.get(i..).unwrap_or_default(), ctx);
                 }
             }
             Ok(())
