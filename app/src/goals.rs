@@ -229,6 +229,9 @@ pub struct GoalStatus {
     pub additional_paths: Vec<String>,
     /// Paths edit events reported outside the workspace, left out of the fingerprint.
     pub external_paths_left_out: Vec<String>,
+    /// Checks of a plan frozen before a rule that now refuses them (see
+    /// [`check_warnings`]).
+    pub warnings: Vec<String>,
 }
 
 /// The completion gate's answer.
@@ -244,6 +247,9 @@ pub struct Completion {
     pub open: Vec<String>,
     /// The stall rule's hint (second fruitless attempt) or pause (third).
     pub note: Option<String>,
+    /// Checks of a plan frozen before a rule that now refuses them (see
+    /// [`check_warnings`]).
+    pub warnings: Vec<String>,
 }
 
 /// What `goal block` states.
@@ -373,6 +379,21 @@ fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
     })
 }
 
+/// The checks of a goal's frozen plan that the rules for new plans refuse (one that
+/// can hide a failure, a weak check such as a lone path-filtered `git log`): a plan
+/// frozen before a rule keeps its digest and its goal can still complete, but status
+/// and the completion gate say so.
+pub fn check_warnings(g: &GoalState) -> Vec<String> {
+    let objective = g.created.objective.as_deref().unwrap_or_default();
+    g.check_ids()
+        .iter()
+        .filter_map(|(id, command)| tacho_goals::check_command_problem(id, command, objective))
+        .map(|w| {
+            format!("{w} (the plan was frozen before this rule and keeps its digest; its receipts cannot prove that the check would have failed)")
+        })
+        .collect()
+}
+
 fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalState, GoalError> {
     gs.find(id).ok_or_else(|| match id {
         Some(given) => GoalError::NoSuchGoal {
@@ -425,6 +446,7 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
         can_complete: a.can_complete,
         additional_paths,
         external_paths_left_out,
+        warnings: check_warnings(g),
     })
 }
 
@@ -882,6 +904,11 @@ impl Tacho {
                 format!("{} of {} checks not passed", a.open.len(), a.states.len()),
             )
         };
+        let warnings = check_warnings(g);
+        let reason = match warnings.is_empty() {
+            true => reason,
+            false => format!("{reason}; warning: {}", warnings.join("; ")),
+        };
         let body = EventBody::GoalUpdate(GoalUpdate {
             goal: g.created.goal.clone(),
             revision: g.created.revision,
@@ -930,6 +957,7 @@ impl Tacho {
             reason,
             open: a.open,
             note,
+            warnings,
         })
     }
 }

@@ -164,10 +164,11 @@ pub struct Expectations {
 
 /// Runs every check of a session's record in `store`.
 /// A frozen goal whose contract digest is not its plan's, by the digest's own version
-/// (SPEC §12.1). A plan today's rules no longer accept is not rechecked (the rules
-/// changed, not the record).
+/// (SPEC §12.1). The plan is read without today's check-command rules (a plan frozen
+/// before them keeps its digest, which is still checked); a plan that no longer reads
+/// at all is not rechecked (the rules changed, not the record).
 fn contract_finding(g: &tacho_schema::GoalCreated) -> Option<String> {
-    let plan = tacho_goals::validate(&tacho_goals::Submission {
+    let plan = tacho_goals::read_frozen(&tacho_goals::Submission {
         markdown: &g.plan,
         objective: g.objective.as_deref().unwrap_or(""),
         head: g.baseline.as_deref(),

@@ -1,4 +1,5 @@
-//! Runs a goal check's frozen command: `sh -c` in the workspace root, in a process
+//! Runs a goal check's frozen command with bash (errexit, pipefail, inherit_errexit,
+//! privileged mode; see [`BASH_OPTIONS`]) in the workspace root, in a process
 //! group of its own, output streamed to stderr, hashed whole and its last 4 KiB kept.
 //! At the timeout the whole group gets TERM, then KILL after a short grace, and the
 //! runner returns: neither a child that ignores TERM nor one that keeps the output pipe
@@ -37,6 +38,8 @@ pub struct Ran {
 pub enum RunError {
     #[error("running the check: {0}")]
     Spawn(#[source] std::io::Error),
+    #[error("running the check: bash is at neither /bin/bash nor /usr/bin/bash")]
+    NoBash,
     #[error("waiting for the check: {0}")]
     Wait(#[source] std::io::Error),
 }
@@ -92,10 +95,40 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Result<Option<ExitStatus>
     }
 }
 
-/// Runs `sh -c command` in `ws` until it ends or `timeout` passes.
+/// Where bash is looked for, in order: fixed paths, never through `PATH` (which the
+/// agent controls).
+pub const BASH_PATHS: &[&str] = &["/bin/bash", "/usr/bin/bash"];
+
+/// The options a check's bash runs with (SPEC §12.2): a failing command ends the
+/// check (`errexit`), also inside command substitutions (`inherit_errexit`); a
+/// pipeline fails when any of its commands fails (`pipefail`); privileged mode (`-p`)
+/// ignores `BASH_ENV`, `ENV`, `SHELLOPTS`, `BASHOPTS` and functions exported through
+/// the environment, any of which could change what the command runs or switch
+/// errexit off before it starts.
+pub const BASH_OPTIONS: &[&str] = &[
+    "-p",
+    "-o",
+    "errexit",
+    "-o",
+    "pipefail",
+    "-O",
+    "inherit_errexit",
+];
+
+/// The first of [`BASH_PATHS`] that exists.
+fn bash() -> Result<&'static str, RunError> {
+    BASH_PATHS
+        .iter()
+        .copied()
+        .find(|p| Path::new(p).is_file())
+        .ok_or(RunError::NoBash)
+}
+
+/// Runs `bash BASH_OPTIONS -c command` in `ws` until it ends or `timeout` passes.
 pub fn run_command(command: &str, ws: &Path, timeout: Duration) -> Result<Ran, RunError> {
     use std::os::unix::process::CommandExt;
-    let mut child = Command::new("sh")
+    let mut child = Command::new(bash()?)
+        .args(BASH_OPTIONS)
         .arg("-c")
         .arg(command)
         .current_dir(ws)

@@ -959,3 +959,343 @@ fn contract_digests_of_every_version_are_checked_against_the_frozen_plan() {
         "{out}{err}"
     );
 }
+
+/// The parity plan with another check command (JSON-escaped into the contract).
+fn plan_running(command: &str) -> String {
+    PLAN.replace(
+        "\"sh checks/parity.sh\"",
+        &serde_json::to_string(command).unwrap(),
+    )
+}
+
+/// Issue 28: with a check whose script exits 1, every wrapper is either refused at
+/// freeze or fails when run (bash with errexit and pipefail), and the goal never
+/// completes; honest forms still complete once the value is right.
+#[test]
+fn a_failing_check_never_completes_an_assured_goal_whatever_wraps_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_wrap");
+    let c = "sh checks/parity.sh";
+    let wrappers = [
+        c.to_string(),
+        format!("{c} 2>&1 | tail -20"),
+        format!("{c} | tee out.log"),
+        format!("{c} |& tee out.log"),
+        format!("{c}; echo done"),
+        format!("{c} > out.log 2>&1; echo $?"),
+        format!("timeout 60 {c} | tail -1"),
+        format!("cd . && {c} | cat"),
+        format!("({c}) | cat"),
+        format!("v=$({c}); echo got"),
+        format!("bash -eo pipefail -c '{c} | cat; echo done'"),
+        format!("{c} || echo failed"),
+        format!("{c} || /bin/true"),
+        format!("{c} || true"),
+        format!("({c} || true)"),
+        format!("{c} & wait"),
+        format!("! {c}"),
+        format!("if {c}; then :; fi"),
+        format!("{c} && echo ok; echo done"),
+        format!("{c}; exit 0"),
+        format!("{c}; true"),
+        format!("{c} || exit 0"),
+        format!("sh -c '{c}; echo done'"),
+        format!("bash -c '{c} | tail -20'"),
+        format!("eval '{c} || true'"),
+        format!("echo \"$({c})\""),
+        format!("diff <({c}) out.log"),
+        format!("set +e; {c}; echo done"),
+        format!("trap 'exit 0' EXIT; {c}"),
+        format!("while ! {c}; do break; done"),
+        format!("for i in 1; do {c}; done"),
+        format!("true() {{ :; }}; {c}"),
+    ];
+    // The environment cannot replace what the check's bash runs: a function
+    // exported as `sh`, or a BASH_ENV script that does the same, is ignored (`-p`).
+    std::fs::write(ws.join("plan.md"), plan_running(c)).unwrap();
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_wrap",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(tmp.path().join("env.sh"), "sh() { return 0; }\nset +e\n").unwrap();
+    let mut cmd = tacho(&home);
+    cmd.current_dir(&ws)
+        .args(["goal", "check", "parity", "--session", "ses_wrap"])
+        .env("BASH_FUNC_sh%%", "() { return 0; }")
+        .env("BASH_ENV", tmp.path().join("env.sh"));
+    let (code, out, err) = run(cmd);
+    assert_eq!(code, 1, "the environment made the check pass: {out}{err}");
+    // Nor can PATH choose the check's shell: bash is taken from a fixed path.
+    let fake = tmp.path().join("fake");
+    std::fs::create_dir(&fake).unwrap();
+    for shell in ["sh", "bash"] {
+        std::fs::write(fake.join(shell), "#!/bin/sh\nexit 0\n").unwrap();
+        let mut p = std::fs::metadata(fake.join(shell)).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+        std::fs::set_permissions(fake.join(shell), p).unwrap();
+    }
+    std::fs::write(ws.join("plan.md"), plan_running("/bin/sh checks/parity.sh")).unwrap();
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_wrap",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let path = format!(
+        "{}:{}",
+        fake.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = tacho(&home);
+    cmd.current_dir(&ws)
+        .args(["goal", "check", "parity", "--session", "ses_wrap"])
+        .env("PATH", path);
+    let (code, out, err) = run(cmd);
+    assert_eq!(code, 1, "a shell on PATH made the check pass: {out}{err}");
+
+    let (mut refused, mut failed) = (0, 0);
+    for w in &wrappers {
+        std::fs::write(ws.join("plan.md"), plan_running(w)).unwrap();
+        let (code, _, err) = t(
+            &home,
+            &ws,
+            &[
+                "goal",
+                "create",
+                "--plan",
+                "plan.md",
+                "--session",
+                "ses_wrap",
+            ],
+        );
+        if code == 2 {
+            assert!(
+                err.contains("check parity can hide a failure: "),
+                "{w}: {err}"
+            );
+            refused += 1;
+            continue;
+        }
+        assert_eq!(code, 0, "{w}: {err}");
+        let (code, out, err) = t(
+            &home,
+            &ws,
+            &["goal", "check", "parity", "--session", "ses_wrap", "--json"],
+        );
+        assert_eq!(code, 1, "{w} passed: {out}{err}");
+        let receipt: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(receipt["passed"], false, "{w}");
+        let (code, out, err) = t(&home, &ws, &["goal", "complete", "--session", "ses_wrap"]);
+        assert_eq!(code, 1, "{w} completed: {out}{err}");
+        failed += 1;
+    }
+    assert_eq!((refused, failed), (21, 11));
+
+    // Honest forms complete once the check passes.
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    for honest in &wrappers[..11] {
+        std::fs::write(ws.join("plan.md"), plan_running(honest)).unwrap();
+        let (code, _, err) = t(
+            &home,
+            &ws,
+            &[
+                "goal",
+                "create",
+                "--plan",
+                "plan.md",
+                "--session",
+                "ses_wrap",
+            ],
+        );
+        assert_eq!(code, 0, "{honest}: {err}");
+        let (code, out, err) = t(
+            &home,
+            &ws,
+            &["goal", "check", "parity", "--session", "ses_wrap"],
+        );
+        assert_eq!(code, 0, "{honest}: {out}{err}");
+        let (code, out, err) = t(&home, &ws, &["goal", "complete", "--session", "ses_wrap"]);
+        assert_eq!(code, 0, "{honest}: {out}{err}");
+        assert!(out.contains("completed: every check passed"), "{out}");
+    }
+}
+
+/// A plan frozen before today's rules keeps its digest and still completes, but
+/// `goal status` and the completion gate warn that its check can hide a failure (and
+/// that a lone path-filtered `git log` proves nothing).
+#[test]
+fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_old");
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_old",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    // The same goal as an older tacho froze it, with checks today's rules refuse.
+    let store = tacho_store::Store::open(home.join("log"), Default::default()).unwrap();
+    let mut frozen = None;
+    store
+        .read_session("ses_old", |e| {
+            if let tacho_schema::EventBody::GoalCreated(g) = e.event.body {
+                frozen = Some(g);
+            }
+        })
+        .unwrap();
+    let frozen = frozen.unwrap();
+    let mut plan = tacho_goals::validate(&tacho_goals::Submission {
+        markdown: &frozen.plan,
+        objective: "",
+        head: None,
+        assure: true,
+    })
+    .unwrap();
+    let hiding = "sh checks/parity.sh || true";
+    let mut assurance = plan.assurance.clone().unwrap();
+    assurance.checks[0].command = hiding.into();
+    let mut gitlog = assurance.checks[0].clone();
+    gitlog.id = "logged".into();
+    gitlog.command = "git log --oneline -- src".into();
+    assurance.checks.push(gitlog);
+    plan.assurance = Some(assurance.clone());
+    // The contract's JSON line in the plan's Markdown.
+    let json = serde_json::to_string(&assurance).unwrap();
+    plan.markdown = frozen
+        .plan
+        .lines()
+        .map(|l| {
+            if l.starts_with("{\"version\"") {
+                json.as_str()
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    assert!(plan.markdown.contains(hiding), "{}", plan.markdown);
+    let mut old = frozen.clone();
+    old.goal = "goal_old".into();
+    old.plan = plan.markdown.clone();
+    old.assurance = Some(serde_json::to_string(&assurance).unwrap());
+    old.contract_digest = tacho_goals::contract_digest(&plan);
+    let mut w = store.writer("ses_old").unwrap();
+    w.append(
+        1,
+        &tacho_schema::EventBody::GoalCreated(old.clone()),
+        tacho_store::Durability::Sync,
+    )
+    .unwrap();
+    drop(w);
+
+    // Its digest is still checked by replay verification: a forged one is reported.
+    let verify = || {
+        let mut c = tacho(&home);
+        c.args(["session", "replay", "ses_old", "--mode", "verify"]);
+        run(c)
+    };
+    let (code, out, err) = verify();
+    assert_eq!(code, 0, "{out}{err}");
+    let mut forged = old.clone();
+    forged.goal = "goal_forged".into();
+    forged.contract_digest = format!("v2:{}", "0".repeat(64));
+    let mut w = store.writer("ses_old").unwrap();
+    w.append(
+        2,
+        &tacho_schema::EventBody::GoalCreated(forged),
+        tacho_store::Durability::Sync,
+    )
+    .unwrap();
+    drop(w);
+    let (code, out, err) = verify();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("goal goal_forged: its contract digest"),
+        "{out}{err}"
+    );
+    // The older goal is the current one again.
+    let mut w = store.writer("ses_old").unwrap();
+    w.append(
+        3,
+        &tacho_schema::EventBody::GoalCreated(old.clone()),
+        tacho_store::Durability::Sync,
+    )
+    .unwrap();
+    drop(w);
+    drop(store);
+
+    let (code, out, err) = t(
+        &home,
+        &ws,
+        &["goal", "status", "--session", "ses_old", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(status["goal"], "goal_old");
+    assert_eq!(status["contract_digest"], old.contract_digest.as_str());
+    let warnings: Vec<String> = status["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0]
+            .starts_with("check parity can hide a failure: `||` before the command at column 24"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1]
+            .starts_with("check logged is too weak to prove anything: a path-filtered `git log`"),
+        "{warnings:?}"
+    );
+    let (_, text, _) = t(&home, &ws, &["goal", "status", "--session", "ses_old"]);
+    assert!(
+        text.contains("Warning: check parity can hide a failure"),
+        "{text}"
+    );
+
+    // The hiding check passes although the value is wrong (41); the gate's answer
+    // carries the warnings, recorded with it.
+    let (code, out, err) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_old"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = t(&home, &ws, &["goal", "complete", "--session", "ses_old"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("warning: check parity can hide a failure"),
+        "{err}"
+    );
+    assert!(
+        out.contains("1 of 2 checks not passed; warning: check parity can hide a failure"),
+        "{out}"
+    );
+}

@@ -352,6 +352,9 @@ fn complete(a: StatusArgs) -> Result<(), CliError> {
     if let Some(n) = &v.note {
         eprintln!("{n}");
     }
+    for w in &v.warnings {
+        eprintln!("warning: {w}");
+    }
     let mut out = Out::new();
     if a.json {
         out.json(&v)?;
@@ -447,6 +450,9 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
     }
     if let Some(p) = &v.paused {
         out.line(format!("Paused: {p}"))?;
+    }
+    for w in &v.warnings {
+        out.line(format!("Warning: {w}"))?;
     }
     out.line(if v.completed {
         "Completed."

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tacho_schema::Assurance;
 
 mod digest;
+mod failure;
 mod markdown;
 mod rules;
 mod secrets;
@@ -81,9 +82,35 @@ fn err(line: Option<usize>, message: impl Into<String>) -> PlanError {
     }
 }
 
+/// What the rules for new plans say about one check's command, if it breaks one
+/// (`check ID can hide a failure: …`, `check ID is too weak to prove anything: …`, a
+/// moving remote before-state). A plan frozen before a rule existed keeps its digest;
+/// `goal status` and the completion gate show this as a warning.
+pub fn check_command_problem(id: &str, command: &str, objective: &str) -> Option<String> {
+    command_problem(id, command, objective)
+}
+
+/// Why `command` can turn a failure into success, naming the construct and its
+/// position (SPEC §12.1); `None` when it cannot.
+pub fn hides_failure(command: &str) -> Option<String> {
+    failure::hides_failure(command)
+}
+
 /// Parses and validates a plan. Every rule of BRIEF §3 is checked; the first broken
 /// one is returned.
 pub fn validate(sub: &Submission<'_>) -> Result<Plan, PlanError> {
+    validate_with(sub, true)
+}
+
+/// Reads a plan that was frozen already, for checking its contract digest: every rule
+/// but the rules about check commands (weak checks, hidden failure, remote
+/// before-states), which a plan frozen before them need not keep — it keeps its
+/// digest, and that digest is still checked.
+pub fn read_frozen(sub: &Submission<'_>) -> Result<Plan, PlanError> {
+    validate_with(sub, false)
+}
+
+fn validate_with(sub: &Submission<'_>, command_rules: bool) -> Result<Plan, PlanError> {
     // Secrets first: a plan that carries a credential is never stored.
     for (i, line) in sub.markdown.lines().enumerate() {
         if let Some(what) = credential(line) {
@@ -189,7 +216,7 @@ pub fn validate(sub: &Submission<'_>) -> Result<Plan, PlanError> {
         Some((line, text)) => Some(parse_assurance(*line, text)?),
     };
     if let Some(a) = &assurance {
-        check_assurance(a, &acceptance, sub.objective)?;
+        check_assurance(a, &acceptance, sub.objective, command_rules)?;
     }
     Ok(Plan {
         title,

@@ -1,7 +1,9 @@
 //! The rules a plan and its assurance contract must keep: ids, fields, weak checks
 //! and remote before-states.
 
-use tacho_projections::shell::{commands, hides_failure};
+use tacho_projections::shell::commands;
+
+use super::failure::hides_failure;
 
 use super::*;
 
@@ -54,6 +56,7 @@ pub(super) fn check_assurance(
     a: &Assurance,
     acceptance: &[(String, String)],
     objective: &str,
+    command_rules: bool,
 ) -> Result<(), PlanError> {
     let bad = |m: String| Err(err(None, format!("assurance: {m}")));
     if a.version != 1 {
@@ -134,19 +137,8 @@ pub(super) fn check_assurance(
         if c.command.trim().is_empty() || c.purpose.trim().is_empty() {
             return bad(format!("check {} needs a command and a purpose", c.id));
         }
-        if let Some(why) = weak_check(&c.command) {
-            return bad(format!(
-                "check {} is too weak to prove anything: {why}",
-                c.id
-            ));
-        }
-        if let Some(r) = remote_before_state(&c.command)
-            && !objective_names_remote(objective, &r)
-        {
-            return bad(format!(
-                "check {} compares against the remote-tracking state `{r}`, which moves; use {{BASELINE}} (the HEAD commit at submission), or name the remote in the objective",
-                c.id
-            ));
+        if command_rules && let Some(why) = command_problem(&c.id, &c.command, objective) {
+            return bad(why);
         }
     }
     for (id, _) in acceptance {
@@ -155,6 +147,26 @@ pub(super) fn check_assurance(
         }
     }
     Ok(())
+}
+
+/// What is wrong with a check's command, if anything: it can hide a failure, it is
+/// too weak to prove anything, or it compares against a remote-tracking state the
+/// objective does not name.
+pub(super) fn command_problem(id: &str, command: &str, objective: &str) -> Option<String> {
+    if let Some(why) = weak_check(command) {
+        return Some(format!("check {id} is too weak to prove anything: {why}"));
+    }
+    if let Some(r) = remote_before_state(command)
+        && !objective_names_remote(objective, &r)
+    {
+        return Some(format!(
+            "check {id} compares against the remote-tracking state `{r}`, which moves; use {{BASELINE}} (the HEAD commit at submission), or name the remote in the objective"
+        ));
+    }
+    if let Some(why) = hides_failure(command) {
+        return Some(format!("check {id} can hide a failure: {why}"));
+    }
+    None
 }
 
 pub(super) fn single_line(what: &str, v: &str) -> Result<(), PlanError> {
@@ -181,9 +193,6 @@ pub(super) fn weak_check(command: &str) -> Option<String> {
     const KEYWORDS: &[&str] = &[
         "do", "done", "while", "until", "if", "then", "else", "elif", "fi", "!",
     ];
-    if let Some(why) = hides_failure(command) {
-        return Some(why);
-    }
     let mut real: Vec<Vec<String>> = Vec::new();
     let mut presence = false;
     for c in commands(command) {
