@@ -76,6 +76,10 @@ pub enum GoalError {
     },
     #[error("goal {0} is completed: a completed goal is not revised; create a new goal")]
     Completed(String),
+    #[error(
+        "goal {goal} was replaced by revision {by}: calls made for it cannot end its replacement; use --goal {by}"
+    )]
+    Superseded { goal: String, by: String },
     #[error("goal {goal} was already revised by {by}; revise that one")]
     AlreadyRevised { goal: String, by: String },
     #[error("the correction must say what was wrong")]
@@ -322,13 +326,26 @@ fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
             other => format!("{id}: {}", other.name()),
         })
         .collect();
-    let can_complete = g.created.assured && open.is_empty() && !states.is_empty();
+    let can_complete =
+        g.created.assured && g.revised_by.is_none() && open.is_empty() && !states.is_empty();
     Ok(Assessed {
         now,
         states,
         open,
         can_complete,
     })
+}
+
+/// A goal replaced by a revision takes no call that could end a goal: its
+/// replacement is the goal now.
+fn not_superseded(g: &GoalState) -> Result<(), GoalError> {
+    match &g.revised_by {
+        Some(by) => Err(GoalError::Superseded {
+            goal: g.created.goal.clone(),
+            by: by.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalState, GoalError> {
@@ -503,6 +520,7 @@ impl Tacho {
         }
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
+        not_superseded(g)?;
         let mut all = Vec::new();
         self.log().read_session(&session, |e| {
             if let EventBody::GoalCheckRun(r) = &e.event.body
@@ -705,6 +723,7 @@ impl Tacho {
     ) -> Result<Completion, GoalError> {
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
+        not_superseded(g)?;
         let a = assess_goal(g)?;
         let (accepted, reason) = if !g.created.assured {
             // No contract: the plain rule, and the answer says so.
