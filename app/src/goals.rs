@@ -191,6 +191,8 @@ pub struct GoalStatus {
     pub no_fresh_evidence: Option<String>,
     pub checks: Vec<CheckStatus>,
     pub can_complete: bool,
+    /// Why (or why not): the reason `goal complete` would record now.
+    pub completion_reason: String,
 }
 
 /// The completion gate's answer.
@@ -315,6 +317,47 @@ struct Assessed {
     can_complete: bool,
 }
 
+/// The one completion decision, `(accepted, reason)`: `goal status` shows it and `goal
+/// complete` records it, so they never disagree.
+fn decide(g: &GoalState, states: &[(String, CheckState)], open: &[String]) -> (bool, String) {
+    if let Some(by) = &g.revised_by {
+        return (
+            false,
+            format!("replaced by revision {by}: its calls cannot complete this goal"),
+        );
+    }
+    if !g.created.assured {
+        // No contract: the plain rule, and the answer says so.
+        return match g.plain_rule() {
+            Ok(()) => (
+                true,
+                "no assurance contract; the plain rule holds: a verification passed after the last edit".to_string(),
+            ),
+            Err(why) => (
+                false,
+                format!("no assurance contract; the plain rule does not hold: {why}"),
+            ),
+        };
+    }
+    if states.is_empty() {
+        return (
+            false,
+            "the assurance contract declares no check that could pass".to_string(),
+        );
+    }
+    if open.is_empty() {
+        (
+            true,
+            "every check passed on the source as it is now".to_string(),
+        )
+    } else {
+        (
+            false,
+            format!("{} of {} checks not passed", open.len(), states.len()),
+        )
+    }
+}
+
 fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
     let now = goal_fingerprint(g)?;
     let states = check_states(g, now.as_deref().map_err(String::as_str));
@@ -326,8 +369,7 @@ fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
             other => format!("{id}: {}", other.name()),
         })
         .collect();
-    let can_complete =
-        g.created.assured && g.revised_by.is_none() && open.is_empty() && !states.is_empty();
+    let can_complete = decide(g, &states, &open).0;
     Ok(Assessed {
         now,
         states,
@@ -396,6 +438,7 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
             })
             .collect(),
         can_complete: a.can_complete,
+        completion_reason: decide(g, &a.states, &a.open).1,
     })
 }
 
@@ -725,29 +768,7 @@ impl Tacho {
         let g = pick(&gs, &session, goal)?;
         not_superseded(g)?;
         let a = assess_goal(g)?;
-        let (accepted, reason) = if !g.created.assured {
-            // No contract: the plain rule, and the answer says so.
-            match g.plain_rule() {
-                Ok(()) => (
-                    true,
-                    "no assurance contract; the plain rule holds: a verification passed after the last edit".to_string(),
-                ),
-                Err(why) => (
-                    false,
-                    format!("no assurance contract; the plain rule does not hold: {why}"),
-                ),
-            }
-        } else if a.can_complete {
-            (
-                true,
-                "every check passed on the source as it is now".to_string(),
-            )
-        } else {
-            (
-                false,
-                format!("{} of {} checks not passed", a.open.len(), a.states.len()),
-            )
-        };
+        let (accepted, reason) = decide(g, &a.states, &a.open);
         let body = EventBody::GoalUpdate(GoalUpdate {
             goal: g.created.goal.clone(),
             revision: g.created.revision,

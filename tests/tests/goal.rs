@@ -587,6 +587,24 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
     assert_eq!(code, 0, "{err}");
     let (_, out, _) = t(&home, &ws, &["goal", "status", "--session", "ses_plain"]);
     assert!(out.contains("No assurance contract"), "{out}");
+    // Status and completion never disagree: status says what complete would decide.
+    let agrees = |accepted: bool| {
+        let (_, out, _) = t(
+            &home,
+            &ws,
+            &["goal", "status", "--session", "ses_plain", "--json"],
+        );
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["can_complete"], accepted, "{v}");
+        let (_, text, _) = t(&home, &ws, &["goal", "status", "--session", "ses_plain"]);
+        let line = if accepted {
+            "Can complete"
+        } else {
+            "Cannot complete yet"
+        };
+        assert!(text.contains(line), "{text}");
+    };
+    agrees(false);
     let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
     assert_eq!(code, 1);
     assert!(
@@ -615,7 +633,9 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
         out.contains("files were edited after the last passing verification run"),
         "{out}"
     );
+    agrees(false);
     record(r#"{"type":"verification.run","command":"cargo test","status":"passed"}"#);
+    agrees(true);
     let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
     assert_eq!(code, 0, "{out}");
     assert!(
