@@ -10,14 +10,16 @@ use crate::output::Out;
 #[derive(Debug, Subcommand)]
 pub enum ReviewCommand {
     /// Verify review rounds: reviewers' exit codes and single verdicts, every finding
-    /// fixed (with a regression test seen passing exactly once in JUnit XML) or rejected
-    /// with evidence, the last round on HEAD, nothing uncommitted under the sources.
+    /// dispositioned once in dispositions.json: fixed (on a newer revision and round,
+    /// with a regression test this command runs — vitest by default, retries 0 — that
+    /// passes exactly once) or rejected with evidence; the last round on HEAD, nothing
+    /// uncommitted under the sources or the test directory.
     Verify(VerifyArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// The directory holding review.json and one directory per round.
+    /// The directory holding review.json, dispositions.json and one directory per round.
     #[arg(long)]
     pub root: PathBuf,
     /// The repository's work tree (default: the current directory).
