@@ -5,8 +5,7 @@
 //! Layout (SPEC.md §12.6):
 //!
 //! ```text
-//! DIR/review.json        {"sourcePaths": ["src", ...], "testDirectory": "tests",
-//!                         "runner"?: {"command": [argv with {report} and {files}]}}
+//! DIR/review.json        {"sourcePaths": ["src", ...]}
 //! DIR/<round>/round.json {"commit": SHA, "reviewers": [{"name", "exitCode",
 //!                         "verdicts": [..], "findings": ["F1", ...]}]}
 //! DIR/dispositions.json  [{"round", "cli", "id", "status": "fixed"|"rejected",
@@ -16,7 +15,8 @@
 //! Rounds are the subdirectories holding a `round.json`, in name order (`round-01`,
 //! `round-02`, ...); the last one is the current round. The regression tests of fixed
 //! findings are run by the verifier itself (vitest by default, retries 0), never read
-//! from reports someone else wrote.
+//! from reports someone else wrote. The test directory and the runner are options of
+//! the command (so a frozen check command fixes them), not files in the workspace.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -42,22 +42,31 @@ pub const DEFAULT_RUNNER: &[&str] = &[
     "{files}",
 ];
 
+/// How regression tests are found and run: options of the command, so that the check
+/// command a plan freezes fixes them (the workspace's files are the agent's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewOptions {
+    /// Regression test files must be literal paths under it.
+    pub test_directory: String,
+    /// argv; `{report}` becomes the path of the Jest-shaped JSON report the runner must
+    /// write, a lone `{files}` the test files to run. A relative program path with a
+    /// `/` is the workspace's.
+    pub runner: Vec<String>,
+}
+
+impl Default for ReviewOptions {
+    fn default() -> Self {
+        ReviewOptions {
+            test_directory: "tests".into(),
+            runner: DEFAULT_RUNNER.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ReviewFile {
     source_paths: Vec<String>,
-    test_directory: String,
-    #[serde(default)]
-    runner: Option<Runner>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Runner {
-    /// argv; `{report}` is replaced by the path of the Jest-shaped JSON report the
-    /// runner must write, a lone `{files}` by the test files to run. The first word is
-    /// a program (a relative path is the workspace's).
-    command: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -138,7 +147,11 @@ fn literal_under(file: &str, dir: &str) -> bool {
 }
 
 /// Verifies the review receipts under `root` against the repository of `workspace`.
-pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, SnapshotError> {
+pub fn verify_reviews(
+    root: &Path,
+    workspace: &Path,
+    opts: &ReviewOptions,
+) -> Result<ReviewReport, SnapshotError> {
     let mut report = ReviewReport {
         rounds: Vec::new(),
         reviewers: 0,
@@ -291,20 +304,19 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
                         ),
                     );
                 }
-                match (&d.regression, &review) {
-                    (None, _) => problem(&at, "fixed without a regression {file, fullName}".into()),
-                    (Some(r), _) if r.full_name.trim().is_empty() => {
+                match &d.regression {
+                    None => problem(&at, "fixed without a regression {file, fullName}".into()),
+                    Some(r) if r.full_name.trim().is_empty() => {
                         problem(&at, "the regression's fullName is blank".into())
                     }
-                    (Some(r), Some(rv)) if !literal_under(&r.file, &rv.test_directory) => problem(
+                    Some(r) if !literal_under(&r.file, &opts.test_directory) => problem(
                         &at,
                         format!(
                             "regression file {:?} is not a literal repository path under the test directory {:?}",
-                            r.file, rv.test_directory
+                            r.file, opts.test_directory
                         ),
                     ),
-                    (Some(r), Some(_)) => to_run.push((at.clone(), r.clone())),
-                    (Some(_), None) => {}
+                    Some(r) => to_run.push((at.clone(), r.clone())),
                 }
             }
             other => problem(
@@ -326,9 +338,9 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
         }
     }
     // The regression tests, run here: each referenced assertion passes exactly once.
-    if let (Some(rv), false) = (&review, to_run.is_empty()) {
+    if !to_run.is_empty() {
         let files: BTreeSet<String> = to_run.iter().map(|(_, r)| r.file.clone()).collect();
-        match run_tests(&ws, rv.runner.as_ref(), &files) {
+        match run_tests(&ws, &opts.runner, &files) {
             Err(e) => problem("runner", e),
             Ok(results) => {
                 for (at, r) in &to_run {
@@ -373,7 +385,7 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
             }
             if let Some(review) = &review {
                 let mut paths = review.source_paths.clone();
-                paths.push(review.test_directory.clone());
+                paths.push(opts.test_directory.clone());
                 for change in uncommitted(ctx, &paths)? {
                     problem(
                         &change,
@@ -395,17 +407,13 @@ pub fn verify_reviews(root: &Path, workspace: &Path) -> Result<ReviewReport, Sna
 #[allow(clippy::type_complexity)]
 fn run_tests(
     ws: &Path,
-    runner: Option<&Runner>,
+    template: &[String],
     files: &BTreeSet<String>,
 ) -> Result<BTreeMap<(String, String), Vec<String>>, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
     let out = dir.path().join("report.json");
-    let template: Vec<String> = match runner {
-        Some(r) => r.command.clone(),
-        None => DEFAULT_RUNNER.iter().map(|s| s.to_string()).collect(),
-    };
     let mut argv: Vec<String> = Vec::new();
-    for w in &template {
+    for w in template {
         if w == "{files}" {
             argv.extend(files.iter().cloned());
         } else {

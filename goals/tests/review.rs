@@ -8,7 +8,7 @@ use tacho_tests::git::git;
 
 use std::path::{Path, PathBuf};
 
-use tacho_goals::review::verify_reviews;
+use tacho_goals::review::{ReviewOptions, verify_reviews};
 
 const TESTS: &str = r#"import { describe, test, expect } from 'vitest';
 describe('limits', () => {
@@ -81,11 +81,7 @@ fn setup(modules: Option<&Path>) -> Setup {
     let root = ws.join("reviews");
     std::fs::create_dir_all(root.join("round-01")).unwrap();
     std::fs::create_dir_all(root.join("round-02")).unwrap();
-    std::fs::write(
-        root.join("review.json"),
-        r#"{"sourcePaths": ["src"], "testDirectory": "tests"}"#,
-    )
-    .unwrap();
+    std::fs::write(root.join("review.json"), r#"{"sourcePaths": ["src"]}"#).unwrap();
     std::fs::write(
         root.join("round-01/round.json"),
         format!(
@@ -121,7 +117,11 @@ const DISPOSITIONS: &str = r#"[
 ]"#;
 
 fn problems(root: &Path, ws: &Path) -> Vec<String> {
-    verify_reviews(root, ws)
+    problems_with(root, ws, &ReviewOptions::default())
+}
+
+fn problems_with(root: &Path, ws: &Path, opts: &ReviewOptions) -> Vec<String> {
+    verify_reviews(root, ws, opts)
         .unwrap()
         .problems
         .into_iter()
@@ -133,7 +133,7 @@ fn problems(root: &Path, ws: &Path) -> Vec<String> {
 fn good_receipts_pass_with_the_tests_run_by_vitest() {
     let Some(m) = vitest_modules() else { return };
     let s = setup(Some(&m));
-    let r = verify_reviews(&s.root, &s.ws).unwrap();
+    let r = verify_reviews(&s.root, &s.ws, &ReviewOptions::default()).unwrap();
     assert!(r.problems.is_empty(), "{:?}", r.problems);
     assert_eq!(r.rounds, ["round-01", "round-02"]);
     assert_eq!((r.reviewers, r.findings, r.tests_checked), (4, 3, 2));
@@ -310,10 +310,11 @@ fn reviewer_and_revision_rules_are_reported() {
     );
 }
 
-/// The runner is configurable: any program writing a Jest-shaped JSON report (here a
-/// shell script standing in for one), with the same exactly-once rule.
+/// The runner is configurable (an option of the command, never a workspace file):
+/// any program writing a Jest-shaped JSON report (here a shell script standing in for
+/// one), with the same exactly-once rule; so is the test directory.
 #[test]
-fn the_runner_is_configurable() {
+fn the_runner_and_test_directory_are_options() {
     let s = setup(None);
     let report =
         r#"{"testResults": [{"name": "WS/tests/review/limits.test.js", "assertionResults": [
@@ -322,27 +323,29 @@ fn the_runner_is_configurable() {
         {"fullName": "limits keeps totals", "status": "failed"}]}]}"#
             .replace("WS", &s.ws.display().to_string());
     std::fs::write(s.ws.join("report.json"), report).unwrap();
-    std::fs::write(
-        s.root.join("review.json"),
-        r#"{"sourcePaths": ["src"], "testDirectory": "tests",
-            "runner": {"command": ["sh", "-c", "cp report.json \"$0\"", "{report}", "{files}"]}}"#,
-    )
-    .unwrap();
+    let runner = |argv: &[&str]| ReviewOptions {
+        runner: argv.iter().map(|a| a.to_string()).collect(),
+        ..ReviewOptions::default()
+    };
+    let opts = runner(&["sh", "-c", "cp report.json \"$0\"", "{report}", "{files}"]);
     assert_eq!(
-        problems(&s.root, &s.ws),
+        problems_with(&s.root, &s.ws, &opts),
         [
             "dispositions.json[2] round-01/codex/F3: regression test tests/review/limits.test.js \"limits keeps totals\" is ambiguous: 2 assertions have that name (passed, failed); it must pass exactly once"
         ]
     );
-    std::fs::write(
-        s.root.join("review.json"),
-        r#"{"sourcePaths": ["src"], "testDirectory": "tests",
-            "runner": {"command": ["sh", "-c", "exit 3", "{report}"]}}"#,
-    )
-    .unwrap();
-    let got = problems(&s.root, &s.ws);
+    let got = problems_with(&s.root, &s.ws, &runner(&["sh", "-c", "exit 3", "{report}"]));
     assert!(
         got.len() == 1 && got[0].starts_with("runner: sh wrote no report"),
+        "{got:?}"
+    );
+    let opts = ReviewOptions {
+        test_directory: "spec".into(),
+        ..opts
+    };
+    let got = problems_with(&s.root, &s.ws, &opts);
+    assert!(
+        got.contains(&"dispositions.json[0] round-01/claude/F1: regression file \"tests/review/limits.test.js\" is not a literal repository path under the test directory \"spec\"".to_string()),
         "{got:?}"
     );
 }

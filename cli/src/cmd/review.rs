@@ -27,11 +27,26 @@ pub struct VerifyArgs {
     pub workspace: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
+    /// Regression test files must be literal paths under this directory.
+    #[arg(long, default_value = "tests")]
+    pub test_dir: String,
+    /// The test runner, after `--` (default: `node_modules/.bin/vitest run --retry=0
+    /// --reporter=json --outputFile={report} {files}`). `{report}`: the Jest-shaped JSON
+    /// report it must write; `{files}`: the test files.
+    #[arg(last = true)]
+    pub runner: Vec<String>,
 }
 
 pub fn run(c: ReviewCommand) -> Result<(), CliError> {
     let ReviewCommand::Verify(a) = c;
-    let r = tacho_app::verify_reviews(&a.root, a.workspace.as_deref())?;
+    let mut opts = tacho_app::ReviewOptions {
+        test_directory: a.test_dir,
+        ..Default::default()
+    };
+    if !a.runner.is_empty() {
+        opts.runner = a.runner;
+    }
+    let r = tacho_app::verify_reviews(&a.root, a.workspace.as_deref(), &opts)?;
     let mut out = Out::new();
     if a.json {
         out.typed("review_report", &r)?;
