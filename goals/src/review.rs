@@ -258,6 +258,7 @@ pub fn verify_reviews(
             }
         }
     };
+    let ctx = scan::git_context(&ws)?;
     let mut disposed: BTreeSet<(String, String, String)> = BTreeSet::new();
     // Fixed findings whose regression test is to be run: (where, regression).
     let mut to_run: Vec<(String, Regression)> = Vec::new();
@@ -293,9 +294,9 @@ pub fn verify_reviews(
             "rejected" => {}
             "fixed" => {
                 // The fix is shown by a later round on a newer revision.
-                let newer = rounds.values().any(|(p, c, _)| {
-                    p > pos && !c.starts_with(commit.as_str()) && !commit.starts_with(c.as_str())
-                });
+                let newer = rounds
+                    .values()
+                    .any(|(p, c, _)| p > pos && descends(ctx.as_ref(), commit, c));
                 if !newer {
                     problem(
                         &at,
@@ -368,7 +369,6 @@ pub fn verify_reviews(
     }
     // The last round must be about the commit being verified, with nothing uncommitted
     // under the declared source paths.
-    let ctx = scan::git_context(&ws)?;
     match (&ctx, last_commit) {
         (None, _) => problem(".", "the workspace is not inside a Git repository".into()),
         (Some(ctx), Some(c)) => {
@@ -399,6 +399,29 @@ pub fn verify_reviews(
     }
     report.problems = problems;
     Ok(report)
+}
+
+/// Whether commit `later` is a newer revision than `earlier`: both name commits of
+/// the repository and `earlier` is a proper ancestor of `later`.
+fn descends(ctx: Option<&scan::GitContext>, earlier: &str, later: &str) -> bool {
+    let Some(ctx) = ctx else { return false };
+    let id = |rev: &str| {
+        ctx.repo
+            .rev_parse_single(rev)
+            .ok()
+            .and_then(|i| i.object().ok())
+            .and_then(|o| o.peel_to_commit().ok())
+            .map(|c| c.id)
+    };
+    match (id(earlier), id(later)) {
+        (Some(e), Some(l)) if e != l => ctx
+            .repo
+            .merge_base(e, l)
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.detach() == e),
+        _ => false,
+    }
 }
 
 /// Runs the test files with the runner (vitest by default) from the workspace root and

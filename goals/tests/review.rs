@@ -247,6 +247,15 @@ fn a_fix_needs_a_newer_revision_and_round() {
         problems(&s.root, &s.ws),
         [want("F1", 0, "claude"), want("F3", 2, "codex")]
     );
+    // Round 2 reviewed another commit, but not a newer one: one beside the first.
+    git(&s.ws, &["checkout", "-q", "--orphan", "other"]);
+    git(&s.ws, &["commit", "-qm", "unrelated"]);
+    let other = git(&s.ws, &["rev-parse", "HEAD"]);
+    std::fs::write(&r2, second.replace(&s.c2, &other)).unwrap();
+    assert_eq!(
+        problems(&s.root, &s.ws),
+        [want("F1", 0, "claude"), want("F3", 2, "codex")]
+    );
     // Found in the last round: no round can show the fix.
     git(&s.ws, &["reset", "-q", "--hard", &s.c2]);
     std::fs::write(&r2, &second).unwrap();
