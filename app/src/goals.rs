@@ -78,6 +78,10 @@ pub enum GoalError {
     },
     #[error("goal {0} is completed: a completed goal is not revised; create a new goal")]
     Completed(String),
+    #[error(
+        "goal {goal} was replaced by revision {by}: calls made for it cannot end its replacement; use --goal {by}"
+    )]
+    Superseded { goal: String, by: String },
     #[error("goal {goal} was already revised by {by}; revise that one")]
     AlreadyRevised { goal: String, by: String },
     #[error("the correction must say what was wrong")]
@@ -232,6 +236,8 @@ pub struct GoalStatus {
     /// Checks of a plan frozen before a rule that now refuses them (see
     /// [`check_warnings`]).
     pub warnings: Vec<String>,
+    /// Why (or why not): the reason `goal complete` would record now.
+    pub completion_reason: String,
 }
 
 /// The completion gate's answer.
@@ -359,6 +365,47 @@ struct Assessed {
     can_complete: bool,
 }
 
+/// The one completion decision, `(accepted, reason)`: `goal status` shows it and `goal
+/// complete` records it, so they never disagree.
+fn decide(g: &GoalState, states: &[(String, CheckState)], open: &[String]) -> (bool, String) {
+    if let Some(by) = &g.revised_by {
+        return (
+            false,
+            format!("replaced by revision {by}: its calls cannot complete this goal"),
+        );
+    }
+    if !g.created.assured {
+        // No contract: the plain rule, and the answer says so.
+        return match g.plain_rule() {
+            Ok(()) => (
+                true,
+                "no assurance contract; the plain rule holds: a verification passed after the last edit".to_string(),
+            ),
+            Err(why) => (
+                false,
+                format!("no assurance contract; the plain rule does not hold: {why}"),
+            ),
+        };
+    }
+    if states.is_empty() {
+        return (
+            false,
+            "the assurance contract declares no check that could pass".to_string(),
+        );
+    }
+    if open.is_empty() {
+        (
+            true,
+            "every check passed on the source as it is now".to_string(),
+        )
+    } else {
+        (
+            false,
+            format!("{} of {} checks not passed", open.len(), states.len()),
+        )
+    }
+}
+
 fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
     let now = goal_fingerprint(g)?;
     let states = check_states(g, now.as_deref().map_err(String::as_str));
@@ -370,7 +417,7 @@ fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
             other => format!("{id}: {}", other.name()),
         })
         .collect();
-    let can_complete = g.created.assured && open.is_empty() && !states.is_empty();
+    let can_complete = decide(g, &states, &open).0;
     Ok(Assessed {
         now,
         states,
@@ -392,6 +439,18 @@ pub fn check_warnings(g: &GoalState) -> Vec<String> {
             format!("{w} (the plan was frozen before this rule and keeps its digest; its receipts cannot prove that the check would have failed)")
         })
         .collect()
+}
+
+/// A goal replaced by a revision takes no call that could end a goal: its
+/// replacement is the goal now.
+fn not_superseded(g: &GoalState) -> Result<(), GoalError> {
+    match &g.revised_by {
+        Some(by) => Err(GoalError::Superseded {
+            goal: g.created.goal.clone(),
+            by: by.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalState, GoalError> {
@@ -447,6 +506,7 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
         additional_paths,
         external_paths_left_out,
         warnings: check_warnings(g),
+        completion_reason: decide(g, &a.states, &a.open).1,
     })
 }
 
@@ -674,6 +734,7 @@ impl Tacho {
         }
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
+        not_superseded(g)?;
         let mut all = Vec::new();
         self.log().read_session(&session, |e| {
             if let EventBody::GoalCheckRun(r) = &e.event.body
@@ -880,30 +941,9 @@ impl Tacho {
     ) -> Result<Completion, GoalError> {
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
+        not_superseded(g)?;
         let a = assess_goal(g)?;
-        let (accepted, reason) = if !g.created.assured {
-            // No contract: the plain rule, and the answer says so.
-            match g.plain_rule() {
-                Ok(()) => (
-                    true,
-                    "no assurance contract; the plain rule holds: a verification passed after the last edit".to_string(),
-                ),
-                Err(why) => (
-                    false,
-                    format!("no assurance contract; the plain rule does not hold: {why}"),
-                ),
-            }
-        } else if a.can_complete {
-            (
-                true,
-                "every check passed on the source as it is now".to_string(),
-            )
-        } else {
-            (
-                false,
-                format!("{} of {} checks not passed", a.open.len(), a.states.len()),
-            )
-        };
+        let (accepted, reason) = decide(g, &a.states, &a.open);
         let warnings = check_warnings(g);
         let reason = match warnings.is_empty() {
             true => reason,

@@ -63,7 +63,7 @@ pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of}
 pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
 /// One segment of a stream (a file, or a range of a pack), as `log dump` reads it.
 pub use tacho_store::SegmentInfo;
-pub use verifiers::{WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
+pub use verifiers::{ReviewOptions, WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
 
 /// The agents tacho records (from `tacho-agents`).
 pub mod agents {

@@ -10,8 +10,9 @@ use tacho_projections::{ExecutionGraph, FoldState};
 use tacho_store::{ReadEnd, Store, StoreError, hex, stream_dir_name};
 
 /// The format of a stored projection file.
-/// (v2: the graph counts goal events; a v1 file is rebuilt.)
-pub const STORED_FORMAT: &str = "tacho.projections.v2";
+/// (v2: the graph counts goal events; v3: per goal, with revisions; an older file is
+/// rebuilt.)
+pub const STORED_FORMAT: &str = "tacho.projections.v3";
 
 #[derive(Serialize, Deserialize)]
 struct Stored {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use tacho_git::fingerprint::{self, Fingerprint};
 use tacho_git::snapshot::SnapshotError;
 use tacho_goals::commits::{self, CommitReport, CommitsError, Merges};
+pub use tacho_goals::review::ReviewOptions;
 use tacho_goals::review::{self, ReviewReport};
 
 use crate::error::kinds;
@@ -72,7 +73,8 @@ pub fn verify_commits(
 pub fn verify_reviews(
     root: &Path,
     workspace: Option<&Path>,
+    opts: &review::ReviewOptions,
 ) -> Result<ReviewReport, WorkspaceOpError> {
     let ws = workspace_or_cwd(workspace)?;
-    Ok(review::verify_reviews(root, &ws)?)
+    Ok(review::verify_reviews(root, &ws, opts)?)
 }

@@ -127,6 +127,18 @@ pub fn verify_commits(
         );
         return Ok(report);
     }
+    // git's `BASE..HEAD`: commits reachable from HEAD and not from the baseline. A
+    // walk with the baseline hidden is not enough on its own: when HEAD merges a
+    // branch that forked before the baseline, that walk can reach a commit older than
+    // the baseline before learning it is hidden. So every commit reachable from the
+    // baseline is collected first and left out (linear in the history, read once).
+    let behind: std::collections::HashSet<ObjectId> = repo
+        .rev_walk([base])
+        .all()
+        .map_err(|e| git("walking the baseline's history", e))?
+        .map(|info| info.map(|i| i.id))
+        .collect::<Result<_, _>>()
+        .map_err(|e| git("walking the baseline's history", e))?;
     let walk = repo
         .rev_walk([head])
         .with_hidden([base])
@@ -134,7 +146,9 @@ pub fn verify_commits(
         .map_err(|e| git("walking the range", e))?;
     for info in walk {
         let info = info.map_err(|e| git("walking the range", e))?;
-        report.commits.push(info.id.to_string());
+        if !behind.contains(&info.id) {
+            report.commits.push(info.id.to_string());
+        }
     }
     if report.commits.is_empty() {
         fail(

@@ -162,3 +162,65 @@ fn the_baseline_must_be_an_ancestor_and_the_range_not_empty() {
         [" baseline no-such-ref does not name a commit of this repository"]
     );
 }
+
+/// The range is git's `BASELINE..HEAD`: commits reachable from HEAD and not from the
+/// baseline, compared with `git rev-list` on merged histories where HEAD merges
+/// branches that forked before the baseline (issue 28).
+#[test]
+fn the_range_is_gits_baseline_to_head() {
+    if !have_git() {
+        return;
+    }
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let rev_list = |ws: &Path, range: &str| -> Vec<String> {
+        sorted(
+            git(ws, &["rev-list", range])
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+        )
+    };
+    // root → p1 → p2 → baseline on main; `old` forks at root, `older` at p1; HEAD
+    // merges both, with a main commit between.
+    let (_t, ws, root) = repo();
+    git(&ws, &["checkout", "-q", "-b", "old"]);
+    commit(&ws, &[("src/old.rs", Some("o"))], "old side");
+    git(&ws, &["checkout", "-q", "main"]);
+    commit(&ws, &[("src/p1.rs", Some("1"))], "p1");
+    git(&ws, &["checkout", "-q", "-b", "older"]);
+    commit(&ws, &[("src/older.rs", Some("o"))], "older side");
+    commit(&ws, &[("src/older2.rs", Some("o"))], "older side 2");
+    git(&ws, &["checkout", "-q", "main"]);
+    commit(&ws, &[("src/p2.rs", Some("2"))], "p2");
+    let baseline = commit(&ws, &[("src/b.rs", Some("b"))], "baseline");
+    git(&ws, &["merge", "-q", "--no-ff", "-m", "merge old", "old"]);
+    let after_one = git(&ws, &["rev-parse", "HEAD"]);
+    commit(&ws, &[("src/c.rs", Some("c"))], "main after");
+    git(
+        &ws,
+        &["merge", "-q", "--no-ff", "-m", "merge older", "older"],
+    );
+    for (base, head) in [
+        (baseline.as_str(), "HEAD"),
+        (root.as_str(), "HEAD"),
+        (baseline.as_str(), after_one.as_str()),
+    ] {
+        git(&ws, &["checkout", "-q", "--detach", head]);
+        let want = rev_list(&ws, &format!("{base}..HEAD"));
+        let r = verify_commits(&ws, base, &[], &[], Merges::All).unwrap();
+        assert_eq!(sorted(r.commits.clone()), want, "{base}..{head}");
+        assert!(
+            reasons(&r).is_empty() || !want.is_empty(),
+            "{:?}",
+            reasons(&r)
+        );
+    }
+    // The first case is the one of the issue: git counts the merge and the side
+    // commits, never a commit from before the baseline.
+    git(&ws, &["checkout", "-q", "main"]);
+    let r = verify_commits(&ws, &baseline, &[], &[], Merges::All).unwrap();
+    assert!(!r.commits.contains(&root), "{:?}", r.commits);
+}

@@ -157,11 +157,42 @@ pub struct GoalActivity {
     /// Goals paused by the stall rule, and goals marked blocked.
     pub paused: u64,
     pub blocked: u64,
+    /// The same, per goal id: readiness comes from the goals that are current (not
+    /// replaced by a revision), so an earlier goal's events never settle its
+    /// replacement.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_goal: BTreeMap<String, GoalTally>,
+}
+
+/// What one goal's events say.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GoalTally {
+    pub completed: bool,
+    pub completions_refused: u64,
+    pub paused: u64,
+    pub blocked: u64,
+    /// Replaced by a revision (this goal id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revised_by: Option<String>,
+}
+
+impl GoalTally {
+    /// Not completed, and the gate refused it, it stalled or it was blocked.
+    pub fn is_open(&self) -> bool {
+        !self.completed && (self.completions_refused > 0 || self.paused > 0 || self.blocked > 0)
+    }
 }
 
 impl GoalActivity {
     pub fn is_empty(&self) -> bool {
         *self == GoalActivity::default()
+    }
+
+    /// The current goals (not replaced by a revision) that are open, by id.
+    pub fn open_goals(&self) -> impl Iterator<Item = (&String, &GoalTally)> {
+        self.by_goal
+            .iter()
+            .filter(|(_, t)| t.revised_by.is_none() && t.is_open())
     }
 }
 
@@ -647,14 +678,42 @@ impl ExecutionGraph {
                 }
             }
             EventView::GoalUpdate {
-                action, accepted, ..
-            } => match (action, accepted) {
-                (GoalAction::Complete, true) => self.goals.completed = true,
-                (GoalAction::Complete, false) => self.goals.completions_refused += 1,
-                (GoalAction::Pause, true) => self.goals.paused += 1,
-                (GoalAction::Block, true) => self.goals.blocked += 1,
-                _ => {}
-            },
+                goal,
+                action,
+                accepted,
+            } => {
+                let t = self.goals.by_goal.entry(goal.to_string()).or_default();
+                match (action, accepted) {
+                    (GoalAction::Complete, true) => {
+                        self.goals.completed = true;
+                        t.completed = true;
+                    }
+                    (GoalAction::Complete, false) => {
+                        self.goals.completions_refused += 1;
+                        t.completions_refused += 1;
+                    }
+                    (GoalAction::Pause, true) => {
+                        self.goals.paused += 1;
+                        t.paused += 1;
+                    }
+                    (GoalAction::Block, true) => {
+                        self.goals.blocked += 1;
+                        t.blocked += 1;
+                    }
+                    _ => {}
+                }
+            }
+            EventView::Goal {
+                goal,
+                revises: Some(old),
+            } => {
+                self.goals.by_goal.entry(goal.to_string()).or_default();
+                self.goals
+                    .by_goal
+                    .entry(old.to_string())
+                    .or_default()
+                    .revised_by = Some(goal.to_string());
+            }
             EventView::Goal { .. } | EventView::AgentNotice { .. } | EventView::Unknown => {}
         }
     }

@@ -19,8 +19,8 @@ pub use compare::{Comparison, Side, StepPair, align, compare};
 pub use goals::{CheckState, Current, GoalState, Goals, check_states};
 pub use graph::{
     BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, GoalActivity,
-    ObservedChange, RouteNode, SnapshotNode, StepNode, Tokens, ToolNode, VerificationNode,
-    route_text,
+    GoalTally, ObservedChange, RouteNode, SnapshotNode, StepNode, Tokens, ToolNode,
+    VerificationNode, route_text,
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{

@@ -517,22 +517,26 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
     }
     // Goal assurance: a refused completion that no later completion made good means
     // the goal's own checks say the work is not done.
+    // Only current goals count: a goal replaced by a revision settles nothing (its
+    // completion does not complete the replacement).
     let goals = &g.goals;
-    let goal_open = !goals.completed
-        && (goals.completions_refused > 0 || goals.paused > 0 || goals.blocked > 0);
+    let open: Vec<(&String, &crate::graph::GoalTally)> = goals.open_goals().collect();
+    let goal_open = !open.is_empty();
     if goal_open {
         let mut what = Vec::new();
-        if goals.completions_refused > 0 {
-            what.push(format!(
-                "the completion gate refused {} time(s)",
-                goals.completions_refused
-            ));
-        }
-        if goals.paused > 0 {
-            what.push("the goal was paused as stalled".to_string());
-        }
-        if goals.blocked > 0 {
-            what.push("the goal was marked blocked".to_string());
+        for (id, t) in &open {
+            if t.completions_refused > 0 {
+                what.push(format!(
+                    "the completion gate refused goal {id} {} time(s)",
+                    t.completions_refused
+                ));
+            }
+            if t.paused > 0 {
+                what.push(format!("goal {id} was paused as stalled"));
+            }
+            if t.blocked > 0 {
+                what.push(format!("goal {id} was marked blocked"));
+            }
         }
         factors.push(RiskFactor {
             id: "goal_not_completed",
@@ -759,5 +763,46 @@ mod tests {
         assert!(is_api_surface("src/api.ts"));
         assert!(is_api_surface("proto/orders.proto"));
         assert!(!is_api_surface("test/orders.test.ts"));
+    }
+
+    /// A log written before completing a replaced goal was refused: the earlier
+    /// goal's accepted completion does not make its stalled revision ready.
+    #[test]
+    fn readiness_comes_from_the_current_revision() {
+        use tacho_schema::{GoalAction, GoalCreated, GoalUpdate};
+        let created = |goal: &str, revises: Option<&str>| {
+            EventBody::GoalCreated(GoalCreated {
+                goal: goal.into(),
+                revises: revises.map(Into::into),
+                ..Default::default()
+            })
+        };
+        let update = |goal: &str, action: GoalAction, accepted: bool| {
+            EventBody::GoalUpdate(GoalUpdate {
+                goal: goal.into(),
+                action,
+                accepted,
+                ..Default::default()
+            })
+        };
+        let r = assess(&graph(vec![
+            created("goal_1", None),
+            created("goal_2", Some("goal_1")),
+            update("goal_1", GoalAction::Complete, true),
+            update("goal_2", GoalAction::Complete, false),
+            update("goal_2", GoalAction::Pause, true),
+            end(EndReason::Completed),
+        ]));
+        assert!(has(&r, "goal_not_completed"), "{r:?}");
+        assert_eq!(r.readiness, Readiness::Blocked);
+        // The replacement completed: ready, whatever the earlier goal's events said.
+        let r = assess(&graph(vec![
+            created("goal_1", None),
+            update("goal_1", GoalAction::Complete, false),
+            created("goal_2", Some("goal_1")),
+            update("goal_2", GoalAction::Complete, true),
+            end(EndReason::Completed),
+        ]));
+        assert!(!has(&r, "goal_not_completed"), "{r:?}");
     }
 }

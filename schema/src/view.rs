@@ -100,6 +100,8 @@ pub enum EventView<'a> {
     /// events, not by the graph.
     Goal {
         goal: &'a str,
+        /// The goal a `goal.created` revises (its replacement is the goal now).
+        revises: Option<&'a str>,
     },
     /// `goal.check`: a receipt.
     GoalCheck {
@@ -200,7 +202,10 @@ impl EventBody {
                 parent: &b.parent,
                 through_seq: b.through_seq,
             },
-            EventBody::GoalCreated(g) => EventView::Goal { goal: &g.goal },
+            EventBody::GoalCreated(g) => EventView::Goal {
+                goal: &g.goal,
+                revises: g.revises.as_deref(),
+            },
             EventBody::GoalCheckRun(g) => EventView::GoalCheck {
                 goal: &g.goal,
                 check: &g.check,
@@ -211,7 +216,10 @@ impl EventBody {
                 action: g.action,
                 accepted: g.accepted,
             },
-            EventBody::GoalCheckStart(g) => EventView::Goal { goal: &g.goal },
+            EventBody::GoalCheckStart(g) => EventView::Goal {
+                goal: &g.goal,
+                revises: None,
+            },
             EventBody::Unknown { .. } => EventView::Unknown,
         }
     }
@@ -415,9 +423,13 @@ impl<'a> EventView<'a> {
                     through_seq: a.through_seq.to_native(),
                 }
             }
-            18 => EventView::Goal {
-                goal: s(&access!(GoalCreated, kind, version, payload).goal),
-            },
+            18 => {
+                let a = access!(GoalCreated, kind, version, payload);
+                EventView::Goal {
+                    goal: s(&a.goal),
+                    revises: os(&a.revises),
+                }
+            }
             19 => {
                 let a = access!(GoalCheckRun, kind, version, payload);
                 EventView::GoalCheck {
@@ -436,6 +448,7 @@ impl<'a> EventView<'a> {
             }
             21 => EventView::Goal {
                 goal: s(&access!(GoalCheckStart, kind, version, payload).goal),
+                revises: None,
             },
             22 => EventView::AgentNotice {
                 notice: s(&access!(AgentNotice, kind, version, payload).notice),

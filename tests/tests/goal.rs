@@ -353,6 +353,103 @@ fn revise_gives_a_new_identity_that_old_receipts_cannot_satisfy() {
     assert!(err.contains("a completed goal is not revised"), "{err}");
 }
 
+/// After a revision, the earlier goal's calls cannot end the replacement: completing
+/// or blocking the old goal is refused, and readiness comes from the current revision
+/// (issue 28).
+#[test]
+fn calls_for_a_revised_goal_do_not_end_its_replacement() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = setup(tmp.path());
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let (code, out, _) = t(
+        &home,
+        &ws,
+        &["goal", "check", "parity", "--session", "ses_g2", "--json"],
+    );
+    assert_eq!(code, 0);
+    let receipt: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let old = status(&home, &ws);
+    let old_id = old["goal"].as_str().unwrap().to_string();
+    std::fs::write(
+        ws.join("plan2.md"),
+        PLAN.replace("holds 42", "holds exactly 42"),
+    )
+    .unwrap();
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "revise",
+            "AC1 was ambiguous",
+            "--plan",
+            "plan2.md",
+            "--session",
+            "ses_g2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    // The old goal's check passed on this very source, yet it cannot be completed.
+    let (code, out, err) = t(
+        &home,
+        &ws,
+        &["goal", "complete", "--session", "ses_g2", "--goal", &old_id],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("was replaced by revision"), "{err}");
+    let seq = receipt["seq"].to_string();
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "block",
+            "--session",
+            "ses_g2",
+            "--goal",
+            &old_id,
+            "--kind",
+            "user_input",
+            "--reason",
+            "r",
+            "--required-change",
+            "c",
+            "--evidence",
+            &seq,
+            "--no-independent-work",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("was replaced by revision"), "{err}");
+    let (_, out, _) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "status",
+            "--session",
+            "ses_g2",
+            "--goal",
+            &old_id,
+            "--json",
+        ],
+    );
+    let old_now: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(old_now["completed"], false);
+    assert_eq!(old_now["can_complete"], false);
+    // Revision 2 stalls with its check missing: not ready.
+    for _ in 0..3 {
+        let (code, _, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_g2"]);
+        assert_eq!(code, 1);
+    }
+    let new = status(&home, &ws);
+    assert_eq!(new["revision"], 2);
+    assert!(new["paused"].is_string(), "{new}");
+    let (_, risk, _) = t(&home, &ws, &["risk", "ses_g2", "--json"]);
+    let risk: serde_json::Value = serde_json::from_str(risk.trim()).unwrap();
+    assert_eq!(risk["readiness"], "blocked", "{risk}");
+}
+
 #[test]
 fn completion_attempts_without_new_evidence_pause_the_goal() {
     let tmp = tempfile::tempdir().unwrap();
@@ -507,6 +604,24 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
     assert_eq!(code, 0, "{err}");
     let (_, out, _) = t(&home, &ws, &["goal", "status", "--session", "ses_plain"]);
     assert!(out.contains("No assurance contract"), "{out}");
+    // Status and completion never disagree: status says what complete would decide.
+    let agrees = |accepted: bool| {
+        let (_, out, _) = t(
+            &home,
+            &ws,
+            &["goal", "status", "--session", "ses_plain", "--json"],
+        );
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["can_complete"], accepted, "{v}");
+        let (_, text, _) = t(&home, &ws, &["goal", "status", "--session", "ses_plain"]);
+        let line = if accepted {
+            "Can complete"
+        } else {
+            "Cannot complete yet"
+        };
+        assert!(text.contains(line), "{text}");
+    };
+    agrees(false);
     let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
     assert_eq!(code, 1);
     assert!(
@@ -535,7 +650,9 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
         out.contains("files were edited after the last passing verification run"),
         "{out}"
     );
+    agrees(false);
     record(r#"{"type":"verification.run","command":"cargo test","status":"passed"}"#);
+    agrees(true);
     let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
     assert_eq!(code, 0, "{out}");
     assert!(

@@ -455,11 +455,11 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
         out.line(format!("Warning: {w}"))?;
     }
     out.line(if v.completed {
-        "Completed."
+        "Completed.".to_string()
     } else if v.can_complete {
-        "Can complete: every check passed on the source as it is now."
+        format!("Can complete: {}.", v.completion_reason)
     } else {
-        "Cannot complete yet."
+        format!("Cannot complete yet: {}.", v.completion_reason)
     })?;
     out.finish()
 }
