@@ -9,13 +9,14 @@ use serde::Serialize;
 use tacho_git::fingerprint::{Fingerprint, fingerprint};
 use tacho_git::snapshot::{SnapshotError, head_commit, relative_path};
 use tacho_goals::{Plan, PlanError, Submission, contract_digest, validate};
-use tacho_projections::{CheckState, GoalState, Goals, check_states};
+use tacho_projections::{CheckState, GoalState, Goals, check_states, environment_mismatch};
 use tacho_schema::{EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate};
 use tacho_store::{Durability, StoreError};
 
 use crate::Tacho;
 use crate::error::kinds;
-use crate::runner::{RunError, run_command};
+use crate::runner::{self, RunError, run_command};
+use crate::checkenv;
 
 /// The kinds a block can name.
 pub const BLOCK_KINDS: &[&str] = &["external_dependency", "authorization", "user_input"];
@@ -382,6 +383,40 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
     })
 }
 
+/// The environment frozen with a goal (SPEC §12.2): this process's values of the
+/// frozen names, their digest, and the programs the plan's check commands resolve to
+/// through that `PATH` now. The rest of the `goal.created` is the caller's.
+fn frozen_environment(plan: &Plan, ws: &Path) -> GoalCreated {
+    let environment = checkenv::freeze_from_process();
+    let mut names: Vec<String> = Vec::new();
+    for c in plan.assurance.iter().flat_map(|a| &a.checks) {
+        for n in checkenv::program_names(&c.command, runner::SHELL) {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    let mut programs = checkenv::resolve(&names, &environment, ws);
+    programs.sort();
+    GoalCreated {
+        environment_digest: Some(checkenv::digest(&environment)),
+        programs,
+        environment,
+        ..GoalCreated::default()
+    }
+}
+
+/// The environment a check of `g` runs in: the one frozen with it, or for a goal
+/// frozen before environments were (an empty `environment`), the frozen names' values
+/// in this process (still everything else cleared).
+fn check_environment(g: &GoalState) -> Vec<String> {
+    if g.created.environment.is_empty() {
+        checkenv::freeze_from_process()
+    } else {
+        g.created.environment.clone()
+    }
+}
+
 impl Tacho {
     /// The session (resolved from an id or prefix) and its goals, folded from its log.
     fn goals(&self, session: &str) -> Result<(String, Goals), GoalError> {
@@ -424,7 +459,7 @@ impl Tacho {
                 .assurance
                 .as_ref()
                 .and_then(|x| serde_json::to_string(x).ok()),
-            ..GoalCreated::default()
+            ..frozen_environment(plan, ws)
         }
     }
 
@@ -640,7 +675,13 @@ impl Tacho {
             "running check {check} in {}: {command}",
             ws.display()
         ));
-        let run = run_command(command, &ws, timeout)?;
+        let env = check_environment(g);
+        let programs = checkenv::resolve(
+            &checkenv::program_names(command, runner::SHELL),
+            &env,
+            &ws,
+        );
+        let run = run_command(command, &ws, &env, timeout)?;
         let ended = self.now();
         let after = goal_fingerprint(g)?;
         let no_evidence = match (&before, &after) {
@@ -667,7 +708,16 @@ impl Tacho {
             fingerprint_after: after.ok(),
             no_evidence,
             passed,
+            environment_digest: Some(checkenv::digest(&env)),
+            programs,
         };
+        // A run with programs other than the frozen ones is not a pass (the gate would
+        // refuse it anyway; the receipt says so itself).
+        let mut receipt = receipt;
+        if environment_mismatch(&g.created, &receipt).is_some() {
+            receipt.passed = false;
+        }
+        let passed = receipt.passed;
         let seq = self.append_goal_event(&session, EventBody::GoalCheckRun(receipt.clone()))?;
         Ok(Receipt {
             kind: "receipt",

@@ -92,10 +92,22 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Result<Option<ExitStatus>
     }
 }
 
-/// Runs `sh -c command` in `ws` until it ends or `timeout` passes.
-pub fn run_command(command: &str, ws: &Path, timeout: Duration) -> Result<Ran, RunError> {
+/// The shell a check's command line runs in.
+pub const SHELL: &str = "sh";
+
+/// Runs `sh -c command` in `ws` until it ends or `timeout` passes, with exactly the
+/// environment `env` (`NAME=VALUE` entries; nothing of this process's is inherited:
+/// SPEC §12.2). The shell is found through `env`'s `PATH`.
+pub fn run_command(
+    command: &str,
+    ws: &Path,
+    env: &[String],
+    timeout: Duration,
+) -> Result<Ran, RunError> {
     use std::os::unix::process::CommandExt;
-    let mut child = Command::new("sh")
+    let mut child = Command::new(SHELL)
+        .env_clear()
+        .envs(crate::checkenv::pairs(env))
         .arg("-c")
         .arg(command)
         .current_dir(ws)

@@ -246,6 +246,9 @@ fn receipt_state(
     if r.workspace != c.workspace {
         return CheckState::Stale(format!("ran in another workspace ({})", r.workspace));
     }
+    if let Some(why) = environment_mismatch(c, r) {
+        return CheckState::Failed(why);
+    }
     if let Some(why) = &r.no_evidence {
         return CheckState::Failed(format!("no fresh evidence: {why}"));
     }
@@ -274,6 +277,50 @@ fn receipt_state(
         }
         Ok(_) => CheckState::Passed,
     }
+}
+
+/// Why a receipt was not taken in the environment frozen with its goal, if it was
+/// not (SPEC §12.2): another environment digest, or a program that is not one the goal
+/// froze (another file, or the same path with other content). A goal frozen before
+/// environments were (no digest) binds nothing.
+pub fn environment_mismatch(c: &GoalCreated, r: &GoalCheckRun) -> Option<String> {
+    let frozen = c.environment_digest.as_deref()?;
+    match r.environment_digest.as_deref() {
+        None => {
+            return Some(
+                "the receipt records no environment; the goal froze one (a receipt from before environments were frozen)"
+                    .into(),
+            );
+        }
+        Some(d) if d != frozen => {
+            return Some(format!(
+                "ran in another environment (digest {d}, the goal froze {frozen})"
+            ));
+        }
+        Some(_) => {}
+    }
+    let path_of = |line: &str| line.split_once("  ").map_or(line, |(_, p)| p).to_owned();
+    let changed: Vec<String> = r
+        .programs
+        .iter()
+        .filter(|p| !c.programs.contains(p))
+        .map(|p| {
+            let path = path_of(p);
+            if p.starts_with("-  ") {
+                format!("{path} was found nowhere on the frozen PATH")
+            } else if c.programs.iter().any(|f| path_of(f) == path) {
+                format!("{path} changed since the goal was frozen")
+            } else {
+                format!("{path} is not a program the goal froze")
+            }
+        })
+        .collect();
+    (!changed.is_empty()).then(|| {
+        format!(
+            "ran programs other than those frozen with the goal: {}",
+            changed.join("; ")
+        )
+    })
 }
 
 #[cfg(test)]
