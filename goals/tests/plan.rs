@@ -142,7 +142,7 @@ fn schema_rules() {
         (
             "duplicate check id",
             plan_with(&assurance(
-                r#"[{"id": "a", "acceptanceIds": ["AC1", "AC2"], "command": "make a", "purpose": "p"}, {"id": "a", "acceptanceIds": ["AC1"], "command": "make b", "purpose": "p"}]"#,
+                r#"[{"id": "a", "acceptanceIds": ["AC1", "AC2"], "command": "make a", "purpose": "p", "environment": "e"}, {"id": "a", "acceptanceIds": ["AC1"], "command": "make b", "purpose": "p", "environment": "e"}]"#,
             )),
             "plan: assurance: check id a appears twice",
         ),
@@ -152,6 +152,16 @@ fn schema_rules() {
                 &check("make test").replace("Assert invoice totals and mappings", "two\\nlines"),
             ),
             "plan: assurance: check invoice-parity purpose must be a single line",
+        ),
+        (
+            "no environment",
+            plan_with(&check("make test").replace(r#", "environment": "staging""#, "")),
+            "plan: assurance: check invoice-parity needs an environment: where it runs and against what (BRIEF §3), like \"Staging migration target, schema ERP\"",
+        ),
+        (
+            "blank environment",
+            plan_with(&check("make test").replace(r#""environment": "staging""#, r#""environment": " ""#)),
+            "plan: assurance: check invoice-parity needs an environment: where it runs and against what (BRIEF §3), like \"Staging migration target, schema ERP\"",
         ),
         (
             "unknown field",

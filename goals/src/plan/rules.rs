@@ -134,6 +134,13 @@ pub(super) fn check_assurance(
         if c.command.trim().is_empty() || c.purpose.trim().is_empty() {
             return bad(format!("check {} needs a command and a purpose", c.id));
         }
+        // Required in new plans (BRIEF §3); a plan frozen without one keeps its digest.
+        if c.environment.as_deref().is_none_or(|e| e.trim().is_empty()) {
+            return bad(format!(
+                "check {} needs an environment: where it runs and against what (BRIEF §3), like \"Staging migration target, schema ERP\"",
+                c.id
+            ));
+        }
         if let Some(why) = weak_check(&c.command) {
             return bad(format!(
                 "check {} is too weak to prove anything: {why}",
