@@ -164,6 +164,8 @@ pub struct CheckStatus {
     pub state: &'static str,
     pub why: Option<String>,
     pub receipt_seq: Option<u64>,
+    /// The plan's description of where the check runs (required in new plans).
+    pub environment: Option<String>,
 }
 
 /// A goal's status.
@@ -188,6 +190,13 @@ pub struct GoalStatus {
     pub no_fresh_evidence: Option<String>,
     pub checks: Vec<CheckStatus>,
     pub can_complete: bool,
+    /// The environment checks run in, frozen with the goal (`NAME=VALUE`), its digest,
+    /// and the programs its commands resolved to then (`BLAKE3-HEX  PATH`): a receipt
+    /// counts only with that digest and those programs. Empty for a goal frozen before
+    /// check environments were (SPEC §12.2).
+    pub environment: Vec<String>,
+    pub environment_digest: Option<String>,
+    pub programs: Vec<String>,
 }
 
 /// The completion gate's answer.
@@ -347,6 +356,10 @@ fn pick<'a>(gs: &'a Goals, session: &str, id: Option<&str>) -> Result<&'a GoalSt
 /// A goal's status: each check's state against the source now.
 fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
     let a = assess_goal(g)?;
+    let descriptions: Vec<(String, Option<String>)> = g
+        .assurance()
+        .map(|x| x.checks.into_iter().map(|c| (c.id, c.environment)).collect())
+        .unwrap_or_default();
     Ok(GoalStatus {
         kind: "goal_status",
         session,
@@ -377,9 +390,16 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
                     _ => None,
                 },
                 receipt_seq: g.receipts.get(id).map(|r| r.0),
+                environment: descriptions
+                    .iter()
+                    .find(|(c, _)| c == id)
+                    .and_then(|(_, e)| e.clone()),
             })
             .collect(),
         can_complete: a.can_complete,
+        environment: g.created.environment.clone(),
+        environment_digest: g.created.environment_digest.clone(),
+        programs: g.created.programs.clone(),
     })
 }
 

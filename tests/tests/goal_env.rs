@@ -255,3 +255,59 @@ fn a_program_replaced_on_the_frozen_path_earns_no_pass() {
         "{why}"
     );
 }
+
+#[test]
+fn status_shows_each_checks_environment_and_the_frozen_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws, tools) = setup(tmp.path());
+    let user_path = path_with(&tools);
+    let (code, out) = t(
+        &home,
+        &ws,
+        &user_path,
+        &[("MAKEFLAGS", "-n")],
+        &["goal", "create", "--plan", "plan.md", "--session", "ses_env"],
+    );
+    assert_eq!(code, 0, "{out}");
+    let (_, out) = t(
+        &home,
+        &ws,
+        "/usr/bin:/bin",
+        &[],
+        &["goal", "status", "--session", "ses_env", "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["checks"][0]["environment"], "the developer's toolchain");
+    let env: Vec<&str> = v["environment"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    // The PATH of whoever froze the goal, not of whoever asks; nothing else of theirs.
+    assert!(env.contains(&format!("PATH={user_path}").as_str()), "{env:?}");
+    assert!(env.contains(&"TERM=dumb"), "{env:?}");
+    assert!(!env.iter().any(|e| e.starts_with("MAKEFLAGS=")), "{env:?}");
+    assert!(v["environment_digest"].is_string());
+    let tool = format!("  {}", tools.join("mytool").display());
+    assert!(
+        v["programs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().ends_with(&tool)),
+        "{}",
+        v["programs"]
+    );
+    let (_, text) = t(
+        &home,
+        &ws,
+        "/usr/bin:/bin",
+        &[],
+        &["goal", "status", "--session", "ses_env"],
+    );
+    assert!(
+        text.contains(&format!("Checks run with PATH={user_path}")),
+        "{text}"
+    );
+}

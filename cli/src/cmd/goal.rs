@@ -272,6 +272,24 @@ fn complete(a: StatusArgs) -> Result<(), CliError> {
     }
 }
 
+/// Where `goal status` says the checks run (SPEC §12.2).
+fn environment_line(v: &tacho_app::GoalStatus) -> String {
+    let path = v
+        .environment
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("-");
+    match &v.environment_digest {
+        Some(d) => format!(
+            "Checks run with PATH={path} and {} other variables frozen with the goal (environment {}), {} programs bound; nothing else of the caller's shell.",
+            v.environment.len().saturating_sub(1),
+            prefix(d, 16),
+            v.programs.len()
+        ),
+        None => "Frozen before check environments were: checks run with the caller's PATH, HOME, LANG, LC_ALL, TZ and USER, and receipts bind no environment.".to_string(),
+    }
+}
+
 fn status(a: StatusArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let v = tacho.goal_status(&a.session, a.goal.as_deref())?;
@@ -303,6 +321,9 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
             .map(|s| format!(" (receipt #{s})"))
             .unwrap_or_default();
         out.line(format!("  {:<8} {}{why}{evidence}", c.state, c.id))?;
+    }
+    if v.assured {
+        out.line(environment_line(&v))?;
     }
     if let Some(r) = &v.revises {
         out.line(format!(
