@@ -368,6 +368,54 @@ mod tests {
     }
 
     #[test]
+    fn a_receipt_binds_the_frozen_environment_and_programs() {
+        let mut bound = created();
+        bound.environment_digest = Some("e1".into());
+        bound.programs = vec!["aa  /usr/bin/make".into(), "bb  /bin/sh".into()];
+        let mut ok = receipt("a", 0, "f1");
+        ok.environment_digest = Some("e1".into());
+        ok.programs = vec!["bb  /bin/sh".into(), "aa  /usr/bin/make".into()];
+        assert_eq!(environment_mismatch(&bound, &ok), None);
+        // A goal frozen before environments were binds nothing.
+        assert_eq!(environment_mismatch(&created(), &receipt("a", 0, "f1")), None);
+        let cases = [
+            (
+                None,
+                vec![],
+                "the receipt records no environment; the goal froze one (a receipt from before environments were frozen)",
+            ),
+            (
+                Some("e2"),
+                ok.programs.clone(),
+                "ran in another environment (digest e2, the goal froze e1)",
+            ),
+            (
+                Some("e1"),
+                vec!["cc  /usr/bin/make".into()],
+                "ran programs other than those frozen with the goal: /usr/bin/make changed since the goal was frozen",
+            ),
+            (
+                Some("e1"),
+                vec!["cc  /tmp/fake/make".into(), "-  cargo".into()],
+                "ran programs other than those frozen with the goal: /tmp/fake/make is not a program the goal froze; cargo was found nowhere on the frozen PATH",
+            ),
+        ];
+        for (digest, programs, why) in cases {
+            let mut r = receipt("a", 0, "f1");
+            r.environment_digest = digest.map(str::to_owned);
+            r.programs = programs;
+            assert_eq!(environment_mismatch(&bound, &r).as_deref(), Some(why));
+            let mut gs = Goals::default();
+            gs.apply(1, &ev(EventBody::GoalCreated(bound.clone())));
+            gs.apply(2, &ev(EventBody::GoalCheckRun(r)));
+            assert_eq!(
+                check_states(gs.find(None).unwrap(), Ok("f1"))[0].1,
+                CheckState::Failed(why.into())
+            );
+        }
+    }
+
+    #[test]
     fn a_receipt_that_ran_another_command_never_passes() {
         let mut gs = Goals::default();
         gs.apply(1, &ev(EventBody::GoalCreated(created())));
