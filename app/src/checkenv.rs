@@ -73,11 +73,9 @@ pub fn program_names(command: &str, shell: &str) -> Vec<String> {
     for words in tacho_projections::shell::commands(command) {
         let first = words.iter().map(|w| w.trim_start_matches('(')).find(|w| {
             // Not an assignment, nor a redirection or its target (`2>&1` splits).
-            !w.is_empty()
-                && !(w.contains('=') && !w.starts_with('=') && !w.contains('/'))
-                && !w.contains(['<', '>'])
-                && !w.bytes().all(|b| b.is_ascii_digit())
-                && *w != "!"
+            let assignment = w.contains('=') && !w.starts_with('=') && !w.contains('/');
+            let redirection = w.contains(['<', '>']) || w.bytes().all(|b| b.is_ascii_digit());
+            !(w.is_empty() || assignment || redirection || *w == "!")
         });
         if let Some(w) = first
             && !NOT_PROGRAMS.contains(&w)
@@ -101,7 +99,13 @@ fn locate(name: &str, path: &str, ws: &Path) -> Option<std::path::PathBuf> {
         return p.is_file().then_some(p);
     }
     path.split(':')
-        .map(|d| if d.is_empty() { ws.to_path_buf() } else { ws.join(d) })
+        .map(|d| {
+            if d.is_empty() {
+                ws.to_path_buf()
+            } else {
+                ws.join(d)
+            }
+        })
         .map(|d| d.join(name))
         .find(|p| runnable(p))
 }
@@ -137,12 +141,12 @@ pub fn resolve(names: &[String], env: &[String], ws: &Path) -> Vec<String> {
         .map_or(DEFAULT_PATH, |(_, v)| v);
     names
         .iter()
-        .map(|name| {
-            match locate(name, path, ws).and_then(|p| content_digest(&p).map(|d| (p, d))) {
+        .map(
+            |name| match locate(name, path, ws).and_then(|p| content_digest(&p).map(|d| (p, d))) {
                 Some((p, d)) => format!("{d}  {}", p.display()),
                 None => format!("-  {name}"),
-            }
-        })
+            },
+        )
         .collect()
 }
 
@@ -158,7 +162,10 @@ mod tests {
             _ => None,
         });
         assert_eq!(env, ["HOME=/home/u", "PATH=/opt/bin:/usr/bin", "TERM=dumb"]);
-        assert_eq!(freeze(|_| None), [format!("PATH={DEFAULT_PATH}"), "TERM=dumb".into()]);
+        assert_eq!(
+            freeze(|_| None),
+            [format!("PATH={DEFAULT_PATH}"), "TERM=dumb".into()]
+        );
         assert_ne!(digest(&env), digest(&freeze(|_| None)));
     }
 

@@ -14,9 +14,9 @@ use tacho_schema::{EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCrea
 use tacho_store::{Durability, StoreError};
 
 use crate::Tacho;
+use crate::checkenv;
 use crate::error::kinds;
 use crate::runner::{self, RunError, run_command};
-use crate::checkenv;
 
 /// The kinds a block can name.
 pub const BLOCK_KINDS: &[&str] = &["external_dependency", "authorization", "user_input"];
@@ -358,7 +358,12 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
     let a = assess_goal(g)?;
     let descriptions: Vec<(String, Option<String>)> = g
         .assurance()
-        .map(|x| x.checks.into_iter().map(|c| (c.id, c.environment)).collect())
+        .map(|x| {
+            x.checks
+                .into_iter()
+                .map(|c| (c.id, c.environment))
+                .collect()
+        })
         .unwrap_or_default();
     Ok(GoalStatus {
         kind: "goal_status",
@@ -696,11 +701,8 @@ impl Tacho {
             ws.display()
         ));
         let env = check_environment(g);
-        let programs = checkenv::resolve(
-            &checkenv::program_names(command, runner::SHELL),
-            &env,
-            &ws,
-        );
+        let programs =
+            checkenv::resolve(&checkenv::program_names(command, runner::SHELL), &env, &ws);
         let run = run_command(command, &ws, &env, timeout)?;
         let ended = self.now();
         let after = goal_fingerprint(g)?;

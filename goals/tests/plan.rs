@@ -160,7 +160,9 @@ fn schema_rules() {
         ),
         (
             "blank environment",
-            plan_with(&check("make test").replace(r#""environment": "staging""#, r#""environment": " ""#)),
+            plan_with(
+                &check("make test").replace(r#""environment": "staging""#, r#""environment": " ""#),
+            ),
             "plan: assurance: check invoice-parity needs an environment: where it runs and against what (BRIEF §3), like \"Staging migration target, schema ERP\"",
         ),
         (

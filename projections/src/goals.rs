@@ -377,7 +377,10 @@ mod tests {
         ok.programs = vec!["bb  /bin/sh".into(), "aa  /usr/bin/make".into()];
         assert_eq!(environment_mismatch(&bound, &ok), None);
         // A goal frozen before environments were binds nothing.
-        assert_eq!(environment_mismatch(&created(), &receipt("a", 0, "f1")), None);
+        assert_eq!(
+            environment_mismatch(&created(), &receipt("a", 0, "f1")),
+            None
+        );
         let cases = [
             (
                 None,

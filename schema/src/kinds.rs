@@ -792,9 +792,7 @@ pub fn old_versions(kind: u16) -> &'static [OldVersion<EventBody>] {
 fn validate_v1<T>(p: &[u8]) -> Result<(), String>
 where
     T: rkyv::Archive,
-    T::Archived: for<'a> rkyv::bytecheck::CheckBytes<
-            rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>,
-        >,
+    T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>,
 {
     rkyv::access::<T::Archived, rkyv::rancor::Error>(p)
         .map(|_| ())

@@ -680,7 +680,11 @@ mod golden {
             "goal.created.programs"
         );
         // Version 1, read by its own decoder.
-        assert_eq!(size_of::<Archived<kinds::GoalCreatedV1>>(), 128, "goal.created v1");
+        assert_eq!(
+            size_of::<Archived<kinds::GoalCreatedV1>>(),
+            128,
+            "goal.created v1"
+        );
         assert_eq!(size_of::<Archived<GoalCheckRun>>(), 176, "goal.check");
         assert_eq!(align_of::<Archived<GoalCheckRun>>(), 8, "goal.check");
         assert_eq!(offset_of!(ArchivedGoalCheckRun, goal), 0, "goal.check.goal");
@@ -774,7 +778,11 @@ mod golden {
             164,
             "goal.check.programs"
         );
-        assert_eq!(size_of::<Archived<kinds::GoalCheckRunV1>>(), 152, "goal.check v1");
+        assert_eq!(
+            size_of::<Archived<kinds::GoalCheckRunV1>>(),
+            152,
+            "goal.check v1"
+        );
         assert_eq!(size_of::<Archived<GoalUpdate>>(), 72, "goal.update");
         assert_eq!(align_of::<Archived<GoalUpdate>>(), 4, "goal.update");
         assert_eq!(offset_of!(ArchivedGoalUpdate, goal), 0, "goal.update.goal");

@@ -120,7 +120,13 @@ fn the_agents_path_and_variables_do_not_reach_a_check() {
         &user_path,
         &[],
         &[
-            "goal", "create", "--plan", "plan.md", "--session", "ses_env", "--json",
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_env",
+            "--json",
         ],
     );
     assert_eq!(code, 0, "{out}");
@@ -157,7 +163,10 @@ fn the_agents_path_and_variables_do_not_reach_a_check() {
 
     // None of the agent's variables reach the check.
     let (code, out) = check("clean-env");
-    assert_eq!(code, 0, "a variable of the agent's shell reached the check: {out}");
+    assert_eq!(
+        code, 0,
+        "a variable of the agent's shell reached the check: {out}"
+    );
     assert_eq!(state(&home, &ws, &agent_path, "clean-env").0, "passed");
 
     // The receipt binds the environment: its digest is the goal's, and the programs
@@ -210,7 +219,13 @@ fn a_program_replaced_on_the_frozen_path_earns_no_pass() {
         &user_path,
         &[],
         &[
-            "goal", "create", "--plan", "plan.md", "--session", "ses_env", "--json",
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_env",
+            "--json",
         ],
     );
     assert_eq!(code, 0, "{out}");
@@ -244,7 +259,10 @@ fn a_program_replaced_on_the_frozen_path_earns_no_pass() {
         &[],
         &["goal", "check", "tool", "--session", "ses_env"],
     );
-    assert_ne!(code, 0, "a program planted on the frozen PATH passed: {out}");
+    assert_ne!(
+        code, 0,
+        "a program planted on the frozen PATH passed: {out}"
+    );
     let (st, why) = state(&home, &ws, &user_path, "tool");
     assert_eq!(st, "failed", "{why}");
     assert!(
@@ -266,7 +284,14 @@ fn status_shows_each_checks_environment_and_the_frozen_one() {
         &ws,
         &user_path,
         &[("MAKEFLAGS", "-n")],
-        &["goal", "create", "--plan", "plan.md", "--session", "ses_env"],
+        &[
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_env",
+        ],
     );
     assert_eq!(code, 0, "{out}");
     let (_, out) = t(
@@ -285,7 +310,10 @@ fn status_shows_each_checks_environment_and_the_frozen_one() {
         .map(|e| e.as_str().unwrap())
         .collect();
     // The PATH of whoever froze the goal, not of whoever asks; nothing else of theirs.
-    assert!(env.contains(&format!("PATH={user_path}").as_str()), "{env:?}");
+    assert!(
+        env.contains(&format!("PATH={user_path}").as_str()),
+        "{env:?}"
+    );
     assert!(env.contains(&"TERM=dumb"), "{env:?}");
     assert!(!env.iter().any(|e| e.starts_with("MAKEFLAGS=")), "{env:?}");
     assert!(v["environment_digest"].is_string());
