@@ -25,25 +25,39 @@ const NOT_PROGRAMS: &[&str] = &[
 ];
 
 /// The environment to freeze, from `get` (the freezing process's variables): the
-/// [`FROZEN_NAMES`] it has as UTF-8, `PATH` always, `TERM=dumb`; `NAME=VALUE` sorted by
-/// name.
-pub fn freeze(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+/// [`FROZEN_NAMES`] it has as UTF-8, `PATH` always, `TERM=dumb`, and each of `named`
+/// (the plan's variables; the caller has checked they are set); `NAME=VALUE` sorted by
+/// name, each name once.
+pub fn freeze(get: impl Fn(&str) -> Option<String>, named: &[&str]) -> Vec<String> {
     let mut env: Vec<String> = FROZEN_NAMES
         .iter()
+        .copied()
+        .chain(
+            named
+                .iter()
+                .copied()
+                .filter(|n| !FROZEN_NAMES.contains(n) && *n != "TERM"),
+        )
         .filter_map(|n| match get(n) {
             Some(v) => Some(format!("{n}={v}")),
-            None if *n == "PATH" => Some(format!("PATH={DEFAULT_PATH}")),
+            None if n == "PATH" => Some(format!("PATH={DEFAULT_PATH}")),
             None => None,
         })
         .collect();
     env.push("TERM=dumb".into());
     env.sort();
+    env.dedup_by(|a, b| a.split_once('=').map(|x| x.0) == b.split_once('=').map(|x| x.0));
     env
 }
 
+/// A variable of this process, as UTF-8.
+pub fn process_var(name: &str) -> Option<String> {
+    std::env::var_os(name).and_then(|v| v.into_string().ok())
+}
+
 /// The environment frozen now from this process's variables.
-pub fn freeze_from_process() -> Vec<String> {
-    freeze(|n| std::env::var_os(n).and_then(|v| v.into_string().ok()))
+pub fn freeze_from_process(named: &[&str]) -> Vec<String> {
+    freeze(process_var, named)
 }
 
 /// The digest of an environment: hex of BLAKE3-derive("tacho check environment v1")
@@ -156,17 +170,29 @@ mod tests {
 
     #[test]
     fn only_the_frozen_names_are_kept() {
-        let env = freeze(|n| match n {
+        let get = |n: &str| match n {
             "PATH" => Some("/opt/bin:/usr/bin".into()),
             "HOME" => Some("/home/u".into()),
+            "NODE_ENV" => Some("test".into()),
+            "TERM" => Some("xterm".into()),
             _ => None,
-        });
+        };
+        let env = freeze(get, &[]);
         assert_eq!(env, ["HOME=/home/u", "PATH=/opt/bin:/usr/bin", "TERM=dumb"]);
         assert_eq!(
-            freeze(|_| None),
+            freeze(get, &["NODE_ENV", "PATH", "TERM"]),
+            [
+                "HOME=/home/u",
+                "NODE_ENV=test",
+                "PATH=/opt/bin:/usr/bin",
+                "TERM=dumb"
+            ]
+        );
+        assert_eq!(
+            freeze(|_| None, &[]),
             [format!("PATH={DEFAULT_PATH}"), "TERM=dumb".into()]
         );
-        assert_ne!(digest(&env), digest(&freeze(|_| None)));
+        assert_ne!(digest(&env), digest(&freeze(|_| None, &[])));
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub enum GoalError {
         "goal {goal} records {digest:?} as its contract digest, which is not a contract digest of a version tacho knows (SPEC §12.1); it cannot be revised"
     )]
     MalformedDigest { goal: String, digest: String },
+    #[error(
+        "check {check} names the variable {name}, which is not set where the goal is frozen (SPEC §12.2): set it, or leave it out of the plan"
+    )]
+    UnsetVariable { check: String, name: String },
     #[error(transparent)]
     Run(#[from] RunError),
     #[error(transparent)]
@@ -411,8 +415,20 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
 /// The environment frozen with a goal (SPEC §12.2): this process's values of the
 /// frozen names, their digest, and the programs the plan's check commands resolve to
 /// through that `PATH` now. The rest of the `goal.created` is the caller's.
-fn frozen_environment(plan: &Plan, ws: &Path) -> GoalCreated {
-    let environment = checkenv::freeze_from_process();
+fn frozen_environment(plan: &Plan, ws: &Path) -> Result<GoalCreated, GoalError> {
+    let mut variables: Vec<&str> = Vec::new();
+    for c in plan.assurance.iter().flat_map(|a| &a.checks) {
+        for v in &c.variables {
+            if checkenv::process_var(v).is_none() {
+                return Err(GoalError::UnsetVariable {
+                    check: c.id.clone(),
+                    name: v.clone(),
+                });
+            }
+            variables.push(v);
+        }
+    }
+    let environment = checkenv::freeze_from_process(&variables);
     let mut names: Vec<String> = Vec::new();
     for c in plan.assurance.iter().flat_map(|a| &a.checks) {
         for n in checkenv::program_names(&c.command, runner::SHELL) {
@@ -423,12 +439,12 @@ fn frozen_environment(plan: &Plan, ws: &Path) -> GoalCreated {
     }
     let mut programs = checkenv::resolve(&names, &environment, ws);
     programs.sort();
-    GoalCreated {
+    Ok(GoalCreated {
         environment_digest: Some(checkenv::digest(&environment)),
         programs,
         environment,
         ..GoalCreated::default()
-    }
+    })
 }
 
 /// The environment a check of `g` runs in: the one frozen with it, or for a goal
@@ -436,7 +452,7 @@ fn frozen_environment(plan: &Plan, ws: &Path) -> GoalCreated {
 /// in this process (still everything else cleared).
 fn check_environment(g: &GoalState) -> Vec<String> {
     if g.created.environment.is_empty() {
-        checkenv::freeze_from_process()
+        checkenv::freeze_from_process(&[])
     } else {
         g.created.environment.clone()
     }
@@ -468,8 +484,8 @@ impl Tacho {
         assured: bool,
         ws: &Path,
         revision: u32,
-    ) -> GoalCreated {
-        GoalCreated {
+    ) -> Result<GoalCreated, GoalError> {
+        Ok(GoalCreated {
             goal: self.new_goal_id(),
             revision,
             title: plan.title.clone(),
@@ -484,8 +500,8 @@ impl Tacho {
                 .assurance
                 .as_ref()
                 .and_then(|x| serde_json::to_string(x).ok()),
-            ..frozen_environment(plan, ws)
-        }
+            ..frozen_environment(plan, ws)?
+        })
     }
 
     /// Freezes a plan as a goal of a session.
@@ -512,7 +528,7 @@ impl Tacho {
         // A contract makes the goal assured: its checks, not a promise, decide
         // completion. `assure` only makes a contract required.
         let assured = req.assure || plan.assurance.is_some();
-        let created = self.freeze(&plan, req.objective, assured, &ws, 1);
+        let created = self.freeze(&plan, req.objective, assured, &ws, 1)?;
         let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
         let seq = self.append_goal_event(&session, EventBody::GoalCreated(created))?;
         let checks = plan.assurance.as_ref().map(|x| x.checks.clone());
@@ -648,7 +664,7 @@ impl Tacho {
             old.created.assured,
             &ws,
             revision,
-        );
+        )?;
         created.revises = Some(old.created.goal.clone());
         created.previous_digest = Some(old.created.contract_digest.clone());
         created.correction = Some(correction.to_owned());

@@ -339,3 +339,48 @@ fn status_shows_each_checks_environment_and_the_frozen_one() {
         "{text}"
     );
 }
+
+#[test]
+fn variables_a_plan_names_are_frozen_with_the_goal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws, tools) = setup(tmp.path());
+    let user_path = path_with(&tools);
+    std::fs::write(
+        ws.join("checks/target.sh"),
+        "test \"$TARGET_DB\" = staging\n",
+    )
+    .unwrap();
+    let plan = PLAN.replace(
+        r#""environment": "the frozen environment"}"#,
+        r#""environment": "the frozen environment"},
+ {"id": "target", "acceptanceIds": ["AC1"], "command": "sh checks/target.sh", "purpose": "runs against staging", "environment": "the staging database", "variables": ["TARGET_DB"]}"#,
+    );
+    std::fs::write(ws.join("plan.md"), plan).unwrap();
+    // Not set where the goal is frozen: refused, naming it.
+    let create = [
+        "goal",
+        "create",
+        "--plan",
+        "plan.md",
+        "--session",
+        "ses_env",
+    ];
+    let (code, out) = t(&home, &ws, &user_path, &[], &create);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("check target names the variable TARGET_DB, which is not set"),
+        "{out}"
+    );
+    let (code, out) = t(&home, &ws, &user_path, &[("TARGET_DB", "staging")], &create);
+    assert_eq!(code, 0, "{out}");
+    // The agent's value does not reach the check; the frozen one does.
+    let (code, out) = t(
+        &home,
+        &ws,
+        &user_path,
+        &[("TARGET_DB", "production")],
+        &["goal", "check", "target", "--session", "ses_env"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(state(&home, &ws, &user_path, "target").0, "passed");
+}
