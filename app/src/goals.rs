@@ -159,6 +159,10 @@ pub struct Receipt {
     pub seq: u64,
     pub passed: bool,
     pub receipt: GoalCheckRun,
+    /// Why the run is not bound to the environment frozen with the goal, if it is not
+    /// (then it did not pass, whatever its exit code).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unbound: Option<String>,
 }
 
 /// One check's state against the source now.
@@ -752,7 +756,8 @@ impl Tacho {
         // A run with programs other than the frozen ones is not a pass (the gate would
         // refuse it anyway; the receipt says so itself).
         let mut receipt = receipt;
-        if environment_mismatch(&g.created, &receipt).is_some() {
+        let unbound = environment_mismatch(&g.created, &receipt);
+        if unbound.is_some() {
             receipt.passed = false;
         }
         let passed = receipt.passed;
@@ -763,6 +768,7 @@ impl Tacho {
             seq,
             passed,
             receipt,
+            unbound,
         })
     }
 

@@ -239,6 +239,13 @@ fn a_program_replaced_on_the_frozen_path_earns_no_pass() {
         &["goal", "check", "tool", "--session", "ses_env"],
     );
     assert_ne!(code, 0, "a replaced program passed the check: {out}");
+    assert!(
+        out.contains(&format!(
+            "  not in the frozen environment: ran programs other than those frozen with the goal: {} changed since the goal was frozen",
+            tools.join("mytool").display()
+        )),
+        "{out}"
+    );
     let (st, why) = state(&home, &ws, &user_path, "tool");
     assert_eq!(st, "failed", "{why}");
     assert!(

@@ -227,6 +227,9 @@ fn check(a: CheckArgs) -> Result<(), CliError> {
             v.seq,
             v.session
         ))?;
+        if let Some(w) = &v.unbound {
+            out.line(format!("  not in the frozen environment: {w}"))?;
+        }
         if let Some(w) = &r.no_evidence {
             out.line(format!("  no fresh evidence: {w}"))?;
         } else if r.fingerprint_before != r.fingerprint_after {
