@@ -391,3 +391,66 @@ fn variables_a_plan_names_are_frozen_with_the_goal() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(state(&home, &ws, &user_path, "target").0, "passed");
 }
+
+/// The issue's example end to end through the Claude Code hook: a fake `cargo` first
+/// on the agent's PATH does not get the agent past the Stop gate.
+#[test]
+fn the_stop_gate_holds_an_agent_with_a_fake_cargo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws, tools) = setup(tmp.path());
+    let user_path = path_with(&tools);
+    // Only the unit tests: the one check the fake cargo would pass.
+    let one = format!(
+        "{}```json\n{}\n```\n",
+        PLAN.split("```json").next().unwrap(),
+        r#"{"version": 1, "sourcePaths": ["src", "checks"], "checks": [{"id": "unit-tests", "acceptanceIds": ["AC1", "AC2"], "command": "cargo test --offline", "purpose": "the unit tests pass", "environment": "the developer's toolchain"}]}"#
+    );
+    std::fs::write(ws.join("plan.md"), &one).unwrap();
+    let hook = |path: &str, event: &str| {
+        let payload = serde_json::json!({"session_id": "ses_stop", "transcript_path": tmp.path().join("none.jsonl"), "cwd": ws, "hook_event_name": event}).to_string();
+        let mut c = tacho(&home);
+        c.current_dir(&ws)
+            .env("PATH", path)
+            .args(["hook", "claude-code"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), payload.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    hook(&user_path, "SessionStart");
+    let (code, out) = t(
+        &home,
+        &ws,
+        &user_path,
+        &[],
+        &[
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_stop",
+        ],
+    );
+    assert_eq!(code, 0, "{out}\n{one}");
+    let fake = tmp.path().join("fake");
+    std::fs::create_dir_all(&fake).unwrap();
+    script(&fake.join("cargo"), "echo \"test result: ok. 42 passed\"");
+    let agent_path = format!("{}:{user_path}", fake.display());
+    let (code, out) = t(
+        &home,
+        &ws,
+        &agent_path,
+        &[],
+        &["goal", "check", "unit-tests", "--session", "ses_stop"],
+    );
+    assert_ne!(code, 0, "the fake cargo passed: {out}");
+    let stop = hook(&agent_path, "Stop");
+    assert!(
+        stop.contains("\"decision\":\"block\"") && stop.contains("unit-tests"),
+        "the Stop gate let the agent go: {stop:?}"
+    );
+}
