@@ -91,8 +91,11 @@ pub fn program_names(command: &str, shell: &str) -> Vec<String> {
             let redirection = w.contains(['<', '>']) || w.bytes().all(|b| b.is_ascii_digit());
             !(w.is_empty() || assignment || redirection || *w == "!")
         });
+        // A relative path names a workspace file: the agent's work may change it, and
+        // the fingerprint covers it when it is under `sourcePaths`.
         if let Some(w) = first
             && !NOT_PROGRAMS.contains(&w)
+            && (w.starts_with('/') || !w.contains('/'))
             && !names.iter().any(|n| n == w)
         {
             names.push(w.to_owned());
@@ -101,16 +104,16 @@ pub fn program_names(command: &str, shell: &str) -> Vec<String> {
     names
 }
 
-/// Where `name` resolves through `path` (from `ws`, for relative entries and names
-/// with a slash), as the shell would find it: the first executable regular file.
+/// Where `name` resolves through `path` (relative entries from `ws`), as the shell would
+/// find it: the first executable regular file; an absolute path as it is.
 fn locate(name: &str, path: &str, ws: &Path) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let runnable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    if name.contains('/') {
-        let p = ws.join(name);
-        return p.is_file().then_some(p);
+    if name.starts_with('/') {
+        let p = Path::new(name);
+        return p.is_file().then(|| p.to_path_buf());
     }
     path.split(':')
         .map(|d| {
@@ -199,10 +202,10 @@ mod tests {
     fn program_names_are_the_first_words() {
         assert_eq!(
             program_names(
-                "CARGO_TERM_COLOR=never cargo test 2>&1 | tail -20 && cd x && ./run.sh; (make check)",
+                "CARGO_TERM_COLOR=never cargo test 2>&1 | tail -20 && cd x && ./run.sh; (make check) && /usr/bin/env true",
                 "sh"
             ),
-            ["sh", "cargo", "tail", "./run.sh", "make"]
+            ["sh", "cargo", "tail", "make", "/usr/bin/env"]
         );
     }
 }
