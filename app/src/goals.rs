@@ -9,15 +9,16 @@ use serde::Serialize;
 use tacho_git::fingerprint::{Fingerprint, fingerprint};
 use tacho_git::snapshot::{SnapshotError, head_commit, relative_path};
 use tacho_goals::{Plan, PlanError, Submission, contract_digest, validate};
-use tacho_projections::{CheckState, GoalState, Goals, check_states};
+use tacho_projections::{CheckState, GoalState, Goals, check_states, environment_mismatch};
 use tacho_schema::{
     EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate, Source,
 };
 use tacho_store::{Durability, StoreError};
 
 use crate::Tacho;
+use crate::checkenv;
 use crate::error::kinds;
-use crate::runner::{RunError, run_command};
+use crate::runner::{self, RunError, run_command};
 
 /// The kinds a block can name.
 pub const BLOCK_KINDS: &[&str] = &["external_dependency", "authorization", "user_input"];
@@ -107,6 +108,10 @@ pub enum GoalError {
     },
     #[error("goal {goal} was replaced by {by}: resume or work on {by} instead")]
     ReplacedNotResumed { goal: String, by: String },
+    #[error(
+        "check {check} names the variable {name}, which is not set where the goal is frozen (SPEC §12.2): set it, or leave it out of the plan"
+    )]
+    UnsetVariable { check: String, name: String },
     #[error(transparent)]
     Run(#[from] RunError),
     #[error(transparent)]
@@ -185,6 +190,10 @@ pub struct Receipt {
     pub additional_paths: Vec<String>,
     /// Paths edit events reported outside the workspace, left out of the fingerprint.
     pub external_paths_left_out: Vec<String>,
+    /// Why the run is not bound to the environment frozen with the goal, if it is not
+    /// (then it did not pass, whatever its exit code).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unbound: Option<String>,
 }
 
 /// One check's state against the source now.
@@ -202,6 +211,8 @@ pub struct CheckStatus {
     /// The event numbers of the check's most recent receipts (at most
     /// [`RECENT_EVIDENCE`]), newest first.
     pub recent_evidence: Vec<u64>,
+    /// The plan's description of where the check runs (required in new plans).
+    pub environment: Option<String>,
 }
 
 /// How many receipts a check's status lists as its recent evidence.
@@ -238,6 +249,13 @@ pub struct GoalStatus {
     pub warnings: Vec<String>,
     /// Why (or why not): the reason `goal complete` would record now.
     pub completion_reason: String,
+    /// The environment checks run in, frozen with the goal (`NAME=VALUE`), its digest,
+    /// and the programs its commands resolved to then (`BLAKE3-HEX  PATH`): a receipt
+    /// counts only with that digest and those programs. Empty for a goal frozen before
+    /// check environments were (SPEC §12.2).
+    pub environment: Vec<String>,
+    pub environment_digest: Option<String>,
+    pub programs: Vec<String>,
 }
 
 /// The completion gate's answer.
@@ -507,6 +525,9 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
         external_paths_left_out,
         warnings: check_warnings(g),
         completion_reason: decide(g, &a.states, &a.open).1,
+        environment: g.created.environment.clone(),
+        environment_digest: g.created.environment_digest.clone(),
+        programs: g.created.programs.clone(),
     })
 }
 
@@ -553,6 +574,7 @@ fn check_contract(g: &GoalState, id: &str) -> CheckStatus {
         receipt_seq: None,
         command: check.map(|c| c.command.clone()).unwrap_or_default(),
         purpose: check.map(|c| c.purpose.clone()).unwrap_or_default(),
+        environment: check.and_then(|c| c.environment.clone()),
         source_paths: a
             .as_ref()
             .map(|a| a.source_paths.clone())
@@ -612,6 +634,52 @@ fn outside_workspace(ws: &Path, p: &str) -> bool {
         || (path.is_absolute() && !path.starts_with(ws))
 }
 
+/// The environment frozen with a goal (SPEC §12.2): this process's values of the
+/// frozen names, their digest, and the programs the plan's check commands resolve to
+/// through that `PATH` now. The rest of the `goal.created` is the caller's.
+fn frozen_environment(plan: &Plan, ws: &Path) -> Result<GoalCreated, GoalError> {
+    let mut variables: Vec<&str> = Vec::new();
+    for c in plan.assurance.iter().flat_map(|a| &a.checks) {
+        for v in &c.variables {
+            if checkenv::process_var(v).is_none() {
+                return Err(GoalError::UnsetVariable {
+                    check: c.id.clone(),
+                    name: v.clone(),
+                });
+            }
+            variables.push(v);
+        }
+    }
+    let environment = checkenv::freeze_from_process(&variables);
+    let mut names: Vec<String> = Vec::new();
+    for c in plan.assurance.iter().flat_map(|a| &a.checks) {
+        for n in checkenv::program_names(&c.command, runner::shell()) {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    let mut programs = checkenv::resolve(&names, &environment, ws);
+    programs.sort();
+    Ok(GoalCreated {
+        environment_digest: Some(checkenv::digest(&environment)),
+        programs,
+        environment,
+        ..GoalCreated::default()
+    })
+}
+
+/// The environment a check of `g` runs in: the one frozen with it, or for a goal
+/// frozen before environments were (an empty `environment`), the frozen names' values
+/// in this process (still everything else cleared).
+fn check_environment(g: &GoalState) -> Vec<String> {
+    if g.created.environment.is_empty() {
+        checkenv::freeze_from_process(&[])
+    } else {
+        g.created.environment.clone()
+    }
+}
+
 impl Tacho {
     /// The session (resolved from an id or prefix) and its goals, folded from its log.
     fn goals(&self, session: &str) -> Result<(String, Goals), GoalError> {
@@ -638,8 +706,8 @@ impl Tacho {
         assured: bool,
         ws: &Path,
         revision: u32,
-    ) -> GoalCreated {
-        GoalCreated {
+    ) -> Result<GoalCreated, GoalError> {
+        Ok(GoalCreated {
             goal: self.new_goal_id(),
             revision,
             title: plan.title.clone(),
@@ -654,8 +722,8 @@ impl Tacho {
                 .assurance
                 .as_ref()
                 .and_then(|x| serde_json::to_string(x).ok()),
-            ..GoalCreated::default()
-        }
+            ..frozen_environment(plan, ws)?
+        })
     }
 
     /// Freezes a plan as a goal of a session.
@@ -682,7 +750,7 @@ impl Tacho {
         // A contract makes the goal assured: its checks, not a promise, decide
         // completion. `assure` only makes a contract required.
         let assured = req.assure || plan.assurance.is_some();
-        let created = self.freeze(&plan, req.objective, assured, &ws, 1);
+        let created = self.freeze(&plan, req.objective, assured, &ws, 1)?;
         let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
         let seq = self.append_goal_event(&session, EventBody::GoalCreated(created))?;
         let checks = plan.assurance.as_ref().map(|x| x.checks.clone());
@@ -820,7 +888,7 @@ impl Tacho {
             old.created.assured,
             &ws,
             revision,
-        );
+        )?;
         created.revises = Some(old.created.goal.clone());
         created.previous_digest = Some(old.created.contract_digest.clone());
         created.correction = Some(correction.to_owned());
@@ -873,7 +941,13 @@ impl Tacho {
             "running check {check} in {}: {command}",
             ws.display()
         ));
-        let run = run_command(command, &ws, timeout)?;
+        let env = check_environment(g);
+        let programs = checkenv::resolve(
+            &checkenv::program_names(command, runner::shell()),
+            &env,
+            &ws,
+        );
+        let run = run_command(command, &ws, &env, timeout)?;
         let ended = self.now();
         let after = goal_fingerprint(g)?;
         let no_evidence = match (&before, &after) {
@@ -900,7 +974,17 @@ impl Tacho {
             fingerprint_after: after.ok(),
             no_evidence,
             passed,
+            environment_digest: Some(checkenv::digest(&env)),
+            programs,
         };
+        // A run with programs other than the frozen ones is not a pass (the gate would
+        // refuse it anyway; the receipt says so itself).
+        let mut receipt = receipt;
+        let unbound = environment_mismatch(&g.created, &receipt);
+        if unbound.is_some() {
+            receipt.passed = false;
+        }
+        let passed = receipt.passed;
         let seq = self.append_goal_event(&session, EventBody::GoalCheckRun(receipt.clone()))?;
         let (additional_paths, external_paths_left_out) = disclosure(g);
         Ok(Receipt {
@@ -911,6 +995,7 @@ impl Tacho {
             receipt,
             additional_paths,
             external_paths_left_out,
+            unbound,
         })
     }
 
@@ -1102,7 +1187,7 @@ impl Tacho {
         )?;
         let assured = old.created.assured || plan.assurance.is_some();
         let revision = old.created.revision.saturating_add(1);
-        let mut created = self.freeze(&plan, objective, assured, &ws, revision);
+        let mut created = self.freeze(&plan, objective, assured, &ws, revision)?;
         created.revises = Some(old_id.clone());
         created.previous_digest = Some(old.created.contract_digest.clone());
         created.correction = Some(req.reason.to_owned());

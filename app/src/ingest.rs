@@ -242,6 +242,7 @@ struct SnapshotTake {
 }
 
 /// A line read and parsed, not yet taken in: what can be done apart from the ingest.
+#[allow(clippy::large_enum_variant)] // nearly every line is an event: boxing it would allocate per line
 enum ParsedInput {
     Blank,
     Take(SnapshotTake),

@@ -12,6 +12,7 @@
 
 mod branch;
 mod changes;
+mod checkenv;
 mod context;
 mod demo;
 mod end;

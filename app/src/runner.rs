@@ -124,11 +124,26 @@ fn bash() -> Result<&'static str, RunError> {
         .ok_or(RunError::NoBash)
 }
 
-/// Runs `bash BASH_OPTIONS -c command` in `ws` until it ends or `timeout` passes.
-pub fn run_command(command: &str, ws: &Path, timeout: Duration) -> Result<Ran, RunError> {
+/// The shell a check's command line runs in, as a program the goal binds (the first
+/// of [`BASH_PATHS`] that exists; `/bin/bash` where none does, and then no check runs).
+pub fn shell() -> &'static str {
+    bash().unwrap_or("/bin/bash")
+}
+
+/// Runs `bash BASH_OPTIONS -c command` in `ws` until it ends or `timeout` passes, with
+/// exactly the environment `env` (`NAME=VALUE` entries; nothing of this process's is
+/// inherited: SPEC §12.2).
+pub fn run_command(
+    command: &str,
+    ws: &Path,
+    env: &[String],
+    timeout: Duration,
+) -> Result<Ran, RunError> {
     use std::os::unix::process::CommandExt;
     let mut child = Command::new(bash()?)
         .args(BASH_OPTIONS)
+        .env_clear()
+        .envs(crate::checkenv::pairs(env))
         .arg("-c")
         .arg(command)
         .current_dir(ws)

@@ -195,7 +195,7 @@ fn notes_go_to_the_sink_and_results_carry_the_stall_rule() {
         .unwrap();
     ingest.finish().unwrap();
     std::fs::write(ws.join("check.sh"), "exit 1\n").unwrap();
-    let plan = "# Value\nGoal kind: bugfix\n\n## Acceptance criteria\n- AC1: it holds\n\n## Verification plan\nRun the check.\n\n## Non-goals\n- anything else\n\n## Assumed scope\n.\n\n## Assurance contract\n```json\n{\"version\": 1, \"sourcePaths\": [\".\"], \"checks\": [{\"id\": \"fails\", \"acceptanceIds\": [\"AC1\"], \"command\": \"sh check.sh\", \"purpose\": \"fails\"}]}\n```\n";
+    let plan = "# Value\nGoal kind: bugfix\n\n## Acceptance criteria\n- AC1: it holds\n\n## Verification plan\nRun the check.\n\n## Non-goals\n- anything else\n\n## Assumed scope\n.\n\n## Assurance contract\n```json\n{\"version\": 1, \"sourcePaths\": [\".\"], \"checks\": [{\"id\": \"fails\", \"acceptanceIds\": [\"AC1\"], \"command\": \"sh check.sh\", \"purpose\": \"fails\", \"environment\": \"the workspace\"}]}\n```\n";
     let frozen = t
         .create_goal(tacho_app::CreateRequest {
             session: "ses_goal",

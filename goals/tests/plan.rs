@@ -66,6 +66,15 @@ fn a_good_plan_is_accepted() {
     assert_eq!(p.kind, "migration");
     assert_eq!(p.acceptance.len(), 2);
     assert_eq!(p.assurance.unwrap().checks[0].id, "invoice-parity");
+    let with = check("node checks/invoice-parity.cjs").replace(
+        r#""environment": "staging""#,
+        r#""environment": "staging", "variables": ["NODE_ENV", "database_url_file"]"#,
+    );
+    let p = submit(&plan_with(&with)).unwrap();
+    assert_eq!(
+        p.assurance.unwrap().checks[0].variables,
+        ["NODE_ENV", "database_url_file"]
+    );
 }
 
 #[test]
@@ -142,7 +151,7 @@ fn schema_rules() {
         (
             "duplicate check id",
             plan_with(&assurance(
-                r#"[{"id": "a", "acceptanceIds": ["AC1", "AC2"], "command": "make a", "purpose": "p"}, {"id": "a", "acceptanceIds": ["AC1"], "command": "make b", "purpose": "p"}]"#,
+                r#"[{"id": "a", "acceptanceIds": ["AC1", "AC2"], "command": "make a", "purpose": "p", "environment": "e"}, {"id": "a", "acceptanceIds": ["AC1"], "command": "make b", "purpose": "p", "environment": "e"}]"#,
             )),
             "plan: assurance: check id a appears twice",
         ),
@@ -154,9 +163,45 @@ fn schema_rules() {
             "plan: assurance: check invoice-parity purpose must be a single line",
         ),
         (
+            "no environment",
+            plan_with(&check("make test").replace(r#", "environment": "staging""#, "")),
+            "plan: assurance: check invoice-parity needs an environment: where it runs and against what (BRIEF §3), like \"Staging migration target, schema ERP\"",
+        ),
+        (
+            "blank environment",
+            plan_with(
+                &check("make test").replace(r#""environment": "staging""#, r#""environment": " ""#),
+            ),
+            "plan: assurance: check invoice-parity needs an environment: where it runs and against what (BRIEF §3), like \"Staging migration target, schema ERP\"",
+        ),
+        (
+            "variable name",
+            plan_with(&check("make test").replace(
+                r#""environment": "staging""#,
+                r#""environment": "staging", "variables": ["NODE ENV"]"#,
+            )),
+            "plan: assurance: check invoice-parity: variable \"NODE ENV\" is not a variable name (letters, digits and `_`, not starting with a digit)",
+        ),
+        (
+            "variable that changes how programs run",
+            plan_with(&check("make test").replace(
+                r#""environment": "staging""#,
+                r#""environment": "staging", "variables": ["LD_PRELOAD"]"#,
+            )),
+            "plan: assurance: check invoice-parity: variable LD_PRELOAD changes how the shell or the loader runs programs; a check cannot take it",
+        ),
+        (
+            "variable that holds a credential",
+            plan_with(&check("make test").replace(
+                r#""environment": "staging""#,
+                r#""environment": "staging", "variables": ["GITHUB_TOKEN"]"#,
+            )),
+            "plan: assurance: check invoice-parity: variable GITHUB_TOKEN looks like a credential, and the values of a check's variables are written into the log; let the check read it from a file instead",
+        ),
+        (
             "unknown field",
             plan_with(&check("make test").replace("\"environment\"", "\"env\"")),
-            "plan line 19: assurance JSON, column 300: unknown field `env`, expected one of `id`, `acceptanceIds`, `command`, `purpose`, `environment`",
+            "plan line 19: assurance JSON, column 300: unknown field `env`, expected one of `id`, `acceptanceIds`, `command`, `purpose`, `environment`, `variables`",
         ),
         (
             "missing acceptance section",

@@ -262,6 +262,9 @@ fn receipt_state(
     if r.workspace != c.workspace {
         return CheckState::Stale(format!("ran in another workspace ({})", r.workspace));
     }
+    if let Some(why) = environment_mismatch(c, r) {
+        return CheckState::Failed(why);
+    }
     if let Some(why) = &r.no_evidence {
         return CheckState::Failed(format!("no fresh evidence: {why}"));
     }
@@ -290,6 +293,50 @@ fn receipt_state(
         }
         Ok(_) => CheckState::Passed,
     }
+}
+
+/// Why a receipt was not taken in the environment frozen with its goal, if it was
+/// not (SPEC §12.2): another environment digest, or a program that is not one the goal
+/// froze (another file, or the same path with other content). A goal frozen before
+/// environments were (no digest) binds nothing.
+pub fn environment_mismatch(c: &GoalCreated, r: &GoalCheckRun) -> Option<String> {
+    let frozen = c.environment_digest.as_deref()?;
+    match r.environment_digest.as_deref() {
+        None => {
+            return Some(
+                "the receipt records no environment; the goal froze one (a receipt from before environments were frozen)"
+                    .into(),
+            );
+        }
+        Some(d) if d != frozen => {
+            return Some(format!(
+                "ran in another environment (digest {d}, the goal froze {frozen})"
+            ));
+        }
+        Some(_) => {}
+    }
+    let path_of = |line: &str| line.split_once("  ").map_or(line, |(_, p)| p).to_owned();
+    let changed: Vec<String> = r
+        .programs
+        .iter()
+        .filter(|p| !c.programs.contains(p))
+        .map(|p| {
+            let path = path_of(p);
+            if p.starts_with("-  ") {
+                format!("{path} was found nowhere on the frozen PATH")
+            } else if c.programs.iter().any(|f| path_of(f) == path) {
+                format!("{path} changed since the goal was frozen")
+            } else {
+                format!("{path} is not a program the goal froze")
+            }
+        })
+        .collect();
+    (!changed.is_empty()).then(|| {
+        format!(
+            "ran programs other than those frozen with the goal: {}",
+            changed.join("; ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -364,6 +411,57 @@ mod tests {
         assert_eq!(g.fruitless_attempts(), 0);
         gs.apply(7, &ev(update(GoalAction::Complete, false, "refused")));
         assert_eq!(gs.find(None).unwrap().fruitless_attempts(), 1);
+    }
+
+    #[test]
+    fn a_receipt_binds_the_frozen_environment_and_programs() {
+        let mut bound = created();
+        bound.environment_digest = Some("e1".into());
+        bound.programs = vec!["aa  /usr/bin/make".into(), "bb  /bin/sh".into()];
+        let mut ok = receipt("a", 0, "f1");
+        ok.environment_digest = Some("e1".into());
+        ok.programs = vec!["bb  /bin/sh".into(), "aa  /usr/bin/make".into()];
+        assert_eq!(environment_mismatch(&bound, &ok), None);
+        // A goal frozen before environments were binds nothing.
+        assert_eq!(
+            environment_mismatch(&created(), &receipt("a", 0, "f1")),
+            None
+        );
+        let cases = [
+            (
+                None,
+                vec![],
+                "the receipt records no environment; the goal froze one (a receipt from before environments were frozen)",
+            ),
+            (
+                Some("e2"),
+                ok.programs.clone(),
+                "ran in another environment (digest e2, the goal froze e1)",
+            ),
+            (
+                Some("e1"),
+                vec!["cc  /usr/bin/make".into()],
+                "ran programs other than those frozen with the goal: /usr/bin/make changed since the goal was frozen",
+            ),
+            (
+                Some("e1"),
+                vec!["cc  /tmp/fake/make".into(), "-  cargo".into()],
+                "ran programs other than those frozen with the goal: /tmp/fake/make is not a program the goal froze; cargo was found nowhere on the frozen PATH",
+            ),
+        ];
+        for (digest, programs, why) in cases {
+            let mut r = receipt("a", 0, "f1");
+            r.environment_digest = digest.map(str::to_owned);
+            r.programs = programs;
+            assert_eq!(environment_mismatch(&bound, &r).as_deref(), Some(why));
+            let mut gs = Goals::default();
+            gs.apply(1, &ev(EventBody::GoalCreated(bound.clone())));
+            gs.apply(2, &ev(EventBody::GoalCheckRun(r)));
+            assert_eq!(
+                check_states(gs.find(None).unwrap(), Ok("f1"))[0].1,
+                CheckState::Failed(why.into())
+            );
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod shell;
 mod summary;
 
 pub use compare::{Comparison, Side, StepPair, align, compare};
-pub use goals::{CheckState, Current, GoalState, Goals, check_states};
+pub use goals::{CheckState, Current, GoalState, Goals, check_states, environment_mismatch};
 pub use graph::{
     BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, GoalActivity,
     GoalTally, ObservedChange, RouteNode, SnapshotNode, StepNode, Tokens, ToolNode,

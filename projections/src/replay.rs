@@ -19,7 +19,8 @@ pub enum ReplayRule {
     /// One start, first; at most one end, last.
     Lifecycle,
     /// Every goal receipt agrees with the frozen plan of its goal: goal, revision,
-    /// contract digest, check id and command.
+    /// contract digest, check id and command; a passed one, with the environment and
+    /// programs frozen with the goal.
     Evidence,
 }
 
@@ -52,6 +53,8 @@ pub struct ReplayCheck {
     tool_results: u64,
     /// goal id → (revision, contract digest, check id → command), as frozen.
     goals: BTreeMap<String, (u32, String, BTreeMap<String, String>)>,
+    /// goal id → its frozen environment binding (digest and programs; SPEC §12.2).
+    bindings: BTreeMap<String, tacho_schema::GoalCreated>,
     receipts: u64,
 }
 
@@ -174,6 +177,14 @@ impl ReplayCheck {
                     g.goal.clone(),
                     (g.revision, g.contract_digest.clone(), checks),
                 );
+                self.bindings.insert(
+                    g.goal.clone(),
+                    tacho_schema::GoalCreated {
+                        environment_digest: g.environment_digest.clone(),
+                        programs: g.programs.clone(),
+                        ..tacho_schema::GoalCreated::default()
+                    },
+                );
             }
             EventBody::GoalCheckRun(r) => {
                 self.receipts += 1;
@@ -199,6 +210,15 @@ impl ReplayCheck {
                             "receipt of check {} ran {:?}, but the frozen plan's command is {command:?}",
                             r.check, r.command
                         )),
+                        // tacho never records a pass for a run outside the frozen
+                        // environment: a passed receipt that says so was not its own.
+                        Some(_) if r.passed => self
+                            .bindings
+                            .get(&r.goal)
+                            .and_then(|c| crate::goals::environment_mismatch(c, r))
+                            .map(|why| {
+                                format!("receipt of check {} says passed, but {why}", r.check)
+                            }),
                         Some(_) => None,
                     },
                 };
@@ -282,6 +302,49 @@ mod tests {
         assert_eq!(
             found,
             [3, 4, 5, 6].map(|s| (s, ReplayRule::Evidence)),
+            "{:?}",
+            r.findings
+        );
+    }
+
+    #[test]
+    fn a_passed_receipt_must_carry_the_frozen_environment() {
+        use tacho_schema::{GoalCheckRun, GoalCreated};
+        let goal = EventBody::GoalCreated(GoalCreated {
+            goal: "g".into(),
+            revision: 1,
+            contract_digest: "d".into(),
+            assurance: Some(r#"{"version":1,"sourcePaths":["."],"checks":[{"id":"c","acceptanceIds":["AC1"],"command":"make c","purpose":"p","environment":"e"}]}"#.into()),
+            environment_digest: Some("e1".into()),
+            programs: vec!["aa  /usr/bin/make".into()],
+            ..GoalCreated::default()
+        });
+        let receipt = |env: &str, program: &str, passed: bool| {
+            EventBody::GoalCheckRun(GoalCheckRun {
+                goal: "g".into(),
+                revision: 1,
+                check: "c".into(),
+                command: "make c".into(),
+                contract_digest: "d".into(),
+                environment_digest: Some(env.into()),
+                programs: vec![program.into()],
+                passed,
+                ..GoalCheckRun::default()
+            })
+        };
+        let r = run(vec![
+            EventBody::SessionStart(SessionStart::default()),
+            goal,
+            receipt("e1", "aa  /usr/bin/make", true),
+            receipt("e2", "aa  /usr/bin/make", true),
+            receipt("e1", "bb  /tmp/fake/make", true),
+            // Not passed: what tacho itself records for a run in another environment.
+            receipt("e1", "bb  /tmp/fake/make", false),
+        ]);
+        let found: Vec<(u64, ReplayRule)> = r.findings.iter().map(|f| (f.seq, f.rule)).collect();
+        assert_eq!(
+            found,
+            [3, 4].map(|s| (s, ReplayRule::Evidence)),
             "{:?}",
             r.findings
         );

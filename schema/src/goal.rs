@@ -34,6 +34,11 @@ pub struct Check {
     pub purpose: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<String>,
+    /// Variables the check needs beyond the frozen set (SPEC §12.2): their values are
+    /// frozen with the goal. Left out when empty, so a plan without them keeps its
+    /// contract digest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variables: Vec<String>,
 }
 
 impl Assurance {

@@ -592,7 +592,7 @@ mod golden {
             32,
             "session.branch.copied"
         );
-        assert_eq!(size_of::<Archived<GoalCreated>>(), 128, "goal.created");
+        assert_eq!(size_of::<Archived<GoalCreated>>(), 156, "goal.created");
         assert_eq!(align_of::<Archived<GoalCreated>>(), 4, "goal.created");
         assert_eq!(
             offset_of!(ArchivedGoalCreated, goal),
@@ -664,7 +664,28 @@ mod golden {
             116,
             "goal.created.correction"
         );
-        assert_eq!(size_of::<Archived<GoalCheckRun>>(), 152, "goal.check");
+        assert_eq!(
+            offset_of!(ArchivedGoalCreated, environment),
+            128,
+            "goal.created.environment"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCreated, environment_digest),
+            136,
+            "goal.created.environment_digest"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCreated, programs),
+            148,
+            "goal.created.programs"
+        );
+        // Version 1, read by its own decoder.
+        assert_eq!(
+            size_of::<Archived<kinds::GoalCreatedV1>>(),
+            128,
+            "goal.created v1"
+        );
+        assert_eq!(size_of::<Archived<GoalCheckRun>>(), 176, "goal.check");
         assert_eq!(align_of::<Archived<GoalCheckRun>>(), 8, "goal.check");
         assert_eq!(offset_of!(ArchivedGoalCheckRun, goal), 0, "goal.check.goal");
         assert_eq!(
@@ -746,6 +767,21 @@ mod golden {
             offset_of!(ArchivedGoalCheckRun, passed),
             148,
             "goal.check.passed"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, environment_digest),
+            152,
+            "goal.check.environment_digest"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, programs),
+            164,
+            "goal.check.programs"
+        );
+        assert_eq!(
+            size_of::<Archived<kinds::GoalCheckRunV1>>(),
+            152,
+            "goal.check v1"
         );
         assert_eq!(size_of::<Archived<GoalUpdate>>(), 72, "goal.update");
         assert_eq!(align_of::<Archived<GoalUpdate>>(), 4, "goal.update");

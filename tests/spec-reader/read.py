@@ -61,7 +61,8 @@ def load_layouts(spec_path):
         layout = {"size": int(m.group(6)), "align": int(m.group(7)),
                   "fields": [(f, t, int(o)) for f, t, o in fields]}
         if m.group(1):
-            kinds[int(m.group(1))] = dict(layout, name=m.group(2), version=int(m.group(5)))
+            # Every version a kind ever had is listed (§6): keyed by id, then version.
+            kinds.setdefault(int(m.group(1)), {})[int(m.group(5))] = dict(layout, name=m.group(2))
         else:
             structs[m.group(3)] = layout
     enums = {}
@@ -181,11 +182,13 @@ def align_up(n, a):
 
 
 def decode(kinds, structs, enums, kind, version, payload):
-    k = kinds.get(kind)
-    if k is None:
+    versions = kinds.get(kind)
+    if versions is None:
         return None, None
-    if version != k["version"]:
-        raise Bad(f"kind {kind} ({k['name']}) has no version {version} in SPEC §5.3")
+    k = versions.get(version)
+    if k is None:
+        name = next(iter(versions.values()))["name"]
+        raise Bad(f"kind {kind} ({name}) has no version {version} in SPEC §5.3")
     if len(payload) < k["size"]:
         raise Bad(f"payload of {len(payload)} bytes is shorter than {k['name']} ({k['size']})")
     p = Payload(payload, structs, enums)

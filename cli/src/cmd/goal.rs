@@ -326,6 +326,9 @@ fn check(a: CheckArgs) -> Result<(), CliError> {
             v.seq,
             v.session
         ))?;
+        if let Some(w) = &v.unbound {
+            out.line(format!("  not in the frozen environment: {w}"))?;
+        }
         if let Some(w) = &r.no_evidence {
             out.line(format!("  no fresh evidence: {w}"))?;
         } else if r.fingerprint_before != r.fingerprint_after {
@@ -380,6 +383,24 @@ fn complete(a: StatusArgs) -> Result<(), CliError> {
     }
 }
 
+/// Where `goal status` says the checks run (SPEC §12.2).
+fn environment_line(v: &tacho_app::GoalStatus) -> String {
+    let path = v
+        .environment
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("-");
+    match &v.environment_digest {
+        Some(d) => format!(
+            "Checks run with PATH={path} and {} other variables frozen with the goal (environment {}), {} programs bound; nothing else of the caller's shell.",
+            v.environment.len().saturating_sub(1),
+            prefix(d, 16),
+            v.programs.len()
+        ),
+        None => "Frozen before check environments were: checks run with the caller's PATH, HOME, LANG, LC_ALL, TZ and USER, and receipts bind no environment.".to_string(),
+    }
+}
+
 fn status(a: StatusArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let v = tacho.goal_status(&a.session, a.goal.as_deref())?;
@@ -417,6 +438,9 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
             let seqs: Vec<String> = c.recent_evidence.iter().map(|s| format!("#{s}")).collect();
             out.line(format!("           recent receipts: {}", seqs.join(", ")))?;
         }
+    }
+    if v.assured {
+        out.line(environment_line(&v))?;
     }
     if let Some(c) = v.checks.first() {
         out.line(format!("Source paths: {}", c.source_paths.join(", ")))?;

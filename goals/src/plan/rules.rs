@@ -137,6 +137,20 @@ pub(super) fn check_assurance(
         if c.command.trim().is_empty() || c.purpose.trim().is_empty() {
             return bad(format!("check {} needs a command and a purpose", c.id));
         }
+        if c.variables.len() > 16 {
+            return bad(format!("check {} names more than 16 variables", c.id));
+        }
+        for v in &c.variables {
+            check_variable(&c.id, v)?;
+        }
+        // Required in new plans (BRIEF §3); a plan frozen without one keeps its digest
+        // and reads (`command_rules` off: the rules for new plans only).
+        if command_rules && c.environment.as_deref().is_none_or(|e| e.trim().is_empty()) {
+            return bad(format!(
+                "check {} needs an environment: where it runs and against what (BRIEF §3), like \"Staging migration target, schema ERP\"",
+                c.id
+            ));
+        }
         if command_rules && let Some(why) = command_problem(&c.id, &c.command, objective) {
             return bad(why);
         }
@@ -167,6 +181,60 @@ pub(super) fn command_problem(id: &str, command: &str, objective: &str) -> Optio
         return Some(format!("check {id} can hide a failure: {why}"));
     }
     None
+}
+
+/// A variable a check names (SPEC §12.2): a name, not one that changes how the shell or
+/// the loader runs programs, not one that looks like a credential (its value would be
+/// written into the log).
+fn check_variable(check: &str, name: &str) -> Result<(), PlanError> {
+    let bad = |why: String| Err(err(None, format!("assurance: check {check}: {why}")));
+    let is_name = name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && name.bytes().next().is_some_and(|b| !b.is_ascii_digit());
+    if !is_name {
+        return bad(format!(
+            "variable {name:?} is not a variable name (letters, digits and `_`, not starting with a digit)"
+        ));
+    }
+    let upper = name.to_ascii_uppercase();
+    const RUNS: &[&str] = &[
+        "BASH_ENV",
+        "BASHOPTS",
+        "CDPATH",
+        "ENV",
+        "GLOBIGNORE",
+        "IFS",
+        "PATH",
+        "PS4",
+        "SHELLOPTS",
+    ];
+    if RUNS.contains(&upper.as_str())
+        || ["LD_", "DYLD_", "BASH_FUNC_"]
+            .iter()
+            .any(|p| upper.starts_with(p))
+    {
+        return bad(format!(
+            "variable {name} changes how the shell or the loader runs programs; a check cannot take it"
+        ));
+    }
+    const SECRET: &[&str] = &[
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "API_KEY",
+        "APIKEY",
+        "PRIVATE_KEY",
+        "ACCESS_KEY",
+        "AUTH",
+    ];
+    if SECRET.iter().any(|w| upper.contains(w)) {
+        return bad(format!(
+            "variable {name} looks like a credential, and the values of a check's variables are written into the log; let the check read it from a file instead"
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn single_line(what: &str, v: &str) -> Result<(), PlanError> {
