@@ -1317,6 +1317,10 @@ fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
     assert!(plan.markdown.contains(hiding), "{}", plan.markdown);
     let mut old = frozen.clone();
     old.goal = "goal_old".into();
+    // An older tacho froze no check environment either (goal.created v1).
+    old.environment = Vec::new();
+    old.environment_digest = None;
+    old.programs = Vec::new();
     old.plan = plan.markdown.clone();
     old.assurance = Some(serde_json::to_string(&assurance).unwrap());
     old.contract_digest = tacho_goals::contract_digest(&plan);
