@@ -269,11 +269,23 @@ pub struct Completion {
     pub reason: String,
     /// Every check not passed, and why.
     pub open: Vec<String>,
-    /// The stall rule's hint (second fruitless attempt) or pause (third).
+    /// The stall rule's hint (second fruitless attempt) or pause (third), in words.
     pub note: Option<String>,
+    /// What the stall rule did, if anything: what callers decide on (never `note`).
+    pub stall: Option<Stall>,
     /// Checks of a plan frozen before a rule that now refuses them (see
     /// [`check_warnings`]).
     pub warnings: Vec<String>,
+}
+
+/// What the stall rule did at a refused completion attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stall {
+    /// The second fruitless attempt: a recovery hint.
+    Hint,
+    /// The third: the goal is paused (it no longer holds the agent at a stop).
+    Paused,
 }
 
 /// What `goal block` states.
@@ -1051,7 +1063,9 @@ impl Tacho {
             g.fruitless_attempts() + 1
         };
         let mut note = None;
+        let mut stall = None;
         if fruitless == 2 {
+            stall = Some(Stall::Hint);
             note = Some("hint: a completion attempt needs new passing evidence: run the checks listed (tacho goal check ID) after fixing what they report".to_string());
         } else if fruitless >= 3 && g.paused.is_none() {
             let why =
@@ -1069,6 +1083,7 @@ impl Tacho {
                 }),
                 Durability::Sync,
             )?;
+            stall = Some(Stall::Paused);
             note = Some(format!(
                 "goal paused ({why}); unfinished work: {}",
                 a.open.join("; ")
@@ -1082,6 +1097,7 @@ impl Tacho {
             reason,
             open: a.open,
             note,
+            stall,
             warnings,
         })
     }

@@ -491,11 +491,7 @@ impl Tacho {
             return Ok(None);
         }
         // A paused goal (the stall rule) no longer holds the agent.
-        if done
-            .note
-            .as_deref()
-            .is_some_and(|n| n.starts_with("goal paused"))
-        {
+        if done.stall == Some(crate::goals::Stall::Paused) {
             return Ok(None);
         }
         state.gate_blocks += 1;

@@ -44,7 +44,8 @@ pub use end::{EndError, Ended, EndedSession};
 pub use error::{ErrorKind, Kind};
 pub use goals::{
     BLOCK_KINDS, BlockRequest, Blocked, CheckCommand, CheckStatus, Completion, CreateRequest,
-    Frozen, GoalError, GoalStatus, Receipt, ReplaceRequest, Replaced, Resumed, Revised, read_plan,
+    Frozen, GoalError, GoalStatus, Receipt, ReplaceRequest, Replaced, Resumed, Revised, Stall,
+    read_plan,
 };
 pub use hooks::{GATE_BLOCKS_MAX, HookAnswer};
 pub use ingest::{

@@ -1297,3 +1297,22 @@ fn a_forged_stream_is_not_appended_to() {
         "nothing was cut or appended"
     );
 }
+
+/// `graph` takes `--json` as every query does: the same record as `--format json`.
+#[test]
+fn graph_takes_json_like_every_query() {
+    let env = Env::new();
+    env.record_example();
+    let json = env.run(&["graph", "ses_01jdemo", "--json"], None);
+    assert!(json.starts_with("exit: 0"), "{json}");
+    assert!(json.contains("\"type\":\"graph\""), "{json}");
+    assert_eq!(
+        json,
+        env.run(&["graph", "ses_01jdemo", "--format", "json"], None)
+    );
+    let both = env.run(
+        &["graph", "ses_01jdemo", "--json", "--format", "mermaid"],
+        None,
+    );
+    assert!(both.starts_with("exit: 2"), "{both}");
+}

@@ -550,3 +550,42 @@ fn the_report_server_closes_a_connection_where_nothing_moves() {
     );
     assert_eq!(get(p, "/").0, 200);
 }
+
+/// What `tacho run-report` opens on (the first line it prints): the latest session's
+/// page by default, as the brief says; the index with `--index`, or when no session
+/// was recorded yet.
+#[test]
+fn run_report_opens_the_latest_session_and_the_index_on_request() {
+    let first_line = |home: &Path, args: &[&str]| {
+        let mut c = tacho(home);
+        c.arg("run-report")
+            .args(args)
+            .args(["--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        line
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty");
+    let line = first_line(&empty, &[]);
+    assert!(line.contains("/ (127.0.0.1 only"), "{line}");
+    let home = tacho_tests::demo_store(&tmp.path().join("demo"));
+    let (_, list, _) = {
+        let mut c = tacho(&home);
+        c.args(["session", "list", "--json", "--limit", "1"]);
+        run(c)
+    };
+    let latest: serde_json::Value = serde_json::from_str(list.lines().next().unwrap()).unwrap();
+    let latest = latest["session"].as_str().unwrap();
+    let line = first_line(&home, &[]);
+    assert!(line.contains(&format!("/s/{latest} ")), "{line}");
+    let line = first_line(&home, &["--index"]);
+    assert!(line.contains("/ (127.0.0.1 only"), "{line}");
+}

@@ -27,6 +27,9 @@ pub struct GraphArgs {
     pub session: String,
     #[arg(long, value_enum, default_value = "markdown")]
     pub format: GraphFormat,
+    /// The graph as JSON (the same as `--format json`), as every query takes `--json`.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
 }
 
 pub fn run(a: GraphArgs) -> Result<(), CliError> {
@@ -34,7 +37,8 @@ pub fn run(a: GraphArgs) -> Result<(), CliError> {
     let session = tacho.resolve_session(&a.session)?;
     let g = tacho.graph(&session)?;
     let risk = assess(&g);
-    let text = match a.format {
+    let format = if a.json { GraphFormat::Json } else { a.format };
+    let text = match format {
         GraphFormat::Markdown => graph::markdown(&g, &risk),
         GraphFormat::Mermaid => graph::mermaid(&g, &risk),
         GraphFormat::Topology => graph::topology(&g),

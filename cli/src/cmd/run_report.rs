@@ -9,9 +9,10 @@ use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct RunReportArgs {
-    /// Open on this session's page (its id, or any unique prefix of it).
+    /// Open on this session's page (its id, or any unique prefix of it; default: the
+    /// latest session).
     pub session: Option<String>,
-    /// Open on the index of sessions (the default without SESSION).
+    /// Open on the index of sessions instead.
     #[arg(long, conflicts_with = "session")]
     pub index: bool,
     /// The port on 127.0.0.1 (default: a free one).
@@ -25,12 +26,20 @@ pub struct RunReportArgs {
 pub fn run(a: RunReportArgs) -> Result<(), CliError> {
     let cfg = tacho_app::Config::from_env()?;
     // The session is resolved before serving: a typo is an error here, not a 404 page.
-    let path = match &a.session {
-        Some(s) => {
-            let tacho = tacho_app::Tacho::open(cfg.clone())?;
-            format!("/s/{}", tacho.resolve_session(s)?)
-        }
-        None => "/".to_string(),
+    let path = if a.index {
+        "/".to_string()
+    } else {
+        let tacho = tacho_app::Tacho::open(cfg.clone())?;
+        let session = match &a.session {
+            Some(s) => Some(tacho.resolve_session(s)?),
+            None => tacho
+                .list_sessions(&tacho_app::ListFilter::default(), Some(1))?
+                .into_iter()
+                .next()
+                .map(|r| r.summary.session),
+        };
+        // No session recorded yet: the index says so.
+        session.map_or_else(|| "/".to_string(), |s| format!("/s/{s}"))
     };
     let limits =
         tacho_web::Limits::from_env(&|k| std::env::var(k).ok()).map_err(CliError::input)?;
