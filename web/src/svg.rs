@@ -109,7 +109,7 @@ pub fn timeline(g: &ExecutionGraph) -> String {
     for i in 0..=4 {
         let t = start + (span * f64::from(i) / 4.0) as i64;
         let xi = x(t);
-        let secs = (t - start) / 1_000_000_000;
+        let label = tick_label(t - start, span as i64);
         let anchor = match i {
             0 => "start",
             4 => "end",
@@ -117,9 +117,7 @@ pub fn timeline(g: &ExecutionGraph) -> String {
         };
         let _ = write!(
             o,
-            r##"<line x1="{xi:.1}" y1="18" x2="{xi:.1}" y2="{height}" stroke="#d0d7de"/><text x="{xi:.1}" y="12" text-anchor="{anchor}" fill="#57606a">+{}:{:02}</text>"##,
-            secs / 60,
-            secs % 60
+            r##"<line x1="{xi:.1}" y1="18" x2="{xi:.1}" y2="{height}" stroke="#d0d7de"/><text x="{xi:.1}" y="12" text-anchor="{anchor}" fill="#57606a">{label}</text>"##
         );
     }
     for (i, (label, a, b, class, status)) in rows.iter().take(shown).enumerate() {
@@ -155,6 +153,20 @@ pub fn timeline(g: &ExecutionGraph) -> String {
 }
 
 /// Tokens (input + output) per day, for the days that have sessions: bars.
+/// A time axis tick `offset` nanoseconds after the start of a `span` long timeline:
+/// milliseconds under a second, tenths of seconds under a minute, minutes and seconds
+/// otherwise (a sub-second session's ticks are told apart).
+fn tick_label(offset: i64, span: i64) -> String {
+    if span < 1_000_000_000 {
+        format!("+{} ms", offset / 1_000_000)
+    } else if span < 60_000_000_000 {
+        format!("+{:.1} s", offset as f64 / 1e9)
+    } else {
+        let secs = offset / 1_000_000_000;
+        format!("+{}:{:02}", secs / 60, secs % 60)
+    }
+}
+
 pub fn tokens_per_day(days: &[(String, u64)]) -> String {
     if days.is_empty() {
         return String::new();
@@ -178,13 +190,14 @@ pub fn tokens_per_day(days: &[(String, u64)]) -> String {
             esc(day),
             tacho_app::render::thousands(*n)
         );
-        if days.len() <= 16 || i % (days.len() / 8).max(1) == 0 {
+        // Whole dates (a chart can span a new year), about eight of them at most.
+        if days.len() <= 8 || i % days.len().div_ceil(8) == 0 {
             let _ = write!(
                 o,
                 r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#57606a">{}</text>"##,
                 xi + bar / 2.0,
                 height - 6.0,
-                esc(day.get(5..).unwrap_or(day))
+                esc(day)
             );
         }
     }
@@ -199,6 +212,42 @@ pub fn tokens_per_day(days: &[(String, u64)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_tell_apart_the_moments_of_short_sessions() {
+        let ticks = |span: i64| -> Vec<String> {
+            (0..=4).map(|i| tick_label(span * i / 4, span)).collect()
+        };
+        assert_eq!(
+            ticks(800_000_000),
+            ["+0 ms", "+200 ms", "+400 ms", "+600 ms", "+800 ms"]
+        );
+        assert_eq!(
+            ticks(10_000_000_000),
+            ["+0.0 s", "+2.5 s", "+5.0 s", "+7.5 s", "+10.0 s"]
+        );
+        assert_eq!(
+            ticks(240_000_000_000),
+            ["+0:00", "+1:00", "+2:00", "+3:00", "+4:00"]
+        );
+    }
+
+    #[test]
+    fn day_labels_carry_the_year() {
+        let days: Vec<(String, u64)> = ["2025-11-30", "2026-11-20", "2026-12-02"]
+            .iter()
+            .map(|d| ((*d).to_owned(), 10))
+            .collect();
+        let svg = tokens_per_day(&days);
+        for d in &days {
+            assert!(svg.contains(&format!(">{}</text>", d.0)), "{svg}");
+        }
+        let many: Vec<(String, u64)> = (1..=60).map(|i| (format!("2026-10-{i:02}"), 1)).collect();
+        let labels = tokens_per_day(&many)
+            .matches("text-anchor=\"middle\"")
+            .count();
+        assert!((6..=8).contains(&labels), "{labels}");
+    }
 
     #[test]
     fn labels_are_escaped() {
