@@ -431,22 +431,22 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
         size += n as u64;
         h.update(buf.get(..n).unwrap_or_default());
     }
-    if size > MAX_BYTES {
-        return Err(fail(format!(
-            "more than the limit of {MAX_BYTES} bytes of content when read (its size says {})",
-            before.size
-        )));
-    }
     let f = f.into_inner();
     let after = f
         .metadata()
         .map(|m| FileStat::of(&m))
         .map_err(|e| fail(format!("unreadable: {e}")))?;
-    if after.size != before.size
-        || after.mtime_ns != before.mtime_ns
-        || after.ino != before.ino
-        || size != after.size
-    {
+    let changed =
+        after.size != before.size || after.mtime_ns != before.mtime_ns || after.ino != before.ino;
+    // More than its size said: a file that grew while read (a writer appending), or
+    // one whose size says nothing (a pseudo file that never ends).
+    if size > MAX_BYTES && !changed {
+        return Err(fail(format!(
+            "more than the limit of {MAX_BYTES} bytes of content when read (its size says {})",
+            before.size
+        )));
+    }
+    if changed || size != after.size {
         return Err(fail("changed while it was being read".into()));
     }
     Ok(Entry {
