@@ -20,7 +20,9 @@ use tacho_store::Durability;
 use tacho_store::vfs::{RealFs, Vfs};
 
 use crate::context::Tacho;
-use crate::ingest::{Ingest, IngestOptions};
+use crate::ingest::{Ingest, IngestError, IngestOptions};
+use crate::snapshots::SnapshotOpError;
+use tacho_git::snapshot::SnapshotError;
 
 /// How many stops the gate blocks in one session at most, whatever the goal says.
 /// (The stall rule pauses a goal after three fruitless completion attempts; this is a
@@ -426,16 +428,6 @@ impl Tacho {
         let Some(ws) = ingest.workspace(&session).map_err(|e| e.to_string())? else {
             return Ok(()); // a workspace not on this machine: nothing to protect
         };
-        // A workspace snapshots refuse (`/`, the home directory, a pseudo file system)
-        // is said once, by the session's baseline; later snapshots are left out quietly.
-        if reason != SnapshotReason::Baseline
-            && matches!(
-                tacho_git::snapshot::snapshot_workspace(&ws),
-                Err(tacho_git::snapshot::SnapshotError::RefusedWorkspace { .. })
-            )
-        {
-            return Ok(());
-        }
         let mut rel = Vec::new();
         for p in paths {
             let path = Path::new(p);
@@ -451,9 +443,21 @@ impl Tacho {
         if !paths.is_empty() && rel.is_empty() {
             return Ok(()); // every path is outside the workspace
         }
-        ingest
-            .snapshot(0, session, Some(ws), self.now(), &rel, reason, before_step)
-            .map_err(|e| e.to_string())
+        match ingest.snapshot(0, session, Some(ws), self.now(), &rel, reason, before_step) {
+            // A workspace snapshots refuse (`/`, the home directory, a pseudo file
+            // system) is said once, by the session's baseline; later snapshots are left
+            // out quietly (the snapshot checks the workspace itself, once).
+            Err(IngestError::Snapshot { error, .. })
+                if reason != SnapshotReason::Baseline
+                    && matches!(
+                        *error,
+                        SnapshotOpError::Snapshot(SnapshotError::RefusedWorkspace { .. })
+                    ) =>
+            {
+                Ok(())
+            }
+            r => r.map_err(|e| e.to_string()),
+        }
     }
 
     /// The completion gate at a stop: when the session's latest goal is assured, not
