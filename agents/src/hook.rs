@@ -37,7 +37,7 @@ use tacho_schema::{
 };
 
 use crate::patch::{PatchOp, patch_files};
-use crate::transcript::{CallOutput, Cursor, RECENT_IDS};
+use crate::transcript::{CallOutput, Cursor};
 use crate::{Agent, session_id_from};
 
 /// The longest step title or notice kept from a prompt or command, in characters.
@@ -283,13 +283,7 @@ fn observe_usage(cursor: &mut Cursor, r: &LlmResponse) {
             cursor.codex_total = Some(t);
         }
     }
-    if !cursor.counted.contains(&id) {
-        cursor.counted.push(id);
-        if cursor.counted.len() > RECENT_IDS {
-            let extra = cursor.counted.len() - RECENT_IDS;
-            cursor.counted.drain(..extra);
-        }
-    }
+    cursor.remember(&id);
 }
 
 /// How many recent tool call ids a track keeps.

@@ -23,7 +23,7 @@ use tacho_schema::LlmResponse;
 
 /// How many recently counted response ids a cursor remembers, so that a line of an
 /// already counted response seen again is not counted twice.
-pub const RECENT_IDS: usize = 512;
+const RECENT_IDS: usize = 512;
 
 /// At most this many bytes of a transcript are read by one [`Cursor::catch_up`]; what
 /// lies beyond is read by the next calls.
@@ -289,11 +289,7 @@ impl Cursor {
                 self.codex_total = Some(now);
                 let d = |i: usize| now[i].saturating_sub(last[i]);
                 let id = format!("codex-usage-{}", now[4]);
-                self.counted.push(id.clone());
-                if self.counted.len() > RECENT_IDS {
-                    let extra = self.counted.len() - RECENT_IDS;
-                    self.counted.drain(..extra);
-                }
+                self.remember(&id);
                 let usage = Usage {
                     message_id: id,
                     request_id: None,
@@ -360,15 +356,21 @@ impl Cursor {
     }
 
     fn count(&mut self, u: Usage) -> Option<Usage> {
-        if self.counted.contains(&u.message_id) {
-            return None;
+        self.remember(&u.message_id).then_some(u)
+    }
+
+    /// Remembers a response id as counted (the most recent [`RECENT_IDS`] are kept);
+    /// false when it was counted already.
+    pub fn remember(&mut self, id: &str) -> bool {
+        if self.counted.iter().any(|c| c == id) {
+            return false;
         }
-        self.counted.push(u.message_id.clone());
+        self.counted.push(id.to_owned());
         if self.counted.len() > RECENT_IDS {
             let extra = self.counted.len() - RECENT_IDS;
             self.counted.drain(..extra);
         }
-        Some(u)
+        true
     }
 
     /// Reads what the transcript gained since the last call: complete lines only (a

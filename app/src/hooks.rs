@@ -358,13 +358,12 @@ impl Tacho {
         state: &mut HookState,
         ingest: &mut Ingest<'_>,
     ) -> Result<(), crate::ingest::IngestError> {
-        let heads: Vec<(String, u64)> = state
-            .heads
-            .iter()
-            .filter(|(s, _)| {
-                state.main.session == **s || state.subagents.values().any(|t| t.session == **s)
-            })
-            .map(|(s, h)| (s.clone(), *h))
+        // Sessions still recording only: an ended one takes no more events, and opening
+        // its writer on every hook would cost a lock and a read of its open segment.
+        let heads: Vec<(String, u64)> = std::iter::once(&state.main)
+            .chain(state.subagents.values())
+            .filter(|t| !t.ended)
+            .filter_map(|t| state.heads.get(&t.session).map(|h| (t.session.clone(), *h)))
             .collect();
         for (s, head) in heads {
             let now = if self.log().has_session(&s) {

@@ -378,13 +378,6 @@ impl Store {
         Ok(segs)
     }
 
-    /// The last (open) segment of a stream read again, after a scan of `bytes`, its
-    /// copy, found damage that committed data follows, from `valid_len` on. A reader
-    /// takes no lock: a write in progress into the free space can be copied with its
-    /// first bytes still zero and later ones (a commit frame) already there, which reads
-    /// as corruption. `Some(the new copy)` when it differs from `bytes` after
-    /// `valid_len` (scan it again from there: committed bytes before never change);
-    /// `None` when it is the same, and the damage real.
     /// When the scan of a stream's open segment `seg` (`open`) ended in corruption that
     /// a write in progress may explain, and fewer than [`REREADS_MAX`] re-reads were
     /// made: the segment read again, if it changed, and where its scan resumes
@@ -409,20 +402,14 @@ impl Store {
             scan.next_seq(),
             scan.event_count(),
         );
-        Ok(self
-            .reread_open_segment(seg, bytes, d.valid_len)?
-            .map(|again| (again, at)))
-    }
-
-    pub(crate) fn reread_open_segment(
-        &self,
-        seg: &SegLoc,
-        bytes: &[u8],
-        valid_len: usize,
-    ) -> Result<Option<crate::vfs::SegmentBytes>, StoreError> {
+        // A reader takes no lock: a write in progress into the free space can be copied
+        // with its first bytes still zero and later ones (a commit frame) already there,
+        // which reads as corruption. A copy that differs after `valid_len` is scanned
+        // again from there (committed bytes before never change); the same copy means
+        // the damage is real.
         let again = self.read_segment(seg, false)?;
-        let same = again.get(valid_len..bytes.len()) == bytes.get(valid_len..);
-        Ok((!same).then_some(again))
+        let same = again.get(d.valid_len..bytes.len()) == bytes.get(d.valid_len..);
+        Ok((!same).then_some((again, at)))
     }
 
     /// A segment's bytes: a sealed file (`immutable`) mapped, the last one copied, a
