@@ -239,15 +239,18 @@ pub fn list_git(ctx: &GitContext, within: &[String]) -> Result<Listing, Snapshot
         }
     }
     let pruned = std::mem::take(&mut walked.pruned);
-    // Tracked paths below such a mount (the index can name anything) are left out too.
-    paths.retain(|p| {
-        let full = format!("{prefix}{p}");
-        !pruned.iter().any(|(m, _)| {
-            full.as_bytes() == m.as_slice()
-                || (full.as_bytes().starts_with(m.as_slice())
-                    && full.as_bytes().get(m.len()) == Some(&b'/'))
-        })
-    });
+    // Tracked paths below such a mount (the index can name anything) are left out too
+    // (almost never any: no pass over the listing then).
+    if !pruned.is_empty() {
+        paths.retain(|p| {
+            let full = format!("{prefix}{p}");
+            !pruned.iter().any(|(m, _)| {
+                full.as_bytes() == m.as_slice()
+                    || (full.as_bytes().starts_with(m.as_slice())
+                        && full.as_bytes().get(m.len()) == Some(&b'/'))
+            })
+        });
+    }
     for (entry, _) in walked.collect.unorded_entries {
         if entry.status != gix::dir::entry::Status::Untracked {
             continue;
