@@ -372,17 +372,31 @@ impl SettingsFile {
                 let text = match &l.stat {
                     None => String::new(),
                     Some(_) => {
+                        // Without blocking, and only a regular file: a FIFO put in
+                        // its place since the look would hang `hooks install`.
                         let fd = rustix::fs::openat(
                             &l.dir,
                             &l.name,
-                            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                            OFlags::RDONLY
+                                | OFlags::NOFOLLOW
+                                | OFlags::CLOEXEC
+                                | OFlags::NONBLOCK
+                                | OFlags::NOCTTY,
                             Mode::empty(),
                         )
                         .map_err(|e| io(&l.at, e))?;
+                        let f = std::fs::File::from(fd);
+                        if !f.metadata().map_err(|e| io(&l.at, e))?.is_file() {
+                            return Err(io(
+                                &l.at,
+                                std::io::Error::new(
+                                    std::io::ErrorKind::InvalidInput,
+                                    "not a regular file (replaced since it was looked at)",
+                                ),
+                            ));
+                        }
                         let mut t = String::new();
-                        std::fs::File::from(fd)
-                            .read_to_string(&mut t)
-                            .map_err(|e| io(&l.at, e))?;
+                        (&f).read_to_string(&mut t).map_err(|e| io(&l.at, e))?;
                         t
                     }
                 };
