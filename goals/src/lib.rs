@@ -10,7 +10,6 @@ pub mod review;
 
 pub use plan::{
     CONTRACT_DIGEST_VERSION, Plan, PlanError, Submission, check_command_problem, contract_digest,
-    contract_digest_matches, contract_digest_v1, contract_digest_version, hides_failure,
-    read_frozen, validate,
+    contract_digest_matches, contract_digest_v1, contract_digest_version, read_frozen, validate,
 };
 pub use tacho_schema::{Assurance, Check, Source};

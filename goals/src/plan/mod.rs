@@ -90,12 +90,6 @@ pub fn check_command_problem(id: &str, command: &str, objective: &str) -> Option
     command_problem(id, command, objective)
 }
 
-/// Why `command` can turn a failure into success, naming the construct and its
-/// position (SPEC §12.1); `None` when it cannot.
-pub fn hides_failure(command: &str) -> Option<String> {
-    failure::hides_failure(command)
-}
-
 /// Parses and validates a plan. Every rule of BRIEF §3 is checked; the first broken
 /// one is returned.
 pub fn validate(sub: &Submission<'_>) -> Result<Plan, PlanError> {
