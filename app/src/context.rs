@@ -2,6 +2,7 @@
 //! notes go. Every operation takes a [`Tacho`]; tests build one with a fixed clock and
 //! fixed ids.
 
+use crate::id::SessionId;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -220,8 +221,8 @@ impl Tacho {
         self.notes.note(text);
     }
 
-    /// Resolves a session id or unique prefix.
-    pub fn resolve_session(&self, given: &str) -> Result<String, StoreError> {
-        self.log.resolve_session(given)
+    /// Resolves a session id or unique prefix (what a user gave) to the session's id.
+    pub fn resolve_session(&self, given: &str) -> Result<SessionId, StoreError> {
+        self.log.resolve_session(given).map(SessionId::resolved)
     }
 }

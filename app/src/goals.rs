@@ -695,7 +695,7 @@ fn check_environment(g: &GoalState) -> Vec<String> {
 impl Tacho {
     /// The session (resolved from an id or prefix) and its goals, folded from its log.
     fn goals(&self, session: &str) -> Result<(String, Goals), GoalError> {
-        let session = self.resolve_session(session)?;
+        let session = self.resolve_session(session)?.into_string();
         let mut g = Goals::default();
         self.log()
             .read_session(&session, |e| g.apply(e.seq, &e.event))?;
@@ -740,7 +740,7 @@ impl Tacho {
 
     /// Freezes a plan as a goal of a session.
     pub fn create_goal(&self, req: CreateRequest<'_>) -> Result<Frozen, GoalError> {
-        let session = self.resolve_session(req.session)?;
+        let session = self.resolve_session(req.session)?.into_string();
         let ws = match req.workspace {
             Some(w) => w,
             None => match self.recorded_workspace(&session)? {

@@ -19,6 +19,7 @@ mod end;
 pub mod error;
 mod goals;
 mod hooks;
+mod id;
 pub mod import;
 mod index;
 mod ingest;
@@ -48,6 +49,7 @@ pub use goals::{
     read_plan,
 };
 pub use hooks::{GATE_BLOCKS_MAX, HookAnswer};
+pub use id::SessionId;
 pub use ingest::{
     BatchAck, Ingest, IngestError, IngestOptions, Ingested, LINE_BYTES_MAX, RecordError,
     SessionTotal,

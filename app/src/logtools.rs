@@ -78,7 +78,7 @@ impl Tacho {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<StoreReport, StoreError> {
         let sessions = match only {
-            Some(s) => vec![self.resolve_session(s)?],
+            Some(s) => vec![self.resolve_session(s)?.into_string()],
             None => self.log().sessions()?,
         };
         let index = match (deep, only) {

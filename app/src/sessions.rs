@@ -187,7 +187,7 @@ impl Tacho {
         filter: &ListFilter,
     ) -> Result<Vec<String>, ListError> {
         if let Some(given) = session {
-            return Ok(vec![self.resolve_session(given)?]);
+            return Ok(vec![self.resolve_session(given)?.into_string()]);
         }
         let mut rows = self.list_sessions(filter, None)?;
         rows.reverse();

@@ -1,5 +1,6 @@
 //! Snapshots of a workspace, the events that record them, and `gc`.
 
+use crate::SessionId;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -152,7 +153,7 @@ impl Tacho {
         let session = req
             .session
             .as_deref()
-            .map(|s| self.resolve_session(s))
+            .map(|s| self.resolve_session(s).map(SessionId::into_string))
             .transpose()?;
         let workspace = match (&req.workspace, &session) {
             (Some(w), _) => w.clone(),

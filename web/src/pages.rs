@@ -437,7 +437,7 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
         ));
     }
     let page = SessionPage {
-        title: g.title.clone().unwrap_or_else(|| id.clone()),
+        title: g.title.clone().unwrap_or_else(|| id.to_string()),
         running: r.readable && g.end_reason.is_none(),
         readable: r.readable,
         facts,
@@ -517,7 +517,7 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
         findings: r.integrity.findings.clone(),
         head: r.integrity.head.clone(),
         events: r.integrity.events,
-        id,
+        id: id.into_string(),
     };
     render(&page)
 }

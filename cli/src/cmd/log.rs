@@ -319,7 +319,7 @@ fn dump(a: DumpArgs) -> Result<(), CliError> {
         (None, Some(given)) => {
             let tacho = crate::open()?;
             let s = tacho.resolve_session(given)?;
-            (tacho.segment_paths(&s, a.segment)?, s)
+            (tacho.segment_paths(&s, a.segment)?, s.into_string())
         }
         (None, None) => return Err(CliError::input("give a session or --file")),
     };

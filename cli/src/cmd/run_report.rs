@@ -31,7 +31,7 @@ pub fn run(a: RunReportArgs) -> Result<(), CliError> {
     } else {
         let tacho = tacho_app::Tacho::open(cfg.clone())?;
         let session = match &a.session {
-            Some(s) => Some(tacho.resolve_session(s)?),
+            Some(s) => Some(tacho.resolve_session(s)?.into_string()),
             None => tacho
                 .list_sessions(&tacho_app::ListFilter::default(), Some(1))?
                 .into_iter()
