@@ -89,7 +89,7 @@ kinds!(DemoError {
 /// The demo session recorded.
 #[derive(Debug, Clone)]
 pub struct Demo {
-    pub session: String,
+    pub session: crate::SessionId,
     /// The sample repository, canonical.
     pub workspace: PathBuf,
 }
@@ -160,6 +160,9 @@ impl Tacho {
             ingest.event(i + 1, session.clone(), now - (last - t), body)?;
         }
         ingest.finish().map_err(|e| e.error)?;
-        Ok(Demo { session, workspace })
+        Ok(Demo {
+            session: crate::SessionId::resolved(session),
+            workspace,
+        })
     }
 }

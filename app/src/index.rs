@@ -3,12 +3,12 @@
 //! risk) of sessions whose facts are behind their stream. Every listing, prefix
 //! resolution and child lookup reads it instead of every stream.
 
-use tacho_projections::{ExecutionGraph, RiskLevel, SessionStatus, SessionSummary, assess};
+use tacho_projections::{ExecutionGraph, RiskLevel, SessionStatus, SessionSummary};
 use tacho_schema::EventBody;
 use tacho_store::index::{FactsAt, IndexEntry, IndexView, Record, SessionFacts};
 use tacho_store::{Finding, ReadEnd, Severity, StoreError, StreamReport, hex};
 
-use crate::Tacho;
+use crate::{SessionGraph, Tacho};
 
 /// Risk levels by rank (the index stores the rank).
 const LEVELS: [RiskLevel; 4] = [
@@ -30,9 +30,9 @@ pub(crate) fn level_of(rank: u8) -> RiskLevel {
 }
 
 /// The facts of a session's graph.
-fn facts_of(g: &ExecutionGraph, source: Option<String>) -> SessionFacts {
+fn facts_of(sg: &SessionGraph, source: Option<String>) -> SessionFacts {
+    let (g, risk) = (&sg.graph, &sg.risk);
     let s = SessionSummary::from_graph(g);
-    let risk = assess(g);
     SessionFacts {
         started_unix_ns: s.started_unix_ns,
         last_event_unix_ns: s.last_event_unix_ns,
@@ -95,7 +95,7 @@ impl Tacho {
             Ok((g, ReadEnd { next_seq, head, .. })) => FactsAt {
                 next_seq,
                 head,
-                facts: facts_of(&g, self.source_of(session)),
+                facts: facts_of(&SessionGraph::of(g), self.source_of(session)),
             },
             Err(StoreError::NotFound(_)) => return None,
             Err(e) => FactsAt {
@@ -123,7 +123,7 @@ impl Tacho {
             at: FactsAt {
                 next_seq: at.0,
                 head: at.1,
-                facts: facts_of(&g, source),
+                facts: facts_of(&SessionGraph::of(g), source),
             },
         }
     }
@@ -361,7 +361,7 @@ impl Tacho {
             ));
         } else if let Some(stored) = e.fresh_facts() {
             self.merge_observed(&mut folded);
-            let fresh = facts_of(&folded, source);
+            let fresh = facts_of(&SessionGraph::of(folded), source);
             if fresh != *stored {
                 out.push(index_finding(
                     Severity::Error,

@@ -28,6 +28,7 @@ mod logs;
 mod logtools;
 mod projection;
 mod prune;
+pub mod record;
 pub mod render;
 mod replay;
 mod report;
@@ -37,6 +38,7 @@ mod sessions;
 mod snapshots;
 pub mod userfile;
 mod verifiers;
+mod views;
 
 pub use branch::{BranchError, Branched};
 pub use context::{Clock, Config, Ids, Notes, OpenError, StderrNotes, SystemClock, Tacho, UlidIds};
@@ -61,13 +63,16 @@ pub use replay::{
     ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,
     ReplayError, Verification, verify_package,
 };
-pub use report::{Integrity, Report};
+pub use report::{
+    CALLS_SHOWN, CallIo, ChildSession, GateDecision, Integrity, Report, SHOWN_BYTES_MAX,
+};
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
 pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
 /// One segment of a stream (a file, or a range of a pack), as `log dump` reads it.
 pub use tacho_store::SegmentInfo;
 pub use verifiers::{ReviewOptions, WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
+pub use views::{AuditRead, SessionGraph, Trace, TraceRow};
 
 /// The agents tacho records (from `tacho-agents`).
 pub mod agents {
@@ -86,7 +91,19 @@ pub mod types {
     pub use tacho_goals::commits::{CommitReport, Merges, Violation};
     pub use tacho_goals::review::ReviewReport;
     pub use tacho_log_format::{ChainValue, FrameHeader, FrameType, HeaderError};
-    pub use tacho_projections::RollbackPoints;
+    pub use tacho_projections::{
+        Comparison, ExecutionGraph, Readiness, ReplayRule, RiskAssessment, RiskLevel,
+        RollbackPoints, SessionStatus, SessionSummary, StepPair,
+    };
+
+    /// The audit trace's ids and records (what exporters write; the fold that makes
+    /// them is the application's: [`crate::Tacho::audit_events`], [`crate::Tacho::audit_spans`]).
+    pub mod audit {
+        pub use tacho_projections::audit::{
+            AUDIT_SCHEMA, Placement, Span, SpanId, SpanKind, TraceId, id_hex, root_span_id,
+            trace_id,
+        };
+    }
     pub use tacho_store::dump::{DumpFrame, SegmentDump};
     pub use tacho_store::{
         Durability, Finding, PRUNE_LOG, PrunedSession, ReadEnd, Severity, StoreError, StoreReport,

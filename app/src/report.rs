@@ -3,10 +3,11 @@
 //! with their diffs). Rendering is `render::report`.
 
 use tacho_git::snapshot::FileDiff;
-use tacho_projections::{ExecutionGraph, RiskAssessment, assess};
+use tacho_projections::{ExecutionGraph, RiskAssessment, RollbackPoints};
+use tacho_schema::EventBody;
 use tacho_store::StoreError;
 
-use crate::{GoalStatus, Tacho};
+use crate::{GoalStatus, SessionGraph, Tacho};
 
 /// Everything the report shows.
 #[derive(Debug, serde::Serialize)]
@@ -28,6 +29,66 @@ pub struct Report {
     /// section has anything to say).
     pub readable: bool,
     pub generated_unix_ns: i64,
+    /// The inputs and outputs of the first [`CALLS_SHOWN`] tool calls, in graph order,
+    /// each cut to [`SHOWN_BYTES_MAX`] (the log keeps them whole; `audit export` gives
+    /// them whole).
+    pub calls: Vec<CallIo>,
+    /// Tool calls past the first [`CALLS_SHOWN`], whose inputs and outputs are left out.
+    pub calls_hidden: usize,
+    /// Every decision on a goal (completion accepted or refused, pause, resume, block).
+    pub gates: Vec<GateDecision>,
+    /// Where the session can be rolled back to.
+    pub rollback: RollbackPoints,
+    /// Sessions recorded as this one's children (subagents, branches).
+    pub children: Vec<ChildSession>,
+}
+
+/// Tool calls whose inputs and outputs a report shows (the first ones): bounds the
+/// report and a server's memory whatever the session's length.
+pub const CALLS_SHOWN: usize = 2000;
+/// A tool input or output longer than this is cut in a report.
+pub const SHOWN_BYTES_MAX: usize = 64 * 1024;
+
+/// A tool call's input (pretty-printed when it is JSON) and output, as a report shows
+/// them.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CallIo {
+    pub call_id: String,
+    pub input: Option<String>,
+    pub input_cut: bool,
+    pub output: Option<String>,
+    pub output_cut: bool,
+}
+
+/// A decision on a goal, as recorded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GateDecision {
+    pub seq: u64,
+    pub time_unix_ns: i64,
+    pub goal: String,
+    pub action: tacho_schema::GoalAction,
+    pub accepted: bool,
+    pub reason: Option<String>,
+    pub details: Vec<String>,
+}
+
+/// A child session, by id and title.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChildSession {
+    pub session: String,
+    pub title: Option<String>,
+}
+
+/// `s` cut to at most `max` bytes on a character boundary, and whether it was cut.
+fn cut(s: String, max: usize) -> (String, bool) {
+    if s.len() <= max {
+        return (s, false);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (s.get(..end).unwrap_or_default().to_string(), true)
 }
 
 /// What the record's verification found.
@@ -47,11 +108,10 @@ impl Tacho {
     /// session when its events could not be read to their end).
     pub fn report(&self, session: &str) -> Result<Report, StoreError> {
         let v = self.verify_session(session)?;
-        let graph = match v.read_error {
+        let SessionGraph { graph, risk } = SessionGraph::of(match v.read_error {
             None => self.graph(session)?,
             Some(_) => tacho_projections::ExecutionGraph::new(session),
-        };
-        let risk = assess(&graph);
+        });
         let (goals, goals_note) = match (&v.read_error, self.goal_statuses(session)) {
             (None, Ok(g)) => (g, None),
             (None, Err(e)) => (Vec::new(), Some(e.to_string())),
@@ -82,7 +142,30 @@ impl Tacho {
             findings,
         };
         let (changes, changes_between, changes_note) = self.net_changes(&graph);
+        let (calls, gates) = if v.read_error.is_none() {
+            self.calls_and_gates(session, &graph)?
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let calls_total: usize = graph.steps.iter().map(|s| s.tools.len()).sum();
+        let children = self
+            .list_sessions(&crate::ListFilter::default(), None)
+            .map(|rows| {
+                rows.into_iter()
+                    .filter(|row| row.summary.parent.as_deref() == Some(session))
+                    .map(|row| ChildSession {
+                        session: row.summary.session,
+                        title: row.summary.title,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(Report {
+            calls,
+            calls_hidden: calls_total.saturating_sub(CALLS_SHOWN),
+            gates,
+            rollback: RollbackPoints::from_graph(&graph),
+            children,
             session: session.to_string(),
             graph,
             risk,
@@ -95,6 +178,68 @@ impl Tacho {
             readable: v.read_error.is_none(),
             generated_unix_ns: self.now(),
         })
+    }
+
+    /// The inputs and outputs of the calls a report shows, and the goal decisions.
+    fn calls_and_gates(
+        &self,
+        session: &str,
+        g: &ExecutionGraph,
+    ) -> Result<(Vec<CallIo>, Vec<GateDecision>), StoreError> {
+        let order: Vec<&str> = g
+            .steps
+            .iter()
+            .flat_map(|s| s.tools.iter())
+            .take(CALLS_SHOWN)
+            .map(|c| c.call_id.as_str())
+            .collect();
+        let mut io: std::collections::BTreeMap<&str, CallIo> = order
+            .iter()
+            .map(|id| {
+                (
+                    *id,
+                    CallIo {
+                        call_id: (*id).to_string(),
+                        ..CallIo::default()
+                    },
+                )
+            })
+            .collect();
+        let mut gates = Vec::new();
+        self.for_each_event(session, |e| match e.event.body {
+            EventBody::ToolCall(c) => {
+                if let (Some(slot), Some(i)) = (io.get_mut(c.call_id.as_str()), c.input) {
+                    let pretty = serde_json::from_str::<serde_json::Value>(&i)
+                        .ok()
+                        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+                        .unwrap_or(i);
+                    (slot.input, slot.input_cut) = {
+                        let (t, c) = cut(pretty, SHOWN_BYTES_MAX);
+                        (Some(t), c)
+                    };
+                }
+            }
+            EventBody::ToolResult(r) => {
+                if let (Some(slot), Some(o)) = (io.get_mut(r.call_id.as_str()), r.output)
+                    && slot.output.is_none()
+                {
+                    let (t, c) = cut(o, SHOWN_BYTES_MAX);
+                    (slot.output, slot.output_cut) = (Some(t), c);
+                }
+            }
+            EventBody::GoalUpdate(u) => gates.push(GateDecision {
+                seq: e.seq,
+                time_unix_ns: e.event.time_unix_ns,
+                goal: u.goal,
+                action: u.action,
+                accepted: u.accepted,
+                reason: u.reason,
+                details: u.details,
+            }),
+            _ => {}
+        })?;
+        let calls = order.iter().filter_map(|id| io.remove(id)).collect();
+        Ok((calls, gates))
     }
 
     /// The changes from the first snapshot of the session's (first) workspace to its

@@ -1,15 +1,14 @@
 //! Sessions: resolving them, their workspace (defined here once), their graph, and the
 //! listing with its filters.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use tacho_projections::{ExecutionGraph, RiskAssessment, RiskLevel, SessionSummary, assess};
+use tacho_projections::{ExecutionGraph, RiskAssessment, RiskLevel, SessionSummary};
 use tacho_schema::EventBody;
 use tacho_store::{ReadEnd, StoreError, StoredEvent};
 
-use crate::Tacho;
 use crate::error::kinds;
+use crate::{SessionGraph, SessionId, Tacho};
 
 /// Why `session list` could not run.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +55,77 @@ pub struct SessionRow {
     pub damaged: Option<String>,
 }
 
+/// A session row as a record (`session list --json`, SPEC): the summary, its status in
+/// words, and its risk; a damaged session is its id, `status: damaged` and the damage.
+impl serde::Serialize for SessionRow {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Damaged<'a> {
+            session: &'a str,
+            status: &'static str,
+            damage: &'a str,
+        }
+        match &self.damaged {
+            Some(why) => Damaged {
+                session: &self.summary.session,
+                status: "damaged",
+                damage: why,
+            }
+            .serialize(ser),
+            None => RowRecord::of(&self.summary, self.risk_score, self.risk_level).serialize(ser),
+        }
+    }
+}
+
+/// The fields of a session row record.
+#[derive(serde::Serialize)]
+struct RowRecord<'a> {
+    session: &'a str,
+    started_unix_ns: Option<i64>,
+    last_event_unix_ns: Option<i64>,
+    /// `running`, or how it ended.
+    status: String,
+    agent: &'a Option<String>,
+    title: &'a Option<String>,
+    workspace: &'a Option<String>,
+    project: &'a Option<String>,
+    parent: &'a Option<String>,
+    events: u64,
+    steps: u64,
+    tool_calls: u64,
+    tool_failures: u64,
+    files_edited: u64,
+    tokens_in: u64,
+    tokens_out: u64,
+    risk_score: u32,
+    risk_level: RiskLevel,
+}
+
+impl<'a> RowRecord<'a> {
+    fn of(s: &'a SessionSummary, risk_score: u32, risk_level: RiskLevel) -> Self {
+        RowRecord {
+            session: &s.session,
+            started_unix_ns: s.started_unix_ns,
+            last_event_unix_ns: s.last_event_unix_ns,
+            status: crate::render::session::status(s.status),
+            agent: &s.agent,
+            title: &s.title,
+            workspace: &s.workspace,
+            project: &s.project,
+            parent: &s.parent,
+            events: s.events,
+            steps: s.steps,
+            tool_calls: s.tool_calls,
+            tool_failures: s.tool_failures,
+            files_edited: s.files_edited,
+            tokens_in: s.tokens_in,
+            tokens_out: s.tokens_out,
+            risk_score,
+            risk_level,
+        }
+    }
+}
+
 /// One session in detail (`session show`).
 #[derive(Debug, Clone)]
 pub struct SessionDetail {
@@ -63,6 +133,39 @@ pub struct SessionDetail {
     pub graph: ExecutionGraph,
     pub risk: RiskAssessment,
     pub segments: usize,
+}
+
+/// `session show --json`: the row record with the detail's own facts. Risk facts are
+/// the risk assessment's, in its JSON form (`tacho risk --json`).
+impl serde::Serialize for SessionDetail {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Record<'a> {
+            #[serde(flatten)]
+            row: RowRecord<'a>,
+            duration_ms: Option<u64>,
+            agents: &'a [String],
+            files: Vec<&'a String>,
+            readiness: tacho_projections::Readiness,
+            verified: bool,
+            segments: usize,
+            cache_read: u64,
+            cache_write: u64,
+        }
+        let g = &self.graph;
+        Record {
+            row: RowRecord::of(&self.summary, self.risk.score, self.risk.level),
+            duration_ms: g.duration_ms(),
+            agents: &g.agents,
+            files: g.files.keys().collect(),
+            readiness: self.risk.readiness,
+            verified: self.risk.verified,
+            segments: self.segments,
+            cache_read: g.tokens.cache_read,
+            cache_write: g.tokens.cache_write,
+        }
+        .serialize(ser)
+    }
 }
 
 /// `--since`: an RFC 3339 time, a date meaning its midnight UTC, or an age before
@@ -112,8 +215,9 @@ impl Tacho {
     /// up to date, or a rebuild when there is none it can trust.
     /// Changes the session's snapshots show are merged in (a session scores the same
     /// whether its tools reported edits or not); when the snapshot store cannot be
-    /// read, the graph of the events alone, with a note.
-    pub fn graph(&self, session: &str) -> Result<ExecutionGraph, StoreError> {
+    /// read, the graph of the events alone, with a note. Views take it with its risk
+    /// assessment ([`Tacho::session_graph`]); this is the one path that makes it.
+    pub(crate) fn graph(&self, session: &str) -> Result<ExecutionGraph, StoreError> {
         Ok(self.graph_and_end(session)?.0)
     }
 
@@ -194,24 +298,6 @@ impl Tacho {
         Ok(rows.into_iter().map(|r| r.summary.session).collect())
     }
 
-    /// A session's graph folded from the log with its events counted by kind (what
-    /// `session compare` weighs).
-    pub fn graph_and_kinds(
-        &self,
-        session: &str,
-    ) -> Result<(ExecutionGraph, BTreeMap<String, u64>), StoreError> {
-        let mut g = ExecutionGraph::new(session);
-        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
-        self.log().read_session(session, |e| {
-            *kinds
-                .entry(e.event.body.kind_name().to_string())
-                .or_default() += 1;
-            g.apply(e.seq, &e.event);
-        })?;
-        self.merge_observed(&mut g);
-        Ok((g, kinds))
-    }
-
     /// The sessions that pass the filters, newest first, at most `limit` of them
     /// (all with `None`). Read from the session index (brought up to date first).
     pub fn list_sessions(
@@ -265,11 +351,11 @@ impl Tacho {
     }
 
     /// One session in detail.
-    pub fn show_session(&self, session: &str) -> Result<SessionDetail, StoreError> {
-        let graph = self.graph(session)?;
+    pub fn show_session(&self, session: &SessionId) -> Result<SessionDetail, StoreError> {
+        let SessionGraph { graph, risk } = self.session_graph(session)?;
         Ok(SessionDetail {
             summary: SessionSummary::from_graph(&graph),
-            risk: assess(&graph),
+            risk,
             segments: self.log().segments(session)?.len(),
             graph,
         })

@@ -120,8 +120,8 @@ fn record_then_list() {
         expect![[r#"
             exit: 0
             --- stdout
-            {"type":"session","session":"ses_x","started_unix_ns":1796025600000000000,"last_event_unix_ns":1796025601000000000,"last_event":"2026-11-30T08:00:01Z","status":"running","agent":"coder","title":"Fix the flaky test","workspace":null,"project":null,"parent":null,"events":2,"steps":1,"tool_calls":1,"tool_failures":0,"files_edited":0,"tokens_in":0,"tokens_out":0,"started":"2026-11-30T08:00:00Z","risk_score":5,"risk_level":"LOW"}
-            {"type":"session","session":"ses_01jdemo8xk4rate1imit0000a","started_unix_ns":1795166043120000000,"last_event_unix_ns":1795166101120000000,"last_event":"2026-11-20T09:15:01.12Z","status":"completed","agent":"architect","title":"Add per-client rate limiting to the public API","workspace":"/home/dev/shop-api","project":"shop-api","parent":null,"events":48,"steps":4,"tool_calls":9,"tool_failures":1,"files_edited":3,"tokens_in":99380,"tokens_out":4860,"started":"2026-11-20T09:14:03.12Z","risk_score":20,"risk_level":"MEDIUM"}
+            {"type":"session","session":"ses_x","started_unix_ns":1796025600000000000,"started":"2026-11-30T08:00:00Z","last_event_unix_ns":1796025601000000000,"last_event":"2026-11-30T08:00:01Z","status":"running","agent":"coder","title":"Fix the flaky test","workspace":null,"project":null,"parent":null,"events":2,"steps":1,"tool_calls":1,"tool_failures":0,"files_edited":0,"tokens_in":0,"tokens_out":0,"risk_score":5,"risk_level":"LOW"}
+            {"type":"session","session":"ses_01jdemo8xk4rate1imit0000a","started_unix_ns":1795166043120000000,"started":"2026-11-20T09:14:03.12Z","last_event_unix_ns":1795166101120000000,"last_event":"2026-11-20T09:15:01.12Z","status":"completed","agent":"architect","title":"Add per-client rate limiting to the public API","workspace":"/home/dev/shop-api","project":"shop-api","parent":null,"events":48,"steps":4,"tool_calls":9,"tool_failures":1,"files_edited":3,"tokens_in":99380,"tokens_out":4860,"risk_score":20,"risk_level":"MEDIUM"}
             --- stderr
         "#]],
     );

@@ -3,9 +3,10 @@
 use std::io::Write;
 
 use serde::Serialize;
+use tacho_app::AuditRead;
 use tacho_app::Tacho;
 use tacho_app::types::StoredEvent;
-use tacho_projections::audit::{AUDIT_SCHEMA, AuditFold, Placement, id_hex};
+use tacho_app::types::audit::{AUDIT_SCHEMA, Placement, id_hex, trace_id};
 use tacho_schema::{EventBody, time_to_rfc3339};
 
 use crate::{AHEAD_BYTES_MAX, Ahead, ExportError, Exported, Progress, Rendered, in_order};
@@ -241,24 +242,20 @@ fn render_session(
     opts: &JsonlOptions,
     emit: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<Rendered> {
-    let trace = id_hex(&tacho_projections::audit::trace_id(session));
-    let mut fold = AuditFold::new(session, false);
+    let trace = id_hex(&trace_id(session));
     let mut io_error: Option<std::io::Error> = None;
-    let mut events = 0u64;
     let mut line = Vec::with_capacity(4096);
-    let read = tacho.for_each_event(session, |e| {
+    let AuditRead { events, end: read } = tacho.audit_events(session, |e, p, parent| {
         if io_error.is_some() {
             return;
         }
-        let p = fold.apply(e.seq, &e.event);
         // One write per record: serde's many small writes stay in this buffer.
         line.clear();
-        let written = write_record(&mut line, &trace, fold.parent_session(), e, &p, opts)
-            .and_then(|()| emit(&line));
+        let written =
+            write_record(&mut line, &trace, parent, e, p, opts).and_then(|()| emit(&line));
         if let Err(err) = written {
             io_error = Some(err);
         }
-        events += 1;
     });
     if let Some(e) = io_error {
         return Err(e);

@@ -21,8 +21,9 @@ use opentelemetry_proto::tonic::trace::v1::span::{Link, SpanKind as ProtoKind};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
+use tacho_app::AuditRead;
 use tacho_app::Tacho;
-use tacho_projections::audit::{self, AuditFold, SpanKind};
+use tacho_app::types::audit::{self, SpanKind};
 use tacho_schema::{EndReason, EventBody, ToolStatus, VerificationStatus};
 
 use crate::{AHEAD_BYTES_MAX, Ahead, ExportError, Exported, Progress, Rendered, in_order};
@@ -459,11 +460,9 @@ fn render_session(
     emit: &mut dyn FnMut(Vec<u8>, usize) -> Result<(), ExportError>,
 ) -> Result<Rendered, ExportError> {
     let limit = opts.batch_spans.max(1);
-    let mut fold = AuditFold::new(session, true);
-    let trace = fold.trace_id();
+    let trace = audit::trace_id(session);
     let mut chunk = resource_spans(session);
     let mut failed: Option<ExportError> = None;
-    let mut events = 0u64;
     let mut push = |chunk: &mut ResourceSpans, span: Span| -> Result<(), ExportError> {
         let spans = &mut chunk.scope_spans[0].spans;
         spans.push(span);
@@ -474,24 +473,16 @@ fn render_session(
         }
         Ok(())
     };
-    let read = tacho.for_each_event(session, |e| {
+    let AuditRead { events, end: read } = tacho.audit_spans(session, |s| {
         if failed.is_some() {
             return;
         }
-        events += 1;
-        fold.apply(e.seq, &e.event);
-        for s in fold.take_finished() {
-            if let Err(err) = push(&mut chunk, to_proto(session, &trace, &s, opts)) {
-                failed = Some(err);
-                return;
-            }
+        if let Err(err) = push(&mut chunk, to_proto(session, &trace, &s, opts)) {
+            failed = Some(err);
         }
     });
     if let Some(e) = failed {
         return Err(e);
-    }
-    for s in fold.finish() {
-        push(&mut chunk, to_proto(session, &trace, &s, opts))?;
     }
     let rest = chunk.scope_spans[0].spans.len();
     if rest > 0 {

@@ -7,48 +7,14 @@ use askama::Template;
 use axum::http::StatusCode;
 use tacho_app::render::{duration, thousands, tool_duration};
 use tacho_app::{Kind, ListFilter, Tacho};
-use tacho_projections::SessionStatus;
-use tacho_schema::{EventBody, time_to_rfc3339};
+use tacho_schema::time_to_rfc3339;
 
 use crate::svg;
 
-/// Tool inputs and outputs longer than this are cut on the page (the log keeps them
-/// whole; `tacho audit export` gives them whole).
-const SHOWN_BYTES_MAX: usize = 64 * 1024;
 /// Sessions on the index.
 const INDEX_ROWS: usize = 500;
-/// Tool calls shown with their inputs and outputs on a session page (the first ones;
-/// the page says how many more there are). Bounds the page and the server's memory
-/// whatever the session's length.
-const CALLS_SHOWN: usize = 2000;
 
-fn time(ns: Option<i64>) -> String {
-    ns.map_or("-".into(), |t| {
-        time_to_rfc3339(t)
-            .chars()
-            .take(19)
-            .collect::<String>()
-            .replace('T', " ")
-    })
-}
-
-fn cut(s: &str) -> (String, bool) {
-    if s.len() <= SHOWN_BYTES_MAX {
-        return (s.to_string(), false);
-    }
-    let mut end = SHOWN_BYTES_MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    (s.get(..end).unwrap_or_default().to_string(), true)
-}
-
-fn status_text(s: SessionStatus) -> String {
-    match s {
-        SessionStatus::Running => "running".into(),
-        SessionStatus::Ended(r) => r.to_string(),
-    }
-}
+use tacho_app::render::session::{status as status_text, when as time};
 
 #[derive(Template)]
 #[template(path = "error.html")]
@@ -253,47 +219,21 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
         Err(e) => return error_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
     let g = &r.graph;
-    // Inputs, outputs and gate decisions from the events (a damaged record: none).
-    // Only the calls shown are kept, each cut to what the page shows.
-    let shown: std::collections::BTreeSet<&str> = g
-        .steps
+    let io: BTreeMap<&str, &tacho_app::CallIo> =
+        r.calls.iter().map(|c| (c.call_id.as_str(), c)).collect();
+    let gates = r
+        .gates
         .iter()
-        .flat_map(|s| s.tools.iter())
-        .take(CALLS_SHOWN)
-        .map(|c| c.call_id.as_str())
+        .map(|d| GateView {
+            seq: d.seq,
+            time: time(Some(d.time_unix_ns)),
+            action: d.action.to_string(),
+            accepted: d.accepted,
+            reason: d.reason.clone().unwrap_or_default(),
+            details: d.details.clone(),
+        })
         .collect();
-    let calls_total: usize = g.steps.iter().map(|s| s.tools.len()).sum();
-    let mut inputs: BTreeMap<String, String> = BTreeMap::new();
-    let mut outputs: BTreeMap<String, (String, bool)> = BTreeMap::new();
-    let mut gates = Vec::new();
-    if r.readable {
-        let _ = t.for_each_event(&id, |e| match e.event.body {
-            EventBody::ToolCall(c) if shown.contains(c.call_id.as_str()) => {
-                if let Some(i) = c.input {
-                    let pretty = serde_json::from_str::<serde_json::Value>(&i)
-                        .ok()
-                        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-                        .unwrap_or(i);
-                    inputs.insert(c.call_id, cut(&pretty).0);
-                }
-            }
-            EventBody::ToolResult(res) if shown.contains(res.call_id.as_str()) => {
-                if let Some(o) = res.output {
-                    outputs.entry(res.call_id).or_insert_with(|| cut(&o));
-                }
-            }
-            EventBody::GoalUpdate(u) => gates.push(GateView {
-                seq: e.seq,
-                time: time(Some(e.event.time_unix_ns)),
-                action: u.action.to_string(),
-                accepted: u.accepted,
-                reason: u.reason.unwrap_or_default(),
-                details: u.details,
-            }),
-            _ => {}
-        });
-    }
-    let mut budget = CALLS_SHOWN;
+    let mut budget = tacho_app::CALLS_SHOWN;
     let steps = g
         .steps
         .iter()
@@ -315,7 +255,7 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
                     n
                 })
                 .map(|c| {
-                    let (output, output_cut) = outputs.get(&c.call_id).cloned().unwrap_or_default();
+                    let shown = io.get(c.call_id.as_str());
                     CallView {
                         seq: c.seq,
                         tool: c.tool.clone(),
@@ -327,9 +267,9 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
                         failed: c.status.is_some_and(|s| s != tacho_schema::ToolStatus::Ok),
                         time: c.duration_ms.map_or(String::new(), tool_duration),
                         error: c.error.clone().unwrap_or_default(),
-                        input: inputs.get(&c.call_id).cloned().unwrap_or_default(),
-                        output,
-                        output_cut,
+                        input: shown.and_then(|s| s.input.clone()).unwrap_or_default(),
+                        output: shown.and_then(|s| s.output.clone()).unwrap_or_default(),
+                        output_cut: shown.is_some_and(|s| s.output_cut),
                     }
                 })
                 .collect(),
@@ -365,30 +305,23 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
                 .collect(),
         })
         .collect();
-    let points = t
-        .rollback_points(&id)
-        .map(|p| {
-            p.points
-                .iter()
-                .filter(|pt| pt.snapshot.is_some())
-                .map(|pt| PointView {
-                    step: pt.step,
-                    time: time(Some(pt.started_unix_ns)),
-                    files: pt.files.join(", "),
-                    command: format!("tacho session rollback {id} --step {} --dry-run", pt.step),
-                })
-                .collect()
+    let points = r
+        .rollback
+        .points
+        .iter()
+        .filter(|pt| pt.snapshot.is_some())
+        .map(|pt| PointView {
+            step: pt.step,
+            time: time(Some(pt.started_unix_ns)),
+            files: pt.files.join(", "),
+            command: format!("tacho session rollback {id} --step {} --dry-run", pt.step),
         })
-        .unwrap_or_default();
-    let children = t
-        .list_sessions(&ListFilter::default(), None)
-        .map(|rows| {
-            rows.into_iter()
-                .filter(|row| row.summary.parent.as_deref() == Some(id.as_str()))
-                .map(|row| (row.summary.session, row.summary.title.unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
+        .collect();
+    let children = r
+        .children
+        .iter()
+        .map(|c| (c.session.clone(), c.title.clone().unwrap_or_default()))
+        .collect();
     let mut facts = vec![
         ("Agents".to_string(), g.agents.join(", ")),
         ("Project".into(), g.project.clone().unwrap_or_default()),
@@ -513,7 +446,7 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
             format!("tacho session rollback {id} --dry-run")
         },
         children,
-        calls_hidden: calls_total.saturating_sub(CALLS_SHOWN),
+        calls_hidden: r.calls_hidden,
         findings: r.integrity.findings.clone(),
         head: r.integrity.head.clone(),
         events: r.integrity.events,

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use tacho_projections::ExecutionGraph;
+use tacho_app::types::ExecutionGraph;
 
 /// Text for SVG content and attribute values.
 pub fn esc(s: &str) -> String {

@@ -13,7 +13,12 @@ pub fn json(g: &ExecutionGraph, risk: &RiskAssessment) -> serde_json::Value {
         o.insert("duration_ms".into(), g.duration_ms().into());
         o.insert(
             "risk".into(),
-            serde_json::json!({"score": risk.score, "level": risk.level}),
+            serde_json::json!({
+                "score": risk.score,
+                "level": risk.level,
+                "readiness": risk.readiness,
+                "verified": risk.verified,
+            }),
         );
     }
     v

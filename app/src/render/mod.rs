@@ -1,9 +1,12 @@
 //! Renderers: pure functions from results to text. No I/O, no clock.
 
+pub mod compare;
 pub mod event;
 pub mod graph;
 pub mod report;
 pub mod risk;
+pub mod session;
+pub mod trace;
 
 /// `8s`, `9m 54s`, `1h 3m`; below a second, `350ms`.
 pub fn duration(ms: u64) -> String {

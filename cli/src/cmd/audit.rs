@@ -65,6 +65,10 @@ pub struct ReportArgs {
     pub session: String,
     #[arg(long, value_enum, default_value = "markdown")]
     pub format: ReportFormat,
+    /// The report as one JSON object (the same as `--format json`), as every query
+    /// takes `--json`.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
     /// Write to this file (whole or not at all) instead of stdout.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -354,17 +358,13 @@ fn report(a: ReportArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let session = tacho.resolve_session(&a.session)?;
     let r = tacho.report(&session)?;
-    let text = match a.format {
+    let format = if a.json { ReportFormat::Json } else { a.format };
+    let text = match format {
         ReportFormat::Markdown => tacho_app::render::report::markdown(&r),
         ReportFormat::Html => tacho_app::render::report::html(&r),
-        ReportFormat::Json => {
-            let mut v =
-                serde_json::to_value(&r).map_err(|e| CliError::from(std::io::Error::other(e)))?;
-            if let Some(o) = v.as_object_mut() {
-                o.insert("type".into(), "report".into());
-            }
-            v.to_string()
-        }
+        ReportFormat::Json => tacho_app::record::record("report", &r)
+            .map_err(|e| CliError::from(std::io::Error::other(e)))?
+            .to_string(),
     };
     match &a.output {
         Some(path) => {

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 use tacho_app::render::{graph, prefix, risk};
-use tacho_projections::assess;
 
 use crate::cmd::{replay, rollback};
 use crate::error::CliError;
@@ -30,8 +29,7 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
         tacho.log_dir().display()
     ))?;
     out.line(format!("Sample repository: {}\n", demo.workspace.display()))?;
-    let g = tacho.graph(&session)?;
-    let r = assess(&g);
+    let tacho_app::SessionGraph { graph: g, risk: r } = tacho.session_graph(&session)?;
     out.line(graph::markdown(&g, &r).trim_end())?;
     out.line("\n## Risk\n")?;
     out.line(risk::text(&r, true).trim_end())?;

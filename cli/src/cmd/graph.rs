@@ -2,7 +2,6 @@
 
 use clap::{Args, ValueEnum};
 use tacho_app::render::graph;
-use tacho_projections::assess;
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -35,8 +34,7 @@ pub struct GraphArgs {
 pub fn run(a: GraphArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let session = tacho.resolve_session(&a.session)?;
-    let g = tacho.graph(&session)?;
-    let risk = assess(&g);
+    let tacho_app::SessionGraph { graph: g, risk } = tacho.session_graph(&session)?;
     let format = if a.json { GraphFormat::Json } else { a.format };
     let text = match format {
         GraphFormat::Markdown => graph::markdown(&g, &risk),

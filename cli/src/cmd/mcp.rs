@@ -108,13 +108,19 @@ where
     Ok(r?)
 }
 
-/// A tool's answer: the operation's result, flagged as an error when the gate refused
-/// or the check failed (the agent must not take it as success).
-fn answer<T: Serialize>(r: Result<T, ToolError>, ok: impl Fn(&T) -> bool) -> CallToolResult {
+/// A tool's answer: the operation's result as a record of the application's convention
+/// (`tacho_app::record`, the same JSON the CLI prints with `--json`), flagged as an
+/// error when the gate refused or the check failed (the agent must not take it as
+/// success).
+fn answer<T: Serialize>(
+    kind: &str,
+    r: Result<T, ToolError>,
+    ok: impl Fn(&T) -> bool,
+) -> CallToolResult {
     match r {
         Ok(v) => {
             let passed = ok(&v);
-            match serde_json::to_value(&v) {
+            match tacho_app::record::record(kind, &v) {
                 Ok(json) if passed => CallToolResult::structured(json),
                 Ok(json) => CallToolResult::structured_error(json),
                 Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
@@ -156,7 +162,7 @@ impl TachoMcp {
             })
         })
         .await;
-        answer(r, |_| true)
+        answer("goal_created", r, |_| true)
     }
 
     #[tool(
@@ -164,7 +170,7 @@ impl TachoMcp {
     )]
     async fn get_goal(&self, Parameters(p): Parameters<GetGoal>) -> CallToolResult {
         let r = blocking(move |t| t.goal_status(&p.session, p.goal.as_deref())).await;
-        answer(r, |_| true)
+        answer("goal_status", r, |_| true)
     }
 
     #[tool(
@@ -180,7 +186,7 @@ impl TachoMcp {
             )
         })
         .await;
-        answer(r, |v| v.passed)
+        answer("receipt", r, |v| v.passed)
     }
 
     #[tool(
@@ -221,7 +227,7 @@ impl TachoMcp {
             }
             other => Err(ToolError::BadStatus(other.to_owned())),
         };
-        answer(r, |v| match v {
+        answer("goal_update", r, |v| match v {
             Update::Completion(c) => c.accepted,
             Update::Blocked(_) | Update::Resumed(_) => true,
         })

@@ -3,9 +3,9 @@
 
 use clap::{Args, ValueEnum};
 use tacho_app::render::{event::describe, since};
+use tacho_app::types::ReplayRule;
 use tacho_app::types::{StoredEvent, hex};
 use tacho_app::{ProjectionCheck, Verification, verify_package};
-use tacho_projections::ReplayRule;
 use tacho_schema::{EventBody, time_to_rfc3339};
 
 use crate::error::CliError;

@@ -2,7 +2,6 @@
 
 use clap::Args;
 use tacho_app::render::risk;
-use tacho_projections::assess;
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -22,7 +21,7 @@ pub struct RiskArgs {
 pub fn run(a: RiskArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let session = tacho.resolve_session(&a.session)?;
-    let r = assess(&tacho.graph(&session)?);
+    let r = tacho.risk(&session)?;
     let mut out = Out::new();
     if a.json {
         out.typed("risk", &r)?;

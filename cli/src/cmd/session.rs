@@ -1,10 +1,8 @@
 //! `tacho session ...`.
 
 use clap::{Args, Subcommand};
-use tacho_app::render::{duration, thousands};
-use tacho_app::{ListFilter, project_of};
-use tacho_projections::{RiskLevel, SessionStatus, SessionSummary};
-use tacho_schema::time_to_rfc3339;
+use tacho_app::ListFilter;
+use tacho_app::render::session;
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -72,33 +70,6 @@ pub fn run(c: SessionCommand) -> Result<(), CliError> {
     }
 }
 
-fn status_text(s: SessionStatus) -> String {
-    match s {
-        SessionStatus::Running => "running".into(),
-        SessionStatus::Ended(r) => r.to_string(),
-    }
-}
-
-fn row_json(s: &SessionSummary, (score, level): &(u32, RiskLevel)) -> serde_json::Value {
-    let fields = match serde_json::to_value(s) {
-        Ok(serde_json::Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    };
-    let mut o = serde_json::Map::new();
-    o.insert("type".into(), "session".into());
-    for (k, v) in fields {
-        o.insert(k, v);
-    }
-    o.insert("status".into(), status_text(s.status).into());
-    o.insert(
-        "started".into(),
-        s.started_unix_ns.map(time_to_rfc3339).into(),
-    );
-    o.insert("risk_score".into(), (*score).into());
-    o.insert("risk_level".into(), level.as_str().into());
-    serde_json::Value::Object(o)
-}
-
 fn list(a: ListArgs) -> Result<(), CliError> {
     let filter = ListFilter {
         since: a.since.clone(),
@@ -107,24 +78,18 @@ fn list(a: ListArgs) -> Result<(), CliError> {
     };
     let tacho = crate::open()?;
     let listed = tacho.list_sessions(&filter, a.limit)?;
-    let damaged: Vec<(String, String)> = listed
+    let damaged: Vec<(&str, &str)> = listed
         .iter()
-        .filter_map(|r| Some((r.summary.session.clone(), r.damaged.clone()?)))
-        .collect();
-    let rows: Vec<(SessionSummary, (u32, RiskLevel))> = listed
-        .into_iter()
-        .filter(|r| r.damaged.is_none())
-        .map(|r| (r.summary, (r.risk_score, r.risk_level)))
+        .filter_map(|r| Some((r.summary.session.as_str(), r.damaged.as_deref()?)))
         .collect();
     let mut out = Out::new();
     if a.json {
-        for (s, r) in &rows {
-            out.json(&row_json(s, r))?;
+        // The sound sessions, then the damaged ones.
+        for r in listed.iter().filter(|r| r.damaged.is_none()) {
+            out.typed("session", r)?;
         }
-        for (id, why) in &damaged {
-            out.json(&serde_json::json!({
-                "type": "session", "session": id, "status": "damaged", "damage": why,
-            }))?;
+        for r in listed.iter().filter(|r| r.damaged.is_some()) {
+            out.typed("session", r)?;
         }
         out.finish()?;
         return damaged_exit(&damaged);
@@ -132,7 +97,7 @@ fn list(a: ListArgs) -> Result<(), CliError> {
     for (id, why) in &damaged {
         eprintln!("warning: session {id} is damaged and left out: {why}");
     }
-    if rows.is_empty() && damaged.is_empty() {
+    if listed.is_empty() {
         let filtered = !filter.is_empty();
         eprintln!(
             "{} (store: {})",
@@ -145,55 +110,14 @@ fn list(a: ListArgs) -> Result<(), CliError> {
         );
         return out.finish();
     }
-    out.line(format!(
-        "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<13} {:<15} {}",
-        "SESSION",
-        "STARTED",
-        "EVENTS",
-        "TOOLS",
-        "FAILED",
-        "TOKENS IN/OUT",
-        "RISK",
-        "STATUS",
-        "AGENT / TITLE"
-    ))?;
-    for (s, r) in &rows {
-        let started = s
-            .started_unix_ns
-            .map(|t| {
-                time_to_rfc3339(t)
-                    .chars()
-                    .take(19)
-                    .collect::<String>()
-                    .replace('T', " ")
-            })
-            .unwrap_or_else(|| "-".into());
-        let who = match (&s.agent, &s.title) {
-            (Some(a), Some(t)) => format!("{a}: {t}"),
-            (Some(a), None) => a.clone(),
-            (None, Some(t)) => t.clone(),
-            (None, None) => String::new(),
-        };
-        out.line(format!(
-            "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<13} {:<15} {}",
-            s.session,
-            started,
-            thousands(s.events),
-            s.tool_calls,
-            s.tool_failures,
-            format!("{}/{}", thousands(s.tokens_in), thousands(s.tokens_out)),
-            format!("{} {}", r.1.as_str(), r.0),
-            status_text(s.status),
-            who
-        ))?;
-    }
+    out.line(session::table(&listed).trim_end())?;
     out.finish()?;
     damaged_exit(&damaged)
 }
 
 /// A listing that had to leave damaged sessions out answers for the others, then
 /// exits 1 (a finding), naming how many.
-fn damaged_exit(damaged: &[(String, String)]) -> Result<(), CliError> {
+fn damaged_exit(damaged: &[(&str, &str)]) -> Result<(), CliError> {
     if damaged.is_empty() {
         return Ok(());
     }
@@ -207,77 +131,11 @@ fn show(a: ShowArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let id = tacho.resolve_session(&a.session)?;
     let d = tacho.show_session(&id)?;
-    let (s, g, r, segments) = (&d.summary, &d.graph, &d.risk, d.segments);
     let mut out = Out::new();
     if a.json {
-        let mut v = row_json(s, &(r.score, r.level));
-        if let Some(o) = v.as_object_mut() {
-            o.insert("duration_ms".into(), g.duration_ms().into());
-            o.insert("agents".into(), g.agents.clone().into());
-            o.insert(
-                "files".into(),
-                g.files.keys().cloned().collect::<Vec<_>>().into(),
-            );
-            o.insert("readiness".into(), r.readiness.as_str().into());
-            o.insert("segments".into(), segments.into());
-            o.insert("cache_read".into(), g.tokens.cache_read.into());
-            o.insert("cache_write".into(), g.tokens.cache_write.into());
-        }
-        out.json(&v)?;
-        return out.finish();
+        out.typed("session", &d)?;
+    } else {
+        out.line(session::show(&d).trim_end())?;
     }
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-    out.line(format!("Session   {id}"))?;
-    out.line(format!("Title     {}", opt(&s.title)))?;
-    out.line(format!(
-        "Agents    {}",
-        if g.agents.is_empty() {
-            "-".into()
-        } else {
-            g.agents.join(", ")
-        }
-    ))?;
-    out.line(format!("Workspace {}", opt(&s.workspace)))?;
-    out.line(format!(
-        "Project   {}",
-        project_of(s).unwrap_or_else(|| "-".into())
-    ))?;
-    if let Some(p) = &s.parent {
-        out.line(format!("Parent    {p}"))?;
-    }
-    out.line(format!(
-        "Started   {}",
-        s.started_unix_ns.map_or("-".into(), time_to_rfc3339)
-    ))?;
-    out.line(format!(
-        "Status    {}{}",
-        status_text(s.status),
-        g.duration_ms()
-            .map(|d| format!(" after {}", duration(d)))
-            .unwrap_or_default()
-    ))?;
-    out.line(format!(
-        "Activity  {} events, {} steps, {} tool calls ({} failed), {} model calls",
-        thousands(s.events),
-        g.steps.len(),
-        s.tool_calls,
-        s.tool_failures,
-        g.model_calls
-    ))?;
-    out.line(format!(
-        "Tokens    {} in / {} out, cache read {}, cache write {}",
-        thousands(g.tokens.input),
-        thousands(g.tokens.output),
-        thousands(g.tokens.cache_read),
-        thousands(g.tokens.cache_write)
-    ))?;
-    out.line(format!("Files     {} changed", g.files.len()))?;
-    out.line(format!(
-        "Risk      {} ({}/100), {}",
-        r.level.as_str(),
-        r.score,
-        r.readiness.as_str()
-    ))?;
-    out.line(format!("Log       {segments} segment(s)"))?;
     out.finish()
 }
