@@ -3,6 +3,7 @@
 pub mod compare;
 pub mod event;
 pub mod graph;
+pub mod logs;
 pub mod report;
 pub mod risk;
 pub mod session;

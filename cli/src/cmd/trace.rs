@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tacho_app::render::{thousands, tool_duration, trace};
+use tacho_app::render::{logs, trace};
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -31,7 +31,7 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
         if a.json {
             out.typed("log_report", &report)?;
         } else {
-            out.line(render_logs(&report).trim_end())?;
+            out.line(logs::text(&report).trim_end())?;
         }
         return out.finish();
     }
@@ -48,35 +48,4 @@ pub fn run(a: TraceArgs) -> Result<(), CliError> {
         out.line(trace::text(&t).trim_end())?;
     }
     out.finish()
-}
-
-fn render_logs(r: &tacho_app::LogReport) -> String {
-    let mut o = format!(
-        "{} line(s) in {} file(s), {} of them JSON\n",
-        thousands(r.lines),
-        r.files.len(),
-        thousands(r.json_lines)
-    );
-    o.push_str("By level: ");
-    o.push_str(
-        &r.levels
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    o.push('\n');
-    if !r.top_errors.is_empty() {
-        o.push_str("\nMost frequent errors:\n");
-        for (msg, n) in &r.top_errors {
-            o.push_str(&format!("  {n:>6}× {msg}\n"));
-        }
-    }
-    if !r.slow.is_empty() {
-        o.push_str("\nSlowest operations:\n");
-        for (ms, loc, msg) in &r.slow {
-            o.push_str(&format!("  {:>8} {loc}  {msg}\n", tool_duration(*ms)));
-        }
-    }
-    o
 }
