@@ -2,6 +2,7 @@
 //! its receipt, each check's state, the completion gate with the stall rule, block and
 //! revise. `tacho goal …` and the MCP server call these.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use tacho_store::{Durability, StoreError};
 
 use crate::Tacho;
 use crate::checkenv;
-use crate::error::kinds;
+use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
 use crate::runner::{self, RunError, run_command};
 
 /// The kinds a block can name.
@@ -57,20 +58,16 @@ pub enum GoalError {
         check: String,
         checks: Vec<String>,
     },
-    #[error("--kind {given:?}: one of {}", BLOCK_KINDS.join(", "))]
+    #[error("{}", neutral(self))]
     BadBlockKind { given: String },
-    #[error(
-        "a goal is blocked only when no independent work remains: pass --no-independent-work to state it, or keep working"
-    )]
+    #[error("{}", neutral(self))]
     IndependentWorkRemains,
-    #[error("{0} must say something")]
-    Empty(&'static str),
-    #[error(
-        "--evidence {seq}: event #{seq} of session {session} is not a receipt of goal {goal} (its receipts: {})",
-        if receipts.is_empty() { "none yet".to_string() } else {
-            receipts.iter().map(|s| format!("#{s}")).collect::<Vec<_>>().join(", ")
-        }
-    )]
+    /// A block's reason or required change says nothing.
+    #[error("{}", neutral(self))]
+    Empty(Field),
+    #[error("the reason for the replacement must say something")]
+    EmptyReplaceReason,
+    #[error("{}", neutral(self))]
     NotAReceipt {
         seq: u64,
         session: String,
@@ -79,9 +76,7 @@ pub enum GoalError {
     },
     #[error("goal {0} is completed: a completed goal is not revised; create a new goal")]
     Completed(String),
-    #[error(
-        "goal {goal} was replaced by revision {by}: calls made for it cannot end its replacement; use --goal {by}"
-    )]
+    #[error("{}", neutral(self))]
     Superseded { goal: String, by: String },
     #[error("goal {goal} was already revised by {by}; revise that one")]
     AlreadyRevised { goal: String, by: String },
@@ -120,13 +115,70 @@ pub enum GoalError {
     Snapshot(#[from] SnapshotError),
 }
 
-kinds!(GoalError {
-    GoalError::NoGoal { .. } | GoalError::NoSuchGoal { .. } => NotFound,
-    GoalError::CurrentDir(_) | GoalError::Run(_) => Io,
-    GoalError::Store(e) => e.kind(),
-    GoalError::Snapshot(e) => e.kind(),
-    _ => Input,
-});
+impl Kind for GoalError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            GoalError::NoGoal { .. } | GoalError::NoSuchGoal { .. } => ErrorKind::NotFound,
+            GoalError::CurrentDir(_) | GoalError::Run(_) => ErrorKind::Io,
+            GoalError::Store(e) => e.kind(),
+            GoalError::Snapshot(e) => e.kind(),
+            _ => ErrorKind::Input,
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            GoalError::BadBlockKind { .. } => Some(Field::BlockKind),
+            GoalError::IndependentWorkRemains => Some(Field::NoIndependentWork),
+            GoalError::Empty(field) => Some(*field),
+            GoalError::NotAReceipt { .. } => Some(Field::Evidence),
+            GoalError::Superseded { .. } => Some(Field::Goal),
+            _ => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            GoalError::BadBlockKind { given } => write!(
+                f,
+                "{} {given:?}: one of {}",
+                name(Field::BlockKind),
+                BLOCK_KINDS.join(", ")
+            ),
+            GoalError::IndependentWorkRemains => write!(
+                f,
+                "a goal is blocked only when no independent work remains: pass {} to state it, or keep working",
+                name(Field::NoIndependentWork)
+            ),
+            GoalError::Empty(field) => write!(f, "{} must say something", name(*field)),
+            GoalError::NotAReceipt {
+                seq,
+                session,
+                goal,
+                receipts,
+            } => write!(
+                f,
+                "{} {seq}: event #{seq} of session {session} is not a receipt of goal {goal} (its receipts: {})",
+                name(Field::Evidence),
+                if receipts.is_empty() {
+                    "none yet".to_string()
+                } else {
+                    receipts
+                        .iter()
+                        .map(|s| format!("#{s}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
+            GoalError::Superseded { goal, by } => write!(
+                f,
+                "goal {goal} was replaced by revision {by}: calls made for it cannot end its replacement; use {} {by}",
+                name(Field::Goal)
+            ),
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
 
 /// A check of a frozen plan, as `goal create` reports it.
 #[derive(Debug, Clone, Serialize)]
@@ -805,8 +857,8 @@ impl Tacho {
             return Err(GoalError::IndependentWorkRemains);
         }
         for (what, v) in [
-            ("--reason", req.reason),
-            ("--required-change", req.required_change),
+            (Field::Reason, req.reason),
+            (Field::RequiredChange, req.required_change),
         ] {
             if v.trim().is_empty() {
                 return Err(GoalError::Empty(what));
@@ -1182,7 +1234,7 @@ impl Tacho {
             });
         }
         if req.reason.trim().is_empty() {
-            return Err(GoalError::Empty("the reason for the replacement"));
+            return Err(GoalError::EmptyReplaceReason);
         }
         let digest = &old.created.contract_digest;
         if tacho_goals::contract_digest_version(digest).is_none() {

@@ -13,6 +13,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
+use tacho_app::error::Field;
 use tacho_app::{BlockRequest, CreateRequest, Tacho};
 
 use crate::error::CliError;
@@ -84,12 +85,36 @@ pub struct TachoMcp {
 /// Why a tool call could not be answered with a result.
 #[derive(Debug, thiserror::Error)]
 enum ToolError {
-    #[error("{0}")]
+    /// An operation's error: its message names fields as this server's arguments.
+    #[error("{}", .0.named(&argument))]
     Op(#[from] CliError),
     #[error("status {0:?}: `complete`, `blocked` or `resume`")]
     BadStatus(String),
     #[error("the operation stopped unexpectedly: {0}")]
     Join(#[from] tokio::task::JoinError),
+}
+
+/// This server's word for an operation's field: its argument's name (the camelCase
+/// of the tool parameters above). Fields no tool takes keep the application's name.
+fn argument(field: Field) -> &'static str {
+    match field {
+        Field::Session => "session",
+        Field::Goal => "goal",
+        Field::BlockKind => "kind",
+        Field::Reason => "reason",
+        Field::RequiredChange => "requiredChange",
+        Field::Evidence => "evidence",
+        Field::NoIndependentWork => "noIndependentWork",
+        Field::NewSession
+        | Field::From
+        | Field::Id
+        | Field::Dir
+        | Field::Scope
+        | Field::KeepRisk
+        | Field::Days
+        | Field::Since
+        | Field::Risk => field.neutral(),
+    }
 }
 
 /// Runs an operation on the blocking pool with tacho opened from the environment.
