@@ -1,6 +1,7 @@
 //! Goal assurance operations (BRIEF §3): freeze a plan, run a frozen check and record
 //! its receipt, each check's state, the completion gate with the stall rule, block and
-//! revise. `tacho goal …` and the MCP server call these.
+//! revise. `tacho goal …` and the MCP server call these, with the session they resolved
+//! once from what their user gave ([`SessionId`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -16,10 +17,10 @@ use tacho_schema::{
 };
 use tacho_store::{Durability, StoreError};
 
-use crate::Tacho;
 use crate::checkenv;
 use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
 use crate::runner::{self, RunError, run_command};
+use crate::{SessionId, Tacho};
 
 /// The kinds a block can name.
 pub const BLOCK_KINDS: &[&str] = &["external_dependency", "authorization", "user_input"];
@@ -351,10 +352,34 @@ pub struct BlockRequest<'a> {
     pub no_independent_work: bool,
 }
 
+impl BlockRequest<'_> {
+    /// What a block states, checked before anything is looked up (a frontend checks
+    /// it before it resolves the session, so a wrong statement is said first).
+    pub fn check(&self) -> Result<(), GoalError> {
+        if !BLOCK_KINDS.contains(&self.kind) {
+            return Err(GoalError::BadBlockKind {
+                given: self.kind.to_owned(),
+            });
+        }
+        if !self.no_independent_work {
+            return Err(GoalError::IndependentWorkRemains);
+        }
+        for (what, v) in [
+            (Field::Reason, self.reason),
+            (Field::RequiredChange, self.required_change),
+        ] {
+            if v.trim().is_empty() {
+                return Err(GoalError::Empty(what));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What `goal create` is given.
 #[derive(Debug, Clone)]
 pub struct CreateRequest<'a> {
-    pub session: &'a str,
+    pub session: &'a SessionId,
     /// The plan's Markdown.
     pub markdown: &'a str,
     /// Names the plan in error messages.
@@ -745,13 +770,12 @@ fn check_environment(g: &GoalState) -> Vec<String> {
 }
 
 impl Tacho {
-    /// The session (resolved from an id or prefix) and its goals, folded from its log.
-    fn goals(&self, session: &str) -> Result<(String, Goals), GoalError> {
-        let session = self.resolve_session(session)?.into_string();
+    /// The session's id and its goals, folded from its log.
+    fn goals(&self, session: &SessionId) -> Result<(String, Goals), GoalError> {
         let mut g = Goals::default();
         self.log()
-            .read_session(&session, |e| g.apply(e.seq, &e.event))?;
-        Ok((session, g))
+            .read_session(session, |e| g.apply(e.seq, &e.event))?;
+        Ok((session.to_string(), g))
     }
 
     fn append_goal_event(&self, session: &str, body: EventBody) -> Result<u64, GoalError> {
@@ -792,7 +816,7 @@ impl Tacho {
 
     /// Freezes a plan as a goal of a session.
     pub fn create_goal(&self, req: CreateRequest<'_>) -> Result<Frozen, GoalError> {
-        let session = self.resolve_session(req.session)?.into_string();
+        let session = req.session.to_string();
         let ws = match req.workspace {
             Some(w) => w,
             None => match self.recorded_workspace(&session)? {
@@ -844,26 +868,11 @@ impl Tacho {
     /// Marks a goal blocked.
     pub fn block_goal(
         &self,
-        session: &str,
+        session: &SessionId,
         goal: Option<&str>,
         req: &BlockRequest<'_>,
     ) -> Result<Blocked, GoalError> {
-        if !BLOCK_KINDS.contains(&req.kind) {
-            return Err(GoalError::BadBlockKind {
-                given: req.kind.to_owned(),
-            });
-        }
-        if !req.no_independent_work {
-            return Err(GoalError::IndependentWorkRemains);
-        }
-        for (what, v) in [
-            (Field::Reason, req.reason),
-            (Field::RequiredChange, req.required_change),
-        ] {
-            if v.trim().is_empty() {
-                return Err(GoalError::Empty(what));
-            }
-        }
+        req.check()?;
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
         not_superseded(g)?;
@@ -907,7 +916,7 @@ impl Tacho {
     /// linked to the old one; the old receipts cannot satisfy it.
     pub fn revise_goal(
         &self,
-        session: &str,
+        session: &SessionId,
         goal: Option<&str>,
         correction: &str,
         plan_path: &Path,
@@ -974,7 +983,7 @@ impl Tacho {
     /// stderr.
     pub fn run_check(
         &self,
-        session: &str,
+        session: &SessionId,
         goal: Option<&str>,
         check: &str,
         timeout: Duration,
@@ -1064,15 +1073,18 @@ impl Tacho {
     }
 
     /// Each check's state against the source now.
-    pub fn goal_status(&self, session: &str, goal: Option<&str>) -> Result<GoalStatus, GoalError> {
+    pub fn goal_status(
+        &self,
+        session: &SessionId,
+        goal: Option<&str>,
+    ) -> Result<GoalStatus, GoalError> {
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
         status_of(session.clone(), g)
     }
 
-    /// The status of every goal of a session (resolved id), in the order they were
-    /// created.
-    pub fn goal_statuses(&self, session: &str) -> Result<Vec<GoalStatus>, GoalError> {
+    /// The status of every goal of a session, in the order they were created.
+    pub fn goal_statuses(&self, session: &SessionId) -> Result<Vec<GoalStatus>, GoalError> {
         let (session, gs) = self.goals(session)?;
         gs.goals
             .iter()
@@ -1085,7 +1097,7 @@ impl Tacho {
     /// the unfinished work.
     pub fn complete_goal(
         &self,
-        session: &str,
+        session: &SessionId,
         goal: Option<&str>,
     ) -> Result<Completion, GoalError> {
         let (session, gs) = self.goals(session)?;
@@ -1188,7 +1200,7 @@ pub struct Resumed {
 /// What `goal replace` is given.
 #[derive(Debug, Clone)]
 pub struct ReplaceRequest<'a> {
-    pub session: &'a str,
+    pub session: &'a SessionId,
     /// The goal replaced (default: the session's latest).
     pub goal: Option<&'a str>,
     /// Why the goal is replaced.
@@ -1263,7 +1275,7 @@ impl Tacho {
 
         // Taken over only if nothing happened to the old goal since it was read.
         let mut w = self.log().writer(&session)?;
-        let (_, gs_now) = self.goals(&session)?;
+        let (_, gs_now) = self.goals(req.session)?;
         let now = pick(&gs_now, &session, Some(&old_id))?;
         if let Some(by) = &now.revised_by {
             return Err(GoalError::AlreadyReplaced {
@@ -1302,7 +1314,11 @@ impl Tacho {
     /// Resumes a paused goal: records a `goal.update` `pause` that is not accepted
     /// (the pause no longer holds), after which the goal holds the agent again and the
     /// stall count starts over. A replaced or completed goal is not resumed.
-    pub fn resume_goal(&self, session: &str, goal: Option<&str>) -> Result<Resumed, GoalError> {
+    pub fn resume_goal(
+        &self,
+        session: &SessionId,
+        goal: Option<&str>,
+    ) -> Result<Resumed, GoalError> {
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
         let id = g.created.goal.clone();

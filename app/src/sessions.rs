@@ -9,8 +9,8 @@ use tacho_projections::{ExecutionGraph, RiskAssessment, RiskLevel, SessionSummar
 use tacho_schema::EventBody;
 use tacho_store::{ReadEnd, StoreError, StoredEvent};
 
-use crate::Tacho;
 use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
+use crate::{SessionId, Tacho};
 
 /// Why `session list` could not run.
 #[derive(Debug, thiserror::Error)]
@@ -208,15 +208,15 @@ impl Tacho {
         self.log().read_session(session, f)
     }
 
-    /// The sessions an audit command covers, oldest first: one session (an id or a
-    /// unique prefix), or every session that passes the filters.
+    /// The sessions an audit command covers, oldest first: one session, or every
+    /// session that passes the filters.
     pub fn select_sessions(
         &self,
-        session: Option<&str>,
+        session: Option<&SessionId>,
         filter: &ListFilter,
     ) -> Result<Vec<String>, ListError> {
-        if let Some(given) = session {
-            return Ok(vec![self.resolve_session(given)?.into_string()]);
+        if let Some(id) = session {
+            return Ok(vec![id.to_string()]);
         }
         let mut rows = self.list_sessions(filter, None)?;
         rows.reverse();

@@ -1511,8 +1511,18 @@ fn mcp_names_its_arguments_and_the_cli_its_flags() {
             blocked(serde_json::json!({"kind": "weather", "noIndependentWork": true})),
             blocked(serde_json::json!({"requiredChange": " ", "noIndependentWork": true})),
             blocked(serde_json::json!({"noIndependentWork": true})),
+            // What a block states is checked before the session is looked up.
+            blocked(serde_json::json!({"session": "nope"})),
+            // A prefix is resolved once, by the server, to the session.
+            serde_json::json!({"name": "get_goal", "arguments": {"session": "ses_na"}}),
         ],
     );
+    assert_eq!(
+        r[5]["structuredContent"]["session"], "ses_names",
+        "{}",
+        r[5]
+    );
+    let r = &r[..5];
     let text = |v: &serde_json::Value| {
         assert_eq!(v["isError"], true, "{v}");
         v["content"][0]["text"].as_str().unwrap().to_owned()
@@ -1529,7 +1539,8 @@ fn mcp_names_its_arguments_and_the_cli_its_flags() {
     );
     assert_eq!(text(&r[2]), "requiredChange must say something");
     assert!(text(&r[3]).starts_with("evidence 1: event #1 of session ses_names"));
-    for v in &r {
+    assert_eq!(text(&r[4]), no_independent);
+    for v in r {
         assert!(!text(v).contains("--"), "a CLI flag told to an agent: {v}");
     }
 

@@ -171,8 +171,9 @@ impl TachoMcp {
     )]
     async fn create_goal(&self, Parameters(p): Parameters<CreateGoal>) -> CallToolResult {
         let r = blocking(move |t| {
+            let session = t.resolve_session(&p.session)?;
             t.create_goal(CreateRequest {
-                session: &p.session,
+                session: &session,
                 markdown: &p.plan,
                 source_name: "plan",
                 objective: p.objective,
@@ -188,7 +189,11 @@ impl TachoMcp {
         description = "The goal's status: each check passed, failed, stale (and why), running or missing, with its command, purpose, sourcePaths, sources and receipt number; the additional paths fingerprinted and the external paths left out; and whether the goal can complete."
     )]
     async fn get_goal(&self, Parameters(p): Parameters<GetGoal>) -> CallToolResult {
-        let r = blocking(move |t| t.goal_status(&p.session, p.goal.as_deref())).await;
+        let r = blocking(move |t| {
+            let session = t.resolve_session(&p.session)?;
+            t.goal_status(&session, p.goal.as_deref())
+        })
+        .await;
         answer(r, |_| true)
     }
 
@@ -197,8 +202,9 @@ impl TachoMcp {
     )]
     async fn verify_project(&self, Parameters(p): Parameters<VerifyProject>) -> CallToolResult {
         let r = blocking(move |t| {
+            let session = t.resolve_session(&p.session)?;
             t.run_check(
-                &p.session,
+                &session,
                 p.goal.as_deref(),
                 &p.goal_check,
                 Duration::from_secs(p.timeout.unwrap_or(600)),
@@ -215,31 +221,32 @@ impl TachoMcp {
         let r = match p.status.as_str() {
             "complete" => {
                 blocking(move |t| {
-                    t.complete_goal(&p.session, p.goal.as_deref())
+                    let session = t.resolve_session(&p.session)?;
+                    t.complete_goal(&session, p.goal.as_deref())
                         .map(Update::Completion)
                 })
                 .await
             }
             "blocked" => {
                 blocking(move |t| {
-                    t.block_goal(
-                        &p.session,
-                        p.goal.as_deref(),
-                        &BlockRequest {
-                            kind: p.kind.as_deref().unwrap_or_default(),
-                            reason: p.reason.as_deref().unwrap_or_default(),
-                            required_change: p.required_change.as_deref().unwrap_or_default(),
-                            evidence: &p.evidence,
-                            no_independent_work: p.no_independent_work,
-                        },
-                    )
-                    .map(Update::Blocked)
+                    let req = BlockRequest {
+                        kind: p.kind.as_deref().unwrap_or_default(),
+                        reason: p.reason.as_deref().unwrap_or_default(),
+                        required_change: p.required_change.as_deref().unwrap_or_default(),
+                        evidence: &p.evidence,
+                        no_independent_work: p.no_independent_work,
+                    };
+                    req.check()?;
+                    let session = t.resolve_session(&p.session)?;
+                    t.block_goal(&session, p.goal.as_deref(), &req)
+                        .map(Update::Blocked)
                 })
                 .await
             }
             "resume" => {
                 blocking(move |t| {
-                    t.resume_goal(&p.session, p.goal.as_deref())
+                    let session = t.resolve_session(&p.session)?;
+                    t.resume_goal(&session, p.goal.as_deref())
                         .map(Update::Resumed)
                 })
                 .await
