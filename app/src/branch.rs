@@ -62,7 +62,7 @@ impl Kind for BranchError {
     }
 
     fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
-        let (from, id) = (name(Field::From), name(Field::Id));
+        let (from, id) = (name.field(Field::From), name.field(Field::Id));
         match self {
             BranchError::BadSeq(point) => write!(f, "{from} {point:?}: #SEQ needs a number"),
             BranchError::SeqOutOfRange {

@@ -104,7 +104,7 @@ impl Kind for DemoError {
                 f,
                 "{} exists and is not empty; give {} an empty or new directory",
                 dir.display(),
-                name(Field::Dir)
+                name.field(Field::Dir)
             ),
             DemoError::Ingest(e) => e.fmt_named(f, name),
             other => fmt::Display::fmt(other, f),

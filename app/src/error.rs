@@ -25,7 +25,7 @@ pub enum ErrorKind {
 }
 
 /// An input field of an operation: what an error about a wrong or missing input names.
-/// A frontend words it for its users ([`Namer`]): the CLI as its flag, MCP as its
+/// A frontend words it for its users ([`Words`]): the CLI as its flag, MCP as its
 /// argument name; the application's own words are [`Field::neutral`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Field {
@@ -89,9 +89,59 @@ impl Field {
     }
 }
 
-/// How a frontend names a field for its users (the CLI: `--no-independent-work`; MCP:
-/// `noIndependentWork`).
-pub type Namer<'a> = &'a dyn Fn(Field) -> &'static str;
+/// An operation a message points its user to (where a frontend offers it: a CLI
+/// command or option, an MCP tool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Freezing a plan as a goal of a session.
+    CreateGoal,
+    /// Recording the end of a session whose agent stopped without recording it.
+    EndSession,
+    /// Verifying a session's record, saying where it is damaged.
+    VerifySession,
+    /// The points a session can be rolled back to.
+    ListRollbackPoints,
+    /// A rollback's plan, without applying it.
+    PlanRollback,
+}
+
+impl Operation {
+    /// The application's own name of the operation.
+    pub fn neutral(self) -> &'static str {
+        match self {
+            Operation::CreateGoal => "create_goal",
+            Operation::EndSession => "end_session",
+            Operation::VerifySession => "verify_session",
+            Operation::ListRollbackPoints => "list_rollback_points",
+            Operation::PlanRollback => "plan_rollback",
+        }
+    }
+}
+
+/// How a frontend words, for its users, the fields and operations a message names (the
+/// CLI: `--no-independent-work`, `` `tacho goal create` ``; MCP: `noIndependentWork`,
+/// `create_goal`).
+pub trait Words {
+    fn field(&self, field: Field) -> &'static str;
+    fn operation(&self, op: Operation) -> &'static str;
+}
+
+/// The application's own words ([`Field::neutral`], [`Operation::neutral`]): what an
+/// error's `Display` says.
+pub struct Neutral;
+
+impl Words for Neutral {
+    fn field(&self, field: Field) -> &'static str {
+        field.neutral()
+    }
+
+    fn operation(&self, op: Operation) -> &'static str {
+        op.neutral()
+    }
+}
+
+/// A frontend's [`Words`].
+pub type Namer<'a> = &'a dyn Words;
 
 /// An error as frontends see it: its kind, and the input field it is about.
 pub trait Kind: fmt::Display {
@@ -103,15 +153,15 @@ pub trait Kind: fmt::Display {
         None
     }
 
-    /// The message, each field it names worded by `name`. `Display` is this with
-    /// [`Field::neutral`]; an error that names no field has only its `Display`.
+    /// The message, each field and operation it names worded by `name`. `Display` is
+    /// this with [`Neutral`]; an error that names neither has only its `Display`.
     fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
         let _ = name;
         fmt::Display::fmt(self, f)
     }
 }
 
-/// An error's message with its fields worded by a frontend's [`Namer`].
+/// An error's message with its fields and operations worded by a frontend's [`Words`].
 pub struct Named<'a, E: ?Sized>(pub &'a E, pub Namer<'a>);
 
 impl<E: Kind + ?Sized> fmt::Display for Named<'_, E> {
@@ -123,7 +173,7 @@ impl<E: Kind + ?Sized> fmt::Display for Named<'_, E> {
 /// The message in the application's own words: what `Display` of a variant that names
 /// a field writes (its text is written once, in the error's `fmt_named`).
 pub(crate) fn neutral<E: Kind + ?Sized>(e: &E) -> Named<'_, E> {
-    Named(e, &Field::neutral)
+    Named(e, &Neutral)
 }
 
 impl Kind for StoreError {
@@ -192,6 +242,8 @@ mod tests {
     use crate::ingest::{IngestError, RecordError};
     use crate::install::InstallError;
     use crate::prune::PruneError;
+    use crate::replay::ReplayError;
+    use crate::rollback::RollbackError;
     use crate::sessions::ListError;
     use crate::userfile::UserFileError;
 
@@ -339,13 +391,82 @@ mod tests {
         }
     }
 
+    const OPERATIONS: [Operation; 5] = [
+        Operation::CreateGoal,
+        Operation::EndSession,
+        Operation::VerifySession,
+        Operation::ListRollbackPoints,
+        Operation::PlanRollback,
+    ];
+
+    fn marked_operation(op: Operation) -> &'static str {
+        match op {
+            Operation::CreateGoal => "<create goal>",
+            Operation::EndSession => "<end session>",
+            Operation::VerifySession => "<verify session>",
+            Operation::ListRollbackPoints => "<list rollback points>",
+            Operation::PlanRollback => "<plan rollback>",
+        }
+    }
+
+    /// A frontend whose words no other text has.
+    struct Marked;
+
+    impl Words for Marked {
+        fn field(&self, field: Field) -> &'static str {
+            marked(field)
+        }
+
+        fn operation(&self, op: Operation) -> &'static str {
+            marked_operation(op)
+        }
+    }
+
+    /// The errors of this layer that point to an operation.
+    fn operation_errors() -> Vec<(Box<dyn Kind>, Vec<Operation>)> {
+        vec![
+            (
+                Box::new(GoalError::NoGoal {
+                    session: "ses_a".into(),
+                }),
+                vec![Operation::CreateGoal],
+            ),
+            (
+                Box::new(RollbackError::NoSnapshotBefore {
+                    session: "ses_a".into(),
+                    step: 2,
+                }),
+                vec![Operation::ListRollbackPoints],
+            ),
+            (
+                Box::new(RollbackError::Running(vec!["ses_a".into()])),
+                vec![Operation::EndSession, Operation::PlanRollback],
+            ),
+            (
+                Box::new(ReplayError::Unverified("ses_a".into())),
+                vec![Operation::VerifySession],
+            ),
+        ]
+    }
+
+    /// The message back in the application's words.
+    fn neutral_again(worded: String) -> String {
+        let t = ALL
+            .iter()
+            .fold(worded, |t, f| t.replace(marked(*f), f.neutral()));
+        OPERATIONS
+            .iter()
+            .fold(t, |t, o| t.replace(marked_operation(*o), o.neutral()))
+    }
+
     #[test]
-    fn no_message_of_this_layer_names_a_cli_flag() {
-        for (e, _) in field_errors() {
+    fn no_message_of_this_layer_names_a_cli_flag_or_command() {
+        let errors = field_errors().into_iter().map(|(e, _)| e);
+        for e in errors.chain(operation_errors().into_iter().map(|(e, _)| e)) {
             let text = e.to_string();
             assert!(
-                !text.contains("--"),
-                "a CLI flag in the app's words: {text}"
+                !text.contains("--") && !text.contains("tacho "),
+                "a CLI flag or command in the app's words: {text}"
             );
         }
     }
@@ -354,25 +475,29 @@ mod tests {
     fn an_error_about_a_field_says_which_and_lets_the_frontend_word_it() {
         for (e, field) in field_errors() {
             assert_eq!(e.field(), Some(field), "{e}");
-            let worded = Named(e.as_ref(), &marked).to_string();
+            let worded = Named(e.as_ref(), &Marked).to_string();
             assert!(worded.contains(marked(field)), "{worded}");
             // Only the fields' words change.
-            let back = ALL
-                .iter()
-                .fold(worded, |t, f| t.replace(marked(*f), f.neutral()));
-            assert_eq!(back, e.to_string());
+            assert_eq!(neutral_again(worded), e.to_string());
         }
-        let e = GoalError::IndependentWorkRemains;
-        assert_eq!(
-            Named(&e, &|_| "noIndependentWork").to_string(),
-            "a goal is blocked only when no independent work remains: pass noIndependentWork to state it, or keep working"
-        );
     }
 
     #[test]
-    fn an_error_about_no_field_says_the_same_to_every_frontend() {
+    fn an_error_pointing_to_an_operation_lets_the_frontend_word_it() {
+        for (e, ops) in operation_errors() {
+            assert_eq!(e.field(), None, "{e}");
+            let worded = Named(e.as_ref(), &Marked).to_string();
+            for op in ops {
+                assert!(worded.contains(marked_operation(op)), "{worded}");
+            }
+            assert_eq!(neutral_again(worded), e.to_string());
+        }
+    }
+
+    #[test]
+    fn an_error_about_nothing_a_frontend_words_says_the_same_to_every_frontend() {
         let e = GoalError::Completed("g".into());
         assert_eq!(e.field(), None);
-        assert_eq!(Named(&e, &marked).to_string(), e.to_string());
+        assert_eq!(Named(&e, &Marked).to_string(), e.to_string());
     }
 }

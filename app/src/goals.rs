@@ -18,7 +18,7 @@ use tacho_schema::{
 use tacho_store::{Durability, StoreError};
 
 use crate::checkenv;
-use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
+use crate::error::{ErrorKind, Field, Kind, Namer, Operation, neutral};
 use crate::runner::{self, RunError, run_command};
 use crate::{SessionId, Tacho};
 
@@ -49,7 +49,7 @@ pub enum GoalError {
         #[source]
         error: PlanError,
     },
-    #[error("session {session} has no goal; create one with `tacho goal create`")]
+    #[error("{}", neutral(self))]
     NoGoal { session: String },
     #[error("session {session} has no goal matching {given:?}")]
     NoSuchGoal { session: String, given: String },
@@ -143,15 +143,20 @@ impl Kind for GoalError {
             GoalError::BadBlockKind { given } => write!(
                 f,
                 "{} {given:?}: one of {}",
-                name(Field::BlockKind),
+                name.field(Field::BlockKind),
                 BLOCK_KINDS.join(", ")
             ),
             GoalError::IndependentWorkRemains => write!(
                 f,
                 "a goal is blocked only when no independent work remains: pass {} to state it, or keep working",
-                name(Field::NoIndependentWork)
+                name.field(Field::NoIndependentWork)
             ),
-            GoalError::Empty(field) => write!(f, "{} must say something", name(*field)),
+            GoalError::Empty(field) => write!(f, "{} must say something", name.field(*field)),
+            GoalError::NoGoal { session } => write!(
+                f,
+                "session {session} has no goal; create one with {}",
+                name.operation(Operation::CreateGoal)
+            ),
             GoalError::NotAReceipt {
                 seq,
                 session,
@@ -160,7 +165,7 @@ impl Kind for GoalError {
             } => write!(
                 f,
                 "{} {seq}: event #{seq} of session {session} is not a receipt of goal {goal} (its receipts: {})",
-                name(Field::Evidence),
+                name.field(Field::Evidence),
                 if receipts.is_empty() {
                     "none yet".to_string()
                 } else {
@@ -174,7 +179,7 @@ impl Kind for GoalError {
             GoalError::Superseded { goal, by } => write!(
                 f,
                 "goal {goal} was replaced by revision {by}: calls made for it cannot end its replacement; use {} {by}",
-                name(Field::Goal)
+                name.field(Field::Goal)
             ),
             other => fmt::Display::fmt(other, f),
         }

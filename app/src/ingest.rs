@@ -199,12 +199,12 @@ impl Kind for IngestError {
 
     fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
         match self {
-            IngestError::BadSession(why) => write!(f, "{}: {why}", name(Field::Session)),
+            IngestError::BadSession(why) => write!(f, "{}: {why}", name.field(Field::Session)),
             IngestError::NoSession { source_name, line } => write!(
                 f,
                 "{source_name}: line {line}: no session: give the line a `session` field, or pass {} or {}",
-                name(Field::Session),
-                name(Field::NewSession)
+                name.field(Field::Session),
+                name.field(Field::NewSession)
             ),
             other => fmt::Display::fmt(other, f),
         }
@@ -222,7 +222,7 @@ pub struct RecordError {
 
 impl fmt::Display for RecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_named(f, &Field::neutral)
+        self.fmt_named(f, &crate::error::Neutral)
     }
 }
 

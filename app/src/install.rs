@@ -140,7 +140,7 @@ impl Kind for InstallError {
     fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
         match self {
             InstallError::NoLocalScope => {
-                let scope = name(Field::Scope);
+                let scope = name.field(Field::Scope);
                 write!(
                     f,
                     "codex has no local scope: use {scope} user or {scope} project"

@@ -52,9 +52,9 @@ impl Kind for PruneError {
             PruneError::BadRisk(given) => write!(
                 f,
                 "{} {given:?} is not one of low, medium, high, critical",
-                name(Field::KeepRisk)
+                name.field(Field::KeepRisk)
             ),
-            PruneError::BadDays => write!(f, "{} must be at least 1", name(Field::Days)),
+            PruneError::BadDays => write!(f, "{} must be at least 1", name.field(Field::Days)),
             other => fmt::Display::fmt(other, f),
         }
     }

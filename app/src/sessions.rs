@@ -44,12 +44,12 @@ impl Kind for ListError {
             ListError::BadSince(given) => write!(
                 f,
                 "{} {given:?} is not a date (2026-08-01), an RFC 3339 time or an age (30m, 12h, 7d)",
-                name(Field::Since)
+                name.field(Field::Since)
             ),
             ListError::BadRisk(given) => write!(
                 f,
                 "{} {given:?} is not one of low, medium, high, critical",
-                name(Field::Risk)
+                name.field(Field::Risk)
             ),
             ListError::Store(e) => fmt::Display::fmt(e, f),
         }

@@ -73,7 +73,7 @@ impl Kind for UserFileError {
                 f,
                 "{}: {why} (remove {remove}, or install with {} user)",
                 path.display(),
-                name(Field::Scope)
+                name.field(Field::Scope)
             ),
             other => fmt::Display::fmt(other, f),
         }

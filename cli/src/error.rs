@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use tacho_app::error::{Field, Namer};
+use tacho_app::error::{Field, Namer, Operation, Words};
 use tacho_app::{ErrorKind, Kind};
 
 /// An operation's error as the CLI keeps it: its kind and field, and its message
@@ -27,8 +27,27 @@ pub enum CliError {
     BrokenPipe,
 }
 
+/// The CLI's words: a field is its flag, an operation its command or option.
+pub struct Flags;
+
+impl Words for Flags {
+    fn field(&self, field: Field) -> &'static str {
+        flag(field)
+    }
+
+    fn operation(&self, op: Operation) -> &'static str {
+        match op {
+            Operation::CreateGoal => "`tacho goal create`",
+            Operation::EndSession => "`tacho session end <session>`",
+            Operation::VerifySession => "`tacho session replay <session> --mode verify`",
+            Operation::ListRollbackPoints => "--list",
+            Operation::PlanRollback => "--dry-run",
+        }
+    }
+}
+
 /// The CLI's word for an operation's field: its flag.
-pub fn flag(field: Field) -> &'static str {
+fn flag(field: Field) -> &'static str {
     match field {
         Field::Session => "--session",
         Field::NewSession => "--new-session",
@@ -89,8 +108,8 @@ impl CliError {
         }
     }
 
-    /// The message with an operation's fields worded by `name` (`Display` words them
-    /// as the CLI's flags).
+    /// The message with an operation's fields and operations worded by `name`
+    /// (`Display` words them as the CLI's flags and commands).
     pub fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
         match self {
             CliError::Op { error, .. } => error.fmt_named(f, name),
@@ -99,7 +118,7 @@ impl CliError {
         }
     }
 
-    /// The message with an operation's fields worded by `name`.
+    /// The message with an operation's fields and operations worded by `name`.
     pub fn named<'a>(&'a self, name: Namer<'a>) -> impl fmt::Display + 'a {
         struct Worded<'a>(&'a CliError, Namer<'a>);
         impl fmt::Display for Worded<'_> {
@@ -113,7 +132,7 @@ impl CliError {
 
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_named(f, &flag)
+        self.fmt_named(f, &Flags)
     }
 }
 

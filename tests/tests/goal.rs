@@ -1589,4 +1589,29 @@ fn mcp_names_its_arguments_and_the_cli_its_flags() {
     );
     assert_eq!(code, 2);
     assert_eq!(err.trim(), "error: --required-change must say something");
+
+    // An operation a message points to is each frontend's own: MCP's tool, the CLI's
+    // command.
+    let line = format!(
+        r#"{{"type":"session.start","session":"ses_bare","workspace":"{}"}}"#,
+        ws.display()
+    );
+    let (code, _, err) =
+        tacho_tests::run_with_stdin(&home, &["record", "--snapshots", "off"], &line);
+    assert_eq!(code, 0, "{err}");
+    let r = mcp_calls(
+        &home,
+        &ws,
+        &[serde_json::json!({"name": "get_goal", "arguments": {"session": "ses_bare"}})],
+    );
+    assert_eq!(
+        text(&r[0]),
+        "session ses_bare has no goal; create one with create_goal"
+    );
+    let (code, _, err) = t(&home, &ws, &["goal", "status", "--session", "ses_bare"]);
+    assert_eq!(code, 4);
+    assert_eq!(
+        err.trim(),
+        "error: session ses_bare has no goal; create one with `tacho goal create`"
+    );
 }

@@ -13,7 +13,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
-use tacho_app::error::Field;
+use tacho_app::error::{Field, Operation, Words};
 use tacho_app::{BlockRequest, CreateRequest, Tacho};
 
 use crate::error::CliError;
@@ -86,7 +86,7 @@ pub struct TachoMcp {
 #[derive(Debug, thiserror::Error)]
 enum ToolError {
     /// An operation's error: its message names fields as this server's arguments.
-    #[error("{}", .0.named(&argument))]
+    #[error("{}", .0.named(&Arguments))]
     Op(#[from] CliError),
     #[error("status {0:?}: `complete`, `blocked` or `resume`")]
     BadStatus(String),
@@ -94,8 +94,27 @@ enum ToolError {
     Join(#[from] tokio::task::JoinError),
 }
 
-/// This server's word for an operation's field: its argument's name (the camelCase
-/// of the tool parameters above). Fields no tool takes keep the application's name.
+/// This server's words: a field is its argument's name (the camelCase of the tool
+/// parameters above), an operation its tool. What no tool offers keeps the application's
+/// name.
+struct Arguments;
+
+impl Words for Arguments {
+    fn field(&self, field: Field) -> &'static str {
+        argument(field)
+    }
+
+    fn operation(&self, op: Operation) -> &'static str {
+        match op {
+            Operation::CreateGoal => "create_goal",
+            Operation::EndSession
+            | Operation::VerifySession
+            | Operation::ListRollbackPoints
+            | Operation::PlanRollback => op.neutral(),
+        }
+    }
+}
+
 fn argument(field: Field) -> &'static str {
     match field {
         Field::Session => "session",
