@@ -34,6 +34,9 @@ pub struct Transcript {
     pub events: Vec<(i64, EventBody)>,
     /// Entries not recorded, by type (known noise and unknown types alike).
     pub skipped: BTreeMap<String, u64>,
+    /// Of those, the entry types this tacho does not know (by type): what a frontend
+    /// says is new, decided here, not by reading the labels of `skipped`.
+    pub unknown: BTreeMap<String, u64>,
     pub bad_lines: u64,
     /// Bytes of a last line without its newline, left unread.
     pub partial_tail: u64,
@@ -318,6 +321,7 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
                 let key = if NOISE.contains(&other) {
                     other.to_owned()
                 } else {
+                    *t.unknown.entry(other.to_owned()).or_default() += 1;
                     format!("{other} (unknown)")
                 };
                 *t.skipped.entry(key).or_default() += 1;
@@ -583,6 +587,8 @@ mod tests {
         assert!(t.partial_tail > 0);
         assert_eq!(t.skipped.get("brand-new-thing (unknown)"), Some(&1));
         assert_eq!(t.skipped.get("attachment"), Some(&1));
+        assert_eq!(t.unknown.get("brand-new-thing"), Some(&1));
+        assert_eq!(t.unknown.len(), 1);
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! `session branch`: fork a session's saved state up to a point into a new session.
 
+use std::fmt;
+
 use serde::Serialize;
 use tacho_schema::{EventBody, SessionBranch};
 use tacho_store::{Durability, StoreError};
 
 use crate::Tacho;
-use crate::error::kinds;
+use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
 
 /// Why a branch could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -14,38 +16,78 @@ pub enum BranchError {
     Empty(String),
     #[error("session {0} does not begin with session.start")]
     NoStart(String),
-    #[error("--from {0:?}: #SEQ needs a number")]
+    #[error("{}", neutral(self))]
     BadSeq(String),
-    #[error("--from {point}: session {session} has events #0..=#{last}")]
+    #[error("{}", neutral(self))]
     SeqOutOfRange {
         point: String,
         session: String,
         last: u64,
     },
-    #[error("--from {point}: session {session} has no step {step}")]
+    #[error("{}", neutral(self))]
     NoStep {
         point: String,
         session: String,
         step: u64,
     },
-    #[error(
-        "--from {point:?}: not a step (`step N`), an event (`#SEQ`) or a model request id of session {session}"
-    )]
+    #[error("{}", neutral(self))]
     UnknownPoint { point: String, session: String },
-    #[error("--id: {0}")]
+    #[error("{}", neutral(self))]
     BadId(String),
-    #[error("--id: session {0} already exists")]
+    #[error("{}", neutral(self))]
     Exists(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-kinds!(BranchError {
-    BranchError::Empty(_) => NotFound,
-    BranchError::NoStart(_) => Findings,
-    BranchError::Store(e) => e.kind(),
-    _ => Input,
-});
+impl Kind for BranchError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            BranchError::Empty(_) => ErrorKind::NotFound,
+            BranchError::NoStart(_) => ErrorKind::Findings,
+            BranchError::Store(e) => e.kind(),
+            _ => ErrorKind::Input,
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            BranchError::BadSeq(_)
+            | BranchError::SeqOutOfRange { .. }
+            | BranchError::NoStep { .. }
+            | BranchError::UnknownPoint { .. } => Some(Field::From),
+            BranchError::BadId(_) | BranchError::Exists(_) => Some(Field::Id),
+            _ => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        let (from, id) = (name.field(Field::From), name.field(Field::Id));
+        match self {
+            BranchError::BadSeq(point) => write!(f, "{from} {point:?}: #SEQ needs a number"),
+            BranchError::SeqOutOfRange {
+                point,
+                session,
+                last,
+            } => write!(
+                f,
+                "{from} {point}: session {session} has events #0..=#{last}"
+            ),
+            BranchError::NoStep {
+                point,
+                session,
+                step,
+            } => write!(f, "{from} {point}: session {session} has no step {step}"),
+            BranchError::UnknownPoint { point, session } => write!(
+                f,
+                "{from} {point:?}: not a step (`step N`), an event (`#SEQ`) or a model request id of session {session}"
+            ),
+            BranchError::BadId(why) => write!(f, "{id}: {why}"),
+            BranchError::Exists(session) => write!(f, "{id}: session {session} already exists"),
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
 
 /// A branch made.
 #[derive(Debug, Clone, Serialize)]

@@ -2,13 +2,14 @@
 //! repository and records a realistic agent session that edits it, through the same
 //! ingest path as `tacho record` (so with snapshots of its files at every step).
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use tacho_schema::{EventBody, JsonError, parse_json_line};
 use tacho_store::Durability;
 
 use crate::Tacho;
-use crate::error::kinds;
+use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
 use crate::ingest::{Ingest, IngestError, IngestOptions};
 
 /// The bundled example session: an architect plans per-client rate limiting, a coder
@@ -66,7 +67,7 @@ const EDITS: &[(&str, &str, &str)] = &[
 /// Why the demo could not be recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
-    #[error("{} exists and is not empty; give --dir an empty or new directory", .0.display())]
+    #[error("{}", neutral(self))]
     NotEmpty(PathBuf),
     #[error("{}: {source}", path.display())]
     Write {
@@ -80,11 +81,36 @@ pub enum DemoError {
     Ingest(#[from] IngestError),
 }
 
-kinds!(DemoError {
-    DemoError::NotEmpty(_) => Input,
-    DemoError::Write { .. } | DemoError::Embedded(_) => Io,
-    DemoError::Ingest(e) => e.kind(),
-});
+impl Kind for DemoError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            DemoError::NotEmpty(_) => ErrorKind::Input,
+            DemoError::Write { .. } | DemoError::Embedded(_) => ErrorKind::Io,
+            DemoError::Ingest(e) => e.kind(),
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            DemoError::NotEmpty(_) => Some(Field::Dir),
+            DemoError::Ingest(e) => e.field(),
+            _ => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            DemoError::NotEmpty(dir) => write!(
+                f,
+                "{} exists and is not empty; give {} an empty or new directory",
+                dir.display(),
+                name.field(Field::Dir)
+            ),
+            DemoError::Ingest(e) => e.fmt_named(f, name),
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
 
 /// The demo session recorded.
 #[derive(Debug, Clone)]

@@ -1,5 +1,9 @@
-//! What kind of failure an error is. Frontends decide on kinds (the CLI maps them to
-//! its exit codes, MCP to tool errors), never on message text.
+//! What kind of failure an error is, and which input field it is about. Frontends
+//! decide on kinds (the CLI maps them to its exit codes, MCP to tool errors), never on
+//! message text; and they word the fields an error names for their users (the CLI as
+//! its flags, MCP as its argument names), so no message of this layer names a flag.
+
+use std::fmt;
 
 use tacho_git::snapshot::SnapshotError;
 use tacho_store::StoreError;
@@ -20,9 +24,156 @@ pub enum ErrorKind {
     Io,
 }
 
-/// An error that knows its kind.
-pub trait Kind {
+/// An input field of an operation: what an error about a wrong or missing input names.
+/// A frontend words it for its users ([`Words`]): the CLI as its flag, MCP as its
+/// argument name; the application's own words are [`Field::neutral`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Field {
+    /// The session an operation is about (an id or a unique prefix), or that ingested
+    /// lines go to.
+    Session,
+    /// Ingest: lines that name no session go to a new one.
+    NewSession,
+    /// The goal (an id or a unique prefix).
+    Goal,
+    /// A block's kind (`external_dependency`, `authorization`, `user_input`).
+    BlockKind,
+    /// A block's reason.
+    Reason,
+    /// A block's required change.
+    RequiredChange,
+    /// A block's evidence: receipt event numbers.
+    Evidence,
+    /// A block's statement that no independent work remains.
+    NoIndependentWork,
+    /// A branch's point (`step N`, `#SEQ`, a model request id).
+    From,
+    /// A branch's new session id.
+    Id,
+    /// The demo's directory.
+    Dir,
+    /// Which settings hooks are installed in (user, project, local).
+    Scope,
+    /// Prune: sessions at or above this risk level are kept.
+    KeepRisk,
+    /// Prune: the age in days.
+    Days,
+    /// A listing filter: sessions started since.
+    Since,
+    /// A listing filter: sessions at or above a risk level.
+    Risk,
+}
+
+impl Field {
+    /// The application's own name of the field (its option structs' names), which an
+    /// error's `Display` uses; frontends name it their way.
+    pub fn neutral(self) -> &'static str {
+        match self {
+            Field::Session => "session",
+            Field::NewSession => "new_session",
+            Field::Goal => "goal",
+            Field::BlockKind => "kind",
+            Field::Reason => "reason",
+            Field::RequiredChange => "required_change",
+            Field::Evidence => "evidence",
+            Field::NoIndependentWork => "no_independent_work",
+            Field::From => "from",
+            Field::Id => "id",
+            Field::Dir => "dir",
+            Field::Scope => "scope",
+            Field::KeepRisk => "keep_risk",
+            Field::Days => "days",
+            Field::Since => "since",
+            Field::Risk => "risk",
+        }
+    }
+}
+
+/// An operation a message points its user to (where a frontend offers it: a CLI
+/// command or option, an MCP tool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Freezing a plan as a goal of a session.
+    CreateGoal,
+    /// Recording the end of a session whose agent stopped without recording it.
+    EndSession,
+    /// Verifying a session's record, saying where it is damaged.
+    VerifySession,
+    /// The points a session can be rolled back to.
+    ListRollbackPoints,
+    /// A rollback's plan, without applying it.
+    PlanRollback,
+}
+
+impl Operation {
+    /// The application's own name of the operation.
+    pub fn neutral(self) -> &'static str {
+        match self {
+            Operation::CreateGoal => "create_goal",
+            Operation::EndSession => "end_session",
+            Operation::VerifySession => "verify_session",
+            Operation::ListRollbackPoints => "list_rollback_points",
+            Operation::PlanRollback => "plan_rollback",
+        }
+    }
+}
+
+/// How a frontend words, for its users, the fields and operations a message names (the
+/// CLI: `--no-independent-work`, `` `tacho goal create` ``; MCP: `noIndependentWork`,
+/// `create_goal`).
+pub trait Words {
+    fn field(&self, field: Field) -> &'static str;
+    fn operation(&self, op: Operation) -> &'static str;
+}
+
+/// The application's own words ([`Field::neutral`], [`Operation::neutral`]): what an
+/// error's `Display` says.
+pub struct Neutral;
+
+impl Words for Neutral {
+    fn field(&self, field: Field) -> &'static str {
+        field.neutral()
+    }
+
+    fn operation(&self, op: Operation) -> &'static str {
+        op.neutral()
+    }
+}
+
+/// A frontend's [`Words`].
+pub type Namer<'a> = &'a dyn Words;
+
+/// An error as frontends see it: its kind, and the input field it is about.
+pub trait Kind: fmt::Display {
     fn kind(&self) -> ErrorKind;
+
+    /// The input field the error is about (a wrong value, a missing statement), if any:
+    /// what a frontend decides on, never the message.
+    fn field(&self) -> Option<Field> {
+        None
+    }
+
+    /// The message, each field and operation it names worded by `name`. `Display` is
+    /// this with [`Neutral`]; an error that names neither has only its `Display`.
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        let _ = name;
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// An error's message with its fields and operations worded by a frontend's [`Words`].
+pub struct Named<'a, E: ?Sized>(pub &'a E, pub Namer<'a>);
+
+impl<E: Kind + ?Sized> fmt::Display for Named<'_, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt_named(f, self.1)
+    }
+}
+
+/// The message in the application's own words: what `Display` of a variant that names
+/// a field writes (its text is written once, in the error's `fmt_named`).
+pub(crate) fn neutral<E: Kind + ?Sized>(e: &E) -> Named<'_, E> {
+    Named(e, &Neutral)
 }
 
 impl Kind for StoreError {
@@ -79,3 +230,274 @@ macro_rules! kinds {
     };
 }
 pub(crate) use kinds;
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::branch::BranchError;
+    use crate::demo::DemoError;
+    use crate::goals::GoalError;
+    use crate::ingest::{IngestError, RecordError};
+    use crate::install::InstallError;
+    use crate::prune::PruneError;
+    use crate::replay::ReplayError;
+    use crate::rollback::RollbackError;
+    use crate::sessions::ListError;
+    use crate::userfile::UserFileError;
+
+    /// Every error of this layer about an input field, one of each variant.
+    fn field_errors() -> Vec<(Box<dyn Kind>, Field)> {
+        let s = || "ses_a".to_string();
+        vec![
+            (Box::new(BranchError::BadSeq("#x".into())), Field::From),
+            (
+                Box::new(BranchError::SeqOutOfRange {
+                    point: "#9".into(),
+                    session: s(),
+                    last: 3,
+                }),
+                Field::From,
+            ),
+            (
+                Box::new(BranchError::NoStep {
+                    point: "step 9".into(),
+                    session: s(),
+                    step: 9,
+                }),
+                Field::From,
+            ),
+            (
+                Box::new(BranchError::UnknownPoint {
+                    point: "x".into(),
+                    session: s(),
+                }),
+                Field::From,
+            ),
+            (Box::new(BranchError::BadId("empty".into())), Field::Id),
+            (Box::new(BranchError::Exists(s())), Field::Id),
+            (
+                Box::new(DemoError::NotEmpty(PathBuf::from("/d"))),
+                Field::Dir,
+            ),
+            (
+                Box::new(DemoError::Ingest(IngestError::BadSession("empty".into()))),
+                Field::Session,
+            ),
+            (
+                Box::new(GoalError::BadBlockKind {
+                    given: "weather".into(),
+                }),
+                Field::BlockKind,
+            ),
+            (
+                Box::new(GoalError::IndependentWorkRemains),
+                Field::NoIndependentWork,
+            ),
+            (Box::new(GoalError::Empty(Field::Reason)), Field::Reason),
+            (
+                Box::new(GoalError::Empty(Field::RequiredChange)),
+                Field::RequiredChange,
+            ),
+            (
+                Box::new(GoalError::NotAReceipt {
+                    seq: 1,
+                    session: s(),
+                    goal: "g".into(),
+                    receipts: vec![2],
+                }),
+                Field::Evidence,
+            ),
+            (
+                Box::new(GoalError::Superseded {
+                    goal: "g".into(),
+                    by: "h".into(),
+                }),
+                Field::Goal,
+            ),
+            (
+                Box::new(IngestError::BadSession("empty".into())),
+                Field::Session,
+            ),
+            (
+                Box::new(IngestError::NoSession {
+                    source_name: "-".into(),
+                    line: 1,
+                }),
+                Field::Session,
+            ),
+            (
+                Box::new(RecordError {
+                    error: IngestError::BadSession("empty".into()),
+                    recorded: 0,
+                }),
+                Field::Session,
+            ),
+            (Box::new(InstallError::NoLocalScope), Field::Scope),
+            (
+                Box::new(InstallError::File(UserFileError::InRepository {
+                    path: PathBuf::from(".claude"),
+                    why: "is a symbolic link in the repository".into(),
+                    remove: "the link",
+                })),
+                Field::Scope,
+            ),
+            (Box::new(PruneError::BadRisk("x".into())), Field::KeepRisk),
+            (Box::new(PruneError::BadDays), Field::Days),
+            (Box::new(ListError::BadSince("x".into())), Field::Since),
+            (Box::new(ListError::BadRisk("x".into())), Field::Risk),
+        ]
+    }
+
+    const ALL: [Field; 16] = [
+        Field::Session,
+        Field::NewSession,
+        Field::Goal,
+        Field::BlockKind,
+        Field::Reason,
+        Field::RequiredChange,
+        Field::Evidence,
+        Field::NoIndependentWork,
+        Field::From,
+        Field::Id,
+        Field::Dir,
+        Field::Scope,
+        Field::KeepRisk,
+        Field::Days,
+        Field::Since,
+        Field::Risk,
+    ];
+
+    /// A frontend's words that no other text has.
+    fn marked(f: Field) -> &'static str {
+        match f {
+            Field::Session => "<session>",
+            Field::NewSession => "<new session>",
+            Field::Goal => "<goal>",
+            Field::BlockKind => "<kind>",
+            Field::Reason => "<reason>",
+            Field::RequiredChange => "<required change>",
+            Field::Evidence => "<evidence>",
+            Field::NoIndependentWork => "<no independent work>",
+            Field::From => "<from>",
+            Field::Id => "<id>",
+            Field::Dir => "<dir>",
+            Field::Scope => "<scope>",
+            Field::KeepRisk => "<keep risk>",
+            Field::Days => "<days>",
+            Field::Since => "<since>",
+            Field::Risk => "<risk>",
+        }
+    }
+
+    const OPERATIONS: [Operation; 5] = [
+        Operation::CreateGoal,
+        Operation::EndSession,
+        Operation::VerifySession,
+        Operation::ListRollbackPoints,
+        Operation::PlanRollback,
+    ];
+
+    fn marked_operation(op: Operation) -> &'static str {
+        match op {
+            Operation::CreateGoal => "<create goal>",
+            Operation::EndSession => "<end session>",
+            Operation::VerifySession => "<verify session>",
+            Operation::ListRollbackPoints => "<list rollback points>",
+            Operation::PlanRollback => "<plan rollback>",
+        }
+    }
+
+    /// A frontend whose words no other text has.
+    struct Marked;
+
+    impl Words for Marked {
+        fn field(&self, field: Field) -> &'static str {
+            marked(field)
+        }
+
+        fn operation(&self, op: Operation) -> &'static str {
+            marked_operation(op)
+        }
+    }
+
+    /// The errors of this layer that point to an operation.
+    fn operation_errors() -> Vec<(Box<dyn Kind>, Vec<Operation>)> {
+        vec![
+            (
+                Box::new(GoalError::NoGoal {
+                    session: "ses_a".into(),
+                }),
+                vec![Operation::CreateGoal],
+            ),
+            (
+                Box::new(RollbackError::NoSnapshotBefore {
+                    session: "ses_a".into(),
+                    step: 2,
+                }),
+                vec![Operation::ListRollbackPoints],
+            ),
+            (
+                Box::new(RollbackError::Running(vec!["ses_a".into()])),
+                vec![Operation::EndSession, Operation::PlanRollback],
+            ),
+            (
+                Box::new(ReplayError::Unverified("ses_a".into())),
+                vec![Operation::VerifySession],
+            ),
+        ]
+    }
+
+    /// The message back in the application's words.
+    fn neutral_again(worded: String) -> String {
+        let t = ALL
+            .iter()
+            .fold(worded, |t, f| t.replace(marked(*f), f.neutral()));
+        OPERATIONS
+            .iter()
+            .fold(t, |t, o| t.replace(marked_operation(*o), o.neutral()))
+    }
+
+    #[test]
+    fn no_message_of_this_layer_names_a_cli_flag_or_command() {
+        let errors = field_errors().into_iter().map(|(e, _)| e);
+        for e in errors.chain(operation_errors().into_iter().map(|(e, _)| e)) {
+            let text = e.to_string();
+            assert!(
+                !text.contains("--") && !text.contains("tacho "),
+                "a CLI flag or command in the app's words: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_error_about_a_field_says_which_and_lets_the_frontend_word_it() {
+        for (e, field) in field_errors() {
+            assert_eq!(e.field(), Some(field), "{e}");
+            let worded = Named(e.as_ref(), &Marked).to_string();
+            assert!(worded.contains(marked(field)), "{worded}");
+            // Only the fields' words change.
+            assert_eq!(neutral_again(worded), e.to_string());
+        }
+    }
+
+    #[test]
+    fn an_error_pointing_to_an_operation_lets_the_frontend_word_it() {
+        for (e, ops) in operation_errors() {
+            assert_eq!(e.field(), None, "{e}");
+            let worded = Named(e.as_ref(), &Marked).to_string();
+            for op in ops {
+                assert!(worded.contains(marked_operation(op)), "{worded}");
+            }
+            assert_eq!(neutral_again(worded), e.to_string());
+        }
+    }
+
+    #[test]
+    fn an_error_about_nothing_a_frontend_words_says_the_same_to_every_frontend() {
+        let e = GoalError::Completed("g".into());
+        assert_eq!(e.field(), None);
+        assert_eq!(Named(&e, &Marked).to_string(), e.to_string());
+    }
+}

@@ -1,7 +1,9 @@
 //! Goal assurance operations (BRIEF §3): freeze a plan, run a frozen check and record
 //! its receipt, each check's state, the completion gate with the stall rule, block and
-//! revise. `tacho goal …` and the MCP server call these.
+//! revise. `tacho goal …` and the MCP server call these, with the session they resolved
+//! once from what their user gave ([`SessionId`]).
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,10 +17,10 @@ use tacho_schema::{
 };
 use tacho_store::{Durability, StoreError};
 
-use crate::Tacho;
 use crate::checkenv;
-use crate::error::kinds;
+use crate::error::{ErrorKind, Field, Kind, Namer, Operation, neutral};
 use crate::runner::{self, RunError, run_command};
+use crate::{SessionId, Tacho};
 
 /// The kinds a block can name.
 pub const BLOCK_KINDS: &[&str] = &["external_dependency", "authorization", "user_input"];
@@ -47,7 +49,7 @@ pub enum GoalError {
         #[source]
         error: PlanError,
     },
-    #[error("session {session} has no goal; create one with `tacho goal create`")]
+    #[error("{}", neutral(self))]
     NoGoal { session: String },
     #[error("session {session} has no goal matching {given:?}")]
     NoSuchGoal { session: String, given: String },
@@ -57,20 +59,16 @@ pub enum GoalError {
         check: String,
         checks: Vec<String>,
     },
-    #[error("--kind {given:?}: one of {}", BLOCK_KINDS.join(", "))]
+    #[error("{}", neutral(self))]
     BadBlockKind { given: String },
-    #[error(
-        "a goal is blocked only when no independent work remains: pass --no-independent-work to state it, or keep working"
-    )]
+    #[error("{}", neutral(self))]
     IndependentWorkRemains,
-    #[error("{0} must say something")]
-    Empty(&'static str),
-    #[error(
-        "--evidence {seq}: event #{seq} of session {session} is not a receipt of goal {goal} (its receipts: {})",
-        if receipts.is_empty() { "none yet".to_string() } else {
-            receipts.iter().map(|s| format!("#{s}")).collect::<Vec<_>>().join(", ")
-        }
-    )]
+    /// A block's reason or required change says nothing.
+    #[error("{}", neutral(self))]
+    Empty(Field),
+    #[error("the reason for the replacement must say something")]
+    EmptyReplaceReason,
+    #[error("{}", neutral(self))]
     NotAReceipt {
         seq: u64,
         session: String,
@@ -79,9 +77,7 @@ pub enum GoalError {
     },
     #[error("goal {0} is completed: a completed goal is not revised; create a new goal")]
     Completed(String),
-    #[error(
-        "goal {goal} was replaced by revision {by}: calls made for it cannot end its replacement; use --goal {by}"
-    )]
+    #[error("{}", neutral(self))]
     Superseded { goal: String, by: String },
     #[error("goal {goal} was already revised by {by}; revise that one")]
     AlreadyRevised { goal: String, by: String },
@@ -120,13 +116,75 @@ pub enum GoalError {
     Snapshot(#[from] SnapshotError),
 }
 
-kinds!(GoalError {
-    GoalError::NoGoal { .. } | GoalError::NoSuchGoal { .. } => NotFound,
-    GoalError::CurrentDir(_) | GoalError::Run(_) => Io,
-    GoalError::Store(e) => e.kind(),
-    GoalError::Snapshot(e) => e.kind(),
-    _ => Input,
-});
+impl Kind for GoalError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            GoalError::NoGoal { .. } | GoalError::NoSuchGoal { .. } => ErrorKind::NotFound,
+            GoalError::CurrentDir(_) | GoalError::Run(_) => ErrorKind::Io,
+            GoalError::Store(e) => e.kind(),
+            GoalError::Snapshot(e) => e.kind(),
+            _ => ErrorKind::Input,
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            GoalError::BadBlockKind { .. } => Some(Field::BlockKind),
+            GoalError::IndependentWorkRemains => Some(Field::NoIndependentWork),
+            GoalError::Empty(field) => Some(*field),
+            GoalError::NotAReceipt { .. } => Some(Field::Evidence),
+            GoalError::Superseded { .. } => Some(Field::Goal),
+            _ => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            GoalError::BadBlockKind { given } => write!(
+                f,
+                "{} {given:?}: one of {}",
+                name.field(Field::BlockKind),
+                BLOCK_KINDS.join(", ")
+            ),
+            GoalError::IndependentWorkRemains => write!(
+                f,
+                "a goal is blocked only when no independent work remains: pass {} to state it, or keep working",
+                name.field(Field::NoIndependentWork)
+            ),
+            GoalError::Empty(field) => write!(f, "{} must say something", name.field(*field)),
+            GoalError::NoGoal { session } => write!(
+                f,
+                "session {session} has no goal; create one with {}",
+                name.operation(Operation::CreateGoal)
+            ),
+            GoalError::NotAReceipt {
+                seq,
+                session,
+                goal,
+                receipts,
+            } => write!(
+                f,
+                "{} {seq}: event #{seq} of session {session} is not a receipt of goal {goal} (its receipts: {})",
+                name.field(Field::Evidence),
+                if receipts.is_empty() {
+                    "none yet".to_string()
+                } else {
+                    receipts
+                        .iter()
+                        .map(|s| format!("#{s}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
+            GoalError::Superseded { goal, by } => write!(
+                f,
+                "goal {goal} was replaced by revision {by}: calls made for it cannot end its replacement; use {} {by}",
+                name.field(Field::Goal)
+            ),
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
 
 /// A check of a frozen plan, as `goal create` reports it.
 #[derive(Debug, Clone, Serialize)]
@@ -299,10 +357,34 @@ pub struct BlockRequest<'a> {
     pub no_independent_work: bool,
 }
 
+impl BlockRequest<'_> {
+    /// What a block states, checked before anything is looked up (a frontend checks
+    /// it before it resolves the session, so a wrong statement is said first).
+    pub fn check(&self) -> Result<(), GoalError> {
+        if !BLOCK_KINDS.contains(&self.kind) {
+            return Err(GoalError::BadBlockKind {
+                given: self.kind.to_owned(),
+            });
+        }
+        if !self.no_independent_work {
+            return Err(GoalError::IndependentWorkRemains);
+        }
+        for (what, v) in [
+            (Field::Reason, self.reason),
+            (Field::RequiredChange, self.required_change),
+        ] {
+            if v.trim().is_empty() {
+                return Err(GoalError::Empty(what));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What `goal create` is given.
 #[derive(Debug, Clone)]
 pub struct CreateRequest<'a> {
-    pub session: &'a str,
+    pub session: &'a SessionId,
     /// The plan's Markdown.
     pub markdown: &'a str,
     /// Names the plan in error messages.
@@ -693,13 +775,12 @@ fn check_environment(g: &GoalState) -> Vec<String> {
 }
 
 impl Tacho {
-    /// The session (resolved from an id or prefix) and its goals, folded from its log.
-    fn goals(&self, session: &str) -> Result<(String, Goals), GoalError> {
-        let session = self.resolve_session(session)?.into_string();
+    /// The session's id and its goals, folded from its log.
+    fn goals(&self, session: &SessionId) -> Result<(String, Goals), GoalError> {
         let mut g = Goals::default();
         self.log()
-            .read_session(&session, |e| g.apply(e.seq, &e.event))?;
-        Ok((session, g))
+            .read_session(session, |e| g.apply(e.seq, &e.event))?;
+        Ok((session.to_string(), g))
     }
 
     fn append_goal_event(&self, session: &str, body: EventBody) -> Result<u64, GoalError> {
@@ -740,7 +821,7 @@ impl Tacho {
 
     /// Freezes a plan as a goal of a session.
     pub fn create_goal(&self, req: CreateRequest<'_>) -> Result<Frozen, GoalError> {
-        let session = self.resolve_session(req.session)?.into_string();
+        let session = req.session.to_string();
         let ws = match req.workspace {
             Some(w) => w,
             None => match self.recorded_workspace(&session)? {
@@ -792,26 +873,11 @@ impl Tacho {
     /// Marks a goal blocked.
     pub fn block_goal(
         &self,
-        session: &str,
+        session: &SessionId,
         goal: Option<&str>,
         req: &BlockRequest<'_>,
     ) -> Result<Blocked, GoalError> {
-        if !BLOCK_KINDS.contains(&req.kind) {
-            return Err(GoalError::BadBlockKind {
-                given: req.kind.to_owned(),
-            });
-        }
-        if !req.no_independent_work {
-            return Err(GoalError::IndependentWorkRemains);
-        }
-        for (what, v) in [
-            ("--reason", req.reason),
-            ("--required-change", req.required_change),
-        ] {
-            if v.trim().is_empty() {
-                return Err(GoalError::Empty(what));
-            }
-        }
+        req.check()?;
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
         not_superseded(g)?;
@@ -855,7 +921,7 @@ impl Tacho {
     /// linked to the old one; the old receipts cannot satisfy it.
     pub fn revise_goal(
         &self,
-        session: &str,
+        session: &SessionId,
         goal: Option<&str>,
         correction: &str,
         plan_path: &Path,
@@ -922,7 +988,7 @@ impl Tacho {
     /// stderr.
     pub fn run_check(
         &self,
-        session: &str,
+        session: &SessionId,
         goal: Option<&str>,
         check: &str,
         timeout: Duration,
@@ -1012,15 +1078,18 @@ impl Tacho {
     }
 
     /// Each check's state against the source now.
-    pub fn goal_status(&self, session: &str, goal: Option<&str>) -> Result<GoalStatus, GoalError> {
+    pub fn goal_status(
+        &self,
+        session: &SessionId,
+        goal: Option<&str>,
+    ) -> Result<GoalStatus, GoalError> {
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
         status_of(session.clone(), g)
     }
 
-    /// The status of every goal of a session (resolved id), in the order they were
-    /// created.
-    pub fn goal_statuses(&self, session: &str) -> Result<Vec<GoalStatus>, GoalError> {
+    /// The status of every goal of a session, in the order they were created.
+    pub fn goal_statuses(&self, session: &SessionId) -> Result<Vec<GoalStatus>, GoalError> {
         let (session, gs) = self.goals(session)?;
         gs.goals
             .iter()
@@ -1033,7 +1102,7 @@ impl Tacho {
     /// the unfinished work.
     pub fn complete_goal(
         &self,
-        session: &str,
+        session: &SessionId,
         goal: Option<&str>,
     ) -> Result<Completion, GoalError> {
         let (session, gs) = self.goals(session)?;
@@ -1136,7 +1205,7 @@ pub struct Resumed {
 /// What `goal replace` is given.
 #[derive(Debug, Clone)]
 pub struct ReplaceRequest<'a> {
-    pub session: &'a str,
+    pub session: &'a SessionId,
     /// The goal replaced (default: the session's latest).
     pub goal: Option<&'a str>,
     /// Why the goal is replaced.
@@ -1182,7 +1251,7 @@ impl Tacho {
             });
         }
         if req.reason.trim().is_empty() {
-            return Err(GoalError::Empty("the reason for the replacement"));
+            return Err(GoalError::EmptyReplaceReason);
         }
         let digest = &old.created.contract_digest;
         if tacho_goals::contract_digest_version(digest).is_none() {
@@ -1211,7 +1280,7 @@ impl Tacho {
 
         // Taken over only if nothing happened to the old goal since it was read.
         let mut w = self.log().writer(&session)?;
-        let (_, gs_now) = self.goals(&session)?;
+        let (_, gs_now) = self.goals(req.session)?;
         let now = pick(&gs_now, &session, Some(&old_id))?;
         if let Some(by) = &now.revised_by {
             return Err(GoalError::AlreadyReplaced {
@@ -1250,7 +1319,11 @@ impl Tacho {
     /// Resumes a paused goal: records a `goal.update` `pause` that is not accepted
     /// (the pause no longer holds), after which the goal holds the agent again and the
     /// stall count starts over. A replaced or completed goal is not resumed.
-    pub fn resume_goal(&self, session: &str, goal: Option<&str>) -> Result<Resumed, GoalError> {
+    pub fn resume_goal(
+        &self,
+        session: &SessionId,
+        goal: Option<&str>,
+    ) -> Result<Resumed, GoalError> {
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
         let id = g.created.goal.clone();

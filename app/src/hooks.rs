@@ -468,14 +468,14 @@ impl Tacho {
         state: &mut HookState,
         already_blocked: bool,
     ) -> Result<Option<String>, crate::goals::GoalError> {
-        let status = match self.goal_status(session, None) {
+        let session = match self.resolve_session(session) {
+            Ok(id) => id,
+            Err(tacho_store::StoreError::UnknownSession { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let status = match self.goal_status(&session, None) {
             Ok(s) => s,
             Err(crate::goals::GoalError::NoGoal { .. }) => return Ok(None),
-            Err(crate::goals::GoalError::Store(tacho_store::StoreError::UnknownSession {
-                ..
-            })) => {
-                return Ok(None);
-            }
             Err(e) => return Err(e),
         };
         if !status.assured
@@ -489,7 +489,7 @@ impl Tacho {
         if state.gate_blocks >= GATE_BLOCKS_MAX {
             return Ok(None);
         }
-        let done = self.complete_goal(session, Some(&status.goal))?;
+        let done = self.complete_goal(&session, Some(&status.goal))?;
         if done.accepted {
             return Ok(None);
         }

@@ -40,6 +40,8 @@ pub struct ImportReport {
     pub partial_lines: u64,
     /// Entries not recorded, by type (known noise and unknown types).
     pub skipped_entries: BTreeMap<String, u64>,
+    /// Of those, the entry types this tacho does not know, by type.
+    pub unknown_entries: BTreeMap<String, u64>,
     /// Files that could not be imported, with why.
     pub failed: Vec<ImportFailure>,
     /// Sessions that received events.
@@ -142,6 +144,9 @@ impl Tacho {
             report.partial_lines += u64::from(t.partial_tail > 0);
             for (k, n) in &t.skipped {
                 *report.skipped_entries.entry(k.clone()).or_default() += n;
+            }
+            for (k, n) in &t.unknown {
+                *report.unknown_entries.entry(k.clone()).or_default() += n;
             }
             // A session a transcript of this chunk already brings waits for the next
             // chunk: what it holds by then decides what is new.

@@ -4,13 +4,14 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use tacho_schema::{EventBody, JsonError, Provenance, SnapshotReason, parse_json_line};
 use tacho_store::{Durability, StoreError, Writer, hex};
 
 use crate::Tacho;
-use crate::error::{ErrorKind, Kind, kinds};
+use crate::error::{ErrorKind, Field, Kind, Named, Namer, neutral};
 use crate::snapshots::{AutoPoint, SnapshotOpError, auto_points, taken_event};
 
 /// The longest input line accepted: the largest event payload, with room for its JSON
@@ -117,7 +118,7 @@ pub struct SessionTotal {
 /// Why ingesting stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
-    #[error("--session: {0}")]
+    #[error("{}", neutral(self))]
     BadSession(String),
     #[error("{source_name}: line {line}: {error}")]
     Read {
@@ -132,9 +133,7 @@ pub enum IngestError {
         #[source]
         error: JsonError,
     },
-    #[error(
-        "{source_name}: line {line}: no session: give the line a `session` field, or pass --session or --new-session"
-    )]
+    #[error("{}", neutral(self))]
     NoSession { source_name: String, line: usize },
     #[error("{source_name}: line {line}: snapshot.take: no session")]
     SnapshotNoSession { source_name: String, line: usize },
@@ -182,11 +181,35 @@ pub enum IngestError {
     Ack(#[source] std::io::Error),
 }
 
-kinds!(IngestError {
-    IngestError::Store(e) => e.kind(),
-    IngestError::Ack(_) => Io,
-    _ => Input,
-});
+impl Kind for IngestError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            IngestError::Store(e) => e.kind(),
+            IngestError::Ack(_) => ErrorKind::Io,
+            _ => ErrorKind::Input,
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            IngestError::BadSession(_) | IngestError::NoSession { .. } => Some(Field::Session),
+            _ => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            IngestError::BadSession(why) => write!(f, "{}: {why}", name.field(Field::Session)),
+            IngestError::NoSession { source_name, line } => write!(
+                f,
+                "{source_name}: line {line}: no session: give the line a `session` field, or pass {} or {}",
+                name.field(Field::Session),
+                name.field(Field::NewSession)
+            ),
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
 
 /// An ingest that stopped, with what it had recorded before.
 #[derive(Debug, thiserror::Error)]
@@ -197,26 +220,35 @@ pub struct RecordError {
     pub recorded: u64,
 }
 
-impl std::fmt::Display for RecordError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.error.kind() != ErrorKind::Input {
-            return write!(f, "{}", self.error);
-        }
-        if self.recorded == 0 {
-            write!(f, "{}\nnothing was recorded", self.error)
-        } else {
-            write!(
-                f,
-                "{}\nthat batch was not recorded; {} events of earlier batches were",
-                self.error, self.recorded
-            )
-        }
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_named(f, &crate::error::Neutral)
     }
 }
 
 impl Kind for RecordError {
     fn kind(&self) -> ErrorKind {
         self.error.kind()
+    }
+
+    fn field(&self) -> Option<Field> {
+        self.error.field()
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        let error = Named(&self.error, name);
+        if self.error.kind() != ErrorKind::Input {
+            return write!(f, "{error}");
+        }
+        if self.recorded == 0 {
+            write!(f, "{error}\nnothing was recorded")
+        } else {
+            write!(
+                f,
+                "{error}\nthat batch was not recorded; {} events of earlier batches were",
+                self.recorded
+            )
+        }
     }
 }
 

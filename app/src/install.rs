@@ -7,12 +7,14 @@
 //! treated (a repository's refused, a user's followed and said) is
 //! [`crate::userfile`]'s.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tacho_agents::Agent;
 use tacho_agents::settings::{self, SettingsError};
 
+use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
 use crate::userfile::{Owner, SettingsFile, UserFileError};
 
 /// Where a settings file is.
@@ -100,7 +102,7 @@ impl Places {
 pub enum InstallError {
     #[error("no home directory (set HOME)")]
     NoHome,
-    #[error("codex has no local scope: use --scope user or --scope project")]
+    #[error("{}", neutral(self))]
     NoLocalScope,
     #[error(transparent)]
     Settings(#[from] SettingsError),
@@ -116,16 +118,36 @@ pub enum InstallError {
     File(#[from] UserFileError),
 }
 
-impl crate::error::Kind for InstallError {
-    fn kind(&self) -> crate::error::ErrorKind {
+impl Kind for InstallError {
+    fn kind(&self) -> ErrorKind {
         match self {
-            InstallError::Settings(_) | InstallError::NoLocalScope => {
-                crate::error::ErrorKind::Input
-            }
+            InstallError::Settings(_) | InstallError::NoLocalScope => ErrorKind::Input,
             InstallError::NoHome | InstallError::Io { .. } | InstallError::ExePath(_) => {
-                crate::error::ErrorKind::Io
+                ErrorKind::Io
             }
-            InstallError::File(e) => crate::error::Kind::kind(e),
+            InstallError::File(e) => e.kind(),
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            InstallError::NoLocalScope => Some(Field::Scope),
+            InstallError::File(e) => e.field(),
+            _ => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            InstallError::NoLocalScope => {
+                let scope = name.field(Field::Scope);
+                write!(
+                    f,
+                    "codex has no local scope: use {scope} user or {scope} project"
+                )
+            }
+            InstallError::File(e) => e.fmt_named(f, name),
+            other => fmt::Display::fmt(other, f),
         }
     }
 }

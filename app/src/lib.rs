@@ -7,7 +7,10 @@
 //! Operations are methods of [`Tacho`] (the opened data directory with its clock, id
 //! source and notes sink). They return typed results (`Serialize` where a frontend
 //! prints them as JSON) and one error enum per operation; [`error::Kind`] says what
-//! kind of failure an error is, so frontends decide on kinds, never on message text.
+//! kind of failure an error is, so frontends decide on kinds, never on message text,
+//! and lets each frontend word the fields and operations an error names
+//! ([`error::Words`]): no error says a CLI flag. Operations on one session take a
+//! [`SessionId`], which the frontend resolved once from what its user gave.
 //! [`render`] turns results into text.
 
 mod branch;

@@ -8,9 +8,9 @@ use tacho_schema::EventView;
 use tacho_store::dump::{SegmentDump, dump_file};
 use tacho_store::{SegmentInfo, StoreError, StoreReport, StreamReport};
 
-use crate::Tacho;
 use crate::error::kinds;
 use crate::index::{Deferred, index_head_differs};
+use crate::{SessionId, Tacho};
 
 /// Why a dump could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -74,11 +74,11 @@ impl Tacho {
     pub fn verify_store(
         &self,
         deep: bool,
-        only: Option<&str>,
+        only: Option<&SessionId>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<StoreReport, StoreError> {
         let sessions = match only {
-            Some(s) => vec![self.resolve_session(s)?.into_string()],
+            Some(s) => vec![s.to_string()],
             None => self.log().sessions()?,
         };
         let index = match (deep, only) {

@@ -4,13 +4,14 @@
 //! snapshots nothing references any more (SPEC §14.5).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 use serde::Serialize;
 use tacho_projections::RiskLevel;
 use tacho_store::{PrunedSession, StoreError, hex};
 
 use crate::Tacho;
-use crate::error::kinds;
+use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
 use crate::snapshots::{GcOutcome, SnapshotOpError};
 
 /// Sessions locked and removed at a time (each holds its lock file open meanwhile).
@@ -19,9 +20,9 @@ const CHUNK: usize = 256;
 /// Why a prune could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum PruneError {
-    #[error("--keep-risk {0:?} is not one of low, medium, high, critical")]
+    #[error("{}", neutral(self))]
     BadRisk(String),
-    #[error("--days must be at least 1")]
+    #[error("{}", neutral(self))]
     BadDays,
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -29,11 +30,35 @@ pub enum PruneError {
     Snapshots(#[from] SnapshotOpError),
 }
 
-kinds!(PruneError {
-    PruneError::BadRisk(_) | PruneError::BadDays => Input,
-    PruneError::Store(e) => e.kind(),
-    PruneError::Snapshots(e) => e.kind(),
-});
+impl Kind for PruneError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            PruneError::BadRisk(_) | PruneError::BadDays => ErrorKind::Input,
+            PruneError::Store(e) => e.kind(),
+            PruneError::Snapshots(e) => e.kind(),
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            PruneError::BadRisk(_) => Some(Field::KeepRisk),
+            PruneError::BadDays => Some(Field::Days),
+            _ => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            PruneError::BadRisk(given) => write!(
+                f,
+                "{} {given:?} is not one of low, medium, high, critical",
+                name.field(Field::KeepRisk)
+            ),
+            PruneError::BadDays => write!(f, "{} must be at least 1", name.field(Field::Days)),
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
 
 /// What to prune.
 #[derive(Debug, Clone, Default)]

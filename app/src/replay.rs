@@ -3,6 +3,7 @@
 //! agent, and portable packages. Replay never re-runs the model or a tool.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -11,15 +12,13 @@ use tacho_schema::{EventBody, ToolResult, ToolStatus};
 use tacho_store::{PackageError, Severity, Store, StoreError, StreamReport, hex, open_package};
 
 use crate::Tacho;
-use crate::error::kinds;
+use crate::error::{ErrorKind, Kind, Namer, Operation, neutral};
 use crate::projection;
 
 /// Why a replay operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error(
-        "session {0} does not verify; run `tacho session replay {0} --mode verify` (a package of a damaged record would only fail elsewhere)"
-    )]
+    #[error("{}", neutral(self))]
     Unverified(String),
     #[error("{}: {source}", path.display())]
     ReadPackage {
@@ -37,11 +36,26 @@ pub enum ReplayError {
     Store(#[from] StoreError),
 }
 
-kinds!(ReplayError {
-    ReplayError::Unverified(_) | ReplayError::Package { .. } => Findings,
-    ReplayError::ReadPackage { .. } => Input,
-    ReplayError::Store(e) => e.kind(),
-});
+impl Kind for ReplayError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            ReplayError::Unverified(_) | ReplayError::Package { .. } => ErrorKind::Findings,
+            ReplayError::ReadPackage { .. } => ErrorKind::Input,
+            ReplayError::Store(e) => e.kind(),
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            ReplayError::Unverified(session) => write!(
+                f,
+                "session {session} does not verify; {} says where (a package of a damaged record would only fail elsewhere)",
+                name.operation(Operation::VerifySession)
+            ),
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
 
 /// The stored projection compared with a rebuild.
 #[derive(Debug, Clone)]

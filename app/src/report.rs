@@ -103,10 +103,10 @@ pub struct Integrity {
 }
 
 impl Tacho {
-    /// The report of a session (resolved id). A record that does not verify still
-    /// gets its report: the findings, and whatever could be read (nothing of the
-    /// session when its events could not be read to their end).
-    pub fn report(&self, session: &str) -> Result<Report, StoreError> {
+    /// The report of a session. A record that does not verify still gets its report:
+    /// the findings, and whatever could be read (nothing of the session when its
+    /// events could not be read to their end).
+    pub fn report(&self, session: &crate::SessionId) -> Result<Report, StoreError> {
         let v = self.verify_session(session)?;
         let SessionGraph { graph, risk } = SessionGraph::of(match v.read_error {
             None => self.graph(session)?,

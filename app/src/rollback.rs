@@ -4,6 +4,7 @@
 //! (which can itself be rolled back).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use tacho_git::rollback::{self, Action, Applied, Plan, PlanInput};
@@ -16,7 +17,7 @@ use tacho_schema::{
 use tacho_store::{Durability, StoreError};
 
 use crate::Tacho;
-use crate::error::kinds;
+use crate::error::{ErrorKind, Kind, Namer, Operation, neutral};
 use crate::snapshots::{SnapshotOpError, taken_event};
 
 /// Why a rollback could not be planned or applied.
@@ -28,16 +29,11 @@ pub enum RollbackError {
         step: u64,
         range: String,
     },
-    #[error(
-        "no snapshot was recorded before step {step} of {session}: that point cannot be restored (see --list)"
-    )]
+    #[error("{}", neutral(self))]
     NoSnapshotBefore { session: String, step: u64 },
     #[error("session {0} recorded no snapshot: files it changed cannot be restored this way")]
     NoSnapshot(String),
-    #[error(
-        "refusing to roll back while included sessions are still running: {} (if their agent has stopped without recording its end, `tacho session end <session>` records it; --dry-run shows the plan)",
-        .0.join(", ")
-    )]
+    #[error("{}", neutral(self))]
     Running(Vec<String>),
     #[error(
         "the workspace {} now resolves to {}: a directory on the way was replaced by a symbolic link since the session; refusing to write there",
@@ -55,13 +51,36 @@ pub enum RollbackError {
     Take(#[from] SnapshotOpError),
 }
 
-kinds!(RollbackError {
-    RollbackError::InProgress(_) => Busy,
-    RollbackError::Store(e) => e.kind(),
-    RollbackError::Snapshot(e) => e.kind(),
-    RollbackError::Take(e) => e.kind(),
-    _ => Input,
-});
+impl Kind for RollbackError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            RollbackError::InProgress(_) => ErrorKind::Busy,
+            RollbackError::Store(e) => e.kind(),
+            RollbackError::Snapshot(e) => e.kind(),
+            RollbackError::Take(e) => e.kind(),
+            _ => ErrorKind::Input,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            RollbackError::NoSnapshotBefore { session, step } => write!(
+                f,
+                "no snapshot was recorded before step {step} of {session}: that point cannot be restored (see {})",
+                name.operation(Operation::ListRollbackPoints)
+            ),
+            RollbackError::Running(sessions) => write!(
+                f,
+                "refusing to roll back while included sessions are still running: {} (if their agent has stopped without recording its end, {} records it; {} shows the plan)",
+                sessions.join(", "),
+                name.operation(Operation::EndSession),
+                name.operation(Operation::PlanRollback)
+            ),
+            RollbackError::Take(e) => e.fmt_named(f, name),
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
 
 /// A session whose changes the rollback includes.
 #[derive(Debug, Clone)]

@@ -1,30 +1,59 @@
 //! Sessions: resolving them, their workspace (defined here once), their graph, and the
 //! listing with its filters.
 
+use std::fmt;
 use std::path::PathBuf;
 
 use tacho_projections::{ExecutionGraph, RiskAssessment, RiskLevel, SessionSummary};
 use tacho_schema::EventBody;
 use tacho_store::{ReadEnd, StoreError, StoredEvent};
 
-use crate::error::kinds;
+use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
 use crate::{SessionGraph, SessionId, Tacho};
 
 /// Why `session list` could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
-    #[error("--since {0:?} is not a date (2026-08-01), an RFC 3339 time or an age (30m, 12h, 7d)")]
+    #[error("{}", neutral(self))]
     BadSince(String),
-    #[error("--risk {0:?} is not one of low, medium, high, critical")]
+    #[error("{}", neutral(self))]
     BadRisk(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-kinds!(ListError {
-    ListError::BadSince(_) | ListError::BadRisk(_) => Input,
-    ListError::Store(e) => e.kind(),
-});
+impl Kind for ListError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            ListError::BadSince(_) | ListError::BadRisk(_) => ErrorKind::Input,
+            ListError::Store(e) => e.kind(),
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            ListError::BadSince(_) => Some(Field::Since),
+            ListError::BadRisk(_) => Some(Field::Risk),
+            ListError::Store(_) => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            ListError::BadSince(given) => write!(
+                f,
+                "{} {given:?} is not a date (2026-08-01), an RFC 3339 time or an age (30m, 12h, 7d)",
+                name.field(Field::Since)
+            ),
+            ListError::BadRisk(given) => write!(
+                f,
+                "{} {given:?} is not one of low, medium, high, critical",
+                name.field(Field::Risk)
+            ),
+            ListError::Store(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
 
 /// The filters of `session list`, as given.
 #[derive(Debug, Clone, Default)]
@@ -283,15 +312,15 @@ impl Tacho {
         self.log().read_session(session, f)
     }
 
-    /// The sessions an audit command covers, oldest first: one session (an id or a
-    /// unique prefix), or every session that passes the filters.
+    /// The sessions an audit command covers, oldest first: one session, or every
+    /// session that passes the filters.
     pub fn select_sessions(
         &self,
-        session: Option<&str>,
+        session: Option<&SessionId>,
         filter: &ListFilter,
     ) -> Result<Vec<String>, ListError> {
-        if let Some(given) = session {
-            return Ok(vec![self.resolve_session(given)?.into_string()]);
+        if let Some(id) = session {
+            return Ok(vec![id.to_string()]);
         }
         let mut rows = self.list_sessions(filter, None)?;
         rows.reverse();

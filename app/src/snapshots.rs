@@ -51,8 +51,8 @@ pub struct SnapshotRequest {
     pub paths: Vec<String>,
     /// The workspace: default the session's, else the current directory.
     pub workspace: Option<PathBuf>,
-    /// Record the snapshot in this session (id or unique prefix).
-    pub session: Option<String>,
+    /// Record the snapshot in this session.
+    pub session: Option<SessionId>,
     /// The snapshot is the state before this step's changes.
     pub before_step: Option<u64>,
 }
@@ -150,11 +150,7 @@ impl Tacho {
     /// `tacho snapshot`: stores the workspace's files now, and records it in a session
     /// when asked.
     pub fn snapshot(&self, req: &SnapshotRequest) -> Result<SnapshotOutcome, SnapshotOpError> {
-        let session = req
-            .session
-            .as_deref()
-            .map(|s| self.resolve_session(s).map(SessionId::into_string))
-            .transpose()?;
+        let session = req.session.as_ref().map(SessionId::to_string);
         let workspace = match (&req.workspace, &session) {
             (Some(w), _) => w.clone(),
             (None, Some(s)) => match self.recorded_workspace(s)? {

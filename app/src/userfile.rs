@@ -18,6 +18,7 @@
 //!   controls those names; it is refused, naming the path and why.
 
 use std::ffi::{OsStr, OsString};
+use std::fmt;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -26,6 +27,8 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
+use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
+
 /// Why a file outside the data directory was not written.
 #[derive(Debug, thiserror::Error)]
 pub enum UserFileError {
@@ -33,6 +36,14 @@ pub enum UserFileError {
     /// directory, a socket, a link to nothing): nothing was written.
     #[error("{}: {why}", path.display())]
     Refused { path: PathBuf, why: String },
+    /// What is in a repository where its settings go is not something tacho writes
+    /// there (a link, not a regular file): `remove` it, or install for the user.
+    #[error("{}", neutral(self))]
+    InRepository {
+        path: PathBuf,
+        why: String,
+        remove: &'static str,
+    },
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -41,11 +52,30 @@ pub enum UserFileError {
     },
 }
 
-impl crate::error::Kind for UserFileError {
-    fn kind(&self) -> crate::error::ErrorKind {
+impl Kind for UserFileError {
+    fn kind(&self) -> ErrorKind {
         match self {
-            UserFileError::Refused { .. } => crate::error::ErrorKind::Input,
-            UserFileError::Io { .. } => crate::error::ErrorKind::Io,
+            UserFileError::Refused { .. } | UserFileError::InRepository { .. } => ErrorKind::Input,
+            UserFileError::Io { .. } => ErrorKind::Io,
+        }
+    }
+
+    fn field(&self) -> Option<Field> {
+        match self {
+            UserFileError::InRepository { .. } => Some(Field::Scope),
+            _ => None,
+        }
+    }
+
+    fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
+        match self {
+            UserFileError::InRepository { path, why, remove } => write!(
+                f,
+                "{}: {why} (remove {remove}, or install with {} user)",
+                path.display(),
+                name.field(Field::Scope)
+            ),
+            other => fmt::Display::fmt(other, f),
         }
     }
 }
@@ -518,13 +548,14 @@ fn locate(path: &Path, owner: &OwnerBuf, create: bool) -> Result<Option<Located>
             if let Some(st) = &stat
                 && kind(st) != FileType::RegularFile
             {
-                return Err(refused(
-                    path,
-                    format!(
-                        "is {} in the repository; tacho writes a repository's settings only as a regular file, never through a link (remove it, or install with --scope user)",
+                return Err(UserFileError::InRepository {
+                    path: path.to_path_buf(),
+                    why: format!(
+                        "is {} in the repository; tacho writes a repository's settings only as a regular file, never through a link",
                         what(kind(st))
                     ),
-                ));
+                    remove: "it",
+                });
             }
             let backup_dir = rustix::io::dup(&dir).map_err(|e| io(path, e))?;
             Ok(Some(Located {
@@ -611,10 +642,11 @@ fn locate(path: &Path, owner: &OwnerBuf, create: bool) -> Result<Option<Located>
 /// refused with the reason when a link or a file is in the way.
 fn not_followed(dir: &OwnedFd, name: &OsStr, shown: &Path, e: Errno) -> UserFileError {
     match lstat_at(dir, name, shown) {
-        Ok(Some(st)) if kind(&st) == FileType::Symlink => refused(
-            shown,
-            "is a symbolic link in the repository; tacho does not follow a repository's links when it writes settings (remove the link, or install with --scope user)",
-        ),
+        Ok(Some(st)) if kind(&st) == FileType::Symlink => UserFileError::InRepository {
+            path: shown.to_path_buf(),
+            why: "is a symbolic link in the repository; tacho does not follow a repository's links when it writes settings".to_owned(),
+            remove: "the link",
+        },
         Ok(Some(st)) if kind(&st) != FileType::Directory => {
             refused(shown, format!("is {}, not a directory", what(kind(&st))))
         }

@@ -196,9 +196,12 @@ fn notes_go_to_the_sink_and_results_carry_the_stall_rule() {
     ingest.finish().unwrap();
     std::fs::write(ws.join("check.sh"), "exit 1\n").unwrap();
     let plan = "# Value\nGoal kind: bugfix\n\n## Acceptance criteria\n- AC1: it holds\n\n## Verification plan\nRun the check.\n\n## Non-goals\n- anything else\n\n## Assumed scope\n.\n\n## Assurance contract\n```json\n{\"version\": 1, \"sourcePaths\": [\".\"], \"checks\": [{\"id\": \"fails\", \"acceptanceIds\": [\"AC1\"], \"command\": \"sh check.sh\", \"purpose\": \"fails\", \"environment\": \"the workspace\"}]}\n```\n";
+    // The frontend resolves what its user gave (here a prefix) once.
+    let ses = t.resolve_session("ses_go").unwrap();
+    assert_eq!(ses, "ses_goal");
     let frozen = t
         .create_goal(tacho_app::CreateRequest {
-            session: "ses_goal",
+            session: &ses,
             markdown: plan,
             source_name: "plan",
             objective: None,
@@ -208,12 +211,7 @@ fn notes_go_to_the_sink_and_results_carry_the_stall_rule() {
         .unwrap();
     assert_eq!(frozen.goal, "goal_fixed0001");
     let r = t
-        .run_check(
-            "ses_goal",
-            None,
-            "fails",
-            std::time::Duration::from_secs(60),
-        )
+        .run_check(&ses, None, "fails", std::time::Duration::from_secs(60))
         .unwrap();
     assert!(!r.passed);
     assert!(
@@ -221,13 +219,15 @@ fn notes_go_to_the_sink_and_results_carry_the_stall_rule() {
         "{:?}",
         notes.0.lock().unwrap()
     );
-    let first = t.complete_goal("ses_goal", None).unwrap();
-    assert!(!first.accepted && first.note.is_none());
-    let second = t.complete_goal("ses_goal", None).unwrap();
+    let first = t.complete_goal(&ses, None).unwrap();
+    assert!(!first.accepted && first.note.is_none() && first.stall.is_none());
+    let second = t.complete_goal(&ses, None).unwrap();
+    assert_eq!(second.stall, Some(tacho_app::Stall::Hint));
     assert!(second.note.unwrap().starts_with("hint: "));
-    let third = t.complete_goal("ses_goal", None).unwrap();
+    let third = t.complete_goal(&ses, None).unwrap();
+    assert_eq!(third.stall, Some(tacho_app::Stall::Paused));
     assert!(third.note.unwrap().starts_with("goal paused (stalled: 3"));
-    let status = t.goal_status("ses_goal", None).unwrap();
+    let status = t.goal_status(&ses, None).unwrap();
     assert!(status.paused.is_some());
 }
 

@@ -43,6 +43,11 @@ async def main(tacho, workspace, session):
             bad = await client.call_tool("verify_project", {"session": session, "goalCheck": "not-a-check"})
             out["bad_check_error"] = bool(bad.is_error)
             out["bad_check"] = payload(bad)
+            # A block without the statement that no independent work remains: the
+            # refusal names the argument an agent passes, not a CLI flag.
+            unblocked = await client.call_tool("update_goal", {"session": session, "status": "blocked", "kind": "user_input", "reason": "r", "requiredChange": "c", "evidence": []})
+            out["block_error"] = bool(unblocked.is_error)
+            out["block"] = payload(unblocked)
             status = await client.call_tool("get_goal", {"session": session})
             out["status"] = payload(status)
             done = await client.call_tool("update_goal", {"session": session, "status": "complete"})

@@ -550,6 +550,14 @@ fn the_mcp_server_works_with_the_official_python_client() {
             .unwrap()
             .contains("has no check \"not-a-check\"")
     );
+    // The refusal of a block names the argument (noIndependentWork), not a CLI flag.
+    assert_eq!(v["block_error"], true);
+    let block = v["block"]["text"].as_str().unwrap();
+    assert!(
+        block.contains("pass noIndependentWork to state it"),
+        "{block}"
+    );
+    assert!(!block.contains("--"), "{block}");
     assert_eq!(v["status"]["checks"][0]["state"], "passed");
     // Each check carries what the frozen plan says of it.
     assert_eq!(v["status"]["checks"][0]["command"], "sh checks/parity.sh");
@@ -1418,5 +1426,192 @@ fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
     assert!(
         out.contains("1 of 2 checks not passed; warning: check parity can hide a failure"),
         "{out}"
+    );
+}
+
+/// Speaks MCP to `tacho mcp` over stdio (JSON-RPC, one message a line): initializes,
+/// then makes each tool call in turn and returns each answer's `result`.
+fn mcp_calls(home: &Path, ws: &Path, calls: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    use std::io::BufRead;
+    let mut c = tacho(home);
+    c.current_dir(ws)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |v: serde_json::Value| writeln!(stdin, "{v}").unwrap();
+    let mut answer = |id: u64| loop {
+        let line = lines.next().unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == id {
+            return v;
+        }
+    };
+    send(serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "goal.rs", "version": "0"},
+        },
+    }));
+    assert_eq!(answer(0)["result"]["serverInfo"]["name"], "tacho");
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut results = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        let id = i as u64 + 1;
+        send(serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": call,
+        }));
+        results.push(answer(id)["result"].clone());
+    }
+    drop(stdin);
+    child.wait().unwrap();
+    results
+}
+
+/// An application error names the field it is about as each frontend's users know it:
+/// MCP tells an agent the argument (`noIndependentWork`), the CLI the flag
+/// (`--no-independent-work`); neither is told the other's word.
+#[test]
+fn mcp_names_its_arguments_and_the_cli_its_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = workspace_and_session(tmp.path(), "ses_names");
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "create",
+            "--plan",
+            "plan.md",
+            "--session",
+            "ses_names",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let blocked = |extra: serde_json::Value| {
+        let mut args = serde_json::json!({
+            "session": "ses_na", "status": "blocked", "kind": "external_dependency",
+            "reason": "staging is down", "requiredChange": "restore staging", "evidence": [1],
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            args[k] = v.clone();
+        }
+        serde_json::json!({"name": "update_goal", "arguments": args})
+    };
+    let r = mcp_calls(
+        &home,
+        &ws,
+        &[
+            blocked(serde_json::json!({})),
+            blocked(serde_json::json!({"kind": "weather", "noIndependentWork": true})),
+            blocked(serde_json::json!({"requiredChange": " ", "noIndependentWork": true})),
+            blocked(serde_json::json!({"noIndependentWork": true})),
+            // What a block states is checked before the session is looked up.
+            blocked(serde_json::json!({"session": "nope"})),
+            // A prefix is resolved once, by the server, to the session.
+            serde_json::json!({"name": "get_goal", "arguments": {"session": "ses_na"}}),
+        ],
+    );
+    assert_eq!(
+        r[5]["structuredContent"]["session"], "ses_names",
+        "{}",
+        r[5]
+    );
+    let r = &r[..5];
+    let text = |v: &serde_json::Value| {
+        assert_eq!(v["isError"], true, "{v}");
+        v["content"][0]["text"].as_str().unwrap().to_owned()
+    };
+    let no_independent = text(&r[0]);
+    assert!(
+        no_independent.contains("pass noIndependentWork to state it"),
+        "{no_independent}"
+    );
+    assert!(
+        text(&r[1]).starts_with("kind \"weather\": one of"),
+        "{}",
+        text(&r[1])
+    );
+    assert_eq!(text(&r[2]), "requiredChange must say something");
+    assert!(text(&r[3]).starts_with("evidence 1: event #1 of session ses_names"));
+    assert_eq!(text(&r[4]), no_independent);
+    for v in r {
+        assert!(!text(v).contains("--"), "a CLI flag told to an agent: {v}");
+    }
+
+    // The CLI says the same with its flags.
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "block",
+            "--session",
+            "ses_na",
+            "--kind",
+            "external_dependency",
+            "--reason",
+            "staging is down",
+            "--required-change",
+            " ",
+            "--evidence",
+            "1",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("pass --no-independent-work to state it"),
+        "{err}"
+    );
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &[
+            "goal",
+            "block",
+            "--session",
+            "ses_na",
+            "--kind",
+            "external_dependency",
+            "--reason",
+            "staging is down",
+            "--required-change",
+            " ",
+            "--evidence",
+            "1",
+            "--no-independent-work",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(err.trim(), "error: --required-change must say something");
+
+    // An operation a message points to is each frontend's own: MCP's tool, the CLI's
+    // command.
+    let line = format!(
+        r#"{{"type":"session.start","session":"ses_bare","workspace":"{}"}}"#,
+        ws.display()
+    );
+    let (code, _, err) =
+        tacho_tests::run_with_stdin(&home, &["record", "--snapshots", "off"], &line);
+    assert_eq!(code, 0, "{err}");
+    let r = mcp_calls(
+        &home,
+        &ws,
+        &[serde_json::json!({"name": "get_goal", "arguments": {"session": "ses_bare"}})],
+    );
+    assert_eq!(
+        text(&r[0]),
+        "session ses_bare has no goal; create one with create_goal"
+    );
+    let (code, _, err) = t(&home, &ws, &["goal", "status", "--session", "ses_bare"]);
+    assert_eq!(code, 4);
+    assert_eq!(
+        err.trim(),
+        "error: session ses_bare has no goal; create one with `tacho goal create`"
     );
 }

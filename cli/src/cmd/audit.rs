@@ -99,7 +99,12 @@ impl Selection {
             risk: self.risk.clone(),
             project: None,
         };
-        Ok(tacho.select_sessions(self.session.as_deref(), &filter)?)
+        let one = self
+            .session
+            .as_deref()
+            .map(|s| tacho.resolve_session(s))
+            .transpose()?;
+        Ok(tacho.select_sessions(one.as_ref(), &filter)?)
     }
 }
 

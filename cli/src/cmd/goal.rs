@@ -180,8 +180,9 @@ fn disclose(
 
 fn replace(a: ReplaceArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
+    let session = tacho.resolve_session(&a.session)?;
     let v = tacho.replace_goal(ReplaceRequest {
-        session: &a.session,
+        session: &session,
         goal: a.goal.as_deref(),
         reason: &a.reason,
         plan_path: &a.plan,
@@ -211,7 +212,8 @@ fn replace(a: ReplaceArgs) -> Result<(), CliError> {
 
 fn resume(a: StatusArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
-    let v = tacho.resume_goal(&a.session, a.goal.as_deref())?;
+    let session = tacho.resolve_session(&a.session)?;
+    let v = tacho.resume_goal(&session, a.goal.as_deref())?;
     let mut out = Out::new();
     if a.json {
         out.json(&v)?;
@@ -227,8 +229,9 @@ fn resume(a: StatusArgs) -> Result<(), CliError> {
 fn create(a: CreateArgs) -> Result<(), CliError> {
     let markdown = read_plan(&a.plan)?;
     let tacho = crate::open()?;
+    let session = tacho.resolve_session(&a.session)?;
     let v = tacho.create_goal(CreateRequest {
-        session: &a.session,
+        session: &session,
         markdown: &markdown,
         source_name: &a.plan.display().to_string(),
         objective: a.objective.clone(),
@@ -261,17 +264,16 @@ fn create(a: CreateArgs) -> Result<(), CliError> {
 
 fn block(a: BlockArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
-    let v = tacho.block_goal(
-        &a.session,
-        a.goal.as_deref(),
-        &BlockRequest {
-            kind: &a.kind,
-            reason: &a.reason,
-            required_change: &a.required_change,
-            evidence: &a.evidence,
-            no_independent_work: a.no_independent_work,
-        },
-    )?;
+    let req = BlockRequest {
+        kind: &a.kind,
+        reason: &a.reason,
+        required_change: &a.required_change,
+        evidence: &a.evidence,
+        no_independent_work: a.no_independent_work,
+    };
+    req.check()?;
+    let session = tacho.resolve_session(&a.session)?;
+    let v = tacho.block_goal(&session, a.goal.as_deref(), &req)?;
     let mut out = Out::new();
     if a.json {
         out.json(&v)?;
@@ -286,7 +288,8 @@ fn block(a: BlockArgs) -> Result<(), CliError> {
 
 fn revise(a: ReviseArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
-    let v = tacho.revise_goal(&a.session, a.goal.as_deref(), &a.correction, &a.plan)?;
+    let session = tacho.resolve_session(&a.session)?;
+    let v = tacho.revise_goal(&session, a.goal.as_deref(), &a.correction, &a.plan)?;
     let mut out = Out::new();
     if a.json {
         out.json(&v)?;
@@ -306,8 +309,9 @@ fn revise(a: ReviseArgs) -> Result<(), CliError> {
 
 fn check(a: CheckArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
+    let session = tacho.resolve_session(&a.session)?;
     let v = tacho.run_check(
-        &a.session,
+        &session,
         a.goal.as_deref(),
         &a.check,
         Duration::from_secs(a.timeout),
@@ -351,7 +355,8 @@ fn check(a: CheckArgs) -> Result<(), CliError> {
 
 fn complete(a: StatusArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
-    let v = tacho.complete_goal(&a.session, a.goal.as_deref())?;
+    let session = tacho.resolve_session(&a.session)?;
+    let v = tacho.complete_goal(&session, a.goal.as_deref())?;
     if let Some(n) = &v.note {
         eprintln!("{n}");
     }
@@ -403,7 +408,8 @@ fn environment_line(v: &tacho_app::GoalStatus) -> String {
 
 fn status(a: StatusArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
-    let v = tacho.goal_status(&a.session, a.goal.as_deref())?;
+    let session = tacho.resolve_session(&a.session)?;
+    let v = tacho.goal_status(&session, a.goal.as_deref())?;
     let mut out = Out::new();
     if a.json {
         out.json(&v)?;

@@ -380,9 +380,8 @@ pub fn import(a: ImportArgs) -> Result<(), CliError> {
             ))?;
         }
         let unknown: Vec<String> = r
-            .skipped_entries
+            .unknown_entries
             .iter()
-            .filter(|(k, _)| k.ends_with("(unknown)"))
             .map(|(k, n)| format!("{k}: {n}"))
             .collect();
         if !unknown.is_empty() {

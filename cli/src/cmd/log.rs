@@ -95,7 +95,7 @@ fn reindex(a: ReindexArgs) -> Result<(), CliError> {
 fn each_session(
     tacho: &Tacho,
     deep: bool,
-    only: Option<&str>,
+    only: Option<&tacho_app::SessionId>,
     quiet: bool,
 ) -> Result<StoreReport, CliError> {
     let bar = crate::output::progress_bar(
@@ -139,7 +139,12 @@ fn totals(r: &StoreReport) -> (u64, u64, u64, u64) {
 fn verify(a: VerifyArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     tacho.require_data()?;
-    let report = each_session(&tacho, true, a.session.as_deref(), a.json)?;
+    let only = a
+        .session
+        .as_deref()
+        .map(|s| tacho.resolve_session(s))
+        .transpose()?;
+    let report = each_session(&tacho, true, only.as_ref(), a.json)?;
     let (segments, events, size, _) = totals(&report);
     let errors = report
         .findings()

@@ -13,6 +13,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
+use tacho_app::error::{Field, Operation, Words};
 use tacho_app::{BlockRequest, CreateRequest, Tacho};
 
 use crate::error::CliError;
@@ -84,12 +85,55 @@ pub struct TachoMcp {
 /// Why a tool call could not be answered with a result.
 #[derive(Debug, thiserror::Error)]
 enum ToolError {
-    #[error("{0}")]
+    /// An operation's error: its message names fields as this server's arguments.
+    #[error("{}", .0.named(&Arguments))]
     Op(#[from] CliError),
     #[error("status {0:?}: `complete`, `blocked` or `resume`")]
     BadStatus(String),
     #[error("the operation stopped unexpectedly: {0}")]
     Join(#[from] tokio::task::JoinError),
+}
+
+/// This server's words: a field is its argument's name (the camelCase of the tool
+/// parameters above), an operation its tool. What no tool offers keeps the application's
+/// name.
+struct Arguments;
+
+impl Words for Arguments {
+    fn field(&self, field: Field) -> &'static str {
+        argument(field)
+    }
+
+    fn operation(&self, op: Operation) -> &'static str {
+        match op {
+            Operation::CreateGoal => "create_goal",
+            Operation::EndSession
+            | Operation::VerifySession
+            | Operation::ListRollbackPoints
+            | Operation::PlanRollback => op.neutral(),
+        }
+    }
+}
+
+fn argument(field: Field) -> &'static str {
+    match field {
+        Field::Session => "session",
+        Field::Goal => "goal",
+        Field::BlockKind => "kind",
+        Field::Reason => "reason",
+        Field::RequiredChange => "requiredChange",
+        Field::Evidence => "evidence",
+        Field::NoIndependentWork => "noIndependentWork",
+        Field::NewSession
+        | Field::From
+        | Field::Id
+        | Field::Dir
+        | Field::Scope
+        | Field::KeepRisk
+        | Field::Days
+        | Field::Since
+        | Field::Risk => field.neutral(),
+    }
 }
 
 /// Runs an operation on the blocking pool with tacho opened from the environment.
@@ -152,8 +196,9 @@ impl TachoMcp {
     )]
     async fn create_goal(&self, Parameters(p): Parameters<CreateGoal>) -> CallToolResult {
         let r = blocking(move |t| {
+            let session = t.resolve_session(&p.session)?;
             t.create_goal(CreateRequest {
-                session: &p.session,
+                session: &session,
                 markdown: &p.plan,
                 source_name: "plan",
                 objective: p.objective,
@@ -169,7 +214,11 @@ impl TachoMcp {
         description = "The goal's status: each check passed, failed, stale (and why), running or missing, with its command, purpose, sourcePaths, sources and receipt number; the additional paths fingerprinted and the external paths left out; and whether the goal can complete."
     )]
     async fn get_goal(&self, Parameters(p): Parameters<GetGoal>) -> CallToolResult {
-        let r = blocking(move |t| t.goal_status(&p.session, p.goal.as_deref())).await;
+        let r = blocking(move |t| {
+            let session = t.resolve_session(&p.session)?;
+            t.goal_status(&session, p.goal.as_deref())
+        })
+        .await;
         answer("goal_status", r, |_| true)
     }
 
@@ -178,8 +227,9 @@ impl TachoMcp {
     )]
     async fn verify_project(&self, Parameters(p): Parameters<VerifyProject>) -> CallToolResult {
         let r = blocking(move |t| {
+            let session = t.resolve_session(&p.session)?;
             t.run_check(
-                &p.session,
+                &session,
                 p.goal.as_deref(),
                 &p.goal_check,
                 Duration::from_secs(p.timeout.unwrap_or(600)),
@@ -196,31 +246,32 @@ impl TachoMcp {
         let r = match p.status.as_str() {
             "complete" => {
                 blocking(move |t| {
-                    t.complete_goal(&p.session, p.goal.as_deref())
+                    let session = t.resolve_session(&p.session)?;
+                    t.complete_goal(&session, p.goal.as_deref())
                         .map(Update::Completion)
                 })
                 .await
             }
             "blocked" => {
                 blocking(move |t| {
-                    t.block_goal(
-                        &p.session,
-                        p.goal.as_deref(),
-                        &BlockRequest {
-                            kind: p.kind.as_deref().unwrap_or_default(),
-                            reason: p.reason.as_deref().unwrap_or_default(),
-                            required_change: p.required_change.as_deref().unwrap_or_default(),
-                            evidence: &p.evidence,
-                            no_independent_work: p.no_independent_work,
-                        },
-                    )
-                    .map(Update::Blocked)
+                    let req = BlockRequest {
+                        kind: p.kind.as_deref().unwrap_or_default(),
+                        reason: p.reason.as_deref().unwrap_or_default(),
+                        required_change: p.required_change.as_deref().unwrap_or_default(),
+                        evidence: &p.evidence,
+                        no_independent_work: p.no_independent_work,
+                    };
+                    req.check()?;
+                    let session = t.resolve_session(&p.session)?;
+                    t.block_goal(&session, p.goal.as_deref(), &req)
+                        .map(Update::Blocked)
                 })
                 .await
             }
             "resume" => {
                 blocking(move |t| {
-                    t.resume_goal(&p.session, p.goal.as_deref())
+                    let session = t.resolve_session(&p.session)?;
+                    t.resume_goal(&session, p.goal.as_deref())
                         .map(Update::Resumed)
                 })
                 .await

@@ -29,10 +29,15 @@ pub struct SnapshotArgs {
 
 pub fn run(a: SnapshotArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
+    let session = a
+        .session
+        .as_deref()
+        .map(|s| tacho.resolve_session(s))
+        .transpose()?;
     let o = tacho.snapshot(&SnapshotRequest {
         paths: a.paths,
         workspace: a.workspace,
-        session: a.session,
+        session,
         before_step: a.before_step,
     })?;
     let (snap, ws, elapsed) = (&o.snapshot, &o.workspace, o.elapsed);
