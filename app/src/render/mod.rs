@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod event;
+pub mod goals;
 pub mod graph;
 pub mod logs;
 pub mod report;

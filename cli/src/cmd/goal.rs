@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use tacho_app::render::prefix;
+use tacho_app::render::goals;
 use tacho_app::{BlockRequest, CreateRequest, ReplaceRequest, read_plan};
 
 use crate::error::CliError;
@@ -154,30 +154,6 @@ pub fn run(c: GoalCommand) -> Result<(), CliError> {
     }
 }
 
-/// The plan size advisory, if any, as a line of text output.
-fn advisory(out: &mut Out, advisory: Option<&String>) -> Result<(), CliError> {
-    if let Some(a) = advisory {
-        out.line(format!("  advisory: {a}"))?;
-    }
-    Ok(())
-}
-
-/// What a fingerprint covered beyond the plan, as lines of text output.
-fn disclose(
-    out: &mut Out,
-    additional: &[String],
-    external: &[String],
-    labels: [&str; 2],
-) -> Result<(), CliError> {
-    if !additional.is_empty() {
-        out.line(format!("{}: {}", labels[0], additional.join(", ")))?;
-    }
-    if !external.is_empty() {
-        out.line(format!("{}: {}", labels[1], external.join(", ")))?;
-    }
-    Ok(())
-}
-
 fn replace(a: ReplaceArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let session = tacho.resolve_session(&a.session)?;
@@ -193,20 +169,7 @@ fn replace(a: ReplaceArgs) -> Result<(), CliError> {
         out.json(&v)?;
         return out.finish();
     }
-    out.line(format!(
-        "goal {} (revision {}) replaces {}: contract {} → {}; {}",
-        v.goal,
-        v.revision,
-        v.replaces,
-        prefix(&v.previous_digest, 16),
-        prefix(&v.contract_digest, 16),
-        if v.assured {
-            "assured: completion is earned by its checks"
-        } else {
-            "no assurance contract (the replaced goal had none)"
-        }
-    ))?;
-    advisory(&mut out, v.advisory.as_ref())?;
+    out.line(goals::replaced(&v).trim_end())?;
     out.finish()
 }
 
@@ -218,10 +181,7 @@ fn resume(a: StatusArgs) -> Result<(), CliError> {
     if a.json {
         out.json(&v)?;
     } else {
-        out.line(format!(
-            "goal {} resumed (it was paused: {})",
-            v.goal, v.was_paused
-        ))?;
+        out.line(goals::resumed(&v).trim_end())?;
     }
     out.finish()
 }
@@ -243,22 +203,7 @@ fn create(a: CreateArgs) -> Result<(), CliError> {
         out.json(&v)?;
         return out.finish();
     }
-    out.line(format!(
-        "goal {} frozen in session {}: {} (contract {})",
-        v.goal,
-        v.session,
-        v.title,
-        prefix(&v.contract_digest, 16)
-    ))?;
-    match &v.check_commands {
-        Some(cs) => {
-            for c in cs {
-                out.line(format!("  check {}: {}", c.id, c.command))?;
-            }
-        }
-        None => out.line("  no assurance contract: completion follows the plain rule")?,
-    }
-    advisory(&mut out, v.advisory.as_ref())?;
+    out.line(goals::frozen(&v).trim_end())?;
     out.finish()
 }
 
@@ -278,10 +223,7 @@ fn block(a: BlockArgs) -> Result<(), CliError> {
     if a.json {
         out.json(&v)?;
     } else {
-        out.line(format!(
-            "goal {} blocked ({}): {} — needs: {}",
-            v.goal, a.kind, a.reason, a.required_change
-        ))?;
+        out.line(goals::blocked(&v, &req).trim_end())?;
     }
     out.finish()
 }
@@ -294,15 +236,7 @@ fn revise(a: ReviseArgs) -> Result<(), CliError> {
     if a.json {
         out.json(&v)?;
     } else {
-        out.line(format!(
-            "goal {} (revision {}) replaces {}: contract {} → {}; earlier receipts cannot satisfy it",
-            v.goal,
-            v.revision,
-            v.revises,
-            prefix(&v.previous_digest, 16),
-            prefix(&v.contract_digest, 16)
-        ))?;
-        advisory(&mut out, v.advisory.as_ref())?;
+        out.line(goals::revised(&v).trim_end())?;
     }
     out.finish()
 }
@@ -316,40 +250,17 @@ fn check(a: CheckArgs) -> Result<(), CliError> {
         &a.check,
         Duration::from_secs(a.timeout),
     )?;
-    let verdict = if v.passed { "passed" } else { "failed" };
-    let r = &v.receipt;
     let mut out = Out::new();
     if a.json {
         out.json(&v)?;
     } else {
-        out.line(format!(
-            "check {} {verdict} (exit {}{}), receipt #{} in session {}",
-            a.check,
-            r.exit_code.map_or("none".into(), |c| c.to_string()),
-            if r.timed_out { ", timed out" } else { "" },
-            v.seq,
-            v.session
-        ))?;
-        if let Some(w) = &v.unbound {
-            out.line(format!("  not in the frozen environment: {w}"))?;
-        }
-        if let Some(w) = &r.no_evidence {
-            out.line(format!("  no fresh evidence: {w}"))?;
-        } else if r.fingerprint_before != r.fingerprint_after {
-            out.line("  the source changed while the check ran")?;
-        }
-        disclose(
-            &mut out,
-            &v.additional_paths,
-            &v.external_paths_left_out,
-            ["  also fingerprinted", "  left out (outside the workspace)"],
-        )?;
+        out.line(goals::receipt(&v).trim_end())?;
     }
     out.finish()?;
     if v.passed {
         Ok(())
     } else {
-        Err(CliError::findings(format!("check {} {verdict}", a.check)))
+        Err(CliError::findings(format!("check {} failed", a.check)))
     }
 }
 
@@ -366,16 +277,8 @@ fn complete(a: StatusArgs) -> Result<(), CliError> {
     let mut out = Out::new();
     if a.json {
         out.json(&v)?;
-    } else if v.accepted {
-        out.line(format!("goal {} completed: {}", v.goal, v.reason))?;
     } else {
-        out.line(format!(
-            "completion of goal {} refused: {}",
-            v.goal, v.reason
-        ))?;
-        for o in &v.open {
-            out.line(format!("  {o}"))?;
-        }
+        out.line(goals::completion(&v).trim_end())?;
     }
     out.finish()?;
     if v.accepted {
@@ -388,24 +291,6 @@ fn complete(a: StatusArgs) -> Result<(), CliError> {
     }
 }
 
-/// Where `goal status` says the checks run (SPEC §12.2).
-fn environment_line(v: &tacho_app::GoalStatus) -> String {
-    let path = v
-        .environment
-        .iter()
-        .find_map(|e| e.strip_prefix("PATH="))
-        .unwrap_or("-");
-    match &v.environment_digest {
-        Some(d) => format!(
-            "Checks run with PATH={path} and {} other variables frozen with the goal (environment {}), {} programs bound; nothing else of the caller's shell.",
-            v.environment.len().saturating_sub(1),
-            prefix(d, 16),
-            v.programs.len()
-        ),
-        None => "Frozen before check environments were: checks run with the caller's PATH, HOME, LANG, LC_ALL, TZ and USER, and receipts bind no environment.".to_string(),
-    }
-}
-
 fn status(a: StatusArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     let session = tacho.resolve_session(&a.session)?;
@@ -415,81 +300,6 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
         out.json(&v)?;
         return out.finish();
     }
-    out.line(format!("Goal {}: {}", v.goal, v.title))?;
-    if !v.assured {
-        out.line("No assurance contract: this goal's completion is not earned by checks.")?;
-    }
-    out.line(format!("Contract: {}", v.contract_digest))?;
-    match &v.fingerprint {
-        Some(fp) => out.line(format!("Source now: {}", prefix(fp, 16)))?,
-        None => out.line(format!(
-            "Source now: no fresh evidence ({})",
-            v.no_fresh_evidence.as_deref().unwrap_or_default()
-        ))?,
-    }
-    for c in &v.checks {
-        let why = c
-            .why
-            .as_ref()
-            .map(|w| format!(" — {w}"))
-            .unwrap_or_default();
-        let evidence = c
-            .receipt_seq
-            .map(|s| format!(" (receipt #{s})"))
-            .unwrap_or_default();
-        out.line(format!("  {:<8} {}{why}{evidence}", c.state, c.id))?;
-        out.line(format!("           purpose: {}", c.purpose))?;
-        out.line(format!("           command: {}", c.command))?;
-        if !c.recent_evidence.is_empty() {
-            let seqs: Vec<String> = c.recent_evidence.iter().map(|s| format!("#{s}")).collect();
-            out.line(format!("           recent receipts: {}", seqs.join(", ")))?;
-        }
-    }
-    if v.assured {
-        out.line(environment_line(&v))?;
-    }
-    if let Some(c) = v.checks.first() {
-        out.line(format!("Source paths: {}", c.source_paths.join(", ")))?;
-        for s in &c.sources {
-            out.line(format!("Source ({}): {}", s.role, s.reference))?;
-        }
-    }
-    disclose(
-        &mut out,
-        &v.additional_paths,
-        &v.external_paths_left_out,
-        [
-            "Also fingerprinted (reported by edits)",
-            "Left out (outside the workspace)",
-        ],
-    )?;
-    if let Some(r) = &v.revises {
-        out.line(format!(
-            "Revision {} of {r} (correction: {})",
-            v.revision,
-            v.correction.as_deref().unwrap_or("-")
-        ))?;
-    }
-    if let Some(n) = &v.revised_by {
-        out.line(format!(
-            "Replaced by revision {n}: its receipts do not count here."
-        ))?;
-    }
-    if let Some(b) = &v.blocked {
-        out.line(format!("Blocked: {b}"))?;
-    }
-    if let Some(p) = &v.paused {
-        out.line(format!("Paused: {p}"))?;
-    }
-    for w in &v.warnings {
-        out.line(format!("Warning: {w}"))?;
-    }
-    out.line(if v.completed {
-        "Completed.".to_string()
-    } else if v.can_complete {
-        format!("Can complete: {}.", v.completion_reason)
-    } else {
-        format!("Cannot complete yet: {}.", v.completion_reason)
-    })?;
+    out.line(goals::status(&v).trim_end())?;
     out.finish()
 }
