@@ -61,7 +61,7 @@ pub use replay::{
     ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,
     ReplayError, Verification, verify_package,
 };
-pub use report::{Integrity, Report};
+pub use report::{ChangedFile, FileChangeKind, Integrity, Report};
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
 pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
