@@ -188,6 +188,20 @@ pub enum GoalMark {
 }
 
 impl GoalMark {
+    /// Its name in JSON (`check_passed`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GoalMark::Created => "created",
+            GoalMark::CheckPassed => "check_passed",
+            GoalMark::CheckFailed => "check_failed",
+            GoalMark::Accepted => "accepted",
+            GoalMark::Refused => "refused",
+            GoalMark::Paused => "paused",
+            GoalMark::Resumed => "resumed",
+            GoalMark::Blocked => "blocked",
+        }
+    }
+
     /// The words for people.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -813,6 +827,105 @@ impl ExecutionGraph {
             EventView::GoalCheckStart { .. }
             | EventView::AgentNotice { .. }
             | EventView::Unknown => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tacho_schema::{EventBody, GoalCheckRun, GoalCreated, GoalUpdate, StepStart};
+
+    fn fold(bodies: Vec<EventBody>) -> ExecutionGraph {
+        let mut g = ExecutionGraph::new("s");
+        for (i, body) in bodies.into_iter().enumerate() {
+            let e = Event {
+                session: "s".into(),
+                time_unix_ns: i as i64,
+                body,
+            };
+            g.apply(i as u64, &e);
+        }
+        g
+    }
+
+    /// Every goal event is listed in log order with what it was: a receipt with its
+    /// check and command and the step it ran in, a revision with the goal it replaces;
+    /// a check starting is no mark, nor a block the gate did not take.
+    #[test]
+    fn goal_events_are_listed_in_order() {
+        let update = |action, accepted| {
+            EventBody::GoalUpdate(GoalUpdate {
+                goal: "goal_2".into(),
+                action,
+                accepted,
+                ..Default::default()
+            })
+        };
+        let g = fold(vec![
+            EventBody::GoalCreated(GoalCreated {
+                goal: "goal_1".into(),
+                ..Default::default()
+            }),
+            EventBody::GoalCreated(GoalCreated {
+                goal: "goal_2".into(),
+                revises: Some("goal_1".into()),
+                ..Default::default()
+            }),
+            EventBody::StepStart(StepStart {
+                step: 4,
+                ..Default::default()
+            }),
+            EventBody::GoalCheckStart(tacho_schema::GoalCheckStart {
+                goal: "goal_2".into(),
+                revision: 2,
+                check: "a".into(),
+            }),
+            EventBody::GoalCheckRun(GoalCheckRun {
+                goal: "goal_2".into(),
+                check: "a".into(),
+                command: "make a".into(),
+                passed: true,
+                ..Default::default()
+            }),
+            update(GoalAction::Complete, false),
+            update(GoalAction::Pause, true),
+            update(GoalAction::Pause, false),
+            update(GoalAction::Block, false),
+            update(GoalAction::Block, true),
+            update(GoalAction::Complete, true),
+        ]);
+        let marks: Vec<(u64, &str, GoalMark)> = g
+            .goals
+            .events
+            .iter()
+            .map(|e| (e.seq, e.goal.as_str(), e.mark))
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                (0, "goal_1", GoalMark::Created),
+                (1, "goal_2", GoalMark::Created),
+                (4, "goal_2", GoalMark::CheckPassed),
+                (5, "goal_2", GoalMark::Refused),
+                (6, "goal_2", GoalMark::Paused),
+                (7, "goal_2", GoalMark::Resumed),
+                (9, "goal_2", GoalMark::Blocked),
+                (10, "goal_2", GoalMark::Accepted),
+            ]
+        );
+        let e = &g.goals.events;
+        assert_eq!(e[1].revises.as_deref(), Some("goal_1"));
+        assert_eq!(
+            (e[2].check.as_deref(), e[2].command.as_deref(), e[2].step),
+            (Some("a"), Some("make a"), Some(4))
+        );
+        // The JSON names are the marks' names.
+        for ev in e {
+            assert_eq!(
+                serde_json::to_value(ev.mark).ok(),
+                Some(serde_json::Value::from(ev.mark.name()))
+            );
         }
     }
 }
