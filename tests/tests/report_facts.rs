@@ -79,6 +79,61 @@ fn ask(home: &Path, ws: &Path, session: &str) -> Asked {
     }
 }
 
+/// The `run-report` page of `session` (the same report, as a web page), with its
+/// tags taken out.
+fn page_text(home: &Path, session: &str) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut c = tacho(home);
+    c.args(["run-report", session, "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "serving http://127.0.0.1:PORT/s/ID ..."
+    let (port, path) = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.split_once('/'))
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+    write!(
+        s,
+        "GET /{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut text = String::new();
+    let mut in_tag = false;
+    for ch in raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).chars() {
+        match ch {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                text.push(' ');
+            }
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The part of `text` from `from` up to `to`.
+fn between<'a>(text: &'a str, from: &str, to: &str) -> &'a str {
+    let start = text
+        .find(from)
+        .unwrap_or_else(|| panic!("no {from}: {text}"));
+    let rest = &text[start..];
+    &rest[..rest.find(to).unwrap_or(rest.len())]
+}
+
 /// The report's list of changed files, as its JSON gives it.
 fn report_paths(report: &serde_json::Value) -> Vec<String> {
     report["files"]
@@ -156,6 +211,20 @@ fn a_report_without_snapshots_shows_the_files_and_runs_risk_counts() {
     assert_eq!(
         a.report["risk"]["verification_runs"],
         a.risk["verification_runs"]
+    );
+
+    // The run-report page says the same.
+    let page = page_text(&home, s);
+    let files = between(&page, "Files changed", "Risk");
+    assert!(!files.contains("No file changed"), "{files}");
+    for path in ["src/a.ts", "src/b.ts", "test/a.test.ts"] {
+        assert!(files.contains(path), "{path}: {files}");
+    }
+    let runs = between(&page, "Verification runs", "Goals");
+    assert!(!runs.contains("No verification"), "{runs}");
+    assert!(
+        runs.contains("npm test") && runs.contains("passed"),
+        "{runs}"
     );
 }
 
