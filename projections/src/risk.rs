@@ -449,7 +449,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         (None, Some(_)) => factors.push(RiskFactor {
             id: "unverified",
             weight: 15,
-            evidence: "files changed and no test, build or lint run was recorded".into(),
+            evidence: "files changed and no verification run (test, build, lint or goal check) was recorded".into(),
             mitigation: "Run the test suite on the change before merging.",
             paths: Vec::new(),
         }),

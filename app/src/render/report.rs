@@ -381,13 +381,11 @@ fn files_changed(r: &Report, o: &mut String) {
             .as_deref()
             .and_then(|p| r.changes.iter().find(|c| c.path == p))
         else {
-            if !r.files.is_empty() {
-                let _ = writeln!(
-                    o,
-                    "{}: no change between the first snapshot and the last (changed back, or outside the snapshots' workspace).\n",
-                    md(&f.path)
-                );
-            }
+            let _ = writeln!(
+                o,
+                "{}: no change between the first snapshot and the last (changed back, or outside the snapshots' workspace).\n",
+                md(&f.path)
+            );
             continue;
         };
         shown.insert(c.path.as_str());
