@@ -334,8 +334,24 @@ fn command_kind(words: &[&str]) -> Option<&'static str> {
     None
 }
 
-/// The command a tool call ran, when it is a shell call: its target, or `command` in
-/// its input.
+/// The command of a tool call that is a verification run: a shell call whose command
+/// runs a known test runner, build, linter or type checker. (Whether it counts, and
+/// as passed or failed, is its result's status: see [`shell_run_passed`].)
+pub fn shell_verification<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
+    shell_command(tool, target).filter(|c| verification_kind(c).is_some())
+}
+
+/// What a shell verification run's result says: passed, failed, or (denied,
+/// cancelled: it never ran) no evidence either way.
+pub fn shell_run_passed(status: ToolStatus) -> Option<bool> {
+    match status {
+        ToolStatus::Ok => Some(true),
+        ToolStatus::Error | ToolStatus::Timeout => Some(false),
+        _ => None,
+    }
+}
+
+/// The command a tool call ran, when it is a shell call: its target.
 fn shell_command<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
     let t = tool.to_ascii_lowercase();
     if matches!(
@@ -621,14 +637,13 @@ fn verification_runs(g: &ExecutionGraph) -> Vec<VerificationEvidence> {
         })
         .collect();
     for (s, t) in g.tools() {
-        let passed = match t.status {
-            Some(ToolStatus::Ok) => true,
-            Some(ToolStatus::Error | ToolStatus::Timeout) => false,
-            _ => continue,
+        let Some(passed) = t.status.and_then(shell_run_passed) else {
+            continue;
         };
-        if let (Some(cmd), Some(res)) = (shell_command(&t.tool, t.target.as_deref()), t.result_seq)
-            && verification_kind(cmd).is_some()
-        {
+        if let (Some(cmd), Some(res)) = (
+            shell_verification(&t.tool, t.target.as_deref()),
+            t.result_seq,
+        ) {
             runs.push(VerificationEvidence {
                 seq: res,
                 command: cmd.to_string(),
