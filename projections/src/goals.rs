@@ -129,9 +129,9 @@ impl Goals {
                 self.shell_runs.insert(c.call_id.clone());
             }
             EventBody::ToolResult(r) => {
-                if self.shell_runs.remove(&r.call_id)
-                    && crate::risk::shell_run_passed(r.status) == Some(true)
-                {
+                // Every result ends its call's wait, whatever it says.
+                let shell_run = self.shell_runs.remove(&r.call_id);
+                if shell_run && crate::risk::shell_run_passed(r.status) == Some(true) {
                     self.verification_passed(seq);
                 }
             }
