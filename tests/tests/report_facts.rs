@@ -350,3 +350,69 @@ fn an_unassured_goal_is_reported_with_the_gates_reason() {
     assert!(!goal.contains("every check passes"), "{goal}");
     assert!(goal.contains(reason), "{reason}: {goal}");
 }
+
+/// The session index keeps each session's risk among its facts. Facts computed by an
+/// older tacho, whose rules gave another score (here: before a goal check counted as
+/// verification), are computed again: `session list` shows the score `risk` gives,
+/// and `log verify` does not call the index damaged for it. Facts of the rules in
+/// force are checked as ever.
+#[test]
+fn index_facts_of_older_rules_are_computed_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = "ses_facts5";
+    let (home, ws) = parity_workspace(tmp.path(), s);
+    let (code, _, err) = t(
+        &home,
+        &ws,
+        &["goal", "create", "--plan", "plan.md", "--session", s],
+    );
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    record(
+        &home,
+        s,
+        &[r#"{"type":"file.edit","path":"src/value.txt","op":"modify","lines_added":1,"lines_removed":1}"#.into()],
+    );
+    let (code, _, err) = t(&home, &ws, &["goal", "check", "--session", s, "parity"]);
+    assert_eq!(code, 0, "{err}");
+    let list = |home: &Path| {
+        let (code, out, err) = t(home, &ws, &["session", "list", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        json(out.lines().next().unwrap())["risk_score"]
+            .as_u64()
+            .unwrap()
+    };
+    let now = list(&home);
+    let (_, out, _) = t(&home, &ws, &["risk", s, "--json"]);
+    assert_eq!(now, json(&out)["score"].as_u64().unwrap());
+    // Facts at the session's head with another score, as the index holds them.
+    let forge = |home: &Path, by: u32| {
+        let store =
+            tacho_store::Store::open(home.join("log"), tacho_store::StoreOptions::default())
+                .unwrap();
+        let entry = store.index().unwrap().get(s).unwrap();
+        let mut at = entry.facts.unwrap();
+        at.facts.risk_score += by;
+        store
+            .index_append(
+                &[tacho_store::index::Record::Facts {
+                    session: s.into(),
+                    at,
+                }],
+                true,
+            )
+            .unwrap();
+    };
+    // The index as an older tacho left it: the score its rules gave (the goal check
+    // not counted: unverified, +15), and no record of the rules.
+    forge(&home, 15);
+    let _ = std::fs::remove_file(home.join("log/index/facts.rules"));
+    let (code, out, err) = t(&home, &ws, &["log", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(list(&home), now);
+    // Facts of the rules in force that differ from the events are damage.
+    forge(&home, 1);
+    let (code, out, err) = t(&home, &ws, &["log", "verify"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(format!("{out}{err}").contains("facts differ"), "{out}{err}");
+}
