@@ -65,6 +65,8 @@ pub struct ChangedFile {
     /// workspace-relative path the snapshots show.
     pub path: String,
     pub change: FileChangeKind,
+    /// For a rename an edit event reported: the path it had.
+    pub renamed_from: Option<String>,
     pub lines_added: u64,
     pub lines_removed: u64,
     /// Edit events that named it (0: seen only in the snapshots).
@@ -152,11 +154,10 @@ impl Tacho {
         g: &ExecutionGraph,
     ) -> (Vec<FileDiff>, Option<(String, String)>, Option<String>) {
         let Some(first) = g.snapshots.first() else {
-            return (
-                Vec::new(),
-                None,
-                Some("No diff can be shown: the session recorded no snapshot, so the files are those its edit events reported.".into()),
-            );
+            let note = (!g.files.is_empty()).then(|| {
+                "No diff can be shown: the session recorded no snapshot, so the files are those its edit events reported.".to_string()
+            });
+            return (Vec::new(), None, note);
         };
         let Some(last) = g.snapshots.iter().rfind(|s| s.workspace == first.workspace) else {
             return (Vec::new(), None, None);
@@ -210,6 +211,7 @@ fn changed_files(g: &ExecutionGraph, changes: &[FileDiff]) -> Vec<ChangedFile> {
                 } else {
                     FileChangeKind::Modified
                 },
+                renamed_from: f.renamed_from.clone(),
                 lines_added: f.lines_added,
                 lines_removed: f.lines_removed,
                 edits: f.edits,

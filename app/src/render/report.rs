@@ -349,7 +349,10 @@ fn files_changed(r: &Report, o: &mut String) {
                 o,
                 "| {} | {} | {} | {} | {} |",
                 md(&f.path),
-                f.change.as_str(),
+                match &f.renamed_from {
+                    Some(from) => format!("{} from {}", f.change.as_str(), md(from)),
+                    None => f.change.as_str().to_string(),
+                },
                 f.lines_added,
                 f.lines_removed,
                 match f.edits {
