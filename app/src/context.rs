@@ -157,7 +157,13 @@ pub struct Tacho {
 impl Tacho {
     /// Opens the event log under `<data>/log`.
     pub fn open(cfg: Config) -> Result<Tacho, OpenError> {
-        let log = Store::open(cfg.data_dir.join("log"), cfg.store)?;
+        // The index's facts are the application's: their rules are recorded with a new
+        // store's index.
+        let opts = StoreOptions {
+            facts_rules: crate::index::FACTS_RULES,
+            ..cfg.store
+        };
+        let log = Store::open(cfg.data_dir.join("log"), opts)?;
         Ok(Tacho {
             data_dir: cfg.data_dir,
             log,

@@ -10,6 +10,13 @@ use tacho_store::{Finding, ReadEnd, Severity, StoreError, StreamReport, hex};
 
 use crate::{SessionGraph, Tacho};
 
+/// The rules the index's facts are computed by: raised whenever the same events give
+/// other facts (a risk rule changed), so that facts an older tacho computed are
+/// computed again instead of listed, or reported by `log verify` as damage (SPEC
+/// §8.4). A new store's index begins with them recorded (`StoreOptions::facts_rules`).
+/// (v2: a goal check's receipt counts as verification.)
+pub(crate) const FACTS_RULES: &str = "tacho.facts.v2";
+
 /// Risk levels by rank (the index stores the rank).
 const LEVELS: [RiskLevel; 4] = [
     RiskLevel::Low,
@@ -87,6 +94,23 @@ pub(crate) fn summary_of(session: &str, f: &SessionFacts) -> SessionSummary {
 const REBUILD_NOTE_EVERY: usize = 5_000;
 
 impl Tacho {
+    /// Whether the index's facts were computed by the rules in force.
+    pub(crate) fn facts_rules_current(&self) -> bool {
+        self.log()
+            .index_facts_rules()
+            .is_some_and(|r| r == FACTS_RULES.as_bytes())
+    }
+
+    /// Records that the index's facts are those of the rules in force (a store that
+    /// cannot be written computes them again next time).
+    fn record_facts_rules(&self) {
+        if let Err(e) = self.log().set_index_facts_rules(FACTS_RULES) {
+            self.note(&format!(
+                "note: the rules of the session index's facts were not recorded: {e}"
+            ));
+        }
+    }
+
     /// The facts of a session as its stream holds them now, with the head they describe.
     /// A stream that does not read gives facts saying so (at `fallback`'s head); a
     /// stream that does not exist (yet) gives `None`.
@@ -190,6 +214,7 @@ impl Tacho {
         }
         let n = entries.len();
         log.index_replace(entries, mark)?;
+        self.record_facts_rules();
         Ok(n)
     }
 
@@ -207,13 +232,22 @@ impl Tacho {
             self.rebuild_index()?;
             view = log.index()?;
         }
+        // Facts computed by other rules (an older tacho's) are computed again, all of
+        // them, once.
+        let rules_current = self.facts_rules_current();
         let mut behind = Vec::new();
         view.for_each_newest_first(|e| {
-            if !e.is_fresh() {
+            if !rules_current || !e.is_fresh() {
                 behind.push(e.to_owned());
             }
             true
         });
+        if !rules_current && behind.len() >= REBUILD_NOTE_EVERY {
+            self.note(&format!(
+                "computing the facts of {} sessions again (once: the rules of their risk changed)",
+                behind.len()
+            ));
+        }
         let mut records = Vec::new();
         for e in behind {
             if e.dirty {
@@ -259,7 +293,12 @@ impl Tacho {
                 .cloned()
                 .collect();
             let len = match log.index_append(&appended, false) {
-                Ok(len) => len,
+                Ok(len) => {
+                    if !rules_current {
+                        self.record_facts_rules();
+                    }
+                    len
+                }
                 Err(err) => {
                     self.note(&format!("note: the session index was not updated: {err}"));
                     0
@@ -359,7 +398,10 @@ impl Tacho {
                     hex(&r.chain)
                 ),
             ));
-        } else if let Some(stored) = e.fresh_facts() {
+        } else if let Some(stored) = e.fresh_facts()
+            // Facts of older rules are not damage: the next listing computes them again.
+            && self.facts_rules_current()
+        {
             self.merge_observed(&mut folded);
             let fresh = facts_of(&SessionGraph::of(folded), source);
             if fresh != *stored {

@@ -67,7 +67,8 @@ pub use replay::{
     ReplayError, Verification, verify_package,
 };
 pub use report::{
-    CALLS_SHOWN, CallIo, ChildSession, GateDecision, Integrity, Report, SHOWN_BYTES_MAX,
+    CALLS_SHOWN, CallIo, ChangedFile, ChildSession, FileChangeKind, GateDecision, Integrity,
+    Report, SHOWN_BYTES_MAX,
 };
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
@@ -95,8 +96,8 @@ pub mod types {
     pub use tacho_goals::review::ReviewReport;
     pub use tacho_log_format::{ChainValue, FrameHeader, FrameType, HeaderError};
     pub use tacho_projections::{
-        Comparison, ExecutionGraph, Readiness, ReplayRule, RiskAssessment, RiskLevel,
-        RollbackPoints, SessionStatus, SessionSummary, StepPair,
+        Comparison, ExecutionGraph, GoalEventNode, GoalMark, Readiness, ReplayRule, RiskAssessment,
+        RiskLevel, RollbackPoints, SessionStatus, SessionSummary, StepPair,
     };
 
     /// The audit trace's ids and records (what exporters write; the fold that makes

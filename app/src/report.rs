@@ -2,7 +2,7 @@
 //! log (graph, risk, goals, integrity) and the snapshot store (the files changed,
 //! with their diffs). Rendering is `render::report`.
 
-use tacho_git::snapshot::FileDiff;
+use tacho_git::snapshot::{FileDiff, relative_path};
 use tacho_projections::{ExecutionGraph, RiskAssessment, RollbackPoints};
 use tacho_schema::EventBody;
 use tacho_store::StoreError;
@@ -18,11 +18,15 @@ pub struct Report {
     pub goals: Vec<GoalStatus>,
     /// Why the goals could not be assessed, if so.
     pub goals_note: Option<String>,
-    /// The workspace's changes from the session's first snapshot to its last.
+    /// The files the session changed: exactly those the risk assessment counts (the
+    /// graph's `files`), with their line counts, in path order.
+    pub files: Vec<ChangedFile>,
+    /// The workspace's changes from the session's first snapshot to its last (the
+    /// diffs of `files`).
     pub changes: Vec<FileDiff>,
     /// The two snapshots compared (first, last).
     pub changes_between: Option<(String, String)>,
-    /// Why no changes could be shown, if so.
+    /// Why no diff can be shown, if so.
     pub changes_note: Option<String>,
     pub integrity: Integrity,
     /// The session's events could be read to their end (else only the integrity
@@ -89,6 +93,50 @@ fn cut(s: String, max: usize) -> (String, bool) {
         end -= 1;
     }
     (s.get(..end).unwrap_or_default().to_string(), true)
+}
+
+/// How a file changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileChangeKind {
+    Created,
+    Deleted,
+    Renamed,
+    Modified,
+    /// Only its kind changed (executable bit, file and link).
+    Mode,
+}
+
+impl FileChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileChangeKind::Created => "created",
+            FileChangeKind::Deleted => "deleted",
+            FileChangeKind::Renamed => "renamed",
+            FileChangeKind::Modified => "modified",
+            FileChangeKind::Mode => "mode",
+        }
+    }
+}
+
+/// One file the session changed, as the risk assessment counts it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChangedFile {
+    /// The name the graph keeps it under: the path an edit event used, else the
+    /// workspace-relative path the snapshots show.
+    pub path: String,
+    pub change: FileChangeKind,
+    /// For a rename an edit event reported: the path it had.
+    pub renamed_from: Option<String>,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+    /// Edit events that named it (0: seen only in the snapshots).
+    pub edits: u64,
+    /// Seen changing in the snapshots with no edit event naming it.
+    pub observed: bool,
+    /// The path of its entry in `changes`, when the snapshots show it changed from
+    /// the first to the last.
+    pub diff: Option<String>,
 }
 
 /// What the record's verification found.
@@ -160,6 +208,7 @@ impl Tacho {
                     .collect()
             })
             .unwrap_or_default();
+        let files = changed_files(&graph, &changes);
         Ok(Report {
             calls,
             calls_hidden: calls_total.saturating_sub(CALLS_SHOWN),
@@ -171,6 +220,7 @@ impl Tacho {
             risk,
             goals,
             goals_note,
+            files,
             changes,
             changes_between,
             changes_note,
@@ -249,18 +299,20 @@ impl Tacho {
         g: &ExecutionGraph,
     ) -> (Vec<FileDiff>, Option<(String, String)>, Option<String>) {
         let Some(first) = g.snapshots.first() else {
-            return (
-                Vec::new(),
-                None,
-                Some("the session has no snapshot (recorded without snapshots)".into()),
-            );
+            let note = (!g.files.is_empty()).then(|| {
+                "No diff can be shown: the session recorded no snapshot, so the files are those its edit events reported.".to_string()
+            });
+            return (Vec::new(), None, note);
         };
         let Some(last) = g.snapshots.iter().rfind(|s| s.workspace == first.workspace) else {
             return (Vec::new(), None, None);
         };
         let between = Some((first.id.clone(), last.id.clone()));
         if first.id == last.id {
-            return (Vec::new(), between, None);
+            let note = (!g.files.is_empty()).then(|| {
+                "No diff can be shown: the session's snapshots are all the same (or it recorded one), so the files are those its edit events reported.".to_string()
+            });
+            return (Vec::new(), between, note);
         }
         match self
             .snapshots()
@@ -274,4 +326,46 @@ impl Tacho {
             ),
         }
     }
+}
+
+/// The graph's files (what the risk assessment counts), each with the snapshots' diff
+/// that shows it, when there is one.
+fn changed_files(g: &ExecutionGraph, changes: &[FileDiff]) -> Vec<ChangedFile> {
+    let ws = g
+        .snapshots
+        .first()
+        .map(|s| s.workspace.as_str())
+        .or(g.workspace.as_deref())
+        .map(std::path::Path::new);
+    g.files
+        .iter()
+        .map(|(path, f)| {
+            let rel = ws
+                .and_then(|ws| relative_path(ws, path).ok())
+                .unwrap_or_else(|| path.clone());
+            ChangedFile {
+                path: path.clone(),
+                change: if f.deleted {
+                    FileChangeKind::Deleted
+                } else if f.created {
+                    FileChangeKind::Created
+                } else if f.renamed_from.is_some() {
+                    FileChangeKind::Renamed
+                } else if f.mode_changed && f.lines_added + f.lines_removed == 0 {
+                    FileChangeKind::Mode
+                } else {
+                    FileChangeKind::Modified
+                },
+                renamed_from: f.renamed_from.clone(),
+                lines_added: f.lines_added,
+                lines_removed: f.lines_removed,
+                edits: f.edits,
+                observed: f.observed,
+                diff: changes
+                    .iter()
+                    .find(|c| c.path == rel)
+                    .map(|c| c.path.clone()),
+            }
+        })
+        .collect()
 }

@@ -24,7 +24,8 @@ pub struct GoalState {
     pub paused: Option<String>,
     pub revised_by: Option<String>,
     /// The plain rule's inputs (goals without a contract): the last passing
-    /// verification run since the goal was created.
+    /// verification run since the goal was created (a `verification.run`, or a shell
+    /// call of a known runner, as the risk assessment counts them).
     pub last_passing_verification: Option<u64>,
     /// Checks started whose receipt has not been recorded: check id → start seq.
     pub running: BTreeMap<String, u64>,
@@ -95,6 +96,9 @@ impl GoalState {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Goals {
     pub goals: Vec<GoalState>,
+    /// Shell calls of known test runners, builds and linters waiting for their result
+    /// (call ids): a passing one is a verification run, as the risk assessment counts.
+    shell_runs: std::collections::BTreeSet<String>,
 }
 
 impl Goals {
@@ -117,8 +121,18 @@ impl Goals {
             EventBody::VerificationRun(v)
                 if v.status == tacho_schema::VerificationStatus::Passed =>
             {
-                for g in &mut self.goals {
-                    g.last_passing_verification = Some(seq);
+                self.verification_passed(seq);
+            }
+            EventBody::ToolCall(c)
+                if crate::risk::shell_verification(&c.tool, c.target.as_deref()).is_some() =>
+            {
+                self.shell_runs.insert(c.call_id.clone());
+            }
+            EventBody::ToolResult(r) => {
+                // Every result ends its call's wait, whatever it says.
+                let shell_run = self.shell_runs.remove(&r.call_id);
+                if shell_run && crate::risk::shell_run_passed(r.status) == Some(true) {
+                    self.verification_passed(seq);
                 }
             }
             EventBody::GoalCheckRun(r) => {
@@ -160,6 +174,13 @@ impl Goals {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A verification run passed at `seq`: the plain rule's input of every goal.
+    fn verification_passed(&mut self, seq: u64) {
+        for g in &mut self.goals {
+            g.last_passing_verification = Some(seq);
         }
     }
 
@@ -392,6 +413,60 @@ mod tests {
             reason: Some(reason.into()),
             ..tacho_schema::GoalUpdate::default()
         })
+    }
+
+    /// The plain rule (a goal without a contract) takes the verification runs the risk
+    /// assessment counts: a shell call of a known test runner that ran and passed
+    /// after the last edit holds it as a `verification.run` does; a failed, denied or
+    /// unrelated call does not, nor one before the last edit.
+    #[test]
+    fn the_plain_rule_counts_shell_test_runs_as_risk_does() {
+        use tacho_schema::{ToolCall, ToolResult, ToolStatus};
+        let plain = GoalCreated {
+            assurance: None,
+            assured: false,
+            ..created()
+        };
+        let call = |id: &str, tool: &str, cmd: &str| {
+            ev(EventBody::ToolCall(ToolCall {
+                call_id: id.into(),
+                tool: tool.into(),
+                target: Some(cmd.into()),
+                ..ToolCall::default()
+            }))
+        };
+        let result = |id: &str, status| {
+            ev(EventBody::ToolResult(ToolResult {
+                call_id: id.into(),
+                status,
+                ..ToolResult::default()
+            }))
+        };
+        let edit = ev(EventBody::FileEdit(FileEdit {
+            path: "src/x.rs".into(),
+            op: EditOp::Modify,
+            ..FileEdit::default()
+        }));
+        let mut gs = Goals::default();
+        gs.apply(1, &ev(EventBody::GoalCreated(plain)));
+        gs.apply(2, &call("c1", "Bash", "npm test"));
+        gs.apply(3, &result("c1", ToolStatus::Ok));
+        gs.apply(4, &edit);
+        let held = |gs: &Goals| gs.find(None).map(GoalState::plain_rule);
+        assert!(matches!(held(&gs), Some(Err(_))), "a run before the edit");
+        for (seq, id, tool, cmd, status) in [
+            (5, "c2", "Bash", "npm test", ToolStatus::Error),
+            (7, "c3", "Bash", "cargo test", ToolStatus::Denied),
+            (9, "c4", "Bash", "ls -la", ToolStatus::Ok),
+            (11, "c5", "Read", "npm test", ToolStatus::Ok),
+        ] {
+            gs.apply(seq, &call(id, tool, cmd));
+            gs.apply(seq + 1, &result(id, status));
+            assert!(matches!(held(&gs), Some(Err(_))), "{tool} {cmd} {status:?}");
+        }
+        gs.apply(13, &call("c6", "bash", "cd web && npm test"));
+        gs.apply(14, &result("c6", ToolStatus::Ok));
+        assert_eq!(held(&gs), Some(Ok(())));
     }
 
     #[test]

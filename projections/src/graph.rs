@@ -162,6 +162,79 @@ pub struct GoalActivity {
     /// replacement.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_goal: BTreeMap<String, GoalTally>,
+    /// Every goal event, in log order: what the timeline marks, and the receipts the
+    /// risk assessment weighs as verification runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<GoalEventNode>,
+}
+
+/// What a goal event was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoalMark {
+    /// `goal.created` (a revision too: `revises` names the goal it replaces).
+    Created,
+    /// A receipt (`goal.check`) that passed, or failed.
+    CheckPassed,
+    CheckFailed,
+    /// A completion attempt the gate accepted, or refused.
+    Accepted,
+    Refused,
+    /// Paused by the stall rule; resumed (the pause lifted).
+    Paused,
+    Resumed,
+    /// Marked blocked.
+    Blocked,
+}
+
+impl GoalMark {
+    /// Its name in JSON (`check_passed`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GoalMark::Created => "created",
+            GoalMark::CheckPassed => "check_passed",
+            GoalMark::CheckFailed => "check_failed",
+            GoalMark::Accepted => "accepted",
+            GoalMark::Refused => "refused",
+            GoalMark::Paused => "paused",
+            GoalMark::Resumed => "resumed",
+            GoalMark::Blocked => "blocked",
+        }
+    }
+
+    /// The words for people.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GoalMark::Created => "goal created",
+            GoalMark::CheckPassed => "check passed",
+            GoalMark::CheckFailed => "check failed",
+            GoalMark::Accepted => "completion accepted",
+            GoalMark::Refused => "completion refused",
+            GoalMark::Paused => "goal paused",
+            GoalMark::Resumed => "goal resumed",
+            GoalMark::Blocked => "goal blocked",
+        }
+    }
+}
+
+/// One goal event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GoalEventNode {
+    pub seq: u64,
+    pub at_unix_ns: i64,
+    pub goal: String,
+    pub mark: GoalMark,
+    /// For a receipt: the check and the command it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// For a revision: the goal it replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revises: Option<String>,
+    /// The step open when it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
 }
 
 /// What one goal's events say.
@@ -391,6 +464,22 @@ impl ExecutionGraph {
         self.steps
             .iter()
             .flat_map(|s| s.tools.iter().map(move |t| (s, t)))
+    }
+
+    /// Records a goal event (a `created` mark unless `fill` says otherwise).
+    fn goal_event(&mut self, seq: u64, at: i64, goal: &str, fill: impl FnOnce(&mut GoalEventNode)) {
+        let mut e = GoalEventNode {
+            seq,
+            at_unix_ns: at,
+            goal: goal.to_string(),
+            mark: GoalMark::Created,
+            check: None,
+            command: None,
+            revises: None,
+            step: self.state.open_step.map(|i| self.steps[i].number),
+        };
+        fill(&mut e);
+        self.goals.events.push(e);
     }
 
     fn note_agent(&mut self, agent: Option<&str>) {
@@ -671,11 +760,25 @@ impl ExecutionGraph {
             EventView::RollbackApplied { rolled_back, .. } => {
                 self.rollbacks_of.push(rolled_back.to_string())
             }
-            EventView::GoalCheck { passed, .. } => {
+            EventView::GoalCheck {
+                goal,
+                check,
+                command,
+                passed,
+            } => {
                 self.goals.receipts += 1;
                 if !passed {
                     self.goals.receipts_failed += 1;
                 }
+                self.goal_event(seq, at, goal, |e| {
+                    e.mark = if passed {
+                        GoalMark::CheckPassed
+                    } else {
+                        GoalMark::CheckFailed
+                    };
+                    e.check = Some(check.to_string());
+                    e.command = Some(command.to_string());
+                });
             }
             EventView::GoalUpdate {
                 goal,
@@ -683,38 +786,146 @@ impl ExecutionGraph {
                 accepted,
             } => {
                 let t = self.goals.by_goal.entry(goal.to_string()).or_default();
-                match (action, accepted) {
+                let mark = match (action, accepted) {
                     (GoalAction::Complete, true) => {
                         self.goals.completed = true;
                         t.completed = true;
+                        GoalMark::Accepted
                     }
                     (GoalAction::Complete, false) => {
                         self.goals.completions_refused += 1;
                         t.completions_refused += 1;
+                        GoalMark::Refused
                     }
                     (GoalAction::Pause, true) => {
                         self.goals.paused += 1;
                         t.paused += 1;
+                        GoalMark::Paused
                     }
+                    (GoalAction::Pause, false) => GoalMark::Resumed,
                     (GoalAction::Block, true) => {
                         self.goals.blocked += 1;
                         t.blocked += 1;
+                        GoalMark::Blocked
                     }
-                    _ => {}
-                }
+                    // A block the gate did not take is no state of the goal.
+                    (GoalAction::Block, false) => return,
+                };
+                self.goal_event(seq, at, goal, |e| e.mark = mark);
             }
-            EventView::Goal {
-                goal,
-                revises: Some(old),
-            } => {
+            EventView::Goal { goal, revises } => {
                 self.goals.by_goal.entry(goal.to_string()).or_default();
-                self.goals
-                    .by_goal
-                    .entry(old.to_string())
-                    .or_default()
-                    .revised_by = Some(goal.to_string());
+                if let Some(old) = revises {
+                    self.goals
+                        .by_goal
+                        .entry(old.to_string())
+                        .or_default()
+                        .revised_by = Some(goal.to_string());
+                }
+                self.goal_event(seq, at, goal, |e| e.revises = own(revises));
             }
-            EventView::Goal { .. } | EventView::AgentNotice { .. } | EventView::Unknown => {}
+            EventView::GoalCheckStart { .. }
+            | EventView::AgentNotice { .. }
+            | EventView::Unknown => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tacho_schema::{EventBody, GoalCheckRun, GoalCreated, GoalUpdate, StepStart};
+
+    fn fold(bodies: Vec<EventBody>) -> ExecutionGraph {
+        let mut g = ExecutionGraph::new("s");
+        for (i, body) in bodies.into_iter().enumerate() {
+            let e = Event {
+                session: "s".into(),
+                time_unix_ns: i as i64,
+                body,
+            };
+            g.apply(i as u64, &e);
+        }
+        g
+    }
+
+    /// Every goal event is listed in log order with what it was: a receipt with its
+    /// check and command and the step it ran in, a revision with the goal it replaces;
+    /// a check starting is no mark, nor a block the gate did not take.
+    #[test]
+    fn goal_events_are_listed_in_order() {
+        let update = |action, accepted| {
+            EventBody::GoalUpdate(GoalUpdate {
+                goal: "goal_2".into(),
+                action,
+                accepted,
+                ..Default::default()
+            })
+        };
+        let g = fold(vec![
+            EventBody::GoalCreated(GoalCreated {
+                goal: "goal_1".into(),
+                ..Default::default()
+            }),
+            EventBody::GoalCreated(GoalCreated {
+                goal: "goal_2".into(),
+                revises: Some("goal_1".into()),
+                ..Default::default()
+            }),
+            EventBody::StepStart(StepStart {
+                step: 4,
+                ..Default::default()
+            }),
+            EventBody::GoalCheckStart(tacho_schema::GoalCheckStart {
+                goal: "goal_2".into(),
+                revision: 2,
+                check: "a".into(),
+            }),
+            EventBody::GoalCheckRun(GoalCheckRun {
+                goal: "goal_2".into(),
+                check: "a".into(),
+                command: "make a".into(),
+                passed: true,
+                ..Default::default()
+            }),
+            update(GoalAction::Complete, false),
+            update(GoalAction::Pause, true),
+            update(GoalAction::Pause, false),
+            update(GoalAction::Block, false),
+            update(GoalAction::Block, true),
+            update(GoalAction::Complete, true),
+        ]);
+        let marks: Vec<(u64, &str, GoalMark)> = g
+            .goals
+            .events
+            .iter()
+            .map(|e| (e.seq, e.goal.as_str(), e.mark))
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                (0, "goal_1", GoalMark::Created),
+                (1, "goal_2", GoalMark::Created),
+                (4, "goal_2", GoalMark::CheckPassed),
+                (5, "goal_2", GoalMark::Refused),
+                (6, "goal_2", GoalMark::Paused),
+                (7, "goal_2", GoalMark::Resumed),
+                (9, "goal_2", GoalMark::Blocked),
+                (10, "goal_2", GoalMark::Accepted),
+            ]
+        );
+        let e = &g.goals.events;
+        assert_eq!(e[1].revises.as_deref(), Some("goal_1"));
+        assert_eq!(
+            (e[2].check.as_deref(), e[2].command.as_deref(), e[2].step),
+            (Some("a"), Some("make a"), Some(4))
+        );
+        // The JSON names are the marks' names.
+        for ev in e {
+            assert_eq!(
+                serde_json::to_value(ev.mark).ok(),
+                Some(serde_json::Value::from(ev.mark.name()))
+            );
         }
     }
 }

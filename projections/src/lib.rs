@@ -19,13 +19,14 @@ pub use compare::{Comparison, Side, StepPair, align, compare};
 pub use goals::{CheckState, Current, GoalState, Goals, check_states, environment_mismatch};
 pub use graph::{
     BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, GoalActivity,
-    GoalTally, ObservedChange, RouteNode, SnapshotNode, StepNode, Tokens, ToolNode,
-    VerificationNode, route_text,
+    GoalEventNode, GoalMark, GoalTally, ObservedChange, RouteNode, SnapshotNode, StepNode, Tokens,
+    ToolNode, VerificationNode, route_text,
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{
-    Confidence, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel, assess,
-    is_api_surface, is_security_sensitive, verification_kind,
+    Confidence, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel,
+    VerificationEvidence, VerificationSource, assess, is_api_surface, is_security_sensitive,
+    verification_kind,
 };
 pub use rollback::{RollbackPoint, RollbackPoints};
 pub use summary::{SessionStatus, SessionSummary};

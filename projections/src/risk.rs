@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use tacho_schema::{EndReason, ToolStatus, VerificationStatus};
 
-use crate::graph::ExecutionGraph;
+use crate::graph::{ExecutionGraph, GoalMark};
 
 /// Always shown with a score.
 pub const RISK_DISCLAIMER: &str = "The score is a review aid, not a probability and not a statement that the code is safe: a LOW score on unverified changes still means unverified.";
@@ -99,6 +99,47 @@ pub struct RiskFactor {
     pub paths: Vec<String>,
 }
 
+/// Where a verification run the assessment weighed comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerificationSource {
+    /// A `verification.run` event.
+    Recorded,
+    /// A shell tool call whose command runs a known test runner, build, linter or
+    /// type checker.
+    Shell,
+    /// A goal check's receipt (`goal.check`).
+    GoalCheck,
+}
+
+impl VerificationSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerificationSource::Recorded => "recorded run",
+            VerificationSource::Shell => "shell call",
+            VerificationSource::GoalCheck => "goal check",
+        }
+    }
+}
+
+/// One verification run the assessment weighed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerificationEvidence {
+    /// The event it is dated by: the `verification.run`, the tool result, the receipt.
+    pub seq: u64,
+    pub command: String,
+    pub passed: bool,
+    pub source: VerificationSource,
+    /// The step it ran in, when it ran in one.
+    pub step: Option<u64>,
+    pub duration_ms: Option<u64>,
+    /// For a goal check: the goal and the check id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+}
+
 /// The assessment of one session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RiskAssessment {
@@ -112,6 +153,9 @@ pub struct RiskAssessment {
     pub lines_changed: u64,
     pub tool_failures: u64,
     pub verified: bool,
+    /// Every verification run weighed, in log order: what `verified`,
+    /// `verification_failed` and `edited_after_verification` rest on.
+    pub verification_runs: Vec<VerificationEvidence>,
     pub disclaimer: &'static str,
 }
 
@@ -290,8 +334,24 @@ fn command_kind(words: &[&str]) -> Option<&'static str> {
     None
 }
 
-/// The command a tool call ran, when it is a shell call: its target, or `command` in
-/// its input.
+/// The command of a tool call that is a verification run: a shell call whose command
+/// runs a known test runner, build, linter or type checker. (Whether it counts, and
+/// as passed or failed, is its result's status: see [`shell_run_passed`].)
+pub fn shell_verification<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
+    shell_command(tool, target).filter(|c| verification_kind(c).is_some())
+}
+
+/// What a shell verification run's result says: passed, failed, or (denied,
+/// cancelled: it never ran) no evidence either way.
+pub fn shell_run_passed(status: ToolStatus) -> Option<bool> {
+    match status {
+        ToolStatus::Ok => Some(true),
+        ToolStatus::Error | ToolStatus::Timeout => Some(false),
+        _ => None,
+    }
+}
+
+/// The command a tool call ran, when it is a shell call: its target.
 fn shell_command<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
     let t = tool.to_ascii_lowercase();
     if matches!(
@@ -391,40 +451,13 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             paths: Vec::new(),
         });
     }
-    // Verification: recorded runs, and shell calls of known test runners and builds.
-    let mut runs: Vec<(u64, bool, String)> = g
-        .verifications
-        .iter()
-        .filter(|v| v.status != VerificationStatus::Skipped)
-        .map(|v| {
-            (
-                v.seq,
-                v.status == VerificationStatus::Passed,
-                v.command.clone(),
-            )
-        })
-        .collect();
-    for (_, t) in g.tools() {
-        // A denied or cancelled command never ran: it is no evidence either way.
-        let outcome = match t.status {
-            Some(ToolStatus::Ok) => Some(true),
-            Some(ToolStatus::Error | ToolStatus::Timeout) => Some(false),
-            _ => None,
-        };
-        if let (Some(cmd), Some(passed), Some(res)) = (
-            shell_command(&t.tool, t.target.as_deref()),
-            outcome,
-            t.result_seq,
-        ) && verification_kind(cmd).is_some()
-        {
-            runs.push((res, passed, cmd.to_string()));
-        }
-    }
-    runs.sort();
+    // Verification: recorded runs, shell calls of known test runners and builds, and
+    // goal checks' receipts.
+    let runs = verification_runs(g);
     let last_edit = g.files.values().map(|f| f.last_edit_seq).max();
-    let last_run = runs.last();
+    let last_run = runs.last().map(|r| (r.seq, r.passed, &r.command));
     let verified = match (last_run, last_edit) {
-        (Some((seq, true, _)), Some(edit)) => *seq > edit,
+        (Some((seq, true, _)), Some(edit)) => seq > edit,
         (Some((_, true, _)), None) => true,
         _ => false,
     };
@@ -432,7 +465,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         (None, Some(_)) => factors.push(RiskFactor {
             id: "unverified",
             weight: 15,
-            evidence: "files changed and no test, build or lint run was recorded".into(),
+            evidence: "files changed and no verification run (test, build, lint or goal check) was recorded".into(),
             mitigation: "Run the test suite on the change before merging.",
             paths: Vec::new(),
         }),
@@ -443,7 +476,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             mitigation: "Fix the failure and run the verification again.",
             paths: Vec::new(),
         }),
-        (Some((seq, true, cmd)), Some(edit)) if *seq < edit => factors.push(RiskFactor {
+        (Some((seq, true, cmd)), Some(edit)) if seq < edit => factors.push(RiskFactor {
             id: "edited_after_verification",
             weight: 10,
             evidence: format!("files changed after the last passing run ({cmd})"),
@@ -579,8 +612,69 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         lines_changed: lines,
         tool_failures: failures.len() as u64,
         verified,
+        verification_runs: runs,
         disclaimer: RISK_DISCLAIMER,
     }
+}
+
+/// The verification runs of a session, in log order: recorded `verification.run`
+/// events (skipped ones are no evidence), shell calls of known runners that ran (a
+/// denied or cancelled call never did), and goal checks' receipts.
+fn verification_runs(g: &ExecutionGraph) -> Vec<VerificationEvidence> {
+    let mut runs: Vec<VerificationEvidence> = g
+        .verifications
+        .iter()
+        .filter(|v| v.status != VerificationStatus::Skipped)
+        .map(|v| VerificationEvidence {
+            seq: v.seq,
+            command: v.command.clone(),
+            passed: v.status == VerificationStatus::Passed,
+            source: VerificationSource::Recorded,
+            step: v.step,
+            duration_ms: v.duration_ms,
+            goal: None,
+            check: None,
+        })
+        .collect();
+    for (s, t) in g.tools() {
+        let Some(passed) = t.status.and_then(shell_run_passed) else {
+            continue;
+        };
+        if let (Some(cmd), Some(res)) = (
+            shell_verification(&t.tool, t.target.as_deref()),
+            t.result_seq,
+        ) {
+            runs.push(VerificationEvidence {
+                seq: res,
+                command: cmd.to_string(),
+                passed,
+                source: VerificationSource::Shell,
+                step: Some(s.number),
+                duration_ms: t.duration_ms,
+                goal: None,
+                check: None,
+            });
+        }
+    }
+    for e in &g.goals.events {
+        let passed = match e.mark {
+            GoalMark::CheckPassed => true,
+            GoalMark::CheckFailed => false,
+            _ => continue,
+        };
+        runs.push(VerificationEvidence {
+            seq: e.seq,
+            command: e.command.clone().unwrap_or_default(),
+            passed,
+            source: VerificationSource::GoalCheck,
+            step: e.step,
+            duration_ms: None,
+            goal: Some(e.goal.clone()),
+            check: e.check.clone(),
+        });
+    }
+    runs.sort_by_key(|r| r.seq);
+    runs
 }
 
 #[cfg(test)]
@@ -763,6 +857,109 @@ mod tests {
         assert!(is_api_surface("src/api.ts"));
         assert!(is_api_surface("proto/orders.proto"));
         assert!(!is_api_surface("test/orders.test.ts"));
+    }
+
+    fn goal_created(goal: &str, revises: Option<&str>) -> EventBody {
+        EventBody::GoalCreated(tacho_schema::GoalCreated {
+            goal: goal.into(),
+            revises: revises.map(Into::into),
+            ..Default::default()
+        })
+    }
+    fn goal_update(goal: &str, action: tacho_schema::GoalAction, accepted: bool) -> EventBody {
+        EventBody::GoalUpdate(tacho_schema::GoalUpdate {
+            goal: goal.into(),
+            action,
+            accepted,
+            ..Default::default()
+        })
+    }
+    fn receipt(goal: &str, passed: bool) -> EventBody {
+        EventBody::GoalCheckRun(tacho_schema::GoalCheckRun {
+            goal: goal.into(),
+            check: "parity".into(),
+            command: "sh checks/parity.sh".into(),
+            exit_code: Some(if passed { 0 } else { 1 }),
+            passed,
+            ..Default::default()
+        })
+    }
+
+    /// A goal check's receipt is a verification run: one that passed after the last
+    /// edit verifies the change, one that failed last fails it.
+    #[test]
+    fn a_goal_check_after_the_last_edit_is_verification() {
+        let r = assess(&graph(vec![
+            goal_created("goal_1", None),
+            edit("src/a.rs"),
+            receipt("goal_1", true),
+            goal_update("goal_1", tacho_schema::GoalAction::Complete, true),
+            end(EndReason::Completed),
+        ]));
+        assert!(r.verified, "{r:?}");
+        assert!(!has(&r, "unverified"), "{r:?}");
+        assert_eq!(r.readiness, Readiness::Ready);
+        assert_eq!(r.confidence, Confidence::High);
+        let r = assess(&graph(vec![
+            goal_created("goal_1", None),
+            edit("src/a.rs"),
+            receipt("goal_1", false),
+        ]));
+        assert!(has(&r, "verification_failed"), "{r:?}");
+        assert_eq!(r.readiness, Readiness::Blocked);
+    }
+
+    /// The pause of the goal that is current blocks; the pause of a goal a revision
+    /// replaced settles nothing, nor does a pause lifted by a resume and then a
+    /// completion.
+    #[test]
+    fn a_paused_current_revision_blocks_and_a_replaced_one_does_not() {
+        use tacho_schema::GoalAction::{Complete, Pause};
+        let verified = |mut b: Vec<EventBody>| {
+            b.push(edit("src/a.rs"));
+            b.extend(shell("t", "cargo test", ToolStatus::Ok));
+            b.push(end(EndReason::Completed));
+            assess(&graph(b))
+        };
+        // goal_1 stalled and was replaced; goal_2, the current one, stalled too.
+        let stalled = |g: &str| {
+            vec![
+                goal_update(g, Complete, false),
+                goal_update(g, Complete, false),
+                goal_update(g, Complete, false),
+                goal_update(g, Pause, true),
+            ]
+        };
+        let mut b = vec![goal_created("goal_1", None)];
+        b.extend(stalled("goal_1"));
+        b.push(goal_created("goal_2", Some("goal_1")));
+        let replaced_only = verified(b.clone());
+        assert!(
+            !has(&replaced_only, "goal_not_completed"),
+            "{replaced_only:?}"
+        );
+        assert_eq!(replaced_only.readiness, Readiness::Ready);
+        b.extend(stalled("goal_2"));
+        let r = verified(b.clone());
+        assert!(has(&r, "goal_not_completed"), "{r:?}");
+        assert_eq!(r.readiness, Readiness::Blocked);
+        let f = r.factors.iter().find(|f| f.id == "goal_not_completed");
+        let evidence = f.map(|f| f.evidence.as_str()).unwrap_or_default();
+        assert!(evidence.contains("goal goal_2 was paused"), "{evidence}");
+        assert!(!evidence.contains("goal_1"), "{evidence}");
+        // A pause alone (no refusal in this record) blocks as well.
+        let r = verified(vec![
+            goal_created("goal_1", None),
+            goal_update("goal_1", Pause, true),
+        ]);
+        assert_eq!(r.readiness, Readiness::Blocked, "{r:?}");
+        // Resumed, checked and completed: ready.
+        b.push(goal_update("goal_2", Pause, false));
+        b.push(receipt("goal_2", true));
+        b.push(goal_update("goal_2", Complete, true));
+        let r = verified(b);
+        assert!(!has(&r, "goal_not_completed"), "{r:?}");
+        assert_eq!(r.readiness, Readiness::Ready, "{r:?}");
     }
 
     /// A log written before completing a replaced goal was refused: the earlier

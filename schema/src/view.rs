@@ -96,17 +96,22 @@ pub enum EventView<'a> {
         parent: &'a str,
         through_seq: u64,
     },
-    /// `goal.created` or `goal.check_start`: folded by the goal projection from owned
-    /// events, not by the graph.
+    /// `goal.created`.
     Goal {
         goal: &'a str,
         /// The goal a `goal.created` revises (its replacement is the goal now).
         revises: Option<&'a str>,
     },
+    /// `goal.check_start`: a frozen check began to run.
+    GoalCheckStart {
+        goal: &'a str,
+    },
     /// `goal.check`: a receipt.
     GoalCheck {
         goal: &'a str,
         check: &'a str,
+        /// The command the check ran.
+        command: &'a str,
         passed: bool,
     },
     /// `goal.update`: a completion attempt, a block or a pause.
@@ -209,6 +214,7 @@ impl EventBody {
             EventBody::GoalCheckRun(g) => EventView::GoalCheck {
                 goal: &g.goal,
                 check: &g.check,
+                command: &g.command,
                 passed: g.passed,
             },
             EventBody::GoalUpdate(g) => EventView::GoalUpdate {
@@ -216,10 +222,7 @@ impl EventBody {
                 action: g.action,
                 accepted: g.accepted,
             },
-            EventBody::GoalCheckStart(g) => EventView::Goal {
-                goal: &g.goal,
-                revises: None,
-            },
+            EventBody::GoalCheckStart(g) => EventView::GoalCheckStart { goal: &g.goal },
             EventBody::Unknown { .. } => EventView::Unknown,
         }
     }
@@ -435,6 +438,7 @@ impl<'a> EventView<'a> {
                 EventView::GoalCheck {
                     goal: s(&a.goal),
                     check: s(&a.check),
+                    command: s(&a.command),
                     passed: a.passed,
                 }
             }
@@ -446,9 +450,8 @@ impl<'a> EventView<'a> {
                     accepted: a.accepted,
                 }
             }
-            21 => EventView::Goal {
+            21 => EventView::GoalCheckStart {
                 goal: s(&access!(GoalCheckStart, kind, version, payload).goal),
-                revises: None,
             },
             22 => EventView::AgentNotice {
                 notice: s(&access!(AgentNotice, kind, version, payload).notice),

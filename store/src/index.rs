@@ -3,11 +3,13 @@
 //! every stream. Derived data: deleting `<root>/index/` loses nothing, and a rebuild
 //! from the streams gives the same snapshot bytes (SPEC.md §"Session index").
 //!
-//! Two files under `<root>/index/`:
+//! Files under `<root>/index/`:
 //! - `sessions.snap`: the compacted entries, rkyv, newest session first, with a
 //!   CRC; replaced atomically, never changed in place (so it may be mapped).
 //! - `sessions.log`: records appended since (`O_APPEND`, one write each, framed with
 //!   a magic and a CRC so a reader skips a torn record and finds the next).
+//! - `facts.rules`: the rules the application computed the facts by (opaque here;
+//!   a new store's index begins with `StoreOptions::facts_rules`).
 //!
 //! Writers append a `Dirty` record, synced, before the first frame they write to a
 //! stream, and a `Head` record when they are done and what they wrote is durable. So
@@ -728,6 +730,27 @@ impl Store {
     fn index_log_path(&self) -> PathBuf {
         self.index_dir().join("sessions.log")
     }
+    fn index_facts_rules_path(&self) -> PathBuf {
+        self.index_dir().join("facts.rules")
+    }
+
+    /// The rules the index's facts were computed by, as the application recorded them
+    /// (`None`: never recorded, as by a tacho from before rules were recorded).
+    pub fn index_facts_rules(&self) -> Option<Vec<u8>> {
+        self.vfs
+            .read(&self.index_facts_rules_path(), false)
+            .ok()
+            .map(|b| b.to_vec())
+    }
+
+    /// Records the rules the index's facts are computed by (the application's, opaque
+    /// here), once every fact the index holds is of them.
+    pub fn set_index_facts_rules(&self, rules: &str) -> Result<(), StoreError> {
+        let p = self.index_facts_rules_path();
+        self.vfs
+            .replace(&p, rules.as_bytes())
+            .map_err(|e| StoreError::io(&p, e))
+    }
     fn index_lock_path(&self) -> PathBuf {
         self.index_dir().join("lock")
     }
@@ -967,13 +990,22 @@ impl Store {
         }
         // Any record already appended (a writer that raced this one) stays in the log
         // and folds on top.
-        self.write_index_locked(Vec::new(), false)
+        self.write_index_locked(Vec::new(), false)?;
+        // Every fact of this index will be computed by the rules in force.
+        if !self.opts.facts_rules.is_empty() {
+            self.set_index_facts_rules(self.opts.facts_rules)?;
+        }
+        Ok(())
     }
 
     /// Deletes the index (it is rebuilt from the streams on the next read).
     pub fn index_delete(&self) -> Result<(), StoreError> {
         let _exclusive = self.index_lock(true)?;
-        for p in [self.index_snapshot_path(), self.index_log_path()] {
+        for p in [
+            self.index_snapshot_path(),
+            self.index_log_path(),
+            self.index_facts_rules_path(),
+        ] {
             match self.vfs.remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -7,7 +7,7 @@
 //! <root>/locks/<stream dir>.lock
 //! <root>/streams/<stream dir>/00000000000000000000.tseg
 //! <root>/streams/<stream dir>/00000000000000012345.tseg
-//! <root>/index/sessions.snap, sessions.log, lock   (derived: the session index)
+//! <root>/index/sessions.snap, sessions.log, facts.rules, lock   (derived: the session index)
 //! <root>/pruned.log, pruned.lock                    (what `audit prune` removed)
 //! ```
 //!

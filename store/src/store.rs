@@ -27,6 +27,10 @@ pub struct StoreOptions {
     /// The most sessions one pack holds (8,192): an ingest publishes its pack before
     /// the next session would pass it.
     pub pack_sessions_max: usize,
+    /// The rules the application computes the session index's facts by (opaque to the
+    /// store): a new store's index begins with them recorded, so that its facts are
+    /// known to be of these rules (SPEC §8.4). Empty: nothing is recorded.
+    pub facts_rules: &'static str,
 }
 
 impl Default for StoreOptions {
@@ -37,6 +41,7 @@ impl Default for StoreOptions {
             verify_threads: 0,
             index_compact_bytes: crate::index::LOG_BYTES_COMPACT,
             pack_sessions_max: crate::pack::PACK_SESSIONS_MAX,
+            facts_rules: "",
         }
     }
 }

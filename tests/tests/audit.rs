@@ -608,11 +608,19 @@ fn report_shows_what_a_reviewer_needs_from_the_log_and_the_snapshots() {
         md.contains("+  app.use('/v1', rateLimit({ perMinute: 120 }), router);"),
         "{md}"
     );
-    // The failed and the passing test run.
-    assert!(
-        md.contains("| `npm test` | failed |") && md.contains("| `npm test` | passed |"),
-        "{md}"
-    );
+    // The failed and the passing test run, each as the risk assessment weighed it:
+    // the demo records it as a shell call and as a `verification.run`.
+    for (from, result) in [
+        ("shell call", "failed"),
+        ("recorded run", "failed"),
+        ("shell call", "passed"),
+        ("recorded run", "passed"),
+    ] {
+        assert!(
+            md.contains(&format!("| `npm test` | {from} | {result} |")),
+            "{from} {result}: {md}"
+        );
+    }
     // Tokens as `session show` has them; the chain head as `log verify` prints it.
     let mut c = tacho(&home);
     c.args(["session", "show", &id, "--json"]);

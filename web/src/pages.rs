@@ -136,6 +136,8 @@ pub struct FileView {
     pub added: u64,
     pub removed: u64,
     pub diff: Vec<DiffLine>,
+    /// Why `diff` is empty, if it is.
+    pub no_diff: &'static str,
 }
 
 pub struct CheckView {
@@ -275,17 +277,32 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
                 .collect(),
         })
         .collect();
+    // The files the risk assessment counts, each with its diff when the snapshots
+    // show one.
     let files = r
-        .changes
+        .files
         .iter()
-        .map(|c| FileView {
-            path: c.path.clone(),
-            change: format!("{:?}", c.change).to_lowercase(),
-            added: c.lines_added,
-            removed: c.lines_removed,
-            diff: c
-                .unified
+        .map(|f| {
+            let c = f
+                .diff
                 .as_deref()
+                .and_then(|p| r.changes.iter().find(|c| c.path == p));
+            (f, c)
+        })
+        .map(|(f, c)| FileView {
+            path: f.path.clone(),
+            change: f.change.as_str().to_string(),
+            added: f.lines_added,
+            removed: f.lines_removed,
+            no_diff: match c {
+                Some(_) => "binary, a link or a mode change: no text diff",
+                None if r.changes_between.is_some() && r.changes_note.is_none() => {
+                    "no change between the first snapshot and the last"
+                }
+                None => "no diff",
+            },
+            diff: c
+                .and_then(|c| c.unified.as_deref())
                 .unwrap_or("")
                 .lines()
                 .map(|l| DiffLine {
@@ -396,16 +413,22 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
         steps,
         files,
         changes_note: r.changes_note.clone().unwrap_or_default(),
-        verifications: g
-            .verifications
+        // The verification runs the risk assessment weighed.
+        verifications: r
+            .risk
+            .verification_runs
             .iter()
             .map(|v| {
                 (
                     v.seq,
                     v.step.map_or("-".into(), |s| s.to_string()),
                     v.command.clone(),
-                    v.status.to_string(),
-                    v.status != tacho_schema::VerificationStatus::Passed,
+                    format!(
+                        "{} ({})",
+                        if v.passed { "passed" } else { "failed" },
+                        v.source.as_str()
+                    ),
+                    !v.passed,
                     v.duration_ms.map_or(String::new(), tool_duration),
                 )
             })
@@ -422,8 +445,13 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
                     format!("blocked: {b}")
                 } else if let Some(p) = &gs.paused {
                     format!("paused: {p}")
+                } else if gs.can_complete {
+                    format!(
+                        "not completed; the gate would accept it now: {}",
+                        gs.completion_reason
+                    )
                 } else {
-                    "open".into()
+                    format!("not completed: {}", gs.completion_reason)
                 },
                 digest: gs.contract_digest.clone(),
                 checks: gs

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use tacho_app::types::ExecutionGraph;
+use tacho_app::types::{ExecutionGraph, GoalEventNode, GoalMark};
 
 /// Text for SVG content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -37,8 +37,9 @@ fn cut(s: &str, n: usize) -> String {
     }
 }
 
-/// The session's steps and tool calls on one time axis (a Gantt chart): a row per
-/// step (its span), then a row per tool call (call to result), failed calls in red.
+/// The session's goal events, steps and tool calls on one time axis (a Gantt chart):
+/// a row of goal events when there are any (see [`goal_mark`]), a row per step (its
+/// span), then a row per tool call (call to result), failed calls in red.
 pub fn timeline(g: &ExecutionGraph) -> String {
     let Some(start) = g
         .started_unix_ns
@@ -98,12 +99,15 @@ pub fn timeline(g: &ExecutionGraph) -> String {
             ));
         }
     }
+    let goals = &g.goals.events;
+    // The goal events' row comes first, so that no cut of the rows below drops it.
+    let goal_rows = usize::from(!goals.is_empty());
     let shown = rows.len().min(ROWS_MAX);
-    let height = 30.0 + ROW * shown as f64 + 10.0;
+    let height = 30.0 + ROW * (shown + goal_rows) as f64 + 10.0;
     let mut o = String::new();
     let _ = write!(
         o,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" class="timeline" role="img" aria-label="timeline of steps and tool calls" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="system-ui,sans-serif" font-size="11">"##
+        r##"<svg xmlns="http://www.w3.org/2000/svg" class="timeline" role="img" aria-label="timeline of goal events, steps and tool calls" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="system-ui,sans-serif" font-size="11">"##
     );
     // Time axis: five ticks.
     for i in 0..=4 {
@@ -120,8 +124,19 @@ pub fn timeline(g: &ExecutionGraph) -> String {
             r##"<line x1="{xi:.1}" y1="18" x2="{xi:.1}" y2="{height}" stroke="#d0d7de"/><text x="{xi:.1}" y="12" text-anchor="{anchor}" fill="#57606a">{label}</text>"##
         );
     }
+    if !goals.is_empty() {
+        let y = 24.0;
+        let _ = write!(
+            o,
+            r##"<text x="4" y="{:.1}" fill="#1f2328">Goals</text>"##,
+            y + 11.0
+        );
+        for e in goals {
+            goal_mark(&mut o, e, x(e.at_unix_ns), y + 7.5);
+        }
+    }
     for (i, (label, a, b, class, status)) in rows.iter().take(shown).enumerate() {
-        let y = 24.0 + ROW * i as f64;
+        let y = 24.0 + ROW * (i + goal_rows) as f64;
         let (xa, xb) = (x(*a), x(*b));
         let w = (xb - xa).max(2.0);
         let fill = match *class {
@@ -152,7 +167,52 @@ pub fn timeline(g: &ExecutionGraph) -> String {
     o
 }
 
-/// Tokens (input + output) per day, for the days that have sessions: bars.
+/// One goal event on the goals' row, centred at (`cx`, `cy`): a circle for the goal's
+/// creation and its receipts, a diamond for the gate's decisions, a square for pauses,
+/// resumes and blocks; green for what passed or was accepted, red for what failed, was
+/// refused or blocked, amber for a pause. Its title says what it was.
+fn goal_mark(o: &mut String, e: &GoalEventNode, cx: f64, cy: f64) {
+    let fill = match e.mark {
+        GoalMark::Created | GoalMark::Resumed => "#0969da",
+        GoalMark::CheckPassed | GoalMark::Accepted => "#2da44e",
+        GoalMark::CheckFailed | GoalMark::Refused | GoalMark::Blocked => "#cf222e",
+        GoalMark::Paused => "#bf8700",
+    };
+    let shape = match e.mark {
+        GoalMark::Created | GoalMark::CheckPassed | GoalMark::CheckFailed => {
+            format!(r##"<circle cx="{cx:.1}" cy="{cy:.1}" r="4.5" fill="{fill}"/>"##)
+        }
+        GoalMark::Accepted | GoalMark::Refused => format!(
+            r##"<path d="M{cx:.1} {:.1}L{:.1} {cy:.1}L{cx:.1} {:.1}L{:.1} {cy:.1}Z" fill="{fill}"/>"##,
+            cy - 5.5,
+            cx + 5.5,
+            cy + 5.5,
+            cx - 5.5
+        ),
+        GoalMark::Paused | GoalMark::Resumed | GoalMark::Blocked => format!(
+            r##"<rect x="{:.1}" y="{:.1}" width="9" height="9" fill="{fill}"/>"##,
+            cx - 4.5,
+            cy - 4.5
+        ),
+    };
+    let what = match (e.mark, &e.check, &e.command) {
+        (GoalMark::CheckPassed | GoalMark::CheckFailed, Some(check), Some(cmd)) => {
+            format!("{}: {check} ({cmd})", e.mark.as_str())
+        }
+        (_, _, _) => e.mark.as_str().to_string(),
+    };
+    let title = match &e.revises {
+        Some(old) => format!("{what} {}, replacing {old} (event #{})", e.goal, e.seq),
+        None => format!("{what} {} (event #{})", e.goal, e.seq),
+    };
+    let class = e.mark.name();
+    let _ = write!(
+        o,
+        r##"<g class="goal-mark {class}" data-x="{cx:.1}">{shape}<title>{}</title></g>"##,
+        esc(&title)
+    );
+}
+
 /// A time axis tick `offset` nanoseconds after the start of a `span` long timeline:
 /// milliseconds under a second, tenths of seconds under a minute, minutes and seconds
 /// otherwise (a sub-second session's ticks are told apart).
@@ -167,6 +227,7 @@ fn tick_label(offset: i64, span: i64) -> String {
     }
 }
 
+/// Tokens (input + output) per day, for the days that have sessions: bars.
 pub fn tokens_per_day(days: &[(String, u64)]) -> String {
     if days.is_empty() {
         return String::new();
@@ -247,6 +308,94 @@ mod tests {
             .matches("text-anchor=\"middle\"")
             .count();
         assert!((6..=8).contains(&labels), "{labels}");
+    }
+
+    /// Goal events are marked on the timeline: created, each receipt (passed or
+    /// failed), the gate's decisions (accepted, refused), pauses, resumes and blocks,
+    /// each with its words and at its time.
+    #[test]
+    fn goal_events_are_marked_on_the_timeline() {
+        use tacho_schema::{
+            Event, EventBody, GoalAction, GoalCheckRun, GoalCreated, GoalUpdate, SessionStart,
+            StepStart,
+        };
+        let update = |action, accepted| {
+            EventBody::GoalUpdate(GoalUpdate {
+                goal: "goal_1".into(),
+                action,
+                accepted,
+                ..Default::default()
+            })
+        };
+        let check = |passed| {
+            EventBody::GoalCheckRun(GoalCheckRun {
+                goal: "goal_1".into(),
+                check: "parity<x>".into(),
+                command: "sh checks/parity.sh".into(),
+                passed,
+                ..Default::default()
+            })
+        };
+        let bodies = vec![
+            EventBody::SessionStart(SessionStart::default()),
+            EventBody::GoalCreated(GoalCreated {
+                goal: "goal_1".into(),
+                ..Default::default()
+            }),
+            EventBody::StepStart(StepStart {
+                step: 1,
+                ..Default::default()
+            }),
+            check(false),
+            update(GoalAction::Complete, false),
+            update(GoalAction::Pause, true),
+            update(GoalAction::Pause, false),
+            update(GoalAction::Block, true),
+            check(true),
+            update(GoalAction::Complete, true),
+        ];
+        let mut g = ExecutionGraph::new("s");
+        for (i, body) in bodies.into_iter().enumerate() {
+            let e = Event {
+                session: "s".into(),
+                time_unix_ns: i as i64 * 1_000_000_000,
+                body,
+            };
+            g.apply(i as u64, &e);
+        }
+        let svg = timeline(&g);
+        let marks = [
+            ("created", "goal created goal_1"),
+            (
+                "check_failed",
+                "check failed: parity&lt;x&gt; (sh checks/parity.sh)",
+            ),
+            ("refused", "completion refused"),
+            ("paused", "goal paused"),
+            ("resumed", "goal resumed"),
+            ("blocked", "goal blocked"),
+            ("check_passed", "check passed: parity&lt;x&gt;"),
+            ("accepted", "completion accepted"),
+        ];
+        let mut last_x = -1.0;
+        for (class, words) in marks {
+            let at = svg
+                .find(&format!(r#"<g class="goal-mark {class}""#))
+                .unwrap_or_else(|| panic!("no {class} mark: {svg}"));
+            let mark = &svg[at..];
+            let mark = &mark[..mark.find("</g>").unwrap()];
+            assert!(mark.contains(words), "{class}: {mark}");
+            // Marks stand at their events' times, in order.
+            let x: f64 = mark
+                .split("data-x=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .and_then(|x| x.parse().ok())
+                .unwrap();
+            assert!(x > last_x, "{class} at {x}, after {last_x}");
+            last_x = x;
+        }
+        assert!(!svg.contains("parity<x>"), "{svg}");
     }
 
     #[test]

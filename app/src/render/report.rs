@@ -164,17 +164,7 @@ fn body(r: &Report, o: &mut String) {
             gs.goal,
             gs.revision,
             if gs.assured { ", assured" } else { "" },
-            if gs.completed {
-                "completed".to_string()
-            } else if let Some(b) = &gs.blocked {
-                format!("blocked ({})", md(b))
-            } else if let Some(p) = &gs.paused {
-                format!("paused ({})", md(p))
-            } else if gs.can_complete {
-                "not completed; every check passes now".into()
-            } else {
-                "not completed".into()
-            }
+            goal_state(gs)
         );
         let _ = writeln!(o, "Contract digest `{}`.\n", gs.contract_digest);
         if let Some(why) = &gs.no_fresh_evidence {
@@ -272,80 +262,8 @@ fn body(r: &Report, o: &mut String) {
         );
     }
 
-    o.push_str("## Files changed\n\n");
-    if let Some(n) = &r.changes_note {
-        let _ = writeln!(o, "{}\n", md(n));
-    }
-    if let Some((a, b)) = &r.changes_between {
-        let _ = writeln!(
-            o,
-            "From snapshot `{}` (the session's first) to `{}` (its last).\n",
-            super::short_id(a),
-            super::short_id(b)
-        );
-    }
-    if r.changes.is_empty() && r.changes_note.is_none() {
-        if g.files.is_empty() {
-            o.push_str("No file changed.\n\n");
-        } else {
-            o.push_str("Edits were reported, without snapshots to show them:\n\n");
-            for (path, f) in &g.files {
-                let _ = writeln!(
-                    o,
-                    "- {} (+{} -{})",
-                    md(path),
-                    f.lines_added,
-                    f.lines_removed
-                );
-            }
-            o.push('\n');
-        }
-    }
-    if !r.changes.is_empty() {
-        o.push_str("| file | change | + | - |\n|---|---|---|---|\n");
-        for c in &r.changes {
-            let _ = writeln!(
-                o,
-                "| {} | {:?} | {} | {} |",
-                md(&c.path),
-                c.change,
-                c.lines_added,
-                c.lines_removed
-            );
-        }
-        o.push('\n');
-        for c in &r.changes {
-            match &c.unified {
-                Some(d) => fenced(o, "diff", d),
-                None => {
-                    let _ = writeln!(
-                        o,
-                        "{}: binary, a link, or a mode change (no text diff).\n",
-                        md(&c.path)
-                    );
-                }
-            }
-        }
-    }
-
-    o.push_str("## Validation\n\n");
-    if g.verifications.is_empty() {
-        o.push_str("No verification (tests, build, lint) was recorded.\n\n");
-    } else {
-        o.push_str("| # | step | command | status | time |\n|---|---|---|---|---|\n");
-        for v in &g.verifications {
-            let _ = writeln!(
-                o,
-                "| {} | {} | `{}` | {} | {} |",
-                v.seq,
-                v.step.map_or("-".into(), |s| s.to_string()),
-                v.command.replace('`', "'").replace('|', "\\|"),
-                v.status,
-                v.duration_ms.map_or("".into(), tool_duration)
-            );
-        }
-        o.push('\n');
-    }
+    files_changed(r, o);
+    validation(r, o);
 
     o.push_str("## Risk\n\n");
     let _ = writeln!(
@@ -390,6 +308,149 @@ fn body(r: &Report, o: &mut String) {
     );
     o.push_str(
         "Input excludes cached tokens; a response repeated under one response id counts once.\n\n",
+    );
+}
+
+/// A goal's state in words: completed, blocked, paused, or not completed with the
+/// reason the completion gate would give now (`completion_reason`).
+fn goal_state(gs: &crate::GoalStatus) -> String {
+    if gs.completed {
+        "completed".to_string()
+    } else if let Some(b) = &gs.blocked {
+        format!("blocked ({})", md(b))
+    } else if let Some(p) = &gs.paused {
+        format!("paused ({})", md(p))
+    } else if gs.can_complete {
+        format!(
+            "not completed; the gate would accept it now: {}",
+            md(&gs.completion_reason)
+        )
+    } else {
+        format!("not completed: {}", md(&gs.completion_reason))
+    }
+}
+
+/// The files the risk assessment counts, with their line counts, then the snapshots'
+/// diffs of them (or why there is none).
+fn files_changed(r: &Report, o: &mut String) {
+    o.push_str("## Files changed\n\n");
+    if r.files.is_empty() {
+        o.push_str("No file changed.\n\n");
+    } else {
+        let _ = writeln!(
+            o,
+            "{} file(s), {} line(s) added or removed (what the risk assessment counts).\n",
+            r.files.len(),
+            r.risk.lines_changed
+        );
+        o.push_str("| file | change | + | - | seen in |\n|---|---|---|---|---|\n");
+        for f in &r.files {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} |",
+                md(&f.path),
+                match &f.renamed_from {
+                    Some(from) => format!("{} from {}", f.change.as_str(), md(from)),
+                    None => f.change.as_str().to_string(),
+                },
+                f.lines_added,
+                f.lines_removed,
+                match f.edits {
+                    0 => "snapshots".to_string(),
+                    n => format!("{n} edit event(s)"),
+                }
+            );
+        }
+        o.push('\n');
+    }
+    if let Some(n) = &r.changes_note {
+        let _ = writeln!(o, "{}\n", md(n));
+    }
+    if r.changes.is_empty() {
+        return;
+    }
+    if let Some((a, b)) = &r.changes_between {
+        let _ = writeln!(
+            o,
+            "Diffs from snapshot `{}` (the session's first) to `{}` (its last):\n",
+            super::short_id(a),
+            super::short_id(b)
+        );
+    }
+    let mut shown = std::collections::BTreeSet::new();
+    for f in &r.files {
+        let Some(c) = f
+            .diff
+            .as_deref()
+            .and_then(|p| r.changes.iter().find(|c| c.path == p))
+        else {
+            let _ = writeln!(
+                o,
+                "{}: no change between the first snapshot and the last (changed back, or outside the snapshots' workspace).\n",
+                md(&f.path)
+            );
+            continue;
+        };
+        shown.insert(c.path.as_str());
+        diff_of(o, &f.path, c);
+    }
+    // The snapshots show a change the graph does not count (its merge failed, a note
+    // said why): shown, and said.
+    for c in r
+        .changes
+        .iter()
+        .filter(|c| !shown.contains(c.path.as_str()))
+    {
+        let _ = writeln!(
+            o,
+            "{}: changed between the snapshots, not counted by the risk assessment.\n",
+            md(&c.path)
+        );
+        diff_of(o, &c.path, c);
+    }
+}
+
+fn diff_of(o: &mut String, path: &str, c: &tacho_git::snapshot::FileDiff) {
+    match &c.unified {
+        Some(d) => fenced(o, "diff", d),
+        None => {
+            let _ = writeln!(
+                o,
+                "{}: binary, a link, or a mode change (no text diff).\n",
+                md(path)
+            );
+        }
+    }
+}
+
+/// The verification runs the risk assessment weighed, as it weighed them.
+fn validation(r: &Report, o: &mut String) {
+    o.push_str("## Validation\n\n");
+    let runs = &r.risk.verification_runs;
+    if runs.is_empty() {
+        o.push_str("No verification run (tests, build, lint, goal check) was recorded.\n\n");
+        return;
+    }
+    o.push_str("| # | step | command | from | result | time |\n|---|---|---|---|---|---|\n");
+    for v in runs {
+        let _ = writeln!(
+            o,
+            "| {} | {} | `{}` | {} | {} | {} |",
+            v.seq,
+            v.step.map_or("-".into(), |s| s.to_string()),
+            v.command.replace('`', "'").replace('|', "\\|"),
+            match (&v.check, &v.goal) {
+                (Some(c), Some(g)) => format!("goal check `{c}` of `{g}`"),
+                _ => v.source.as_str().to_string(),
+            },
+            if v.passed { "passed" } else { "failed" },
+            v.duration_ms.map_or("".into(), tool_duration)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nVerified after the last edit: {}.\n",
+        if r.risk.verified { "yes" } else { "no" }
     );
 }
 
