@@ -80,7 +80,10 @@ fn no_frontend_folds_events_or_scores_risk() {
     assert!(files.len() > 20, "the frontends' sources were not found");
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        for (n, line) in text.lines().enumerate() {
+        // A frontend's own unit tests may build a graph to draw (fixtures, not answers).
+        let code_end = text.find("#[cfg(test)]").unwrap_or(text.len());
+        let code = text.get(..code_end).unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
             for pattern in FOLDS {
                 if code.contains(pattern) {
