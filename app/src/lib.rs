@@ -68,6 +68,19 @@ pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest
 /// One segment of a stream (a file, or a range of a pack), as `log dump` reads it.
 pub use tacho_store::SegmentInfo;
 pub use verifiers::{ReviewOptions, WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
+// The views of the log tools, replay, rollback, snapshots, gc, the watcher and the
+// fingerprint (what their queries return; `render` turns them into text).
+pub use logtools::{
+    DumpRecord, DumpedSegment, KindCounts, LogFinding, LogStats, LogVerification, LogVerifySummary,
+    Reindexed, StreamHead, dump_records, dump_segment, kind_label,
+};
+pub use replay::{
+    CheckName, Reconstruction, ReplayVerifyFinding, ReplayVerifySummary, Stage, StepEvents,
+    event_json,
+};
+pub use rollback::{AppliedView, PlanChange, PlanConflict, PlanFile, RollbackView};
+pub use snapshots::{SnapshotStoreUsage, WatchStarted, WatchState, WatchStopped, Watcher};
+pub use verifiers::FingerprintView;
 
 /// The agents tacho records (from `tacho-agents`).
 pub mod agents {

@@ -2,8 +2,13 @@
 
 pub mod event;
 pub mod graph;
+pub mod hooks;
+pub mod log;
+pub mod replay;
 pub mod report;
 pub mod risk;
+pub mod rollback;
+pub mod snapshots;
 
 /// `8s`, `9m 54s`, `1h 3m`; below a second, `350ms`.
 pub fn duration(ms: u64) -> String {
