@@ -75,8 +75,8 @@ pub use logtools::{
     Reindexed, StreamHead, dump_records, dump_segment, kind_label,
 };
 pub use replay::{
-    CheckName, Reconstruction, ReplayVerifyFinding, ReplayVerifySummary, Stage, StepEvents,
-    event_json,
+    CheckName, Exported, Reconstruction, ReplayVerifyFinding, ReplayVerifySummary, Stage,
+    StepEvents, event_json,
 };
 pub use rollback::{AppliedView, PlanChange, PlanConflict, PlanFile, RollbackView};
 pub use snapshots::{SnapshotStoreUsage, WatchStarted, WatchState, WatchStopped, Watcher};

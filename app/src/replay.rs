@@ -245,6 +245,33 @@ impl Verification {
     }
 }
 
+/// What `--mode export` wrote: the `export` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Exported {
+    pub session: String,
+    /// The events the package holds, and the chain value after them (hex).
+    pub events: u64,
+    pub head: String,
+    /// The package's size.
+    pub bytes: usize,
+    /// The file written; none for stdout.
+    pub output: Option<String>,
+}
+
+impl Exported {
+    /// The view of a package of `bytes` bytes made from the log's report, written to
+    /// `output` (stdout when none).
+    pub fn new(session: &str, log: &StreamReport, bytes: usize, output: Option<&Path>) -> Self {
+        Exported {
+            session: session.to_owned(),
+            events: log.next_seq,
+            head: hex(&log.chain),
+            bytes,
+            output: output.map(|p| p.display().to_string()),
+        }
+    }
+}
+
 /// An event in its JSON form (SPEC §5.1) with its sequence number: what `--mode
 /// summary` and `--mode reconstruct` print of each event.
 pub fn event_json(e: &StoredEvent) -> serde_json::Value {

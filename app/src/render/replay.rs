@@ -5,11 +5,13 @@ use std::path::Path;
 
 use tacho_projections::ReplayRule;
 use tacho_schema::{EventBody, time_to_rfc3339};
-use tacho_store::{StoredEvent, StreamReport, hex};
+use tacho_store::StoredEvent;
 
 use super::event::describe;
 use super::since;
-use crate::replay::{CheckName, Reconstruction, ReplayVerifyFinding, Stage, Verification};
+use crate::replay::{
+    CheckName, Exported, Reconstruction, ReplayVerifyFinding, Stage, Verification,
+};
 
 /// `--mode summary`: one line per event, with its time since the first.
 pub fn summary(all: &[StoredEvent]) -> String {
@@ -158,15 +160,17 @@ pub fn verification(v: &Verification, package: Option<&Path>) -> String {
     o
 }
 
-/// What `--mode export` says once the package is written (`output`: the file, or
-/// stdout when none).
-pub fn exported(session: &str, log: &StreamReport, bytes: usize, output: Option<&Path>) -> String {
+/// What `--mode export` says once the package is written.
+pub fn exported(x: &Exported) -> String {
     format!(
-        "exported session {session}: {} events, head {}, {bytes} bytes{}",
-        log.next_seq,
-        hex(&log.chain),
-        output
-            .map(|p| format!(" to {}", p.display()))
+        "exported session {}: {} events, head {}, {} bytes{}",
+        x.session,
+        x.events,
+        x.head,
+        x.bytes,
+        x.output
+            .as_ref()
+            .map(|p| format!(" to {p}"))
             .unwrap_or_default()
     )
 }

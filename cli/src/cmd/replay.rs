@@ -3,7 +3,7 @@
 
 use clap::{Args, ValueEnum};
 use tacho_app::render::replay as render;
-use tacho_app::{Verification, event_json, verify_package};
+use tacho_app::{Exported, Verification, event_json, verify_package};
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -39,7 +39,8 @@ pub struct ReplayArgs {
     /// With `--mode verify`: verify an exported package instead of the store.
     #[arg(long, conflicts_with = "session")]
     pub package: Option<std::path::PathBuf>,
-    /// JSON Lines instead of text.
+    /// JSON Lines instead of text (with `--mode export`: an `export` record on stdout
+    /// for the package written to `--output`).
     #[arg(long)]
     pub json: bool,
 }
@@ -81,7 +82,7 @@ pub fn run(a: ReplayArgs) -> Result<(), CliError> {
                 out.line(render::reconstruction(&r).trim_end())?;
             }
         }
-        ReplayMode::Export => return export(&tacho, &session, a.output.as_deref()),
+        ReplayMode::Export => return export(&tacho, &session, a.output.as_deref(), a.json),
         ReplayMode::Execute => {
             // JSON Lines either way: the expectations are for a program.
             let x = tacho.expectations(&session)?;
@@ -116,9 +117,15 @@ fn export(
     tacho: &tacho_app::Tacho,
     session: &str,
     output: Option<&std::path::Path>,
+    json: bool,
 ) -> Result<(), CliError> {
     use std::io::{IsTerminal, Write};
     let stdout = std::io::stdout();
+    if output.is_none() && json {
+        return Err(CliError::input(
+            "--json with --mode export goes with --output FILE (without it, the package itself is what goes to stdout)",
+        ));
+    }
     if output.is_none() && stdout.is_terminal() {
         return Err(CliError::input(
             "the package is binary: give --output FILE or redirect stdout",
@@ -144,7 +151,13 @@ fn export(
             stdout.flush().map_err(CliError::output)?;
         }
     }
-    eprintln!("{}", render::exported(session, &log, pkg.len(), output));
+    let x = Exported::new(session, &log, pkg.len(), output);
+    if json {
+        let mut out = Out::new();
+        out.typed("export", &x)?;
+        return out.finish();
+    }
+    eprintln!("{}", render::exported(&x));
     Ok(())
 }
 
