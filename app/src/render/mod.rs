@@ -3,7 +3,7 @@
 pub mod event;
 pub mod graph;
 pub mod hooks;
-pub mod log;
+pub mod logtools;
 pub mod replay;
 pub mod report;
 pub mod risk;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use tacho_app::render::log as render;
+use tacho_app::render::logtools as render;
 use tacho_app::{SegmentInfo, dump_segment};
 
 use crate::error::CliError;
