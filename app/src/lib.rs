@@ -56,18 +56,7 @@ pub use ingest::{
 };
 pub use logs::{LogReport, LogsError, analyse_logs};
 pub use logtools::{DumpError, NoData, dump_segment_file};
-pub use prune::{Kept, PruneError, PruneOptions, PruneOutcome};
-pub use replay::{
-    ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,
-    ReplayError, Verification, verify_package,
-};
-pub use report::{Integrity, Report};
-pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
-pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
-pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
-/// One segment of a stream (a file, or a range of a pack), as `log dump` reads it.
-pub use tacho_store::SegmentInfo;
-pub use verifiers::{ReviewOptions, WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
+
 // The views of the log tools, replay, rollback, snapshots, gc, the watcher and the
 // fingerprint (what their queries return; `render` turns them into text).
 pub use logtools::{
@@ -81,6 +70,19 @@ pub use replay::{
 pub use rollback::{AppliedView, PlanChange, PlanConflict, PlanFile, RollbackView};
 pub use snapshots::{SnapshotStoreUsage, WatchStarted, WatchState, WatchStopped, Watcher};
 pub use verifiers::FingerprintView;
+
+pub use prune::{Kept, PruneError, PruneOptions, PruneOutcome};
+pub use replay::{
+    ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,
+    ReplayError, Verification, verify_package,
+};
+pub use report::{Integrity, Report};
+pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
+pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
+pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
+/// One segment of a stream (a file, or a range of a pack), as `log dump` reads it.
+pub use tacho_store::SegmentInfo;
+pub use verifiers::{ReviewOptions, WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
 
 /// The agents tacho records (from `tacho-agents`).
 pub mod agents {
