@@ -2,11 +2,14 @@
 
 pub mod event;
 pub mod graph;
+pub mod report;
+pub mod risk;
+
+// The text of the log tools', replay's, rollback's, the snapshot store's and hooks'
+// views.
 pub mod hooks;
 pub mod logtools;
 pub mod replay;
-pub mod report;
-pub mod risk;
 pub mod rollback;
 pub mod snapshots;
 
