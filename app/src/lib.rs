@@ -60,8 +60,8 @@ pub use logtools::{DumpError, NoData, dump_segment_file};
 // The views of the log tools, replay, rollback, snapshots, gc, the watcher and the
 // fingerprint (what their queries return; `render` turns them into text).
 pub use logtools::{
-    DumpRecord, DumpedSegment, KindCounts, LogFinding, LogStats, LogVerification, LogVerifySummary,
-    Reindexed, StreamHead, dump_records, dump_segment, kind_label,
+    DumpRecord, DumpedSegment, FindingSeverity, KindCounts, LogFinding, LogStats, LogVerification,
+    LogVerifySummary, Reindexed, StreamHead, dump_records, dump_segment, kind_label,
 };
 pub use replay::{
     CheckName, Exported, Reconstruction, ReplayVerifyFinding, ReplayVerifySummary, Stage,

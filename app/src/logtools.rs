@@ -61,11 +61,31 @@ pub fn dump_segment_file(path: &Path, range: Option<(u64, u64)>) -> Result<Segme
     })
 }
 
-/// `error` or `warning`.
-fn severity_name(s: Severity) -> &'static str {
-    match s {
-        Severity::Error => "error",
-        Severity::Warning => "warning",
+/// How serious a finding of `log verify` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingSeverity {
+    /// The log is not what was written.
+    Error,
+    /// Not a fault: for example an uncommitted tail that the next writer cuts.
+    Warning,
+}
+
+impl From<Severity> for FindingSeverity {
+    fn from(s: Severity) -> Self {
+        match s {
+            Severity::Error => FindingSeverity::Error,
+            Severity::Warning => FindingSeverity::Warning,
+        }
+    }
+}
+
+impl std::fmt::Display for FindingSeverity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FindingSeverity::Error => "error",
+            FindingSeverity::Warning => "warning",
+        })
     }
 }
 
@@ -73,8 +93,7 @@ fn severity_name(s: Severity) -> &'static str {
 /// prune record). The `finding` record.
 #[derive(Debug, Clone, Serialize)]
 pub struct LogFinding {
-    /// `error` (the log is not what was written) or `warning` (not a fault).
-    pub severity: &'static str,
+    pub severity: FindingSeverity,
     pub session: String,
     pub segment: Option<String>,
     pub offset: Option<u64>,
@@ -84,7 +103,7 @@ pub struct LogFinding {
 impl From<&Finding> for LogFinding {
     fn from(f: &Finding) -> Self {
         LogFinding {
-            severity: severity_name(f.severity),
+            severity: f.severity.into(),
             session: f.session.clone(),
             segment: f.segment.as_ref().map(|p| p.display().to_string()),
             offset: f.offset,
@@ -279,7 +298,6 @@ pub enum DumpRecord {
         offset: usize,
         error: String,
         /// Bytes from the damage to the end; none for a damaged header.
-        #[serde(skip)]
         remaining: Option<usize>,
     },
     /// Zeros from here to the end.

@@ -1064,3 +1064,38 @@ fn an_export_says_what_it_wrote_in_json() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--output"), "{err}");
 }
+
+/// Where a dump stops at damaged bytes, its JSON says how many bytes are left to the
+/// end, as its text does (null for a damaged header, which ends the dump at once).
+#[test]
+fn a_dump_that_stops_at_damage_says_how_much_is_left_in_json_too() {
+    let e = env();
+    e.session("ses_damaged", true);
+    let seg = e
+        .home
+        .join("log/streams/ses_damaged/00000000000000000000.tseg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.windows(5).position(|w| w == b"coder").unwrap();
+    bytes[at] = b'k';
+    std::fs::write(&seg, &bytes).unwrap();
+    let (code, out, _) = e.tacho(&["log", "dump", "ses_damaged", "--json"]);
+    assert_eq!(code, 1);
+    let damage: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(damage["type"], "damage");
+    let left = damage["remaining"].as_u64().unwrap();
+    assert!(left > 0, "{damage}");
+    let (_, text, _) = e.tacho(&["log", "dump", "ses_damaged"]);
+    assert!(
+        text.contains(&format!("({left} bytes to the end)")),
+        "{text}"
+    );
+    // A header that does not decode: nothing is left to walk.
+    std::fs::write(&seg, &bytes[..10]).unwrap();
+    let arg = seg.display().to_string();
+    let (code, out, _) = e.tacho(&["log", "dump", "--file", &arg, "--json"]);
+    assert_eq!(code, 1);
+    let damage: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(damage["type"], "damage");
+    assert_eq!(damage["offset"], 0);
+    assert!(damage["remaining"].is_null(), "{damage}");
+}
