@@ -68,7 +68,9 @@ pub use replay::{
     StepEvents, event_json,
 };
 pub use rollback::{AppliedView, PlanChange, PlanConflict, PlanFile, RollbackView};
-pub use snapshots::{SnapshotStoreUsage, WatchStarted, WatchState, WatchStopped, Watcher};
+pub use snapshots::{
+    SnapshotStoreUsage, WatchStarted, WatchState, WatchStopped, Watcher, WatcherStatus,
+};
 pub use verifiers::FingerprintView;
 
 pub use prune::{Kept, PruneError, PruneOptions, PruneOutcome};

@@ -270,19 +270,52 @@ pub struct WatchStopped {
     pub stopped: bool,
 }
 
+/// A running watcher as it reports itself (SPEC §10.6), with its start also in Unix
+/// nanoseconds (so that it has its RFC 3339 form beside it, as every time in a record).
+#[derive(Debug, Clone, Serialize)]
+pub struct WatcherStatus {
+    pub workspace: String,
+    pub pid: u32,
+    pub instance: u64,
+    /// Directories watched.
+    pub dirs: usize,
+    /// Changed paths held for scans that have not asked yet.
+    pub held: usize,
+    /// Requests answered since it started.
+    pub answered: u64,
+    /// When it started, in Unix seconds (as the watcher says) and nanoseconds.
+    pub started_unix: i64,
+    pub started_unix_ns: i64,
+}
+
+impl From<WatchStatus> for WatcherStatus {
+    fn from(s: WatchStatus) -> Self {
+        WatcherStatus {
+            started_unix_ns: s.started_unix.saturating_mul(1_000_000_000),
+            workspace: s.workspace,
+            pid: s.pid,
+            instance: s.instance,
+            dirs: s.dirs,
+            held: s.held,
+            answered: s.answered,
+            started_unix: s.started_unix,
+        }
+    }
+}
+
 /// `tacho watch status`: the workspace's watcher, if one runs. The `watch_status`
 /// record.
 #[derive(Debug, Clone, Serialize)]
 pub struct WatchState {
     pub workspace: String,
     pub running: bool,
-    pub watcher: Option<WatchStatus>,
+    pub watcher: Option<WatcherStatus>,
 }
 
 /// One running watcher of `tacho watch list`. The `watcher` record.
 #[derive(Debug, Clone, Serialize)]
 pub struct Watcher {
-    pub watcher: WatchStatus,
+    pub watcher: WatcherStatus,
 }
 
 impl Tacho {
@@ -396,7 +429,7 @@ impl Tacho {
 
     /// `tacho watch status`: the watcher of `workspace` (canonical), if one runs.
     pub fn watch_state(&self, workspace: &Path) -> Result<WatchState, SnapshotOpError> {
-        let watcher = self.watch_status(workspace)?;
+        let watcher = self.watch_status(workspace)?.map(WatcherStatus::from);
         Ok(WatchState {
             workspace: workspace.display().to_string(),
             running: watcher.is_some(),
@@ -419,7 +452,7 @@ impl Tacho {
             .snapshots()?
             .watchers()
             .into_iter()
-            .map(|watcher| Watcher { watcher })
+            .map(|s| Watcher { watcher: s.into() })
             .collect())
     }
 
