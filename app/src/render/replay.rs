@@ -174,3 +174,94 @@ pub fn exported(x: &Exported) -> String {
             .unwrap_or_default()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use tacho_projections::{Interrupted, ReplayFinding, ReplayReport};
+    use tacho_store::{Finding, Severity, StoreError, StreamReport};
+
+    use super::*;
+    use crate::replay::ProjectionCheck;
+
+    fn verification(read_error: Option<StoreError>) -> Verification {
+        Verification {
+            session: "ses_v".into(),
+            log: StreamReport {
+                session: "ses_v".into(),
+                next_seq: 9,
+                events: 9,
+                segments: 2,
+                findings: vec![Finding {
+                    severity: Severity::Error,
+                    session: "ses_v".into(),
+                    segment: Some(PathBuf::from("/log/s.tseg")),
+                    offset: Some(128),
+                    message: "frame checksum mismatch".into(),
+                }],
+                ..StreamReport::default()
+            },
+            read_error,
+            replay: ReplayReport {
+                events: 9,
+                tool_results_checked: 3,
+                receipts_checked: 1,
+                findings: vec![ReplayFinding {
+                    seq: 5,
+                    rule: ReplayRule::Evidence,
+                    message: "goal g1: receipt for an unknown check".into(),
+                }],
+                interrupted: vec![Interrupted {
+                    seq: 4,
+                    call_id: "c1".into(),
+                    tool: "Bash".into(),
+                }],
+                pending: Vec::new(),
+            },
+            projection: ProjectionCheck::Failed {
+                location: PathBuf::from("/proj/ses_v"),
+                problem: "differs from a rebuild".into(),
+            },
+            last_event_unix_ns: Some(1_000_000_000),
+            package_findings: vec!["3 bytes of zeros after the committed data".into()],
+        }
+    }
+
+    /// Every finding, in the order of the JSON records, then each check's verdict.
+    #[test]
+    fn a_verification_says_every_finding_and_verdict() {
+        assert_eq!(
+            super::verification(&verification(None), Some(Path::new("/p.tpkg"))),
+            "Package /p.tpkg: digest ok
+finding: /log/s.tseg at offset 128: frame checksum mismatch
+finding: package: 3 bytes of zeros after the committed data
+finding: /proj/ses_v: differs from a rebuild
+finding: event 5: goal g1: receipt for an unknown check
+Replay verification of session ses_v
+  checksums, hash chain, sequence numbers: FAILED (9 events in 2 segment(s))
+  tool results paired with their calls: ok (all 3 results checked, none skipped)
+  interrupted: call c1 (Bash) at event 4 has no result
+  steps balanced, one start, nothing after the end: ok
+  goal receipts agree with their frozen plans: FAILED (1 checked)
+  stored projections: FAILED
+  last event: 1970-01-01T00:00:01Z
+Result: 4 finding(s)
+"
+        );
+        // What could not be read to its end is not called ok.
+        let text = super::verification(
+            &verification(Some(StoreError::NotFound("ses_v".into()))),
+            None,
+        );
+        assert!(
+            text.contains("finding: the session could not be read to its end: "),
+            "{text}"
+        );
+        assert!(
+            text.contains("  steps balanced, one start, nothing after the end: NOT CHECKED\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("Result: 5 finding(s)\n"), "{text}");
+    }
+}

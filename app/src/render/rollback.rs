@@ -203,3 +203,109 @@ pub fn plan(h: &RollbackView) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollback::{AppliedView, Elsewhere, PlanChange, PlanConflict, PlanFile};
+    use tacho_git::rollback::Conflict;
+
+    fn file(kind: &'static str) -> Option<PlanFile> {
+        Some(PlanFile {
+            kind,
+            blob: "b".into(),
+        })
+    }
+
+    /// Every part of a plan's text: children (one running), an excluded child, steps
+    /// without a before-state, no later snapshot, a forced change, a mode change, both
+    /// kinds of conflict, and a failure when applied.
+    #[test]
+    fn a_plan_says_everything_it_holds() {
+        let mut v = RollbackView {
+            session: "ses_p".into(),
+            workspace: "/w".into(),
+            to_snapshot: "0123456789abcdef".into(),
+            to_snapshot_at_unix_ns: 0,
+            before_step: None,
+            pre_snapshot: "fedcba9876543210".into(),
+            pre_snapshot_files: 1234,
+            sessions: vec!["ses_p".into(), "ses_c1".into(), "ses_c2".into()],
+            excluded_sessions: vec![Elsewhere {
+                session: "ses_x".into(),
+                workspace: "/else".into(),
+            }],
+            running: vec!["ses_c2".into()],
+            without_before_state: vec![1, 3],
+            no_later_snapshot: true,
+            plan: vec![
+                PlanChange {
+                    path: "a.rs".into(),
+                    action: Action::Restore,
+                    now: file("file"),
+                    then: file("file"),
+                    forced: true,
+                },
+                PlanChange {
+                    path: "run.sh".into(),
+                    action: Action::Mode,
+                    now: file("executable"),
+                    then: file("file"),
+                    forced: false,
+                },
+            ],
+            conflicts: vec![
+                PlanConflict {
+                    path: "b.rs".into(),
+                    reason: "changed outside the session".into(),
+                    forceable: true,
+                },
+                PlanConflict {
+                    path: "c.bin".into(),
+                    reason: "never snapshotted".into(),
+                    forceable: false,
+                },
+            ],
+            already_restored: 2,
+            applied: None,
+        };
+        assert_eq!(
+            plan(&v),
+            "Rollback of ses_p to its first snapshot (snapshot 0123456789ab, 1970-01-01T00:00:00Z)
+Workspace: /w
+Workspace now: snapshot fedcba987654 (1,234 files) — rolling back can be undone from it
+Child sessions in the same workspace, included:
+  ses_c1
+  ses_c2 (still running)
+Excluded child session ses_x: worked in /else
+note: steps 1, 3 have no before-state (no snapshot was taken before them): what they changed before snapshot 0123456789ab stays as it is
+note: no snapshot after this point; changes are known from edit events only
+
+  restore   a.rs  (forced over an outside change)
+  mode      run.sh (executable → file)
+  conflict  b.rs: changed outside the session; left alone (--force restores it)
+  conflict  c.bin: never snapshotted; left alone
+
+1 restore, 1 mode, 0 delete, 0 recreate, 2 conflict(s), 2 already as at that point
+Files changed outside the session before its last snapshot, and files never snapshotted, cannot be restored this way.
+(dry run: nothing was changed)
+"
+        );
+        v.applied = Some(AppliedView {
+            done: 1,
+            failed: vec![Conflict {
+                path: "run.sh".into(),
+                reason: "changed since planning".into(),
+                forceable: false,
+            }],
+            removed_dirs: Vec::new(),
+            recorded_session: "ses_r".into(),
+            post_snapshot: "0".into(),
+        });
+        assert!(plan(&v).ends_with(
+            "  FAILED    run.sh: changed since planning
+Applied 1 of 2 change(s); 2 conflict(s) left alone (listed above). Recorded as session ses_r (undo: tacho session rollback ses_r --yes).
+"
+        ));
+    }
+}
