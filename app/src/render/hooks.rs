@@ -1,6 +1,5 @@
-//! `tacho hooks install | uninstall | status` and `tacho import` in text.
+//! `tacho hooks install | uninstall | status` in text.
 
-use crate::import::ImportReport;
 use crate::install::{HooksOp, HooksStatus, Installed, Scope};
 
 fn scope_name(s: Scope) -> &'static str {
@@ -97,48 +96,6 @@ pub fn status(s: &HooksStatus) -> String {
             r.file.display(),
             state
         ));
-    }
-    o
-}
-
-/// `tacho import`: what was added, what was already recorded, and what was skipped or
-/// failed.
-pub fn imported(r: &ImportReport) -> String {
-    let mut o = format!(
-        "imported {} transcript(s): {} event(s) added ({} session(s) new, {} extended, {} unchanged); {} already recorded\n",
-        r.files,
-        r.events_added,
-        r.sessions_created,
-        r.sessions_extended,
-        r.sessions_unchanged,
-        r.events_already_recorded
-    );
-    if r.events_after_end > 0 {
-        o.push_str(&format!(
-            "{} event(s) not added: their session had ended\n",
-            r.events_after_end
-        ));
-    }
-    if r.bad_lines > 0 || r.partial_lines > 0 {
-        o.push_str(&format!(
-            "{} damaged line(s) skipped; {} file(s) end in a line still being written (read next time)\n",
-            r.bad_lines, r.partial_lines
-        ));
-    }
-    let unknown: Vec<String> = r
-        .skipped_entries
-        .iter()
-        .filter(|(k, _)| k.ends_with("(unknown)"))
-        .map(|(k, n)| format!("{k}: {n}"))
-        .collect();
-    if !unknown.is_empty() {
-        o.push_str(&format!(
-            "entry types this tacho does not know, skipped: {}\n",
-            unknown.join(", ")
-        ));
-    }
-    for f in &r.failed {
-        o.push_str(&format!("failed: {}: {}\n", f.file.display(), f.error));
     }
     o
 }
