@@ -12,10 +12,10 @@ use tacho_schema::{Event, EventView, kind_name};
 use tacho_store::dump::{DumpFrame, SegmentDump, dump_file};
 use tacho_store::{Finding, SegmentInfo, Severity, StoreError, StoreReport, StreamReport, hex};
 
-use crate::Tacho;
 use crate::error::kinds;
 use crate::index::{Deferred, index_head_differs};
 use crate::snapshots::{SnapshotOpError, SnapshotStoreUsage};
+use crate::{SessionId, Tacho};
 
 /// Why a dump could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -593,12 +593,14 @@ impl Tacho {
     /// `tacho log verify`: a deep verification of every stream (or one) as its view.
     pub fn verify_log(
         &self,
-        only: Option<&str>,
+        only: Option<&SessionId>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<LogVerification, StoreError> {
-        Ok(LogVerification::from_report(
-            &self.verify_store(true, only, progress)?,
-        ))
+        Ok(LogVerification::from_report(&self.verify_store(
+            true,
+            only.map(|s| &**s),
+            progress,
+        )?))
     }
 
     /// `tacho log stats`: every stream counted, and the snapshot store's space (when

@@ -111,8 +111,13 @@ fn sessions_bar(deep: bool, quiet: bool) -> (indicatif::ProgressBar, impl FnMut(
 fn verify(a: VerifyArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
     tacho.require_data()?;
+    let only = a
+        .session
+        .as_deref()
+        .map(|s| tacho.resolve_session(s))
+        .transpose()?;
     let (bar, mut progress) = sessions_bar(true, a.json);
-    let v = tacho.verify_log(a.session.as_deref(), &mut progress);
+    let v = tacho.verify_log(only.as_ref(), &mut progress);
     bar.finish_and_clear();
     let v = v?;
     let mut out = Out::new();
