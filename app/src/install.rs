@@ -152,11 +152,19 @@ impl Kind for InstallError {
     }
 }
 
+/// Which of the two an [`Installed`] answers: its record's `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HooksOp {
+    HooksInstall,
+    HooksUninstall,
+}
+
 /// What install or uninstall did (or, with `dry_run`, would do).
 #[derive(Debug, Clone, Serialize)]
 pub struct Installed {
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: HooksOp,
     pub agent: &'static str,
     pub scope: Scope,
     pub file: PathBuf,
@@ -192,6 +200,15 @@ pub struct HookStatus {
     /// Whether every installed program exists.
     pub programs_exist: bool,
     pub problem: Option<String>,
+}
+
+/// `tacho hooks status`: the tacho hooks should run, and every settings file's state.
+/// The `hooks_status` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct HooksStatus {
+    /// This tacho (what an install would make the hooks run).
+    pub tacho: String,
+    pub files: Vec<HookStatus>,
 }
 
 /// Whose the settings file of `scope` is: the user's, or the project's repository's.
@@ -276,7 +293,7 @@ pub fn install_hooks(
         settings::install(name, s, agent, &command)
     })?;
     Ok(Installed {
-        kind: "hooks_install",
+        kind: HooksOp::HooksInstall,
         agent: agent.name(),
         scope,
         file: e.file,
@@ -307,7 +324,7 @@ pub fn uninstall_hooks(
         Ok(settings::uninstall(name, s, agent)? > 0)
     })?;
     Ok(Installed {
-        kind: "hooks_uninstall",
+        kind: HooksOp::HooksUninstall,
         agent: agent.name(),
         scope,
         file: e.file,
@@ -322,8 +339,9 @@ pub fn uninstall_hooks(
     })
 }
 
-/// What is installed where, for every agent and scope.
-pub fn hooks_status(places: &Places, tacho: &str) -> Vec<HookStatus> {
+/// What is installed where, for every agent and scope, against `tacho` (the program
+/// hooks should run: [`this_tacho`]).
+pub fn hooks_status(places: &Places, tacho: &str) -> HooksStatus {
     let mut out = Vec::new();
     for agent in [Agent::ClaudeCode, Agent::Codex] {
         for scope in [Scope::User, Scope::Project, Scope::Local] {
@@ -371,5 +389,8 @@ pub fn hooks_status(places: &Places, tacho: &str) -> Vec<HookStatus> {
             });
         }
     }
-    out
+    HooksStatus {
+        tacho: tacho.to_owned(),
+        files: out,
+    }
 }

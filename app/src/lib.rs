@@ -61,6 +61,23 @@ pub use ingest::{
 };
 pub use logs::{LogReport, LogsError, analyse_logs};
 pub use logtools::{DumpError, NoData, dump_segment_file};
+
+// The views of the log tools, replay, rollback, snapshots, gc, the watcher and the
+// fingerprint (what their queries return; `render` turns them into text).
+pub use logtools::{
+    DumpRecord, DumpedSegment, FindingSeverity, KindCounts, LogFinding, LogStats, LogVerification,
+    LogVerifySummary, Reindexed, StreamHead, dump_records, dump_segment, kind_label,
+};
+pub use replay::{
+    CheckName, Exported, Reconstruction, ReplayVerifyFinding, ReplayVerifySummary, Stage,
+    StepEvents, event_json,
+};
+pub use rollback::{AppliedView, PlanChange, PlanConflict, PlanFile, RollbackView};
+pub use snapshots::{
+    SnapshotStoreUsage, WatchStarted, WatchState, WatchStopped, Watcher, WatcherStatus,
+};
+pub use verifiers::FingerprintView;
+
 pub use prune::{Kept, PruneError, PruneOptions, PruneOutcome};
 pub use replay::{
     ExpectCall, ExpectEnd, ExpectHeader, ExpectStep, Expectations, Expected, ProjectionCheck,

@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-use tacho_projections::{ExecutionGraph, ReplayCheck, ReplayReport};
+use serde::{Serialize, Serializer};
+use tacho_projections::{ExecutionGraph, ReplayCheck, ReplayReport, ReplayRule};
 use tacho_schema::{EventBody, ToolResult, ToolStatus};
-use tacho_store::{PackageError, Severity, Store, StoreError, StreamReport, hex, open_package};
+use tacho_store::{
+    PackageError, Severity, Store, StoreError, StoredEvent, StreamReport, hex, open_package,
+};
 
 use crate::Tacho;
 use crate::error::{ErrorKind, Kind, Namer, Operation, neutral};
@@ -72,6 +74,75 @@ pub enum ProjectionCheck {
     },
 }
 
+impl ProjectionCheck {
+    /// What the check found, in words (the `stored_projection` of the summary).
+    pub fn describe(&self) -> String {
+        match self {
+            ProjectionCheck::NoneStored => {
+                "none stored, so none to compare with a rebuild".to_string()
+            }
+            ProjectionCheck::Equal { next_seq } => {
+                format!("ok (the execution graph up to event {next_seq} equals a rebuild)")
+            }
+            ProjectionCheck::Failed { .. } => "FAILED".to_string(),
+        }
+    }
+}
+
+/// The part of a verification a finding comes from: a stage, or a semantic rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum CheckName {
+    Stage(Stage),
+    Rule(ReplayRule),
+}
+
+/// The stages of a verification besides the semantic rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Checksums, hash chain, sequence numbers, payloads.
+    Log,
+    /// What export would not have produced.
+    Package,
+    /// The session could not be read to its end.
+    Read,
+    /// The stored projection against a rebuild.
+    Projection,
+}
+
+/// One finding of a replay verification: the `finding` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayVerifyFinding {
+    pub check: CheckName,
+    /// The file (and offset) at fault, for the log and projection checks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// The event where it shows, for a rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    pub message: String,
+}
+
+/// The totals of a replay verification: the `summary` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayVerifySummary {
+    pub session: String,
+    pub ok: bool,
+    pub findings: usize,
+    pub events: u64,
+    pub segments: u64,
+    pub tool_results_checked: u64,
+    pub receipts_checked: u64,
+    pub interrupted: usize,
+    pub pending: usize,
+    pub read_to_end: bool,
+    /// The chain value after the events verified, hex.
+    pub head: String,
+    pub stored_projection: String,
+    pub last_event_unix_ns: Option<i64>,
+}
+
 /// What verifying a session's record found.
 #[derive(Debug)]
 pub struct Verification {
@@ -104,6 +175,171 @@ impl Verification {
             + usize::from(matches!(self.projection, ProjectionCheck::Failed { .. }))
             + self.replay.findings.len()
             + self.package_findings.len()
+    }
+
+    /// Every finding, in order: the log's errors, the package's, the read's, the
+    /// stored projection's, then each rule's.
+    pub fn findings(&self) -> Vec<ReplayVerifyFinding> {
+        let mut out = Vec::new();
+        for f in self.log_errors() {
+            out.push(ReplayVerifyFinding {
+                check: CheckName::Stage(Stage::Log),
+                location: Some(format!(
+                    "{}{}",
+                    f.segment
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    f.offset
+                        .map(|o| format!(" at offset {o}"))
+                        .unwrap_or_default()
+                )),
+                seq: None,
+                message: f.message.clone(),
+            });
+        }
+        for f in &self.package_findings {
+            out.push(ReplayVerifyFinding {
+                check: CheckName::Stage(Stage::Package),
+                location: None,
+                seq: None,
+                message: f.clone(),
+            });
+        }
+        if let Some(e) = &self.read_error {
+            out.push(ReplayVerifyFinding {
+                check: CheckName::Stage(Stage::Read),
+                location: None,
+                seq: None,
+                message: format!("the session could not be read to its end: {e}"),
+            });
+        }
+        if let ProjectionCheck::Failed { location, problem } = &self.projection {
+            out.push(ReplayVerifyFinding {
+                check: CheckName::Stage(Stage::Projection),
+                location: Some(location.display().to_string()),
+                seq: None,
+                message: problem.clone(),
+            });
+        }
+        for f in &self.replay.findings {
+            out.push(ReplayVerifyFinding {
+                check: CheckName::Rule(f.rule),
+                location: None,
+                seq: Some(f.seq),
+                message: f.message.clone(),
+            });
+        }
+        out
+    }
+
+    /// Whether no finding breaks one of these rules.
+    pub fn rules_hold(&self, rules: &[ReplayRule]) -> bool {
+        !self.replay.findings.iter().any(|f| rules.contains(&f.rule))
+    }
+
+    /// The totals.
+    pub fn summary(&self) -> ReplayVerifySummary {
+        let failed = self.failed();
+        ReplayVerifySummary {
+            session: self.session.clone(),
+            ok: failed == 0,
+            findings: failed,
+            events: self.log.events,
+            segments: self.log.segments,
+            tool_results_checked: self.replay.tool_results_checked,
+            receipts_checked: self.replay.receipts_checked,
+            interrupted: self.replay.interrupted.len(),
+            pending: self.replay.pending.len(),
+            read_to_end: self.read_error.is_none(),
+            head: hex(&self.log.chain),
+            stored_projection: self.projection.describe(),
+            last_event_unix_ns: self.last_event_unix_ns,
+        }
+    }
+}
+
+/// What `--mode export` wrote: the `export` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Exported {
+    pub session: String,
+    /// The events the package holds, and the chain value after them (hex).
+    pub events: u64,
+    pub head: String,
+    /// The package's size.
+    pub bytes: usize,
+    /// The file written; none for stdout.
+    pub output: Option<String>,
+}
+
+impl Exported {
+    /// The view of a package of `bytes` bytes made from the log's report, written to
+    /// `output` (stdout when none).
+    pub fn new(session: &str, log: &StreamReport, bytes: usize, output: Option<&Path>) -> Self {
+        Exported {
+            session: session.to_owned(),
+            events: log.next_seq,
+            head: hex(&log.chain),
+            bytes,
+            output: output.map(|p| p.display().to_string()),
+        }
+    }
+}
+
+/// An event in its JSON form (SPEC §5.1) with its sequence number: what `--mode
+/// summary` and `--mode reconstruct` print of each event.
+pub fn event_json(e: &StoredEvent) -> serde_json::Value {
+    let mut v = e.event.to_json();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("seq".into(), e.seq.into());
+    }
+    v
+}
+
+fn events_json<S: Serializer>(events: &[StoredEvent], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(events.iter().map(event_json))
+}
+
+/// The events of one step, from its `step.start` to the next step's (or those before
+/// the first step: `step` none). The `step` record of `--mode reconstruct`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepEvents {
+    pub step: Option<u64>,
+    #[serde(serialize_with = "events_json")]
+    pub events: Vec<StoredEvent>,
+}
+
+/// A session's events grouped into the step stream (`--mode reconstruct`).
+#[derive(Debug, Clone)]
+pub struct Reconstruction {
+    pub session: String,
+    /// What came before the first step (when anything did), then each step.
+    pub steps: Vec<StepEvents>,
+}
+
+impl Reconstruction {
+    /// Groups events into the step stream.
+    pub fn new(session: &str, all: Vec<StoredEvent>) -> Self {
+        let mut steps = vec![StepEvents {
+            step: None,
+            events: Vec::new(),
+        }];
+        for e in all {
+            if let EventBody::StepStart(s) = &e.event.body {
+                steps.push(StepEvents {
+                    step: Some(s.step),
+                    events: Vec::new(),
+                });
+            }
+            if let Some(g) = steps.last_mut() {
+                g.events.push(e);
+            }
+        }
+        steps.retain(|g| !g.events.is_empty());
+        Reconstruction {
+            session: session.to_owned(),
+            steps,
+        }
     }
 }
 
@@ -317,6 +553,11 @@ impl Tacho {
     /// Verifies a session's record.
     pub fn verify_session(&self, session: &str) -> Result<Verification, StoreError> {
         verify(self.log(), session)
+    }
+
+    /// `--mode reconstruct`: the session's events in the step stream.
+    pub fn reconstruct(&self, session: &str) -> Result<Reconstruction, StoreError> {
+        Ok(Reconstruction::new(session, self.events(session)?))
     }
 
     /// A portable, self-verifying package of a session's record (refused for a record

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use tacho_git::rollback::{self, Action, Applied, Plan, PlanInput};
+use serde::Serialize;
+use tacho_git::rollback::{self, Action, Applied, Conflict, Plan, PlanInput};
 use tacho_git::snapshot::{FileEntry, Files, Snapshot, SnapshotError, relative_path};
 use tacho_projections::{ExecutionGraph, RollbackPoints, SnapshotNode};
 use tacho_schema::{
@@ -104,7 +105,7 @@ struct OwnRollback {
 }
 
 /// A descendant session that worked in another directory: excluded, but named.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Elsewhere {
     pub session: String,
     pub workspace: String,
@@ -154,6 +155,152 @@ pub struct Done {
     pub session: String,
     /// The workspace after the rollback.
     pub post: String,
+}
+
+/// What a file is (or will be) in a plan: its kind and blob.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanFile {
+    /// `file`, `executable` or `symlink`.
+    pub kind: &'static str,
+    pub blob: String,
+}
+
+impl From<FileEntry> for PlanFile {
+    fn from(e: FileEntry) -> Self {
+        PlanFile {
+            kind: e.kind.as_str(),
+            blob: e.oid.to_string(),
+        }
+    }
+}
+
+/// One change of a plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanChange {
+    pub path: String,
+    pub action: Action,
+    pub now: Option<PlanFile>,
+    pub then: Option<PlanFile>,
+    /// Changed outside the session, included because of `--force`.
+    pub forced: bool,
+}
+
+/// A file a plan leaves alone.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanConflict {
+    pub path: String,
+    pub reason: String,
+    /// The file changed outside the session: `--force` would restore it.
+    pub forceable: bool,
+}
+
+/// What applying the plan did.
+#[derive(Debug, Clone, Serialize)]
+pub struct AppliedView {
+    /// Changes applied.
+    pub done: usize,
+    /// Changes not applied: refused, failed, or changed since planning.
+    pub failed: Vec<Conflict>,
+    /// Directories removed because the rollback emptied them.
+    pub removed_dirs: Vec<String>,
+    /// The session that records the rollback (roll it back to undo this one).
+    pub recorded_session: String,
+    /// The workspace after the rollback.
+    pub post_snapshot: String,
+}
+
+/// A rollback's plan, and what was applied when it was: the `rollback_plan` record
+/// (dry run, or not confirmed) or the `rollback` record (applied).
+#[derive(Debug, Clone, Serialize)]
+pub struct RollbackView {
+    pub session: String,
+    pub workspace: String,
+    /// The point restored to: its snapshot and when it was taken.
+    pub to_snapshot: String,
+    pub to_snapshot_at_unix_ns: i64,
+    pub before_step: Option<u64>,
+    /// The workspace as it was before the rollback (it can be undone from it).
+    pub pre_snapshot: String,
+    pub pre_snapshot_files: u64,
+    /// The session first, then its descendants in the same workspace.
+    pub sessions: Vec<String>,
+    pub excluded_sessions: Vec<Elsewhere>,
+    /// Included sessions still running.
+    pub running: Vec<String>,
+    pub without_before_state: Vec<u64>,
+    /// No snapshot after the point: changes are known from edit events only.
+    pub no_later_snapshot: bool,
+    pub plan: Vec<PlanChange>,
+    pub conflicts: Vec<PlanConflict>,
+    /// Files the session changed that are already as they were at the point.
+    pub already_restored: u64,
+    pub applied: Option<AppliedView>,
+}
+
+impl RollbackView {
+    /// The record's type: `rollback` once applied, else `rollback_plan`.
+    pub fn record_type(&self) -> &'static str {
+        if self.applied.is_some() {
+            "rollback"
+        } else {
+            "rollback_plan"
+        }
+    }
+
+    /// How many changes of the plan take this action.
+    pub fn count(&self, action: Action) -> usize {
+        self.plan.iter().filter(|i| i.action == action).count()
+    }
+}
+
+impl Prepared {
+    /// The plan as a view, with what was applied when it was.
+    pub fn view(&self, applied: Option<&Done>) -> RollbackView {
+        RollbackView {
+            session: self.session.clone(),
+            workspace: self.workspace.display().to_string(),
+            to_snapshot: self.target.id.clone(),
+            to_snapshot_at_unix_ns: self.target.at_unix_ns,
+            before_step: self.step,
+            pre_snapshot: self.pre.id.clone(),
+            pre_snapshot_files: self.pre.files,
+            sessions: self.members.iter().map(|m| m.id.clone()).collect(),
+            excluded_sessions: self.elsewhere.clone(),
+            running: self.running().map(str::to_owned).collect(),
+            without_before_state: self.without_before_state.clone(),
+            no_later_snapshot: self.no_later,
+            plan: self
+                .plan
+                .items
+                .iter()
+                .map(|i| PlanChange {
+                    path: i.path.clone(),
+                    action: i.action,
+                    now: i.now.map(PlanFile::from),
+                    then: i.then.map(PlanFile::from),
+                    forced: i.forced,
+                })
+                .collect(),
+            conflicts: self
+                .plan
+                .conflicts
+                .iter()
+                .map(|c| PlanConflict {
+                    path: c.path.clone(),
+                    reason: c.reason.clone(),
+                    forceable: c.forceable,
+                })
+                .collect(),
+            already_restored: self.plan.already,
+            applied: applied.map(|d| AppliedView {
+                done: d.applied.done.len(),
+                failed: d.applied.failed.clone(),
+                removed_dirs: d.applied.removed_dirs.clone(),
+                recorded_session: d.session.clone(),
+                post_snapshot: d.post.clone(),
+            }),
+        }
+    }
 }
 
 fn step_range(p: &RollbackPoints) -> String {

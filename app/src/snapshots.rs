@@ -1,6 +1,7 @@
 //! Snapshots of a workspace, the events that record them, and `gc`.
 
 use crate::SessionId;
+use serde::{Serialize, Serializer};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -111,13 +112,210 @@ pub fn taken_event(
     })
 }
 
-/// What `gc` did (or would do).
+impl Serialize for SnapshotOutcome {
+    /// The `snapshot` record.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Excluded<'a> {
+            path: &'a str,
+            reason: String,
+        }
+        #[derive(Serialize)]
+        struct Record<'a> {
+            snapshot: &'a str,
+            workspace: String,
+            files: u64,
+            bytes: u64,
+            files_read: u64,
+            bytes_read: u64,
+            objects_written: u64,
+            targeted: bool,
+            walked: bool,
+            watched: bool,
+            excluded: Vec<Excluded<'a>>,
+            session: Option<&'a str>,
+            seq: Option<u64>,
+            elapsed_ms: f64,
+        }
+        let snap = &self.snapshot;
+        Record {
+            snapshot: &snap.id,
+            workspace: self.workspace.display().to_string(),
+            files: snap.files,
+            bytes: snap.bytes,
+            files_read: snap.files_read,
+            bytes_read: snap.bytes_read,
+            objects_written: snap.objects_written,
+            targeted: !snap.full_scan,
+            walked: snap.walked,
+            watched: snap.watched,
+            excluded: snap
+                .excluded
+                .iter()
+                .map(|x| Excluded {
+                    path: &x.path,
+                    reason: x.reason.to_string(),
+                })
+                .collect(),
+            session: self.recorded.as_ref().map(|r| r.0.as_str()),
+            seq: self.recorded.as_ref().map(|r| r.1),
+            elapsed_ms: self.elapsed_ms(),
+        }
+        .serialize(s)
+    }
+}
+
+impl SnapshotOutcome {
+    /// How long taking the snapshot took, in milliseconds.
+    pub fn elapsed_ms(&self) -> f64 {
+        self.elapsed.as_secs_f64() * 1000.0
+    }
+}
+
+/// The snapshot store's space (`log stats`, and `gc` before and after).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SnapshotStoreUsage {
+    pub snapshots: u64,
+    pub loose_objects: u64,
+    /// Bytes of loose objects as stored (compressed), and as allocated on disk.
+    pub loose_bytes: u64,
+    pub loose_disk_bytes: u64,
+    pub packs: u64,
+    pub pack_bytes: u64,
+    /// Everything the store occupies on disk.
+    pub disk_bytes: u64,
+}
+
+impl From<&StoreUsage> for SnapshotStoreUsage {
+    fn from(u: &StoreUsage) -> Self {
+        SnapshotStoreUsage {
+            snapshots: u.snapshots,
+            loose_objects: u.loose_objects,
+            loose_bytes: u.loose_bytes,
+            loose_disk_bytes: u.loose_disk_bytes,
+            packs: u.packs,
+            pack_bytes: u.pack_bytes,
+            disk_bytes: u.disk_bytes(),
+        }
+    }
+}
+
+/// What `gc` did (or would do). Serialised as the `gc` record.
 #[derive(Debug)]
 pub struct GcOutcome {
     pub dry_run: bool,
     /// Snapshots some recorded session references.
     pub referenced: usize,
     pub report: GcReport,
+}
+
+impl Serialize for GcOutcome {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Record<'a> {
+            dry_run: bool,
+            referenced_snapshots: usize,
+            dropped_snapshots: &'a [String],
+            pruned_objects: u64,
+            packed_objects: u64,
+            before: SnapshotStoreUsage,
+            after: SnapshotStoreUsage,
+            incomplete_snapshots: &'a [String],
+            unreadable_packs: &'a [String],
+        }
+        let r = &self.report;
+        Record {
+            dry_run: self.dry_run,
+            referenced_snapshots: self.referenced,
+            dropped_snapshots: &r.dropped_snapshots,
+            pruned_objects: r.pruned_objects,
+            packed_objects: r.packed_objects,
+            before: (&r.before).into(),
+            after: (&r.after).into(),
+            incomplete_snapshots: &r.incomplete_snapshots,
+            unreadable_packs: &r.unreadable_packs,
+        }
+        .serialize(s)
+    }
+}
+
+/// `tacho watch start`: the workspace's watcher, and whether this call started it.
+/// The `watch` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct WatchStarted {
+    pub workspace: String,
+    /// False when one was already running.
+    pub started: bool,
+    pub pid: u32,
+    /// Directories watched.
+    pub dirs: usize,
+}
+
+impl WatchStarted {
+    pub fn new(workspace: &Path, status: &WatchStatus, started: bool) -> Self {
+        WatchStarted {
+            workspace: workspace.display().to_string(),
+            started,
+            pid: status.pid,
+            dirs: status.dirs,
+        }
+    }
+}
+
+/// `tacho watch stop`: whether a watcher of the workspace ran (and was stopped). The
+/// `watch_stop` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct WatchStopped {
+    pub workspace: String,
+    pub stopped: bool,
+}
+
+/// A running watcher as it reports itself (SPEC §10.6), with its start also in Unix
+/// nanoseconds (so that it has its RFC 3339 form beside it, as every time in a record).
+#[derive(Debug, Clone, Serialize)]
+pub struct WatcherStatus {
+    pub workspace: String,
+    pub pid: u32,
+    pub instance: u64,
+    /// Directories watched.
+    pub dirs: usize,
+    /// Changed paths held for scans that have not asked yet.
+    pub held: usize,
+    /// Requests answered since it started.
+    pub answered: u64,
+    /// When it started, in Unix seconds (as the watcher says) and nanoseconds.
+    pub started_unix: i64,
+    pub started_unix_ns: i64,
+}
+
+impl From<WatchStatus> for WatcherStatus {
+    fn from(s: WatchStatus) -> Self {
+        WatcherStatus {
+            started_unix_ns: s.started_unix.saturating_mul(1_000_000_000),
+            workspace: s.workspace,
+            pid: s.pid,
+            instance: s.instance,
+            dirs: s.dirs,
+            held: s.held,
+            answered: s.answered,
+            started_unix: s.started_unix,
+        }
+    }
+}
+
+/// `tacho watch status`: the workspace's watcher, if one runs. The `watch_status`
+/// record.
+#[derive(Debug, Clone, Serialize)]
+pub struct WatchState {
+    pub workspace: String,
+    pub running: bool,
+    pub watcher: Option<WatcherStatus>,
+}
+
+/// One running watcher of `tacho watch list`. The `watcher` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Watcher {
+    pub watcher: WatcherStatus,
 }
 
 impl Tacho {
@@ -220,9 +418,19 @@ impl Tacho {
         Ok(self.snapshots()?.watch(workspace, idle, ready)?)
     }
 
-    /// `tacho watch status`: the watcher of `workspace`, if one runs.
+    /// The watcher of `workspace`, if one runs.
     pub fn watch_status(&self, workspace: &Path) -> Result<Option<WatchStatus>, SnapshotOpError> {
         Ok(self.snapshots()?.watch_status(workspace)?)
+    }
+
+    /// `tacho watch status`: the watcher of `workspace` (canonical), if one runs.
+    pub fn watch_state(&self, workspace: &Path) -> Result<WatchState, SnapshotOpError> {
+        let watcher = self.watch_status(workspace)?.map(WatcherStatus::from);
+        Ok(WatchState {
+            workspace: workspace.display().to_string(),
+            running: watcher.is_some(),
+            watcher,
+        })
     }
 
     /// Whether a watcher of `workspace` runs, without asking it (a hook with
@@ -232,16 +440,24 @@ impl Tacho {
     }
 
     /// `tacho watch list`: every running watcher (none when there is no snapshot store).
-    pub fn watchers(&self) -> Result<Vec<WatchStatus>, SnapshotOpError> {
+    pub fn watchers(&self) -> Result<Vec<Watcher>, SnapshotOpError> {
         if !self.has_snapshot_store() {
             return Ok(Vec::new());
         }
-        Ok(self.snapshots()?.watchers())
+        Ok(self
+            .snapshots()?
+            .watchers()
+            .into_iter()
+            .map(|s| Watcher { watcher: s.into() })
+            .collect())
     }
 
     /// `tacho watch stop`: stops the watcher of `workspace`; whether one ran.
-    pub fn watch_stop(&self, workspace: &Path) -> Result<bool, SnapshotOpError> {
-        Ok(self.snapshots()?.watch_stop(workspace)?)
+    pub fn watch_stop(&self, workspace: &Path) -> Result<WatchStopped, SnapshotOpError> {
+        Ok(WatchStopped {
+            workspace: workspace.display().to_string(),
+            stopped: self.snapshots()?.watch_stop(workspace)?,
+        })
     }
 
     /// Where a watcher started in the background writes what it has to say.

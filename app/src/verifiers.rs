@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tacho_git::fingerprint::{self, Fingerprint};
+use serde::{Serialize, Serializer};
+use tacho_git::fingerprint::{self, Entry, Fingerprint, Problem};
 use tacho_git::snapshot::SnapshotError;
 use tacho_goals::commits::{self, CommitReport, CommitsError, Merges};
 pub use tacho_goals::review::ReviewOptions;
@@ -42,7 +43,7 @@ pub fn fingerprint(
     workspace: Option<&Path>,
     paths: &[String],
     files: &[String],
-) -> Result<Fingerprint, WorkspaceOpError> {
+) -> Result<FingerprintView, WorkspaceOpError> {
     let ws = workspace_or_cwd(workspace)?;
     let paths = if paths.is_empty() && files.is_empty() {
         vec![".".to_string()]
@@ -50,7 +51,56 @@ pub fn fingerprint(
         paths.to_vec()
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Ok(fingerprint::fingerprint(&ws, &paths, files, threads)?)
+    Ok(FingerprintView(fingerprint::fingerprint(
+        &ws, &paths, files, threads,
+    )?))
+}
+
+/// `tacho fingerprint`'s answer: the fingerprint, or why there is none. Serialised as
+/// the `fingerprint` record (`fresh` says which).
+#[derive(Debug, Clone)]
+pub struct FingerprintView(pub Fingerprint);
+
+impl Serialize for FingerprintView {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(untagged)]
+        enum Record<'a> {
+            Fresh {
+                fresh: bool,
+                digest: &'a str,
+                entries: &'a [Entry],
+                bytes: u64,
+            },
+            None {
+                fresh: bool,
+                path: &'a str,
+                reason: &'a str,
+                problems: &'a [Problem],
+                problems_total: usize,
+            },
+        }
+        match &self.0 {
+            Fingerprint::Fresh {
+                digest,
+                entries,
+                bytes,
+            } => Record::Fresh {
+                fresh: true,
+                digest,
+                entries,
+                bytes: *bytes,
+            },
+            Fingerprint::NoFreshEvidence(why) => Record::None {
+                fresh: false,
+                path: &why.path,
+                reason: &why.reason,
+                problems: &why.problems,
+                problems_total: why.total,
+            },
+        }
+        .serialize(s)
+    }
 }
 
 /// Checks the commits after `baseline` up to HEAD of the repository holding

@@ -218,7 +218,7 @@ fn log_verify_stats_and_dump() {
     expect![[r#"
         exit: 0
         --- stdout
-        {"type":"segment","segment":"$TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg","pack_offset":null,"format_version":1,"segment_index":0,"first_seq":0,"prev_chain":"0000000000000000000000000000000000000000000000000000000000000000","first_time":"2026-11-20T09:14:03.12Z","bytes":6904}
+        {"type":"segment","segment":"$TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg","pack_offset":null,"format_version":1,"segment_index":0,"first_seq":0,"prev_chain":"0000000000000000000000000000000000000000000000000000000000000000","first_time_unix_ns":1795166043120000000,"first_time":"2026-11-20T09:14:03.12Z","bytes":6904}
         {"type":"event","offset":128,"seq":0,"kind":"session.start","kind_version":1,"len":220,"crc":"a9bfbf76","event":{"type":"session.start","session":"ses_01jdemo8xk4rate1imit0000a","ts":"2026-11-20T09:14:03.12Z","agent":"architect","model":"claude-sonnet-4-5","workspace":"/home/dev/shop-api","project":"shop-api","title":"Add per-client rate limiting to the public API","source":"claude-code"},"error":null}"#]]
     .assert_eq(&lines[..4].join("\n"));
     // The last frame of the open segment is the commit of the only batch.

@@ -936,3 +936,184 @@ fn steps_without_a_before_state_are_named() {
         "step 1's change stays"
     );
 }
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &serde_json::Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect();
+    k.sort();
+    k
+}
+
+/// A rollback's JSON carries every fact its text shows: when the point's snapshot was
+/// taken (in both time forms), how many files the workspace-now snapshot holds,
+/// whether there is a snapshot after the point, and whether `--force` would restore a
+/// conflict.
+#[test]
+fn a_rollback_plan_in_json_says_what_its_text_says() {
+    let e = env();
+    e.session("ses_facts", true);
+    e.write("new/made.txt", "edited by the user\n");
+    let plan = e.json(&["session", "rollback", "ses_facts", "--dry-run", "--json"]);
+    assert_eq!(plan["type"], "rollback_plan");
+    let (_, text, _) = e.tacho(&["session", "rollback", "ses_facts", "--dry-run"]);
+    let at = plan["to_snapshot_at"].as_str().unwrap();
+    assert!(
+        plan["to_snapshot_at_unix_ns"].as_i64().unwrap() > 0,
+        "{plan}"
+    );
+    assert!(text.contains(at), "{at} not in {text}");
+    let files = plan["pre_snapshot_files"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!("({files} files) — rolling back can be undone")),
+        "{text}"
+    );
+    assert_eq!(plan["no_later_snapshot"], false);
+    assert_eq!(plan["conflicts"][0]["path"], "new/made.txt");
+    assert_eq!(plan["conflicts"][0]["forceable"], true);
+    assert!(text.contains("(--force restores it)"), "{text}");
+}
+
+/// `gc` and `log stats` describe the snapshot store's space with the same record.
+#[test]
+fn gc_and_stats_describe_the_snapshot_store_alike() {
+    let e = env();
+    e.session("ses_space", true);
+    let stats = e.json(&["log", "stats", "--json"]);
+    let gc = e.json(&["gc", "--dry-run", "--json"]);
+    assert_eq!(keys(&gc["before"]), keys(&stats["snapshot_store"]));
+    assert_eq!(keys(&gc["after"]), keys(&stats["snapshot_store"]));
+    assert_eq!(gc["before"], stats["snapshot_store"]);
+}
+
+/// Replay verification's JSON summary has the facts of its text: the segments read
+/// and the last event's time (in both forms).
+#[test]
+fn replay_verification_in_json_says_what_its_text_says() {
+    let e = env();
+    e.session("ses_verified", true);
+    let (code, out, err) = e.tacho(&[
+        "session",
+        "replay",
+        "ses_verified",
+        "--mode",
+        "verify",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["type"], "summary");
+    let (_, text, _) = e.tacho(&["session", "replay", "ses_verified", "--mode", "verify"]);
+    let segments = summary["segments"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!("events in {segments} segment(s))")),
+        "{text}"
+    );
+    assert!(
+        summary["last_event_unix_ns"].as_i64().unwrap() > 0,
+        "{summary}"
+    );
+    let last = summary["last_event"].as_str().unwrap();
+    assert!(text.contains(&format!("last event: {last}")), "{text}");
+}
+
+/// A dumped segment's first event time is a `*_unix_ns` time with its RFC 3339 form
+/// beside it, as every other time in tacho's JSON.
+#[test]
+fn a_dumped_segment_gives_its_time_in_both_forms() {
+    let e = env();
+    e.session("ses_dumped", true);
+    let seg = e.json(&["log", "dump", "ses_dumped", "--json"]);
+    assert_eq!(seg["type"], "segment");
+    assert!(seg["first_time_unix_ns"].as_i64().unwrap() > 0, "{seg}");
+    assert!(seg["first_time"].as_str().unwrap().ends_with('Z'), "{seg}");
+}
+
+/// `--mode export --output FILE --json` prints what was exported as a record; with
+/// the package on stdout there is no room for one, and `--json` is refused.
+#[test]
+fn an_export_says_what_it_wrote_in_json() {
+    let e = env();
+    e.session("ses_exported", true);
+    let pkg = e.home.with_file_name("ses_exported.tpkg");
+    let pkg_arg = pkg.display().to_string();
+    let x = e.json(&[
+        "session",
+        "replay",
+        "ses_exported",
+        "--mode",
+        "export",
+        "--output",
+        &pkg_arg,
+        "--json",
+    ]);
+    assert_eq!(x["type"], "export");
+    assert_eq!(x["session"], "ses_exported");
+    assert_eq!(
+        x["bytes"].as_u64().unwrap(),
+        std::fs::metadata(&pkg).unwrap().len()
+    );
+    assert_eq!(x["output"], pkg_arg);
+    let verified = e.json(&[
+        "session",
+        "replay",
+        "--mode",
+        "verify",
+        "--package",
+        &pkg_arg,
+        "--json",
+    ]);
+    // The first record of a package's verification (no finding, no interrupted
+    // call): its summary, with the head the export named.
+    assert_eq!(verified["head"], x["head"]);
+    assert_eq!(verified["events"], x["events"]);
+    let (code, _, err) = e.tacho(&[
+        "session",
+        "replay",
+        "ses_exported",
+        "--mode",
+        "export",
+        "--json",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--output"), "{err}");
+}
+
+/// Where a dump stops at damaged bytes, its JSON says how many bytes are left to the
+/// end, as its text does (null for a damaged header, which ends the dump at once).
+#[test]
+fn a_dump_that_stops_at_damage_says_how_much_is_left_in_json_too() {
+    let e = env();
+    e.session("ses_damaged", true);
+    let seg = e
+        .home
+        .join("log/streams/ses_damaged/00000000000000000000.tseg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.windows(5).position(|w| w == b"coder").unwrap();
+    bytes[at] = b'k';
+    std::fs::write(&seg, &bytes).unwrap();
+    let (code, out, _) = e.tacho(&["log", "dump", "ses_damaged", "--json"]);
+    assert_eq!(code, 1);
+    let damage: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(damage["type"], "damage");
+    let left = damage["remaining"].as_u64().unwrap();
+    assert!(left > 0, "{damage}");
+    let (_, text, _) = e.tacho(&["log", "dump", "ses_damaged"]);
+    assert!(
+        text.contains(&format!("({left} bytes to the end)")),
+        "{text}"
+    );
+    // A header that does not decode: nothing is left to walk.
+    std::fs::write(&seg, &bytes[..10]).unwrap();
+    let arg = seg.display().to_string();
+    let (code, out, _) = e.tacho(&["log", "dump", "--file", &arg, "--json"]);
+    assert_eq!(code, 1);
+    let damage: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(damage["type"], "damage");
+    assert_eq!(damage["offset"], 0);
+    assert!(damage["remaining"].is_null(), "{damage}");
+}

@@ -87,6 +87,14 @@ fn a_background_watcher_serves_every_process_and_stops() {
         status["watcher"]["answered"].as_u64().unwrap() >= 4,
         "{status}"
     );
+    // Its start, as every time in tacho's JSON: Unix nanoseconds and RFC 3339.
+    let w = &status["watcher"];
+    assert_eq!(
+        w["started_unix_ns"].as_i64().unwrap(),
+        w["started_unix"].as_i64().unwrap() * 1_000_000_000,
+        "{status}"
+    );
+    assert!(w["started"].as_str().unwrap().ends_with('Z'), "{status}");
 
     // Every running watcher, one JSON line each.
     let mut c = tacho(&home);

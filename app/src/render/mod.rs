@@ -10,6 +10,14 @@ pub mod risk;
 pub mod session;
 pub mod trace;
 
+// The text of the log tools', replay's, rollback's, the snapshot store's and hooks'
+// views.
+pub mod hooks;
+pub mod logtools;
+pub mod replay;
+pub mod rollback;
+pub mod snapshots;
+
 /// `8s`, `9m 54s`, `1h 3m`; below a second, `350ms`.
 pub fn duration(ms: u64) -> String {
     match ms {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tacho_app::render::{bytes, thousands};
+use tacho_app::render::snapshots as render;
 use tacho_app::types::Fingerprint;
 
 use crate::error::CliError;
@@ -27,51 +27,15 @@ pub struct FingerprintArgs {
 pub fn run(a: FingerprintArgs) -> Result<(), CliError> {
     let fp = tacho_app::fingerprint(a.workspace.as_deref(), &a.paths, &a.files)?;
     let mut out = Out::new();
-    match fp {
-        Fingerprint::Fresh {
-            digest,
-            entries,
-            bytes: total,
-        } => {
-            if a.json {
-                out.json(&serde_json::json!({
-                    "type": "fingerprint",
-                    "fresh": true,
-                    "digest": digest,
-                    "entries": entries,
-                    "bytes": total,
-                }))?;
-                return out.finish();
-            }
-            for e in &entries {
-                out.line(format!(
-                    "{:<8} {:>10} {} {}  {}",
-                    e.kind,
-                    e.size,
-                    if e.executable { "x" } else { "-" },
-                    e.content.get(..16).unwrap_or("-"),
-                    e.path
-                ))?;
-            }
-            out.line(format!(
-                "fingerprint {digest} ({} entries, {})",
-                thousands(entries.len() as u64),
-                bytes(total)
-            ))?;
-            out.finish()
-        }
+    if a.json {
+        out.typed("fingerprint", &fp)?;
+    } else if matches!(fp.0, Fingerprint::Fresh { .. }) {
+        out.line(render::fingerprint(&fp.0).trim_end())?;
+    }
+    out.finish()?;
+    match &fp.0 {
+        Fingerprint::Fresh { .. } => Ok(()),
         Fingerprint::NoFreshEvidence(why) => {
-            if a.json {
-                out.json(&serde_json::json!({
-                    "type": "fingerprint",
-                    "fresh": false,
-                    "path": why.path,
-                    "reason": why.reason,
-                    "problems": why.problems,
-                    "problems_total": why.total,
-                }))?;
-                out.finish()?;
-            }
             Err(CliError::findings(format!("no fresh evidence: {why}")))
         }
     }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 use tacho_app::install::{Places, Scope, hooks_status, install_hooks, this_tacho, uninstall_hooks};
+use tacho_app::render::hooks as render;
 use tacho_app::{ErrorKind, LINE_BYTES_MAX};
 
 use crate::error::CliError;
@@ -174,114 +175,34 @@ pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
                 a.dry_run,
                 a.watch,
             )?;
-            let done = format!(
-                "installed tacho's {} hooks ({}) in {}{}",
-                r.agent,
-                r.events.join(", "),
-                r.file.display(),
-                r.backup
-                    .as_ref()
-                    .map(|b| format!("; the previous file is kept as {}", b.display()))
-                    .unwrap_or_default()
-            );
-            let same = format!("already installed in {}: nothing changed", r.file.display());
-            report(&mut out, &r, a.json, &done, &same)?;
-            if !a.json
-                && let Some(n) = &r.note
-            {
-                out.line(format!("note: {n}"))?;
-            }
+            print_installed(&mut out, &r, a.json)?;
         }
         HooksCommand::Uninstall(a) => {
             let r = uninstall_hooks(&places()?, a.agent.agent(), a.scope.scope(), a.dry_run)?;
-            let done = format!(
-                "removed tacho's {} hooks ({}) from {}",
-                r.agent,
-                r.events.join(", "),
-                r.file.display()
-            );
-            let same = format!("no tacho hooks in {}: nothing changed", r.file.display());
-            report(&mut out, &r, a.json, &done, &same)?;
+            print_installed(&mut out, &r, a.json)?;
         }
         HooksCommand::Status(a) => {
-            let tacho = this_tacho()?;
-            let rows = hooks_status(&places()?, &tacho);
+            let status = hooks_status(&places()?, &this_tacho()?);
             if a.json {
-                out.json(
-                    &serde_json::json!({"type": "hooks_status", "tacho": tacho, "files": rows}),
-                )?;
-                return out.finish();
-            }
-            for r in rows {
-                let state = if let Some(p) = &r.problem {
-                    format!("unreadable: {p}")
-                } else if r.events.is_empty() {
-                    if r.exists {
-                        "no tacho hooks".into()
-                    } else {
-                        "no file".into()
-                    }
-                } else if !r.programs_exist {
-                    format!(
-                        "installed, but {} does not exist: run `tacho hooks install {} --scope {}` again",
-                        r.commands.join(", "),
-                        r.agent,
-                        scope_name(r.scope)
-                    )
-                } else if !r.points_here {
-                    format!(
-                        "installed, running {} (not this tacho, {tacho})",
-                        r.commands.join(", ")
-                    )
-                } else {
-                    format!("installed ({} events)", r.events.len())
-                };
-                out.line(format!(
-                    "{:<12} {:<8} {}  {}",
-                    r.agent,
-                    scope_name(r.scope),
-                    r.file.display(),
-                    state
-                ))?;
+                out.typed("hooks_status", &status)?;
+            } else {
+                out.line(render::status(&status).trim_end())?;
             }
         }
     }
     out.finish()
 }
 
-/// What an install or uninstall did: JSON, the file as it would be (dry run), or one
-/// line saying whether it changed.
-fn report(
+/// What an install or uninstall did: its record, or its text.
+fn print_installed(
     out: &mut Out,
     r: &tacho_app::install::Installed,
     json: bool,
-    done: &str,
-    same: &str,
 ) -> Result<(), CliError> {
     if json {
-        return out.json(r);
-    }
-    if r.dry_run {
-        out.line(format!("{} would be:", r.file.display()))?;
-        out.line(r.text.trim_end().to_string())?;
+        out.json(r)
     } else {
-        out.line(if r.changed { done } else { same }.to_string())?;
-    }
-    if let Some(t) = &r.written_through {
-        out.line(format!(
-            "note: {} is a symbolic link: tacho writes its target, {}, and leaves the link as it is",
-            r.file.display(),
-            t.display()
-        ))?;
-    }
-    Ok(())
-}
-
-fn scope_name(s: Scope) -> &'static str {
-    match s {
-        Scope::User => "user",
-        Scope::Project => "project",
-        Scope::Local => "local",
+        out.line(render::installed(r).trim_end())
     }
 }
 

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Subcommand;
+use tacho_app::WatchStarted;
+use tacho_app::render::snapshots as render;
 
 use crate::error::CliError;
 use crate::output::Out;
@@ -67,91 +69,48 @@ pub fn run(c: WatchCommand) -> Result<(), CliError> {
         }
         WatchCommand::Start { path, idle, json } => {
             let ws = tacho.watch_workspace(path.as_deref())?;
-            let status = match tacho.watch_status(&ws)? {
-                Some(s) => (s, false),
-                None => (start(&tacho, &ws, idle)?, true),
+            let w = match tacho.watch_status(&ws)? {
+                Some(s) => WatchStarted::new(&ws, &s, false),
+                None => WatchStarted::new(&ws, &start(&tacho, &ws, idle)?, true),
             };
-            let (s, started) = status;
             if json {
-                out.json(&serde_json::json!({
-                    "type": "watch",
-                    "workspace": ws.display().to_string(),
-                    "started": started,
-                    "pid": s.pid,
-                    "dirs": s.dirs,
-                }))?;
-            } else if started {
-                out.line(format!(
-                    "watching {} ({} directories, pid {}); full snapshots of it now look only at what changed",
-                    ws.display(),
-                    s.dirs,
-                    s.pid
-                ))?;
+                out.typed("watch", &w)?;
             } else {
-                out.line(format!(
-                    "a watcher of {} is already running (pid {})",
-                    ws.display(),
-                    s.pid
-                ))?;
+                out.line(render::watch_started(&w).trim_end())?;
             }
             out.finish()
         }
         WatchCommand::Stop { path, json } => {
             let ws = tacho.watch_workspace(path.as_deref())?;
-            let stopped = tacho.watch_stop(&ws)?;
+            let w = tacho.watch_stop(&ws)?;
             if json {
-                out.json(&serde_json::json!({
-                    "type": "watch_stop",
-                    "workspace": ws.display().to_string(),
-                    "stopped": stopped,
-                }))?;
-            } else if stopped {
-                out.line(format!("stopped the watcher of {}", ws.display()))?;
+                out.typed("watch_stop", &w)?;
             } else {
-                out.line(format!("no watcher of {} was running", ws.display()))?;
+                out.line(render::watch_stopped(&w).trim_end())?;
             }
             out.finish()
         }
         WatchCommand::List { json } => {
             let all = tacho.watchers()?;
             if json {
-                for s in &all {
-                    out.json(&serde_json::json!({"type": "watcher", "watcher": s}))?;
+                for w in &all {
+                    out.typed("watcher", w)?;
                 }
-            } else if all.is_empty() {
-                out.line("no watcher is running")?;
             } else {
-                for s in &all {
-                    out.line(format!(
-                        "{}  pid {}, {} directories, {} changed path(s) held",
-                        s.workspace, s.pid, s.dirs, s.held
-                    ))?;
-                }
+                out.line(render::watchers(&all).trim_end())?;
             }
             out.finish()
         }
         WatchCommand::Status { path, json } => {
             let ws = tacho.watch_workspace(path.as_deref())?;
-            let status = tacho.watch_status(&ws)?;
+            let w = tacho.watch_state(&ws)?;
             if json {
-                out.json(&serde_json::json!({
-                    "type": "watch_status",
-                    "workspace": ws.display().to_string(),
-                    "running": status.is_some(),
-                    "watcher": status,
-                }))?;
-            } else if let Some(s) = &status {
-                out.line(format!(
-                    "watching {}: pid {}, {} directories, {} changed path(s) held, {} answer(s) given",
-                    ws.display(),
-                    s.pid,
-                    s.dirs,
-                    s.held,
-                    s.answered
-                ))?;
+                out.typed("watch_status", &w)?;
+            } else if w.running {
+                out.line(render::watch_state(&w).trim_end())?;
             }
             out.finish()?;
-            if status.is_none() {
+            if !w.running {
                 return Err(CliError::Said {
                     kind: tacho_app::ErrorKind::NotFound,
                     text: format!("no watcher of {} is running", ws.display()),
