@@ -99,3 +99,43 @@ pub fn status(s: &HooksStatus) -> String {
     }
     o
 }
+
+/// `tacho import`: what was added, what was skipped and why, what failed.
+pub fn imported(r: &crate::import::ImportReport) -> String {
+    let mut o = format!(
+        "imported {} transcript(s): {} event(s) added ({} session(s) new, {} extended, {} unchanged); {} already recorded\n",
+        r.files,
+        r.events_added,
+        r.sessions_created,
+        r.sessions_extended,
+        r.sessions_unchanged,
+        r.events_already_recorded
+    );
+    if r.events_after_end > 0 {
+        o.push_str(&format!(
+            "{} event(s) not added: their session had ended\n",
+            r.events_after_end
+        ));
+    }
+    if r.bad_lines > 0 || r.partial_lines > 0 {
+        o.push_str(&format!(
+            "{} damaged line(s) skipped; {} file(s) end in a line still being written (read next time)\n",
+            r.bad_lines, r.partial_lines
+        ));
+    }
+    let unknown: Vec<String> = r
+        .unknown_entries
+        .iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect();
+    if !unknown.is_empty() {
+        o.push_str(&format!(
+            "entry types this tacho does not know, skipped: {}\n",
+            unknown.join(", ")
+        ));
+    }
+    for f in &r.failed {
+        o.push_str(&format!("failed: {}: {}\n", f.file.display(), f.error));
+    }
+    o
+}

@@ -284,36 +284,7 @@ pub fn import(a: ImportArgs) -> Result<(), CliError> {
     if a.json {
         out.json(&r)?;
     } else {
-        out.line(format!(
-            "imported {} transcript(s): {} event(s) added ({} session(s) new, {} extended, {} unchanged); {} already recorded",
-            r.files, r.events_added, r.sessions_created, r.sessions_extended, r.sessions_unchanged, r.events_already_recorded
-        ))?;
-        if r.events_after_end > 0 {
-            out.line(format!(
-                "{} event(s) not added: their session had ended",
-                r.events_after_end
-            ))?;
-        }
-        if r.bad_lines > 0 || r.partial_lines > 0 {
-            out.line(format!(
-                "{} damaged line(s) skipped; {} file(s) end in a line still being written (read next time)",
-                r.bad_lines, r.partial_lines
-            ))?;
-        }
-        let unknown: Vec<String> = r
-            .unknown_entries
-            .iter()
-            .map(|(k, n)| format!("{k}: {n}"))
-            .collect();
-        if !unknown.is_empty() {
-            out.line(format!(
-                "entry types this tacho does not know, skipped: {}",
-                unknown.join(", ")
-            ))?;
-        }
-        for f in &r.failed {
-            out.line(format!("failed: {}: {}", f.file.display(), f.error))?;
-        }
+        out.line(tacho_app::render::hooks::imported(&r).trim_end())?;
     }
     out.finish()?;
     if r.failed.is_empty() {
