@@ -274,31 +274,16 @@ pub struct WatchStopped {
 /// nanoseconds (so that it has its RFC 3339 form beside it, as every time in a record).
 #[derive(Debug, Clone, Serialize)]
 pub struct WatcherStatus {
-    pub workspace: String,
-    pub pid: u32,
-    pub instance: u64,
-    /// Directories watched.
-    pub dirs: usize,
-    /// Changed paths held for scans that have not asked yet.
-    pub held: usize,
-    /// Requests answered since it started.
-    pub answered: u64,
-    /// When it started, in Unix seconds (as the watcher says) and nanoseconds.
-    pub started_unix: i64,
+    #[serde(flatten)]
+    pub status: WatchStatus,
     pub started_unix_ns: i64,
 }
 
 impl From<WatchStatus> for WatcherStatus {
-    fn from(s: WatchStatus) -> Self {
+    fn from(status: WatchStatus) -> Self {
         WatcherStatus {
-            started_unix_ns: s.started_unix.saturating_mul(1_000_000_000),
-            workspace: s.workspace,
-            pid: s.pid,
-            instance: s.instance,
-            dirs: s.dirs,
-            held: s.held,
-            answered: s.answered,
-            started_unix: s.started_unix,
+            started_unix_ns: status.started_unix.saturating_mul(1_000_000_000),
+            status,
         }
     }
 }

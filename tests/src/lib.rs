@@ -205,3 +205,83 @@ src/
 {"version": 1, "sourcePaths": ["src", "checks"], "checks": [{"id": "parity", "acceptanceIds": ["AC1"], "command": "sh checks/parity.sh", "purpose": "the value is right", "environment": "the workspace, no services"}]}
 ```
 "#;
+
+/// The raw HTTP answer to `GET` of the run-report page of `session` (a `tacho
+/// run-report SESSION --port 0` started for it, stopped after the one request).
+pub fn run_report_page(home: &Path, session: &str) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut c = tacho(home);
+    c.args(["run-report", session, "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().expect("start tacho run-report");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read its first line");
+    // "serving http://127.0.0.1:PORT/s/ID ..."
+    let (port, path) = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.split_once('/'))
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let port: u16 = port.parse().expect("a port");
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(
+        s,
+        "GET /{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read the answer");
+    let _ = child.kill();
+    let _ = child.wait();
+    raw
+}
+
+/// Speaks MCP to `tacho mcp` over stdio (JSON-RPC, one message a line), from `ws`:
+/// initializes, then makes each tool call (`{name, arguments}`) in turn and returns
+/// each answer's `result`.
+pub fn mcp_calls(home: &Path, ws: &Path, calls: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    let mut c = tacho(home);
+    c.current_dir(ws)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().expect("start tacho mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut send = |v: serde_json::Value| writeln!(stdin, "{v}").expect("send");
+    let mut answer = |id: u64| loop {
+        let line = lines.next().expect("an answer").expect("read an answer");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON-RPC");
+        if v["id"] == id {
+            return v;
+        }
+    };
+    send(serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "tacho-tests", "version": "0"},
+        },
+    }));
+    assert_eq!(answer(0)["result"]["serverInfo"]["name"], "tacho");
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut results = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        let id = i as u64 + 1;
+        send(serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": call,
+        }));
+        results.push(answer(id)["result"].clone());
+    }
+    drop(stdin);
+    let _ = child.wait();
+    results
+}

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 
-use tacho_tests::{run, tacho};
+use tacho_tests::{mcp_calls, run, tacho};
 
 use tacho_tests::PARITY_PLAN as PLAN;
 use tacho_tests::parity_workspace as workspace_and_session;
@@ -1427,50 +1427,6 @@ fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
         out.contains("1 of 2 checks not passed; warning: check parity can hide a failure"),
         "{out}"
     );
-}
-
-/// Speaks MCP to `tacho mcp` over stdio (JSON-RPC, one message a line): initializes,
-/// then makes each tool call in turn and returns each answer's `result`.
-fn mcp_calls(home: &Path, ws: &Path, calls: &[serde_json::Value]) -> Vec<serde_json::Value> {
-    use std::io::BufRead;
-    let mut c = tacho(home);
-    c.current_dir(ws)
-        .arg("mcp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut send = |v: serde_json::Value| writeln!(stdin, "{v}").unwrap();
-    let mut answer = |id: u64| loop {
-        let line = lines.next().unwrap().unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        if v["id"] == id {
-            return v;
-        }
-    };
-    send(serde_json::json!({
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "goal.rs", "version": "0"},
-        },
-    }));
-    assert_eq!(answer(0)["result"]["serverInfo"]["name"], "tacho");
-    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let mut results = Vec::new();
-    for (i, call) in calls.iter().enumerate() {
-        let id = i as u64 + 1;
-        send(serde_json::json!({
-            "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": call,
-        }));
-        results.push(answer(id)["result"].clone());
-    }
-    drop(stdin);
-    child.wait().unwrap();
-    results
 }
 
 /// An application error names the field it is about as each frontend's users know it:

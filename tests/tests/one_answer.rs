@@ -6,8 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 
@@ -147,76 +146,6 @@ fn readiness_words(r: &str) -> String {
     r.replace('_', " ")
 }
 
-/// Minimal MCP over stdio (JSON-RPC, one message per line): `get_goal`'s structured
-/// result, and `goal status --json` beside it.
-fn mcp_get_goal(e: &Env) -> Value {
-    let mut c = tacho(&e.home);
-    c.current_dir(&e.ws)
-        .arg("mcp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut send = |v: Value| {
-        writeln!(stdin, "{v}").unwrap();
-        stdin.flush().unwrap();
-    };
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "one-answer", "version": "1"}}}),
-    );
-    let init: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert!(init["result"]["serverInfo"].is_object(), "{init}");
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "get_goal", "arguments": {"session": "ses_one"}}}));
-    let answer: Value = loop {
-        let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        if v["id"] == 2 {
-            break v;
-        }
-    };
-
-    let _ = child.kill();
-    let _ = child.wait();
-    assert_eq!(answer["result"]["isError"], false, "{answer}");
-    answer["result"]["structuredContent"].clone()
-}
-
-/// The session page of `tacho run-report`, over HTTP.
-fn page(e: &Env) -> String {
-    let mut c = tacho(&e.home);
-    c.args(["run-report", "--port", "0", S])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port: u16 = line
-        .split("127.0.0.1:")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "GET /s/{S} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
-    raw
-}
-
 fn contains_all(text: &str, what: &str, needles: &[String]) {
     for n in needles {
         assert!(text.contains(n.as_str()), "{what} lacks {n:?}:\n{text}");
@@ -343,7 +272,8 @@ fn one_session_gives_the_same_answer_through_every_frontend() {
     }
 
     // the run-report page
-    let page = page(&e);
+    let page = tacho_tests::run_report_page(&e.home, S);
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     contains_all(
         &page,
         "the session page",
@@ -358,7 +288,14 @@ fn one_session_gives_the_same_answer_through_every_frontend() {
 
     // MCP get_goal: the same record as `goal status --json`; the goal it shows is the
     // revision (not completed, its check missing on this revision).
-    let mcp = mcp_get_goal(&e);
+    let answer = tacho_tests::mcp_calls(
+        &e.home,
+        &e.ws,
+        &[json!({"name": "get_goal", "arguments": {"session": "ses_one"}})],
+    )
+    .remove(0);
+    assert_eq!(answer["isError"], false, "{answer}");
+    let mcp = answer["structuredContent"].clone();
     let cli = e
         .records(&["goal", "status", "--session", S, "--json"])
         .remove(0);

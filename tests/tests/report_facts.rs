@@ -82,33 +82,7 @@ fn ask(home: &Path, ws: &Path, session: &str) -> Asked {
 /// The `run-report` page of `session` (the same report, as a web page), with its
 /// tags taken out.
 fn page_text(home: &Path, session: &str) -> String {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let mut c = tacho(home);
-    c.args(["run-report", session, "--port", "0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "serving http://127.0.0.1:PORT/s/ID ..."
-    let (port, path) = line
-        .split("127.0.0.1:")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|r| r.split_once('/'))
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
-    write!(
-        s,
-        "GET /{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    let raw = tacho_tests::run_report_page(home, session);
     let mut text = String::new();
     let mut in_tag = false;
     for ch in raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).chars() {

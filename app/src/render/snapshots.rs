@@ -4,7 +4,7 @@ use tacho_git::fingerprint::Fingerprint;
 
 use super::{bytes, thousands};
 use crate::snapshots::{
-    GcOutcome, SnapshotOutcome, WatchStarted, WatchState, WatchStopped, Watcher,
+    GcOutcome, SnapshotOutcome, WatchStarted, WatchState, WatchStopped, Watcher, WatcherStatus,
 };
 
 /// `tacho snapshot`: the snapshot, what it could not protect, and where it was recorded.
@@ -104,7 +104,8 @@ pub fn watchers(all: &[Watcher]) -> String {
         return "no watcher is running\n".into();
     }
     let mut t = String::new();
-    for Watcher { watcher: s } in all {
+    for Watcher { watcher } in all {
+        let s = &watcher.status;
         t.push_str(&format!(
             "{}  pid {}, {} directories, {} changed path(s) held\n",
             s.workspace, s.pid, s.dirs, s.held
@@ -116,7 +117,7 @@ pub fn watchers(all: &[Watcher]) -> String {
 /// `tacho watch status`: nothing when no watcher runs (the command's error says so).
 pub fn watch_state(w: &WatchState) -> String {
     match &w.watcher {
-        Some(s) => format!(
+        Some(WatcherStatus { status: s, .. }) => format!(
             "watching {}: pid {}, {} directories, {} changed path(s) held, {} answer(s) given\n",
             w.workspace, s.pid, s.dirs, s.held, s.answered
         ),
