@@ -9,6 +9,7 @@ pub mod report;
 pub mod risk;
 pub mod session;
 pub mod trace;
+pub mod verifiers;
 
 // The text of the log tools', replay's, rollback's, the snapshot store's and hooks'
 // views.

@@ -127,3 +127,28 @@ pub fn show(d: &SessionDetail) -> String {
     put(format!("Log       {} segment(s)", d.segments));
     o
 }
+
+/// `session branch`: the new session and what it took.
+pub fn branched(b: &crate::Branched) -> String {
+    format!(
+        "branched {} through event #{} into {} ({} events copied; {} is unchanged)\n",
+        b.parent, b.through_seq, b.session, b.copied, b.parent
+    )
+}
+
+/// `session end`: each session ended, the asked one and its unended descendants.
+pub fn ended(e: &crate::Ended) -> String {
+    let mut o = String::new();
+    for s in &e.ended {
+        let how = if s.session == e.session {
+            e.reason.as_str()
+        } else {
+            "aborted, with its ancestor"
+        };
+        o.push_str(&format!(
+            "ended {} ({how}) at event #{}\n",
+            s.session, s.seq
+        ));
+    }
+    o
+}

@@ -29,10 +29,7 @@ pub fn run(a: BranchArgs) -> Result<(), CliError> {
     if a.json {
         out.typed("branch", &b)?;
     } else {
-        out.line(format!(
-            "branched {} through event #{} into {} ({} events copied; {} is unchanged)",
-            b.parent, b.through_seq, b.session, b.copied, b.parent
-        ))?;
+        out.line(tacho_app::render::session::branched(&b).trim_end())?;
     }
     out.finish()
 }

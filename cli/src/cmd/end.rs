@@ -36,14 +36,7 @@ pub fn run(a: EndArgs) -> Result<(), CliError> {
     if a.json {
         out.typed("session_end", &ended)?;
     } else {
-        for e in &ended.ended {
-            let how = if e.session == ended.session {
-                ended.reason.as_str()
-            } else {
-                "aborted, with its ancestor"
-            };
-            out.line(format!("ended {} ({how}) at event #{}", e.session, e.seq))?;
-        }
+        out.line(tacho_app::render::session::ended(&ended).trim_end())?;
     }
     out.finish()
 }

@@ -51,19 +51,7 @@ pub fn run(c: ReviewCommand) -> Result<(), CliError> {
     if a.json {
         out.typed("review_report", &r)?;
     } else {
-        out.line(format!(
-            "{} round(s), {} reviewer run(s), {} finding(s), {} regression test(s) checked",
-            r.rounds.len(),
-            r.reviewers,
-            r.findings,
-            r.tests_checked
-        ))?;
-        for p in &r.problems {
-            out.line(format!("  PROBLEM {}: {}", p.at, p.problem))?;
-        }
-        if r.problems.is_empty() {
-            out.line("ok")?;
-        }
+        out.line(tacho_app::render::verifiers::reviews(&r).trim_end())?;
     }
     out.finish()?;
     if r.problems.is_empty() {

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use tacho_app::render::prefix;
 use tacho_app::types::Merges;
 
 use crate::error::CliError;
@@ -56,24 +55,7 @@ pub fn run(a: VerifyCommitsArgs) -> Result<(), CliError> {
     if a.json {
         out.typed("commit_report", &r)?;
     } else {
-        out.line(format!(
-            "{}..{}: {} commit(s), {} changed path(s) checked",
-            prefix(&r.baseline, 12),
-            prefix(&r.head, 12),
-            r.commits.len(),
-            r.paths_checked
-        ))?;
-        for v in &r.violations {
-            out.line(format!(
-                "  VIOLATION {}{}: {}",
-                v.commit.as_deref().map_or("range", |c| prefix(c, 12)),
-                v.path.as_ref().map(|p| format!(" {p}")).unwrap_or_default(),
-                v.reason
-            ))?;
-        }
-        if r.violations.is_empty() {
-            out.line("ok")?;
-        }
+        out.line(tacho_app::render::verifiers::commits(&r).trim_end())?;
     }
     out.finish()?;
     if r.violations.is_empty() {
