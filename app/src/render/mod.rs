@@ -5,6 +5,7 @@ pub mod event;
 pub mod goals;
 pub mod graph;
 pub mod logs;
+pub mod prune;
 pub mod report;
 pub mod risk;
 pub mod session;

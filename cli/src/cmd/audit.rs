@@ -412,43 +412,6 @@ fn prune(a: PruneArgs) -> Result<(), CliError> {
         out.typed("prune", &r)?;
         return out.finish();
     }
-    let verb = if r.dry_run { "would remove" } else { "removed" };
-    out.line(format!(
-        "{verb} {} session(s) whose last event is before {}",
-        r.removed.len(),
-        tacho_schema::time_to_rfc3339(r.cutoff_unix_ns)
-    ))?;
-    for s in &r.removed {
-        out.line(format!(
-            "  {}  {} event(s), head {}",
-            s.session,
-            s.next_seq,
-            tacho_app::render::prefix(&s.head, 16)
-        ))?;
-    }
-    if !r.kept.is_empty() {
-        out.line(format!("kept {} old session(s):", r.kept.len()))?;
-        for k in &r.kept {
-            out.line(format!("  {}  {}", k.session, k.reason))?;
-        }
-    }
-    if !r.finished.is_empty() {
-        out.line(format!(
-            "finished an interrupted prune: {} session(s) removed",
-            r.finished.len()
-        ))?;
-    }
-    if let (Some(n), Some(b)) = (r.snapshots_dropped, r.bytes_reclaimed) {
-        out.line(format!(
-            "snapshots: {n} dropped, {} reclaimed",
-            tacho_app::render::bytes(b)
-        ))?;
-    }
-    if !r.records.is_empty() {
-        out.line(format!(
-            "recorded in {} (`tacho log verify` checks it)",
-            tacho.log_dir().join(tacho_app::types::PRUNE_LOG).display()
-        ))?;
-    }
+    out.line(tacho_app::render::prune::outcome(&r, tacho.log_dir()).trim_end())?;
     out.finish()
 }
