@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A loopback mock of the Anthropic Messages API (for the real Claude Code CLI) and of
-the OpenAI Responses API (for the real Codex CLI).
+"""A loopback mock of the Anthropic Messages API (for the real Claude Code CLI), of
+the OpenAI Responses API (for the real Codex CLI) and of the OpenAI Chat Completions API
+(for OpenAI-compatible clients: Qwen Code, Factory Droid, GitHub Copilot CLI, ...).
 
 Usage: mock_messages_api.py SCRIPT.json PORT_FILE [LOG_FILE]
 
@@ -92,6 +93,8 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {}
         path = self.path.split("?")[0]
+        if path.endswith("/chat/completions"):
+            return self.openai_chat(body, path)
         if LOG:
             with LOCK:
                 LOG.write(json.dumps({"path": path, "tools": bool(body.get("tools")),
@@ -150,6 +153,79 @@ class Handler(BaseHTTPRequestHandler):
             "usage": {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 400},
                       "output_tokens": 50, "output_tokens_details": {"reasoning_tokens": 10},
                       "total_tokens": 1050}}})
+        self.close_connection = True
+
+    def openai_chat(self, body, path):
+        """The OpenAI Chat Completions API (`POST .../chat/completions`, whatever the prefix),
+        as Qwen Code, Factory Droid, GitHub Copilot CLI and other OpenAI-compatible clients
+        call it. The turn is chosen as for the Messages API (a turn's tool calls are one
+        assistant message with several `tool_calls`); requests without tools get a short
+        text. Streamed (`"stream": true`) as `chat.completion.chunk` events: a role chunk,
+        text deltas, each tool call as a header delta (id, name) then an arguments delta,
+        a finish chunk, then a usage chunk with empty `choices` and `data: [DONE]`; else one
+        `chat.completion` object. Usage grows with the request (prompt tokens 1000 + 10 per
+        message) so a reader that keeps only the last figure is caught; the log line of a
+        chat request carries the usage it was served (`served`)."""
+        messages = body.get("messages", [])
+        model = body.get("model", "mock-model")
+        blocks = choose_turn(body) if body.get("tools") else [{"text": "Scripted session"}]
+        text = "".join(b.get("text", "") for b in blocks if "tool" not in b)
+        calls = [{"id": next_id("call_mock"), "type": "function",
+                  "function": {"name": b["tool"], "arguments": json.dumps(b.get("input", {}))}}
+                 for b in blocks if "tool" in b]
+        finish = "tool_calls" if calls else "stop"
+        prompt = 1000 + 10 * len(messages)
+        completion = 40 + 10 * len(blocks)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion,
+                 "prompt_tokens_details": {"cached_tokens": 400},
+                 "completion_tokens_details": {"reasoning_tokens": 0}}
+        stream = bool(body.get("stream"))
+        if LOG:
+            with LOCK:
+                LOG.write(json.dumps({"path": path, "tools": bool(body.get("tools")),
+                                      "messages": len(messages), "stream": stream,
+                                      "tool_calls": len(calls), "served": usage}) + "\n")
+                LOG.flush()
+        chat_id = next_id("chatcmpl_mock")
+        created = 1767225600
+        if not stream:
+            message = {"role": "assistant", "content": text or None}
+            if calls:
+                message["tool_calls"] = calls
+            return self.reply_json({
+                "id": chat_id, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                             "logprobs": None}],
+                "usage": usage})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+        def chunk(choices, **extra):
+            data = dict({"id": chat_id, "object": "chat.completion.chunk", "created": created,
+                         "model": model, "choices": choices}, **extra)
+            self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        def delta(d, finish_reason=None):
+            chunk([{"index": 0, "delta": d, "finish_reason": finish_reason, "logprobs": None}])
+
+        delta({"role": "assistant", "content": ""})
+        if text:
+            delta({"content": text})
+        for i, c in enumerate(calls):
+            delta({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                   "function": {"name": c["function"]["name"],
+                                                "arguments": ""}}]})
+            delta({"tool_calls": [{"index": i,
+                                   "function": {"arguments": c["function"]["arguments"]}}]})
+        delta({}, finish)
+        chunk([], usage=usage)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
         self.close_connection = True
 
     def stream(self, model, blocks, stream):
