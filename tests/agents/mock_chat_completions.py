@@ -132,6 +132,8 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 LOG.write(json.dumps({"method": "POST", "path": path, "model": model,
                                       "tools": has_tools, "messages": len(messages),
+                                      "tool_names": [t.get("function", {}).get("name")
+                                                     for t in body.get("tools") or []],
                                       "stream": bool(body.get("stream")),
                                       "usage": usage}) + "\n")
                 LOG.flush()
