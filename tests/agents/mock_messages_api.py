@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A loopback mock of the Anthropic Messages API (for the real Claude Code CLI), of
-the OpenAI Responses API (for the real Codex CLI) and of the OpenAI Chat Completions API
-(for OpenAI-compatible clients: Qwen Code, Factory Droid, GitHub Copilot CLI, ...).
+the OpenAI Responses API (for the real Codex CLI), of the OpenAI Chat Completions API
+(for OpenAI-compatible clients: Qwen Code, Factory Droid, GitHub Copilot CLI, ...) and of
+the Gemini API (for the real Gemini CLI).
 
 Usage: mock_messages_api.py SCRIPT.json PORT_FILE [LOG_FILE]
 
@@ -19,6 +20,14 @@ Requests without tools (titles, summaries) get a short text. Every response is
 streamed as server-sent events, with usage, the way the real API streams it.
 The port the server bound is written to PORT_FILE; each request is logged as one JSON
 line to LOG_FILE.
+
+The Gemini API (`POST /v1beta/models/<model>:streamGenerateContent?alt=sse`, and
+`:generateContent`): a tool block becomes a `functionCall` part (no id, as the real API
+sends none), a text block a `text` part; the turn is chosen by how many `model` contents
+the request already holds. Each response carries `usageMetadata` (in the last SSE chunk
+only), and its log line carries the usage served (`"gemini_usage"`), so a test can check
+recorded totals against it. Requests without tools that ask for JSON (the CLI's
+next-speaker and loop checks) get a JSON text saying the user speaks next.
 """
 import json
 import sys
@@ -95,6 +104,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         if path.endswith("/chat/completions"):
             return self.openai_chat(body, path)
+        if path.startswith("/v1beta/models/") and ":" in path:
+            return self.gemini(path, body)
         if LOG:
             with LOCK:
                 LOG.write(json.dumps({"path": path, "tools": bool(body.get("tools")),
@@ -198,6 +209,60 @@ class Handler(BaseHTTPRequestHandler):
                 "choices": [{"index": 0, "message": message, "finish_reason": finish,
                              "logprobs": None}],
                 "usage": usage})
+    # ---- The Gemini API (Gemini CLI) -------------------------------------------------
+
+    def gemini_turn(self, body):
+        contents = body.get("contents", [])
+        done = sum(1 for c in contents if c.get("role") == "model")
+        if done >= len(SCRIPT):
+            return [{"text": "All done."}]
+        turn = SCRIPT[done]
+        if isinstance(turn, dict) and "until_text" in turn:
+            last_user = next((c for c in reversed(contents) if c.get("role") == "user"), {})
+            text = []
+            for p in last_user.get("parts", []):
+                if "text" in p:
+                    text.append(p["text"])
+                elif "functionResponse" in p:
+                    text.append(json.dumps(p["functionResponse"].get("response")))
+            return turn["then"] if turn["until_text"] in "\n".join(text) else turn["else"]
+        return turn
+
+    def gemini(self, path, body):
+        model, _, method = path[len("/v1beta/models/"):].partition(":")
+        has_tools = any(t.get("functionDeclarations") for t in body.get("tools") or [])
+        config = body.get("generationConfig") or {}
+        if method == "countTokens":
+            return self.reply_json({"totalTokens": 100})
+        if has_tools:
+            blocks = self.gemini_turn(body)
+        elif config.get("responseMimeType") == "application/json":
+            blocks = [{"text": json.dumps({"reasoning": "Scripted session: the user speaks next.",
+                                           "next_speaker": "user"})}]
+        else:
+            blocks = [{"text": "Scripted session"}]
+        parts = []
+        for b in blocks:
+            if "tool" in b:
+                parts.append({"functionCall": {"name": b["tool"], "args": b.get("input", {})}})
+            else:
+                parts.append({"text": b.get("text", "")})
+        usage = {"promptTokenCount": 1000, "cachedContentTokenCount": 400,
+                 "candidatesTokenCount": 40 + 10 * len(parts), "thoughtsTokenCount": 10}
+        usage["totalTokenCount"] = (usage["promptTokenCount"] + usage["candidatesTokenCount"]
+                                    + usage["thoughtsTokenCount"])
+        if LOG:
+            with LOCK:
+                LOG.write(json.dumps({"path": path, "tools": has_tools,
+                                      "messages": len(body.get("contents", [])),
+                                      "gemini_usage": usage}) + "\n")
+                LOG.flush()
+        response_id = next_id("gemini_resp")
+        final = {"candidates": [{"content": {"role": "model", "parts": parts},
+                                 "finishReason": "STOP", "index": 0}],
+                 "usageMetadata": usage, "modelVersion": model, "responseId": response_id}
+        if method != "streamGenerateContent":
+            return self.reply_json(final)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -226,6 +291,19 @@ class Handler(BaseHTTPRequestHandler):
         chunk([], usage=usage)
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+        def chunk(data):
+            self.wfile.write(f"data: {json.dumps(data)}\r\n\r\n".encode())
+            self.wfile.flush()
+
+        # Text first, as the real API streams it, then the function calls with the
+        # finish reason and the usage in the last chunk.
+        texts = [p for p in parts if "text" in p]
+        calls = [p for p in parts if "functionCall" in p]
+        if texts and calls:
+            chunk({"candidates": [{"content": {"role": "model", "parts": texts}, "index": 0}],
+                   "modelVersion": model, "responseId": response_id})
+            final["candidates"][0]["content"]["parts"] = calls
+        chunk(final)
         self.close_connection = True
 
     def stream(self, model, blocks, stream):
