@@ -13,37 +13,87 @@
 //! Nothing here writes the log: the application layer records what these functions
 //! return, through its one ingest path, which refuses evidence kinds.
 
+pub mod adapter;
+pub mod claude_code;
+pub mod codex;
 pub mod hook;
 pub mod import;
 pub mod patch;
 pub mod settings;
 pub mod transcript;
 
-/// The agents tacho records through their hooks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Agent {
-    ClaudeCode,
-    Codex,
-}
+pub use adapter::Adapter;
 
+/// One agent tacho records through its hooks: a `Copy` handle on its [`Adapter`]
+/// (which it derefs to). Two agents are the same when their names are.
+#[derive(Clone, Copy)]
+pub struct Agent(&'static dyn Adapter);
+
+#[allow(non_upper_case_globals)]
 impl Agent {
-    /// Every agent tacho has an adapter for.
-    pub const ALL: [Agent; 2] = [Agent::ClaudeCode, Agent::Codex];
+    pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
+    pub const Codex: Agent = Agent(&codex::Codex);
+
+    /// The registry: every agent tacho has an adapter for, in the order they are
+    /// listed. Adding an agent is a module with its [`Adapter`], a constant above and
+    /// an entry here.
+    pub const ALL: &'static [Agent] = &[Agent::ClaudeCode, Agent::Codex];
+
+    /// The adapter behind it.
+    pub fn adapter(self) -> &'static dyn Adapter {
+        self.0
+    }
 
     /// The name used on the command line and in recorded events.
     pub fn name(self) -> &'static str {
-        match self {
-            Agent::ClaudeCode => "claude-code",
-            Agent::Codex => "codex",
-        }
+        self.0.name()
     }
 
+    /// The agent of a name or alias.
     pub fn parse(s: &str) -> Option<Agent> {
-        match s {
-            "claude-code" | "claude" => Some(Agent::ClaudeCode),
-            "codex" => Some(Agent::Codex),
-            _ => None,
-        }
+        Agent::ALL
+            .iter()
+            .copied()
+            .find(|a| a.name() == s || a.aliases().contains(&s))
+    }
+}
+
+impl std::ops::Deref for Agent {
+    type Target = dyn Adapter;
+    fn deref(&self) -> &(dyn Adapter + 'static) {
+        self.0
+    }
+}
+
+impl PartialEq for Agent {
+    fn eq(&self, other: &Agent) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Agent {}
+
+impl PartialOrd for Agent {
+    fn partial_cmp(&self, other: &Agent) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Agent {
+    fn cmp(&self, other: &Agent) -> std::cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl std::hash::Hash for Agent {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.name().hash(h);
+    }
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Agent({})", self.name())
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tacho_agents::Agent;
-use tacho_agents::import::{Transcript, dedup_key, read_claude_transcript, read_codex_rollout};
+use tacho_agents::import::{Transcript, dedup_key};
 use tacho_schema::EventBody;
 
 pub use tacho_agents::transcript::not_a_transcript;
@@ -103,7 +103,8 @@ impl ImportReport {
 }
 
 impl Tacho {
-    /// Imports transcripts of `agent` (Claude Code transcripts, Codex rollouts).
+    /// Imports transcripts of `agent` (read by its adapter: Claude Code transcripts,
+    /// Codex rollouts).
     /// `progress` hears (files done, files in all). Transcripts go in chunks through
     /// one ingest each (one group commit, new sessions in one pack); a chunk that
     /// fails is imported again transcript by transcript, so one bad transcript fails
@@ -136,10 +137,7 @@ impl Tacho {
                     continue;
                 }
             };
-            let t = match agent {
-                Agent::ClaudeCode => read_claude_transcript(file, &bytes),
-                Agent::Codex => read_codex_rollout(file, &bytes),
-            };
+            let t = agent.import_transcript(file, &bytes);
             report.bad_lines += t.bad_lines;
             report.partial_lines += u64::from(t.partial_tail > 0);
             for (k, n) in &t.skipped {
