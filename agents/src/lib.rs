@@ -134,6 +134,40 @@ pub fn session_id_from(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapter::{PlaceError, Places, Scope};
+
+    /// Every agent of the registry has a name of its own, is found by its name and
+    /// its aliases, and has a settings file at exactly the scopes it lists.
+    #[test]
+    fn the_registry_names_each_agent_once_with_its_scopes() {
+        let places = Places {
+            home: Some("/home/u".into()),
+            project: "/p".into(),
+            ..Places::default()
+        };
+        let mut words = Vec::new();
+        for agent in Agent::ALL {
+            assert!(!agent.hook_events().is_empty(), "{agent}");
+            for word in std::iter::once(&agent.name()).chain(agent.aliases()) {
+                assert_eq!(Agent::parse(word), Some(*agent));
+                words.push(*word);
+            }
+            for scope in Scope::ALL {
+                let file = agent.settings_file(&places, scope);
+                if agent.scopes().contains(&scope) {
+                    assert!(file.is_ok(), "{agent} {scope:?}: {file:?}");
+                } else {
+                    assert_eq!(file, Err(PlaceError::NoScope), "{agent} {scope:?}");
+                }
+            }
+            assert!(agent.import_root(&places).is_ok(), "{agent}");
+        }
+        let n = words.len();
+        words.sort_unstable();
+        words.dedup();
+        assert_eq!(words.len(), n, "a name or alias used twice: {words:?}");
+        assert_eq!(Agent::parse("nobody"), None);
+    }
 
     #[test]
     fn session_ids_are_made_valid() {
