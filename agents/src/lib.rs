@@ -1,5 +1,8 @@
 //! What real coding agents report, in tacho's schema.
 //!
+//! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`])
+//!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
+//!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
 //!   `session_id`, `transcript_path`, `cwd`, `hook_event_name`, and per event the tool,
 //!   its input and response) mapped to the events and snapshots tacho records, with
