@@ -22,7 +22,7 @@ pub struct AgentArg(Agent);
 
 /// The registry as command-line values (clap wants them as a slice of this type).
 const AGENT_ARGS: [AgentArg; Agent::ALL.len()] = {
-    let mut out = [AgentArg(Agent::ClaudeCode); Agent::ALL.len()];
+    let mut out = [AgentArg(Agent::ALL[0]); Agent::ALL.len()];
     let mut i = 0;
     while i < Agent::ALL.len() {
         out[i] = AgentArg(Agent::ALL[i]);
