@@ -235,6 +235,13 @@ pub trait Adapter: Sync + std::fmt::Debug {
     /// Where `tacho import <agent>` looks without paths (every `*.jsonl` under it).
     fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError>;
 
+    /// Whether a file found under a directory given to `tacho import` (or under
+    /// [`Adapter::import_root`]) is one of its transcripts: `*.jsonl` by default (an
+    /// agent that also wrote whole JSON documents, like Gemini CLI once, says so).
+    fn is_transcript(&self, path: &Path) -> bool {
+        path.extension().is_some_and(|e| e == "jsonl")
+    }
+
     /// One whole transcript, read for `tacho import` (each event with its dedup key).
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript;
 

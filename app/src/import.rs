@@ -54,9 +54,10 @@ pub struct ImportFailure {
     pub error: String,
 }
 
-/// Every `*.jsonl` under `dir`, recursively (subagent transcripts included), sorted so
-/// that a main session's transcript comes before its subagents'.
-pub fn transcripts_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// Every transcript of `agent` under `dir` ([`tacho_agents::Adapter::is_transcript`]:
+/// `*.jsonl`), recursively (subagent transcripts included), sorted so that a main
+/// session's transcript comes before its subagents'.
+pub fn transcripts_under(agent: Agent, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -66,7 +67,7 @@ pub fn transcripts_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             let p = entry.path();
             if ft.is_dir() {
                 stack.push(p);
-            } else if ft.is_file() && p.extension().is_some_and(|e| e == "jsonl") {
+            } else if ft.is_file() && agent.is_transcript(&p) {
                 out.push(p);
             }
         }

@@ -256,14 +256,14 @@ pub fn import(a: ImportArgs) -> Result<(), CliError> {
     let mut files = Vec::new();
     for r in &roots {
         match std::fs::metadata(r) {
-            Ok(m) if m.is_dir() => {
-                files.extend(tacho_app::import::transcripts_under(r).map_err(|e| {
+            Ok(m) if m.is_dir() => files.extend(
+                tacho_app::import::transcripts_under(a.agent.agent(), r).map_err(|e| {
                     CliError::Said {
                         kind: ErrorKind::Io,
                         text: format!("{}: {e}", r.display()),
                     }
-                })?)
-            }
+                })?,
+            ),
             Ok(m) if m.is_file() => files.push(r.clone()),
             // A FIFO, socket or device: said as such (it exists), and never read.
             Ok(m) => {
