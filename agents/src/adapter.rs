@@ -266,3 +266,121 @@ pub trait Adapter: Sync + std::fmt::Debug {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Agent;
+    use crate::hook::{Action, HookState, map_payload};
+    use tacho_schema::EventBody;
+
+    /// An agent shaped like Gemini CLI (other event names, tool names of its own, no
+    /// call ids), outside the registry: its module alone makes the shared mapping
+    /// record it.
+    #[derive(Debug)]
+    struct Shaped;
+
+    impl Adapter for Shaped {
+        fn name(&self) -> &'static str {
+            "shaped"
+        }
+        fn settings_file(&self, places: &Places, _: Scope) -> Result<PathBuf, PlaceError> {
+            Ok(places.project.join(".shaped/settings.json"))
+        }
+        fn hook_events(&self) -> &'static [HookEvent] {
+            &[("BeforeTool", Some("*"), 30), ("AfterTool", Some("*"), 30)]
+        }
+        fn parse_payload(&self, bytes: &[u8]) -> Result<HookPayload, PayloadError> {
+            let mut p = HookPayload::parse(bytes)?;
+            p.hook_event_name = match p.hook_event_name.as_str() {
+                "BeforeTool" => "PreToolUse".into(),
+                "AfterTool" => "PostToolUse".into(),
+                "AfterAgent" => "Stop".into(),
+                other => other.into(),
+            };
+            Ok(p)
+        }
+        fn tool_kind(&self, tool: &str, input: Option<&Value>) -> ToolKind {
+            match (tool, input.and_then(|i| i.get("file_path")?.as_str())) {
+                ("write_file", Some(p)) => ToolKind::Files(vec![p.to_owned()]),
+                ("read_file", _) => ToolKind::ReadOnly,
+                _ => ToolKind::Anything,
+            }
+        }
+        fn read_transcript(&self, c: &mut Cursor, p: &Path, f: bool) -> std::io::Result<Caught> {
+            c.catch_up(p, f, false)
+        }
+        fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
+            places.config_dir("SHAPED_HOME", ".shaped")
+        }
+        fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
+            crate::import::read_claude_transcript(path, bytes)
+        }
+        fn stop_block(&self, _: &str) -> Option<String> {
+            None
+        }
+    }
+
+    static SHAPED: Shaped = Shaped;
+
+    #[test]
+    fn an_agent_is_its_module_alone() {
+        let agent = Agent(&SHAPED);
+        assert_eq!(Agent::parse("shaped"), None, "not in the registry");
+        let mut st = HookState::default();
+        let mut map = |v: Value| {
+            let p = agent
+                .parse_payload(v.to_string().as_bytes())
+                .unwrap_or_default();
+            map_payload(agent, &p, &mut st)
+        };
+        let event = |name: &str, tool: &str, file: &str| {
+            serde_json::json!({"session_id": "g-1", "cwd": "/w", "hook_event_name": name,
+                "tool_name": tool, "tool_input": {"file_path": file}})
+        };
+        // No call ids: the result is paired with the call before it; the write is a
+        // step with targeted snapshots; the read is no step.
+        let a = map(event("BeforeTool", "write_file", "/w/a.txt"));
+        let step = a.iter().find_map(|a| match a {
+            Action::Snapshot {
+                paths,
+                before_step: Some(s),
+                ..
+            } => Some((paths.clone(), *s)),
+            _ => None,
+        });
+        assert_eq!(step, Some((vec!["/w/a.txt".to_owned()], 1)), "{a:?}");
+        let a = map(event("AfterTool", "write_file", "/w/a.txt"));
+        assert!(
+            a.iter().any(|a| matches!(
+                a,
+                Action::Event {
+                    body: EventBody::StepFinish(_),
+                    ..
+                }
+            )),
+            "{a:?}"
+        );
+        let a = map(event("BeforeTool", "read_file", "/w/a.txt"));
+        assert!(
+            !a.iter().any(|a| matches!(
+                a,
+                Action::Event {
+                    body: EventBody::StepStart(_),
+                    ..
+                }
+            )),
+            "{a:?}"
+        );
+        let gated = a
+            .iter()
+            .chain(&map(event("AfterAgent", "", "")))
+            .any(|a| matches!(a, Action::Gate { .. }));
+        assert!(gated, "its stop reaches the gate");
+        assert_eq!(agent.stop_block("not done"), None);
+        assert_eq!(
+            Agent::ClaudeCode.stop_block("r").as_deref(),
+            Some("{\"decision\":\"block\",\"reason\":\"r\"}\n")
+        );
+    }
+}
