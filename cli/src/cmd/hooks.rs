@@ -179,17 +179,12 @@ pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
         HooksCommand::Install(a) | HooksCommand::Uninstall(a)
             if !a.agent.agent().scopes().contains(&a.scope.scope()) =>
         {
-            let agent = a.agent.agent();
-            let scopes: Vec<String> = agent
-                .scopes()
-                .iter()
-                .map(|s| format!("--scope {}", s.name()))
-                .collect();
-            return Err(CliError::input(format!(
-                "{agent} has no {} scope: use {}",
-                a.scope.scope().name(),
-                scopes.join(" or ")
-            )));
+            // Said before anything else is looked at (this tacho's path, the files).
+            return Err(tacho_app::install::InstallError::NoScope {
+                agent: a.agent.agent(),
+                scope: a.scope.scope(),
+            }
+            .into());
         }
         HooksCommand::Install(a) => {
             let tacho = this_tacho()?;
