@@ -163,7 +163,7 @@ impl Track {
 
     /// Folds in one event of this track's session that the hook did not record
     /// itself (or recorded without keeping its state: a hook killed halfway).
-    fn observe(&mut self, body: &EventBody) {
+    fn observe(&mut self, agent: Agent, body: &EventBody) {
         match body {
             EventBody::SessionStart(_) => self.started = true,
             EventBody::SessionEnd(_) => {
@@ -190,7 +190,7 @@ impl Track {
                     .as_deref()
                     .and_then(|i| serde_json::from_str::<Value>(i).ok());
                 if let Some(step) = self.open_step
-                    && tool_kind(&c.tool, input.as_ref()) != ToolKind::ReadOnly
+                    && agent.tool_kind(&c.tool, input.as_ref()) != ToolKind::ReadOnly
                 {
                     self.open.insert(c.call_id.clone(), step);
                 }
@@ -248,14 +248,14 @@ impl HookState {
     }
 
     /// Folds in one event that the log holds for `session` past this state's head.
-    pub fn observe(&mut self, session: &str, body: &EventBody) {
+    pub fn observe(&mut self, agent: Agent, session: &str, body: &EventBody) {
         if let EventBody::LlmResponse(r) = body
             && self.main.session == session
         {
             observe_usage(&mut self.transcript, r);
         }
         if let Some(t) = self.track_mut(session) {
-            t.observe(body);
+            t.observe(agent, body);
         }
     }
 }
@@ -325,7 +325,7 @@ pub enum Action {
 
 /// How a tool is snapshotted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum ToolKind {
+pub enum ToolKind {
     /// Reads only: no snapshot, no step.
     ReadOnly,
     /// Changes these paths only: targeted snapshots.
@@ -376,7 +376,9 @@ fn patch_text(input: Option<&Value>) -> Option<&str> {
     }
 }
 
-fn tool_kind(tool: &str, input: Option<&Value>) -> ToolKind {
+/// What a tool can change, by the names Claude Code and Codex give their tools (the
+/// default of [`crate::Adapter::tool_kind`]).
+pub fn tool_kind(tool: &str, input: Option<&Value>) -> ToolKind {
     match tool {
         "Edit" | "Write" | "MultiEdit" => str_field(input, "file_path")
             .map_or(ToolKind::Anything, |p| ToolKind::Files(vec![p.to_owned()])),
@@ -554,7 +556,7 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
         start(agent, p, &mut state.main, None, &mut out);
     }
     let main = state.main.session.clone();
-    if agent == Agent::Codex {
+    if agent.results_from_transcript() {
         resolve_deferred(
             agent,
             state,
@@ -604,10 +606,10 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
             };
             if event == "PreToolUse" {
                 tool_call(agent, p, track, &mut out);
-            } else if agent == Agent::Codex && known.is_none() && event == "PostToolUse" {
+            } else if agent.results_from_transcript() && known.is_none() && event == "PostToolUse" {
                 // The rollout does not hold the call's output yet: the workspace is
                 // snapshotted now, the result recorded once its exit code is known.
-                snapshot_after(p, track, &mut out);
+                snapshot_after(agent, p, track, &mut out);
                 state.deferred.push(p.clone());
             } else {
                 tool_result(agent, p, known, track, &mut out);
@@ -826,7 +828,7 @@ fn tool_call(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Act
     }
     let input = p.tool_input.as_ref();
     let target = tool_target(&tool, input);
-    let kind = tool_kind(&tool, input);
+    let kind = agent.tool_kind(&tool, input);
     if kind != ToolKind::ReadOnly {
         let paths = match &kind {
             ToolKind::Files(p) => p.clone(),
@@ -947,7 +949,7 @@ fn tool_result(
     let snapshotted = track.snapshotted.remove(&call_id);
     if let Some(step) = track.open.remove(&call_id) {
         if !snapshotted {
-            out.push(after_snapshot(&tool, p, track));
+            out.push(after_snapshot(agent, &tool, p, track));
         }
         track.open_step_failed |= failed;
         // The step finishes with the last of its calls.
@@ -968,8 +970,8 @@ fn tool_result(
 }
 
 /// The snapshot after a tool call that can change files.
-fn after_snapshot(tool: &str, p: &HookPayload, track: &Track) -> Action {
-    let paths = match tool_kind(tool, p.tool_input.as_ref()) {
+fn after_snapshot(agent: Agent, tool: &str, p: &HookPayload, track: &Track) -> Action {
+    let paths = match agent.tool_kind(tool, p.tool_input.as_ref()) {
         ToolKind::Files(p) => p,
         _ => Vec::new(),
     };
@@ -982,11 +984,11 @@ fn after_snapshot(tool: &str, p: &HookPayload, track: &Track) -> Action {
 }
 
 /// Takes the snapshot after a call whose result is recorded later.
-fn snapshot_after(p: &HookPayload, track: &mut Track, out: &mut Vec<Action>) {
+fn snapshot_after(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Action>) {
     let Some(id) = &p.tool_use_id else { return };
     if track.open.contains_key(id) && track.snapshotted.insert(id.clone()) {
         let tool = p.tool_name.clone().unwrap_or_else(|| "unknown".into());
-        out.push(after_snapshot(&tool, p, track));
+        out.push(after_snapshot(agent, &tool, p, track));
     }
 }
 

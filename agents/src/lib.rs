@@ -1,5 +1,8 @@
 //! What real coding agents report, in tacho's schema.
 //!
+//! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`])
+//!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
+//!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
 //!   `session_id`, `transcript_path`, `cwd`, `hook_event_name`, and per event the tool,
 //!   its input and response) mapped to the events and snapshots tacho records, with
@@ -13,37 +16,87 @@
 //! Nothing here writes the log: the application layer records what these functions
 //! return, through its one ingest path, which refuses evidence kinds.
 
+pub mod adapter;
+pub mod claude_code;
+pub mod codex;
 pub mod hook;
 pub mod import;
 pub mod patch;
 pub mod settings;
 pub mod transcript;
 
-/// The agents tacho records through their hooks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Agent {
-    ClaudeCode,
-    Codex,
-}
+pub use adapter::Adapter;
 
+/// One agent tacho records through its hooks: a `Copy` handle on its [`Adapter`]
+/// (which it derefs to). Two agents are the same when their names are.
+#[derive(Clone, Copy)]
+pub struct Agent(&'static dyn Adapter);
+
+#[allow(non_upper_case_globals)]
 impl Agent {
-    /// Every agent tacho has an adapter for.
-    pub const ALL: [Agent; 2] = [Agent::ClaudeCode, Agent::Codex];
+    pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
+    pub const Codex: Agent = Agent(&codex::Codex);
+
+    /// The registry: every agent tacho has an adapter for, in the order they are
+    /// listed. Adding an agent is a module with its [`Adapter`], a constant above and
+    /// an entry here.
+    pub const ALL: &'static [Agent] = &[Agent::ClaudeCode, Agent::Codex];
+
+    /// The adapter behind it.
+    pub fn adapter(self) -> &'static dyn Adapter {
+        self.0
+    }
 
     /// The name used on the command line and in recorded events.
     pub fn name(self) -> &'static str {
-        match self {
-            Agent::ClaudeCode => "claude-code",
-            Agent::Codex => "codex",
-        }
+        self.0.name()
     }
 
+    /// The agent of a name or alias.
     pub fn parse(s: &str) -> Option<Agent> {
-        match s {
-            "claude-code" | "claude" => Some(Agent::ClaudeCode),
-            "codex" => Some(Agent::Codex),
-            _ => None,
-        }
+        Agent::ALL
+            .iter()
+            .copied()
+            .find(|a| a.name() == s || a.aliases().contains(&s))
+    }
+}
+
+impl std::ops::Deref for Agent {
+    type Target = dyn Adapter;
+    fn deref(&self) -> &(dyn Adapter + 'static) {
+        self.0
+    }
+}
+
+impl PartialEq for Agent {
+    fn eq(&self, other: &Agent) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Agent {}
+
+impl PartialOrd for Agent {
+    fn partial_cmp(&self, other: &Agent) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Agent {
+    fn cmp(&self, other: &Agent) -> std::cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl std::hash::Hash for Agent {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.name().hash(h);
+    }
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Agent({})", self.name())
     }
 }
 
@@ -84,6 +137,40 @@ pub fn session_id_from(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapter::{PlaceError, Places, Scope};
+
+    /// Every agent of the registry has a name of its own, is found by its name and
+    /// its aliases, and has a settings file at exactly the scopes it lists.
+    #[test]
+    fn the_registry_names_each_agent_once_with_its_scopes() {
+        let places = Places {
+            home: Some("/home/u".into()),
+            project: "/p".into(),
+            ..Places::default()
+        };
+        let mut words = Vec::new();
+        for agent in Agent::ALL {
+            assert!(!agent.hook_events().is_empty(), "{agent}");
+            for word in std::iter::once(&agent.name()).chain(agent.aliases()) {
+                assert_eq!(Agent::parse(word), Some(*agent));
+                words.push(*word);
+            }
+            for scope in Scope::ALL {
+                let file = agent.settings_file(&places, scope);
+                if agent.scopes().contains(&scope) {
+                    assert!(file.is_ok(), "{agent} {scope:?}: {file:?}");
+                } else {
+                    assert_eq!(file, Err(PlaceError::NoScope), "{agent} {scope:?}");
+                }
+            }
+            assert!(agent.import_root(&places).is_ok(), "{agent}");
+        }
+        let n = words.len();
+        words.sort_unstable();
+        words.dedup();
+        assert_eq!(words.len(), n, "a name or alias used twice: {words:?}");
+        assert_eq!(Agent::parse("nobody"), None);
+    }
 
     #[test]
     fn session_ids_are_made_valid() {

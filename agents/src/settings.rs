@@ -1,42 +1,21 @@
 //! tacho's entries in an agent's hook settings file: merged in, taken out, and read
 //! back, keeping every other hook and key as it was.
 //!
-//! Both agents use the same shape: `{"hooks": {"<Event>": [{"matcher": "…", "hooks":
-//! [{"type": "command", "command": "…", "timeout": N}]}]}}` (Claude Code in
-//! `settings.json`, Codex in `hooks.json`). tacho's handlers are the ones whose
+//! This is [`crate::adapter::Installation::HooksObject`]: `{"hooks": {"<Event>":
+//! [{"matcher": "…", "hooks": [{"type": "command", "command": "…", "timeout": N}]}]}}`
+//! (Claude Code in `settings.json`, Codex in `hooks.json`). tacho's handlers are the ones whose
 //! command runs `<tacho> hook <agent>`; everything else is never touched.
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::Agent;
+use crate::adapter::HookEvent;
 
-/// The hook events tacho installs, with the matcher they need (tool events match
-/// every tool) and a timeout in seconds.
-pub fn events(agent: Agent) -> &'static [(&'static str, Option<&'static str>, u64)] {
-    match agent {
-        Agent::ClaudeCode => &[
-            ("SessionStart", None, 10),
-            ("UserPromptSubmit", None, 10),
-            ("PreToolUse", Some("*"), 30),
-            ("PostToolUse", Some("*"), 30),
-            ("PostToolUseFailure", Some("*"), 30),
-            ("Notification", None, 10),
-            ("PreCompact", None, 10),
-            ("SubagentStart", None, 10),
-            ("SubagentStop", None, 30),
-            ("Stop", None, 60),
-            // Claude Code gives every SessionEnd hook 1.5 s in all by default.
-            ("SessionEnd", None, 2),
-        ],
-        Agent::Codex => &[
-            ("SessionStart", None, 10),
-            ("UserPromptSubmit", None, 10),
-            ("PreToolUse", Some("*"), 30),
-            ("PostToolUse", Some("*"), 30),
-            ("Stop", None, 60),
-        ],
-    }
+/// The hook events tacho installs for `agent` ([`crate::Adapter::hook_events`]), with
+/// the matcher they need (tool events match every tool) and a timeout in seconds.
+pub fn events(agent: Agent) -> &'static [HookEvent] {
+    agent.hook_events()
 }
 
 /// Why a settings file cannot be changed.

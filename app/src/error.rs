@@ -334,7 +334,13 @@ mod tests {
                 }),
                 Field::Session,
             ),
-            (Box::new(InstallError::NoLocalScope), Field::Scope),
+            (
+                Box::new(InstallError::NoScope {
+                    agent: tacho_agents::Agent::Codex,
+                    scope: crate::install::Scope::Local,
+                }),
+                Field::Scope,
+            ),
             (
                 Box::new(InstallError::File(UserFileError::InRepository {
                     path: PathBuf::from(".claude"),

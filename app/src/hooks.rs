@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tacho_agents::hook::{Action, HookPayload, HookState, map_payload};
+use tacho_agents::hook::{Action, HookState, map_payload};
 use tacho_agents::{Agent, session_id_from};
 use tacho_schema::{EventBody, SnapshotReason};
 use tacho_store::Durability;
@@ -65,7 +65,8 @@ impl Tacho {
         );
         let mains: Vec<&str> = mains.filter(|m| !m.is_empty()).collect();
         Agent::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|a| mains.iter().any(|m| self.hook_state_path(*a, m).is_file()))
     }
 
@@ -75,7 +76,7 @@ impl Tacho {
     /// alone (its state names a head the log no longer has, so it starts again from
     /// the log anyway).
     pub(crate) fn remove_hook_state(&self, session: &str) {
-        for agent in Agent::ALL {
+        for &agent in Agent::ALL {
             let path = self.hook_state_path(agent, session);
             if !path.is_file() {
                 continue;
@@ -115,7 +116,7 @@ impl Tacho {
     /// Records one hook payload of `agent`; returns what the hook process answers.
     pub fn hook(&self, agent: Agent, input: &[u8]) -> HookAnswer {
         let mut answer = HookAnswer::default();
-        let payload = match HookPayload::parse(input) {
+        let payload = match agent.parse_payload(input) {
             Ok(p) => p,
             Err(e) => {
                 let msg = format!("tacho: nothing recorded: {e}");
@@ -156,10 +157,10 @@ impl Tacho {
                         &mut answer,
                         format!("{}: {e}; starting from the log", state_path.display()),
                     );
-                    self.state_from_log(&session)
+                    self.state_from_log(agent, &session)
                 }
             },
-            Err(_) => self.state_from_log(&session),
+            Err(_) => self.state_from_log(agent, &session),
         };
         let opts = IngestOptions::one_batch(format!("{agent} hook {event}"));
         let mut ingest = match Ingest::new(self, opts, |_| Ok(())) {
@@ -171,16 +172,17 @@ impl Tacho {
         };
         // What the log holds past the state's heads (a hook killed after its events
         // were committed, a goal check, `tacho session end`) is folded in first.
-        if let Err(e) = self.catch_up(&session, &mut state, &mut ingest) {
+        if let Err(e) = self.catch_up(agent, &session, &mut state, &mut ingest) {
             problem(&mut answer, format!("catching up with the log: {e}"));
         }
-        // Codex's hook payloads carry no exit code: its rollout does. Read it first,
-        // so that a tool result can be recorded with what the call returned.
+        // An agent whose hook payloads lack what its transcript holds (Codex: exit
+        // codes): the transcript is read first, so that a tool result can be recorded
+        // with what the call returned.
         let mut early = Vec::new();
-        if agent == Agent::Codex
+        if agent.results_from_transcript()
             && let Some(t) = &payload.transcript_path
         {
-            match state.transcript.catch_up(Path::new(t), false, true) {
+            match agent.read_transcript(&mut state.transcript, Path::new(t), false) {
                 Ok(c) => {
                     early = self.not_recorded(&session, c.rewritten, c.usages);
                     state.call_outputs.extend(c.outputs);
@@ -213,8 +215,7 @@ impl Tacho {
                             Some(a) => state.subagent_transcripts.entry(a.clone()).or_default(),
                             None => &mut state.transcript,
                         };
-                        let codex = agent == Agent::Codex;
-                        match cursor.catch_up(Path::new(&transcript), finish, codex) {
+                        match agent.read_transcript(cursor, Path::new(&transcript), finish) {
                             Ok(c) => {
                                 state.call_outputs.extend(c.outputs);
                                 let usages = self.not_recorded(&session, c.rewritten, c.usages);
@@ -263,28 +264,39 @@ impl Tacho {
         }
         if let Some((session, already_blocked)) = gate {
             let blocked = match self.stop_gate(&session, &mut state, already_blocked) {
-                Ok(Some(reason)) => {
-                    self.hook_log(agent, &event, &session, &format!("stop blocked: {reason}"));
-                    answer.stdout = serde_json::json!({"decision": "block", "reason": reason})
-                        .to_string()
-                        + "\n";
-                    true
-                }
+                Ok(Some(reason)) => match agent.stop_block(&reason) {
+                    Some(stdout) => {
+                        self.hook_log(agent, &event, &session, &format!("stop blocked: {reason}"));
+                        answer.stdout = stdout;
+                        true
+                    }
+                    // An agent whose stop cannot be refused: said in the log only.
+                    None => {
+                        self.hook_log(
+                            agent,
+                            &event,
+                            &session,
+                            &format!("stop not blocked ({agent} cannot be sent back): {reason}"),
+                        );
+                        false
+                    }
+                },
                 Ok(None) => false,
                 Err(e) => {
                     problem(&mut answer, format!("completion gate: {e}"));
                     false
                 }
             };
-            // Codex reports no session end: a stop the gate lets through ends the
-            // session, and a later turn continues it as a new one (`<id>.2`, whose
-            // parent this is) — so that it can be rolled back once the agent stopped.
-            if agent == Agent::Codex && !blocked && !state.main.ended {
+            // An agent that reports no session end (Codex): a stop the gate lets
+            // through ends the session, and a later turn continues it as a new one
+            // (`<id>.2`, whose parent this is) — so that it can be rolled back once the
+            // agent stopped.
+            if !agent.reports_session_end() && !blocked && !state.main.ended {
                 let end = EventBody::SessionEnd(tacho_schema::SessionEnd {
                     reason: tacho_schema::EndReason::Completed,
-                    message: Some(
-                        "codex: the turn ended (a later turn continues as a new session)".into(),
-                    ),
+                    message: Some(format!(
+                        "{agent}: the turn ended (a later turn continues as a new session)"
+                    )),
                 });
                 match self.log().writer(&session).and_then(|mut w| {
                     w.append(self.now(), &end, Durability::Sync)?;
@@ -313,7 +325,8 @@ impl Tacho {
         self.hook_ok(agent, &event, answer)
     }
 
-    /// Exit 0, with the JSON a Codex `Stop` hook must print when it lets the agent go.
+    /// Exit 0, with what the agent's `Stop` hook must print when it lets the agent go
+    /// ([`tacho_agents::Adapter::stop_pass`]: Codex's JSON).
     fn hook_ok(&self, agent: Agent, event: &str, mut answer: HookAnswer) -> HookAnswer {
         if !answer.problems.is_empty() && answer.stderr.is_empty() {
             answer.stderr = format!(
@@ -322,8 +335,8 @@ impl Tacho {
                 self.data_dir().join("logs").join("hooks.log").display()
             );
         }
-        if agent == Agent::Codex && event == "Stop" && answer.stdout.is_empty() {
-            answer.stdout = "{}\n".into();
+        if event == "Stop" && answer.stdout.is_empty() {
+            answer.stdout = agent.stop_pass().to_owned();
         }
         answer.exit_code = 0;
         answer
@@ -333,7 +346,7 @@ impl Tacho {
     /// torn: what the log says — started and ended, step numbers, open steps and their
     /// calls, and every model response already counted — so that a lost state file
     /// never records a second `session.start` nor counts tokens twice.
-    fn state_from_log(&self, session: &str) -> HookState {
+    fn state_from_log(&self, agent: Agent, session: &str) -> HookState {
         let mut state = HookState::default();
         state.main.session = session.to_owned();
         if !self.log().has_session(session) {
@@ -342,7 +355,7 @@ impl Tacho {
         state.main.started = true;
         let mut next = 0;
         let _ = self.log().read_session(session, |e| {
-            state.observe(session, &e.event.body);
+            state.observe(agent, session, &e.event.body);
             next = e.seq + 1;
         });
         state.heads.insert(session.to_owned(), next);
@@ -354,6 +367,7 @@ impl Tacho {
     /// longer holds, or holds less of, starts the state again from the log.
     fn catch_up(
         &self,
+        agent: Agent,
         session: &str,
         state: &mut HookState,
         ingest: &mut Ingest<'_>,
@@ -373,12 +387,12 @@ impl Tacho {
             };
             if now < head {
                 // Removed or cut short since: what the log holds is what counts.
-                *state = self.state_from_log(session);
+                *state = self.state_from_log(agent, session);
                 return Ok(());
             }
             if now > head {
                 self.log().read_session_from(&s, head, |e| {
-                    state.observe(&s, &e.event.body);
+                    state.observe(agent, &s, &e.event.body);
                 })?;
                 state.heads.insert(s, now);
             }

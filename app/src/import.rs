@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tacho_agents::Agent;
-use tacho_agents::import::{Transcript, dedup_key, read_claude_transcript, read_codex_rollout};
+use tacho_agents::import::{Transcript, dedup_key};
 use tacho_schema::EventBody;
 
 pub use tacho_agents::transcript::not_a_transcript;
@@ -54,9 +54,10 @@ pub struct ImportFailure {
     pub error: String,
 }
 
-/// Every `*.jsonl` under `dir`, recursively (subagent transcripts included), sorted so
-/// that a main session's transcript comes before its subagents'.
-pub fn transcripts_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// Every transcript of `agent` under `dir` ([`tacho_agents::Adapter::is_transcript`]:
+/// `*.jsonl`), recursively (subagent transcripts included), sorted so that a main
+/// session's transcript comes before its subagents'.
+pub fn transcripts_under(agent: Agent, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -66,7 +67,7 @@ pub fn transcripts_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             let p = entry.path();
             if ft.is_dir() {
                 stack.push(p);
-            } else if ft.is_file() && p.extension().is_some_and(|e| e == "jsonl") {
+            } else if ft.is_file() && agent.is_transcript(&p) {
                 out.push(p);
             }
         }
@@ -103,7 +104,8 @@ impl ImportReport {
 }
 
 impl Tacho {
-    /// Imports transcripts of `agent` (Claude Code transcripts, Codex rollouts).
+    /// Imports transcripts of `agent` (read by its adapter: Claude Code transcripts,
+    /// Codex rollouts).
     /// `progress` hears (files done, files in all). Transcripts go in chunks through
     /// one ingest each (one group commit, new sessions in one pack); a chunk that
     /// fails is imported again transcript by transcript, so one bad transcript fails
@@ -136,10 +138,7 @@ impl Tacho {
                     continue;
                 }
             };
-            let t = match agent {
-                Agent::ClaudeCode => read_claude_transcript(file, &bytes),
-                Agent::Codex => read_codex_rollout(file, &bytes),
-            };
+            let t = agent.import_transcript(file, &bytes);
             report.bad_lines += t.bad_lines;
             report.partial_lines += u64::from(t.partial_tail > 0);
             for (k, n) in &t.skipped {

@@ -12,98 +12,31 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tacho_agents::Agent;
+use tacho_agents::adapter::{Installation, PlaceError};
 use tacho_agents::settings::{self, SettingsError};
 
 use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
 use crate::userfile::{Owner, SettingsFile, UserFileError};
 
-/// Where a settings file is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    /// The user's own settings (every project).
-    User,
-    /// The project's shared settings (committed).
-    Project,
-    /// The project's settings for this machine only (Claude Code's
-    /// `settings.local.json`).
-    Local,
-}
+/// Where a settings file is, and the places settings files are looked for (the
+/// agents' own: [`tacho_agents::adapter`]).
+pub use tacho_agents::adapter::{Places, Scope};
 
-impl Scope {
-    pub fn parse(s: &str) -> Option<Scope> {
-        match s {
-            "user" => Some(Scope::User),
-            "project" => Some(Scope::Project),
-            "local" => Some(Scope::Local),
-            _ => None,
-        }
-    }
-}
-
-/// The places settings files are looked for: the environment, given by the caller.
-#[derive(Debug, Clone, Default)]
-pub struct Places {
-    pub home: Option<PathBuf>,
-    /// `CLAUDE_CONFIG_DIR`.
-    pub claude_config_dir: Option<PathBuf>,
-    /// `CODEX_HOME`.
-    pub codex_home: Option<PathBuf>,
-    /// The project: the Git work tree holding the current directory, else it.
-    pub project: PathBuf,
-}
-
-impl Places {
-    /// From the process environment and the current directory.
-    pub fn from_env() -> std::io::Result<Places> {
-        let cwd = std::env::current_dir()?;
-        let project = cwd
-            .ancestors()
-            .find(|d| d.join(".git").exists())
-            .map_or_else(|| cwd.clone(), Path::to_path_buf);
-        let var = |k: &str| {
-            std::env::var_os(k)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
-        Ok(Places {
-            home: var("HOME").or_else(dirs::home_dir),
-            claude_config_dir: var("CLAUDE_CONFIG_DIR"),
-            codex_home: var("CODEX_HOME"),
-            project,
-        })
-    }
-
-    /// The settings file of `agent` at `scope`.
-    pub fn settings_file(&self, agent: Agent, scope: Scope) -> Result<PathBuf, InstallError> {
-        let home = || self.home.clone().ok_or(InstallError::NoHome);
-        Ok(match (agent, scope) {
-            (Agent::ClaudeCode, Scope::User) => match &self.claude_config_dir {
-                Some(d) => d.join("settings.json"),
-                None => home()?.join(".claude").join("settings.json"),
-            },
-            (Agent::ClaudeCode, Scope::Project) => {
-                self.project.join(".claude").join("settings.json")
-            }
-            (Agent::ClaudeCode, Scope::Local) => {
-                self.project.join(".claude").join("settings.local.json")
-            }
-            (Agent::Codex, Scope::User) => match &self.codex_home {
-                Some(d) => d.join("hooks.json"),
-                None => home()?.join(".codex").join("hooks.json"),
-            },
-            (Agent::Codex, Scope::Project) => self.project.join(".codex").join("hooks.json"),
-            (Agent::Codex, Scope::Local) => return Err(InstallError::NoLocalScope),
-        })
-    }
+/// The settings file of `agent` at `scope`.
+pub fn settings_file(places: &Places, agent: Agent, scope: Scope) -> Result<PathBuf, InstallError> {
+    agent.settings_file(places, scope).map_err(|e| match e {
+        PlaceError::NoHome => InstallError::NoHome,
+        PlaceError::NoScope => InstallError::NoScope { agent, scope },
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
     #[error("no home directory (set HOME)")]
     NoHome,
+    /// The agent has no settings file of this scope.
     #[error("{}", neutral(self))]
-    NoLocalScope,
+    NoScope { agent: Agent, scope: Scope },
     #[error(transparent)]
     Settings(#[from] SettingsError),
     #[error("{}: {source}", path.display())]
@@ -121,7 +54,7 @@ pub enum InstallError {
 impl Kind for InstallError {
     fn kind(&self) -> ErrorKind {
         match self {
-            InstallError::Settings(_) | InstallError::NoLocalScope => ErrorKind::Input,
+            InstallError::Settings(_) | InstallError::NoScope { .. } => ErrorKind::Input,
             InstallError::NoHome | InstallError::Io { .. } | InstallError::ExePath(_) => {
                 ErrorKind::Io
             }
@@ -131,7 +64,7 @@ impl Kind for InstallError {
 
     fn field(&self) -> Option<Field> {
         match self {
-            InstallError::NoLocalScope => Some(Field::Scope),
+            InstallError::NoScope { .. } => Some(Field::Scope),
             InstallError::File(e) => e.field(),
             _ => None,
         }
@@ -139,11 +72,18 @@ impl Kind for InstallError {
 
     fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
         match self {
-            InstallError::NoLocalScope => {
-                let scope = name.field(Field::Scope);
+            InstallError::NoScope { agent, scope } => {
+                let flag = name.field(Field::Scope);
+                let scopes: Vec<String> = agent
+                    .scopes()
+                    .iter()
+                    .map(|s| format!("{flag} {}", s.name()))
+                    .collect();
                 write!(
                     f,
-                    "codex has no local scope: use {scope} user or {scope} project"
+                    "{agent} has no {} scope: use {}",
+                    scope.name(),
+                    scopes.join(" or ")
                 )
             }
             InstallError::File(e) => e.fmt_named(f, name),
@@ -219,12 +159,6 @@ fn owner(places: &Places, scope: Scope) -> Owner<'_> {
     }
 }
 
-fn codex_note(agent: Agent) -> Option<String> {
-    (agent == Agent::Codex).then(|| {
-        "Codex asks you to trust new or changed hooks before it runs them: start codex once and approve tacho's hooks (review them with /hooks)".to_string()
-    })
-}
-
 /// The program path hooks should run: this tacho.
 pub fn this_tacho() -> Result<String, InstallError> {
     let exe = std::env::current_exe().map_err(|source| InstallError::Io {
@@ -258,7 +192,11 @@ fn edit_settings(
         &mut serde_json::Map<String, serde_json::Value>,
     ) -> Result<bool, SettingsError>,
 ) -> Result<Edited, InstallError> {
-    let file = places.settings_file(agent, scope)?;
+    // The one way of installing there is yet; another (a plugin file) is a branch here.
+    match agent.installation() {
+        Installation::HooksObject => {}
+    }
+    let file = settings_file(places, agent, scope)?;
     let name = file.display().to_string();
     let current = SettingsFile::read(&file, owner(places, scope))?;
     let mut s = settings::parse(&name, current.text())?;
@@ -307,7 +245,7 @@ pub fn install_hooks(
         backup: e.backup,
         written_through: e.written_through,
         text: e.text,
-        note: codex_note(agent),
+        note: agent.install_note().map(str::to_owned),
     })
 }
 
@@ -343,9 +281,9 @@ pub fn uninstall_hooks(
 /// hooks should run: [`this_tacho`]).
 pub fn hooks_status(places: &Places, tacho: &str) -> HooksStatus {
     let mut out = Vec::new();
-    for agent in [Agent::ClaudeCode, Agent::Codex] {
-        for scope in [Scope::User, Scope::Project, Scope::Local] {
-            let Ok(file) = places.settings_file(agent, scope) else {
+    for &agent in Agent::ALL {
+        for &scope in agent.scopes() {
+            let Ok(file) = settings_file(places, agent, scope) else {
                 continue;
             };
             let name = file.display().to_string();

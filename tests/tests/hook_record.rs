@@ -346,3 +346,86 @@ fn long_session_ids_work_and_derived_ids_stay_apart() {
         assert_eq!(code, 0, "{out}");
     }
 }
+
+/// The registry (`Agent::ALL`) is the one list of agents: every agent in it is a value
+/// of `tacho hook` and `tacho hooks install`, has its hook answered, and is listed by
+/// `tacho hooks status` at every scope it has (and no other).
+#[test]
+fn every_agent_of_the_registry_is_on_the_command_line_and_in_hooks_status() {
+    use tacho_app::agents::Agent;
+    let e = Env::new();
+    // Settings files under a home of the test's own.
+    let home = e.home.join("user");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = |args: &[&str], input: Option<&str>| {
+        let mut c = tacho(&e.home);
+        c.current_dir(&e.ws).env("HOME", &home).args(args);
+        if let Some(input) = input {
+            let mut f = tempfile::NamedTempFile::new().unwrap();
+            std::io::Write::write_all(&mut f, input.as_bytes()).unwrap();
+            c.stdin(std::fs::File::open(f.path()).unwrap());
+        }
+        run(c)
+    };
+    let (code, help, err) = run(&["hook", "--help"], None);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["hooks", "status", "--json"], None);
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let files = status["files"].as_array().unwrap();
+    let mut listed = 0;
+    for agent in Agent::ALL {
+        let name = agent.name();
+        assert!(
+            help.contains(name),
+            "{name} is not in `tacho hook --help`: {help}"
+        );
+        // Its hook runs and exits 0: by its name (the fast path) and its aliases
+        // (through clap).
+        let payload = e.payload(
+            &format!("reg-{name}"),
+            "SessionStart",
+            serde_json::json!({}),
+        );
+        for word in std::iter::once(&name).chain(agent.aliases()) {
+            assert_eq!(Agent::parse(word), Some(*agent));
+            let (code, _, err) = run(&["hook", word], Some(&payload));
+            assert_eq!(code, 0, "hook {word}: {err}");
+            assert!(err.is_empty(), "hook {word}: {err}");
+        }
+        let scopes: Vec<&str> = files
+            .iter()
+            .filter(|f| f["agent"] == name)
+            .map(|f| f["scope"].as_str().unwrap())
+            .collect();
+        let want: Vec<&str> = agent.scopes().iter().map(|s| s.name()).collect();
+        assert_eq!(scopes, want, "{name} in `tacho hooks status`: {status}");
+        listed += scopes.len();
+        for scope in ["user", "project", "local"] {
+            let args = [
+                "hooks",
+                "install",
+                name,
+                "--scope",
+                scope,
+                "--dry-run",
+                "--json",
+            ];
+            let (code, out, err) = run(&args, None);
+            if want.contains(&scope) {
+                assert_eq!(code, 0, "{name} {scope}: {out}{err}");
+            } else {
+                assert_ne!(code, 0, "{name} {scope}: {out}");
+                assert!(
+                    err.contains(&format!("{name} has no {scope} scope")),
+                    "{err}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        listed,
+        files.len(),
+        "an agent outside the registry: {status}"
+    );
+}

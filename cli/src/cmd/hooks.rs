@@ -5,7 +5,9 @@
 use std::io::Read;
 use std::path::PathBuf;
 
+use clap::builder::PossibleValue;
 use clap::{Args, Subcommand, ValueEnum};
+use tacho_app::agents::Agent;
 use tacho_app::install::{Places, Scope, hooks_status, install_hooks, this_tacho, uninstall_hooks};
 use tacho_app::render::hooks as render;
 use tacho_app::{ErrorKind, LINE_BYTES_MAX};
@@ -13,28 +15,44 @@ use tacho_app::{ErrorKind, LINE_BYTES_MAX};
 use crate::error::CliError;
 use crate::output::Out;
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum AgentArg {
-    #[value(name = "claude-code")]
-    ClaudeCode,
-    Codex,
+/// An agent named on the command line: one of the registry ([`Agent::ALL`]), by its
+/// name or an alias.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentArg(Agent);
+
+/// The registry as command-line values (clap wants them as a slice of this type).
+const AGENT_ARGS: [AgentArg; Agent::ALL.len()] = {
+    let mut out = [AgentArg(Agent::ALL[0]); Agent::ALL.len()];
+    let mut i = 0;
+    while i < Agent::ALL.len() {
+        out[i] = AgentArg(Agent::ALL[i]);
+        i += 1;
+    }
+    out
+};
+
+impl ValueEnum for AgentArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &AGENT_ARGS
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.name()).aliases(self.0.aliases().iter().copied()))
+    }
 }
 
 impl AgentArg {
     /// The agent named exactly as on the command line.
     pub fn from_name(name: &std::ffi::OsStr) -> Option<AgentArg> {
-        match name.to_str()? {
-            "claude-code" => Some(AgentArg::ClaudeCode),
-            "codex" => Some(AgentArg::Codex),
-            _ => None,
-        }
+        let name = name.to_str()?;
+        Agent::ALL
+            .iter()
+            .find(|a| a.name() == name)
+            .map(|a| AgentArg(*a))
     }
 
-    fn agent(self) -> tacho_app::agents::Agent {
-        match self {
-            AgentArg::ClaudeCode => tacho_app::agents::Agent::ClaudeCode,
-            AgentArg::Codex => tacho_app::agents::Agent::Codex,
-        }
+    fn agent(self) -> Agent {
+        self.0
     }
 }
 
@@ -159,11 +177,14 @@ pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
     let mut out = Out::new();
     match c {
         HooksCommand::Install(a) | HooksCommand::Uninstall(a)
-            if matches!(a.agent, AgentArg::Codex) && matches!(a.scope, ScopeArg::Local) =>
+            if !a.agent.agent().scopes().contains(&a.scope.scope()) =>
         {
-            return Err(CliError::input(
-                "codex has no local scope: use --scope user or --scope project",
-            ));
+            // Said before anything else is looked at (this tacho's path, the files).
+            return Err(tacho_app::install::InstallError::NoScope {
+                agent: a.agent.agent(),
+                scope: a.scope.scope(),
+            }
+            .into());
         }
         HooksCommand::Install(a) => {
             let tacho = this_tacho()?;
@@ -220,33 +241,24 @@ pub struct ImportArgs {
 pub fn import(a: ImportArgs) -> Result<(), CliError> {
     let mut roots = a.paths.clone();
     if roots.is_empty() {
-        let p = places()?;
-        let base = match a.agent {
-            AgentArg::ClaudeCode => p
-                .claude_config_dir
-                .clone()
-                .or_else(|| p.home.as_ref().map(|h| h.join(".claude")))
-                .map(|d| d.join("projects")),
-            AgentArg::Codex => p
-                .codex_home
-                .clone()
-                .or_else(|| p.home.as_ref().map(|h| h.join(".codex")))
-                .map(|d| d.join("sessions")),
-        };
-        roots
-            .push(base.ok_or_else(|| CliError::input("no home directory: give transcript paths"))?);
+        let base = a
+            .agent
+            .agent()
+            .import_root(&places()?)
+            .map_err(|_| CliError::input("no home directory: give transcript paths"))?;
+        roots.push(base);
     }
     let mut files = Vec::new();
     for r in &roots {
         match std::fs::metadata(r) {
-            Ok(m) if m.is_dir() => {
-                files.extend(tacho_app::import::transcripts_under(r).map_err(|e| {
+            Ok(m) if m.is_dir() => files.extend(
+                tacho_app::import::transcripts_under(a.agent.agent(), r).map_err(|e| {
                     CliError::Said {
                         kind: ErrorKind::Io,
                         text: format!("{}: {e}", r.display()),
                     }
-                })?)
-            }
+                })?,
+            ),
             Ok(m) if m.is_file() => files.push(r.clone()),
             // A FIFO, socket or device: said as such (it exists), and never read.
             Ok(m) => {

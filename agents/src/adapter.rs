@@ -1,0 +1,386 @@
+//! The seam between tacho and one coding agent: everything tacho knows about an
+//! agent is one [`Adapter`], in a module of its own ([`crate::claude_code`],
+//! [`crate::codex`]); the hook, install, status, uninstall and import paths ask the
+//! adapter and never which agent it is (as jj's `trait Backend`).
+//!
+//! An adapter is a unit struct with a `&'static` instance; [`crate::Agent`] is a
+//! `Copy` handle on it, and [`crate::Agent::ALL`] is the registry: the one list of the
+//! agents tacho records (the command line's agent names, `tacho hooks status`, the
+//! hook state directories are all read from it).
+//!
+//! What an agent must say ([`Adapter`]'s required methods): its name, where its
+//! settings file is per scope, the hook events tacho registers, how its live
+//! transcript is read for token usage, and how a transcript is imported. What it may
+//! say (the provided methods, whose defaults are Claude Code's conventions, which
+//! Codex, Gemini CLI, Qwen Code, Factory Droid and Copilot's PascalCase hooks share):
+//! aliases, its configuration-directory variables, its scopes, how tacho's entries are
+//! installed, a note after installing, how a payload is read (an agent whose payload
+//! or event names differ turns them into the shared vocabulary there), which tools can
+//! change files, whether its tool results wait for its transcript, how a stop is
+//! refused and let through, and whether it reports the end of a session.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::hook::{HookPayload, PayloadError, ToolKind};
+use crate::import::Transcript;
+use crate::transcript::{Caught, Cursor};
+
+/// Where a settings file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// The user's own settings (every project).
+    User,
+    /// The project's shared settings (committed).
+    Project,
+    /// The project's settings for this machine only (Claude Code's
+    /// `settings.local.json`).
+    Local,
+}
+
+impl Scope {
+    /// Every scope, in the order `tacho hooks status` lists them.
+    pub const ALL: [Scope; 3] = [Scope::User, Scope::Project, Scope::Local];
+
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "user" => Some(Scope::User),
+            "project" => Some(Scope::Project),
+            "local" => Some(Scope::Local),
+            _ => None,
+        }
+    }
+
+    /// The word on the command line (`--scope <name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::User => "user",
+            Scope::Project => "project",
+            Scope::Local => "local",
+        }
+    }
+}
+
+/// The places settings files and transcripts are looked for: the environment, given
+/// by the caller.
+#[derive(Debug, Clone, Default)]
+pub struct Places {
+    pub home: Option<PathBuf>,
+    /// The project: the Git work tree holding the current directory, else it.
+    pub project: PathBuf,
+    /// The (non-empty) values of the variables the adapters name
+    /// ([`Adapter::env_vars`], like `CLAUDE_CONFIG_DIR` or `CODEX_HOME`).
+    pub vars: BTreeMap<String, PathBuf>,
+}
+
+impl Places {
+    /// From the process environment and the current directory: `HOME` and every
+    /// variable an agent of the registry names.
+    pub fn from_env() -> std::io::Result<Places> {
+        let cwd = std::env::current_dir()?;
+        let project = cwd
+            .ancestors()
+            .find(|d| d.join(".git").exists())
+            .map_or_else(|| cwd.clone(), Path::to_path_buf);
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let vars = crate::Agent::ALL
+            .iter()
+            .flat_map(|a| a.env_vars())
+            .filter_map(|k| Some(((*k).to_owned(), var(k)?)))
+            .collect();
+        Ok(Places {
+            home: var("HOME").or_else(dirs::home_dir),
+            project,
+            vars,
+        })
+    }
+
+    /// An environment variable's value, if set and not empty.
+    pub fn var(&self, name: &str) -> Option<&Path> {
+        self.vars.get(name).map(PathBuf::as_path)
+    }
+
+    /// `$<var>`, else `~/<dir>`: an agent's configuration directory.
+    pub fn config_dir(&self, var: &str, dir: &str) -> Result<PathBuf, PlaceError> {
+        match self.var(var) {
+            Some(d) => Ok(d.to_path_buf()),
+            None => Ok(self.home.as_ref().ok_or(PlaceError::NoHome)?.join(dir)),
+        }
+    }
+}
+
+/// Why a settings file has no place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceError {
+    #[error("no home directory (set HOME)")]
+    NoHome,
+    /// The agent has no settings file of this scope ([`Adapter::scopes`]).
+    #[error("no settings file of this scope")]
+    NoScope,
+}
+
+/// One hook event tacho registers: its name, the matcher it needs (tool events match
+/// every tool) and a timeout in seconds.
+pub type HookEvent = (&'static str, Option<&'static str>, u64);
+
+/// How tacho's hook is put into an agent's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Installation {
+    /// Entries in the `hooks` object of a JSON settings file, one group per event:
+    /// `{"hooks": {"<Event>": [{"matcher": "…", "hooks": [{"type": "command",
+    /// "command": "<tacho> hook <agent>", "timeout": N}]}]}}` (Claude Code's shape,
+    /// which Codex, Gemini CLI, Qwen Code, Factory Droid and Copilot read too).
+    /// [`crate::settings`] merges them in and takes them out.
+    ///
+    /// An agent that takes a plugin file instead (OpenCode, Kilo) or executables named
+    /// after the events (Cline) adds a variant here, with its writer beside
+    /// [`crate::settings`], when it comes.
+    HooksObject,
+}
+
+/// One coding agent, as tacho records it. Implemented by a unit struct in the
+/// agent's module; [`crate::Agent`] wraps a `&'static dyn Adapter`.
+pub trait Adapter: Sync + std::fmt::Debug {
+    // --- Its name ---
+
+    /// The name used on the command line (`tacho hook <name>`), in recorded events
+    /// (`session.start`'s `agent` and `source`), in hook state directories and in
+    /// `tacho hooks status`. Never changes once released.
+    fn name(&self) -> &'static str;
+
+    /// Other names the command line accepts for it.
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    // --- Where its settings are, and how tacho's hooks go in ---
+
+    /// The environment variables naming its configuration directory, read into
+    /// [`Places::vars`] (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`).
+    fn env_vars(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The scopes it has a settings file for.
+    fn scopes(&self) -> &'static [Scope] {
+        &[Scope::User, Scope::Project]
+    }
+
+    /// Its settings file at `scope` ([`PlaceError::NoScope`] for a scope not in
+    /// [`Adapter::scopes`]).
+    fn settings_file(&self, places: &Places, scope: Scope) -> Result<PathBuf, PlaceError>;
+
+    /// How tacho's hook is installed.
+    fn installation(&self) -> Installation {
+        Installation::HooksObject
+    }
+
+    /// The hook events tacho registers.
+    fn hook_events(&self) -> &'static [HookEvent];
+
+    /// What to tell the user after installing (a trust prompt to answer, say).
+    fn install_note(&self) -> Option<&'static str> {
+        None
+    }
+
+    // --- Its hook payloads ---
+
+    /// Reads one payload into the shared vocabulary [`crate::hook::map_payload`] maps:
+    /// Claude Code's envelope and event names (`SessionStart`, `PreToolUse`,
+    /// `PostToolUse`, `Stop`, `SessionEnd`, …). An agent with other field or event
+    /// names (Gemini CLI's `BeforeTool`/`AfterAgent`, Copilot's camelCase, Cline's
+    /// `taskId`) renames them here. A tool event without a call id is paired with
+    /// the last open call (as `map_payload` does).
+    fn parse_payload(&self, bytes: &[u8]) -> Result<HookPayload, PayloadError> {
+        HookPayload::parse(bytes)
+    }
+
+    /// What a tool call can change: nothing, these files (targeted snapshots), or
+    /// anything (a full snapshot before and after it). The default knows Claude
+    /// Code's tools and Codex's (`apply_patch`, its read-only tools); an agent whose
+    /// tools have other names says which of its tools write which files.
+    fn tool_kind(&self, tool: &str, input: Option<&Value>) -> ToolKind {
+        crate::hook::tool_kind(tool, input)
+    }
+
+    /// Whether its tool results lack what its transcript holds (Codex: a shell's exit
+    /// code and full output are in the rollout only). Then the transcript is read
+    /// before each payload is mapped, and a `PostToolUse` whose call output the
+    /// transcript does not hold yet is recorded later (at the next event, or at the
+    /// stop), its snapshot taken at once.
+    fn results_from_transcript(&self) -> bool {
+        false
+    }
+
+    // --- Its transcripts ---
+
+    /// Reads what its live transcript (the payload's `transcript_path`) gained since
+    /// `cursor`: token usage once per model response, and call outputs where
+    /// [`Adapter::results_from_transcript`].
+    fn read_transcript(
+        &self,
+        cursor: &mut Cursor,
+        path: &Path,
+        finish: bool,
+    ) -> std::io::Result<Caught>;
+
+    /// Where `tacho import <agent>` looks without paths (every `*.jsonl` under it).
+    fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError>;
+
+    /// Whether a file found under a directory given to `tacho import` (or under
+    /// [`Adapter::import_root`]) is one of its transcripts: `*.jsonl` by default (an
+    /// agent that also wrote whole JSON documents, like Gemini CLI once, says so).
+    fn is_transcript(&self, path: &Path) -> bool {
+        path.extension().is_some_and(|e| e == "jsonl")
+    }
+
+    /// One whole transcript, read for `tacho import` (each event with its dedup key).
+    fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript;
+
+    // --- Its stop, and its end ---
+
+    /// What the hook prints to send the agent back to work when the completion gate
+    /// refuses its stop; `None` for an agent whose stop cannot be refused (Cline's
+    /// `TaskComplete`, OpenCode without a stop hook): the gate then only records.
+    fn stop_block(&self, reason: &str) -> Option<String> {
+        Some(serde_json::json!({"decision": "block", "reason": reason}).to_string() + "\n")
+    }
+
+    /// What the hook prints when it lets a stop through (Codex wants `{}`).
+    fn stop_pass(&self) -> &'static str {
+        ""
+    }
+
+    /// Whether it reports a session's end (`SessionEnd`). One that does not (Codex)
+    /// has its session ended by tacho when a stop is let through; a later turn
+    /// continues as a new session `<id>.2`, whose parent that one is.
+    fn reports_session_end(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Agent;
+    use crate::hook::{Action, HookState, map_payload};
+    use tacho_schema::EventBody;
+
+    /// An agent shaped like Gemini CLI (other event names, tool names of its own, no
+    /// call ids), outside the registry: its module alone makes the shared mapping
+    /// record it.
+    #[derive(Debug)]
+    struct Shaped;
+
+    impl Adapter for Shaped {
+        fn name(&self) -> &'static str {
+            "shaped"
+        }
+        fn settings_file(&self, places: &Places, _: Scope) -> Result<PathBuf, PlaceError> {
+            Ok(places.project.join(".shaped/settings.json"))
+        }
+        fn hook_events(&self) -> &'static [HookEvent] {
+            &[("BeforeTool", Some("*"), 30), ("AfterTool", Some("*"), 30)]
+        }
+        fn parse_payload(&self, bytes: &[u8]) -> Result<HookPayload, PayloadError> {
+            let mut p = HookPayload::parse(bytes)?;
+            p.hook_event_name = match p.hook_event_name.as_str() {
+                "BeforeTool" => "PreToolUse".into(),
+                "AfterTool" => "PostToolUse".into(),
+                "AfterAgent" => "Stop".into(),
+                other => other.into(),
+            };
+            Ok(p)
+        }
+        fn tool_kind(&self, tool: &str, input: Option<&Value>) -> ToolKind {
+            match (tool, input.and_then(|i| i.get("file_path")?.as_str())) {
+                ("write_file", Some(p)) => ToolKind::Files(vec![p.to_owned()]),
+                ("read_file", _) => ToolKind::ReadOnly,
+                _ => ToolKind::Anything,
+            }
+        }
+        fn read_transcript(&self, c: &mut Cursor, p: &Path, f: bool) -> std::io::Result<Caught> {
+            c.catch_up(p, f, false)
+        }
+        fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
+            places.config_dir("SHAPED_HOME", ".shaped")
+        }
+        fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
+            crate::import::read_claude_transcript(path, bytes)
+        }
+        fn stop_block(&self, _: &str) -> Option<String> {
+            None
+        }
+    }
+
+    static SHAPED: Shaped = Shaped;
+
+    #[test]
+    fn an_agent_is_its_module_alone() {
+        let agent = Agent(&SHAPED);
+        assert_eq!(Agent::parse("shaped"), None, "not in the registry");
+        let mut st = HookState::default();
+        let mut map = |v: Value| {
+            let p = agent
+                .parse_payload(v.to_string().as_bytes())
+                .unwrap_or_default();
+            map_payload(agent, &p, &mut st)
+        };
+        let event = |name: &str, tool: &str, file: &str| {
+            serde_json::json!({"session_id": "g-1", "cwd": "/w", "hook_event_name": name,
+                "tool_name": tool, "tool_input": {"file_path": file}})
+        };
+        // No call ids: the result is paired with the call before it; the write is a
+        // step with targeted snapshots; the read is no step.
+        let a = map(event("BeforeTool", "write_file", "/w/a.txt"));
+        let step = a.iter().find_map(|a| match a {
+            Action::Snapshot {
+                paths,
+                before_step: Some(s),
+                ..
+            } => Some((paths.clone(), *s)),
+            _ => None,
+        });
+        assert_eq!(step, Some((vec!["/w/a.txt".to_owned()], 1)), "{a:?}");
+        let a = map(event("AfterTool", "write_file", "/w/a.txt"));
+        assert!(
+            a.iter().any(|a| matches!(
+                a,
+                Action::Event {
+                    body: EventBody::StepFinish(_),
+                    ..
+                }
+            )),
+            "{a:?}"
+        );
+        let a = map(event("BeforeTool", "read_file", "/w/a.txt"));
+        assert!(
+            !a.iter().any(|a| matches!(
+                a,
+                Action::Event {
+                    body: EventBody::StepStart(_),
+                    ..
+                }
+            )),
+            "{a:?}"
+        );
+        let gated = a
+            .iter()
+            .chain(&map(event("AfterAgent", "", "")))
+            .any(|a| matches!(a, Action::Gate { .. }));
+        assert!(gated, "its stop reaches the gate");
+        assert_eq!(agent.stop_block("not done"), None);
+        assert_eq!(
+            Agent::ClaudeCode.stop_block("r").as_deref(),
+            Some("{\"decision\":\"block\",\"reason\":\"r\"}\n")
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! Claude Code: hooks in `settings.json` (user: `$CLAUDE_CONFIG_DIR` or `~/.claude`;
+//! project: `.claude/settings.json`; local: `.claude/settings.local.json`), the
+//! payloads [`crate::hook`] maps as they are, a JSONL transcript with one usage per
+//! model response, and transcripts under `projects/` in its configuration directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResult, ToolStatus};
+
+use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
+use crate::import::{Transcript, json_lines, start_event, text_of};
+use crate::transcript::{Caught, Cursor, usage_of};
+use crate::{Agent, session_id_from};
+
+/// The variable naming Claude Code's configuration directory.
+const CONFIG_DIR_VAR: &str = "CLAUDE_CONFIG_DIR";
+
+#[derive(Debug)]
+pub struct ClaudeCode;
+
+impl Adapter for ClaudeCode {
+    fn name(&self) -> &'static str {
+        "claude-code"
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        &["claude"]
+    }
+
+    fn env_vars(&self) -> &'static [&'static str] {
+        &[CONFIG_DIR_VAR]
+    }
+
+    fn scopes(&self) -> &'static [Scope] {
+        &[Scope::User, Scope::Project, Scope::Local]
+    }
+
+    fn settings_file(&self, places: &Places, scope: Scope) -> Result<PathBuf, PlaceError> {
+        Ok(match scope {
+            Scope::User => places
+                .config_dir(CONFIG_DIR_VAR, ".claude")?
+                .join("settings.json"),
+            Scope::Project => places.project.join(".claude").join("settings.json"),
+            Scope::Local => places.project.join(".claude").join("settings.local.json"),
+        })
+    }
+
+    fn hook_events(&self) -> &'static [HookEvent] {
+        &[
+            ("SessionStart", None, 10),
+            ("UserPromptSubmit", None, 10),
+            ("PreToolUse", Some("*"), 30),
+            ("PostToolUse", Some("*"), 30),
+            ("PostToolUseFailure", Some("*"), 30),
+            ("Notification", None, 10),
+            ("PreCompact", None, 10),
+            ("SubagentStart", None, 10),
+            ("SubagentStop", None, 30),
+            ("Stop", None, 60),
+            // Claude Code gives every SessionEnd hook 1.5 s in all by default.
+            ("SessionEnd", None, 2),
+        ]
+    }
+
+    fn read_transcript(
+        &self,
+        cursor: &mut Cursor,
+        path: &Path,
+        finish: bool,
+    ) -> std::io::Result<Caught> {
+        cursor.catch_up(path, finish, false)
+    }
+
+    fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
+        Ok(places
+            .config_dir(CONFIG_DIR_VAR, ".claude")?
+            .join("projects"))
+    }
+
+    fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
+        read_claude_transcript(path, bytes)
+    }
+}
+
+// --- Import: a whole transcript read into events ---
+
+/// Entry types Claude Code writes that carry nothing tacho records.
+const NOISE: &[&str] = &[
+    "attachment",
+    "system",
+    "summary",
+    "queue-operation",
+    "file-history-snapshot",
+    "last-prompt",
+    "api-request",
+    "api-request-shape",
+    "api-request-blob",
+    "tools-used",
+    "cost-state",
+    "atis-latch",
+    "progress",
+];
+
+/// Reads a Claude Code transcript. `path` names subagent transcripts
+/// (`agent-<id>.jsonl`), which become child sessions of their main session.
+pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let agent_file = stem.strip_prefix("agent-").map(str::to_owned);
+    let mut t = Transcript::default();
+    let mut cursor = Cursor::default();
+    let mut calls: BTreeMap<String, (String, Option<Value>)> = BTreeMap::new();
+    let mut time = 0i64;
+    let mut started = false;
+    for (raw, entry, at) in json_lines(bytes, &mut t) {
+        time = at;
+        let kind = entry
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("(none)");
+        if !started && let Some(sid) = entry.get("sessionId").and_then(Value::as_str) {
+            started = true;
+            let main = session_id_from(sid);
+            match &agent_file {
+                Some(a) => {
+                    let id = entry
+                        .get("agentId")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| a.clone(), str::to_owned);
+                    t.session = session_id_from(&format!("{main}.{id}"));
+                    t.parent = Some(main);
+                }
+                None => t.session = main,
+            }
+            t.workspace = entry.get("cwd").and_then(Value::as_str).map(str::to_owned);
+            let name = entry
+                .get("agentType")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            t.events.push((
+                time,
+                start_event(
+                    Agent::ClaudeCode,
+                    name,
+                    t.workspace.clone(),
+                    t.parent.clone(),
+                ),
+            ));
+        }
+        match kind {
+            "assistant" => {
+                if let Some(u) = usage_of(&entry).and_then(|_| cursor.line(raw)) {
+                    t.events.push((
+                        u.time_unix_ns.unwrap_or(time),
+                        EventBody::LlmResponse(u.event()),
+                    ));
+                }
+                let blocks = entry
+                    .pointer("/message/content")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for b in blocks {
+                    if b.get("type").and_then(Value::as_str) != Some("tool_use") {
+                        continue;
+                    }
+                    let (Some(id), Some(name)) = (
+                        b.get("id").and_then(Value::as_str),
+                        b.get("name").and_then(Value::as_str),
+                    ) else {
+                        continue;
+                    };
+                    let input = b.get("input").cloned();
+                    calls.insert(id.to_owned(), (name.to_owned(), input.clone()));
+                    let target = input.as_ref().and_then(|i| {
+                        [
+                            "file_path",
+                            "notebook_path",
+                            "command",
+                            "path",
+                            "pattern",
+                            "url",
+                        ]
+                        .iter()
+                        .find_map(|k| i.get(*k).and_then(Value::as_str))
+                        .map(|s| s.lines().next().unwrap_or("").chars().take(400).collect())
+                    });
+                    t.events.push((
+                        time,
+                        EventBody::ToolCall(ToolCall {
+                            call_id: id.to_owned(),
+                            tool: name.to_owned(),
+                            target,
+                            input: input.map(|i| i.to_string()),
+                            agent: None,
+                        }),
+                    ));
+                }
+            }
+            "user" => {
+                let content = entry
+                    .pointer("/message/content")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let results: Vec<&Value> = content
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter(|b| {
+                                b.get("type").and_then(Value::as_str) == Some("tool_result")
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if results.is_empty() {
+                    let meta = entry
+                        .get("isMeta")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false);
+                    let text = text_of(&content);
+                    if !meta && !text.trim().is_empty() {
+                        t.events.push((
+                            time,
+                            EventBody::AgentNotice(AgentNotice {
+                                notice: "prompt".into(),
+                                message: Some(text),
+                                agent: None,
+                            }),
+                        ));
+                    } else {
+                        *t.skipped.entry("user (meta)".into()).or_default() += 1;
+                    }
+                    continue;
+                }
+                for r in results {
+                    let Some(id) = r.get("tool_use_id").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    let is_error = r.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+                    let output = text_of(r.get("content").unwrap_or(&Value::Null));
+                    t.events.push((
+                        time,
+                        EventBody::ToolResult(ToolResult {
+                            call_id: id.to_owned(),
+                            status: if is_error {
+                                ToolStatus::Error
+                            } else {
+                                ToolStatus::Ok
+                            },
+                            duration_ms: None,
+                            error: is_error.then(|| output.lines().next().unwrap_or("").to_owned()),
+                            output: Some(output),
+                            exit_code: None,
+                        }),
+                    ));
+                    let Some((tool, input)) = calls.get(id) else {
+                        continue;
+                    };
+                    let path = input.as_ref().and_then(|i| {
+                        i.get("file_path")
+                            .or_else(|| i.get("notebook_path"))
+                            .and_then(Value::as_str)
+                    });
+                    if let (false, Some(path), "Edit" | "MultiEdit" | "Write" | "NotebookEdit") =
+                        (is_error, path, tool.as_str())
+                    {
+                        let res = entry.get("toolUseResult");
+                        let created = res.and_then(|r| r.get("type")).and_then(Value::as_str)
+                            == Some("create");
+                        t.events.push((
+                            time,
+                            EventBody::FileEdit(FileEdit {
+                                path: path.to_owned(),
+                                op: if created {
+                                    EditOp::Create
+                                } else {
+                                    EditOp::Modify
+                                },
+                                from: None,
+                                tool: Some(tool.clone()),
+                                call_id: Some(id.to_owned()),
+                                lines_added: None,
+                                lines_removed: None,
+                            }),
+                        ));
+                    }
+                }
+            }
+            other => {
+                let key = if NOISE.contains(&other) {
+                    other.to_owned()
+                } else {
+                    *t.unknown.entry(other.to_owned()).or_default() += 1;
+                    format!("{other} (unknown)")
+                };
+                *t.skipped.entry(key).or_default() += 1;
+            }
+        }
+    }
+    if let Some(u) = cursor.finish() {
+        t.events.push((
+            u.time_unix_ns.unwrap_or(time),
+            EventBody::LlmResponse(u.event()),
+        ));
+    }
+    t.bad_lines += cursor.bad_lines;
+    if t.session.is_empty() {
+        // No entry named the session: the file name does.
+        t.session = session_id_from(&stem);
+        t.events
+            .insert(0, (time, start_event(Agent::ClaudeCode, None, None, None)));
+    }
+    t
+}
