@@ -64,6 +64,10 @@ pub struct StepNode {
     pub start_seq: u64,
     pub started_unix_ns: i64,
     pub finished_unix_ns: Option<i64>,
+    /// The event that ended it: its `step.finish`, or the next `step.start` when it
+    /// never finished; `None` while it is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_seq: Option<u64>,
     pub tokens: Tokens,
     pub model_calls: u64,
     pub tools: Vec<ToolNode>,
@@ -286,6 +290,35 @@ pub struct ObservedChange {
     pub step: Option<u64>,
 }
 
+/// A change between two consecutive snapshots of the session's workspace that no tool
+/// call claims (SPEC §8.1, "Changes no tool call made"): the user, another process,
+/// or a tool whose hooks did not fire made it. It is its own fact, never merged into
+/// `files`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnclaimedChange {
+    /// The event numbers of the earlier and the later snapshot: the change happened
+    /// between them.
+    pub after_seq: u64,
+    pub before_seq: u64,
+    /// The earlier snapshot (the state an undo restores) and the later one.
+    pub from_snapshot: String,
+    pub to_snapshot: String,
+    /// When the later snapshot was taken: the change was found then.
+    pub found_unix_ns: i64,
+    pub files: Vec<UnclaimedFile>,
+}
+
+/// One file of an unclaimed change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnclaimedFile {
+    /// Relative to the workspace.
+    pub path: String,
+    /// `created`, `modified`, `deleted` or `mode`.
+    pub change: String,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+}
+
 /// A snapshot of the workspace recorded in the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotNode {
@@ -334,6 +367,10 @@ pub struct ExecutionGraph {
     pub files: BTreeMap<String, FileChange>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<SnapshotNode>,
+    /// Changes between snapshots that no tool call claims, in log order (merged in
+    /// when the graph is read, like what the snapshots show; absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unclaimed: Vec<UnclaimedChange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<BranchNode>,
     /// Sessions this one rolled back.
@@ -370,12 +407,41 @@ pub struct FoldState {
 }
 
 impl ExecutionGraph {
+    /// The rule of SPEC §8.1: a change between the snapshots at `after_seq` and
+    /// `before_seq` is claimed when some tool call was running between them (its
+    /// `tool.call` before the later snapshot, and its result, if any, after the
+    /// earlier one); when a step that records no tool call at all was open between
+    /// them (its `step.start` before the later snapshot, its end, if any, after the
+    /// earlier one: an agent that reports steps and edits, not calls); or when the
+    /// session is one of tacho's rollbacks (the rollback made it). Otherwise nothing
+    /// claims it: the user, another process, or a tool whose hooks did not fire made
+    /// it.
+    pub fn claimed_between(&self, after_seq: u64, before_seq: u64) -> bool {
+        let open =
+            |start: u64, end: Option<u64>| start < before_seq && end.is_none_or(|e| e > after_seq);
+        !self.rollbacks_of.is_empty()
+            || self.steps.iter().any(|s| {
+                if s.tools.is_empty() {
+                    open(s.start_seq, s.finish_seq)
+                } else {
+                    s.tools.iter().any(|t| open(t.seq, t.result_seq))
+                }
+            })
+    }
+
+    /// Records changes no tool call claims (`claimed_between`), apart from `files`.
+    pub fn merge_unclaimed(&mut self, changes: Vec<UnclaimedChange>) {
+        self.unclaimed
+            .extend(changes.into_iter().filter(|c| !c.files.is_empty()));
+    }
+
     /// Merges what the session's snapshots show into the files and steps: a session
     /// scores the same whether its tools reported their edits or not. A file an edit
     /// event named keeps its edit count, and its line counts when the events reported
     /// any; a file only the snapshots show is marked `observed`. (Snapshots hold file
     /// contents outside the log, so this is done after the fold, by the caller that
     /// can read them; the fold and its stored form stay a function of the events.)
+    /// Only changes a tool call claims come here (`merge_unclaimed` takes the rest).
     pub fn merge_observed(&mut self, changes: &[ObservedChange]) {
         let reported: std::collections::BTreeSet<String> = self
             .files
@@ -427,6 +493,7 @@ impl ExecutionGraph {
             verifications: Vec::new(),
             files: BTreeMap::new(),
             snapshots: Vec::new(),
+            unclaimed: Vec::new(),
             branch: None,
             rollbacks_of: Vec::new(),
             goals: GoalActivity::default(),
@@ -518,6 +585,7 @@ impl ExecutionGraph {
             start_seq: seq,
             started_unix_ns: at,
             finished_unix_ns: None,
+            finish_seq: None,
             tokens,
             model_calls: std::mem::take(&mut self.state.pending_model_calls),
             tools: Vec::new(),
@@ -562,6 +630,7 @@ impl ExecutionGraph {
                 self.end_reason = Some(reason);
                 if let Some(i) = self.state.open_step.take() {
                     self.steps[i].finished_unix_ns.get_or_insert(at);
+                    self.steps[i].finish_seq.get_or_insert(seq);
                 }
             }
             EventView::AgentRoute { from, to, reason } => {
@@ -624,6 +693,7 @@ impl ExecutionGraph {
             EventView::StepFinish { .. } => {
                 if let Some(i) = self.state.open_step.take() {
                     self.steps[i].finished_unix_ns = Some(at);
+                    self.steps[i].finish_seq = Some(seq);
                 }
             }
             EventView::ToolCall {

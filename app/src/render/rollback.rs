@@ -70,15 +70,40 @@ pub fn points(p: &RollbackPoints) -> String {
             }
         ));
     }
+    if !p.unclaimed.is_empty() {
+        o.push_str(
+            "  Changes no tool call made (undo each on its own):
+",
+        );
+        for u in &p.unclaimed {
+            o.push_str(&format!(
+                "  {:<6} between events #{} and #{}, found {}   {}\n",
+                u.index,
+                u.after_seq,
+                u.before_seq,
+                time_to_rfc3339(u.found_unix_ns)
+                    .get(..19)
+                    .unwrap_or_default(),
+                u.undo
+            ));
+            for f in &u.files {
+                o.push_str(&format!(
+                    "           {:<9} {} (+{} -{})\n",
+                    f.change, f.path, f.lines_added, f.lines_removed
+                ));
+            }
+        }
+    }
     o
 }
 
 /// A plan (a dry run, or one not confirmed), and what was applied when it was.
 pub fn plan(h: &RollbackView) -> String {
-    let point = match (h.before_step, h.without_before_state.first()) {
-        (Some(n), _) => format!("before step {n}"),
-        (None, None) => "the session's baseline".into(),
-        (None, Some(_)) => "its first snapshot".into(),
+    let point = match (h.unclaimed, h.before_step, h.without_before_state.first()) {
+        (Some(n), _, _) => format!("before its unclaimed change {n} (only that change's files)"),
+        (None, Some(n), _) => format!("before step {n}"),
+        (None, None, None) => "the session's baseline".into(),
+        (None, None, Some(_)) => "its first snapshot".into(),
     };
     let mut o = format!(
         "Rollback of {} to {point} (snapshot {}, {})\n",
