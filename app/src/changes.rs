@@ -58,26 +58,8 @@ impl Tacho {
             if a.id == b.id {
                 continue;
             }
-            if !g.claimed_between(a.seq, b.seq) {
-                out.unclaimed.push(UnclaimedChange {
-                    after_seq: a.seq,
-                    before_seq: b.seq,
-                    from_snapshot: a.id.clone(),
-                    to_snapshot: b.id.clone(),
-                    found_unix_ns: b.at_unix_ns,
-                    files: store
-                        .diff(&a.id, &b.id)?
-                        .into_iter()
-                        .map(|c| UnclaimedFile {
-                            path: c.path,
-                            change: change_name(c.change).to_owned(),
-                            lines_added: c.lines_added,
-                            lines_removed: c.lines_removed,
-                        })
-                        .collect(),
-                });
-                continue;
-            }
+            let claimed = g.claimed_between(a.seq, b.seq);
+            let mut unclaimed = Vec::new();
             // The steps that started between the two snapshots; the changes belong to
             // the last of them.
             let step = g
@@ -99,8 +81,19 @@ impl Tacho {
                 })
                 .unwrap_or(b.seq);
             for c in store.diff(&a.id, &b.id)? {
+                let key = keys.get(&c.path).cloned().unwrap_or_else(|| c.path.clone());
+                // Nothing running claims it, and no edit event named the file then.
+                if !claimed && !g.edited_between(&key, a.seq, b.seq) {
+                    unclaimed.push(UnclaimedFile {
+                        change: change_name(c.change).to_owned(),
+                        path: c.path,
+                        lines_added: c.lines_added,
+                        lines_removed: c.lines_removed,
+                    });
+                    continue;
+                }
                 out.claimed.push(ObservedChange {
-                    key: keys.get(&c.path).cloned().unwrap_or(c.path),
+                    key,
                     created: c.change == ChangeKind::Created,
                     deleted: c.change == ChangeKind::Deleted,
                     mode_only: c.change == ChangeKind::Mode,
@@ -108,6 +101,16 @@ impl Tacho {
                     lines_removed: c.lines_removed,
                     seq,
                     step: step.map(|s| s.number),
+                });
+            }
+            if !unclaimed.is_empty() {
+                out.unclaimed.push(UnclaimedChange {
+                    after_seq: a.seq,
+                    before_seq: b.seq,
+                    from_snapshot: a.id.clone(),
+                    to_snapshot: b.id.clone(),
+                    found_unix_ns: b.at_unix_ns,
+                    files: unclaimed,
                 });
             }
         }

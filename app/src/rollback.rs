@@ -379,8 +379,9 @@ impl Tacho {
                         total: points.unclaimed.len(),
                     })?;
                 let node = |seq: u64| graph.snapshots.iter().find(|s| s.seq == seq).cloned();
+                let paths: BTreeSet<String> = u.files.iter().map(|f| f.path.clone()).collect();
                 match (node(u.after_seq), node(u.before_seq)) {
-                    (Some(from), Some(to)) => Some((from, to)),
+                    (Some(from), Some(to)) => Some((from, to, paths)),
                     _ => {
                         return Err(RollbackError::NoUnclaimed {
                             session: session.to_owned(),
@@ -393,7 +394,7 @@ impl Tacho {
             None => None,
         };
         let target = match (step, &change) {
-            (_, Some((from, _))) => from.clone(),
+            (_, Some((from, _, _))) => from.clone(),
             (Some(n), None) => {
                 let p = points.step(n).ok_or_else(|| RollbackError::NoStep {
                     session: session.to_owned(),
@@ -449,7 +450,7 @@ impl Tacho {
                 }
             }
         }
-        if let Some((_, to)) = &change {
+        if let Some((_, to, _)) = &change {
             // Undoing one change: the snapshot that found it is the files' known state.
             later.push((to.at_unix_ns, to.seq, to.id.clone()));
         }
@@ -533,6 +534,9 @@ impl Tacho {
             current: &current,
             unprotected: &unprotected,
             force,
+            // Undoing one change: its files only (others the snapshots differ in were
+            // claimed by an edit event).
+            only: change.as_ref().map(|(_, _, paths)| paths),
         });
         Ok(Prepared {
             session: session.to_owned(),

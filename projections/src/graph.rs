@@ -404,6 +404,10 @@ pub struct FoldState {
     /// Index of the open step, if any.
     open_step: Option<usize>,
     current_agent: Option<String>,
+    /// path (as the edit event spelled it) → the events that named it (`file.edit`
+    /// `path` or `from`): what claims a file's change (SPEC §8.1).
+    #[serde(default)]
+    edit_seqs: BTreeMap<String, Vec<u64>>,
 }
 
 impl ExecutionGraph {
@@ -427,6 +431,16 @@ impl ExecutionGraph {
                     s.tools.iter().any(|t| open(t.seq, t.result_seq))
                 }
             })
+    }
+
+    /// Whether a `file.edit` event between the two snapshots named `key` (its path,
+    /// or its `from`, as the event spelled it): the agent reported that change, so it
+    /// is claimed too (SPEC §8.1).
+    pub fn edited_between(&self, key: &str, after_seq: u64, before_seq: u64) -> bool {
+        self.state
+            .edit_seqs
+            .get(key)
+            .is_some_and(|v| v.iter().any(|&s| s > after_seq && s < before_seq))
     }
 
     /// Records changes no tool call claims (`claimed_between`), apart from `files`.
@@ -786,6 +800,13 @@ impl ExecutionGraph {
                         edits.push(path.to_string());
                     }
                 }
+                for p in std::iter::once(path).chain(from) {
+                    self.state
+                        .edit_seqs
+                        .entry(p.to_string())
+                        .or_default()
+                        .push(seq);
+                }
                 let c = match self.files.get_mut(path) {
                     Some(c) => c,
                     None => self.files.entry(path.to_string()).or_default(),
@@ -917,6 +938,126 @@ mod tests {
             g.apply(i as u64, &e);
         }
         g
+    }
+
+    fn step(
+        number: u64,
+        start: u64,
+        finish: Option<u64>,
+        calls: &[(u64, Option<u64>)],
+    ) -> StepNode {
+        StepNode {
+            number,
+            implicit: false,
+            agent: None,
+            title: None,
+            start_seq: start,
+            started_unix_ns: start as i64,
+            finished_unix_ns: finish.map(|f| f as i64),
+            finish_seq: finish,
+            tokens: Tokens::default(),
+            model_calls: 0,
+            tools: calls
+                .iter()
+                .map(|&(seq, result_seq)| ToolNode {
+                    seq,
+                    call_id: format!("c{seq}"),
+                    tool: "bash".into(),
+                    target: None,
+                    agent: None,
+                    started_unix_ns: seq as i64,
+                    status: None,
+                    result_seq,
+                    duration_ms: None,
+                    error: None,
+                })
+                .collect(),
+            errors: 0,
+            edits: Vec::new(),
+        }
+    }
+
+    /// The rule of SPEC §8.1, as hooks record: snapshot 2 before step 1 (call 4,
+    /// result 5), snapshot 6 after it, step.finish 7; snapshot 8 before step 2 (call
+    /// 10, no result yet). Between a call's after-snapshot and the next call's
+    /// before-snapshot nothing claims a change, though step 1 only finished at 7.
+    #[test]
+    fn a_change_is_claimed_only_while_a_call_runs() {
+        let mut g = ExecutionGraph::new("s");
+        g.steps = vec![
+            step(1, 3, Some(7), &[(4, Some(5))]),
+            step(2, 9, None, &[(10, None)]),
+        ];
+        assert!(
+            !g.claimed_between(1, 2),
+            "baseline to the first before-snapshot"
+        );
+        assert!(g.claimed_between(2, 6), "around call 4");
+        assert!(!g.claimed_between(6, 8), "between the calls");
+        assert!(
+            g.claimed_between(8, 11),
+            "call 10 has no result: it still runs"
+        );
+        assert!(
+            g.claimed_between(12, 20),
+            "and claims every change after it"
+        );
+        // A call whose result came exactly at the earlier snapshot ran before it.
+        assert!(!g.claimed_between(5, 8));
+        // A step that records no call claims while it is open; one with calls does not.
+        g.steps = vec![step(1, 3, Some(7), &[])];
+        assert!(g.claimed_between(2, 8));
+        assert!(!g.claimed_between(7, 9), "it ended at 7");
+        assert!(!g.claimed_between(1, 3), "it started at 3");
+        g.steps = vec![step(1, 3, None, &[])];
+        assert!(g.claimed_between(20, 30), "never finished: still open");
+        // A rollback session claims its own changes.
+        g.steps.clear();
+        assert!(!g.claimed_between(1, 2));
+        g.rollbacks_of.push("other".into());
+        assert!(g.claimed_between(1, 2));
+    }
+
+    /// An edit event claims its file's change between the snapshots around it (its
+    /// path and a rename's `from`), and no other file's.
+    #[test]
+    fn an_edit_event_claims_only_its_file() {
+        let g = fold(vec![
+            EventBody::StepStart(StepStart {
+                step: 1,
+                ..Default::default()
+            }),
+            EventBody::FileEdit(tacho_schema::FileEdit {
+                path: "b.txt".into(),
+                op: tacho_schema::EditOp::Rename,
+                from: Some("a.txt".into()),
+                tool: None,
+                call_id: None,
+                lines_added: None,
+                lines_removed: None,
+            }),
+        ]);
+        assert!(g.edited_between("b.txt", 0, 2) && g.edited_between("a.txt", 0, 2));
+        assert!(!g.edited_between("c.txt", 0, 2));
+        assert!(!g.edited_between("b.txt", 1, 2) && !g.edited_between("b.txt", 0, 1));
+    }
+
+    /// A step's end is its `step.finish`, or the next `step.start` when it never
+    /// finished.
+    #[test]
+    fn a_step_ends_at_its_finish_or_the_next_start() {
+        let g = fold(vec![
+            EventBody::StepStart(StepStart {
+                step: 1,
+                ..Default::default()
+            }),
+            EventBody::StepStart(StepStart {
+                step: 2,
+                ..Default::default()
+            }),
+        ]);
+        assert_eq!(g.steps[0].finish_seq, Some(1));
+        assert_eq!(g.steps[1].finish_seq, None);
     }
 
     /// Every goal event is listed in log order with what it was: a receipt with its
