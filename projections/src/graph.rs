@@ -700,6 +700,7 @@ impl ExecutionGraph {
                 if let Some(i) = self.state.open_step.take() {
                     // A step that never finished ends where the next one starts.
                     self.steps[i].finished_unix_ns.get_or_insert(at);
+                    self.steps[i].finish_seq.get_or_insert(seq);
                 }
                 self.note_agent(agent);
                 self.start_step(step, false, own(agent), own(title), seq, at);
