@@ -1263,6 +1263,15 @@ fn a_change_no_tool_call_made_is_shown_apart_and_undone_on_its_own() {
         .map(|f| f["path"].as_str().unwrap())
         .collect();
     assert_eq!(report_files, ["a.txt", "b.txt"]);
+    let (_, html, _) = e.tacho(&["audit", "report", id, "--format", "html"]);
+    assert!(html.contains("Changes no tool call made"), "{html}");
+    // The run-report page renders the same report.
+    let page = tacho_tests::run_report_page(&e.home, id);
+    let apart = page
+        .split("Changes no tool call made")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(apart.contains("scratch.txt") && apart.contains(&undo), "{page}");
 
     // Undone on its own: only the unclaimed change's files, byte for byte.
     let dry = e.json(&[
