@@ -1271,7 +1271,10 @@ fn a_change_no_tool_call_made_is_shown_apart_and_undone_on_its_own() {
         .split("Changes no tool call made")
         .nth(1)
         .unwrap_or_else(|| panic!("{page}"));
-    assert!(apart.contains("scratch.txt") && apart.contains(&undo), "{page}");
+    assert!(
+        apart.contains("scratch.txt") && apart.contains(&undo),
+        "{page}"
+    );
 
     // Undone on its own: only the unclaimed change's files, byte for byte.
     let dry = e.json(&[

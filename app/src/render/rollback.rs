@@ -253,6 +253,7 @@ mod tests {
             to_snapshot: "0123456789abcdef".into(),
             to_snapshot_at_unix_ns: 0,
             before_step: None,
+            unclaimed: None,
             pre_snapshot: "fedcba9876543210".into(),
             pre_snapshot_files: 1234,
             sessions: vec!["ses_p".into(), "ses_c1".into(), "ses_c2".into()],
