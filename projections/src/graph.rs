@@ -420,17 +420,27 @@ impl ExecutionGraph {
     /// session is one of tacho's rollbacks (the rollback made it). Otherwise nothing
     /// claims it: the user, another process, or a tool whose hooks did not fire made
     /// it.
+    ///
+    /// Only calls that can change files claim: those of recorded steps, where adapters
+    /// put every such call (hooks open a step, with its before-snapshot, for each, and
+    /// never for a read-only call, which lands in an implicit step). Calls of implicit
+    /// steps claim only in a session that recorded no step at all.
     pub fn claimed_between(&self, after_seq: u64, before_seq: u64) -> bool {
         let open =
             |start: u64, end: Option<u64>| start < before_seq && end.is_none_or(|e| e > after_seq);
+        let stepped = self.steps.iter().any(|s| !s.implicit);
         !self.rollbacks_of.is_empty()
-            || self.steps.iter().any(|s| {
-                if s.tools.is_empty() {
-                    open(s.start_seq, s.finish_seq)
-                } else {
-                    s.tools.iter().any(|t| open(t.seq, t.result_seq))
-                }
-            })
+            || self
+                .steps
+                .iter()
+                .filter(|s| !s.implicit || !stepped)
+                .any(|s| {
+                    if s.tools.is_empty() {
+                        open(s.start_seq, s.finish_seq)
+                    } else {
+                        s.tools.iter().any(|t| open(t.seq, t.result_seq))
+                    }
+                })
     }
 
     /// Whether a `file.edit` event between the two snapshots named `key` (its path,
@@ -1012,6 +1022,14 @@ mod tests {
         assert!(!g.claimed_between(1, 3), "it started at 3");
         g.steps = vec![step(1, 3, None, &[])];
         assert!(g.claimed_between(20, 30), "never finished: still open");
+        // A read-only call (outside any recorded step: an implicit step) claims
+        // nothing in a session that records steps, and claims in one that does not.
+        let mut read = step(3, 7, None, &[(7, Some(7))]);
+        read.implicit = true;
+        g.steps = vec![step(1, 3, Some(5), &[(4, Some(5))]), read.clone()];
+        assert!(!g.claimed_between(6, 8));
+        g.steps = vec![read];
+        assert!(g.claimed_between(6, 8));
         // A rollback session claims its own changes.
         g.steps.clear();
         assert!(!g.claimed_between(1, 2));

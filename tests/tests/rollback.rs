@@ -1146,9 +1146,16 @@ fn a_change_no_tool_call_made_is_shown_apart_and_undone_on_its_own() {
     e.record(id, r#"{"type":"file.edit","path":"a.txt","op":"modify"}"#);
     e.record(id, r#"{"type":"snapshot.take"}"#);
     e.record(id, r#"{"type":"step.finish","step":1}"#);
-    // Between the calls, no call running: the user edits a file and makes another.
+    // Between the calls, no call that can change files running: the user edits a
+    // file and makes another while the agent reads one (a read-only call, outside any
+    // step, as hooks record it).
     e.write("notes.txt", "mine\nedited by hand\n");
+    e.record(
+        id,
+        r#"{"type":"tool.call","call_id":"r1","tool":"Read","target":"a.txt"}"#,
+    );
     e.write("scratch.txt", "scratch\n");
+    e.record(id, r#"{"type":"tool.result","call_id":"r1","status":"ok"}"#);
     // Call 2.
     e.record(id, r#"{"type":"step.start","step":2}"#);
     e.record(
