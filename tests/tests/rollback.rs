@@ -1227,6 +1227,12 @@ fn a_change_no_tool_call_made_is_shown_apart_and_undone_on_its_own() {
         apart.contains("notes.txt") && apart.contains("scratch.txt"),
         "{md}"
     );
+    let (_, timeline, _) = e.tacho(&["graph", id, "--format", "timeline"]);
+    assert!(
+        timeline.contains("changes no tool call made (1, since event #")
+            && timeline.contains("notes.txt, scratch.txt"),
+        "{timeline}"
+    );
 
     // Risk: a factor of its own, with the paths and the event range.
     let risk = e.json(&["risk", id, "--json"]);
