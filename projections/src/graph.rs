@@ -424,23 +424,28 @@ impl ExecutionGraph {
     /// Only calls that can change files claim: those of recorded steps, where adapters
     /// put every such call (hooks open a step, with its before-snapshot, for each, and
     /// never for a read-only call, which lands in an implicit step). Calls of implicit
-    /// steps claim only in a session that recorded no step at all.
+    /// steps claim only in a session that recorded no step at all, or when a subagent
+    /// was started while they ran (an `agent.route` between the call and its result:
+    /// the subagent's changes are that call's).
     pub fn claimed_between(&self, after_seq: u64, before_seq: u64) -> bool {
         let open =
             |start: u64, end: Option<u64>| start < before_seq && end.is_none_or(|e| e > after_seq);
         let stepped = self.steps.iter().any(|s| !s.implicit);
-        !self.rollbacks_of.is_empty()
-            || self
-                .steps
+        let spawned = |t: &ToolNode| {
+            self.routes
                 .iter()
-                .filter(|s| !s.implicit || !stepped)
-                .any(|s| {
-                    if s.tools.is_empty() {
-                        open(s.start_seq, s.finish_seq)
-                    } else {
-                        s.tools.iter().any(|t| open(t.seq, t.result_seq))
-                    }
-                })
+                .any(|r| r.seq > t.seq && t.result_seq.is_none_or(|e| r.seq < e))
+        };
+        !self.rollbacks_of.is_empty()
+            || self.steps.iter().any(|s| {
+                if s.tools.is_empty() {
+                    (!s.implicit || !stepped) && open(s.start_seq, s.finish_seq)
+                } else {
+                    s.tools.iter().any(|t| {
+                        (!s.implicit || !stepped || spawned(t)) && open(t.seq, t.result_seq)
+                    })
+                }
+            })
     }
 
     /// Whether a `file.edit` event between the two snapshots named `key` (its path,
@@ -1028,8 +1033,21 @@ mod tests {
         read.implicit = true;
         g.steps = vec![step(1, 3, Some(5), &[(4, Some(5))]), read.clone()];
         assert!(!g.claimed_between(6, 8));
-        g.steps = vec![read];
+        g.steps = vec![read.clone()];
         assert!(g.claimed_between(6, 8));
+        // A call outside any step during which a subagent started (a Task) claims.
+        let mut task = read;
+        task.tools[0].result_seq = Some(9);
+        g.steps = vec![step(1, 3, Some(5), &[(4, Some(5))]), task];
+        assert!(!g.claimed_between(6, 10));
+        g.routes.push(RouteNode {
+            seq: 8,
+            at_unix_ns: 8,
+            from: None,
+            to: "sub".into(),
+            reason: None,
+        });
+        assert!(g.claimed_between(6, 10));
         // A rollback session claims its own changes.
         g.steps.clear();
         assert!(!g.claimed_between(1, 2));
