@@ -202,7 +202,11 @@ pub fn plan(h: &RollbackView) -> String {
         h.conflicts.len(),
         h.already_restored
     ));
-    o.push_str("Files changed outside the session before its last snapshot, and files never snapshotted, cannot be restored this way.\n");
+    if h.unclaimed.is_some() {
+        o.push_str("Only the change's files are touched; one changed again since the change was found is a conflict (--force restores it).\n");
+    } else {
+        o.push_str("Files changed outside the session before its last snapshot, and files never snapshotted, cannot be restored this way.\n");
+    }
     match &h.applied {
         None => o.push_str("(dry run: nothing was changed)\n"),
         Some(d) => {
