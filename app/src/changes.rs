@@ -1,8 +1,27 @@
 //! What the session's snapshots show changed, merged into its graph: changes made by
-//! shell commands (or anything that reported no edit) count like reported edits.
+//! shell commands (or anything that reported no edit) count like reported edits, and
+//! changes no tool call claims (SPEC §8.1) are recorded apart.
 
 use tacho_git::snapshot::{ChangeKind, SnapshotError, relative_path};
-use tacho_projections::{ExecutionGraph, ObservedChange, verification_kind};
+use tacho_projections::{
+    ExecutionGraph, ObservedChange, UnclaimedChange, UnclaimedFile, verification_kind,
+};
+
+/// What the snapshots show: changes a tool call claims, and those none claims.
+#[derive(Debug, Default)]
+pub(crate) struct Observed {
+    pub claimed: Vec<ObservedChange>,
+    pub unclaimed: Vec<UnclaimedChange>,
+}
+
+fn change_name(c: ChangeKind) -> &'static str {
+    match c {
+        ChangeKind::Created => "created",
+        ChangeKind::Modified => "modified",
+        ChangeKind::Deleted => "deleted",
+        ChangeKind::Mode => "mode",
+    }
+}
 
 use crate::Tacho;
 
@@ -10,13 +29,12 @@ impl Tacho {
     /// The changes between consecutive snapshots of the session's workspace, each
     /// attributed to the step it happened in and to that step's last tool call that is
     /// not a verification run (the call that most plausibly made it), else to the
-    /// later snapshot. Sessions without two snapshots have nothing to add.
-    pub(crate) fn observed_changes(
-        &self,
-        g: &ExecutionGraph,
-    ) -> Result<Vec<ObservedChange>, SnapshotError> {
+    /// later snapshot. A change between two snapshots no tool call claims
+    /// (`ExecutionGraph::claimed_between`) is not attributed: it is returned apart.
+    /// Sessions without two snapshots have nothing to add.
+    pub(crate) fn observed_changes(&self, g: &ExecutionGraph) -> Result<Observed, SnapshotError> {
         let Some(first) = g.snapshots.first() else {
-            return Ok(Vec::new());
+            return Ok(Observed::default());
         };
         let ws = std::path::PathBuf::from(&first.workspace);
         let snaps: Vec<_> = g
@@ -25,7 +43,7 @@ impl Tacho {
             .filter(|s| s.workspace == first.workspace)
             .collect();
         if snaps.len() < 2 {
-            return Ok(Vec::new());
+            return Ok(Observed::default());
         }
         let store = self.snapshots()?;
         // The keys edit events used, by workspace-relative path.
@@ -34,12 +52,14 @@ impl Tacho {
             .keys()
             .filter_map(|k| relative_path(&ws, k).ok().map(|r| (r, k.clone())))
             .collect();
-        let mut out = Vec::new();
+        let mut out = Observed::default();
         for pair in snaps.windows(2) {
             let [a, b] = pair else { continue };
             if a.id == b.id {
                 continue;
             }
+            let claimed = g.claimed_between(a.seq, b.seq);
+            let mut unclaimed = Vec::new();
             // The steps that started between the two snapshots; the changes belong to
             // the last of them.
             let step = g
@@ -61,8 +81,19 @@ impl Tacho {
                 })
                 .unwrap_or(b.seq);
             for c in store.diff(&a.id, &b.id)? {
-                out.push(ObservedChange {
-                    key: keys.get(&c.path).cloned().unwrap_or(c.path),
+                let key = keys.get(&c.path).cloned().unwrap_or_else(|| c.path.clone());
+                // Nothing running claims it, and no edit event named the file then.
+                if !claimed && !g.edited_between(&key, a.seq, b.seq) {
+                    unclaimed.push(UnclaimedFile {
+                        change: change_name(c.change).to_owned(),
+                        path: c.path,
+                        lines_added: c.lines_added,
+                        lines_removed: c.lines_removed,
+                    });
+                    continue;
+                }
+                out.claimed.push(ObservedChange {
+                    key,
                     created: c.change == ChangeKind::Created,
                     deleted: c.change == ChangeKind::Deleted,
                     mode_only: c.change == ChangeKind::Mode,
@@ -70,6 +101,16 @@ impl Tacho {
                     lines_removed: c.lines_removed,
                     seq,
                     step: step.map(|s| s.number),
+                });
+            }
+            if !unclaimed.is_empty() {
+                out.unclaimed.push(UnclaimedChange {
+                    after_seq: a.seq,
+                    before_seq: b.seq,
+                    from_snapshot: a.id.clone(),
+                    to_snapshot: b.id.clone(),
+                    found_unix_ns: b.at_unix_ns,
+                    files: unclaimed,
                 });
             }
         }

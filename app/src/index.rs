@@ -14,8 +14,9 @@ use crate::{SessionGraph, Tacho};
 /// other facts (a risk rule changed), so that facts an older tacho computed are
 /// computed again instead of listed, or reported by `log verify` as damage (SPEC
 /// §8.4). A new store's index begins with them recorded (`StoreOptions::facts_rules`).
-/// (v2: a goal check's receipt counts as verification.)
-pub(crate) const FACTS_RULES: &str = "tacho.facts.v2";
+/// (v2: a goal check's receipt counts as verification; v3: changes no tool call
+/// claims are a risk factor of their own, not changed files.)
+pub(crate) const FACTS_RULES: &str = "tacho.facts.v3";
 
 /// Risk levels by rank (the index stores the rank).
 const LEVELS: [RiskLevel; 4] = [

@@ -34,6 +34,14 @@ pub enum RollbackError {
     NoSnapshotBefore { session: String, step: u64 },
     #[error("session {0} recorded no snapshot: files it changed cannot be restored this way")]
     NoSnapshot(String),
+    #[error(
+        "session {session} has no unclaimed change {n} ({total} recorded; `--list` shows them)"
+    )]
+    NoUnclaimed {
+        session: String,
+        n: usize,
+        total: usize,
+    },
     #[error("{}", neutral(self))]
     Running(Vec<String>),
     #[error(
@@ -120,6 +128,8 @@ pub struct Prepared {
     /// The point restored to.
     pub target: SnapshotNode,
     pub step: Option<u64>,
+    /// The unclaimed change undone (`--unclaimed N`): only its files.
+    pub unclaimed: Option<usize>,
     /// The session first, then its descendants in the same workspace.
     pub members: Vec<Member>,
     pub elsewhere: Vec<Elsewhere>,
@@ -219,6 +229,9 @@ pub struct RollbackView {
     pub to_snapshot: String,
     pub to_snapshot_at_unix_ns: i64,
     pub before_step: Option<u64>,
+    /// The unclaimed change undone (`--unclaimed N`): only its files are restored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unclaimed: Option<usize>,
     /// The workspace as it was before the rollback (it can be undone from it).
     pub pre_snapshot: String,
     pub pre_snapshot_files: u64,
@@ -262,6 +275,7 @@ impl Prepared {
             to_snapshot: self.target.id.clone(),
             to_snapshot_at_unix_ns: self.target.at_unix_ns,
             before_step: self.step,
+            unclaimed: self.unclaimed,
             pre_snapshot: self.pre.id.clone(),
             pre_snapshot_files: self.pre.files,
             sessions: self.members.iter().map(|m| m.id.clone()).collect(),
@@ -326,10 +340,62 @@ impl Tacho {
         force: bool,
         allow_running: bool,
     ) -> Result<Prepared, RollbackError> {
+        self.plan_to(session, step, None, force, allow_running)
+    }
+
+    /// Plans undoing unclaimed change `n` of `session` (SPEC §8.1, from 1 as `--list`
+    /// numbers them): only its files go back to their state in the snapshot before it.
+    /// The last known state of those files is the snapshot that found the change, so
+    /// a file changed again since (by a tool, or anyone) is a conflict unless `force`.
+    pub fn plan_unclaimed_rollback(
+        &self,
+        session: &str,
+        n: usize,
+        force: bool,
+        allow_running: bool,
+    ) -> Result<Prepared, RollbackError> {
+        self.plan_to(session, None, Some(n), force, allow_running)
+    }
+
+    fn plan_to(
+        &self,
+        session: &str,
+        step: Option<u64>,
+        unclaimed: Option<usize>,
+        force: bool,
+        allow_running: bool,
+    ) -> Result<Prepared, RollbackError> {
         let graph = self.graph(session)?;
         let points = RollbackPoints::from_graph(&graph);
-        let target = match step {
+        // The change undone on its own: from its earlier snapshot to the one that
+        // found it.
+        let change = match unclaimed {
             Some(n) => {
+                let u = points
+                    .unclaimed(n)
+                    .ok_or_else(|| RollbackError::NoUnclaimed {
+                        session: session.to_owned(),
+                        n,
+                        total: points.unclaimed.len(),
+                    })?;
+                let node = |seq: u64| graph.snapshots.iter().find(|s| s.seq == seq).cloned();
+                let paths: BTreeSet<String> = u.files.iter().map(|f| f.path.clone()).collect();
+                match (node(u.after_seq), node(u.before_seq)) {
+                    (Some(from), Some(to)) => Some((from, to, paths)),
+                    _ => {
+                        return Err(RollbackError::NoUnclaimed {
+                            session: session.to_owned(),
+                            n,
+                            total: points.unclaimed.len(),
+                        });
+                    }
+                }
+            }
+            None => None,
+        };
+        let target = match (step, &change) {
+            (_, Some((from, _, _))) => from.clone(),
+            (Some(n), None) => {
                 let p = points.step(n).ok_or_else(|| RollbackError::NoStep {
                     session: session.to_owned(),
                     step: n,
@@ -342,7 +408,7 @@ impl Tacho {
                         step: n,
                     })?
             }
-            None => points
+            (None, None) => points
                 .baseline
                 .clone()
                 .ok_or_else(|| RollbackError::NoSnapshot(session.to_owned()))?,
@@ -372,7 +438,7 @@ impl Tacho {
         let target_files = snaps.files(snaps.resolve(&target.id)?)?;
         // Snapshots after the point, oldest first, across the included sessions.
         let mut later: Vec<(i64, u64, String)> = Vec::new();
-        for m in &members {
+        for m in members.iter().filter(|_| change.is_none()) {
             for s in &m.graph.snapshots {
                 let after = if m.id == session {
                     s.seq > target.seq
@@ -383,6 +449,10 @@ impl Tacho {
                     later.push((s.at_unix_ns, s.seq, s.id.clone()));
                 }
             }
+        }
+        if let Some((_, to, _)) = &change {
+            // Undoing one change: the snapshot that found it is the files' known state.
+            later.push((to.at_unix_ns, to.seq, to.id.clone()));
         }
         later.sort();
         // Each tree once, at its last occurrence, so the last stays the latest state.
@@ -401,7 +471,7 @@ impl Tacho {
         let last_time = later.last().map(|l| l.0);
         // tacho's own rollbacks of these sessions since their last snapshot are not
         // outside changes: the files they changed are known as they left them.
-        if let Some(mut known) = later_files.last().cloned() {
+        if let Some(mut known) = later_files.last().cloned().filter(|_| change.is_none()) {
             let mut moved = false;
             for r in self.own_rollbacks(&rollback_sessions, &members)? {
                 if last_time.is_some_and(|t| r.at <= t) {
@@ -421,7 +491,7 @@ impl Tacho {
         }
         let mut edited = BTreeSet::new();
         let mut edited_after_last = BTreeSet::new();
-        for m in &members {
+        for m in members.iter().filter(|_| change.is_none()) {
             for (seq, at, path) in &m.edits {
                 let after = if m.id == session {
                     *seq > target.seq
@@ -464,17 +534,21 @@ impl Tacho {
             current: &current,
             unprotected: &unprotected,
             force,
+            // Undoing one change: its files only (others the snapshots differ in were
+            // claimed by an edit event).
+            only: change.as_ref().map(|(_, _, paths)| paths),
         });
         Ok(Prepared {
             session: session.to_owned(),
             workspace: ws,
             target,
             step,
+            unclaimed,
             members,
             elsewhere,
             pre,
             no_later: later_files.is_empty(),
-            without_before_state: if step.is_none() {
+            without_before_state: if step.is_none() && unclaimed.is_none() {
                 points.without_before_state.clone()
             } else {
                 Vec::new()
@@ -506,7 +580,10 @@ impl Tacho {
                     EventBody::SessionStart(SessionStart {
                         agent: Some("tacho".into()),
                         workspace: Some(ws.clone()),
-                        title: Some(format!("rollback of {}", p.session)),
+                        title: Some(match p.unclaimed {
+                            Some(n) => format!("rollback of {} (unclaimed change {n})", p.session),
+                            None => format!("rollback of {}", p.session),
+                        }),
                         source: Some("tacho-rollback".into()),
                         ..SessionStart::default()
                     }),

@@ -263,7 +263,10 @@ impl Tacho {
     /// Merges what the snapshots show into a graph folded from the events.
     pub(crate) fn merge_observed(&self, g: &mut ExecutionGraph) {
         match self.observed_changes(g) {
-            Ok(changes) => g.merge_observed(&changes),
+            Ok(changes) => {
+                g.merge_observed(&changes.claimed);
+                g.merge_unclaimed(changes.unclaimed);
+            }
             Err(e) => self.note(&format!(
                 "note: session {}: changes seen in snapshots are left out: {e}",
                 g.session

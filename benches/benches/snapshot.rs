@@ -201,6 +201,7 @@ fn benches(c: &mut Criterion) {
                         current: &current,
                         unprotected: &BTreeMap::new(),
                         force: false,
+                        only: None,
                     });
                     assert_eq!(plan.items.len(), hundred.len());
                     let applied = rollback::apply(&store, &f.ws, &plan).unwrap();

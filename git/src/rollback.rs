@@ -33,6 +33,8 @@ pub struct PlanInput<'a> {
     pub unprotected: &'a BTreeMap<String, String>,
     /// Apply conflicting files too.
     pub force: bool,
+    /// Only these paths, when given (undoing one change of several).
+    pub only: Option<&'a BTreeSet<String>>,
 }
 
 /// What happens to one file.
@@ -108,6 +110,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         diff_paths(input.target, later, &mut changed);
     }
     changed.extend(input.edited.iter().map(String::as_str));
+    if let Some(only) = input.only {
+        changed.retain(|p| only.contains(*p));
+    }
     let last = input.later.last();
     let mut plan = Plan {
         considered: changed.len() as u64,

@@ -492,6 +492,7 @@ fn rollback_with_excluded(
         current: &current,
         unprotected: &unprotected,
         force,
+        only: None,
     });
     let applied = rollback::apply(&e.store, &e.ws, &plan).unwrap();
     (plan, applied, excluded)
@@ -781,6 +782,7 @@ fn a_link_swapped_in_after_planning_does_not_redirect_writes() {
         current: &current,
         unprotected: &BTreeMap::new(),
         force: false,
+        only: None,
     });
     assert_eq!(plan.items.len(), 1);
     // Between plan and apply, `dir` becomes a link to a directory outside holding a
@@ -829,6 +831,7 @@ fn a_file_replaced_by_a_link_after_planning_is_left_alone() {
         current: &p1,
         unprotected: &BTreeMap::new(),
         force: false,
+        only: None,
     });
     let secret = e._tmp.path().join("secret");
     std::fs::write(&secret, "two\n").unwrap();

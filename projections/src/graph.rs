@@ -64,6 +64,10 @@ pub struct StepNode {
     pub start_seq: u64,
     pub started_unix_ns: i64,
     pub finished_unix_ns: Option<i64>,
+    /// The event that ended it: its `step.finish`, or the next `step.start` when it
+    /// never finished; `None` while it is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_seq: Option<u64>,
     pub tokens: Tokens,
     pub model_calls: u64,
     pub tools: Vec<ToolNode>,
@@ -286,6 +290,35 @@ pub struct ObservedChange {
     pub step: Option<u64>,
 }
 
+/// A change between two consecutive snapshots of the session's workspace that no tool
+/// call claims (SPEC §8.1, "Changes no tool call made"): the user, another process,
+/// or a tool whose hooks did not fire made it. It is its own fact, never merged into
+/// `files`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnclaimedChange {
+    /// The event numbers of the earlier and the later snapshot: the change happened
+    /// between them.
+    pub after_seq: u64,
+    pub before_seq: u64,
+    /// The earlier snapshot (the state an undo restores) and the later one.
+    pub from_snapshot: String,
+    pub to_snapshot: String,
+    /// When the later snapshot was taken: the change was found then.
+    pub found_unix_ns: i64,
+    pub files: Vec<UnclaimedFile>,
+}
+
+/// One file of an unclaimed change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnclaimedFile {
+    /// Relative to the workspace.
+    pub path: String,
+    /// `created`, `modified`, `deleted` or `mode`.
+    pub change: String,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+}
+
 /// A snapshot of the workspace recorded in the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotNode {
@@ -334,6 +367,10 @@ pub struct ExecutionGraph {
     pub files: BTreeMap<String, FileChange>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<SnapshotNode>,
+    /// Changes between snapshots that no tool call claims, in log order (merged in
+    /// when the graph is read, like what the snapshots show; absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unclaimed: Vec<UnclaimedChange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<BranchNode>,
     /// Sessions this one rolled back.
@@ -367,15 +404,73 @@ pub struct FoldState {
     /// Index of the open step, if any.
     open_step: Option<usize>,
     current_agent: Option<String>,
+    /// path (as the edit event spelled it) → the events that named it (`file.edit`
+    /// `path` or `from`): what claims a file's change (SPEC §8.1).
+    #[serde(default)]
+    edit_seqs: BTreeMap<String, Vec<u64>>,
 }
 
 impl ExecutionGraph {
+    /// The rule of SPEC §8.1: a change between the snapshots at `after_seq` and
+    /// `before_seq` is claimed when some tool call was running between them (its
+    /// `tool.call` before the later snapshot, and its result, if any, after the
+    /// earlier one); when a step that records no tool call at all was open between
+    /// them (its `step.start` before the later snapshot, its end, if any, after the
+    /// earlier one: an agent that reports steps and edits, not calls); or when the
+    /// session is one of tacho's rollbacks (the rollback made it). Otherwise nothing
+    /// claims it: the user, another process, or a tool whose hooks did not fire made
+    /// it.
+    ///
+    /// Only calls that can change files claim: those of recorded steps, where adapters
+    /// put every such call (hooks open a step, with its before-snapshot, for each, and
+    /// never for a read-only call, which lands in an implicit step). Calls of implicit
+    /// steps claim only in a session that recorded no step at all, or when a subagent
+    /// was started while they ran (an `agent.route` between the call and its result:
+    /// the subagent's changes are that call's).
+    pub fn claimed_between(&self, after_seq: u64, before_seq: u64) -> bool {
+        let open =
+            |start: u64, end: Option<u64>| start < before_seq && end.is_none_or(|e| e > after_seq);
+        let stepped = self.steps.iter().any(|s| !s.implicit);
+        let spawned = |t: &ToolNode| {
+            self.routes
+                .iter()
+                .any(|r| r.seq > t.seq && t.result_seq.is_none_or(|e| r.seq < e))
+        };
+        !self.rollbacks_of.is_empty()
+            || self.steps.iter().any(|s| {
+                if s.tools.is_empty() {
+                    (!s.implicit || !stepped) && open(s.start_seq, s.finish_seq)
+                } else {
+                    s.tools.iter().any(|t| {
+                        (!s.implicit || !stepped || spawned(t)) && open(t.seq, t.result_seq)
+                    })
+                }
+            })
+    }
+
+    /// Whether a `file.edit` event between the two snapshots named `key` (its path,
+    /// or its `from`, as the event spelled it): the agent reported that change, so it
+    /// is claimed too (SPEC §8.1).
+    pub fn edited_between(&self, key: &str, after_seq: u64, before_seq: u64) -> bool {
+        self.state
+            .edit_seqs
+            .get(key)
+            .is_some_and(|v| v.iter().any(|&s| s > after_seq && s < before_seq))
+    }
+
+    /// Records changes no tool call claims (`claimed_between`), apart from `files`.
+    pub fn merge_unclaimed(&mut self, changes: Vec<UnclaimedChange>) {
+        self.unclaimed
+            .extend(changes.into_iter().filter(|c| !c.files.is_empty()));
+    }
+
     /// Merges what the session's snapshots show into the files and steps: a session
     /// scores the same whether its tools reported their edits or not. A file an edit
     /// event named keeps its edit count, and its line counts when the events reported
     /// any; a file only the snapshots show is marked `observed`. (Snapshots hold file
     /// contents outside the log, so this is done after the fold, by the caller that
     /// can read them; the fold and its stored form stay a function of the events.)
+    /// Only changes a tool call claims come here (`merge_unclaimed` takes the rest).
     pub fn merge_observed(&mut self, changes: &[ObservedChange]) {
         let reported: std::collections::BTreeSet<String> = self
             .files
@@ -427,6 +522,7 @@ impl ExecutionGraph {
             verifications: Vec::new(),
             files: BTreeMap::new(),
             snapshots: Vec::new(),
+            unclaimed: Vec::new(),
             branch: None,
             rollbacks_of: Vec::new(),
             goals: GoalActivity::default(),
@@ -518,6 +614,7 @@ impl ExecutionGraph {
             start_seq: seq,
             started_unix_ns: at,
             finished_unix_ns: None,
+            finish_seq: None,
             tokens,
             model_calls: std::mem::take(&mut self.state.pending_model_calls),
             tools: Vec::new(),
@@ -562,6 +659,7 @@ impl ExecutionGraph {
                 self.end_reason = Some(reason);
                 if let Some(i) = self.state.open_step.take() {
                     self.steps[i].finished_unix_ns.get_or_insert(at);
+                    self.steps[i].finish_seq.get_or_insert(seq);
                 }
             }
             EventView::AgentRoute { from, to, reason } => {
@@ -617,6 +715,7 @@ impl ExecutionGraph {
                 if let Some(i) = self.state.open_step.take() {
                     // A step that never finished ends where the next one starts.
                     self.steps[i].finished_unix_ns.get_or_insert(at);
+                    self.steps[i].finish_seq.get_or_insert(seq);
                 }
                 self.note_agent(agent);
                 self.start_step(step, false, own(agent), own(title), seq, at);
@@ -624,6 +723,7 @@ impl ExecutionGraph {
             EventView::StepFinish { .. } => {
                 if let Some(i) = self.state.open_step.take() {
                     self.steps[i].finished_unix_ns = Some(at);
+                    self.steps[i].finish_seq = Some(seq);
                 }
             }
             EventView::ToolCall {
@@ -715,6 +815,13 @@ impl ExecutionGraph {
                     if !edits.iter().any(|p| p == path) {
                         edits.push(path.to_string());
                     }
+                }
+                for p in std::iter::once(path).chain(from) {
+                    self.state
+                        .edit_seqs
+                        .entry(p.to_string())
+                        .or_default()
+                        .push(seq);
                 }
                 let c = match self.files.get_mut(path) {
                     Some(c) => c,
@@ -847,6 +954,147 @@ mod tests {
             g.apply(i as u64, &e);
         }
         g
+    }
+
+    fn step(
+        number: u64,
+        start: u64,
+        finish: Option<u64>,
+        calls: &[(u64, Option<u64>)],
+    ) -> StepNode {
+        StepNode {
+            number,
+            implicit: false,
+            agent: None,
+            title: None,
+            start_seq: start,
+            started_unix_ns: start as i64,
+            finished_unix_ns: finish.map(|f| f as i64),
+            finish_seq: finish,
+            tokens: Tokens::default(),
+            model_calls: 0,
+            tools: calls
+                .iter()
+                .map(|&(seq, result_seq)| ToolNode {
+                    seq,
+                    call_id: format!("c{seq}"),
+                    tool: "bash".into(),
+                    target: None,
+                    agent: None,
+                    started_unix_ns: seq as i64,
+                    status: None,
+                    result_seq,
+                    duration_ms: None,
+                    error: None,
+                })
+                .collect(),
+            errors: 0,
+            edits: Vec::new(),
+        }
+    }
+
+    /// The rule of SPEC §8.1, as hooks record: snapshot 2 before step 1 (call 4,
+    /// result 5), snapshot 6 after it, step.finish 7; snapshot 8 before step 2 (call
+    /// 10, no result yet). Between a call's after-snapshot and the next call's
+    /// before-snapshot nothing claims a change, though step 1 only finished at 7.
+    #[test]
+    fn a_change_is_claimed_only_while_a_call_runs() {
+        let mut g = ExecutionGraph::new("s");
+        g.steps = vec![
+            step(1, 3, Some(7), &[(4, Some(5))]),
+            step(2, 9, None, &[(10, None)]),
+        ];
+        assert!(
+            !g.claimed_between(1, 2),
+            "baseline to the first before-snapshot"
+        );
+        assert!(g.claimed_between(2, 6), "around call 4");
+        assert!(!g.claimed_between(6, 8), "between the calls");
+        assert!(
+            g.claimed_between(8, 11),
+            "call 10 has no result: it still runs"
+        );
+        assert!(
+            g.claimed_between(12, 20),
+            "and claims every change after it"
+        );
+        // A call whose result came exactly at the earlier snapshot ran before it.
+        assert!(!g.claimed_between(5, 8));
+        // A step that records no call claims while it is open; one with calls does not.
+        g.steps = vec![step(1, 3, Some(7), &[])];
+        assert!(g.claimed_between(2, 8));
+        assert!(!g.claimed_between(7, 9), "it ended at 7");
+        assert!(!g.claimed_between(1, 3), "it started at 3");
+        g.steps = vec![step(1, 3, None, &[])];
+        assert!(g.claimed_between(20, 30), "never finished: still open");
+        // A read-only call (outside any recorded step: an implicit step) claims
+        // nothing in a session that records steps, and claims in one that does not.
+        let mut read = step(3, 7, None, &[(7, Some(7))]);
+        read.implicit = true;
+        g.steps = vec![step(1, 3, Some(5), &[(4, Some(5))]), read.clone()];
+        assert!(!g.claimed_between(6, 8));
+        g.steps = vec![read.clone()];
+        assert!(g.claimed_between(6, 8));
+        // A call outside any step during which a subagent started (a Task) claims.
+        let mut task = read;
+        task.tools[0].result_seq = Some(9);
+        g.steps = vec![step(1, 3, Some(5), &[(4, Some(5))]), task];
+        assert!(!g.claimed_between(6, 10));
+        g.routes.push(RouteNode {
+            seq: 8,
+            at_unix_ns: 8,
+            from: None,
+            to: "sub".into(),
+            reason: None,
+        });
+        assert!(g.claimed_between(6, 10));
+        // A rollback session claims its own changes.
+        g.steps.clear();
+        assert!(!g.claimed_between(1, 2));
+        g.rollbacks_of.push("other".into());
+        assert!(g.claimed_between(1, 2));
+    }
+
+    /// An edit event claims its file's change between the snapshots around it (its
+    /// path and a rename's `from`), and no other file's.
+    #[test]
+    fn an_edit_event_claims_only_its_file() {
+        let g = fold(vec![
+            EventBody::StepStart(StepStart {
+                step: 1,
+                ..Default::default()
+            }),
+            EventBody::FileEdit(tacho_schema::FileEdit {
+                path: "b.txt".into(),
+                op: tacho_schema::EditOp::Rename,
+                from: Some("a.txt".into()),
+                tool: None,
+                call_id: None,
+                lines_added: None,
+                lines_removed: None,
+            }),
+        ]);
+        assert!(g.edited_between("b.txt", 0, 2) && g.edited_between("a.txt", 0, 2));
+        assert!(!g.edited_between("c.txt", 0, 2));
+        assert!(!g.edited_between("b.txt", 1, 2) && !g.edited_between("b.txt", 0, 1));
+    }
+
+    /// A step's end is its `step.finish`, or the next `step.start` when it never
+    /// finished.
+    #[test]
+    fn a_step_ends_at_its_finish_or_the_next_start() {
+        let g = fold(vec![
+            EventBody::StepStart(StepStart {
+                step: 1,
+                ..Default::default()
+            }),
+            EventBody::StepStart(StepStart {
+                step: 2,
+                ..Default::default()
+            }),
+        ]);
+        assert_eq!(g.steps[0].finish_seq, Some(1));
+        assert_eq!(g.steps[1].finish_seq, None);
     }
 
     /// Every goal event is listed in log order with what it was: a receipt with its

@@ -20,7 +20,7 @@ pub use goals::{CheckState, Current, GoalState, Goals, check_states, environment
 pub use graph::{
     BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, GoalActivity,
     GoalEventNode, GoalMark, GoalTally, ObservedChange, RouteNode, SnapshotNode, StepNode, Tokens,
-    ToolNode, VerificationNode, route_text,
+    ToolNode, UnclaimedChange, UnclaimedFile, VerificationNode, route_text,
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{
@@ -28,5 +28,5 @@ pub use risk::{
     VerificationEvidence, VerificationSource, assess, is_api_surface, is_security_sensitive,
     verification_kind,
 };
-pub use rollback::{RollbackPoint, RollbackPoints};
+pub use rollback::{RollbackPoint, RollbackPoints, UnclaimedPoint};
 pub use summary::{SessionStatus, SessionSummary};

@@ -494,6 +494,33 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
             paths: Vec::new(),
         });
     }
+    if !g.unclaimed.is_empty() {
+        let paths: Vec<String> = g
+            .unclaimed
+            .iter()
+            .flat_map(|u| u.files.iter().map(|f| f.path.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let ranges: Vec<String> = g
+            .unclaimed
+            .iter()
+            .map(|u| format!("#{}..#{}", u.after_seq, u.before_seq))
+            .collect();
+        let shown: Vec<&String> = paths.iter().collect();
+        factors.push(RiskFactor {
+            id: "unclaimed_changes",
+            weight: 10,
+            evidence: format!(
+                "{} file(s) changed with no tool call running (between events {}): {}",
+                paths.len(),
+                ranges.join(", "),
+                list(&shown)
+            ),
+            mitigation: "Find out who made these changes (the user, another process, a tool whose hooks did not fire); undo one with tacho session rollback --unclaimed N.",
+            paths,
+        });
+    }
     let api: Vec<&String> = files
         .iter()
         .copied()
@@ -596,7 +623,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         Readiness::Blocked
     } else if n_files > 0 && !verified {
         Readiness::NeedsValidation
-    } else if level >= RiskLevel::High || !sensitive.is_empty() {
+    } else if level >= RiskLevel::High || !sensitive.is_empty() || !g.unclaimed.is_empty() {
         Readiness::NeedsReview
     } else {
         Readiness::Ready

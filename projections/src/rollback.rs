@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::graph::{ExecutionGraph, SnapshotNode, Tokens};
+use crate::graph::{ExecutionGraph, SnapshotNode, Tokens, UnclaimedFile};
 
 /// A step and the snapshot that holds the workspace as it was before the step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -19,6 +19,22 @@ pub struct RollbackPoint {
     pub snapshot: Option<SnapshotNode>,
 }
 
+/// A change no tool call made (SPEC §8.1), undoable on its own: restoring its files
+/// to their state in the earlier snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnclaimedPoint {
+    /// Its number in the list, from 1 (`--unclaimed N`).
+    pub index: usize,
+    pub after_seq: u64,
+    pub before_seq: u64,
+    pub from_snapshot: String,
+    pub to_snapshot: String,
+    pub found_unix_ns: i64,
+    pub files: Vec<UnclaimedFile>,
+    /// The command that undoes it.
+    pub undo: String,
+}
+
 /// Every point of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RollbackPoints {
@@ -32,6 +48,8 @@ pub struct RollbackPoints {
     /// Steps with no snapshot before them (the session's first snapshot failed or
     /// came late): no rollback can undo what they changed before the first snapshot.
     pub without_before_state: Vec<u64>,
+    /// Changes no tool call made, each undoable on its own.
+    pub unclaimed: Vec<UnclaimedPoint>,
 }
 
 impl RollbackPoints {
@@ -68,11 +86,31 @@ impl RollbackPoints {
                 .map(|p| p.step)
                 .collect(),
             points,
+            unclaimed: g
+                .unclaimed
+                .iter()
+                .enumerate()
+                .map(|(i, u)| UnclaimedPoint {
+                    index: i + 1,
+                    after_seq: u.after_seq,
+                    before_seq: u.before_seq,
+                    from_snapshot: u.from_snapshot.clone(),
+                    to_snapshot: u.to_snapshot.clone(),
+                    found_unix_ns: u.found_unix_ns,
+                    files: u.files.clone(),
+                    undo: format!("tacho session rollback {} --unclaimed {}", g.session, i + 1),
+                })
+                .collect(),
         }
     }
 
     /// The point of step `n`.
     pub fn step(&self, n: u64) -> Option<&RollbackPoint> {
         self.points.iter().find(|p| p.step == n)
+    }
+
+    /// Unclaimed change `n` (from 1).
+    pub fn unclaimed(&self, n: usize) -> Option<&UnclaimedPoint> {
+        self.unclaimed.iter().find(|u| u.index == n)
     }
 }

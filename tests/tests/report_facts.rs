@@ -240,7 +240,14 @@ fn a_report_with_snapshots_lists_the_files_under_the_names_risk_counts() {
     snap(&home);
     let a = ask(&home, &ws, s);
     let risk = risk_paths(&a.risk);
-    assert_eq!(risk.len(), 2, "{}", a.risk);
+    // `src/b.txt` changed with no tool call running and no edit event naming it: it
+    // is no tool's change (SPEC §8.1), apart from the files.
+    assert_eq!(risk.len(), 1, "{}", a.risk);
+    assert_eq!(
+        a.report["graph"]["unclaimed"][0]["files"][0]["path"], "src/b.txt",
+        "{}",
+        a.report["graph"]
+    );
     assert_eq!(report_paths(&a.report), risk);
     let files = section(&a.markdown, "Files changed");
     for p in &risk {

@@ -1117,3 +1117,259 @@ fn a_dump_that_stops_at_damage_says_how_much_is_left_in_json_too() {
     assert_eq!(damage["offset"], 0);
     assert!(damage["remaining"].is_null(), "{damage}");
 }
+
+/// Issue 30: a file that changes between two tool calls — after the first call's
+/// after-snapshot, before the next call's before-snapshot, with no call running — is
+/// no tool's change. It is recorded apart (graph, risk, rollback points, the audit
+/// report), never among the tools' files, and undone on its own.
+#[test]
+fn a_change_no_tool_call_made_is_shown_apart_and_undone_on_its_own() {
+    let e = env();
+    e.write("a.txt", "a\n");
+    e.write("b.txt", "b\n");
+    e.write("notes.txt", "mine\n");
+    let ws = e.ws.display();
+    let id = "ses_gap";
+    e.record(
+        id,
+        &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"coder"}}"#),
+    );
+    // Call 1, as a hook records it: the before-snapshot (automatic, before the
+    // step), the call, the change, the result, the after-snapshot.
+    e.record(id, r#"{"type":"step.start","step":1}"#);
+    e.record(
+        id,
+        r#"{"type":"tool.call","call_id":"c1","tool":"Write","target":"a.txt"}"#,
+    );
+    e.write("a.txt", "a\nby the tool\n");
+    e.record(id, r#"{"type":"tool.result","call_id":"c1","status":"ok"}"#);
+    e.record(id, r#"{"type":"file.edit","path":"a.txt","op":"modify"}"#);
+    e.record(id, r#"{"type":"snapshot.take"}"#);
+    e.record(id, r#"{"type":"step.finish","step":1}"#);
+    // Between the calls, no call that can change files running: the user edits a
+    // file and makes another while the agent reads one (a read-only call, outside any
+    // step, as hooks record it).
+    e.write("notes.txt", "mine\nedited by hand\n");
+    e.record(
+        id,
+        r#"{"type":"tool.call","call_id":"r1","tool":"Read","target":"a.txt"}"#,
+    );
+    e.write("scratch.txt", "scratch\n");
+    e.record(id, r#"{"type":"tool.result","call_id":"r1","status":"ok"}"#);
+    // Call 2.
+    e.record(id, r#"{"type":"step.start","step":2}"#);
+    e.record(
+        id,
+        r#"{"type":"tool.call","call_id":"c2","tool":"bash","target":"echo more >> b.txt"}"#,
+    );
+    e.write("b.txt", "b\nmore\n");
+    e.record(id, r#"{"type":"tool.result","call_id":"c2","status":"ok"}"#);
+    e.record(id, r#"{"type":"snapshot.take"}"#);
+    e.record(id, r#"{"type":"step.finish","step":2}"#);
+    e.record(id, r#"{"type":"session.end","reason":"completed"}"#);
+
+    // The graph: the tools' files, and the unclaimed change apart.
+    let graph = e.json(&["graph", id, "--format", "json"]);
+    let files: Vec<&str> = graph["files"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(files, ["a.txt", "b.txt"], "{}", graph["files"]);
+    let unclaimed = graph["unclaimed"].as_array().unwrap();
+    assert_eq!(unclaimed.len(), 1, "{unclaimed:?}");
+    let u = &unclaimed[0];
+    let paths: Vec<(&str, &str)> = u["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap(), f["change"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        paths,
+        [("notes.txt", "modified"), ("scratch.txt", "created")]
+    );
+    assert_eq!(u["files"][0]["lines_added"], 1);
+    // Between the after-snapshot of call 1 and the before-snapshot of call 2.
+    let snaps = graph["snapshots"].as_array().unwrap();
+    let seq_of = |reason: &str, before: Option<u64>| {
+        snaps
+            .iter()
+            .find(|s| s["reason"] == reason && s["before_step"].as_u64() == before)
+            .unwrap()["seq"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(u["before_seq"].as_u64(), Some(seq_of("step", Some(2))));
+    let c1_result = graph["steps"][0]["tools"][0]["result_seq"]
+        .as_u64()
+        .unwrap();
+    assert!(u["after_seq"].as_u64().unwrap() > c1_result, "{u}");
+    let steps_edits: Vec<&serde_json::Value> = graph["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["edits"])
+        .collect();
+    assert!(
+        !serde_json::to_string(&steps_edits)
+            .unwrap()
+            .contains("notes.txt"),
+        "{steps_edits:?}"
+    );
+    let (_, md, _) = e.tacho(&["graph", id]);
+    let apart = md
+        .split("Changes no tool call made")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(
+        apart.contains("notes.txt") && apart.contains("scratch.txt"),
+        "{md}"
+    );
+    let (_, timeline, _) = e.tacho(&["graph", id, "--format", "timeline"]);
+    assert!(
+        timeline.contains("changes no tool call made (1, since event #")
+            && timeline.contains("notes.txt, scratch.txt"),
+        "{timeline}"
+    );
+
+    // Risk: a factor of its own, with the paths and the event range.
+    let risk = e.json(&["risk", id, "--json"]);
+    assert_eq!(risk["files_changed"], 2, "{risk}");
+    let f = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "unclaimed_changes")
+        .unwrap_or_else(|| panic!("{risk}"));
+    assert_eq!(f["paths"], serde_json::json!(["notes.txt", "scratch.txt"]));
+    let range = format!("#{}..#{}", u["after_seq"], u["before_seq"]);
+    assert!(f["evidence"].as_str().unwrap().contains(&range), "{f}");
+    let (_, risk_text, _) = e.tacho(&["risk", id]);
+    assert!(risk_text.contains("unclaimed_changes"), "{risk_text}");
+
+    // Rollback points: listed with the command that undoes it.
+    let points = e.json(&["session", "rollback", id, "--list", "--json"]);
+    assert_eq!(points["unclaimed"][0]["files"], u["files"], "{points}");
+    let undo = format!("tacho session rollback {id} --unclaimed 1");
+    assert_eq!(points["unclaimed"][0]["undo"], undo.as_str(), "{points}");
+    let (_, list, _) = e.tacho(&["session", "rollback", id, "--list"]);
+    assert!(
+        list.contains(&undo) && list.contains("scratch.txt"),
+        "{list}"
+    );
+
+    // The audit report, Markdown and JSON.
+    let (_, report, err) = e.tacho(&["audit", "report", id]);
+    let apart = report
+        .split("Changes no tool call made")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{report}{err}"));
+    assert!(apart.contains("scratch.txt"), "{report}");
+    let report_json = e.json(&["audit", "report", id, "--json"]);
+    assert_eq!(report_json["graph"]["unclaimed"], graph["unclaimed"]);
+    let report_files: Vec<&str> = report_json["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(report_files, ["a.txt", "b.txt"]);
+    let (_, html, _) = e.tacho(&["audit", "report", id, "--format", "html"]);
+    assert!(html.contains("Changes no tool call made"), "{html}");
+    // The run-report page renders the same report.
+    let page = tacho_tests::run_report_page(&e.home, id);
+    let apart = page
+        .split("Changes no tool call made")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(
+        apart.contains("scratch.txt") && apart.contains(&undo),
+        "{page}"
+    );
+
+    // Undone on its own: only the unclaimed change's files, byte for byte.
+    let dry = e.json(&[
+        "session",
+        "rollback",
+        id,
+        "--unclaimed",
+        "1",
+        "--dry-run",
+        "--json",
+    ]);
+    let plan: Vec<(&str, &str)> = dry["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["path"].as_str().unwrap(), i["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(plan, [("notes.txt", "restore"), ("scratch.txt", "delete")]);
+    let real = e.json(&[
+        "session",
+        "rollback",
+        id,
+        "--unclaimed",
+        "1",
+        "--yes",
+        "--json",
+    ]);
+    assert_eq!(real["applied"]["done"], 2, "{real}");
+    assert_eq!(e.read("notes.txt").as_deref(), Some("mine\n"));
+    assert!(e.read("scratch.txt").is_none());
+    assert_eq!(e.read("a.txt").as_deref(), Some("a\nby the tool\n"));
+    assert_eq!(e.read("b.txt").as_deref(), Some("b\nmore\n"));
+    e.fsck();
+}
+
+/// An unclaimed change whose file changed again since is a conflict unless forced.
+#[test]
+fn undoing_an_unclaimed_change_refuses_a_file_changed_since() {
+    let e = env();
+    e.write("notes.txt", "mine\n");
+    let ws = e.ws.display();
+    let id = "ses_gap2";
+    e.record(
+        id,
+        &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"coder"}}"#),
+    );
+    e.write("notes.txt", "mine\nby hand\n");
+    e.record(id, r#"{"type":"step.start","step":1}"#);
+    e.record(
+        id,
+        r#"{"type":"tool.call","call_id":"c1","tool":"bash","target":"echo tool >> notes.txt"}"#,
+    );
+    e.write("notes.txt", "mine\nby hand\ntool\n");
+    e.record(id, r#"{"type":"tool.result","call_id":"c1","status":"ok"}"#);
+    e.record(id, r#"{"type":"step.finish","step":1}"#);
+    e.record(id, r#"{"type":"session.end","reason":"completed"}"#);
+    let points = e.json(&["session", "rollback", id, "--list", "--json"]);
+    assert_eq!(points["unclaimed"].as_array().unwrap().len(), 1, "{points}");
+    let (code, out, _) = e.tacho(&[
+        "session",
+        "rollback",
+        id,
+        "--unclaimed",
+        "1",
+        "--yes",
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        e.read("notes.txt").as_deref(),
+        Some("mine\nby hand\ntool\n")
+    );
+    let forced = e.json(&[
+        "session",
+        "rollback",
+        id,
+        "--unclaimed",
+        "1",
+        "--yes",
+        "--force",
+        "--json",
+    ]);
+    assert_eq!(forced["applied"]["done"], 1, "{forced}");
+    assert_eq!(e.read("notes.txt").as_deref(), Some("mine\n"));
+}

@@ -193,6 +193,8 @@ struct SessionPage {
     goals: Vec<GoalView>,
     gates: Vec<GateView>,
     points: Vec<PointView>,
+    /// Changes no tool call made (SPEC §8.1): (number, event range, files, command).
+    unclaimed: Vec<(usize, String, String, String)>,
     baseline_command: String,
     children: Vec<(String, String)>,
     /// Tool calls not shown (past the first [`CALLS_SHOWN`]).
@@ -334,6 +336,28 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
             command: format!("tacho session rollback {id} --step {} --dry-run", pt.step),
         })
         .collect();
+    let unclaimed = r
+        .rollback
+        .unclaimed
+        .iter()
+        .map(|u| {
+            (
+                u.index,
+                format!("#{}..#{}", u.after_seq, u.before_seq),
+                u.files
+                    .iter()
+                    .map(|f| {
+                        format!(
+                            "{} ({}, +{} -{})",
+                            f.path, f.change, f.lines_added, f.lines_removed
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                format!("{} --dry-run", u.undo),
+            )
+        })
+        .collect();
     let children = r
         .children
         .iter()
@@ -468,6 +492,7 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
             .collect(),
         gates,
         points,
+        unclaimed,
         baseline_command: if g.snapshots.is_empty() {
             String::new()
         } else {

@@ -155,6 +155,27 @@ pub fn markdown(g: &ExecutionGraph, risk: &RiskAssessment) -> String {
             ));
         }
     }
+    if !g.unclaimed.is_empty() {
+        o.push_str("### Changes no tool call made\n");
+        for (i, u) in g.unclaimed.iter().enumerate() {
+            o.push_str(&format!(
+                "{}. between events #{} and #{} (snapshots {} → {}; undo: `tacho session rollback {} --unclaimed {}`)\n",
+                i + 1,
+                u.after_seq,
+                u.before_seq,
+                super::short_id(&u.from_snapshot),
+                super::short_id(&u.to_snapshot),
+                g.session,
+                i + 1
+            ));
+            for f in &u.files {
+                o.push_str(&format!(
+                    "   - {} ({}, +{} -{})\n",
+                    f.path, f.change, f.lines_added, f.lines_removed
+                ));
+            }
+        }
+    }
     match g.end_reason {
         Some(r) => o.push_str(&format!("Ended: {r}\n")),
         None => o.push_str("Ended: not yet (running, or the end was not recorded)\n"),
@@ -344,6 +365,19 @@ pub fn timeline(g: &ExecutionGraph) -> String {
                 "{}error: {}",
                 if e.fatal { "FATAL " } else { "" },
                 one_line(&e.message, 100)
+            ),
+        ));
+    }
+    for (i, u) in g.unclaimed.iter().enumerate() {
+        let paths: Vec<&str> = u.files.iter().map(|f| f.path.as_str()).collect();
+        rows.push((
+            u.found_unix_ns,
+            u.before_seq,
+            format!(
+                "changes no tool call made ({}, since event #{}): {}",
+                i + 1,
+                u.after_seq,
+                paths.join(", ")
             ),
         ));
     }

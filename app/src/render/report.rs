@@ -263,6 +263,7 @@ fn body(r: &Report, o: &mut String) {
     }
 
     files_changed(r, o);
+    unclaimed(r, o);
     validation(r, o);
 
     o.push_str("## Risk\n\n");
@@ -394,8 +395,15 @@ fn files_changed(r: &Report, o: &mut String) {
         shown.insert(c.path.as_str());
         diff_of(o, &f.path, c);
     }
-    // The snapshots show a change the graph does not count (its merge failed, a note
-    // said why): shown, and said.
+    // The snapshots show a change the graph does not count among the files: one no
+    // tool call made (its own section), or its merge failed (a note said why). Shown,
+    // and said.
+    let unclaimed: std::collections::BTreeSet<&str> = r
+        .graph
+        .unclaimed
+        .iter()
+        .flat_map(|u| u.files.iter().map(|f| f.path.as_str()))
+        .collect();
     for c in r
         .changes
         .iter()
@@ -403,11 +411,46 @@ fn files_changed(r: &Report, o: &mut String) {
     {
         let _ = writeln!(
             o,
-            "{}: changed between the snapshots, not counted by the risk assessment.\n",
-            md(&c.path)
+            "{}: {}.\n",
+            md(&c.path),
+            if unclaimed.contains(c.path.as_str()) {
+                "changed by no tool call (see Changes no tool call made)"
+            } else {
+                "changed between the snapshots, not counted by the risk assessment"
+            }
         );
         diff_of(o, &c.path, c);
     }
+}
+
+/// The changes between snapshots no tool call claims (SPEC §8.1), each with the
+/// command that undoes it.
+fn unclaimed(r: &Report, o: &mut String) {
+    if r.rollback.unclaimed.is_empty() {
+        return;
+    }
+    o.push_str("## Changes no tool call made\n\n");
+    o.push_str("Changed between two snapshots while no tool call was running: the user, another process, or a tool whose hooks did not fire. Not counted among the files changed; each can be undone on its own.\n\n");
+    o.push_str(
+        "| # | between events | file | change | + | - | undo |\n|---|---|---|---|---|---|---|\n",
+    );
+    for u in &r.rollback.unclaimed {
+        for f in &u.files {
+            let _ = writeln!(
+                o,
+                "| {} | #{}..#{} | {} | {} | {} | {} | `{}` |",
+                u.index,
+                u.after_seq,
+                u.before_seq,
+                md(&f.path),
+                f.change,
+                f.lines_added,
+                f.lines_removed,
+                u.undo
+            );
+        }
+    }
+    o.push('\n');
 }
 
 fn diff_of(o: &mut String, path: &str, c: &tacho_git::snapshot::FileDiff) {

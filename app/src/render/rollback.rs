@@ -70,15 +70,40 @@ pub fn points(p: &RollbackPoints) -> String {
             }
         ));
     }
+    if !p.unclaimed.is_empty() {
+        o.push_str(
+            "  Changes no tool call made (undo each on its own):
+",
+        );
+        for u in &p.unclaimed {
+            o.push_str(&format!(
+                "  {:<6} between events #{} and #{}, found {}   {}\n",
+                u.index,
+                u.after_seq,
+                u.before_seq,
+                time_to_rfc3339(u.found_unix_ns)
+                    .get(..19)
+                    .unwrap_or_default(),
+                u.undo
+            ));
+            for f in &u.files {
+                o.push_str(&format!(
+                    "           {:<9} {} (+{} -{})\n",
+                    f.change, f.path, f.lines_added, f.lines_removed
+                ));
+            }
+        }
+    }
     o
 }
 
 /// A plan (a dry run, or one not confirmed), and what was applied when it was.
 pub fn plan(h: &RollbackView) -> String {
-    let point = match (h.before_step, h.without_before_state.first()) {
-        (Some(n), _) => format!("before step {n}"),
-        (None, None) => "the session's baseline".into(),
-        (None, Some(_)) => "its first snapshot".into(),
+    let point = match (h.unclaimed, h.before_step, h.without_before_state.first()) {
+        (Some(n), _, _) => format!("before its unclaimed change {n} (only that change's files)"),
+        (None, Some(n), _) => format!("before step {n}"),
+        (None, None, None) => "the session's baseline".into(),
+        (None, None, Some(_)) => "its first snapshot".into(),
     };
     let mut o = format!(
         "Rollback of {} to {point} (snapshot {}, {})\n",
@@ -177,7 +202,11 @@ pub fn plan(h: &RollbackView) -> String {
         h.conflicts.len(),
         h.already_restored
     ));
-    o.push_str("Files changed outside the session before its last snapshot, and files never snapshotted, cannot be restored this way.\n");
+    if h.unclaimed.is_some() {
+        o.push_str("Only the change's files are touched; one changed again since the change was found is a conflict (--force restores it).\n");
+    } else {
+        o.push_str("Files changed outside the session before its last snapshot, and files never snapshotted, cannot be restored this way.\n");
+    }
     match &h.applied {
         None => o.push_str("(dry run: nothing was changed)\n"),
         Some(d) => {
@@ -228,6 +257,7 @@ mod tests {
             to_snapshot: "0123456789abcdef".into(),
             to_snapshot_at_unix_ns: 0,
             before_step: None,
+            unclaimed: None,
             pre_snapshot: "fedcba9876543210".into(),
             pre_snapshot_files: 1234,
             sessions: vec!["ses_p".into(), "ses_c1".into(), "ses_c2".into()],

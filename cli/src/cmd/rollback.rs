@@ -18,14 +18,18 @@ pub struct RollbackArgs {
     /// The session (its id, or any unique prefix of it).
     pub session: String,
     /// List the recoverable points (steps with a snapshot before them).
-    #[arg(long, conflicts_with_all = ["dry_run", "yes", "force"])]
+    #[arg(long, conflicts_with_all = ["dry_run", "yes", "force", "unclaimed"])]
     pub list: bool,
     /// Print the plan and change nothing.
     #[arg(long, conflicts_with = "yes")]
     pub dry_run: bool,
     /// Restore the state before step N's changes (default: the session's baseline).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "unclaimed")]
     pub step: Option<u64>,
+    /// Undo only unclaimed change N (a change no tool call made, numbered as `--list`
+    /// shows them): its files go back to the snapshot before it.
+    #[arg(long)]
+    pub unclaimed: Option<usize>,
     /// Apply the plan.
     #[arg(long)]
     pub yes: bool,
@@ -44,7 +48,10 @@ pub fn run(a: RollbackArgs) -> Result<(), CliError> {
         print_points(&tacho.rollback_points(&session)?, a.json, &mut out)?;
         return out.finish();
     }
-    let p = tacho.plan_rollback(&session, a.step, a.force, a.dry_run)?;
+    let p = match a.unclaimed {
+        Some(n) => tacho.plan_unclaimed_rollback(&session, n, a.force, a.dry_run)?,
+        None => tacho.plan_rollback(&session, a.step, a.force, a.dry_run)?,
+    };
     if a.dry_run || !a.yes {
         print_plan(&p, None, a.json, &mut out)?;
         out.finish()?;
