@@ -1282,3 +1282,87 @@ fn droid_recorded_through_hooks_with_rollback_and_tokens_as_served() {
         "{it}"
     );
 }
+
+/// The completion gate with the real Factory Droid CLI: the agent creates an assured
+/// goal on its own session (its id is its transcript's name), stops before the goal's
+/// check ran, is sent back once by the Stop hook, runs the check, and its next stop
+/// completes the goal.
+#[test]
+fn droid_stop_gate_sends_it_back_once_when_a_check_is_missing() {
+    let Some(droid) = droid_bin() else {
+        return;
+    };
+    let e = Env::new();
+    let user = e.dir.join("user");
+    let factory = user.join(".factory");
+    std::fs::create_dir_all(&factory).unwrap();
+    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
+    let tacho_path = tacho_bin().display().to_string();
+    let session = r#""$(basename "$(ls "$HOME"/.factory/sessions/*/*.jsonl)" .jsonl)""#;
+    let plan = e.dir.join("plan.md").display().to_string();
+    let script = serde_json::json!([
+        [{"tool": "Execute", "input": {"command": format!("'{tacho_path}' goal create --session {session} --plan '{plan}' --assure"), "riskLevelReason": "records a goal", "riskLevel": "low"}}],
+        [{"text": "Done."}],
+        {"until_text": "cannot complete",
+         "then": [{"tool": "Execute", "input": {"command": format!("sed -i s/41/42/ src/value.txt && '{tacho_path}' goal check parity --session {session}"), "riskLevelReason": "runs the check", "riskLevel": "low"}}],
+         "else": [{"text": "the gate did not block"}]},
+        [{"text": "Checked: done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    let settings = serde_json::json!({"customModels": [{
+        "model": "mock-model", "displayName": "Mock",
+        "baseUrl": format!("http://127.0.0.1:{}/v1", mock.port), "apiKey": "mock-key",
+        "provider": "generic-chat-completion-api", "maxOutputTokens": 4096}]});
+    std::fs::write(factory.join("settings.json"), settings.to_string()).unwrap();
+    let (code, out, err) = droid_tacho(&e, &["hooks", "install", "droid"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let path = format!(
+        "{}:{}",
+        tacho_bin().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(&droid)
+        .current_dir(&e.ws)
+        .args([
+            "exec",
+            "--auto",
+            "high",
+            "-m",
+            "custom:mock-model",
+            "-o",
+            "stream-json",
+        ])
+        .arg("Make the value the answer")
+        .env_clear()
+        .env("HOME", &user)
+        .env("PATH", path)
+        .env("TACHO_HOME", &e.home)
+        .env("FACTORY_AIRGAP_ENABLED", "true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    drop(mock);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "droid: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("the gate did not block"), "{stdout}");
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    let session = std::fs::read_dir(factory.join("sessions"))
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| f.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .and_then(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
+        .unwrap();
+    let st = e.json(&["goal", "status", "--session", &session, "--json"]);
+    assert_eq!(st["completed"], true, "{st}");
+}
