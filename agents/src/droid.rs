@@ -466,6 +466,7 @@ pub fn read_session_file(path: &Path) -> std::io::Result<Transcript> {
 mod tests {
     use super::*;
     use crate::hook::{Action, HookState, map_payload};
+    use std::collections::BTreeMap;
 
     fn fixture(rel: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -694,6 +695,40 @@ mod tests {
         }
         parents.sort();
         assert_eq!(parents, [false, true]);
+    }
+
+    #[test]
+    fn a_subagents_hooks_record_a_child_session_of_its_caller() {
+        let agent = Agent::Droid;
+        let hooks = std::fs::read_to_string(fixture("subagent/hooks.jsonl")).unwrap_or_default();
+        // One hook state per session, as the hook keeps them.
+        let mut states: BTreeMap<String, HookState> = BTreeMap::new();
+        let mut starts = Vec::new();
+        for line in hooks.lines() {
+            let v: Value = serde_json::from_str(line).unwrap_or_default();
+            let p = agent
+                .parse_payload(v["stdin"].to_string().as_bytes())
+                .unwrap_or_else(|e| panic!("{e}: {line}"));
+            let st = states.entry(p.session_id.clone()).or_default();
+            for a in map_payload(agent, &p, st) {
+                if let Action::Event {
+                    session,
+                    body: EventBody::SessionStart(s),
+                } = a
+                {
+                    starts.push((session, s.parent));
+                }
+            }
+        }
+        let caller = "963e0748-e3c2-4ae8-a011-b1153559e02a";
+        let child = "b6dfc415-1385-4a27-88fc-3a230f94173e";
+        assert_eq!(
+            starts,
+            [
+                (caller.to_owned(), None),
+                (child.to_owned(), Some(caller.to_owned()))
+            ]
+        );
     }
 
     #[test]

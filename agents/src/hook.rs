@@ -90,6 +90,10 @@ pub struct HookPayload {
     pub notification_type: Option<String>,
     #[serde(default)]
     pub trigger: Option<String>,
+    /// The session that started this one as a subagent (Factory Droid's child
+    /// sessions): recorded as its `parent`.
+    #[serde(default)]
+    pub calling_session_id: Option<String>,
 }
 
 /// Why a payload cannot be read.
@@ -554,7 +558,8 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
         start(agent, p, &mut state.main, Some(parent), &mut out);
     }
     if !state.main.started {
-        start(agent, p, &mut state.main, None, &mut out);
+        let caller = p.calling_session_id.as_deref().map(session_id_from);
+        start(agent, p, &mut state.main, caller, &mut out);
     }
     let main = state.main.session.clone();
     if agent.results_from_transcript() {
