@@ -321,6 +321,9 @@ pub fn read_droid_transcript(
 ) -> Transcript {
     let mut t = Transcript::default();
     let mut time = 0i64;
+    // Calls are numbered as the hooks number them (`call-<n>`), so that importing a
+    // session the hooks recorded adds none twice.
+    let mut calls: std::collections::BTreeMap<String, String> = Default::default();
     for (_, entry, at) in json_lines(bytes, &mut t) {
         time = at;
         let kind = entry
@@ -370,6 +373,11 @@ pub fn read_droid_transcript(
                             ) else {
                                 continue;
                             };
+                            let n = calls.len() + 1;
+                            let id = calls
+                                .entry(id.to_owned())
+                                .or_insert_with(|| format!("call-{n}"))
+                                .clone();
                             let input = block.get("input").cloned().unwrap_or(Value::Null);
                             let target = ["command", "file_path", "path", "url", "pattern"]
                                 .iter()
@@ -380,7 +388,7 @@ pub fn read_droid_transcript(
                             t.events.push((
                                 time,
                                 EventBody::ToolCall(ToolCall {
-                                    call_id: id.to_owned(),
+                                    call_id: id,
                                     tool: name.to_owned(),
                                     target,
                                     input: Some(input.to_string()),
@@ -389,7 +397,13 @@ pub fn read_droid_transcript(
                             ));
                         }
                         Some("tool_result") => {
-                            let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
+                            let Some(id) = block
+                                .get("tool_use_id")
+                                .and_then(Value::as_str)
+                                .and_then(|id| calls.get(id))
+                                .cloned()
+                            else {
+                                *t.skipped.entry("tool_result (no call)".into()).or_default() += 1;
                                 continue;
                             };
                             let failed = block.get("is_error") == Some(&Value::Bool(true));
@@ -399,7 +413,7 @@ pub fn read_droid_transcript(
                             t.events.push((
                                 time,
                                 EventBody::ToolResult(ToolResult {
-                                    call_id: id.to_owned(),
+                                    call_id: id,
                                     status: if failed {
                                         ToolStatus::Error
                                     } else {
@@ -652,6 +666,16 @@ mod tests {
         assert_eq!(count("session.start"), 1);
         assert_eq!(count("tool.call"), 5, "{:?}", t.events);
         assert_eq!(count("tool.result"), 5);
+        // Numbered as the hooks number them (the_captured_run_maps_to_calls_results_and_steps).
+        let ids: Vec<String> = t
+            .events
+            .iter()
+            .filter_map(|(_, b)| match b {
+                EventBody::ToolResult(r) => Some(r.call_id.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids, ["call-1", "call-2", "call-3", "call-4", "call-5"]);
         let prompts: Vec<String> = t
             .events
             .iter()

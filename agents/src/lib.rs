@@ -1,6 +1,7 @@
 //! What real coding agents report, in tacho's schema.
 //!
-//! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`])
+//! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`],
+//!   [`droid`])
 //!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
 //!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
