@@ -4,7 +4,9 @@
 //! streaming SSE) with tacho's hooks installed by `tacho hooks install`. Then graph,
 //! risk, replay, a rollback of one shell command, the Stop gate, and an import of the
 //! same transcript checked against `ccusage` (npm, pinned); and one model message with
-//! several tool calls, which Claude Code runs partly at once.
+//! several tool calls, which Claude Code runs partly at once. Factory Droid (npm
+//! `@factory/cli-linux-x64`, `droid exec`) runs the same way against the mock's Chat
+//! Completions as a `customModels` entry (the `droid_` tests).
 //!
 //! `.ci/run` installs them (`npm install` in `tests/agents`, from its lockfile). Without Node, Python or that
 //! install the tests say so and pass, except in CI (`CI` set), where they fail.
@@ -1281,6 +1283,18 @@ fn droid_recorded_through_hooks_with_rollback_and_tokens_as_served() {
         (input, cached, output),
         "{it}"
     );
+    // And they are ccusage's for the same session.
+    let Some(ccusage) = npm_bin("ccusage") else {
+        return;
+    };
+    let cc = ccusage_json(&ccusage, &["droid", "session"], "HOME", &user);
+    let row = cc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["sessionId"] == session.as_str())
+        .unwrap_or_else(|| panic!("{session} not in {cc}"));
+    assert_tokens_as_ccusage(it, row);
 }
 
 /// The completion gate with the real Factory Droid CLI: the agent creates an assured
