@@ -220,6 +220,14 @@ pub trait Adapter: Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether a failing tool fires its post-tool hook. One whose failures fire none
+    /// (Factory Droid) has them read from its transcript ([`Adapter::read_transcript`]'s
+    /// `outputs`, keyed by the hook's call ids): an open call whose output it holds is
+    /// recorded as failed at the next event.
+    fn failed_calls_fire_post_hook(&self) -> bool {
+        true
+    }
+
     // --- Its transcripts ---
 
     /// Reads what its live transcript (the payload's `transcript_path`) gained since

@@ -90,6 +90,10 @@ pub struct HookPayload {
     pub notification_type: Option<String>,
     #[serde(default)]
     pub trigger: Option<String>,
+    /// The session that started this one as a subagent (Factory Droid's child
+    /// sessions): recorded as its `parent`.
+    #[serde(default)]
+    pub calling_session_id: Option<String>,
 }
 
 /// Why a payload cannot be read.
@@ -270,6 +274,7 @@ fn observe_usage(cursor: &mut Cursor, r: &LlmResponse) {
         .unwrap_or_else(|| r.request_id.clone());
     if let Some(total) = id
         .strip_prefix("codex-usage-")
+        .or_else(|| id.strip_prefix(crate::droid::USAGE_ID_PREFIX))
         .and_then(|t| t.parse::<u64>().ok())
     {
         let mut t = cursor.codex_total.unwrap_or_default();
@@ -359,7 +364,7 @@ const READ_ONLY_TOOLS: &[&str] = &[
     "web_search",
 ];
 
-fn str_field<'a>(input: Option<&'a Value>, key: &str) -> Option<&'a str> {
+pub(crate) fn str_field<'a>(input: Option<&'a Value>, key: &str) -> Option<&'a str> {
     input?.get(key)?.as_str()
 }
 
@@ -553,7 +558,8 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
         start(agent, p, &mut state.main, Some(parent), &mut out);
     }
     if !state.main.started {
-        start(agent, p, &mut state.main, None, &mut out);
+        let caller = p.calling_session_id.as_deref().map(session_id_from);
+        start(agent, p, &mut state.main, caller, &mut out);
     }
     let main = state.main.session.clone();
     if agent.results_from_transcript() {
@@ -563,6 +569,9 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
             matches!(event, "Stop" | "SessionEnd"),
             &mut out,
         );
+    }
+    if !agent.failed_calls_fire_post_hook() {
+        close_failed_calls(agent, state, &mut out);
     }
     let notice = |out: &mut Vec<Action>, session: &str, notice: &str, message: Option<String>| {
         out.push(Action::Event {
@@ -1017,6 +1026,33 @@ fn resolve_deferred(agent: Agent, state: &mut HookState, force: bool, out: &mut 
         for k in old {
             state.call_outputs.remove(&k);
         }
+    }
+}
+
+/// Records the failures the transcript holds for the main session's open calls (an
+/// agent whose failing tools fire no post-tool hook: Factory Droid), each as a
+/// `PostToolUseFailure` would: its error, output and exit code, the snapshot after it.
+fn close_failed_calls(agent: Agent, state: &mut HookState, out: &mut Vec<Action>) {
+    let open: Vec<String> = state
+        .main
+        .open
+        .keys()
+        .filter(|id| state.call_outputs.contains_key(*id))
+        .cloned()
+        .collect();
+    for id in open {
+        let Some(known) = state.call_outputs.remove(&id) else {
+            continue;
+        };
+        let error = known.output.lines().next().unwrap_or("error").to_owned();
+        let p = HookPayload {
+            hook_event_name: "PostToolUseFailure".into(),
+            session_id: state.main.session.clone(),
+            tool_use_id: Some(id),
+            error: Some(Value::String(error)),
+            ..HookPayload::default()
+        };
+        tool_result(agent, &p, Some(known), &mut state.main, out);
     }
 }
 

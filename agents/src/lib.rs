@@ -1,6 +1,7 @@
 //! What real coding agents report, in tacho's schema.
 //!
-//! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`])
+//! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`],
+//!   [`droid`])
 //!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
 //!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
@@ -19,6 +20,7 @@
 pub mod adapter;
 pub mod claude_code;
 pub mod codex;
+pub mod droid;
 pub mod hook;
 pub mod import;
 pub mod patch;
@@ -36,11 +38,12 @@ pub struct Agent(&'static dyn Adapter);
 impl Agent {
     pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
     pub const Codex: Agent = Agent(&codex::Codex);
+    pub const Droid: Agent = Agent(&droid::Droid);
 
     /// The registry: every agent tacho has an adapter for, in the order they are
     /// listed. Adding an agent is a module with its [`Adapter`], a constant above and
     /// an entry here.
-    pub const ALL: &'static [Agent] = &[Agent::ClaudeCode, Agent::Codex];
+    pub const ALL: &'static [Agent] = &[Agent::ClaudeCode, Agent::Codex, Agent::Droid];
 
     /// The adapter behind it.
     pub fn adapter(self) -> &'static dyn Adapter {

@@ -180,6 +180,13 @@ pub struct Cursor {
     /// what it recorded ([`Caught::rewritten`]).
     #[serde(default)]
     pub recheck_until: u64,
+    /// Factory Droid: the tool uses read so far (its hooks number calls by order).
+    #[serde(default)]
+    pub calls_seen: u64,
+    /// Factory Droid: the calls read without their result yet, the model's id → the
+    /// hook's (`call-<n>`).
+    #[serde(default)]
+    pub open_calls: std::collections::BTreeMap<String, String>,
 }
 
 /// What a Codex tool call returned, from its rollout.

@@ -179,7 +179,7 @@ impl Tacho {
         // codes): the transcript is read first, so that a tool result can be recorded
         // with what the call returned.
         let mut early = Vec::new();
-        if agent.results_from_transcript()
+        if (agent.results_from_transcript() || !agent.failed_calls_fire_post_hook())
             && let Some(t) = &payload.transcript_path
         {
             match agent.read_transcript(&mut state.transcript, Path::new(t), false) {

@@ -209,6 +209,36 @@ class Handler(BaseHTTPRequestHandler):
                 "choices": [{"index": 0, "message": message, "finish_reason": finish,
                              "logprobs": None}],
                 "usage": usage})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+        def chunk(choices, **extra):
+            data = dict({"id": chat_id, "object": "chat.completion.chunk", "created": created,
+                         "model": model, "choices": choices}, **extra)
+            self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        def delta(d, finish_reason=None):
+            chunk([{"index": 0, "delta": d, "finish_reason": finish_reason, "logprobs": None}])
+
+        delta({"role": "assistant", "content": ""})
+        if text:
+            delta({"content": text})
+        for i, c in enumerate(calls):
+            delta({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                   "function": {"name": c["function"]["name"],
+                                                "arguments": ""}}]})
+            delta({"tool_calls": [{"index": i,
+                                   "function": {"arguments": c["function"]["arguments"]}}]})
+        delta({}, finish)
+        chunk([], usage=usage)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
     # ---- The Gemini API (Gemini CLI) -------------------------------------------------
 
     def gemini_turn(self, body):
@@ -269,28 +299,6 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
 
-        def chunk(choices, **extra):
-            data = dict({"id": chat_id, "object": "chat.completion.chunk", "created": created,
-                         "model": model, "choices": choices}, **extra)
-            self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
-
-        def delta(d, finish_reason=None):
-            chunk([{"index": 0, "delta": d, "finish_reason": finish_reason, "logprobs": None}])
-
-        delta({"role": "assistant", "content": ""})
-        if text:
-            delta({"content": text})
-        for i, c in enumerate(calls):
-            delta({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-                                   "function": {"name": c["function"]["name"],
-                                                "arguments": ""}}]})
-            delta({"tool_calls": [{"index": i,
-                                   "function": {"arguments": c["function"]["arguments"]}}]})
-        delta({}, finish)
-        chunk([], usage=usage)
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
         def chunk(data):
             self.wfile.write(f"data: {json.dumps(data)}\r\n\r\n".encode())
             self.wfile.flush()

@@ -4,7 +4,9 @@
 //! streaming SSE) with tacho's hooks installed by `tacho hooks install`. Then graph,
 //! risk, replay, a rollback of one shell command, the Stop gate, and an import of the
 //! same transcript checked against `ccusage` (npm, pinned); and one model message with
-//! several tool calls, which Claude Code runs partly at once.
+//! several tool calls, which Claude Code runs partly at once. Factory Droid (npm
+//! `@factory/cli-linux-x64`, `droid exec`) runs the same way against the mock's Chat
+//! Completions as a `customModels` entry (the `droid_` tests).
 //!
 //! `.ci/run` installs them (`npm install` in `tests/agents`, from its lockfile). Without Node, Python or that
 //! install the tests say so and pass, except in CI (`CI` set), where they fail.
@@ -1044,4 +1046,337 @@ fn claude_code_parallel_tool_calls_of_one_message_verify_and_roll_back() {
         "{out}"
     );
     assert_eq!(std::fs::read(&two).unwrap(), two_before, "{out}");
+}
+
+/// The Factory Droid binary (npm `@factory/cli-linux-x64`, which links no `bin`), or
+/// why it cannot run.
+fn droid_bin() -> Option<PathBuf> {
+    let p = agents_dir().join("node_modules/@factory/cli-linux-x64/bin/droid");
+    let py = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if p.exists() && py {
+        return Some(p);
+    }
+    tacho_tests::skip_without(
+        "the Factory Droid test needs Python 3 and `npm install` in tests/agents (.ci/run does both); droid is missing",
+    );
+    None
+}
+
+/// The tokens the mock served, from its log (`served`, Chat Completions usage):
+/// (input without the cached part, cached, output).
+fn droid_served(log: &Path) -> (u64, u64, u64) {
+    let mut s = (0, 0, 0);
+    for l in std::fs::read_to_string(log).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let u = &v["served"];
+        let cached = num(&u["prompt_tokens_details"]["cached_tokens"]);
+        s.0 += num(&u["prompt_tokens"]) - cached;
+        s.1 += cached;
+        s.2 += num(&u["completion_tokens"]);
+    }
+    s
+}
+
+/// `tacho ARGS` with `HOME` set (Droid's user settings are `~/.factory/settings.json`).
+fn droid_tacho(e: &Env, args: &[&str]) -> (i32, String, String) {
+    let mut c = tacho(&e.home);
+    c.current_dir(&e.ws)
+        .env("HOME", e.dir.join("user"))
+        .args(args);
+    run(c)
+}
+
+/// The real Factory Droid CLI (`droid exec`) against the mock's Chat Completions, as a
+/// `customModels` entry, with the hooks `tacho hooks install droid` wrote: every tool
+/// call with its result (the failing one, which fires no post-tool hook, read from the
+/// transcript), a shell step rolled back byte for byte, tokens equal to what the mock
+/// served, and `tacho import droid` of the same session.
+#[test]
+fn droid_recorded_through_hooks_with_rollback_and_tokens_as_served() {
+    let Some(droid) = droid_bin() else {
+        return;
+    };
+    let e = Env::new();
+    let user = e.dir.join("user");
+    let factory = user.join(".factory");
+    std::fs::create_dir_all(&factory).unwrap();
+    std::fs::write(e.ws.join("notes.txt"), "old line\n").unwrap();
+    // The model first (the mock's port is known once it runs), then tacho's hooks
+    // merged into the same file.
+    let ws = e.ws.display().to_string();
+    let script = serde_json::json!([
+        [{"text": "Writing hello.txt."},
+         {"tool": "Create", "input": {"file_path": format!("{ws}/hello.txt"), "content": "hello\n"}}],
+        [{"tool": "Edit", "input": {"file_path": format!("{ws}/hello.txt"), "old_str": "hello", "new_str": "hello again"}}],
+        [{"tool": "Execute", "input": {"command": "sed -i 's/old/new/' notes.txt && echo made > made.txt && rm -f gone.txt", "riskLevelReason": "edits files", "riskLevel": "low"}}],
+        [{"tool": "Execute", "input": {"command": "echo about-to-fail; exit 3", "riskLevelReason": "fails", "riskLevel": "low"}}],
+        [{"text": "Done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    let settings = serde_json::json!({"customModels": [{
+        "model": "mock-model", "displayName": "Mock",
+        "baseUrl": format!("http://127.0.0.1:{}/v1", mock.port), "apiKey": "mock-key",
+        "provider": "generic-chat-completion-api", "maxOutputTokens": 4096}]});
+    std::fs::write(factory.join("settings.json"), settings.to_string()).unwrap();
+    let (code, out, err) = droid_tacho(&e, &["hooks", "install", "droid"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(factory.join("settings.json")).unwrap())
+            .unwrap();
+    assert_eq!(written["customModels"], settings["customModels"], "kept");
+    assert!(written["hooks"]["PreToolUse"].is_array(), "{written}");
+    let (_, out, _) = droid_tacho(&e, &["hooks", "install", "droid"]);
+    assert!(out.contains("nothing changed"), "{out}");
+
+    let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}",
+        tacho_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(&droid)
+        .current_dir(&e.ws)
+        .args([
+            "exec",
+            "--auto",
+            "high",
+            "-m",
+            "custom:mock-model",
+            "-o",
+            "stream-json",
+        ])
+        .arg("Edit notes.txt, write hello.txt, then run a failing command.")
+        .env_clear()
+        .env("HOME", &user)
+        .env("PATH", path)
+        .env("TACHO_HOME", &e.home)
+        .env("FACTORY_AIRGAP_ENABLED", "true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    drop(mock);
+    assert!(
+        out.status.success(),
+        "droid: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("notes.txt")).unwrap(),
+        "new line\n"
+    );
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(log.trim().is_empty(), "hook problems:\n{log}");
+
+    // The session is droid's own id: its transcript's name.
+    let sessions = factory.join("sessions");
+    let transcript = std::fs::read_dir(&sessions)
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| f.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap_or_else(|| panic!("no transcript under {}", sessions.display()));
+    let session = transcript
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+
+    // Every call, with its result; the failing one an error with its exit code.
+    let g = e.json(&["graph", &session, "--format", "json"]);
+    let tools: Vec<&serde_json::Value> = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .collect();
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["tool"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["Create", "Edit", "Execute", "Execute"], "{g}");
+    let (_, trace, _) = e.tacho(&["session", "replay", &session, "--mode", "summary"]);
+    let results = trace.lines().filter(|l| l.contains("tool.result")).count();
+    assert_eq!(results, 4, "{trace}");
+    assert!(
+        trace
+            .lines()
+            .any(|l| l.contains("tool.result") && l.contains("error")),
+        "{trace}"
+    );
+    let files: Vec<&str> = g["files"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for f in ["notes.txt", "made.txt", "gone.txt", "hello.txt"] {
+        assert!(files.contains(&f), "{f} not in {files:?}");
+    }
+
+    // Tokens: what the mock served, counted from droid's session totals.
+    let (input, cached, output) = droid_served(&e.dir.join("requests.log"));
+    let t = &g["tokens"];
+    assert_eq!(
+        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        (input, cached, output),
+        "{t}"
+    );
+    assert!(input > 0 && output > 0);
+
+    // Roll back the shell step: notes.txt, made.txt and gone.txt as before it, byte for
+    // byte; hello.txt (the steps before it) stays.
+    let points = e.json(&["session", "rollback", &session, "--list", "--json"]);
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
+    let n = step.to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", &session, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        std::fs::read(e.ws.join("notes.txt")).unwrap(),
+        b"old line\n"
+    );
+    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    assert_eq!(std::fs::read(e.ws.join("gone.txt")).unwrap(), b"bye\n");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("hello.txt")).unwrap(),
+        "hello again\n"
+    );
+
+    // The same session imported into a fresh store: its calls and the same tokens;
+    // a second import adds nothing.
+    let fresh = e.dir.join("fresh-home");
+    let import = || {
+        let mut c = tacho(&fresh);
+        c.env("HOME", &user).args(["import", "droid", "--json"]);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{out}{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    assert!(num(&import()["events_added"]) > 0);
+    assert_eq!(
+        num(&import()["events_added"]),
+        0,
+        "importing again adds nothing"
+    );
+    let mut c = tacho(&fresh);
+    c.args(["graph", &session, "--format", "json"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let ig: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let it = &ig["tokens"];
+    assert_eq!(
+        (num(&it["in"]), num(&it["cache_read"]), num(&it["out"])),
+        (input, cached, output),
+        "{it}"
+    );
+    // And they are ccusage's for the same session.
+    let Some(ccusage) = npm_bin("ccusage") else {
+        return;
+    };
+    let cc = ccusage_json(&ccusage, &["droid", "session"], "HOME", &user);
+    let row = cc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["sessionId"] == session.as_str())
+        .unwrap_or_else(|| panic!("{session} not in {cc}"));
+    assert_tokens_as_ccusage(it, row);
+}
+
+/// The completion gate with the real Factory Droid CLI: the agent creates an assured
+/// goal on its own session (its id is its transcript's name), stops before the goal's
+/// check ran, is sent back once by the Stop hook, runs the check, and its next stop
+/// completes the goal.
+#[test]
+fn droid_stop_gate_sends_it_back_once_when_a_check_is_missing() {
+    let Some(droid) = droid_bin() else {
+        return;
+    };
+    let e = Env::new();
+    let user = e.dir.join("user");
+    let factory = user.join(".factory");
+    std::fs::create_dir_all(&factory).unwrap();
+    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
+    let tacho_path = tacho_bin().display().to_string();
+    let session = r#""$(basename "$(ls "$HOME"/.factory/sessions/*/*.jsonl)" .jsonl)""#;
+    let plan = e.dir.join("plan.md").display().to_string();
+    let script = serde_json::json!([
+        [{"tool": "Execute", "input": {"command": format!("'{tacho_path}' goal create --session {session} --plan '{plan}' --assure"), "riskLevelReason": "records a goal", "riskLevel": "low"}}],
+        [{"text": "Done."}],
+        {"until_text": "cannot complete",
+         "then": [{"tool": "Execute", "input": {"command": format!("sed -i s/41/42/ src/value.txt && '{tacho_path}' goal check parity --session {session}"), "riskLevelReason": "runs the check", "riskLevel": "low"}}],
+         "else": [{"text": "the gate did not block"}]},
+        [{"text": "Checked: done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    let settings = serde_json::json!({"customModels": [{
+        "model": "mock-model", "displayName": "Mock",
+        "baseUrl": format!("http://127.0.0.1:{}/v1", mock.port), "apiKey": "mock-key",
+        "provider": "generic-chat-completion-api", "maxOutputTokens": 4096}]});
+    std::fs::write(factory.join("settings.json"), settings.to_string()).unwrap();
+    let (code, out, err) = droid_tacho(&e, &["hooks", "install", "droid"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let path = format!(
+        "{}:{}",
+        tacho_bin().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(&droid)
+        .current_dir(&e.ws)
+        .args([
+            "exec",
+            "--auto",
+            "high",
+            "-m",
+            "custom:mock-model",
+            "-o",
+            "stream-json",
+        ])
+        .arg("Make the value the answer")
+        .env_clear()
+        .env("HOME", &user)
+        .env("PATH", path)
+        .env("TACHO_HOME", &e.home)
+        .env("FACTORY_AIRGAP_ENABLED", "true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    drop(mock);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "droid: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("the gate did not block"), "{stdout}");
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    let session = std::fs::read_dir(factory.join("sessions"))
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| f.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .and_then(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
+        .unwrap();
+    let st = e.json(&["goal", "status", "--session", &session, "--json"]);
+    assert_eq!(st["completed"], true, "{st}");
 }

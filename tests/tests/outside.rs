@@ -114,6 +114,43 @@ fn a_repository_link_on_the_way_to_its_settings_is_refused() {
     assert!(!codex.join("hooks.json.tacho-backup").exists());
 }
 
+/// Factory Droid's project settings follow the same rule: a repository's `.factory`
+/// that links elsewhere, or a `.factory/settings.json` that links to the user's
+/// settings, gets nothing written through it.
+#[test]
+fn droid_a_repository_link_on_the_way_to_its_settings_is_refused() {
+    let e = Env::new();
+    let elsewhere = e.dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    symlink(&elsewhere, e.repo.join(".factory")).unwrap();
+    let (code, out, err) = e.tacho(&["hooks", "install", "droid", "--scope", "project"]);
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "tacho wrote through the repository's .factory link: {out}{err}"
+    );
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains(".factory") && err.contains("link"), "{err}");
+
+    std::fs::remove_file(e.repo.join(".factory")).unwrap();
+    std::fs::write(e.user_settings(), USER).unwrap();
+    std::fs::create_dir_all(e.repo.join(".factory")).unwrap();
+    symlink(e.user_settings(), e.repo.join(".factory/settings.json")).unwrap();
+    let (code, out, err) = e.tacho(&["hooks", "install", "droid", "--scope", "project"]);
+    assert_eq!(std::fs::read_to_string(e.user_settings()).unwrap(), USER);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("settings.json") && err.contains("link"),
+        "{err}"
+    );
+    // Without links, it installs.
+    std::fs::remove_file(e.repo.join(".factory/settings.json")).unwrap();
+    let (code, out, err) = e.tacho(&["hooks", "install", "droid", "--scope", "project"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let written = std::fs::read_to_string(e.repo.join(".factory/settings.json")).unwrap();
+    assert!(written.contains("hook droid"), "{written}");
+}
+
 /// Item 2: the user's settings keep their mode, owner and every number exactly, and a
 /// backup is as private as the file.
 #[test]
