@@ -22,6 +22,7 @@ pub mod codex;
 pub mod hook;
 pub mod import;
 pub mod patch;
+pub mod qwen_code;
 pub mod settings;
 pub mod transcript;
 
@@ -36,11 +37,12 @@ pub struct Agent(&'static dyn Adapter);
 impl Agent {
     pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
     pub const Codex: Agent = Agent(&codex::Codex);
+    pub const QwenCode: Agent = Agent(&qwen_code::QwenCode);
 
     /// The registry: every agent tacho has an adapter for, in the order they are
     /// listed. Adding an agent is a module with its [`Adapter`], a constant above and
     /// an entry here.
-    pub const ALL: &'static [Agent] = &[Agent::ClaudeCode, Agent::Codex];
+    pub const ALL: &'static [Agent] = &[Agent::ClaudeCode, Agent::Codex, Agent::QwenCode];
 
     /// The adapter behind it.
     pub fn adapter(self) -> &'static dyn Adapter {
