@@ -483,13 +483,22 @@ fn output_text(tool: &str, resp: &Value) -> String {
     }
 }
 
-/// "Exit code 3" (Claude Code's shell failure) → 3.
+/// "Exit code 3" (Claude Code's shell failure), or a line "Exit Code: 3" (Qwen
+/// Code's) → 3.
 fn exit_code_of(error: &str) -> Option<i64> {
-    let rest = error.trim().strip_prefix("Exit code ")?;
-    rest.split(|c: char| !c.is_ascii_digit() && c != '-')
-        .next()?
-        .parse()
-        .ok()
+    let number = |rest: &str| {
+        rest.split(|c: char| !c.is_ascii_digit() && c != '-')
+            .next()?
+            .parse()
+            .ok()
+    };
+    if let Some(rest) = error.trim().strip_prefix("Exit code ") {
+        return number(rest);
+    }
+    error
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Exit Code: "))
+        .and_then(number)
 }
 
 /// Lines added and removed by an edit, from Claude Code's `structuredPatch`.
@@ -601,8 +610,11 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
                 notice(&mut out, &main, src, None);
             }
         }
+        // An empty prompt is none (Qwen Code fires one before every model request).
         "UserPromptSubmit" => {
-            notice(&mut out, &main, "prompt", p.prompt.clone());
+            if p.prompt.as_deref().is_none_or(|t| !t.trim().is_empty()) {
+                notice(&mut out, &main, "prompt", p.prompt.clone());
+            }
         }
         "PreToolUse" | "PostToolUse" | "PostToolUseFailure" => {
             let known = match (event, &p.tool_use_id) {

@@ -24,6 +24,7 @@ pub mod droid;
 pub mod hook;
 pub mod import;
 pub mod patch;
+pub mod qwen_code;
 pub mod settings;
 pub mod transcript;
 
@@ -39,11 +40,17 @@ impl Agent {
     pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
     pub const Codex: Agent = Agent(&codex::Codex);
     pub const Droid: Agent = Agent(&droid::Droid);
+    pub const QwenCode: Agent = Agent(&qwen_code::QwenCode);
 
     /// The registry: every agent tacho has an adapter for, in the order they are
     /// listed. Adding an agent is a module with its [`Adapter`], a constant above and
     /// an entry here.
-    pub const ALL: &'static [Agent] = &[Agent::ClaudeCode, Agent::Codex, Agent::Droid];
+    pub const ALL: &'static [Agent] = &[
+        Agent::ClaudeCode,
+        Agent::Codex,
+        Agent::Droid,
+        Agent::QwenCode,
+    ];
 
     /// The adapter behind it.
     pub fn adapter(self) -> &'static dyn Adapter {

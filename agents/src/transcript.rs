@@ -227,16 +227,37 @@ pub fn codex_call_output(text: &str) -> CallOutput {
     CallOutput { exit_code, output }
 }
 
-/// Reads the model response of one transcript line, if it is one.
+/// Reads the model response of one transcript line, if it is one: Claude Code's
+/// `message.usage`, or Qwen Code's `usageMetadata` (one line per reply, named by its
+/// `uuid`; Gemini's counts, whose prompt count includes the cached tokens).
 pub fn usage_of(entry: &serde_json::Value) -> Option<Usage> {
     if entry.get("type").and_then(|t| t.as_str()) != Some("assistant") {
         return None;
+    }
+    let s = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
+    if let Some(meta) = entry.get("usageMetadata") {
+        let n = |k: &str| meta.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        let cached = n("cachedContentTokenCount");
+        return Some(Usage {
+            message_id: entry.get("uuid")?.as_str()?.to_owned(),
+            request_id: None,
+            model: s(entry.get("model")),
+            input_tokens: n("promptTokenCount").saturating_sub(cached),
+            // Qwen's `candidatesTokenCount` is the API's completion tokens, its
+            // reasoning (`thoughtsTokenCount`) included.
+            output_tokens: n("candidatesTokenCount"),
+            cache_read: cached,
+            cache_write: 0,
+            stop_reason: None,
+            time_unix_ns: entry
+                .get("timestamp")
+                .and_then(|t| tacho_schema::parse_ts(t).ok()),
+        });
     }
     let msg = entry.get("message")?;
     let id = msg.get("id")?.as_str()?;
     let usage = msg.get("usage")?;
     let n = |k: &str| usage.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-    let s = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
     Some(Usage {
         message_id: id.to_owned(),
         request_id: s(entry.get("requestId")),

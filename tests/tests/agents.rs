@@ -1380,3 +1380,303 @@ fn droid_stop_gate_sends_it_back_once_when_a_check_is_missing() {
     let st = e.json(&["goal", "status", "--session", &session, "--json"]);
     assert_eq!(st["completed"], true, "{st}");
 }
+
+const QWEN_SESSION: &str = "5e551011-aaaa-4bbb-8ccc-00000000a030";
+
+/// What the mock served, summed from its log's `served` usage (Chat Completions):
+/// (input without the cached tokens, cached, output).
+fn qwen_served(log: &Path) -> (u64, u64, u64) {
+    let mut sum = (0, 0, 0);
+    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        let n = |p: &str| {
+            v.pointer(p)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        let cached = n("/served/prompt_tokens_details/cached_tokens");
+        sum.0 += n("/served/prompt_tokens") - cached;
+        sum.1 += cached;
+        sum.2 += n("/served/completion_tokens");
+    }
+    sum
+}
+
+/// Runs the Qwen Code CLI as the fixture's `run.sh` does: in a network namespace of its
+/// own with only loopback up (outside one, where the network is closed, its first
+/// request waited for its 8-minute timeout here), with the mock serving `script` there
+/// (its log `requests.log` in `dir`). `None` (skipped) where `unshare -n` is not allowed.
+fn qwen_run_offline(
+    qwen: &Path,
+    dir: &Path,
+    ws: &Path,
+    qhome: &Path,
+    tacho_home: &Path,
+    script: &serde_json::Value,
+) -> Option<std::process::Output> {
+    let can = Command::new("unshare")
+        .args(["-n", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !can {
+        tacho_tests::skip_without("the Qwen Code test runs it offline under `unshare -n`");
+        return None;
+    }
+    let script_path = dir.join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
+    let inner = r#"
+ip link set lo up
+python3 "$MOCK" "$SCRIPT" "$DIR/port" "$DIR/requests.log" >/dev/null 2>&1 & M=$!
+i=0; while [ ! -s "$DIR/port" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+cd "$WS"
+OPENAI_BASE_URL="http://127.0.0.1:$(cat "$DIR/port")/v1" timeout 300 "$QWEN" --auth-type openai --yolo -o stream-json --session-id "$SESSION" -p "Make the value the answer"
+rc=$?
+kill $M
+exit $rc
+"#;
+    let out = Command::new("unshare")
+        .args(["-n", "sh", "-c", inner])
+        .env("MOCK", agents_dir().join("mock_messages_api.py"))
+        .env("SCRIPT", &script_path)
+        .env("DIR", dir)
+        .env("WS", ws)
+        .env("QWEN", qwen)
+        .env("SESSION", QWEN_SESSION)
+        .env("HOME", qhome)
+        .env("OPENAI_API_KEY", "mock-key")
+        .env("OPENAI_MODEL", "mock-model")
+        .env("QWEN_CODE_SUPPRESS_YOLO_WARNING", "1")
+        .env("TACHO_HOME", tacho_home)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                tacho_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Some(out)
+}
+
+/// `tacho` with `HOME` = Qwen Code's isolated home (where `~/.qwen` is).
+fn qwen_tacho(
+    tacho_home: &Path,
+    qwen_home: &Path,
+    ws: &Path,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut c = tacho(tacho_home);
+    c.current_dir(ws).env("HOME", qwen_home).args(args);
+    run(c)
+}
+
+/// The real Qwen Code CLI (npm `@qwen-code/qwen-code`, pinned) against the mock's Chat
+/// Completions API, with the hooks `tacho hooks install qwen-code` wrote into its
+/// isolated `~/.qwen/settings.json`: its tool calls (ids are the model's), a shell
+/// step rolled back byte for byte, tokens equal to what the mock served (live and
+/// imported; ccusage counts Qwen's cached tokens twice, so the mock is the reference),
+/// and the stop gate sending it back once.
+#[test]
+fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
+    let Some(qwen) = npm_bin("qwen") else {
+        return;
+    };
+    let e = Env::new();
+    let qhome = e.dir.join("qwen-home");
+    std::fs::create_dir_all(qhome.join(".qwen")).unwrap();
+    // The user's own settings stay: tacho merges its hooks in.
+    std::fs::write(
+        qhome.join(".qwen/settings.json"),
+        r#"{"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false}, "general": {"disableAutoUpdate": true, "disableUpdateNag": true}}"#,
+    )
+    .unwrap();
+    let (code, out, err) = qwen_tacho(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("installed tacho's qwen-code hooks"), "{out}");
+    let (_, out, _) = qwen_tacho(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
+    assert!(out.contains("nothing changed"), "{out}");
+    let settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(qhome.join(".qwen/settings.json")).unwrap())
+            .unwrap();
+    assert_eq!(settings["telemetry"]["enabled"], false, "{settings}");
+    assert!(
+        settings["hooks"]["PostToolUseFailure"].is_array(),
+        "{settings}"
+    );
+
+    // The session exists before the agent starts (Qwen takes its id), with an assured
+    // goal whose check has not run.
+    let ws = e.ws.display().to_string();
+    let mut rec = tacho(&e.home);
+    rec.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped());
+    let mut child = rec.spawn().unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        format!(r#"{{"type":"session.start","session":"{QWEN_SESSION}","workspace":"{ws}","agent":"qwen-code"}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
+    let plan = e.dir.join("plan.md").display().to_string();
+    let (code, out, err) = e.tacho(&[
+        "goal",
+        "create",
+        "--session",
+        QWEN_SESSION,
+        "--plan",
+        &plan,
+        "--assure",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let value = e.ws.join("src/value.txt").display().to_string();
+    let hello = e.ws.join("hello.txt").display().to_string();
+    let tacho_path = tacho_bin().display().to_string();
+    let script = serde_json::json!([
+        [{"text": "Reading."}, {"tool": "read_file", "input": {"file_path": value}}],
+        [{"tool": "edit", "input": {"file_path": value, "old_string": "41", "new_string": "42"}}],
+        [{"tool": "run_shell_command", "input": {"command": "echo made > made.txt && rm -f gone.txt", "description": "write and delete"}}],
+        [{"tool": "write_file", "input": {"file_path": hello, "content": "hello\n"}}],
+        [{"tool": "run_shell_command", "input": {"command": "echo about-to-fail; exit 3", "description": "fail"}}],
+        [{"text": "Done."}],
+        {"until_text": "cannot complete",
+         "then": [{"tool": "run_shell_command", "input": {"command": format!("'{tacho_path}' goal check parity --session {QWEN_SESSION}"), "description": "run the check"}}],
+         "else": [{"text": "the gate did not block"}]},
+        [{"text": "Checked: done."}]
+    ]);
+    let Some(out) = qwen_run_offline(&qwen, &e.dir, &e.ws, &qhome, &e.home, &script) else {
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "qwen: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n",
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+
+    // Every tool call, by Qwen's names, the failure with its exit code.
+    let g = e.json(&["graph", QWEN_SESSION, "--format", "json"]);
+    let tools: Vec<(String, String)> = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    let ok = |t: &str| (t.to_string(), "ok".to_string());
+    assert_eq!(
+        tools,
+        [
+            ok("read_file"),
+            ok("edit"),
+            ok("run_shell_command"),
+            ok("write_file"),
+            ("run_shell_command".to_string(), "error".to_string()),
+            ok("run_shell_command"),
+        ],
+        "{g}"
+    );
+    // Tokens: what the mock served, but the last reply: Qwen Code writes the reply
+    // after which it stops to its transcript only after the `Stop` hook, and `-p` runs
+    // fire no `SessionEnd`, so the hooks never see it (the import below counts it).
+    let log = e.dir.join("requests.log");
+    let (input, cached, output) = qwen_served(&log);
+    let last_log = e.dir.join("last-request.log");
+    let last_line = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
+    std::fs::write(&last_log, last_line).unwrap();
+    let last = qwen_served(&last_log);
+    assert!(input > 0 && output > 0 && last.0 > 0);
+    let t = &g["tokens"];
+    assert_eq!(
+        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        (input - last.0, cached - last.1, output - last.2),
+        "{t}"
+    );
+    // The gate sent it back once; the check then ran and completion was accepted.
+    let st = e.json(&["goal", "status", "--session", QWEN_SESSION, "--json"]);
+    assert_eq!(st["completed"], true, "{st}");
+
+    // Roll back the shell command's step: its files come back, the edit before stays.
+    let points = e.json(&["session", "rollback", QWEN_SESSION, "--list", "--json"]);
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
+    let n = step.to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", QWEN_SESSION, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
+        "bye\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n"
+    );
+
+    // Importing ~/.qwen/projects into a fresh store gives the same tokens; again, nothing.
+    let fresh = e.dir.join("fresh-home");
+    let import = || {
+        let (code, out, err) =
+            qwen_tacho(&fresh, &qhome, &e.ws, &["import", "qwen-code", "--json"]);
+        assert_eq!(code, 0, "{out}{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let first = import();
+    assert!(num(&first["events_added"]) > 0, "{first}");
+    let again = import();
+    assert_eq!(num(&again["events_added"]), 0, "{again}");
+    let (code, out, err) = qwen_tacho(
+        &fresh,
+        &qhome,
+        &e.ws,
+        &["graph", QWEN_SESSION, "--format", "json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let g: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let t = &g["tokens"];
+    assert_eq!(
+        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        (input, cached, output),
+        "imported: {t}"
+    );
+}
