@@ -108,6 +108,27 @@ impl Places {
         self.vars.get(name).map(PathBuf::as_path)
     }
 
+    /// The settings file `file` of an agent whose user scope is `<config dir>/file`
+    /// (the directory `$<var>` when `var` names a set variable, else `~/<dir>`) and whose
+    /// project scope is `<project>/<dir>/file`, with no local scope.
+    pub fn user_and_project_file(
+        &self,
+        scope: Scope,
+        var: Option<&str>,
+        dir: &str,
+        file: &str,
+    ) -> Result<PathBuf, PlaceError> {
+        Ok(match scope {
+            Scope::User => match var {
+                Some(v) => self.config_dir(v, dir)?,
+                None => self.home.as_ref().ok_or(PlaceError::NoHome)?.join(dir),
+            }
+            .join(file),
+            Scope::Project => self.project.join(dir).join(file),
+            Scope::Local => return Err(PlaceError::NoScope),
+        })
+    }
+
     /// `$<var>`, else `~/<dir>`: an agent's configuration directory.
     pub fn config_dir(&self, var: &str, dir: &str) -> Result<PathBuf, PlaceError> {
         match self.var(var) {

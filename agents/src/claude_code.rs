@@ -10,7 +10,7 @@ use serde_json::Value;
 use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
-use crate::import::{Transcript, json_lines, start_event, text_of};
+use crate::import::{Transcript, json_lines, start_event, start_transcript_session, text_of};
 use crate::transcript::{Caught, Cursor, usage_of};
 use crate::{Agent, session_id_from};
 
@@ -124,32 +124,19 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
             .unwrap_or("(none)");
         if !started && let Some(sid) = entry.get("sessionId").and_then(Value::as_str) {
             started = true;
-            let main = session_id_from(sid);
-            match &agent_file {
-                Some(a) => {
-                    let id = entry
-                        .get("agentId")
-                        .and_then(Value::as_str)
-                        .map_or_else(|| a.clone(), str::to_owned);
-                    t.session = session_id_from(&format!("{main}.{id}"));
-                    t.parent = Some(main);
-                }
-                None => t.session = main,
-            }
-            t.workspace = entry.get("cwd").and_then(Value::as_str).map(str::to_owned);
             let name = entry
                 .get("agentType")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
-            t.events.push((
+            start_transcript_session(
+                &mut t,
+                &entry,
+                sid,
+                agent_file.as_ref(),
+                Agent::ClaudeCode,
+                name,
                 time,
-                start_event(
-                    Agent::ClaudeCode,
-                    name,
-                    t.workspace.clone(),
-                    t.parent.clone(),
-                ),
-            ));
+            );
         }
         match kind {
             "assistant" => {

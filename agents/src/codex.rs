@@ -34,11 +34,7 @@ impl Adapter for Codex {
     }
 
     fn settings_file(&self, places: &Places, scope: Scope) -> Result<PathBuf, PlaceError> {
-        Ok(match scope {
-            Scope::User => places.config_dir(HOME_VAR, ".codex")?.join("hooks.json"),
-            Scope::Project => places.project.join(".codex").join("hooks.json"),
-            Scope::Local => return Err(PlaceError::NoScope),
-        })
+        places.user_and_project_file(scope, Some(HOME_VAR), ".codex", "hooks.json")
     }
 
     fn hook_events(&self) -> &'static [HookEvent] {

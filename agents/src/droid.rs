@@ -52,16 +52,7 @@ impl Adapter for Droid {
     }
 
     fn settings_file(&self, places: &Places, scope: Scope) -> Result<PathBuf, PlaceError> {
-        Ok(match scope {
-            Scope::User => places
-                .home
-                .as_ref()
-                .ok_or(PlaceError::NoHome)?
-                .join(".factory")
-                .join("settings.json"),
-            Scope::Project => places.project.join(".factory").join("settings.json"),
-            Scope::Local => return Err(PlaceError::NoScope),
-        })
+        places.user_and_project_file(scope, None, ".factory", "settings.json")
     }
 
     /// The events droid's settings schema accepts that tacho records

@@ -99,6 +99,38 @@ pub(crate) fn json_lines<'b>(bytes: &'b [u8], t: &mut Transcript) -> Vec<(&'b [u
     out
 }
 
+/// Starts a transcript's session from the first entry naming it (`sessionId`, with its
+/// `cwd`): the session itself, or for a subagent's transcript (`subagent`: from its
+/// file name, unless the entry names an `agentId`) the child `<main>.<agentId>` of it.
+/// Records its `session.start` at `time` (`name`: the agent it says, else `agent`'s).
+pub(crate) fn start_transcript_session(
+    t: &mut Transcript,
+    entry: &Value,
+    session: &str,
+    subagent: Option<&String>,
+    agent: Agent,
+    name: Option<String>,
+    time: i64,
+) {
+    let main = crate::session_id_from(session);
+    match subagent {
+        Some(a) => {
+            let id = entry
+                .get("agentId")
+                .and_then(Value::as_str)
+                .map_or_else(|| a.clone(), str::to_owned);
+            t.session = crate::session_id_from(&format!("{main}.{id}"));
+            t.parent = Some(main);
+        }
+        None => t.session = main,
+    }
+    t.workspace = entry.get("cwd").and_then(Value::as_str).map(str::to_owned);
+    t.events.push((
+        time,
+        start_event(agent, name, t.workspace.clone(), t.parent.clone()),
+    ));
+}
+
 /// An imported session's `session.start`.
 pub(crate) fn start_event(
     agent: Agent,

@@ -16,7 +16,7 @@ use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResul
 
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
 use crate::hook::{HookPayload, PayloadError, ToolKind};
-use crate::import::{Transcript, json_lines, start_event};
+use crate::import::{Transcript, json_lines, start_event, start_transcript_session};
 use crate::transcript::{Caught, Cursor, usage_of};
 use crate::{Agent, session_id_from};
 
@@ -54,16 +54,7 @@ impl Adapter for QwenCode {
     }
 
     fn settings_file(&self, places: &Places, scope: Scope) -> Result<PathBuf, PlaceError> {
-        Ok(match scope {
-            Scope::User => places
-                .home
-                .as_ref()
-                .ok_or(PlaceError::NoHome)?
-                .join(".qwen")
-                .join("settings.json"),
-            Scope::Project => places.project.join(".qwen").join("settings.json"),
-            Scope::Local => return Err(PlaceError::NoScope),
-        })
+        places.user_and_project_file(scope, None, ".qwen", "settings.json")
     }
 
     fn hook_events(&self) -> &'static [HookEvent] {
@@ -163,23 +154,15 @@ pub fn read_qwen_transcript(path: &Path, bytes: &[u8]) -> Transcript {
         if t.session.is_empty()
             && let Some(sid) = entry.get("sessionId").and_then(Value::as_str)
         {
-            let main = session_id_from(sid);
-            match &agent_file {
-                Some(a) => {
-                    let id = entry
-                        .get("agentId")
-                        .and_then(Value::as_str)
-                        .map_or_else(|| a.clone(), str::to_owned);
-                    t.session = session_id_from(&format!("{main}.{id}"));
-                    t.parent = Some(main);
-                }
-                None => t.session = main,
-            }
-            t.workspace = entry.get("cwd").and_then(Value::as_str).map(str::to_owned);
-            t.events.push((
+            start_transcript_session(
+                &mut t,
+                &entry,
+                sid,
+                agent_file.as_ref(),
+                Agent::QwenCode,
+                None,
                 time,
-                start_event(Agent::QwenCode, None, t.workspace.clone(), t.parent.clone()),
-            ));
+            );
         }
         let parts: Vec<Value> = entry
             .pointer("/message/parts")
