@@ -1602,9 +1602,10 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         ],
         "{g}"
     );
-    // Tokens: what the mock served, but the last reply: Qwen Code writes the reply
-    // after which it stops to its transcript only after the `Stop` hook, and `-p` runs
-    // fire no `SessionEnd`, so the hooks never see it (the import below counts it).
+    // Tokens: what the mock served, perhaps but the last reply: Qwen Code writes the
+    // reply after which it stops to its transcript concurrently with the `Stop` hook
+    // (most runs after it), and `-p` runs fire no `SessionEnd`, so the hooks see it only
+    // when the transcript won that race (the import below always counts it).
     let log = e.dir.join("requests.log");
     let (input, cached, output) = qwen_served(&log);
     let last_log = e.dir.join("last-request.log");
@@ -1618,10 +1619,12 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     let last = qwen_served(&last_log);
     assert!(input > 0 && output > 0 && last.0 > 0);
     let t = &g["tokens"];
-    assert_eq!(
-        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
-        (input - last.0, cached - last.1, output - last.2),
-        "{t}"
+    let live = (num(&t["in"]), num(&t["cache_read"]), num(&t["out"]));
+    assert!(
+        live == (input - last.0, cached - last.1, output - last.2)
+            || live == (input, cached, output),
+        "{t}: served {:?}, the last reply {last:?}",
+        (input, cached, output)
     );
     // The gate sent it back once; the check then ran and completion was accepted.
     let st = e.json(&["goal", "status", "--session", QWEN_SESSION, "--json"]);
