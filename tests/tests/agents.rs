@@ -13,234 +13,14 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+use common::*;
 use tacho_tests::PARITY_PLAN as PLAN;
 use tacho_tests::{run, tacho, tacho_bin};
-
-fn agents_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("agents")
-}
-
-/// The installed CLI of an npm package in tests/agents, or why it cannot run.
-fn npm_bin(name: &str) -> Option<PathBuf> {
-    let p = agents_dir().join("node_modules/.bin").join(name);
-    let node = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let py = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if p.exists() && node && py {
-        return Some(p);
-    }
-    let msg = format!(
-        "the agent tests need Node, Python 3 and `npm install` in tests/agents (.ci/run does all three); {name} is missing"
-    );
-    tacho_tests::skip_without(&msg);
-    None
-}
-
-/// The mock Messages API, serving `script`; killed when dropped.
-struct Mock {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Mock {
-    fn start(dir: &Path, script: &serde_json::Value) -> Mock {
-        let script_path = dir.join("script.json");
-        std::fs::write(&script_path, script.to_string()).unwrap();
-        let port_file = dir.join("port");
-        let child = Command::new("python3")
-            .arg(agents_dir().join("mock_messages_api.py"))
-            .arg(&script_path)
-            .arg(&port_file)
-            .arg(dir.join("requests.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Owned from here on: dropping it (also on a failed assertion) stops it.
-        let mut mock = Mock { child, port: 0 };
-        let until = Instant::now() + Duration::from_secs(20);
-        while mock.port == 0 {
-            if let Ok(p) = std::fs::read_to_string(&port_file) {
-                mock.port = p.trim().parse().unwrap_or(0);
-            }
-            assert!(Instant::now() < until, "the mock API did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        mock
-    }
-}
-
-impl Drop for Mock {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Env {
-    _tmp: tempfile::TempDir,
-    home: PathBuf,
-    cfg: PathBuf,
-    ws: PathBuf,
-    dir: PathBuf,
-}
-
-impl Env {
-    fn new() -> Env {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().canonicalize().unwrap();
-        let ws = dir.join("ws");
-        std::fs::create_dir_all(ws.join("src")).unwrap();
-        std::fs::create_dir_all(ws.join("checks")).unwrap();
-        std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
-        std::fs::write(ws.join("gone.txt"), "bye\n").unwrap();
-        std::fs::write(
-            ws.join("checks/parity.sh"),
-            "test \"$(head -n1 src/value.txt)\" = \"42\"\n",
-        )
-        .unwrap();
-        Env {
-            home: dir.join("home"),
-            cfg: dir.join("claude-config"),
-            ws,
-            dir,
-            _tmp: tmp,
-        }
-    }
-
-    fn tacho(&self, args: &[&str]) -> (i32, String, String) {
-        let mut c = tacho(&self.home);
-        c.current_dir(&self.ws)
-            .env("CLAUDE_CONFIG_DIR", &self.cfg)
-            .args(args);
-        run(c)
-    }
-
-    /// Runs `tacho hook <agent>` with `input` on stdin: (exit code, stdout, stderr).
-    fn hook(&self, agent: &str, input: &str) -> (i32, String, String) {
-        self.hook_with(&["hook", agent], input)
-    }
-
-    /// Runs `tacho ARGS` with `input` on stdin: (exit code, stdout, stderr).
-    fn hook_with(&self, args: &[&str], input: &str) -> (i32, String, String) {
-        let mut c = tacho(&self.home);
-        c.args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// Sends Claude Code's `event` for `session` (with `extra` fields) to the hook,
-    /// which must exit 0; returns (stdout, stderr).
-    fn send(&self, session: &str, event: &str, extra: serde_json::Value) -> (String, String) {
-        let mut v = serde_json::json!({"session_id": session, "cwd": self.ws.display().to_string(), "hook_event_name": event});
-        if let (Some(m), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
-            m.extend(x);
-        }
-        let (code, out, err) = self.hook("claude-code", &v.to_string());
-        assert_eq!(code, 0, "{err}");
-        (out, err)
-    }
-
-    fn json(&self, args: &[&str]) -> serde_json::Value {
-        let (code, out, err) = self.tacho(args);
-        assert_eq!(code, 0, "tacho {args:?}: {out}{err}");
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
-    }
-
-    /// Runs the Claude Code CLI on `prompt` against `mock`; returns its JSON result.
-    fn claude(&self, claude: &Path, mock: &Mock, session: &str, prompt: &str) -> serde_json::Value {
-        let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
-        let path = format!(
-            "{}:{}",
-            tacho_dir.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let out = Command::new(claude)
-            .current_dir(&self.ws)
-            .args([
-                "-p",
-                prompt,
-                "--dangerously-skip-permissions",
-                "--output-format",
-                "json",
-            ])
-            .args(["--session-id", session])
-            .env(
-                "ANTHROPIC_BASE_URL",
-                format!("http://127.0.0.1:{}", mock.port),
-            )
-            .env("ANTHROPIC_API_KEY", "anything")
-            .env("CLAUDE_CONFIG_DIR", &self.cfg)
-            .env("TACHO_HOME", &self.home)
-            .env("PATH", path)
-            .env("DISABLE_TELEMETRY", "1")
-            .env("DISABLE_AUTOUPDATER", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("IS_SANDBOX", "1")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "claude: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
-    }
-}
-
-const SESSION: &str = "5e551011-aaaa-4bbb-8ccc-000000000001";
-
-fn num(v: &serde_json::Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-/// `ccusage <args> --json --offline` with `var` pointing at the agent's data.
-fn ccusage_json(ccusage: &Path, args: &[&str], var: &str, dir: &Path) -> serde_json::Value {
-    let out = Command::new(ccusage)
-        .args(args)
-        .args(["--json", "--offline"])
-        .env(var, dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// A graph's token totals equal a ccusage session row's, field by field.
-fn assert_tokens_as_ccusage(t: &serde_json::Value, row: &serde_json::Value) {
-    for (ours, theirs) in [
-        ("in", "inputTokens"),
-        ("out", "outputTokens"),
-        ("cache_read", "cacheReadTokens"),
-        ("cache_write", "cacheCreationTokens"),
-    ] {
-        assert_eq!(num(&t[ours]), num(&row[theirs]), "{ours}: {t} vs {row}");
-    }
-}
 
 /// A scripted Claude Code session: read, edit, a shell command that writes and
 /// deletes files, a failing command, a stop the gate blocks, the check, a stop the
@@ -1404,10 +1184,9 @@ fn qwen_served(log: &Path) -> (u64, u64, u64) {
     sum
 }
 
-/// Runs the Qwen Code CLI as the fixture's `run.sh` does: in a network namespace of its
-/// own with only loopback up (outside one, where the network is closed, its first
-/// request waited for its 8-minute timeout here), with the mock serving `script` there
-/// (its log `requests.log` in `dir`). `None` (skipped) where `unshare -n` is not allowed.
+/// Runs the Qwen Code CLI as the fixture's `run.sh` does, offline (outside a network
+/// namespace, where the network is closed, its first request waited for its 8-minute
+/// timeout here).
 fn qwen_run_offline(
     qwen: &Path,
     dir: &Path,
@@ -1416,52 +1195,22 @@ fn qwen_run_offline(
     tacho_home: &Path,
     script: &serde_json::Value,
 ) -> Option<std::process::Output> {
-    let can = Command::new("unshare")
-        .args(["-n", "true"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !can {
-        tacho_tests::skip_without("the Qwen Code test runs it offline under `unshare -n`");
-        return None;
-    }
-    let script_path = dir.join("script.json");
-    std::fs::write(&script_path, script.to_string()).unwrap();
-    let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
-    let inner = r#"
-ip link set lo up
-python3 "$MOCK" "$SCRIPT" "$DIR/port" "$DIR/requests.log" >/dev/null 2>&1 & M=$!
-i=0; while [ ! -s "$DIR/port" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
-cd "$WS"
-OPENAI_BASE_URL="http://127.0.0.1:$(cat "$DIR/port")/v1" timeout 300 "$QWEN" --auth-type openai --yolo -o stream-json --session-id "$SESSION" -p "Make the value the answer"
-rc=$?
-kill $M
-exit $rc
-"#;
-    let out = Command::new("unshare")
-        .args(["-n", "sh", "-c", inner])
-        .env("MOCK", agents_dir().join("mock_messages_api.py"))
-        .env("SCRIPT", &script_path)
-        .env("DIR", dir)
-        .env("WS", ws)
-        .env("QWEN", qwen)
-        .env("SESSION", QWEN_SESSION)
-        .env("HOME", qhome)
-        .env("OPENAI_API_KEY", "mock-key")
-        .env("OPENAI_MODEL", "mock-model")
-        .env("QWEN_CODE_SUPPRESS_YOLO_WARNING", "1")
-        .env("TACHO_HOME", tacho_home)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                tacho_dir.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    Some(out)
+    let cmd = r#"cd "$WS" && OPENAI_BASE_URL="http://127.0.0.1:$PORT/v1" timeout 300 "$QWEN" --auth-type openai --yolo -o stream-json --session-id "$SESSION" -p "Make the value the answer""#;
+    run_offline(
+        dir,
+        script,
+        tacho_home,
+        cmd,
+        &[
+            ("WS", ws.as_os_str()),
+            ("QWEN", qwen.as_os_str()),
+            ("SESSION", QWEN_SESSION.as_ref()),
+            ("HOME", qhome.as_os_str()),
+            ("OPENAI_API_KEY", "mock-key".as_ref()),
+            ("OPENAI_MODEL", "mock-model".as_ref()),
+            ("QWEN_CODE_SUPPRESS_YOLO_WARNING", "1".as_ref()),
+        ],
+    )
 }
 
 /// `tacho` with `HOME` = Qwen Code's isolated home (where `~/.qwen` is).
