@@ -499,10 +499,13 @@ impl Tacho {
         let total = sessions.len();
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
+        // Each worker holds a sender: the channel closes the moment the last worker ends,
+        // which wakes this thread at once (no polling sleep to wait out at the end).
+        let (finished, ended) = std::sync::mpsc::channel::<()>();
         let deferred: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
         let slots: Vec<Mutex<Option<Result<StreamReport, StoreError>>>> =
             sessions.iter().map(|_| Mutex::new(None)).collect();
-        let work = || {
+        let work = |_finished: std::sync::mpsc::Sender<()>| {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(s) = sessions.get(i) else { break };
@@ -552,13 +555,16 @@ impl Tacho {
         };
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads.min(total).max(1))
-                .map(|_| scope.spawn(work))
-                .collect();
-            // This thread only reports progress.
-            while workers.iter().any(|w| !w.is_finished()) {
+            for _ in 0..threads.min(total).max(1) {
+                let finished = finished.clone();
+                scope.spawn(|| work(finished));
+            }
+            drop(finished);
+            // This thread only reports progress, until the last worker ends.
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                ended.recv_timeout(std::time::Duration::from_millis(50))
+            {
                 progress(done.load(Ordering::Relaxed), total);
-                std::thread::sleep(std::time::Duration::from_millis(20));
             }
         });
         progress(total, total);
