@@ -212,6 +212,13 @@ pub trait Adapter: Sync + std::fmt::Debug {
         None
     }
 
+    /// What to tell the user after installing at `scope` (Copilot: repository hooks
+    /// load in `-p` mode only in a trusted folder); [`Adapter::install_note`] by default.
+    fn install_note_for(&self, scope: Scope) -> Option<&'static str> {
+        let _ = scope;
+        self.install_note()
+    }
+
     // --- Its hook payloads ---
 
     /// Reads one payload into the shared vocabulary [`crate::hook::map_payload`] maps:
