@@ -26,7 +26,7 @@ use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResul
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
 use crate::hook::{HookPayload, PayloadError, ToolKind, str_field, tool_target};
 use crate::import::{Transcript, json_lines, start_event};
-use crate::transcript::{Caught, Cursor, Usage, read_transcript_file, usage_of};
+use crate::transcript::{Usage, usage_of};
 use crate::{Agent, session_id_from};
 
 #[derive(Debug)]
@@ -70,6 +70,7 @@ const HOOK_NAMES: &[(&str, &str)] = &[
     ("create", "Write"),
     ("edit", "Edit"),
     ("task", "Agent"),
+    ("view", "Read"),
 ];
 
 impl Adapter for Copilot {
@@ -149,15 +150,6 @@ impl Adapter for Copilot {
             t if READ_ONLY.contains(&t) => ToolKind::ReadOnly,
             _ => ToolKind::Anything,
         }
-    }
-
-    fn read_transcript(
-        &self,
-        cursor: &mut Cursor,
-        path: &Path,
-        finish: bool,
-    ) -> std::io::Result<Caught> {
-        cursor.catch_up(path, finish, false)
     }
 
     fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
@@ -474,12 +466,6 @@ fn push_result(t: &mut Transcript, data: &Value, call: &Call, time: i64) {
     }
 }
 
-/// A whole session file, read for a test or a tool.
-pub fn read_session_file(path: &Path) -> std::io::Result<Transcript> {
-    let bytes = read_transcript_file(path)?;
-    Ok(Copilot.import_transcript(path, &bytes))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,6 +537,32 @@ mod tests {
         (n("inputTokens"), n("cacheReadTokens"), n("outputTokens"))
     }
 
+    /// A session file imported.
+    fn read_session_file(path: &Path) -> std::io::Result<Transcript> {
+        let bytes = crate::transcript::read_transcript_file(path)?;
+        Ok(Copilot.import_transcript(path, &bytes))
+    }
+
+    /// The (call id, tool) of each call among `events`.
+    fn calls<'e>(events: impl IntoIterator<Item = &'e EventBody>) -> Vec<(&'e str, &'e str)> {
+        events
+            .into_iter()
+            .filter_map(|e| match e {
+                EventBody::ToolCall(c) => Some((c.call_id.as_str(), c.tool.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The calls of the captured runs, as the hooks and the import record them.
+    const CALLS: [(&str, &str); 5] = [
+        ("call-1", "Bash"),
+        ("call-2", "Write"),
+        ("call-3", "Edit"),
+        ("call-4", "Bash"),
+        ("call-5", "Bash"),
+    ];
+
     fn events(actions: &[Action]) -> Vec<&EventBody> {
         actions
             .iter()
@@ -587,23 +599,7 @@ mod tests {
                 Some("REFUSED-ONCE: append a line to notes.txt before you stop.")
             ]
         );
-        let calls: Vec<(&str, &str)> = events
-            .iter()
-            .filter_map(|e| match e {
-                EventBody::ToolCall(c) => Some((c.call_id.as_str(), c.tool.as_str())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            calls,
-            [
-                ("call-1", "Bash"),
-                ("call-2", "Write"),
-                ("call-3", "Edit"),
-                ("call-4", "Bash"),
-                ("call-5", "Bash")
-            ]
-        );
+        assert_eq!(calls(events.iter().copied()), CALLS);
         // The failing shell was reported as `success`: its exit code is in the text.
         let results: Vec<(&str, ToolStatus, Option<i64>)> = events
             .iter()
@@ -686,8 +682,8 @@ mod tests {
             assert_eq!(ccusage(&format!("{rel}/ccusage.json")), served, "{rel}");
             let path = events_file(rel);
             // Live: read as the hook reads it at each stop.
-            let mut cursor = Cursor::default();
-            let caught = Copilot
+            let mut cursor = crate::transcript::Cursor::default();
+            let caught = Agent::Copilot
                 .read_transcript(&mut cursor, &path, true)
                 .unwrap_or_else(|e| panic!("{e}"));
             let sum = |u: &[Usage]| {
@@ -701,7 +697,7 @@ mod tests {
             };
             assert_eq!(caught.usages.len(), 7, "{rel}");
             assert_eq!(sum(&caught.usages), served, "{rel}");
-            let again = Copilot
+            let again = Agent::Copilot
                 .read_transcript(&mut cursor, &path, true)
                 .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(again.usages, [], "{rel}: read again, nothing new");
@@ -722,25 +718,8 @@ mod tests {
         let t = read_session_file(&events_file("pascal")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(t.session, "6ad6a608-123b-45da-a3f1-fd191eb38473");
         assert_eq!(t.workspace.as_deref(), Some("/WORKSPACE"));
-        let calls: Vec<(&str, &str)> = t
-            .events
-            .iter()
-            .filter_map(|(_, e)| match e {
-                EventBody::ToolCall(c) => Some((c.call_id.as_str(), c.tool.as_str())),
-                _ => None,
-            })
-            .collect();
         // Numbered and named as the hooks record them.
-        assert_eq!(
-            calls,
-            [
-                ("call-1", "Bash"),
-                ("call-2", "Write"),
-                ("call-3", "Edit"),
-                ("call-4", "Bash"),
-                ("call-5", "Bash")
-            ]
-        );
+        assert_eq!(calls(t.events.iter().map(|(_, e)| e)), CALLS);
         let results: Vec<(&str, ToolStatus, Option<i64>, bool)> = t
             .events
             .iter()

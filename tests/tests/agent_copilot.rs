@@ -1,0 +1,223 @@
+//! GitHub Copilot CLI (npm `@github/copilot`, pinned in tests/agents) recorded through
+//! the hooks `tacho hooks install copilot` wrote, run for real, offline, against the
+//! mock's Chat Completions API.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::Path;
+use std::time::Instant;
+
+use common::*;
+use tacho_tests::{run, tacho, tacho_bin};
+
+const SESSION: &str = "5e551011-aaaa-4bbb-8ccc-00000000c0b1";
+
+/// `tacho` with `HOME` = Copilot's isolated home (where `~/.copilot` is), in `dir`.
+fn tacho_in(tacho_home: &Path, home: &Path, dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let mut c = tacho(tacho_home);
+    c.current_dir(dir).env("HOME", home).args(args);
+    run(c)
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The real Copilot CLI with the hooks `tacho hooks install copilot` wrote into its
+/// isolated `~/.copilot/hooks/`: its tool calls (a failing shell, which Copilot reports
+/// as a success, recorded as failed with its exit code), a shell step rolled back byte
+/// for byte, tokens equal to what the mock served (live and imported) and to ccusage's,
+/// and the stop gate sending it back once. `hooks install --scope project` says what
+/// `-p` mode needs to load the repository's hooks.
+#[test]
+fn copilot_recorded_through_hooks_with_rollback_tokens_and_the_stop_gate() {
+    let Some(copilot) = npm_bin("copilot") else {
+        return;
+    };
+    let Some(ccusage) = npm_bin("ccusage") else {
+        return;
+    };
+    let e = Env::new();
+    let chome = e.dir.join("copilot-home");
+    std::fs::create_dir_all(chome.join(".copilot")).unwrap();
+
+    // The user scope: a hooks file of tacho's own, written once.
+    let (code, out, err) = tacho_in(&e.home, &chome, &e.ws, &["hooks", "install", "copilot"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("installed tacho's copilot hooks"), "{out}");
+    assert!(!out.contains("note:"), "no note for the user scope: {out}");
+    let (_, out, _) = tacho_in(&e.home, &chome, &e.ws, &["hooks", "install", "copilot"]);
+    assert!(out.contains("nothing changed"), "{out}");
+    let file = chome.join(".copilot/hooks/tacho.json");
+    let hooks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(hooks["hooks"]["PreToolUse"][0]["matcher"], "*", "{hooks}");
+    assert!(hooks["hooks"]["Stop"].is_array(), "{hooks}");
+    // The project scope, in a repository of its own: the note says what -p mode needs.
+    let repo = e.dir.join("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    let (code, out, err) = tacho_in(
+        &e.home,
+        &chome,
+        &repo,
+        &["hooks", "install", "copilot", "--scope", "project"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(repo.join(".github/hooks/tacho.json").is_file(), "{out}");
+    assert!(
+        out.contains(
+            "note: copilot -p loads the repository's .github/hooks only in a trusted folder"
+        ) && out.contains("trusted_folders"),
+        "{out}"
+    );
+    let (code, out, err) = tacho_in(
+        &e.home,
+        &chome,
+        &repo,
+        &["hooks", "uninstall", "copilot", "--scope", "project"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+
+    // The session exists before the agent starts (Copilot takes its id), with an
+    // assured goal whose check has not run.
+    assured_session(&e, SESSION, "copilot");
+
+    let value = e.ws.join("src/value.txt").display().to_string();
+    let hello = e.ws.join("hello.txt").display().to_string();
+    let tacho_path = tacho_bin().display().to_string();
+    let sh = |command: &str| serde_json::json!({"tool": "bash", "input": {"command": command, "description": "run", "mode": "sync"}});
+    let script = serde_json::json!([
+        [{"text": "Reading."}, {"tool": "view", "input": {"path": value}}],
+        [{"tool": "edit", "input": {"path": value, "old_str": "41", "new_str": "42"}}],
+        [sh("echo made > made.txt && rm -f gone.txt")],
+        [{"tool": "create", "input": {"path": hello, "file_text": "hello\n"}}],
+        [sh("echo about-to-fail; exit 3")],
+        [{"text": "Done."}],
+        {"until_text": "cannot complete",
+         "then": [sh(&format!("'{tacho_path}' goal check parity --session {SESSION}"))],
+         "else": [{"text": "the gate did not block"}]},
+        [{"text": "Checked: done."}]
+    ]);
+    let cmd = r#"cd "$WS" && COPILOT_PROVIDER_BASE_URL="http://127.0.0.1:$PORT/v1" timeout 300 "$COPILOT" -p "Make the value the answer" --yolo --no-ask-user --output-format json --session-id "$SESSION""#;
+    let started = Instant::now();
+    let Some(out) = run_offline(
+        &e.dir,
+        &script,
+        &e.home,
+        cmd,
+        &[
+            ("WS", e.ws.as_os_str()),
+            ("COPILOT", copilot.as_os_str()),
+            ("SESSION", SESSION.as_ref()),
+            ("HOME", chome.as_os_str()),
+            ("XDG_CONFIG_HOME", chome.join(".config").as_os_str()),
+            ("XDG_STATE_HOME", chome.join(".local/state").as_os_str()),
+            ("XDG_CACHE_HOME", chome.join(".cache").as_os_str()),
+            ("COPILOT_PROVIDER_API_KEY", "mock-key".as_ref()),
+            ("COPILOT_PROVIDER_TYPE", "openai".as_ref()),
+            ("COPILOT_PROVIDER_WIRE_API", "completions".as_ref()),
+            ("COPILOT_MODEL", "mock-model".as_ref()),
+            ("COPILOT_OFFLINE", "true".as_ref()),
+        ],
+    ) else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "copilot: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("copilot ran in {:?}", started.elapsed());
+    assert!(!stdout.contains("the gate did not block"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n",
+        "{stdout}"
+    );
+    assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+
+    // Every tool call, by the names Copilot's hooks give them; the failing shell, which
+    // Copilot reports as a success, failed with its exit code.
+    let g = e.json(&["graph", SESSION, "--format", "json"]);
+    let tools = graph_tools(&g);
+    let ok = |t: &str| (t.to_string(), "ok".to_string());
+    assert_eq!(
+        tools,
+        [
+            ok("Read"),
+            ok("Edit"),
+            ok("Bash"),
+            ok("Write"),
+            ("Bash".to_string(), "error".to_string()),
+            ok("Bash"),
+        ],
+        "{g}"
+    );
+    // Tokens: what the mock served, perhaps but the last reply: Copilot writes
+    // `events.jsonl` behind a buffer it does not flush while a hook runs, and the last
+    // reply's usage record comes right before the stop hook (then the session's end,
+    // whose hook sees no more), so the hooks count it only when a flush came between.
+    // The import below counts every request, as ccusage does.
+    let log = e.dir.join("requests.log");
+    let (input, cached, output) = chat_served(&log);
+    assert!(cached > 0);
+    assert_live_tokens_served_but_perhaps_the_last(&g["tokens"], &log);
+    // ccusage's view of the same session (compared with the import below).
+    let cc = ccusage_json(&ccusage, &["copilot", "session"], "HOME", &chome);
+    let row = cc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sessionId"] == SESSION)
+        .unwrap_or_else(|| panic!("{cc}"));
+    // The gate sent it back once; the check then ran and completion was accepted.
+    let st = e.json(&["goal", "status", "--session", SESSION, "--json"]);
+    assert_eq!(st["completed"], true, "{st}");
+
+    // Roll back the shell command's step: its files come back, the edit before stays.
+    roll_back_step_that_changed(&e, SESSION, "made.txt");
+    assert!(!e.ws.join("made.txt").exists());
+    assert_eq!(std::fs::read(e.ws.join("gone.txt")).unwrap(), b"bye\n");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n"
+    );
+
+    // Importing ~/.copilot/session-state into a fresh store gives the same calls and
+    // tokens; again, nothing.
+    let fresh = e.dir.join("fresh-home");
+    let import = || {
+        let (code, out, err) = tacho_in(&fresh, &chome, &e.ws, &["import", "copilot", "--json"]);
+        assert_eq!(code, 0, "{out}{err}");
+        json(&out)
+    };
+    let first = import();
+    assert!(num(&first["events_added"]) > 0, "{first}");
+    assert_eq!(first["unknown_entries"], serde_json::json!({}), "{first}");
+    let again = import();
+    assert_eq!(num(&again["events_added"]), 0, "{again}");
+    let (code, out, err) = tacho_in(
+        &fresh,
+        &chome,
+        &e.ws,
+        &["graph", SESSION, "--format", "json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let g = json(&out);
+    let t = &g["tokens"];
+    assert_eq!(
+        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        (input, cached, output),
+        "imported: {t}"
+    );
+    assert_tokens_as_ccusage(t, row);
+}
