@@ -221,3 +221,66 @@ fn copilot_recorded_through_hooks_with_rollback_tokens_and_the_stop_gate() {
     );
     assert_tokens_as_ccusage(t, row);
 }
+
+/// The repository's hooks file is written by tacho's rules for a repository: a
+/// `.github` or `.github/hooks` that links elsewhere, or a `tacho.json` that links to a
+/// file of the user's, gets nothing written through it; without links it installs, and
+/// uninstalling leaves no tacho handler.
+#[test]
+fn copilot_a_repository_link_on_the_way_to_its_hooks_file_is_refused() {
+    use std::os::unix::fs::symlink;
+    let e = Env::new();
+    let home = e.dir.join("user");
+    let repo = e.dir.join("repo");
+    let elsewhere = e.dir.join("elsewhere");
+    for d in [&home, &repo.join(".git"), &elsewhere] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let install = || {
+        tacho_in(
+            &e.home,
+            &home,
+            &repo,
+            &["hooks", "install", "copilot", "--scope", "project"],
+        )
+    };
+    let github = repo.join(".github");
+    symlink(&elsewhere, &github).unwrap();
+    let (code, out, err) = install();
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains(".github") && err.contains("link"), "{err}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+    std::fs::remove_file(&github).unwrap();
+    std::fs::create_dir_all(&github).unwrap();
+    symlink(&elsewhere, github.join("hooks")).unwrap();
+    let (code, out, err) = install();
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("hooks") && err.contains("link"), "{err}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+    std::fs::remove_file(github.join("hooks")).unwrap();
+    std::fs::create_dir_all(github.join("hooks")).unwrap();
+    let mine = home.join("mine.json");
+    std::fs::write(&mine, "{\"mine\": 1}\n").unwrap();
+    symlink(&mine, github.join("hooks/tacho.json")).unwrap();
+    let (code, out, err) = install();
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("tacho.json") && err.contains("link"), "{err}");
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "{\"mine\": 1}\n");
+
+    std::fs::remove_file(github.join("hooks/tacho.json")).unwrap();
+    let (code, out, err) = install();
+    assert_eq!(code, 0, "{out}{err}");
+    let written = std::fs::read_to_string(github.join("hooks/tacho.json")).unwrap();
+    assert!(written.contains("hook copilot"), "{written}");
+    let (code, out, err) = tacho_in(
+        &e.home,
+        &home,
+        &repo,
+        &["hooks", "uninstall", "copilot", "--scope", "project"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let left = std::fs::read_to_string(github.join("hooks/tacho.json")).unwrap();
+    assert!(!left.contains("hook copilot"), "{left}");
+}
