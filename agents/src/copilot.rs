@@ -633,17 +633,7 @@ mod tests {
         );
         // Every tool that can change files is a step: the shells whole, `create` and
         // `edit` their file.
-        let before: Vec<(Vec<String>, u64)> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Snapshot {
-                    paths,
-                    before_step: Some(s),
-                    ..
-                } => Some((paths.clone(), *s)),
-                _ => None,
-            })
-            .collect();
+        let before = crate::hook::before_step_snapshots(&actions);
         let hello = vec!["/WORKSPACE/hello.txt".to_owned()];
         assert_eq!(
             before,

@@ -547,6 +547,23 @@ fn model_name(model: Option<&Value>) -> Option<String> {
     }
 }
 
+/// The snapshots taken before a step among `actions`: (paths, step) — for the
+/// adapters' tests.
+#[cfg(test)]
+pub(crate) fn before_step_snapshots(actions: &[Action]) -> Vec<(Vec<String>, u64)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Snapshot {
+                paths,
+                before_step: Some(s),
+                ..
+            } => Some((paths.clone(), *s)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Maps one payload to what to record, updating `state`.
 pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<Action> {
     let mut out = Vec::new();

@@ -138,12 +138,7 @@ fn copilot_recorded_through_hooks_with_rollback_tokens_and_the_stop_gate() {
         "{stdout}"
     );
     assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked_and_no_problem(&e);
 
     // Every tool call, by the names Copilot's hooks give them; the failing shell, which
     // Copilot reports as a success, failed with its exit code.

@@ -46,29 +46,8 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert_eq!(user["points_here"], true, "{status}");
 
     // The session exists before the agent starts, with an assured goal.
+    assured_session(&e, SESSION, "claude-code");
     let ws = e.ws.display().to_string();
-    let mut rec = tacho(&e.home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped());
-    let mut child = rec.spawn().unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
-        format!(r#"{{"type":"session.start","session":"{SESSION}","workspace":"{ws}","agent":"claude-code"}}"#).as_bytes(),
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success());
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        SESSION,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
 
     let value = e.ws.join("src/value.txt").display().to_string();
     let tacho_path = tacho_bin().display().to_string();
@@ -93,12 +72,7 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         "42\n"
     );
     assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked_and_no_problem(&e);
 
     // The graph: every tool call, the failure, the files, and the tokens Claude Code
     // itself reported.
@@ -610,18 +584,7 @@ fn the_stop_gate_lets_go_after_the_stall_rule_pauses_the_goal() {
     let session = "gate-loop-1";
     let send = |event: &str, extra: serde_json::Value| e.send(session, event, extra).0;
     send("SessionStart", serde_json::json!({"source": "startup"}));
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        session,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    assure_goal(&e, session);
     let mut blocked = 0;
     for i in 0..8 {
         let out = send("Stop", serde_json::json!({"stop_hook_active": i > 0}));
@@ -1143,12 +1106,7 @@ fn droid_stop_gate_sends_it_back_once_when_a_check_is_missing() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!stdout.contains("the gate did not block"), "{stdout}");
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked_and_no_problem(&e);
     let session = std::fs::read_dir(factory.join("sessions"))
         .unwrap()
         .flatten()
@@ -1274,12 +1232,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked_and_no_problem(&e);
 
     // Every tool call, by Qwen's names, the failure with its exit code.
     let g = e.json(&["graph", QWEN_SESSION, "--format", "json"]);

@@ -356,6 +356,12 @@ pub fn assured_session(e: &Env, session: &str, agent: &str) {
     )
     .unwrap();
     assert!(child.wait().unwrap().success());
+    assure_goal(e, session);
+}
+
+/// Gives `session` an assured goal (`PARITY_PLAN`, in `plan.md`) whose check has not
+/// run.
+pub fn assure_goal(e: &Env, session: &str) {
     std::fs::write(e.dir.join("plan.md"), tacho_tests::PARITY_PLAN).unwrap();
     let plan = e.dir.join("plan.md").display().to_string();
     let (code, out, err) = e.tacho(&[
@@ -404,4 +410,14 @@ pub fn roll_back_step_that_changed(e: &Env, session: &str, file: &str) {
     let n = step.to_string();
     let (code, out, err) = e.tacho(&["session", "rollback", session, "--step", &n, "--yes"]);
     assert_eq!(code, 0, "{out}{err}");
+}
+
+/// The hooks logged no problem, and blocked exactly one stop (the completion gate's).
+pub fn assert_one_stop_blocked_and_no_problem(e: &Env) {
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
 }
