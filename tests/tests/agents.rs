@@ -211,22 +211,8 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     }
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", SESSION, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    roll_back_step_that_changed(&e, SESSION, "made.txt");
+    assert!(!e.ws.join("made.txt").exists());
     assert_eq!(
         std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
         "bye\n"
@@ -350,18 +336,7 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
         .unwrap_or_else(|| panic!("{list}"))
         .to_string();
     let g = e.json(&["graph", &session, "--format", "json"]);
-    let results: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let results = graph_tools(&g);
     assert_eq!(
         results,
         [
