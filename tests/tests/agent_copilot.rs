@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::time::Instant;
 
@@ -19,6 +20,27 @@ fn tacho_in(tacho_home: &Path, home: &Path, dir: &Path, args: &[&str]) -> (i32, 
     let mut c = tacho(tacho_home);
     c.current_dir(dir).env("HOME", home).args(args);
     run(c)
+}
+
+/// The environment the CLI runs in: its isolated home (and XDG directories under it),
+/// the mock as its provider (no GitHub token), the workspace, `$SESSION` (for
+/// `--session-id`).
+fn copilot_env(e: &Env, copilot: &Path, home: &Path) -> Vec<(&'static str, OsString)> {
+    let s = |v: &str| OsString::from(v);
+    vec![
+        ("WS", e.ws.clone().into_os_string()),
+        ("COPILOT", copilot.as_os_str().to_owned()),
+        ("SESSION", s(SESSION)),
+        ("HOME", home.as_os_str().to_owned()),
+        ("XDG_CONFIG_HOME", home.join(".config").into_os_string()),
+        ("XDG_STATE_HOME", home.join(".local/state").into_os_string()),
+        ("XDG_CACHE_HOME", home.join(".cache").into_os_string()),
+        ("COPILOT_PROVIDER_API_KEY", s("mock-key")),
+        ("COPILOT_PROVIDER_TYPE", s("openai")),
+        ("COPILOT_PROVIDER_WIRE_API", s("completions")),
+        ("COPILOT_MODEL", s("mock-model")),
+        ("COPILOT_OFFLINE", s("true")),
+    ]
 }
 
 fn json(out: &str) -> serde_json::Value {
@@ -102,26 +124,10 @@ fn copilot_recorded_through_hooks_with_rollback_tokens_and_the_stop_gate() {
     ]);
     let cmd = r#"cd "$WS" && COPILOT_PROVIDER_BASE_URL="http://127.0.0.1:$PORT/v1" timeout 300 "$COPILOT" -p "Make the value the answer" --yolo --no-ask-user --output-format json --session-id "$SESSION""#;
     let started = Instant::now();
-    let Some(out) = run_offline(
-        &e.dir,
-        &script,
-        &e.home,
-        cmd,
-        &[
-            ("WS", e.ws.as_os_str()),
-            ("COPILOT", copilot.as_os_str()),
-            ("SESSION", SESSION.as_ref()),
-            ("HOME", chome.as_os_str()),
-            ("XDG_CONFIG_HOME", chome.join(".config").as_os_str()),
-            ("XDG_STATE_HOME", chome.join(".local/state").as_os_str()),
-            ("XDG_CACHE_HOME", chome.join(".cache").as_os_str()),
-            ("COPILOT_PROVIDER_API_KEY", "mock-key".as_ref()),
-            ("COPILOT_PROVIDER_TYPE", "openai".as_ref()),
-            ("COPILOT_PROVIDER_WIRE_API", "completions".as_ref()),
-            ("COPILOT_MODEL", "mock-model".as_ref()),
-            ("COPILOT_OFFLINE", "true".as_ref()),
-        ],
-    ) else {
+    let envs = copilot_env(&e, &copilot, &chome);
+    let envs: Vec<(&str, &std::ffi::OsStr)> =
+        envs.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let Some(out) = run_offline(&e.dir, &script, &e.home, cmd, &envs) else {
         return;
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -278,4 +284,68 @@ fn copilot_a_repository_link_on_the_way_to_its_hooks_file_is_refused() {
     assert_eq!(code, 0, "{out}{err}");
     let left = std::fs::read_to_string(github.join("hooks/tacho.json")).unwrap();
     assert!(!left.contains("hook copilot"), "{left}");
+}
+
+/// A subagent (`task`) of the real CLI is a child session of its caller, under its own
+/// agent id, with its shell step; rolling the caller back whole follows the child into
+/// the same workspace and undoes the subagent's change too.
+#[test]
+fn copilot_subagent_is_a_child_session_rolled_back_with_its_caller() {
+    let Some(copilot) = npm_bin("copilot") else {
+        return;
+    };
+    let e = Env::new();
+    let chome = e.dir.join("copilot-home");
+    std::fs::create_dir_all(chome.join(".copilot")).unwrap();
+    let (code, out, err) = tacho_in(&e.home, &chome, &e.ws, &["hooks", "install", "copilot"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let sh = serde_json::json!({"tool": "bash", "input": {"command": "echo from-subagent > sub.txt", "description": "write", "mode": "sync"}});
+    let task = serde_json::json!({"tool": "task", "input": {"description": "write a file", "prompt": "SUBTASK: write sub.txt with the shell, then report.", "agent_type": "general-purpose", "name": "writer"}});
+    let script = serde_json::json!([
+        {"until_text": "SUBTASK", "then": [sh], "else": [task]},
+        {"until_text": "SUBTASK", "then": [{"text": "Subagent: wrote it."}], "else": [{"text": "Main: done."}]}
+    ]);
+    let cmd = r#"cd "$WS" && COPILOT_PROVIDER_BASE_URL="http://127.0.0.1:$PORT/v1" timeout 300 "$COPILOT" -p "Delegate it" --yolo --no-ask-user --output-format json"#;
+    let envs = copilot_env(&e, &copilot, &chome);
+    let envs: Vec<(&str, &std::ffi::OsStr)> =
+        envs.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let Some(out) = run_offline(&e.dir, &script, &e.home, cmd, &envs) else {
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "copilot: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(e.ws.join("sub.txt").exists());
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(log.is_empty(), "hook problems:\n{log}");
+    let main = std::fs::read_dir(chome.join(".copilot/session-state"))
+        .unwrap()
+        .flatten()
+        .find(|d| d.path().is_dir())
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .unwrap();
+    let plan = e.json(&["session", "rollback", &main, "--dry-run", "--json"]);
+    let sessions: Vec<String> = plan["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(sessions.len(), 2, "{plan}");
+    assert_eq!(sessions[0], main, "{plan}");
+    let child = e.json(&["graph", &sessions[1], "--format", "json"]);
+    assert_eq!(child["parent"], main.as_str(), "{child}");
+    assert_eq!(child["end_reason"], "completed", "{child}");
+    assert_eq!(
+        graph_tools(&child),
+        [("Bash".to_string(), "ok".to_string())]
+    );
+    let g = e.json(&["graph", &main, "--format", "json"]);
+    assert_eq!(graph_tools(&g), [("Agent".to_string(), "ok".to_string())]);
+    let (code, out, err) = e.tacho(&["session", "rollback", &main, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!e.ws.join("sub.txt").exists(), "{out}");
 }
