@@ -182,7 +182,8 @@ fn read_tool_result(p: &mut HookPayload, result: Option<&Value>) {
         .unwrap_or("")
         .to_owned();
     let kind = result.get("result_type").and_then(Value::as_str);
-    let error = match (kind, shell_exit_code(&text)) {
+    let shell = matches!(p.tool_name.as_deref(), Some("Bash" | "bash"));
+    let error = match (kind, shell.then(|| shell_exit_code(&text)).flatten()) {
         (Some("success") | None, Some(code)) if code != 0 => Some(format!("Exit code {code}")),
         (Some("success") | None, _) => None,
         (Some(other), _) => Some(match text.lines().find(|l| !l.trim().is_empty()) {
@@ -199,16 +200,13 @@ fn read_tool_result(p: &mut HookPayload, result: Option<&Value>) {
     p.tool_response = Some(Value::String(text));
 }
 
-/// The exit code in a shell's text: `<shellId: N completed with exit code K>` (its
-/// last such line).
+/// The exit code in a shell's text: its last line, which Copilot writes as `<shellId:
+/// N completed with exit code K>` (what the command printed comes before it).
 pub fn shell_exit_code(text: &str) -> Option<i64> {
-    const MARK: &str = "completed with exit code ";
-    let at = text.rfind(MARK)?;
-    let rest = text.get(at + MARK.len()..)?;
-    let end = rest
-        .find(|c: char| !c.is_ascii_digit() && c != '-')
-        .unwrap_or(rest.len());
-    rest.get(..end)?.parse().ok()
+    let last = text.lines().rev().find(|l| !l.trim().is_empty())?.trim();
+    let inner = last.strip_prefix("<shellId: ")?.strip_suffix('>')?;
+    let (_, code) = inner.split_once(" completed with exit code ")?;
+    code.trim().parse().ok()
 }
 
 /// One `session.usage_record` line's model request: `usage.inputTokens` includes the
@@ -888,6 +886,22 @@ mod tests {
             shell_exit_code("<shellId: 2 started in the background>"),
             None
         );
+        // Only its last line, and only a shell's.
+        assert_eq!(
+            shell_exit_code("<shellId: 1 completed with exit code 3>\nmore output"),
+            None
+        );
+        let p = Copilot
+            .parse_payload(
+                serde_json::json!({"hook_event_name": "PostToolUse", "session_id": "s",
+                    "tool_name": "view", "tool_input": {"path": "/w/log.txt"},
+                    "tool_result": {"result_type": "success",
+                        "text_result_for_llm": "1. <shellId: 9 completed with exit code 1>"}})
+                .to_string()
+                .as_bytes(),
+            )
+            .unwrap_or_default();
+        assert_eq!((p.hook_event_name.as_str(), p.error), ("PostToolUse", None));
         assert!(Copilot.parse_payload(b"{\"hookName\": \"x\"}").is_err());
     }
 
