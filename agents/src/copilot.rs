@@ -274,6 +274,8 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
     let mut numbered: BTreeMap<Option<String>, u64> = BTreeMap::new();
     // The subagents running, by their `task` call: their type.
     let mut subagents: BTreeMap<String, String> = BTreeMap::new();
+    // The type of the subagent started last (whose prompt comes next).
+    let mut started_last: Option<String> = None;
     for (_, entry, at) in json_lines(bytes, &mut t) {
         time = at;
         let kind = entry
@@ -309,9 +311,7 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
                     EventBody::AgentNotice(AgentNotice {
                         notice: "prompt".into(),
                         message: Some(text.to_owned()),
-                        agent: from_agent
-                            .then(|| subagents.values().last().cloned())
-                            .flatten(),
+                        agent: from_agent.then(|| started_last.clone()).flatten(),
                     }),
                 ));
             }
@@ -319,6 +319,7 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
                 if let Some(call) = s("toolCallId") {
                     let name = s("agentType").or(s("agentName")).unwrap_or("subagent");
                     subagents.insert(call.to_owned(), name.to_owned());
+                    started_last = Some(name.to_owned());
                 }
                 *t.skipped.entry(kind.to_owned()).or_default() += 1;
             }
@@ -852,6 +853,15 @@ mod tests {
             _ => s,
         });
         assert_eq!(tokens, served, "the subagent's requests are its caller's");
+        let prompts: Vec<Option<&str>> = t
+            .events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                EventBody::AgentNotice(n) if n.notice == "prompt" => Some(n.agent.as_deref()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(prompts, [None, Some("general-purpose")]);
         assert!(t.unknown.is_empty(), "{:?}", t.unknown);
     }
 
