@@ -43,6 +43,17 @@ fn copilot_env(e: &Env, copilot: &Path, home: &Path) -> Vec<(&'static str, OsStr
     ]
 }
 
+/// A workspace and an isolated home for Copilot (`~/.copilot`) with tacho's hooks
+/// installed at the user scope: (the workspace, the home, what the install said).
+fn with_user_hooks() -> (Env, std::path::PathBuf, String) {
+    let e = Env::new();
+    let chome = e.dir.join("copilot-home");
+    std::fs::create_dir_all(chome.join(".copilot")).unwrap();
+    let (code, out, err) = tacho_in(&e.home, &chome, &e.ws, &["hooks", "install", "copilot"]);
+    assert_eq!(code, 0, "{out}{err}");
+    (e, chome, out)
+}
+
 fn json(out: &str) -> serde_json::Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
@@ -61,13 +72,8 @@ fn copilot_recorded_through_hooks_with_rollback_tokens_and_the_stop_gate() {
     let Some(ccusage) = npm_bin("ccusage") else {
         return;
     };
-    let e = Env::new();
-    let chome = e.dir.join("copilot-home");
-    std::fs::create_dir_all(chome.join(".copilot")).unwrap();
-
     // The user scope: a hooks file of tacho's own, written once.
-    let (code, out, err) = tacho_in(&e.home, &chome, &e.ws, &["hooks", "install", "copilot"]);
-    assert_eq!(code, 0, "{out}{err}");
+    let (e, chome, out) = with_user_hooks();
     assert!(out.contains("installed tacho's copilot hooks"), "{out}");
     assert!(!out.contains("note:"), "no note for the user scope: {out}");
     let (_, out, _) = tacho_in(&e.home, &chome, &e.ws, &["hooks", "install", "copilot"]);
@@ -294,11 +300,7 @@ fn copilot_subagent_is_a_child_session_rolled_back_with_its_caller() {
     let Some(copilot) = npm_bin("copilot") else {
         return;
     };
-    let e = Env::new();
-    let chome = e.dir.join("copilot-home");
-    std::fs::create_dir_all(chome.join(".copilot")).unwrap();
-    let (code, out, err) = tacho_in(&e.home, &chome, &e.ws, &["hooks", "install", "copilot"]);
-    assert_eq!(code, 0, "{out}{err}");
+    let (e, chome, _) = with_user_hooks();
     let sh = serde_json::json!({"tool": "bash", "input": {"command": "echo from-subagent > sub.txt", "description": "write", "mode": "sync"}});
     let task = serde_json::json!({"tool": "task", "input": {"description": "write a file", "prompt": "SUBTASK: write sub.txt with the shell, then report.", "agent_type": "general-purpose", "name": "writer"}});
     let script = serde_json::json!([

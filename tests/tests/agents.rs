@@ -948,26 +948,12 @@ fn droid_recorded_through_hooks_with_rollback_and_tokens_as_served() {
 
     // Roll back the shell step: notes.txt, made.txt and gone.txt as before it, byte for
     // byte; hello.txt (the steps before it) stays.
-    let points = e.json(&["session", "rollback", &session, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", &session, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
+    roll_back_step_that_changed(&e, &session, "made.txt");
     assert_eq!(
         std::fs::read(e.ws.join("notes.txt")).unwrap(),
         b"old line\n"
     );
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    assert!(!e.ws.join("made.txt").exists());
     assert_eq!(std::fs::read(e.ws.join("gone.txt")).unwrap(), b"bye\n");
     assert_eq!(
         std::fs::read_to_string(e.ws.join("hello.txt")).unwrap(),
