@@ -9,15 +9,16 @@
 //! hook state directories are all read from it).
 //!
 //! What an agent must say ([`Adapter`]'s required methods): its name, where its
-//! settings file is per scope, the hook events tacho registers, how its live
-//! transcript is read for token usage, and how a transcript is imported. What it may
+//! settings file is per scope, the hook events tacho registers, and how a transcript
+//! is imported. What it may
 //! say (the provided methods, whose defaults are Claude Code's conventions, which
 //! Codex, Gemini CLI, Qwen Code, Factory Droid and Copilot's PascalCase hooks share):
 //! aliases, its configuration-directory variables, its scopes, how tacho's entries are
 //! installed, a note after installing, how a payload is read (an agent whose payload
 //! or event names differ turns them into the shared vocabulary there), which tools can
 //! change files, whether its tool results wait for its transcript, how a stop is
-//! refused and let through, and whether it reports the end of a session.
+//! refused and let through, whether it reports the end of a session, and how its live
+//! transcript is read for token usage.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -212,6 +213,13 @@ pub trait Adapter: Sync + std::fmt::Debug {
         None
     }
 
+    /// What to tell the user after installing at `scope` (Copilot: repository hooks
+    /// load in `-p` mode only in a trusted folder); [`Adapter::install_note`] by default.
+    fn install_note_for(&self, scope: Scope) -> Option<&'static str> {
+        let _ = scope;
+        self.install_note()
+    }
+
     // --- Its hook payloads ---
 
     /// Reads one payload into the shared vocabulary [`crate::hook::map_payload`] maps:
@@ -253,13 +261,17 @@ pub trait Adapter: Sync + std::fmt::Debug {
 
     /// Reads what its live transcript (the payload's `transcript_path`) gained since
     /// `cursor`: token usage once per model response, and call outputs where
-    /// [`Adapter::results_from_transcript`].
+    /// [`Adapter::results_from_transcript`]. By default a transcript of JSON lines
+    /// whose usage [`crate::transcript::usage_of`] reads (Claude Code's, Qwen Code's,
+    /// Copilot's).
     fn read_transcript(
         &self,
         cursor: &mut Cursor,
         path: &Path,
         finish: bool,
-    ) -> std::io::Result<Caught>;
+    ) -> std::io::Result<Caught> {
+        cursor.catch_up(path, finish, false)
+    }
 
     /// Where `tacho import <agent>` looks without paths (every `*.jsonl` under it).
     fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError>;

@@ -423,7 +423,7 @@ fn clip(s: &str, chars: usize) -> String {
 }
 
 /// What a tool call is about: its file, command, pattern or address.
-fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
+pub(crate) fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
     if tool == "apply_patch" {
         let files = patch_text(input).and_then(patch_files)?;
         return Some(
@@ -545,6 +545,23 @@ fn model_name(model: Option<&Value>) -> Option<String> {
             .map(str::to_owned),
         _ => None,
     }
+}
+
+/// The snapshots taken before a step among `actions`: (paths, step) — for the
+/// adapters' tests.
+#[cfg(test)]
+pub(crate) fn before_step_snapshots(actions: &[Action]) -> Vec<(Vec<String>, u64)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Snapshot {
+                paths,
+                before_step: Some(s),
+                ..
+            } => Some((paths.clone(), *s)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Maps one payload to what to record, updating `state`.

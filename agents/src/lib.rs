@@ -1,7 +1,7 @@
 //! What real coding agents report, in tacho's schema.
 //!
 //! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`],
-//!   [`droid`])
+//!   [`droid`], [`qwen_code`], [`copilot`])
 //!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
 //!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
@@ -20,6 +20,7 @@
 pub mod adapter;
 pub mod claude_code;
 pub mod codex;
+pub mod copilot;
 pub mod droid;
 pub mod hook;
 pub mod import;
@@ -39,6 +40,7 @@ pub struct Agent(&'static dyn Adapter);
 impl Agent {
     pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
     pub const Codex: Agent = Agent(&codex::Codex);
+    pub const Copilot: Agent = Agent(&copilot::Copilot);
     pub const Droid: Agent = Agent(&droid::Droid);
     pub const QwenCode: Agent = Agent(&qwen_code::QwenCode);
 
@@ -50,6 +52,7 @@ impl Agent {
         Agent::Codex,
         Agent::Droid,
         Agent::QwenCode,
+        Agent::Copilot,
     ];
 
     /// The adapter behind it.

@@ -459,17 +459,7 @@ mod tests {
         );
         // Every call that can change files is a step: the shells whole, the write and
         // the edit their file.
-        let before: Vec<(Vec<String>, u64)> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Snapshot {
-                    paths,
-                    before_step: Some(s),
-                    ..
-                } => Some((paths.clone(), *s)),
-                _ => None,
-            })
-            .collect();
+        let before = crate::hook::before_step_snapshots(&actions);
         let hello = vec!["/WORKSPACE/hello.txt".to_owned()];
         assert_eq!(
             before,

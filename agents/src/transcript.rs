@@ -228,11 +228,14 @@ pub fn codex_call_output(text: &str) -> CallOutput {
 }
 
 /// Reads the model response of one transcript line, if it is one: Claude Code's
-/// `message.usage`, or Qwen Code's `usageMetadata` (one line per reply, named by its
-/// `uuid`; Gemini's counts, whose prompt count includes the cached tokens).
+/// `message.usage`, Qwen Code's `usageMetadata` (one line per reply, named by its
+/// `uuid`; Gemini's counts, whose prompt count includes the cached tokens), or
+/// Copilot's `session.usage_record` ([`crate::copilot::usage_record`]).
 pub fn usage_of(entry: &serde_json::Value) -> Option<Usage> {
-    if entry.get("type").and_then(|t| t.as_str()) != Some("assistant") {
-        return None;
+    match entry.get("type").and_then(|t| t.as_str()) {
+        Some("assistant") => {}
+        Some("session.usage_record") => return crate::copilot::usage_record(entry),
+        _ => return None,
     }
     let s = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
     if let Some(meta) = entry.get("usageMetadata") {

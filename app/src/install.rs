@@ -245,7 +245,7 @@ pub fn install_hooks(
         backup: e.backup,
         written_through: e.written_through,
         text: e.text,
-        note: agent.install_note().map(str::to_owned),
+        note: agent.install_note_for(scope).map(str::to_owned),
     })
 }
 

@@ -46,29 +46,8 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert_eq!(user["points_here"], true, "{status}");
 
     // The session exists before the agent starts, with an assured goal.
+    assured_session(&e, SESSION, "claude-code");
     let ws = e.ws.display().to_string();
-    let mut rec = tacho(&e.home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped());
-    let mut child = rec.spawn().unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
-        format!(r#"{{"type":"session.start","session":"{SESSION}","workspace":"{ws}","agent":"claude-code"}}"#).as_bytes(),
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success());
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        SESSION,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
 
     let value = e.ws.join("src/value.txt").display().to_string();
     let tacho_path = tacho_bin().display().to_string();
@@ -93,12 +72,7 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         "42\n"
     );
     assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked_and_no_problem(&e);
 
     // The graph: every tool call, the failure, the files, and the tokens Claude Code
     // itself reported.
@@ -237,22 +211,8 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     }
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", SESSION, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    roll_back_step_that_changed(&e, SESSION, "made.txt");
+    assert!(!e.ws.join("made.txt").exists());
     assert_eq!(
         std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
         "bye\n"
@@ -376,18 +336,7 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
         .unwrap_or_else(|| panic!("{list}"))
         .to_string();
     let g = e.json(&["graph", &session, "--format", "json"]);
-    let results: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let results = graph_tools(&g);
     assert_eq!(
         results,
         [
@@ -610,18 +559,7 @@ fn the_stop_gate_lets_go_after_the_stall_rule_pauses_the_goal() {
     let session = "gate-loop-1";
     let send = |event: &str, extra: serde_json::Value| e.send(session, event, extra).0;
     send("SessionStart", serde_json::json!({"source": "startup"}));
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        session,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    assure_goal(&e, session);
     let mut blocked = 0;
     for i in 0..8 {
         let out = send("Stop", serde_json::json!({"stop_hook_active": i > 0}));
@@ -1010,26 +948,12 @@ fn droid_recorded_through_hooks_with_rollback_and_tokens_as_served() {
 
     // Roll back the shell step: notes.txt, made.txt and gone.txt as before it, byte for
     // byte; hello.txt (the steps before it) stays.
-    let points = e.json(&["session", "rollback", &session, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", &session, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
+    roll_back_step_that_changed(&e, &session, "made.txt");
     assert_eq!(
         std::fs::read(e.ws.join("notes.txt")).unwrap(),
         b"old line\n"
     );
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    assert!(!e.ws.join("made.txt").exists());
     assert_eq!(std::fs::read(e.ws.join("gone.txt")).unwrap(), b"bye\n");
     assert_eq!(
         std::fs::read_to_string(e.ws.join("hello.txt")).unwrap(),
@@ -1143,12 +1067,7 @@ fn droid_stop_gate_sends_it_back_once_when_a_check_is_missing() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!stdout.contains("the gate did not block"), "{stdout}");
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked_and_no_problem(&e);
     let session = std::fs::read_dir(factory.join("sessions"))
         .unwrap()
         .flatten()
@@ -1162,27 +1081,6 @@ fn droid_stop_gate_sends_it_back_once_when_a_check_is_missing() {
 }
 
 const QWEN_SESSION: &str = "5e551011-aaaa-4bbb-8ccc-00000000a030";
-
-/// What the mock served, summed from its log's `served` usage (Chat Completions):
-/// (input without the cached tokens, cached, output).
-fn qwen_served(log: &Path) -> (u64, u64, u64) {
-    let mut sum = (0, 0, 0);
-    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
-            continue;
-        };
-        let n = |p: &str| {
-            v.pointer(p)
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0)
-        };
-        let cached = n("/served/prompt_tokens_details/cached_tokens");
-        sum.0 += n("/served/prompt_tokens") - cached;
-        sum.1 += cached;
-        sum.2 += n("/served/completion_tokens");
-    }
-    sum
-}
 
 /// Runs the Qwen Code CLI as the fixture's `run.sh` does, offline (outside a network
 /// namespace, where the network is closed, its first request waited for its 8-minute
@@ -1261,29 +1159,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // The session exists before the agent starts (Qwen takes its id), with an assured
     // goal whose check has not run.
-    let ws = e.ws.display().to_string();
-    let mut rec = tacho(&e.home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped());
-    let mut child = rec.spawn().unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
-        format!(r#"{{"type":"session.start","session":"{QWEN_SESSION}","workspace":"{ws}","agent":"qwen-code"}}"#).as_bytes(),
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success());
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        QWEN_SESSION,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    assured_session(&e, QWEN_SESSION, "qwen-code");
 
     let value = e.ws.join("src/value.txt").display().to_string();
     let hello = e.ws.join("hello.txt").display().to_string();
@@ -1317,27 +1193,11 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked_and_no_problem(&e);
 
     // Every tool call, by Qwen's names, the failure with its exit code.
     let g = e.json(&["graph", QWEN_SESSION, "--format", "json"]);
-    let tools: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let tools = graph_tools(&g);
     let ok = |t: &str| (t.to_string(), "ok".to_string());
     assert_eq!(
         tools,
@@ -1356,46 +1216,15 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     // (most runs after it), and `-p` runs fire no `SessionEnd`, so the hooks see it only
     // when the transcript won that race (the import below always counts it).
     let log = e.dir.join("requests.log");
-    let (input, cached, output) = qwen_served(&log);
-    let last_log = e.dir.join("last-request.log");
-    let last_line = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .last()
-        .unwrap()
-        .to_string();
-    std::fs::write(&last_log, last_line).unwrap();
-    let last = qwen_served(&last_log);
-    assert!(input > 0 && output > 0 && last.0 > 0);
-    let t = &g["tokens"];
-    let live = (num(&t["in"]), num(&t["cache_read"]), num(&t["out"]));
-    assert!(
-        live == (input - last.0, cached - last.1, output - last.2)
-            || live == (input, cached, output),
-        "{t}: served {:?}, the last reply {last:?}",
-        (input, cached, output)
-    );
+    let (input, cached, output) = chat_served(&log);
+    assert_live_tokens_served_but_perhaps_the_last(&g["tokens"], &log);
     // The gate sent it back once; the check then ran and completion was accepted.
     let st = e.json(&["goal", "status", "--session", QWEN_SESSION, "--json"]);
     assert_eq!(st["completed"], true, "{st}");
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = e.json(&["session", "rollback", QWEN_SESSION, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", QWEN_SESSION, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    roll_back_step_that_changed(&e, QWEN_SESSION, "made.txt");
+    assert!(!e.ws.join("made.txt").exists());
     assert_eq!(
         std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
         "bye\n"
