@@ -149,7 +149,7 @@ pub enum PlaceError {
 }
 
 /// One hook event tacho registers: its name, the matcher it needs (tool events match
-/// every tool) and a timeout in seconds.
+/// every tool) and a timeout in the agent's unit (seconds; Gemini CLI's milliseconds).
 pub type HookEvent = (&'static str, Option<&'static str>, u64);
 
 /// How tacho's hook is put into an agent's configuration.

@@ -1,7 +1,7 @@
 //! What real coding agents report, in tacho's schema.
 //!
 //! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`],
-//!   [`droid`])
+//!   [`droid`], [`qwen_code`], [`gemini`])
 //!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
 //!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
@@ -21,6 +21,7 @@ pub mod adapter;
 pub mod claude_code;
 pub mod codex;
 pub mod droid;
+pub mod gemini;
 pub mod hook;
 pub mod import;
 pub mod patch;
@@ -40,6 +41,7 @@ impl Agent {
     pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
     pub const Codex: Agent = Agent(&codex::Codex);
     pub const Droid: Agent = Agent(&droid::Droid);
+    pub const Gemini: Agent = Agent(&gemini::Gemini);
     pub const QwenCode: Agent = Agent(&qwen_code::QwenCode);
 
     /// The registry: every agent tacho has an adapter for, in the order they are
@@ -50,6 +52,7 @@ impl Agent {
         Agent::Codex,
         Agent::Droid,
         Agent::QwenCode,
+        Agent::Gemini,
     ];
 
     /// The adapter behind it.

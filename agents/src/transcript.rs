@@ -228,9 +228,13 @@ pub fn codex_call_output(text: &str) -> CallOutput {
 }
 
 /// Reads the model response of one transcript line, if it is one: Claude Code's
-/// `message.usage`, or Qwen Code's `usageMetadata` (one line per reply, named by its
-/// `uuid`; Gemini's counts, whose prompt count includes the cached tokens).
+/// `message.usage`, Qwen Code's `usageMetadata` (one line per reply, named by its
+/// `uuid`; Gemini's counts, whose prompt count includes the cached tokens), or Gemini
+/// CLI's `tokens` on a `gemini` message ([`crate::gemini::usage`]).
 pub fn usage_of(entry: &serde_json::Value) -> Option<Usage> {
+    if entry.get("type").and_then(|t| t.as_str()) == Some("gemini") {
+        return crate::gemini::usage(entry);
+    }
     if entry.get("type").and_then(|t| t.as_str()) != Some("assistant") {
         return None;
     }
