@@ -1,0 +1,351 @@
+//! The real Gemini CLI (npm `@google/gemini-cli`, pinned in tests/agents) recorded by
+//! the hooks `tacho hooks install gemini` wrote, run offline against the mock's Gemini
+//! API.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use common::{Env, ccusage_json, npm_bin, num, run_offline};
+use tacho_tests::PARITY_PLAN as PLAN;
+use tacho_tests::{run, tacho, tacho_bin};
+
+const SESSION: &str = "5e551011-aaaa-4bbb-8ccc-00000000a031";
+
+/// What the mock served, summed from its log's `gemini_usage`, in tacho's terms:
+/// (input without the cached tokens, cached, output with the thoughts, requests).
+fn served(log: &Path) -> (u64, u64, u64, u64) {
+    let mut sum = (0, 0, 0, 0);
+    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        let u = &v["gemini_usage"];
+        let cached = num(&u["cachedContentTokenCount"]);
+        sum.0 += num(&u["promptTokenCount"]) - cached;
+        sum.1 += cached;
+        sum.2 += num(&u["candidatesTokenCount"]) + num(&u["thoughtsTokenCount"]);
+        sum.3 += 1;
+    }
+    sum
+}
+
+/// `tacho` with `HOME` = Gemini CLI's isolated home (where `~/.gemini` is).
+fn gemini_tacho(
+    tacho_home: &Path,
+    ghome: &Path,
+    ws: &Path,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut c = tacho(tacho_home);
+    c.current_dir(ws).env("HOME", ghome).args(args);
+    run(c)
+}
+
+/// Runs the Gemini CLI as the fixture's `run.sh` does, offline.
+fn gemini_run_offline(
+    gemini: &Path,
+    dir: &Path,
+    ws: &Path,
+    ghome: &Path,
+    tacho_home: &Path,
+    script: &serde_json::Value,
+) -> Option<std::process::Output> {
+    let cmd = r#"cd "$WS" && GOOGLE_GEMINI_BASE_URL="http://127.0.0.1:$PORT" timeout 300 "$GEMINI" -m gemini-2.5-flash --approval-mode yolo -o stream-json --session-id "$SESSION" -p "Make the value the answer""#;
+    run_offline(
+        dir,
+        script,
+        tacho_home,
+        cmd,
+        &[
+            ("WS", ws.as_os_str()),
+            ("GEMINI", gemini.as_os_str()),
+            ("SESSION", SESSION.as_ref()),
+            ("HOME", ghome.as_os_str()),
+            ("GEMINI_API_KEY", "mock-key".as_ref()),
+            ("GEMINI_CLI_TRUST_WORKSPACE", "true".as_ref()),
+            ("NO_COLOR", "1".as_ref()),
+        ],
+    )
+}
+
+/// The real Gemini CLI against the mock's Gemini API, with the hooks `tacho hooks
+/// install gemini` wrote into its isolated `~/.gemini/settings.json`: its tool calls
+/// by Gemini's names (no call ids: paired by order), the failing shell Gemini reports
+/// as a success recorded as failed with its exit code, a shell step rolled back byte
+/// for byte, tokens equal to what the mock served (live and imported; ccusage agrees
+/// on input, cached and total, and leaves the thoughts out of its output), and the
+/// stop gate sending it back once.
+#[test]
+fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
+    let Some(gemini) = npm_bin("gemini") else {
+        return;
+    };
+    let e = Env::new();
+    let ghome = e.dir.join("gemini-home");
+    std::fs::create_dir_all(ghome.join(".gemini")).unwrap();
+    // The user's own settings stay: tacho merges its hooks in.
+    std::fs::write(
+        ghome.join(".gemini/settings.json"),
+        r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}, "telemetry": {"enabled": false}, "privacy": {"usageStatisticsEnabled": false}, "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false}}"#,
+    )
+    .unwrap();
+    let (code, out, err) = gemini_tacho(&e.home, &ghome, &e.ws, &["hooks", "install", "gemini"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("installed tacho's gemini hooks"), "{out}");
+    let (_, out, _) = gemini_tacho(&e.home, &ghome, &e.ws, &["hooks", "install", "gemini"]);
+    assert!(out.contains("nothing changed"), "{out}");
+    let settings: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ghome.join(".gemini/settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        settings["security"]["auth"]["selectedType"], "gemini-api-key",
+        "{settings}"
+    );
+    assert_eq!(
+        settings["hooks"]["BeforeTool"][0]["hooks"][0]["timeout"], 30000,
+        "milliseconds: {settings}"
+    );
+    let (code, out, err) = gemini_tacho(&e.home, &ghome, &e.ws, &["hooks", "status", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("gemini") && out.contains("AfterAgent"),
+        "{out}"
+    );
+
+    // The session exists before the agent starts (it takes its id from
+    // `--session-id`), with an assured goal whose check has not run.
+    let ws = e.ws.display().to_string();
+    let mut rec = tacho(&e.home);
+    rec.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped());
+    let mut child = rec.spawn().unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        format!(r#"{{"type":"session.start","session":"{SESSION}","workspace":"{ws}","agent":"gemini"}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
+    let plan = e.dir.join("plan.md").display().to_string();
+    let (code, out, err) = e.tacho(&[
+        "goal",
+        "create",
+        "--session",
+        SESSION,
+        "--plan",
+        &plan,
+        "--assure",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let value = e.ws.join("src/value.txt").display().to_string();
+    let tacho_path = tacho_bin().display().to_string();
+    let script = serde_json::json!([
+        [{"text": "Reading."}, {"tool": "read_file", "input": {"file_path": value}}],
+        [{"tool": "replace", "input": {"file_path": value, "old_string": "41", "new_string": "42", "instruction": "Make it the answer"}}],
+        [{"tool": "run_shell_command", "input": {"command": "echo made > made.txt && rm -f gone.txt", "description": "write and delete"}}],
+        [{"tool": "write_file", "input": {"file_path": "hello.txt", "content": "hello\n"}}],
+        [{"tool": "run_shell_command", "input": {"command": "echo about-to-fail; exit 3", "description": "fail"}}],
+        [{"text": "Done."}],
+        {"until_text": "cannot complete",
+         "then": [{"tool": "run_shell_command", "input": {"command": format!("'{tacho_path}' goal check parity --session {SESSION}"), "description": "run the check"}}],
+         "else": [{"text": "the gate did not block"}]},
+        [{"text": "Checked: done."}]
+    ]);
+    let started = std::time::Instant::now();
+    let Some(out) = gemini_run_offline(&gemini, &e.dir, &e.ws, &ghome, &e.home, &script) else {
+        return;
+    };
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "gemini: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("gemini ran in {took:?}");
+
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n",
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+
+    // Every tool call, by Gemini's names, the failing shell with its exit code.
+    let g = e.json(&["graph", SESSION, "--format", "json"]);
+    let tools: Vec<(String, String)> = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    let ok = |t: &str| (t.to_string(), "ok".to_string());
+    assert_eq!(
+        tools,
+        [
+            ok("read_file"),
+            ok("replace"),
+            ok("run_shell_command"),
+            ok("write_file"),
+            ("run_shell_command".to_string(), "error".to_string()),
+            ok("run_shell_command"),
+        ],
+        "{g}"
+    );
+    let failed = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .find(|t| t["status"] == "error")
+        .unwrap();
+    assert_eq!(failed["error"], "Exit Code: 3", "{failed}");
+    assert!(failed["duration_ms"].is_u64(), "{failed}");
+
+    // Tokens: what the mock served, every reply (the transcript has each before the
+    // hook that follows it, and `SessionEnd` counts the last).
+    let (input, cached, output, requests) = served(&e.dir.join("requests.log"));
+    assert!(requests >= 8 && input > 0 && output > 0, "{requests}");
+    let t = &g["tokens"];
+    assert_eq!(
+        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        (input, cached, output),
+        "live: {t}"
+    );
+    // The gate sent it back once; the check then ran and completion was accepted.
+    let st = e.json(&["goal", "status", "--session", SESSION, "--json"]);
+    assert_eq!(st["completed"], true, "{st}");
+
+    // Roll back the shell command's step: its files come back, the edit before stays.
+    let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
+    let n = step.to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", SESSION, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
+        "bye\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n"
+    );
+
+    // Importing ~/.gemini/tmp into a fresh store gives the same tokens; again, nothing.
+    let fresh = e.dir.join("fresh-home");
+    let import = || {
+        let (code, out, err) = gemini_tacho(&fresh, &ghome, &e.ws, &["import", "gemini", "--json"]);
+        assert_eq!(code, 0, "{out}{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let first = import();
+    assert!(num(&first["events_added"]) > 0, "{first}");
+    assert_eq!(num(&first["bad_lines"]), 0, "{first}");
+    assert_eq!(first["unknown_entries"], serde_json::json!({}), "{first}");
+    let again = import();
+    assert_eq!(num(&again["events_added"]), 0, "{again}");
+    let (code, out, err) = gemini_tacho(
+        &fresh,
+        &ghome,
+        &e.ws,
+        &["graph", SESSION, "--format", "json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let g: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let t = &g["tokens"];
+    assert_eq!(
+        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        (input, cached, output),
+        "imported: {t}"
+    );
+    // The same calls, ids and statuses as the hooks recorded (the import adds no steps).
+    let imported: Vec<(String, String, String)> = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["call_id"].as_str().unwrap_or("").into(),
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    let live: Vec<(String, String, String)> = tools
+        .iter()
+        .enumerate()
+        .map(|(i, (t, s))| (format!("call-{}", i + 1), t.clone(), s.clone()))
+        .collect();
+    assert_eq!(imported, live, "{g}");
+    assert_eq!(
+        g["files"]["hello.txt"]["created"], true,
+        "the workspace from .project_root: {g}"
+    );
+
+    // ccusage on the same data: the same input, cached and total tokens; its output
+    // leaves the thoughts out (10 a reply here).
+    if let Some(ccusage) = npm_bin("ccusage") {
+        let c = ccusage_json(
+            &ccusage,
+            &["gemini", "session"],
+            "GEMINI_DATA_DIR",
+            &ghome.join(".gemini"),
+        );
+        let row = c["sessions"]
+            .as_array()
+            .and_then(|s| s.iter().find(|r| r["sessionId"] == SESSION))
+            .unwrap_or_else(|| panic!("{c}"));
+        assert_eq!(
+            (num(&row["inputTokens"]), num(&row["cacheReadTokens"])),
+            (input, cached),
+            "{row}"
+        );
+        assert_eq!(num(&row["totalTokens"]), input + cached + output, "{row}");
+        assert_eq!(num(&row["outputTokens"]) + 10 * requests, output, "{row}");
+    }
+
+    // Uninstalling gives the user's settings back.
+    let (code, out, err) = gemini_tacho(&e.home, &ghome, &e.ws, &["hooks", "uninstall", "gemini"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let settings: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ghome.join(".gemini/settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(settings.get("hooks").is_none(), "{settings}");
+    assert_eq!(settings["telemetry"]["enabled"], false, "{settings}");
+}
