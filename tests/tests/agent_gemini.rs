@@ -349,3 +349,71 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert!(settings.get("hooks").is_none(), "{settings}");
     assert_eq!(settings["telemetry"]["enabled"], false, "{settings}");
 }
+
+/// Where `tacho hooks install gemini` writes: `$GEMINI_CLI_HOME/.gemini/settings.json`
+/// when it is set (Gemini CLI's home then), and a project's `.gemini/settings.json`
+/// under the hostile-input rules of every repository settings file: a `.gemini` that
+/// links elsewhere, or a `settings.json` that links to the user's settings, gets
+/// nothing written through it.
+#[test]
+fn gemini_settings_places_and_repository_links() {
+    let e = Env::new();
+    let home = e.dir.join("home-dir");
+    let gch = e.dir.join("gemini-cli-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let install = |args: &[&str]| {
+        let mut c = tacho(&e.home);
+        c.current_dir(&e.ws)
+            .env("HOME", &home)
+            .env("GEMINI_CLI_HOME", &gch)
+            .args(["hooks", "install", "gemini"])
+            .args(args);
+        run(c)
+    };
+    let (code, out, err) = install(&[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let user = gch.join(".gemini/settings.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&user).unwrap()).unwrap();
+    assert_eq!(
+        v["hooks"]["AfterAgent"][0]["hooks"][0]["timeout"], 60000,
+        "{v}"
+    );
+    assert!(
+        !home.join(".gemini").exists(),
+        "not in HOME when GEMINI_CLI_HOME is set"
+    );
+
+    let elsewhere = e.dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, e.ws.join(".gemini")).unwrap();
+    let (code, out, err) = install(&["--scope", "project"]);
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "{out}{err}"
+    );
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains(".gemini") && err.contains("link"), "{err}");
+
+    std::fs::remove_file(e.ws.join(".gemini")).unwrap();
+    std::fs::create_dir_all(e.ws.join(".gemini")).unwrap();
+    let before = std::fs::read_to_string(&user).unwrap();
+    std::os::unix::fs::symlink(&user, e.ws.join(".gemini/settings.json")).unwrap();
+    let (code, out, err) = install(&["--scope", "project"]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("settings.json") && err.contains("link"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&user).unwrap(), before);
+
+    std::fs::remove_file(e.ws.join(".gemini/settings.json")).unwrap();
+    let (code, out, err) = install(&["--scope", "project"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let written = std::fs::read_to_string(e.ws.join(".gemini/settings.json")).unwrap();
+    assert!(
+        written.contains("hook gemini") && written.contains("BeforeTool"),
+        "{written}"
+    );
+}
