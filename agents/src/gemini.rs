@@ -19,7 +19,7 @@ use serde_json::Value;
 use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
-use crate::hook::{HookPayload, PayloadError, ToolKind, str_field};
+use crate::hook::{HookPayload, PayloadError, ToolKind, str_field, tool_target};
 use crate::import::{Transcript, json_lines, start_event};
 use crate::transcript::{Caught, Cursor, Usage, open_transcript};
 use crate::{Agent, session_id_from};
@@ -502,20 +502,7 @@ fn tool_events(call: &Value, id: &str, time: i64, t: &mut Transcript) {
         .unwrap_or("unknown")
         .to_owned();
     let input = call.get("args").cloned();
-    let target = input.as_ref().and_then(|i| {
-        [
-            "file_path",
-            "command",
-            "dir_path",
-            "path",
-            "pattern",
-            "url",
-            "query",
-        ]
-        .iter()
-        .find_map(|k| i.get(*k).and_then(Value::as_str))
-        .map(|s| s.lines().next().unwrap_or("").chars().take(400).collect())
-    });
+    let target = tool_target(&tool, input.as_ref());
     t.events.push((
         time,
         EventBody::ToolCall(ToolCall {
@@ -607,7 +594,7 @@ fn tool_events(call: &Value, id: &str, time: i64, t: &mut Transcript) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::{Action, HookState, map_payload};
+    use crate::hook::{Action, events_and_prompts, map_all};
 
     fn fixture(rel: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -683,31 +670,22 @@ mod tests {
             .collect()
     }
 
+    /// The captured run's results, hooks and transcript alike: the failing shell was
+    /// reported as a success, and its `Exit Code: 3` says not.
+    fn captured_results() -> Vec<(String, ToolStatus, Option<i64>)> {
+        let ok = |id: &str| (id.to_owned(), ToolStatus::Ok, None);
+        vec![
+            ok("call-1"),
+            ok("call-2"),
+            ok("call-3"),
+            ("call-4".into(), ToolStatus::Error, Some(3)),
+        ]
+    }
+
     #[test]
     fn the_real_payloads_map_to_prompts_calls_results_steps_and_stops() {
-        let agent = Agent::Gemini;
-        let mut st = HookState::default();
-        let mut actions = Vec::new();
-        for p in payloads("hooks.jsonl") {
-            let p = agent
-                .parse_payload(&p)
-                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&p)));
-            actions.extend(map_payload(agent, &p, &mut st));
-        }
-        let events: Vec<&EventBody> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Event { body, .. } => Some(body),
-                _ => None,
-            })
-            .collect();
-        let prompts: Vec<Option<&str>> = events
-            .iter()
-            .filter_map(|e| match e {
-                EventBody::AgentNotice(n) if n.notice == "prompt" => Some(n.message.as_deref()),
-                _ => None,
-            })
-            .collect();
+        let (actions, st) = map_all(Agent::Gemini, &payloads("hooks.jsonl"));
+        let (events, prompts) = events_and_prompts(&actions);
         assert_eq!(
             prompts,
             [
@@ -731,16 +709,7 @@ mod tests {
                 ("call-4", "run_shell_command")
             ]
         );
-        // The failing shell was reported as a success: its `Exit Code: 3` says not.
-        assert_eq!(
-            results(&events),
-            [
-                ("call-1".into(), ToolStatus::Ok, None),
-                ("call-2".into(), ToolStatus::Ok, None),
-                ("call-3".into(), ToolStatus::Ok, None),
-                ("call-4".into(), ToolStatus::Error, Some(3)),
-            ]
-        );
+        assert_eq!(results(&events), captured_results());
         let out = events.iter().find_map(|e| match e {
             EventBody::ToolResult(r) if r.call_id == "call-1" => r.output.clone(),
             _ => None,
@@ -887,15 +856,7 @@ mod tests {
         assert!(t.unknown.is_empty(), "{:?}", t.unknown);
         let events: Vec<&EventBody> = t.events.iter().map(|(_, e)| e).collect();
         assert_eq!(events.first().map(|e| e.kind_name()), Some("session.start"));
-        assert_eq!(
-            results(&events),
-            [
-                ("call-1".into(), ToolStatus::Ok, None),
-                ("call-2".into(), ToolStatus::Ok, None),
-                ("call-3".into(), ToolStatus::Ok, None),
-                ("call-4".into(), ToolStatus::Error, Some(3)),
-            ]
-        );
+        assert_eq!(results(&events), captured_results());
         let edits: Vec<(&str, EditOp, Option<u64>, Option<u64>)> = events
             .iter()
             .filter_map(|e| match e {

@@ -423,7 +423,7 @@ fn clip(s: &str, chars: usize) -> String {
 }
 
 /// What a tool call is about: its file, command, pattern or address.
-fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
+pub(crate) fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
     if tool == "apply_patch" {
         let files = patch_text(input).and_then(patch_files)?;
         return Some(
@@ -440,6 +440,7 @@ fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
         "command",
         "cmd",
         "path",
+        "dir_path",
         "pattern",
         "url",
         "query",
@@ -1137,6 +1138,41 @@ fn finish_open_steps(track: &mut Track, out: &mut Vec<Action>) {
             }),
         });
     }
+}
+
+/// Maps `payloads` (raw, as an agent sends them) in order with one state, as the hook
+/// does: what they record, and the state left (the adapters' tests on real captures).
+#[cfg(test)]
+pub(crate) fn map_all(agent: Agent, payloads: &[Vec<u8>]) -> (Vec<Action>, HookState) {
+    let mut st = HookState::default();
+    let mut actions = Vec::new();
+    for p in payloads {
+        let p = agent
+            .parse_payload(p)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(p)));
+        actions.extend(map_payload(agent, &p, &mut st));
+    }
+    (actions, st)
+}
+
+/// The events among `actions`, and the prompts among them.
+#[cfg(test)]
+pub(crate) fn events_and_prompts(actions: &[Action]) -> (Vec<&EventBody>, Vec<Option<&str>>) {
+    let events: Vec<&EventBody> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Event { body, .. } => Some(body),
+            _ => None,
+        })
+        .collect();
+    let prompts = events
+        .iter()
+        .filter_map(|e| match e {
+            EventBody::AgentNotice(n) if n.notice == "prompt" => Some(n.message.as_deref()),
+            _ => None,
+        })
+        .collect();
+    (events, prompts)
 }
 
 #[cfg(test)]

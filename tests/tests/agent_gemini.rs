@@ -7,10 +7,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
 
-use common::{Env, ccusage_json, npm_bin, num, run_offline};
-use tacho_tests::PARITY_PLAN as PLAN;
+use common::{
+    Env, assert_one_stop_blocked, assured_session, ccusage_json, graph_tokens, graph_tools,
+    import_twice, npm_bin, num, roll_back_the_shell_step, run_offline, tacho_in_home,
+};
 use tacho_tests::{run, tacho, tacho_bin};
 
 const SESSION: &str = "5e551011-aaaa-4bbb-8ccc-00000000a031";
@@ -31,45 +32,6 @@ fn served(log: &Path) -> (u64, u64, u64, u64) {
         sum.3 += 1;
     }
     sum
-}
-
-/// `tacho` with `HOME` = Gemini CLI's isolated home (where `~/.gemini` is).
-fn gemini_tacho(
-    tacho_home: &Path,
-    ghome: &Path,
-    ws: &Path,
-    args: &[&str],
-) -> (i32, String, String) {
-    let mut c = tacho(tacho_home);
-    c.current_dir(ws).env("HOME", ghome).args(args);
-    run(c)
-}
-
-/// Runs the Gemini CLI as the fixture's `run.sh` does, offline.
-fn gemini_run_offline(
-    gemini: &Path,
-    dir: &Path,
-    ws: &Path,
-    ghome: &Path,
-    tacho_home: &Path,
-    script: &serde_json::Value,
-) -> Option<std::process::Output> {
-    let cmd = r#"cd "$WS" && GOOGLE_GEMINI_BASE_URL="http://127.0.0.1:$PORT" timeout 300 "$GEMINI" -m gemini-2.5-flash --approval-mode yolo -o stream-json --session-id "$SESSION" -p "Make the value the answer""#;
-    run_offline(
-        dir,
-        script,
-        tacho_home,
-        cmd,
-        &[
-            ("WS", ws.as_os_str()),
-            ("GEMINI", gemini.as_os_str()),
-            ("SESSION", SESSION.as_ref()),
-            ("HOME", ghome.as_os_str()),
-            ("GEMINI_API_KEY", "mock-key".as_ref()),
-            ("GEMINI_CLI_TRUST_WORKSPACE", "true".as_ref()),
-            ("NO_COLOR", "1".as_ref()),
-        ],
-    )
 }
 
 /// The real Gemini CLI against the mock's Gemini API, with the hooks `tacho hooks
@@ -93,10 +55,10 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}, "telemetry": {"enabled": false}, "privacy": {"usageStatisticsEnabled": false}, "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false}}"#,
     )
     .unwrap();
-    let (code, out, err) = gemini_tacho(&e.home, &ghome, &e.ws, &["hooks", "install", "gemini"]);
+    let (code, out, err) = tacho_in_home(&e.home, &ghome, &e.ws, &["hooks", "install", "gemini"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("installed tacho's gemini hooks"), "{out}");
-    let (_, out, _) = gemini_tacho(&e.home, &ghome, &e.ws, &["hooks", "install", "gemini"]);
+    let (_, out, _) = tacho_in_home(&e.home, &ghome, &e.ws, &["hooks", "install", "gemini"]);
     assert!(out.contains("nothing changed"), "{out}");
     let settings: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(ghome.join(".gemini/settings.json")).unwrap(),
@@ -110,7 +72,7 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         settings["hooks"]["BeforeTool"][0]["hooks"][0]["timeout"], 30000,
         "milliseconds: {settings}"
     );
-    let (code, out, err) = gemini_tacho(&e.home, &ghome, &e.ws, &["hooks", "status", "--json"]);
+    let (code, out, err) = tacho_in_home(&e.home, &ghome, &e.ws, &["hooks", "status", "--json"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("gemini") && out.contains("AfterAgent"),
@@ -119,29 +81,7 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // The session exists before the agent starts (it takes its id from
     // `--session-id`), with an assured goal whose check has not run.
-    let ws = e.ws.display().to_string();
-    let mut rec = tacho(&e.home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped());
-    let mut child = rec.spawn().unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
-        format!(r#"{{"type":"session.start","session":"{SESSION}","workspace":"{ws}","agent":"gemini"}}"#).as_bytes(),
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success());
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        SESSION,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    assured_session(&e, SESSION, "gemini");
 
     let value = e.ws.join("src/value.txt").display().to_string();
     let tacho_path = tacho_bin().display().to_string();
@@ -158,7 +98,18 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         [{"text": "Checked: done."}]
     ]);
     let started = std::time::Instant::now();
-    let Some(out) = gemini_run_offline(&gemini, &e.dir, &e.ws, &ghome, &e.home, &script) else {
+    // As the fixture's `run.sh` runs it, offline.
+    let cmd = r#"cd "$WS" && GOOGLE_GEMINI_BASE_URL="http://127.0.0.1:$PORT" timeout 300 "$GEMINI" -m gemini-2.5-flash --approval-mode yolo -o stream-json --session-id "$SESSION" -p "Make the value the answer""#;
+    let envs = [
+        ("WS", e.ws.as_os_str()),
+        ("GEMINI", gemini.as_os_str()),
+        ("SESSION", SESSION.as_ref()),
+        ("HOME", ghome.as_os_str()),
+        ("GEMINI_API_KEY", "mock-key".as_ref()),
+        ("GEMINI_CLI_TRUST_WORKSPACE", "true".as_ref()),
+        ("NO_COLOR", "1".as_ref()),
+    ];
+    let Some(out) = run_offline(&e.dir, &script, &e.home, cmd, &envs) else {
         return;
     };
     let took = started.elapsed();
@@ -181,27 +132,11 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         std::fs::read_to_string(e.ws.join("hello.txt")).unwrap(),
         "hello\n"
     );
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked(&e);
 
     // Every tool call, by Gemini's names, the failing shell with its exit code.
     let g = e.json(&["graph", SESSION, "--format", "json"]);
-    let tools: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let tools = graph_tools(&g);
     let ok = |t: &str| (t.to_string(), "ok".to_string());
     assert_eq!(
         tools,
@@ -229,69 +164,24 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     // hook that follows it, and `SessionEnd` counts the last).
     let (input, cached, output, requests) = served(&e.dir.join("requests.log"));
     assert!(requests >= 8 && input > 0 && output > 0, "{requests}");
-    let t = &g["tokens"];
-    assert_eq!(
-        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
-        (input, cached, output),
-        "live: {t}"
-    );
+    assert_eq!(graph_tokens(&g), (input, cached, output), "live: {g}");
     // The gate sent it back once; the check then ran and completion was accepted.
     let st = e.json(&["goal", "status", "--session", SESSION, "--json"]);
     assert_eq!(st["completed"], true, "{st}");
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", SESSION, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
-        "bye\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
-        "42\n"
-    );
+    roll_back_the_shell_step(&e, SESSION);
 
     // Importing ~/.gemini/tmp into a fresh store gives the same tokens; again, nothing.
     let fresh = e.dir.join("fresh-home");
-    let import = || {
-        let (code, out, err) = gemini_tacho(&fresh, &ghome, &e.ws, &["import", "gemini", "--json"]);
-        assert_eq!(code, 0, "{out}{err}");
-        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
-    };
-    let first = import();
-    assert!(num(&first["events_added"]) > 0, "{first}");
+    let (first, g) = import_twice(
+        |args| tacho_in_home(&fresh, &ghome, &e.ws, args),
+        "gemini",
+        SESSION,
+    );
     assert_eq!(num(&first["bad_lines"]), 0, "{first}");
     assert_eq!(first["unknown_entries"], serde_json::json!({}), "{first}");
-    let again = import();
-    assert_eq!(num(&again["events_added"]), 0, "{again}");
-    let (code, out, err) = gemini_tacho(
-        &fresh,
-        &ghome,
-        &e.ws,
-        &["graph", SESSION, "--format", "json"],
-    );
-    assert_eq!(code, 0, "{out}{err}");
-    let g: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let t = &g["tokens"];
-    assert_eq!(
-        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
-        (input, cached, output),
-        "imported: {t}"
-    );
+    assert_eq!(graph_tokens(&g), (input, cached, output), "imported: {g}");
     // The same calls, ids and statuses as the hooks recorded (the import adds no steps).
     let imported: Vec<(String, String, String)> = g["steps"]
         .as_array()
@@ -340,7 +230,7 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     }
 
     // Uninstalling gives the user's settings back.
-    let (code, out, err) = gemini_tacho(&e.home, &ghome, &e.ws, &["hooks", "uninstall", "gemini"]);
+    let (code, out, err) = tacho_in_home(&e.home, &ghome, &e.ws, &["hooks", "uninstall", "gemini"]);
     assert_eq!(code, 0, "{out}{err}");
     let settings: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(ghome.join(".gemini/settings.json")).unwrap(),

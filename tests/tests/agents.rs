@@ -47,28 +47,7 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // The session exists before the agent starts, with an assured goal.
     let ws = e.ws.display().to_string();
-    let mut rec = tacho(&e.home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped());
-    let mut child = rec.spawn().unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
-        format!(r#"{{"type":"session.start","session":"{SESSION}","workspace":"{ws}","agent":"claude-code"}}"#).as_bytes(),
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success());
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        SESSION,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    assured_session(&e, SESSION, "claude-code");
 
     let value = e.ws.join("src/value.txt").display().to_string();
     let tacho_path = tacho_bin().display().to_string();
@@ -237,30 +216,7 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     }
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", SESSION, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
-        "bye\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
-        "42\n"
-    );
+    roll_back_the_shell_step(&e, SESSION);
     // The hooks (installed with --watch) started a watcher of the workspace, and the
     // full snapshots the hooks took asked it what changed.
     let (code, out, _) = e.tacho(&["watch", "status", &ws, "--json"]);
@@ -376,18 +332,7 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
         .unwrap_or_else(|| panic!("{list}"))
         .to_string();
     let g = e.json(&["graph", &session, "--format", "json"]);
-    let results: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let results = graph_tools(&g);
     assert_eq!(
         results,
         [
@@ -610,18 +555,7 @@ fn the_stop_gate_lets_go_after_the_stall_rule_pauses_the_goal() {
     let session = "gate-loop-1";
     let send = |event: &str, extra: serde_json::Value| e.send(session, event, extra).0;
     send("SessionStart", serde_json::json!({"source": "startup"}));
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        session,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    assured_goal(&e, session);
     let mut blocked = 0;
     for i in 0..8 {
         let out = send("Stop", serde_json::json!({"stop_hook_active": i > 0}));
@@ -1010,21 +944,7 @@ fn droid_recorded_through_hooks_with_rollback_and_tokens_as_served() {
 
     // Roll back the shell step: notes.txt, made.txt and gone.txt as before it, byte for
     // byte; hello.txt (the steps before it) stays.
-    let points = e.json(&["session", "rollback", &session, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", &session, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
+    let out = roll_back_the_step_listing(&e, &session, "made.txt");
     assert_eq!(
         std::fs::read(e.ws.join("notes.txt")).unwrap(),
         b"old line\n"
@@ -1213,18 +1133,6 @@ fn qwen_run_offline(
     )
 }
 
-/// `tacho` with `HOME` = Qwen Code's isolated home (where `~/.qwen` is).
-fn qwen_tacho(
-    tacho_home: &Path,
-    qwen_home: &Path,
-    ws: &Path,
-    args: &[&str],
-) -> (i32, String, String) {
-    let mut c = tacho(tacho_home);
-    c.current_dir(ws).env("HOME", qwen_home).args(args);
-    run(c)
-}
-
 /// The real Qwen Code CLI (npm `@qwen-code/qwen-code`, pinned) against the mock's Chat
 /// Completions API, with the hooks `tacho hooks install qwen-code` wrote into its
 /// isolated `~/.qwen/settings.json`: its tool calls (ids are the model's), a shell
@@ -1245,10 +1153,11 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         r#"{"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false}, "general": {"disableAutoUpdate": true, "disableUpdateNag": true}}"#,
     )
     .unwrap();
-    let (code, out, err) = qwen_tacho(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
+    let (code, out, err) =
+        tacho_in_home(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("installed tacho's qwen-code hooks"), "{out}");
-    let (_, out, _) = qwen_tacho(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
+    let (_, out, _) = tacho_in_home(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
     assert!(out.contains("nothing changed"), "{out}");
     let settings: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(qhome.join(".qwen/settings.json")).unwrap())
@@ -1261,29 +1170,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // The session exists before the agent starts (Qwen takes its id), with an assured
     // goal whose check has not run.
-    let ws = e.ws.display().to_string();
-    let mut rec = tacho(&e.home);
-    rec.args(["record", "--snapshots", "off"])
-        .stdin(Stdio::piped());
-    let mut child = rec.spawn().unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
-        format!(r#"{{"type":"session.start","session":"{QWEN_SESSION}","workspace":"{ws}","agent":"qwen-code"}}"#).as_bytes(),
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success());
-    std::fs::write(e.dir.join("plan.md"), PLAN).unwrap();
-    let plan = e.dir.join("plan.md").display().to_string();
-    let (code, out, err) = e.tacho(&[
-        "goal",
-        "create",
-        "--session",
-        QWEN_SESSION,
-        "--plan",
-        &plan,
-        "--assure",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    assured_session(&e, QWEN_SESSION, "qwen-code");
 
     let value = e.ws.join("src/value.txt").display().to_string();
     let hello = e.ws.join("hello.txt").display().to_string();
@@ -1317,27 +1204,11 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert_one_stop_blocked(&e);
 
     // Every tool call, by Qwen's names, the failure with its exit code.
     let g = e.json(&["graph", QWEN_SESSION, "--format", "json"]);
-    let tools: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let tools = graph_tools(&g);
     let ok = |t: &str| (t.to_string(), "ok".to_string());
     assert_eq!(
         tools,
@@ -1380,55 +1251,14 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert_eq!(st["completed"], true, "{st}");
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = e.json(&["session", "rollback", QWEN_SESSION, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", QWEN_SESSION, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
-        "bye\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
-        "42\n"
-    );
+    roll_back_the_shell_step(&e, QWEN_SESSION);
 
     // Importing ~/.qwen/projects into a fresh store gives the same tokens; again, nothing.
     let fresh = e.dir.join("fresh-home");
-    let import = || {
-        let (code, out, err) =
-            qwen_tacho(&fresh, &qhome, &e.ws, &["import", "qwen-code", "--json"]);
-        assert_eq!(code, 0, "{out}{err}");
-        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
-    };
-    let first = import();
-    assert!(num(&first["events_added"]) > 0, "{first}");
-    let again = import();
-    assert_eq!(num(&again["events_added"]), 0, "{again}");
-    let (code, out, err) = qwen_tacho(
-        &fresh,
-        &qhome,
-        &e.ws,
-        &["graph", QWEN_SESSION, "--format", "json"],
+    let (_, g) = import_twice(
+        |args| tacho_in_home(&fresh, &qhome, &e.ws, args),
+        "qwen-code",
+        QWEN_SESSION,
     );
-    assert_eq!(code, 0, "{out}{err}");
-    let g: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let t = &g["tokens"];
-    assert_eq!(
-        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
-        (input, cached, output),
-        "imported: {t}"
-    );
+    assert_eq!(graph_tokens(&g), (input, cached, output), "imported: {g}");
 }

@@ -295,3 +295,140 @@ exit $rc
     }
     Some(c.output().unwrap())
 }
+
+/// Records `session`'s start in the workspace before its agent runs (the agent takes
+/// the id given on its command line), and gives it an assured goal (the parity plan)
+/// whose check has not run: the completion gate refuses its first stop.
+pub fn assured_session(e: &Env, session: &str, agent: &str) {
+    let ws = e.ws.display().to_string();
+    let mut rec = tacho(&e.home);
+    rec.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped());
+    let mut child = rec.spawn().unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        format!(r#"{{"type":"session.start","session":"{session}","workspace":"{ws}","agent":"{agent}"}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    assured_goal(e, session);
+}
+
+/// Gives `session` an assured goal (the parity plan) whose check has not run.
+pub fn assured_goal(e: &Env, session: &str) {
+    std::fs::write(e.dir.join("plan.md"), tacho_tests::PARITY_PLAN).unwrap();
+    let plan = e.dir.join("plan.md").display().to_string();
+    let (code, out, err) = e.tacho(&[
+        "goal",
+        "create",
+        "--session",
+        session,
+        "--plan",
+        &plan,
+        "--assure",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// Every tool call of a `tacho graph --format json`, in order: (tool, status).
+pub fn graph_tools(g: &serde_json::Value) -> Vec<(String, String)> {
+    g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect()
+}
+
+/// Rolls back the step of `session` whose rollback point lists `file`; returns what
+/// the rollback printed.
+pub fn roll_back_the_step_listing(e: &Env, session: &str, file: &str) -> String {
+    let points = e.json(&["session", "rollback", session, "--list", "--json"]);
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == file))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step made {file}: {points}"));
+    let n = step.to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", session, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    out
+}
+
+/// Rolls back the agent tests' shell step (`echo made > made.txt && rm -f gone.txt`):
+/// `made.txt` is gone and `gone.txt` back, byte for byte; `src/value.txt`, edited
+/// before, stays `42`.
+pub fn roll_back_the_shell_step(e: &Env, session: &str) {
+    let out = roll_back_the_step_listing(e, session, "made.txt");
+    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
+        "bye\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n"
+    );
+}
+
+/// The hooks logged no problem, and blocked exactly one stop.
+pub fn assert_one_stop_blocked(e: &Env) {
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+}
+
+/// A `tacho graph --format json`'s tokens: (in, cache reads, out).
+pub fn graph_tokens(g: &serde_json::Value) -> (u64, u64, u64) {
+    let t = &g["tokens"];
+    (num(&t["in"]), num(&t["cache_read"]), num(&t["out"]))
+}
+
+/// Imports `agent`'s transcripts twice into one store (`tacho` runs a tacho command
+/// there): the first import adds events, the second nothing. Returns the first
+/// import's report and `session`'s graph afterwards.
+pub fn import_twice(
+    tacho: impl Fn(&[&str]) -> (i32, String, String),
+    agent: &str,
+    session: &str,
+) -> (serde_json::Value, serde_json::Value) {
+    let json = |args: &[&str]| {
+        let (code, out, err) = tacho(args);
+        assert_eq!(code, 0, "tacho {args:?}: {out}{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim())
+            .unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let first = json(&["import", agent, "--json"]);
+    assert!(num(&first["events_added"]) > 0, "{first}");
+    let again = json(&["import", agent, "--json"]);
+    assert_eq!(num(&again["events_added"]), 0, "{again}");
+    (first, json(&["graph", session, "--format", "json"]))
+}
+
+/// Runs `tacho ARGS` on the store `tacho_home` in `ws`, with `HOME` = an agent's
+/// isolated home (where its `~/.<agent>` is).
+pub fn tacho_in_home(
+    tacho_home: &Path,
+    agent_home: &Path,
+    ws: &Path,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut c = tacho(tacho_home);
+    c.current_dir(ws).env("HOME", agent_home).args(args);
+    run(c)
+}
