@@ -3,7 +3,8 @@
 //! when set; project: `.gemini/settings.json`; no local scope) with timeouts in
 //! milliseconds, event names of its own (`BeforeAgent`, `BeforeTool`, `AfterTool`,
 //! `AfterAgent`) turned into the shared vocabulary here, tool hooks without a call id
-//! (a result is paired with the open call, as Factory Droid's are), a failing shell
+//! (a result is paired with the open call of its tool and input, as Factory Droid's
+//! are: Gemini CLI runs the calls of one reply at once), a failing shell
 //! reported as a success (its exit code only in the output's `Exit Code: N` line), a
 //! stop refused with `{"decision": "deny"}`, and transcripts under
 //! `~/.gemini/tmp/<project>/chats/`: today append-only JSON Lines (`$set`,
@@ -772,6 +773,70 @@ mod tests {
             "{events:?}"
         );
         assert!(st.unknown_events.is_empty(), "{:?}", st.unknown_events);
+    }
+
+    /// Gemini CLI runs the calls of one reply at once, and its hooks race: in a real
+    /// run (0.61.0) the four calls of one reply were reported `BeforeTool` A, read, B,
+    /// ls and `AfterTool` ls, B, read, A. Each result is paired with its own call by
+    /// its tool and input; the two shells share one step, which ends with the last.
+    #[test]
+    fn parallel_calls_are_paired_by_their_tool_and_input() {
+        let tool = |event: &str, name: &str, input: Value, out: &str| {
+            let mut v = serde_json::json!({"session_id": "g-par", "cwd": "/w",
+                "hook_event_name": event, "tool_name": name, "tool_input": input});
+            if event == "AfterTool" {
+                v["tool_response"] = serde_json::json!({"llmContent": out});
+            }
+            v.to_string().into_bytes()
+        };
+        let a = serde_json::json!({"command": "sleep 1; echo A"});
+        let b = serde_json::json!({"command": "echo B"});
+        let read = serde_json::json!({"file_path": "x.txt"});
+        let ls = serde_json::json!({"dir_path": "."});
+        let shell = "run_shell_command";
+        let payloads = [
+            tool("BeforeTool", shell, a.clone(), ""),
+            tool("BeforeTool", "read_file", read.clone(), ""),
+            tool("BeforeTool", shell, b.clone(), ""),
+            tool("BeforeTool", "list_directory", ls.clone(), ""),
+            tool("AfterTool", "list_directory", ls, "listing"),
+            tool("AfterTool", shell, b, "Output: B\nExit Code: 1"),
+            tool("AfterTool", "read_file", read, "x"),
+            tool("AfterTool", shell, a, "Output: A"),
+        ];
+        let (actions, st) = map_all(Agent::Gemini, &payloads);
+        let (events, _) = events_and_prompts(&actions);
+        let outputs: Vec<(&str, ToolStatus, Option<&str>)> = events
+            .iter()
+            .filter_map(|e| match e {
+                EventBody::ToolResult(r) => {
+                    Some((r.call_id.as_str(), r.status, r.output.as_deref()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            outputs,
+            [
+                ("call-4", ToolStatus::Ok, Some("listing")),
+                ("call-3", ToolStatus::Error, Some("Output: B\nExit Code: 1")),
+                ("call-2", ToolStatus::Ok, Some("x")),
+                ("call-1", ToolStatus::Ok, Some("Output: A")),
+            ]
+        );
+        let steps: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                EventBody::StepStart(s) => Some(format!("start {}", s.step)),
+                EventBody::StepFinish(f) => Some(format!("finish {} {:?}", f.step, f.reason)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(steps, ["start 1", "finish 1 Some(\"failed\")"]);
+        assert!(
+            st.main.awaiting.is_empty() && st.main.open.is_empty(),
+            "{st:?}"
+        );
     }
 
     #[test]

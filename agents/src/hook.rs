@@ -143,6 +143,12 @@ pub struct Track {
     /// Whether a call of the open step failed.
     #[serde(default)]
     pub open_step_failed: bool,
+    /// Calls reported without an id of the agent's (Factory Droid, Gemini CLI), waiting
+    /// for their result: (the id tacho gave, [`call_fingerprint`] of the tool and its
+    /// input). A result is paired with the oldest of them with its tool and input
+    /// (calls run in parallel end in any order), else with the latest.
+    #[serde(default)]
+    pub awaiting: Vec<(String, String)>,
 }
 
 impl Track {
@@ -202,6 +208,7 @@ impl Track {
             EventBody::ToolResult(r) => {
                 self.open.remove(&r.call_id);
                 self.snapshotted.remove(&r.call_id);
+                self.awaiting.retain(|(c, _)| *c != r.call_id);
                 if r.status != ToolStatus::Ok && self.open_step.is_some() {
                     self.open_step_failed = true;
                 }
@@ -293,6 +300,23 @@ fn observe_usage(cursor: &mut Cursor, r: &LlmResponse) {
 
 /// How many recent tool call ids a track keeps.
 const CALLS_KEPT: usize = 512;
+
+/// How many calls without the agent's id a track keeps waiting for their result.
+const AWAITING_KEPT: usize = 64;
+
+/// What tells a call without an id from the other calls open at once: its tool and
+/// its input (the same in the agent's pre- and post-tool payloads), as a BLAKE3 digest.
+fn call_fingerprint(tool: &str, input: Option<&Value>) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(tool.as_bytes());
+    h.update(&[0]);
+    h.update(input.map(Value::to_string).unwrap_or_default().as_bytes());
+    h.finalize()
+        .to_hex()
+        .get(..32)
+        .unwrap_or_default()
+        .to_owned()
+}
 
 /// How many rollout outputs a state keeps waiting for their `PostToolUse`.
 const CALL_OUTPUTS_KEPT: usize = 256;
@@ -848,6 +872,13 @@ fn tool_call(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Act
     if !track.remember_call(&call_id) {
         return; // the same call reported twice
     }
+    if p.tool_use_id.is_none() {
+        let fingerprint = call_fingerprint(&tool, p.tool_input.as_ref());
+        track.awaiting.push((call_id.clone(), fingerprint));
+        if track.awaiting.len() > AWAITING_KEPT {
+            track.awaiting.remove(0);
+        }
+    }
     let input = p.tool_input.as_ref();
     let target = tool_target(&tool, input);
     let kind = agent.tool_kind(&tool, input);
@@ -910,10 +941,20 @@ fn tool_result(
     let Some(call_id) = p
         .tool_use_id
         .clone()
+        .or_else(|| {
+            let fingerprint = call_fingerprint(&tool, p.tool_input.as_ref());
+            let waiting = &track.awaiting;
+            waiting
+                .iter()
+                .find(|(_, f)| *f == fingerprint)
+                .or(waiting.last())
+                .map(|(c, _)| c.clone())
+        })
         .or_else(|| track.calls.last().cloned())
     else {
         return;
     };
+    track.awaiting.retain(|(c, _)| *c != call_id);
     if !track.calls.contains(&call_id) {
         // No PreToolUse was seen (the hook was installed mid-call, say): record the
         // call now, so that the result has one.
