@@ -149,6 +149,10 @@ pub struct Track {
     /// (calls run in parallel end in any order), else with the latest.
     #[serde(default)]
     pub awaiting: Vec<(String, String)>,
+    /// The highest `n` of the ids `call-<n>` given so far (`calls` keeps only the
+    /// recent ids, so its length cannot number calls).
+    #[serde(default)]
+    pub numbered: u64,
 }
 
 impl Track {
@@ -195,6 +199,13 @@ impl Track {
             }
             EventBody::ToolCall(c) => {
                 self.remember_call(&c.call_id);
+                if let Some(n) = c
+                    .call_id
+                    .strip_prefix("call-")
+                    .and_then(|n| n.parse::<u64>().ok())
+                {
+                    self.numbered = self.numbered.max(n);
+                }
                 let input = c
                     .input
                     .as_deref()
@@ -865,10 +876,11 @@ fn subagent<'s>(
 
 fn tool_call(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Action>) {
     let tool = p.tool_name.clone().unwrap_or_else(|| "unknown".into());
-    let call_id = p
-        .tool_use_id
-        .clone()
-        .unwrap_or_else(|| format!("call-{}", track.calls.len() + 1));
+    let call_id = p.tool_use_id.clone().unwrap_or_else(|| {
+        // A state written before `numbered` was kept numbers on from its calls.
+        track.numbered = track.numbered.max(track.calls.len() as u64) + 1;
+        format!("call-{}", track.numbered)
+    });
     if !track.remember_call(&call_id) {
         return; // the same call reported twice
     }
@@ -1488,6 +1500,35 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Calls without an id are numbered on past the recent ids a track keeps.
+    #[test]
+    fn calls_without_ids_are_numbered_past_the_ids_kept() {
+        let mut st = HookState::default();
+        let n = CALLS_KEPT + 10;
+        let mut ids = std::collections::BTreeSet::new();
+        for i in 0..n {
+            let input = serde_json::json!({"file_path": format!("/w/{i}")});
+            for event in ["PreToolUse", "PostToolUse"] {
+                let p = with(
+                    base(event),
+                    serde_json::json!({"tool_name": "Read", "tool_input": input}),
+                );
+                for a in map_payload(Agent::Droid, &payload(p), &mut st) {
+                    if let Action::Event {
+                        body: EventBody::ToolCall(c),
+                        ..
+                    } = a
+                    {
+                        ids.insert(c.call_id);
+                    }
+                }
+            }
+        }
+        assert_eq!(ids.len(), n);
+        assert!(ids.contains(&format!("call-{n}")));
+        assert!(st.main.awaiting.is_empty());
     }
 
     #[test]
