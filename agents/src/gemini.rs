@@ -59,6 +59,9 @@ const READ_ONLY: &[&str] = &[
     "invoke_agent",
 ];
 
+/// Its shell, whose failures are reported as successes ([`shell_failure`]).
+const SHELL: &str = "run_shell_command";
+
 /// Its tools that write one file, named by `file_path`.
 const FILE_TOOLS: &[&str] = &["write_file", "replace"];
 
@@ -154,7 +157,11 @@ impl Adapter for Gemini {
                         .and_then(Value::as_str)
                         .map_or_else(|| e.to_string(), str::to_owned)
                 })
-                .or_else(|| text.as_deref().and_then(shell_failure));
+                .or_else(|| {
+                    (p.tool_name.as_deref() == Some(SHELL))
+                        .then(|| text.as_deref().and_then(shell_failure))
+                        .flatten()
+                });
             if let Some(e) = error {
                 p.hook_event_name = "PostToolUseFailure".into();
                 p.error = Some(Value::String(e));
@@ -525,7 +532,8 @@ fn tool_events(call: &Value, id: &str, time: i64, t: &mut Transcript) {
     let status = call.get("status").and_then(Value::as_str).unwrap_or("");
     let failure = match status {
         "error" | "cancelled" => Some(text("error").unwrap_or_else(|| status.to_owned())),
-        _ => output.as_deref().and_then(shell_failure),
+        _ if tool == SHELL => output.as_deref().and_then(shell_failure),
+        _ => None,
     };
     let end = call
         .get("timestamp")
@@ -868,6 +876,14 @@ mod tests {
         );
         assert_eq!(p.error, Some(Value::String("Exit Code: 7".into())));
         assert_eq!(exit_code("Exit Code: 7"), Some(7));
+        // Another tool's output that ends so (a file read) is no failure.
+        let v = serde_json::json!({"session_id": "g", "hook_event_name": "AfterTool",
+            "tool_name": "read_file", "tool_input": {"file_path": "log.txt"},
+            "tool_response": {"llmContent": "Output: x\nExit Code: 7"}});
+        let p = Gemini
+            .parse_payload(v.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.hook_event_name.as_str(), p.error), ("PostToolUse", None));
         // A tool's own error.
         let p = after(
             serde_json::json!({"llmContent": "Tool execution blocked: no",
