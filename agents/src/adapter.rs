@@ -150,7 +150,7 @@ pub enum PlaceError {
 }
 
 /// One hook event tacho registers: its name, the matcher it needs (tool events match
-/// every tool) and a timeout in seconds.
+/// every tool) and a timeout in the agent's unit (seconds; Gemini CLI's milliseconds).
 pub type HookEvent = (&'static str, Option<&'static str>, u64);
 
 /// How tacho's hook is put into an agent's configuration.
@@ -227,7 +227,8 @@ pub trait Adapter: Sync + std::fmt::Debug {
     /// `PostToolUse`, `Stop`, `SessionEnd`, …). An agent with other field or event
     /// names (Gemini CLI's `BeforeTool`/`AfterAgent`, Copilot's camelCase, Cline's
     /// `taskId`) renames them here. A tool event without a call id is paired with
-    /// the last open call (as `map_payload` does).
+    /// the oldest open call of the same tool and input, else the latest (as
+    /// `map_payload` does).
     fn parse_payload(&self, bytes: &[u8]) -> Result<HookPayload, PayloadError> {
         HookPayload::parse(bytes)
     }

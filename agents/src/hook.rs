@@ -143,6 +143,16 @@ pub struct Track {
     /// Whether a call of the open step failed.
     #[serde(default)]
     pub open_step_failed: bool,
+    /// Calls reported without an id of the agent's (Factory Droid, Gemini CLI), waiting
+    /// for their result: (the id tacho gave, [`call_fingerprint`] of the tool and its
+    /// input). A result is paired with the oldest of them with its tool and input
+    /// (calls run in parallel end in any order), else with the latest.
+    #[serde(default)]
+    pub awaiting: Vec<(String, String)>,
+    /// The highest `n` of the ids `call-<n>` given so far (`calls` keeps only the
+    /// recent ids, so its length cannot number calls).
+    #[serde(default)]
+    pub numbered: u64,
 }
 
 impl Track {
@@ -189,6 +199,13 @@ impl Track {
             }
             EventBody::ToolCall(c) => {
                 self.remember_call(&c.call_id);
+                if let Some(n) = c
+                    .call_id
+                    .strip_prefix("call-")
+                    .and_then(|n| n.parse::<u64>().ok())
+                {
+                    self.numbered = self.numbered.max(n);
+                }
                 let input = c
                     .input
                     .as_deref()
@@ -202,6 +219,7 @@ impl Track {
             EventBody::ToolResult(r) => {
                 self.open.remove(&r.call_id);
                 self.snapshotted.remove(&r.call_id);
+                self.awaiting.retain(|(c, _)| *c != r.call_id);
                 if r.status != ToolStatus::Ok && self.open_step.is_some() {
                     self.open_step_failed = true;
                 }
@@ -293,6 +311,23 @@ fn observe_usage(cursor: &mut Cursor, r: &LlmResponse) {
 
 /// How many recent tool call ids a track keeps.
 const CALLS_KEPT: usize = 512;
+
+/// How many calls without the agent's id a track keeps waiting for their result.
+const AWAITING_KEPT: usize = 64;
+
+/// What tells a call without an id from the other calls open at once: its tool and
+/// its input (the same in the agent's pre- and post-tool payloads), as a BLAKE3 digest.
+fn call_fingerprint(tool: &str, input: Option<&Value>) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(tool.as_bytes());
+    h.update(&[0]);
+    h.update(input.map(Value::to_string).unwrap_or_default().as_bytes());
+    h.finalize()
+        .to_hex()
+        .get(..32)
+        .unwrap_or_default()
+        .to_owned()
+}
 
 /// How many rollout outputs a state keeps waiting for their `PostToolUse`.
 const CALL_OUTPUTS_KEPT: usize = 256;
@@ -440,6 +475,7 @@ pub(crate) fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
         "command",
         "cmd",
         "path",
+        "dir_path",
         "pattern",
         "url",
         "query",
@@ -857,12 +893,20 @@ fn subagent<'s>(
 
 fn tool_call(agent: Agent, p: &HookPayload, track: &mut Track, out: &mut Vec<Action>) {
     let tool = p.tool_name.clone().unwrap_or_else(|| "unknown".into());
-    let call_id = p
-        .tool_use_id
-        .clone()
-        .unwrap_or_else(|| format!("call-{}", track.calls.len() + 1));
+    let call_id = p.tool_use_id.clone().unwrap_or_else(|| {
+        // A state written before `numbered` was kept numbers on from its calls.
+        track.numbered = track.numbered.max(track.calls.len() as u64) + 1;
+        format!("call-{}", track.numbered)
+    });
     if !track.remember_call(&call_id) {
         return; // the same call reported twice
+    }
+    if p.tool_use_id.is_none() {
+        let fingerprint = call_fingerprint(&tool, p.tool_input.as_ref());
+        track.awaiting.push((call_id.clone(), fingerprint));
+        if track.awaiting.len() > AWAITING_KEPT {
+            track.awaiting.remove(0);
+        }
     }
     let input = p.tool_input.as_ref();
     let target = tool_target(&tool, input);
@@ -926,10 +970,20 @@ fn tool_result(
     let Some(call_id) = p
         .tool_use_id
         .clone()
+        .or_else(|| {
+            let fingerprint = call_fingerprint(&tool, p.tool_input.as_ref());
+            let waiting = &track.awaiting;
+            waiting
+                .iter()
+                .find(|(_, f)| *f == fingerprint)
+                .or(waiting.last())
+                .map(|(c, _)| c.clone())
+        })
         .or_else(|| track.calls.last().cloned())
     else {
         return;
     };
+    track.awaiting.retain(|(c, _)| *c != call_id);
     if !track.calls.contains(&call_id) {
         // No PreToolUse was seen (the hook was installed mid-call, say): record the
         // call now, so that the result has one.
@@ -1154,6 +1208,41 @@ fn finish_open_steps(track: &mut Track, out: &mut Vec<Action>) {
             }),
         });
     }
+}
+
+/// Maps `payloads` (raw, as an agent sends them) in order with one state, as the hook
+/// does: what they record, and the state left (the adapters' tests on real captures).
+#[cfg(test)]
+pub(crate) fn map_all(agent: Agent, payloads: &[Vec<u8>]) -> (Vec<Action>, HookState) {
+    let mut st = HookState::default();
+    let mut actions = Vec::new();
+    for p in payloads {
+        let p = agent
+            .parse_payload(p)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(p)));
+        actions.extend(map_payload(agent, &p, &mut st));
+    }
+    (actions, st)
+}
+
+/// The events among `actions`, and the prompts among them.
+#[cfg(test)]
+pub(crate) fn events_and_prompts(actions: &[Action]) -> (Vec<&EventBody>, Vec<Option<&str>>) {
+    let events: Vec<&EventBody> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Event { body, .. } => Some(body),
+            _ => None,
+        })
+        .collect();
+    let prompts = events
+        .iter()
+        .filter_map(|e| match e {
+            EventBody::AgentNotice(n) if n.notice == "prompt" => Some(n.message.as_deref()),
+            _ => None,
+        })
+        .collect();
+    (events, prompts)
 }
 
 #[cfg(test)]
@@ -1428,6 +1517,35 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Calls without an id are numbered on past the recent ids a track keeps.
+    #[test]
+    fn calls_without_ids_are_numbered_past_the_ids_kept() {
+        let mut st = HookState::default();
+        let n = CALLS_KEPT + 10;
+        let mut ids = std::collections::BTreeSet::new();
+        for i in 0..n {
+            let input = serde_json::json!({"file_path": format!("/w/{i}")});
+            for event in ["PreToolUse", "PostToolUse"] {
+                let p = with(
+                    base(event),
+                    serde_json::json!({"tool_name": "Read", "tool_input": input}),
+                );
+                for a in map_payload(Agent::Droid, &payload(p), &mut st) {
+                    if let Action::Event {
+                        body: EventBody::ToolCall(c),
+                        ..
+                    } = a
+                    {
+                        ids.insert(c.call_id);
+                    }
+                }
+            }
+        }
+        assert_eq!(ids.len(), n);
+        assert!(ids.contains(&format!("call-{n}")));
+        assert!(st.main.awaiting.is_empty());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What real coding agents report, in tacho's schema.
 //!
 //! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`],
-//!   [`droid`], [`qwen_code`], [`copilot`])
+//!   [`droid`], [`qwen_code`], [`copilot`], [`gemini`])
 //!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
 //!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
@@ -22,6 +22,7 @@ pub mod claude_code;
 pub mod codex;
 pub mod copilot;
 pub mod droid;
+pub mod gemini;
 pub mod hook;
 pub mod import;
 pub mod patch;
@@ -42,6 +43,7 @@ impl Agent {
     pub const Codex: Agent = Agent(&codex::Codex);
     pub const Copilot: Agent = Agent(&copilot::Copilot);
     pub const Droid: Agent = Agent(&droid::Droid);
+    pub const Gemini: Agent = Agent(&gemini::Gemini);
     pub const QwenCode: Agent = Agent(&qwen_code::QwenCode);
 
     /// The registry: every agent tacho has an adapter for, in the order they are
@@ -53,6 +55,7 @@ impl Agent {
         Agent::Droid,
         Agent::QwenCode,
         Agent::Copilot,
+        Agent::Gemini,
     ];
 
     /// The adapter behind it.

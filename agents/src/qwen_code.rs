@@ -331,7 +331,7 @@ fn diff_counts(diff: &str) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::{Action, HookState, map_payload};
+    use crate::hook::{Action, events_and_prompts, map_all};
 
     fn fixture(rel: &str) -> Vec<u8> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -381,31 +381,10 @@ mod tests {
 
     #[test]
     fn the_real_payloads_map_to_calls_results_and_snapshots() {
-        let agent = Agent::QwenCode;
-        let mut st = HookState::default();
-        let mut actions = Vec::new();
-        for p in payloads("hooks.jsonl") {
-            let p = agent
-                .parse_payload(&p)
-                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&p)));
-            actions.extend(map_payload(agent, &p, &mut st));
-        }
-        let events: Vec<&EventBody> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Event { body, .. } => Some(body),
-                _ => None,
-            })
-            .collect();
+        let (actions, _) = map_all(Agent::QwenCode, &payloads("hooks.jsonl"));
         // The prompt and the block reason are prompts; the empty prompts before each
         // request are not.
-        let prompts: Vec<Option<&str>> = events
-            .iter()
-            .filter_map(|e| match e {
-                EventBody::AgentNotice(n) if n.notice == "prompt" => Some(n.message.as_deref()),
-                _ => None,
-            })
-            .collect();
+        let (events, prompts) = events_and_prompts(&actions);
         assert_eq!(
             prompts,
             vec![

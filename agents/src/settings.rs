@@ -13,7 +13,8 @@ use crate::Agent;
 use crate::adapter::HookEvent;
 
 /// The hook events tacho installs for `agent` ([`crate::Adapter::hook_events`]), with
-/// the matcher they need (tool events match every tool) and a timeout in seconds.
+/// the matcher they need (tool events match every tool) and a timeout in the agent's
+/// unit.
 pub fn events(agent: Agent) -> &'static [HookEvent] {
     agent.hook_events()
 }

@@ -229,11 +229,13 @@ pub fn codex_call_output(text: &str) -> CallOutput {
 
 /// Reads the model response of one transcript line, if it is one: Claude Code's
 /// `message.usage`, Qwen Code's `usageMetadata` (one line per reply, named by its
-/// `uuid`; Gemini's counts, whose prompt count includes the cached tokens), or
-/// Copilot's `session.usage_record` ([`crate::copilot::usage_record`]).
+/// `uuid`; Gemini's counts, whose prompt count includes the cached tokens), Gemini
+/// CLI's `tokens` on a `gemini` message ([`crate::gemini::usage`]), or Copilot's
+/// `session.usage_record` ([`crate::copilot::usage_record`]).
 pub fn usage_of(entry: &serde_json::Value) -> Option<Usage> {
     match entry.get("type").and_then(|t| t.as_str()) {
         Some("assistant") => {}
+        Some("gemini") => return crate::gemini::usage(entry),
         Some("session.usage_record") => return crate::copilot::usage_record(entry),
         _ => return None,
     }

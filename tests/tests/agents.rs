@@ -211,16 +211,7 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     }
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    roll_back_step_that_changed(&e, SESSION, "made.txt");
-    assert!(!e.ws.join("made.txt").exists());
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
-        "bye\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
-        "42\n"
-    );
+    roll_back_the_shell_step(&e, SESSION);
     // The hooks (installed with --watch) started a watcher of the workspace, and the
     // full snapshots the hooks took asked it what changed.
     let (code, out, _) = e.tacho(&["watch", "status", &ws, "--json"]);
@@ -1111,18 +1102,6 @@ fn qwen_run_offline(
     )
 }
 
-/// `tacho` with `HOME` = Qwen Code's isolated home (where `~/.qwen` is).
-fn qwen_tacho(
-    tacho_home: &Path,
-    qwen_home: &Path,
-    ws: &Path,
-    args: &[&str],
-) -> (i32, String, String) {
-    let mut c = tacho(tacho_home);
-    c.current_dir(ws).env("HOME", qwen_home).args(args);
-    run(c)
-}
-
 /// The real Qwen Code CLI (npm `@qwen-code/qwen-code`, pinned) against the mock's Chat
 /// Completions API, with the hooks `tacho hooks install qwen-code` wrote into its
 /// isolated `~/.qwen/settings.json`: its tool calls (ids are the model's), a shell
@@ -1143,10 +1122,11 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         r#"{"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false}, "general": {"disableAutoUpdate": true, "disableUpdateNag": true}}"#,
     )
     .unwrap();
-    let (code, out, err) = qwen_tacho(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
+    let (code, out, err) =
+        tacho_in_home(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("installed tacho's qwen-code hooks"), "{out}");
-    let (_, out, _) = qwen_tacho(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
+    let (_, out, _) = tacho_in_home(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
     assert!(out.contains("nothing changed"), "{out}");
     let settings: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(qhome.join(".qwen/settings.json")).unwrap())
@@ -1223,41 +1203,14 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert_eq!(st["completed"], true, "{st}");
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    roll_back_step_that_changed(&e, QWEN_SESSION, "made.txt");
-    assert!(!e.ws.join("made.txt").exists());
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
-        "bye\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
-        "42\n"
-    );
+    roll_back_the_shell_step(&e, QWEN_SESSION);
 
     // Importing ~/.qwen/projects into a fresh store gives the same tokens; again, nothing.
     let fresh = e.dir.join("fresh-home");
-    let import = || {
-        let (code, out, err) =
-            qwen_tacho(&fresh, &qhome, &e.ws, &["import", "qwen-code", "--json"]);
-        assert_eq!(code, 0, "{out}{err}");
-        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
-    };
-    let first = import();
-    assert!(num(&first["events_added"]) > 0, "{first}");
-    let again = import();
-    assert_eq!(num(&again["events_added"]), 0, "{again}");
-    let (code, out, err) = qwen_tacho(
-        &fresh,
-        &qhome,
-        &e.ws,
-        &["graph", QWEN_SESSION, "--format", "json"],
+    let (_, g) = import_twice(
+        |args| tacho_in_home(&fresh, &qhome, &e.ws, args),
+        "qwen-code",
+        QWEN_SESSION,
     );
-    assert_eq!(code, 0, "{out}{err}");
-    let g: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let t = &g["tokens"];
-    assert_eq!(
-        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
-        (input, cached, output),
-        "imported: {t}"
-    );
+    assert_eq!(graph_tokens(&g), (input, cached, output), "imported: {g}");
 }

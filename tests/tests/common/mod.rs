@@ -392,9 +392,9 @@ pub fn graph_tools(g: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Rolls back the step of `session` that changed `file` (from `rollback --list`); the
-/// rollback must succeed.
-pub fn roll_back_step_that_changed(e: &Env, session: &str, file: &str) {
+/// Rolls back the step of `session` whose rollback point lists `file` (from `rollback
+/// --list`); the rollback must succeed. Returns what it printed.
+pub fn roll_back_step_that_changed(e: &Env, session: &str, file: &str) -> String {
     let points = e.json(&["session", "rollback", session, "--list", "--json"]);
     let step = points["points"]
         .as_array()
@@ -410,6 +410,23 @@ pub fn roll_back_step_that_changed(e: &Env, session: &str, file: &str) {
     let n = step.to_string();
     let (code, out, err) = e.tacho(&["session", "rollback", session, "--step", &n, "--yes"]);
     assert_eq!(code, 0, "{out}{err}");
+    out
+}
+
+/// Rolls back the agent tests' shell step (`echo made > made.txt && rm -f gone.txt`):
+/// `made.txt` is gone and `gone.txt` back, byte for byte; `src/value.txt`, edited
+/// before, stays `42`.
+pub fn roll_back_the_shell_step(e: &Env, session: &str) {
+    let out = roll_back_step_that_changed(e, session, "made.txt");
+    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
+        "bye\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n"
+    );
 }
 
 /// The hooks logged no problem, and blocked exactly one stop (the completion gate's).
@@ -420,4 +437,44 @@ pub fn assert_one_stop_blocked_and_no_problem(e: &Env) {
         "hook problems:\n{log}"
     );
     assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+}
+
+/// A `tacho graph --format json`'s tokens: (in, cache reads, out).
+pub fn graph_tokens(g: &serde_json::Value) -> (u64, u64, u64) {
+    let t = &g["tokens"];
+    (num(&t["in"]), num(&t["cache_read"]), num(&t["out"]))
+}
+
+/// Imports `agent`'s transcripts twice into one store (`tacho` runs a tacho command
+/// there): the first import adds events, the second nothing. Returns the first
+/// import's report and `session`'s graph afterwards.
+pub fn import_twice(
+    tacho: impl Fn(&[&str]) -> (i32, String, String),
+    agent: &str,
+    session: &str,
+) -> (serde_json::Value, serde_json::Value) {
+    let json = |args: &[&str]| {
+        let (code, out, err) = tacho(args);
+        assert_eq!(code, 0, "tacho {args:?}: {out}{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim())
+            .unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let first = json(&["import", agent, "--json"]);
+    assert!(num(&first["events_added"]) > 0, "{first}");
+    let again = json(&["import", agent, "--json"]);
+    assert_eq!(num(&again["events_added"]), 0, "{again}");
+    (first, json(&["graph", session, "--format", "json"]))
+}
+
+/// Runs `tacho ARGS` on the store `tacho_home` in `ws`, with `HOME` = an agent's
+/// isolated home (where its `~/.<agent>` is).
+pub fn tacho_in_home(
+    tacho_home: &Path,
+    agent_home: &Path,
+    ws: &Path,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut c = tacho(tacho_home);
+    c.current_dir(ws).env("HOME", agent_home).args(args);
+    run(c)
 }
