@@ -19,8 +19,10 @@
 
 pub mod adapter;
 pub mod claude_code;
+pub mod cline;
 pub mod codex;
 pub mod droid;
+pub mod executables;
 pub mod hook;
 pub mod import;
 pub mod patch;
@@ -38,6 +40,7 @@ pub struct Agent(&'static dyn Adapter);
 #[allow(non_upper_case_globals)]
 impl Agent {
     pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
+    pub const Cline: Agent = Agent(&cline::Cline);
     pub const Codex: Agent = Agent(&codex::Codex);
     pub const Droid: Agent = Agent(&droid::Droid);
     pub const QwenCode: Agent = Agent(&qwen_code::QwenCode);
@@ -50,6 +53,7 @@ impl Agent {
         Agent::Codex,
         Agent::Droid,
         Agent::QwenCode,
+        Agent::Cline,
     ];
 
     /// The adapter behind it.
