@@ -439,6 +439,7 @@ fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
         "notebook_path",
         "command",
         "cmd",
+        "commands",
         "path",
         "pattern",
         "url",

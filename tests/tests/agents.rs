@@ -1163,27 +1163,6 @@ fn droid_stop_gate_sends_it_back_once_when_a_check_is_missing() {
 
 const QWEN_SESSION: &str = "5e551011-aaaa-4bbb-8ccc-00000000a030";
 
-/// What the mock served, summed from its log's `served` usage (Chat Completions):
-/// (input without the cached tokens, cached, output).
-fn qwen_served(log: &Path) -> (u64, u64, u64) {
-    let mut sum = (0, 0, 0);
-    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
-            continue;
-        };
-        let n = |p: &str| {
-            v.pointer(p)
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0)
-        };
-        let cached = n("/served/prompt_tokens_details/cached_tokens");
-        sum.0 += n("/served/prompt_tokens") - cached;
-        sum.1 += cached;
-        sum.2 += n("/served/completion_tokens");
-    }
-    sum
-}
-
 /// Runs the Qwen Code CLI as the fixture's `run.sh` does, offline (outside a network
 /// namespace, where the network is closed, its first request waited for its 8-minute
 /// timeout here).
@@ -1356,7 +1335,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     // (most runs after it), and `-p` runs fire no `SessionEnd`, so the hooks see it only
     // when the transcript won that race (the import below always counts it).
     let log = e.dir.join("requests.log");
-    let (input, cached, output) = qwen_served(&log);
+    let (input, cached, output) = chat_served(&log);
     let last_log = e.dir.join("last-request.log");
     let last_line = std::fs::read_to_string(&log)
         .unwrap()
@@ -1365,7 +1344,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         .unwrap()
         .to_string();
     std::fs::write(&last_log, last_line).unwrap();
-    let last = qwen_served(&last_log);
+    let last = chat_served(&last_log);
     assert!(input > 0 && output > 0 && last.0 > 0);
     let t = &g["tokens"];
     let live = (num(&t["in"]), num(&t["cache_read"]), num(&t["out"]));

@@ -227,6 +227,27 @@ pub fn ccusage_json(ccusage: &Path, args: &[&str], var: &str, dir: &Path) -> ser
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// What the mock served, summed from its log's `served` usage (Chat Completions):
+/// (input without the cached tokens, cached, output).
+pub fn chat_served(log: &Path) -> (u64, u64, u64) {
+    let mut sum = (0, 0, 0);
+    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        let n = |p: &str| {
+            v.pointer(p)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        let cached = n("/served/prompt_tokens_details/cached_tokens");
+        sum.0 += n("/served/prompt_tokens") - cached;
+        sum.1 += cached;
+        sum.2 += n("/served/completion_tokens");
+    }
+    sum
+}
+
 /// A graph's token totals equal a ccusage session row's, field by field.
 pub fn assert_tokens_as_ccusage(t: &serde_json::Value, row: &serde_json::Value) {
     for (ours, theirs) in [
