@@ -104,8 +104,13 @@ impl Adapter for Cline {
         )
     }
 
+    /// Cline's payload (`hookName`); one already in the shared vocabulary (Claude
+    /// Code's envelope: `hook_event_name`, `session_id`) is read as it is.
     fn parse_payload(&self, bytes: &[u8]) -> Result<HookPayload, PayloadError> {
         let raw: Value = serde_json::from_slice(bytes).map_err(PayloadError::Json)?;
+        if raw.get("hookName").is_none() && raw.get("hook_event_name").is_some() {
+            return HookPayload::parse(bytes);
+        }
         let places = env_places();
         read_payload(&raw, sessions_dir(&places).ok().as_deref())
     }
@@ -447,9 +452,13 @@ pub fn read_session_file(path: &Path) -> std::io::Result<Value> {
     read_json_doc(path, SESSION_FILE_BYTES_MAX)
 }
 
-/// A session's `<id>.messages.json`.
+/// A session's `<id>.messages.json`; an empty file (made, not written yet) holds no
+/// messages.
 pub fn read_messages_file(path: &Path) -> std::io::Result<Value> {
-    read_json_doc(path, READ_BYTES_MAX)
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() == 0 => Ok(Value::Null),
+        _ => read_json_doc(path, READ_BYTES_MAX),
+    }
 }
 
 fn messages(doc: &Value) -> &[Value] {

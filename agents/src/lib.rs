@@ -1,7 +1,7 @@
 //! What real coding agents report, in tacho's schema.
 //!
 //! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`],
-//!   [`droid`])
+//!   [`droid`], [`qwen_code`], [`cline`])
 //!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
 //!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
@@ -12,7 +12,8 @@
 //!   offset, one count per model response.
 //! - [`patch`]: the paths an `apply_patch` patch touches (Codex).
 //! - [`settings`]: tacho's entries merged into (and taken out of) each agent's hook
-//!   settings file, keeping everything else.
+//!   settings file, keeping everything else; [`executables`]: tacho's hook scripts for
+//!   an agent that runs executables named after its events (Cline).
 //!
 //! Nothing here writes the log: the application layer records what these functions
 //! return, through its one ingest path, which refuses evidence kinds.
