@@ -29,7 +29,7 @@ use serde_json::Value;
 use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, Installation, PlaceError, Places, Scope};
-use crate::hook::{HookPayload, PayloadError, ToolKind, exit_code_of, str_field};
+use crate::hook::{HookPayload, PayloadError, ToolKind, exit_code_of, str_field, tool_target};
 use crate::import::{Transcript, start_event};
 use crate::transcript::{Caught, Cursor, READ_BYTES_MAX, Usage, open_transcript};
 use crate::{Agent, session_id_from};
@@ -634,19 +634,8 @@ pub fn read_cline_session(path: &Path, bytes: &[u8], session: Option<&Value>) ->
                     };
                     calls.insert(id.to_owned());
                     let input = block.get("input").cloned().unwrap_or(Value::Null);
-                    let target = ["path", "commands", "query", "url"]
-                        .iter()
-                        .find_map(|k| match input.get(*k)? {
-                            Value::String(s) => Some(s.clone()),
-                            Value::Array(a) => Some(
-                                a.iter()
-                                    .filter_map(Value::as_str)
-                                    .collect::<Vec<_>>()
-                                    .join(" && "),
-                            ),
-                            _ => None,
-                        })
-                        .map(|s| s.lines().next().unwrap_or("").chars().take(400).collect());
+                    // As the hooks record it.
+                    let target = tool_target(name, Some(&input));
                     t.events.push((
                         time,
                         EventBody::ToolCall(ToolCall {

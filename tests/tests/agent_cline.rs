@@ -157,18 +157,7 @@ fn cline_recorded_through_its_hook_scripts_with_rollback_and_tokens_as_served() 
 
     // Every tool call, by Cline's names; the failure with its exit code.
     let (_, summary, _) = e.tacho(&["session", "replay", &session, "--mode", "summary"]);
-    let calls: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let calls = graph_tools(&g);
     let ok = |t: &str| (t.to_string(), "ok".to_string());
     assert_eq!(
         calls,
@@ -202,11 +191,11 @@ fn cline_recorded_through_its_hook_scripts_with_rollback_and_tokens_as_served() 
     // the detached TaskComplete hook reads it; it waits for the last one).
     let (input, cached, output) = chat_served(&e.dir.join("requests.log"));
     assert!(input > 0 && output > 0);
-    let t = &g["tokens"];
     assert_eq!(
-        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        graph_tokens(&g),
         (input, cached, output),
-        "live: {t}"
+        "live: {}",
+        g["tokens"]
     );
 
     // The gate refused the stop (parity never ran) and could not send Cline back:
@@ -225,21 +214,7 @@ fn cline_recorded_through_its_hook_scripts_with_rollback_and_tokens_as_served() 
 
     // Roll back to before the shell command's step: its files come back byte for byte,
     // the edit before it stays, the file written after it goes.
-    let points = e.json(&["session", "rollback", &session, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", &session, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
+    let out = roll_back_step_that_changed(&e, &session, "made.txt");
     assert!(!e.ws.join("made.txt").exists(), "{out}");
     assert_eq!(
         std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
@@ -251,39 +226,14 @@ fn cline_recorded_through_its_hook_scripts_with_rollback_and_tokens_as_served() 
     // Importing ~/.cline/data/sessions into a fresh store: the same calls and tokens;
     // again, nothing.
     let fresh = e.dir.join("fresh-home");
-    let import = || {
-        let (code, out, err) = cline_tacho(&fresh, &chome, &e.ws, &["import", "cline", "--json"]);
-        assert_eq!(code, 0, "{out}{err}");
-        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
-    };
-    let first = import();
-    assert!(num(&first["events_added"]) > 0, "{first}");
-    let again = import();
-    assert_eq!(num(&again["events_added"]), 0, "{again}");
-    let (code, out, err) = cline_tacho(
-        &fresh,
-        &chome,
-        &e.ws,
-        &["graph", &session, "--format", "json"],
-    );
-    assert_eq!(code, 0, "{out}{err}");
-    let gi: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let t = &gi["tokens"];
+    let gi = import_twice_and_graph(&fresh, &chome, &e.ws, "cline", &session);
     assert_eq!(
-        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        graph_tokens(&gi),
         (input, cached, output),
-        "imported: {t}"
+        "imported: {}",
+        gi["tokens"]
     );
-    let tools = |g: &serde_json::Value| {
-        g["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|s| s["tools"].as_array().unwrap().iter())
-            .map(|t| format!("{} {}", t["tool"], t["status"]))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(tools(&gi), tools(&g), "imported: {gi}");
+    assert_eq!(graph_tools(&gi), graph_tools(&g), "imported: {gi}");
 
     // Uninstall takes tacho's scripts out, and nothing else.
     std::fs::write(chome.join(".cline/hooks/PreToolUse.sh"), "echo mine\n").unwrap();

@@ -237,21 +237,7 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     }
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", SESSION, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
+    let out = roll_back_step_that_changed(&e, SESSION, "made.txt");
     assert!(!e.ws.join("made.txt").exists(), "{out}");
     assert_eq!(
         std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
@@ -376,18 +362,7 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
         .unwrap_or_else(|| panic!("{list}"))
         .to_string();
     let g = e.json(&["graph", &session, "--format", "json"]);
-    let results: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let results = graph_tools(&g);
     assert_eq!(
         results,
         [
@@ -1010,21 +985,7 @@ fn droid_recorded_through_hooks_with_rollback_and_tokens_as_served() {
 
     // Roll back the shell step: notes.txt, made.txt and gone.txt as before it, byte for
     // byte; hello.txt (the steps before it) stays.
-    let points = e.json(&["session", "rollback", &session, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", &session, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
+    let out = roll_back_step_that_changed(&e, &session, "made.txt");
     assert_eq!(
         std::fs::read(e.ws.join("notes.txt")).unwrap(),
         b"old line\n"
@@ -1305,18 +1266,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // Every tool call, by Qwen's names, the failure with its exit code.
     let g = e.json(&["graph", QWEN_SESSION, "--format", "json"]);
-    let tools: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let tools = graph_tools(&g);
     let ok = |t: &str| (t.to_string(), "ok".to_string());
     assert_eq!(
         tools,
@@ -1359,21 +1309,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert_eq!(st["completed"], true, "{st}");
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = e.json(&["session", "rollback", QWEN_SESSION, "--list", "--json"]);
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
-    let n = step.to_string();
-    let (code, out, err) = e.tacho(&["session", "rollback", QWEN_SESSION, "--step", &n, "--yes"]);
-    assert_eq!(code, 0, "{out}{err}");
+    let out = roll_back_step_that_changed(&e, QWEN_SESSION, "made.txt");
     assert!(!e.ws.join("made.txt").exists(), "{out}");
     assert_eq!(
         std::fs::read_to_string(e.ws.join("gone.txt")).unwrap(),
@@ -1386,28 +1322,11 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // Importing ~/.qwen/projects into a fresh store gives the same tokens; again, nothing.
     let fresh = e.dir.join("fresh-home");
-    let import = || {
-        let (code, out, err) =
-            qwen_tacho(&fresh, &qhome, &e.ws, &["import", "qwen-code", "--json"]);
-        assert_eq!(code, 0, "{out}{err}");
-        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
-    };
-    let first = import();
-    assert!(num(&first["events_added"]) > 0, "{first}");
-    let again = import();
-    assert_eq!(num(&again["events_added"]), 0, "{again}");
-    let (code, out, err) = qwen_tacho(
-        &fresh,
-        &qhome,
-        &e.ws,
-        &["graph", QWEN_SESSION, "--format", "json"],
-    );
-    assert_eq!(code, 0, "{out}{err}");
-    let g: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let t = &g["tokens"];
+    let g = import_twice_and_graph(&fresh, &qhome, &e.ws, "qwen-code", QWEN_SESSION);
     assert_eq!(
-        (num(&t["in"]), num(&t["cache_read"]), num(&t["out"])),
+        graph_tokens(&g),
         (input, cached, output),
-        "imported: {t}"
+        "imported: {}",
+        g["tokens"]
     );
 }

@@ -248,6 +248,73 @@ pub fn chat_served(log: &Path) -> (u64, u64, u64) {
     sum
 }
 
+/// Every tool call of a graph (`tacho graph --format json`), in order: (tool, status).
+pub fn graph_tools(g: &serde_json::Value) -> Vec<(String, String)> {
+    g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect()
+}
+
+/// A graph's token totals: (input, cache reads, output).
+pub fn graph_tokens(g: &serde_json::Value) -> (u64, u64, u64) {
+    let t = &g["tokens"];
+    (num(&t["in"]), num(&t["cache_read"]), num(&t["out"]))
+}
+
+/// Rolls `session` back to before the step that changed `file` (found in `session
+/// rollback --list`), which must succeed; returns its output.
+pub fn roll_back_step_that_changed(e: &Env, session: &str, file: &str) -> String {
+    let points = e.json(&["session", "rollback", session, "--list", "--json"]);
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == file))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step changed {file}: {points}"));
+    let n = step.to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", session, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    out
+}
+
+/// Imports `agent`'s sessions (`tacho import <agent> --json`, `HOME` = `agent_home`)
+/// into the fresh store `tacho_home` twice — the first adds events, the second nothing
+/// — and returns the graph (`--format json`) of `session` there.
+pub fn import_twice_and_graph(
+    tacho_home: &Path,
+    agent_home: &Path,
+    ws: &Path,
+    agent: &str,
+    session: &str,
+) -> serde_json::Value {
+    let run_json = |args: &[&str]| {
+        let mut c = tacho(tacho_home);
+        c.current_dir(ws).env("HOME", agent_home).args(args);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "tacho {args:?}: {out}{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let first = run_json(&["import", agent, "--json"]);
+    assert!(num(&first["events_added"]) > 0, "{first}");
+    let again = run_json(&["import", agent, "--json"]);
+    assert_eq!(num(&again["events_added"]), 0, "{again}");
+    run_json(&["graph", session, "--format", "json"])
+}
+
 /// A graph's token totals equal a ccusage session row's, field by field.
 pub fn assert_tokens_as_ccusage(t: &serde_json::Value, row: &serde_json::Value) {
     for (ours, theirs) in [
