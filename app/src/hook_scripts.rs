@@ -114,11 +114,18 @@ pub(crate) fn uninstall(
         .iter()
         .filter(|(e, _, f)| f.exists() && tacho_script(f.text(), agent, e).is_some())
         .collect();
+    // What the directory holds after: tacho's scripts gone, the user's files kept.
     let mut text = String::new();
     for (_, path, f) in &files {
-        if f.exists() && !ours.iter().any(|(_, p, _)| p == path) {
-            text.push_str(&format!("--- {} (not tacho's: kept)\n", path.display()));
+        if !f.exists() {
+            continue;
         }
+        let what = if ours.iter().any(|(_, p, _)| p == path) {
+            "tacho's script: removed"
+        } else {
+            "not tacho's: kept"
+        };
+        text.push_str(&format!("--- {} ({what})\n", path.display()));
     }
     if !dry_run {
         for (_, _, f) in &ours {
