@@ -191,6 +191,11 @@ fn cline_recorded_through_its_hook_scripts_with_rollback_and_tokens_as_served() 
     // the detached TaskComplete hook reads it; it waits for the last one).
     let (input, cached, output) = chat_served(&e.dir.join("requests.log"));
     assert!(input > 0 && output > 0);
+    eprintln!(
+        "served (input without cached, cached, output): {:?}; recorded live: {:?}",
+        (input, cached, output),
+        graph_tokens(&g)
+    );
     assert_eq!(
         graph_tokens(&g),
         (input, cached, output),
