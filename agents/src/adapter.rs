@@ -162,10 +162,15 @@ pub enum Installation {
     /// which Codex, Gemini CLI, Qwen Code, Factory Droid and Copilot read too).
     /// [`crate::settings`] merges them in and takes them out.
     ///
-    /// An agent that takes a plugin file instead (OpenCode, Kilo) or executables named
-    /// after the events (Cline) adds a variant here, with its writer beside
-    /// [`crate::settings`], when it comes.
+    /// An agent that takes a plugin file instead (OpenCode, Kilo) adds a variant here,
+    /// with its writer beside [`crate::settings`], when it comes.
     HooksObject,
+    /// Executables named after the events in a hooks directory (Cline): the
+    /// "settings file" is that directory, and tacho's are small scripts of its own,
+    /// `<dir>/<Event>`, each running `<tacho> hook <agent>`
+    /// ([`crate::executables`] writes and recognises them). A file of that name that is
+    /// not tacho's script is the user's: never replaced nor removed.
+    EventExecutables,
 }
 
 /// One coding agent, as tacho records it. Implemented by a unit struct in the

@@ -474,6 +474,7 @@ pub(crate) fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
         "notebook_path",
         "command",
         "cmd",
+        "commands",
         "path",
         "dir_path",
         "pattern",
@@ -519,9 +520,9 @@ fn output_text(tool: &str, resp: &Value) -> String {
     }
 }
 
-/// "Exit code 3" (Claude Code's shell failure), or a line "Exit Code: 3" (Qwen
-/// Code's) → 3.
-fn exit_code_of(error: &str) -> Option<i64> {
+/// "Exit code 3" (Claude Code's shell failure), a line "Exit Code: 3" (Qwen
+/// Code's), or "Command exited with code 3" (Cline's, also bracketed) → 3.
+pub(crate) fn exit_code_of(error: &str) -> Option<i64> {
     let number = |rest: &str| {
         rest.split(|c: char| !c.is_ascii_digit() && c != '-')
             .next()?
@@ -529,6 +530,13 @@ fn exit_code_of(error: &str) -> Option<i64> {
             .ok()
     };
     if let Some(rest) = error.trim().strip_prefix("Exit code ") {
+        return number(rest);
+    }
+    if let Some(rest) = error.lines().find_map(|l| {
+        l.trim()
+            .trim_start_matches('[')
+            .strip_prefix("Command exited with code ")
+    }) {
         return number(rest);
     }
     error

@@ -1,7 +1,7 @@
 //! What real coding agents report, in tacho's schema.
 //!
 //! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`],
-//!   [`droid`], [`qwen_code`], [`copilot`], [`gemini`])
+//!   [`droid`], [`qwen_code`], [`copilot`], [`gemini`], [`cline`])
 //!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
 //!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
@@ -12,16 +12,19 @@
 //!   offset, one count per model response.
 //! - [`patch`]: the paths an `apply_patch` patch touches (Codex).
 //! - [`settings`]: tacho's entries merged into (and taken out of) each agent's hook
-//!   settings file, keeping everything else.
+//!   settings file, keeping everything else; [`executables`]: tacho's hook scripts for
+//!   an agent that runs executables named after its events (Cline).
 //!
 //! Nothing here writes the log: the application layer records what these functions
 //! return, through its one ingest path, which refuses evidence kinds.
 
 pub mod adapter;
 pub mod claude_code;
+pub mod cline;
 pub mod codex;
 pub mod copilot;
 pub mod droid;
+pub mod executables;
 pub mod gemini;
 pub mod hook;
 pub mod import;
@@ -40,6 +43,7 @@ pub struct Agent(&'static dyn Adapter);
 #[allow(non_upper_case_globals)]
 impl Agent {
     pub const ClaudeCode: Agent = Agent(&claude_code::ClaudeCode);
+    pub const Cline: Agent = Agent(&cline::Cline);
     pub const Codex: Agent = Agent(&codex::Codex);
     pub const Copilot: Agent = Agent(&copilot::Copilot);
     pub const Droid: Agent = Agent(&droid::Droid);
@@ -56,6 +60,7 @@ impl Agent {
         Agent::QwenCode,
         Agent::Copilot,
         Agent::Gemini,
+        Agent::Cline,
     ];
 
     /// The adapter behind it.

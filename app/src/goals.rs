@@ -314,6 +314,9 @@ pub struct GoalStatus {
     pub environment: Vec<String>,
     pub environment_digest: Option<String>,
     pub programs: Vec<String>,
+    /// For a session recorded by an agent whose stop cannot be refused (Cline): that
+    /// the completion gate refused its stop and could only record it.
+    pub stop_not_refusable: Option<String>,
 }
 
 /// The completion gate's answer.
@@ -622,6 +625,7 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
         environment: g.created.environment.clone(),
         environment_digest: g.created.environment_digest.clone(),
         programs: g.created.programs.clone(),
+        stop_not_refusable: None,
     })
 }
 
@@ -1085,7 +1089,7 @@ impl Tacho {
     ) -> Result<GoalStatus, GoalError> {
         let (session, gs) = self.goals(session)?;
         let g = pick(&gs, &session, goal)?;
-        status_of(session.clone(), g)
+        self.agent_status(session.clone(), g)
     }
 
     /// The status of every goal of a session, in the order they were created.
@@ -1093,8 +1097,30 @@ impl Tacho {
         let (session, gs) = self.goals(session)?;
         gs.goals
             .iter()
-            .map(|g| status_of(session.clone(), g))
+            .map(|g| self.agent_status(session.clone(), g))
             .collect()
+    }
+
+    /// A goal's status, saying so when the agent recording the session cannot be sent
+    /// back at its stop ([`tacho_agents::Adapter::stop_block`] is `None`: Cline) and
+    /// the completion gate refused a completion there: the agent stopped anyway.
+    fn agent_status(&self, session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
+        let mut st = status_of(session, g)?;
+        let refused = g
+            .completions
+            .iter()
+            .filter(|(_, accepted)| !accepted)
+            .count();
+        if refused > 0
+            && !g.completed
+            && let Some(agent) = self.hook_recorder(&st.session)
+            && agent.stop_block("").is_none()
+        {
+            st.stop_not_refusable = Some(format!(
+                "{agent} cannot be sent back at its stop: the completion gate refused {refused} completion attempt(s) and could only record them; the agent stopped with the goal not completed"
+            ));
+        }
+        Ok(st)
     }
 
     /// The completion gate, with the stall rule: attempts that bring no new passing

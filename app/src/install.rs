@@ -152,7 +152,7 @@ pub struct HooksStatus {
 }
 
 /// Whose the settings file of `scope` is: the user's, or the project's repository's.
-fn owner(places: &Places, scope: Scope) -> Owner<'_> {
+pub(crate) fn owner(places: &Places, scope: Scope) -> Owner<'_> {
     match scope {
         Scope::User => Owner::User,
         Scope::Project | Scope::Local => Owner::Repository(&places.project),
@@ -192,9 +192,11 @@ fn edit_settings(
         &mut serde_json::Map<String, serde_json::Value>,
     ) -> Result<bool, SettingsError>,
 ) -> Result<Edited, InstallError> {
-    // The one way of installing there is yet; another (a plugin file) is a branch here.
+    // A JSON settings file; another way of installing (a plugin file) is a branch here.
+    // Executables named after the events never come here: `install_hooks` and
+    // `uninstall_hooks` hand them to `crate::hook_scripts`.
     match agent.installation() {
-        Installation::HooksObject => {}
+        Installation::HooksObject | Installation::EventExecutables => {}
     }
     let file = settings_file(places, agent, scope)?;
     let name = file.display().to_string();
@@ -226,6 +228,9 @@ pub fn install_hooks(
     dry_run: bool,
     watch: bool,
 ) -> Result<Installed, InstallError> {
+    if agent.installation() == Installation::EventExecutables {
+        return crate::hook_scripts::install(places, agent, scope, tacho, dry_run, watch);
+    }
     let command = settings::command_for(tacho, agent, watch);
     let e = edit_settings(places, agent, scope, dry_run, |name, s| {
         settings::install(name, s, agent, &command)
@@ -256,6 +261,9 @@ pub fn uninstall_hooks(
     scope: Scope,
     dry_run: bool,
 ) -> Result<Installed, InstallError> {
+    if agent.installation() == Installation::EventExecutables {
+        return crate::hook_scripts::uninstall(places, agent, scope, dry_run);
+    }
     let mut before = Vec::new();
     let e = edit_settings(places, agent, scope, dry_run, |name, s| {
         before = settings::installed(s, agent);
@@ -286,6 +294,12 @@ pub fn hooks_status(places: &Places, tacho: &str) -> HooksStatus {
             let Ok(file) = settings_file(places, agent, scope) else {
                 continue;
             };
+            if agent.installation() == Installation::EventExecutables {
+                out.push(crate::hook_scripts::status(
+                    places, agent, scope, file, tacho,
+                ));
+                continue;
+            }
             let name = file.display().to_string();
             let (text, exists) = match SettingsFile::read(&file, owner(places, scope)) {
                 Ok(f) => {

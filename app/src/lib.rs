@@ -21,6 +21,7 @@ mod demo;
 mod end;
 pub mod error;
 mod goals;
+mod hook_scripts;
 mod hooks;
 mod id;
 pub mod import;

@@ -186,18 +186,21 @@ fn keep_owner_and_mode(f: &std::fs::File, old: &Stat) -> std::io::Result<()> {
 }
 
 /// Replaces `name` in `dir` with `bytes`, whole or not at all, keeping `old`'s owner
-/// and mode.
+/// and mode (a new file gets `new_mode` when given: an executable).
 fn replace_at(
     dir: &OwnedFd,
     name: &OsStr,
     bytes: &[u8],
     old: Option<&Stat>,
+    new_mode: Option<u32>,
     shown: &Path,
 ) -> Result<(), UserFileError> {
     let (mut f, tmp) = create_temp(dir, name, shown)?;
     let result = (|| {
-        if let Some(old) = old {
-            keep_owner_and_mode(&f, old)?;
+        match (old, new_mode) {
+            (Some(old), _) => keep_owner_and_mode(&f, old)?,
+            (None, Some(mode)) => rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?,
+            (None, None) => {}
         }
         f.write_all(bytes)?;
         f.sync_all()?;
@@ -496,13 +499,71 @@ impl SettingsFile {
                     &l.backup_name,
                     self.text.as_bytes(),
                     Some(old),
+                    None,
                     &l.backup,
                 )?;
                 Some(l.backup.clone())
             }
         };
-        replace_at(&l.dir, &l.name, text.as_bytes(), self.stat.as_ref(), &l.at)?;
+        replace_at(
+            &l.dir,
+            &l.name,
+            text.as_bytes(),
+            self.stat.as_ref(),
+            None,
+            &l.at,
+        )?;
         Ok(backup)
+    }
+
+    /// The file as located now, refused when it is not the one read, or is a link: a
+    /// file tacho owns whole (a hook script of its own) is a regular file it made.
+    fn own(&self) -> Result<Located, UserFileError> {
+        let l =
+            locate(&self.path, &self.owner, true)?.ok_or_else(|| io(&self.path, Errno::NOENT))?;
+        if l.through.is_some() || self.through.is_some() {
+            return Err(refused(
+                &self.path,
+                "is a symbolic link, not a file tacho wrote; tacho neither follows nor replaces it",
+            ));
+        }
+        let same = match (&l.stat, &self.stat) {
+            (None, None) => true,
+            (Some(a), Some(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+            _ => false,
+        };
+        if !same {
+            return Err(refused(
+                &l.at,
+                "changed while tacho was editing it; run the command again",
+            ));
+        }
+        Ok(l)
+    }
+
+    /// Writes `text` in place of a file tacho owns whole (its hook script, which the
+    /// caller recognised, or nothing yet): as [`SettingsFile::replace`], without a
+    /// backup; a new file gets `mode`.
+    pub fn replace_own(&self, text: &str, mode: u32) -> Result<(), UserFileError> {
+        let l = self.own()?;
+        replace_at(
+            &l.dir,
+            &l.name,
+            text.as_bytes(),
+            self.stat.as_ref(),
+            Some(mode),
+            &l.at,
+        )
+    }
+
+    /// Removes a file tacho owns whole (its hook script, which the caller recognised):
+    /// the name in its directory, never a link's target. Nothing there: nothing done.
+    pub fn remove_own(&self) -> Result<(), UserFileError> {
+        if self.stat.is_none() {
+            return Ok(());
+        }
+        let l = self.own()?;
+        rustix::fs::unlinkat(&l.dir, &l.name, AtFlags::empty()).map_err(|e| io(&l.at, e))
     }
 }
 

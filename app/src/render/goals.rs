@@ -242,6 +242,9 @@ pub fn status(v: &GoalStatus) -> String {
     for w in &v.warnings {
         o.put(format!("Warning: {w}"));
     }
+    if let Some(n) = &v.stop_not_refusable {
+        o.put(format!("Not enforced: {n}."));
+    }
     o.put(if v.completed {
         "Completed.".to_string()
     } else if v.can_complete {
