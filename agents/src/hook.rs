@@ -423,7 +423,7 @@ fn clip(s: &str, chars: usize) -> String {
 }
 
 /// What a tool call is about: its file, command, pattern or address.
-fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
+pub(crate) fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
     if tool == "apply_patch" {
         let files = patch_text(input).and_then(patch_files)?;
         return Some(
@@ -437,6 +437,8 @@ fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
     [
         "file_path",
         "notebook_path",
+        // OpenCode's file tools.
+        "filePath",
         "command",
         "cmd",
         "path",

@@ -12,7 +12,8 @@
 //!   offset, one count per model response.
 //! - [`patch`]: the paths an `apply_patch` patch touches (Codex).
 //! - [`settings`]: tacho's entries merged into (and taken out of) each agent's hook
-//!   settings file, keeping everything else.
+//!   settings file, keeping everything else; [`plugin`]: tacho's plugin file for the
+//!   agents that load plugins instead ([`opencode`]).
 //!
 //! Nothing here writes the log: the application layer records what these functions
 //! return, through its one ingest path, which refuses evidence kinds.
@@ -23,7 +24,9 @@ pub mod codex;
 pub mod droid;
 pub mod hook;
 pub mod import;
+pub mod opencode;
 pub mod patch;
+pub mod plugin;
 pub mod qwen_code;
 pub mod settings;
 pub mod transcript;
@@ -41,6 +44,8 @@ impl Agent {
     pub const Codex: Agent = Agent(&codex::Codex);
     pub const Droid: Agent = Agent(&droid::Droid);
     pub const QwenCode: Agent = Agent(&qwen_code::QwenCode);
+    pub const OpenCode: Agent = Agent(&opencode::OPENCODE);
+    pub const Kilo: Agent = Agent(&opencode::KILO);
 
     /// The registry: every agent tacho has an adapter for, in the order they are
     /// listed. Adding an agent is a module with its [`Adapter`], a constant above and
@@ -50,6 +55,8 @@ impl Agent {
         Agent::Codex,
         Agent::Droid,
         Agent::QwenCode,
+        Agent::OpenCode,
+        Agent::Kilo,
     ];
 
     /// The adapter behind it.

@@ -464,19 +464,7 @@ impl SettingsFile {
     /// (with the same owner and mode). Returns the backup's path. A file changed since
     /// it was read, or a backup name taken by anything but a regular file, is refused.
     pub fn replace(&self, text: &str) -> Result<Option<PathBuf>, UserFileError> {
-        let l =
-            locate(&self.path, &self.owner, true)?.ok_or_else(|| io(&self.path, Errno::NOENT))?;
-        let same = match (&l.stat, &self.stat) {
-            (None, None) => true,
-            (Some(a), Some(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
-            _ => false,
-        };
-        if !same || l.through != self.through {
-            return Err(refused(
-                &l.at,
-                "changed while tacho was editing it; run the command again",
-            ));
-        }
+        let l = self.unchanged()?;
         let backup = match &self.stat {
             None => None,
             Some(old) => {
@@ -503,6 +491,51 @@ impl SettingsFile {
         };
         replace_at(&l.dir, &l.name, text.as_bytes(), self.stat.as_ref(), &l.at)?;
         Ok(backup)
+    }
+
+    /// Writes `text` in place of the file read as [`SettingsFile::replace`] does,
+    /// keeping no backup: for a file that is tacho's own (its plugin file), whose
+    /// previous text tacho writes again at will.
+    pub fn replace_own(&self, text: &str) -> Result<(), UserFileError> {
+        let l = self.unchanged()?;
+        replace_at(&l.dir, &l.name, text.as_bytes(), self.stat.as_ref(), &l.at)
+    }
+
+    /// Removes the file read (tacho's own: its plugin file). A file changed since it
+    /// was read, and a user's link (whose target this would remove), are refused.
+    pub fn remove(&self) -> Result<(), UserFileError> {
+        let l = self.unchanged()?;
+        if let Some(t) = &l.through {
+            return Err(refused(
+                &self.path,
+                format!(
+                    "is a symbolic link to {}; tacho removes only its own file, never a link's target",
+                    t.display()
+                ),
+            ));
+        }
+        if l.stat.is_none() {
+            return Ok(());
+        }
+        rustix::fs::unlinkat(&l.dir, &l.name, AtFlags::empty()).map_err(|e| io(&l.at, e))
+    }
+
+    /// Where the file read is, refused when it is no longer the file read.
+    fn unchanged(&self) -> Result<Located, UserFileError> {
+        let l =
+            locate(&self.path, &self.owner, true)?.ok_or_else(|| io(&self.path, Errno::NOENT))?;
+        let same = match (&l.stat, &self.stat) {
+            (None, None) => true,
+            (Some(a), Some(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+            _ => false,
+        };
+        if !same || l.through != self.through {
+            return Err(refused(
+                &l.at,
+                "changed while tacho was editing it; run the command again",
+            ));
+        }
+        Ok(l)
     }
 }
 

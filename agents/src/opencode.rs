@@ -1,0 +1,736 @@
+//! OpenCode (npm `opencode-ai`) and Kilo Code (npm `@kilocode/cli`, a fork of it with
+//! the same plugin API): one adapter, parameterised by the agent's name, directories
+//! and database ([`OPENCODE`], [`KILO`]).
+//!
+//! - **No hook commands: plugins.** tacho installs one plugin file of its own
+//!   ([`crate::adapter::Installation::PluginFile`], written by [`crate::plugin`]) in
+//!   `.opencode/plugin/` (project) or `$XDG_CONFIG_HOME/opencode/plugin/` (user; Kilo:
+//!   `.kilo/`, `…/kilo/`). The plugin runs inside the agent (Bun) and hands each event
+//!   tacho maps to `<tacho> hook <agent>` as one JSON object on stdin, `{"event",
+//!   "payload", "directory", "database"}`, waiting for the answer: the plugin's hook
+//!   names (`chat.message`, `tool.execute.before`, `tool.execute.after`) and the bus
+//!   events it forwards as `event:<type>` (`session.created`, `session.idle`, and
+//!   `message.part.updated` of a tool part that ended in an error), exactly as
+//!   `tests/agents/fixtures/opencode/hooks.jsonl` logged them.
+//! - **The mapping** ([`OpenCode::parse_payload`]): `session.created` → `SessionStart`
+//!   (a subagent's session names its parent: `parentID`), `chat.message` →
+//!   `UserPromptSubmit` (its text parts), `tool.execute.before/after` →
+//!   `PreToolUse`/`PostToolUse` paired by the model's call id (`callID`), with the
+//!   plugin's measured duration; a shell whose `metadata.exit` is not 0, and a tool part
+//!   that ended in an error (a tool that threw: no `tool.execute.after` then), →
+//!   `PostToolUseFailure`; `session.idle` → `Stop`. Its shell (`bash`) is snapshotted
+//!   whole, `write` and `edit` their `filePath`.
+//! - **No transcript file: a database.** Sessions, messages and parts are rows of a
+//!   SQLite database (`$XDG_DATA_HOME/opencode/opencode.db`, WAL; Kilo's `kilo.db`),
+//!   whose assistant messages carry each step's tokens. The hook's "transcript" is that
+//!   session in the database (`<database>#<session id>`): read-only, at every event,
+//!   each completed assistant message counted once. `tacho import` reads the whole
+//!   database (every session, subagents as child sessions), or one session as
+//!   `opencode export <id>` prints it.
+//! - **Tokens**: a message's `input` excludes the cached tokens (`cache.read`), its
+//!   `output` excludes `reasoning`; tacho's output is `output + reasoning`, so that
+//!   input + cache read + output is what the model served.
+//! - **The stop**: there is no stop hook. When the gate refuses a stop the plugin sends
+//!   the reason as a new prompt (`client.session.prompt`): a server (`opencode serve`,
+//!   the TUI) and Kilo Code's `run` go back to work; OpenCode's `run` stores the prompt
+//!   and exits.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResult, ToolStatus};
+
+use crate::adapter::{Adapter, HookEvent, Installation, PlaceError, Places, Scope};
+use crate::hook::{HookPayload, PayloadError, ToolKind, tool_target};
+use crate::import::{Transcript, start_event};
+use crate::transcript::{Caught, Cursor, Usage};
+use crate::{Agent, session_id_from};
+
+/// OpenCode or one of its forks: where its files are.
+#[derive(Debug)]
+pub struct OpenCode {
+    name: &'static str,
+    /// Its directory in a project (`.opencode`).
+    project_dir: &'static str,
+    /// Its directory under the XDG configuration and data directories (`opencode`).
+    xdg_dir: &'static str,
+    /// Its database's file name in its data directory (`opencode.db`).
+    database: &'static str,
+}
+
+pub const OPENCODE: OpenCode = OpenCode {
+    name: "opencode",
+    project_dir: ".opencode",
+    xdg_dir: "opencode",
+    database: "opencode.db",
+};
+
+pub const KILO: OpenCode = OpenCode {
+    name: "kilo",
+    project_dir: ".kilo",
+    xdg_dir: "kilo",
+    database: "kilo.db",
+};
+
+/// tacho's plugin file's name in the agent's plugin directory.
+pub const PLUGIN_FILE: &str = "tacho.js";
+
+/// Its tools that change no file.
+const READ_ONLY: &[&str] = &[
+    "read",
+    "glob",
+    "grep",
+    "list",
+    "todowrite",
+    "todoread",
+    "webfetch",
+    "websearch",
+    "codesearch",
+    "skill",
+    "question",
+    "lsp",
+    "kilo_local_recall",
+    "board_read",
+    // A subagent's own tools are recorded (and snapshotted) in its session.
+    "task",
+];
+
+impl OpenCode {
+    fn agent(&self) -> Agent {
+        if self.name == KILO.name {
+            Agent::Kilo
+        } else {
+            Agent::OpenCode
+        }
+    }
+}
+
+impl Adapter for OpenCode {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        if self.name == KILO.name {
+            &["kilocode", "kilo-code"]
+        } else {
+            &[]
+        }
+    }
+
+    fn env_vars(&self) -> &'static [&'static str] {
+        &["XDG_CONFIG_HOME", "XDG_DATA_HOME"]
+    }
+
+    /// tacho's plugin file: `<project>/.opencode/plugin/tacho.js`, or
+    /// `$XDG_CONFIG_HOME/opencode/plugin/tacho.js` (`~/.config/…`).
+    fn settings_file(&self, places: &Places, scope: Scope) -> Result<PathBuf, PlaceError> {
+        let dir = match scope {
+            Scope::User => places
+                .config_dir("XDG_CONFIG_HOME", ".config")?
+                .join(self.xdg_dir),
+            Scope::Project => places.project.join(self.project_dir),
+            Scope::Local => return Err(PlaceError::NoScope),
+        };
+        Ok(dir.join("plugin").join(PLUGIN_FILE))
+    }
+
+    fn installation(&self) -> Installation {
+        Installation::PluginFile
+    }
+
+    /// The events the plugin hands to tacho (the timeout is how long it waits for the
+    /// answer).
+    fn hook_events(&self) -> &'static [HookEvent] {
+        &[
+            ("event:session.created", None, 10),
+            ("chat.message", None, 10),
+            ("tool.execute.before", None, 30),
+            ("tool.execute.after", None, 30),
+            ("event:message.part.updated", None, 30),
+            ("event:session.idle", None, 60),
+        ]
+    }
+
+    fn install_note(&self) -> Option<&'static str> {
+        Some(
+            "the plugin is loaded when the agent starts; it has no stop hook: a refused stop is sent back as a prompt, which `run` of OpenCode does not work on (a server or the TUI does)",
+        )
+    }
+
+    fn parse_payload(&self, bytes: &[u8]) -> Result<HookPayload, PayloadError> {
+        parse_plugin_payload(bytes)
+    }
+
+    fn tool_kind(&self, tool: &str, input: Option<&Value>) -> ToolKind {
+        let file = input
+            .and_then(|i| i.get("filePath"))
+            .and_then(Value::as_str);
+        match (tool, file) {
+            ("write" | "edit" | "multiedit", Some(f)) => ToolKind::Files(vec![f.to_owned()]),
+            ("apply_patch" | "patch", _) => crate::hook::tool_kind("apply_patch", input),
+            (t, _) if READ_ONLY.contains(&t) => ToolKind::ReadOnly,
+            _ => ToolKind::Anything,
+        }
+    }
+
+    /// `path` is `<database>#<session id>`: the session's completed assistant messages
+    /// not counted yet (with `finish`, those still open too), read from the messages
+    /// created since the first one left uncounted last time.
+    fn read_transcript(
+        &self,
+        cursor: &mut Cursor,
+        path: &Path,
+        finish: bool,
+    ) -> std::io::Result<Caught> {
+        let text = path.to_string_lossy();
+        let Some((db, session)) = text.rsplit_once('#') else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{text}: not <database>#<session id>"),
+            ));
+        };
+        let db = Path::new(db);
+        let conn = open_database(db)?;
+        let since = i64::try_from(cursor.offset).unwrap_or(i64::MAX);
+        let rows = query(
+            db,
+            &conn,
+            "select id, time_created, data from message where session_id = ?1 and time_created >= ?2 order by time_created, id",
+            rusqlite::params![session, since],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            },
+        )?;
+        let mut out = Caught::default();
+        let mut open_since: Option<i64> = None;
+        let mut last = since;
+        for (id, created, data) in rows {
+            last = created;
+            let Ok(m) = serde_json::from_str::<Value>(&data) else {
+                cursor.bad_lines += 1;
+                continue;
+            };
+            if m.get("role").and_then(Value::as_str) != Some("assistant") {
+                continue;
+            }
+            let completed = m.pointer("/time/completed").is_some();
+            if !completed && !finish {
+                open_since.get_or_insert(created);
+                continue;
+            }
+            if let Some(u) = usage(&id, &m)
+                && cursor.remember(&id)
+            {
+                out.usages.push(u);
+            }
+        }
+        cursor.offset = u64::try_from(open_since.unwrap_or(last)).unwrap_or(0);
+        Ok(out)
+    }
+
+    /// `$XDG_DATA_HOME/opencode` (`~/.local/share/opencode`): its database.
+    fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
+        Ok(places
+            .config_dir("XDG_DATA_HOME", ".local/share")?
+            .join(self.xdg_dir))
+    }
+
+    /// Its database (`opencode.db`) only: the JSON files beside it are not sessions.
+    fn is_transcript(&self, path: &Path) -> bool {
+        path.file_name().is_some_and(|n| n == self.database)
+    }
+
+    /// One session as `opencode export <id>` prints it: `{"info", "messages": [{"info",
+    /// "parts"}]}`.
+    fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(doc) => {
+                let info = doc.get("info").cloned().unwrap_or_default();
+                let messages = doc
+                    .get("messages")
+                    .and_then(Value::as_array)
+                    .map(|ms| {
+                        ms.iter()
+                            .map(|m| Message {
+                                info: m.get("info").cloned().unwrap_or_default(),
+                                parts: m
+                                    .get("parts")
+                                    .and_then(Value::as_array)
+                                    .cloned()
+                                    .unwrap_or_default(),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                read_session(self.agent(), &info, messages)
+            }
+            Err(_) => {
+                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+                Transcript {
+                    session: session_id_from(&stem.unwrap_or_default()),
+                    events: vec![(0, start_event(self.agent(), None, None, None))],
+                    bad_lines: 1,
+                    lines: 1,
+                    ..Transcript::default()
+                }
+            }
+        }
+    }
+
+    /// Its database: every session in it (a SQLite file, known by its header);
+    /// anything else is one exported session.
+    fn import_file(&self, path: &Path) -> std::io::Result<Vec<Transcript>> {
+        let mut head = [0u8; 16];
+        let is_db = {
+            use std::io::Read;
+            let mut f = crate::transcript::open_transcript(path)?;
+            f.read(&mut head)? == head.len() && &head == b"SQLite format 3\0"
+        };
+        if is_db {
+            read_database(self.agent(), path)
+        } else {
+            let bytes = crate::transcript::read_transcript_file(path)?;
+            Ok(vec![self.import_transcript(path, &bytes)])
+        }
+    }
+
+    /// `run` fires no session end; a stop the gate lets through ends the session.
+    fn reports_session_end(&self) -> bool {
+        false
+    }
+}
+
+/// Reads one payload of tacho's plugin: `{"event", "payload", "directory",
+/// "database"}`, the payload being what the agent gave the plugin's hook (`{"input",
+/// "output"}`) or the bus event (`{"type", "properties"}`).
+pub fn parse_plugin_payload(bytes: &[u8]) -> Result<HookPayload, PayloadError> {
+    let raw: Value = serde_json::from_slice(bytes).map_err(PayloadError::Json)?;
+    let event = raw
+        .get("event")
+        .and_then(Value::as_str)
+        .ok_or(PayloadError::Missing("event"))?;
+    let payload = raw.get("payload").unwrap_or(&Value::Null);
+    let input = payload.get("input");
+    let output = payload.get("output");
+    let props = payload.get("properties");
+    fn s<'v>(v: Option<&'v Value>, k: &str) -> Option<&'v str> {
+        v?.get(k)?.as_str()
+    }
+    let info = props.and_then(|p| p.get("info"));
+    let part = props.and_then(|p| p.get("part"));
+    let session = s(input, "sessionID")
+        .or(s(props, "sessionID"))
+        .or(s(part, "sessionID"))
+        .or(s(info, "id"))
+        .filter(|v| !v.trim().is_empty())
+        .ok_or(PayloadError::Missing("sessionID"))?;
+    let mut p = HookPayload {
+        session_id: session.to_owned(),
+        cwd: s(Some(&raw), "directory").map(str::to_owned),
+        transcript_path: s(Some(&raw), "database").map(|d| format!("{d}#{session}")),
+        ..HookPayload::default()
+    };
+    let name = match event {
+        "event:session.created" => {
+            p.source = Some("startup".into());
+            if let Some(d) = s(info, "directory") {
+                p.cwd = Some(d.to_owned());
+            }
+            p.calling_session_id = s(info, "parentID").map(str::to_owned);
+            "SessionStart"
+        }
+        "chat.message" => {
+            let parts = output.and_then(|o| o.get("parts"));
+            p.prompt = Some(prompt_text(parts.and_then(Value::as_array)));
+            "UserPromptSubmit"
+        }
+        "tool.execute.before" => {
+            p.tool_name = s(input, "tool").map(str::to_owned);
+            p.tool_use_id = s(input, "callID").map(str::to_owned);
+            p.tool_input = output.and_then(|o| o.get("args")).cloned();
+            "PreToolUse"
+        }
+        "tool.execute.after" => {
+            p.tool_name = s(input, "tool").map(str::to_owned);
+            p.tool_use_id = s(input, "callID").map(str::to_owned);
+            p.tool_input = input.and_then(|i| i.get("args")).cloned();
+            p.tool_response = output.and_then(|o| o.get("output")).cloned();
+            p.duration_ms = payload.get("duration_ms").and_then(Value::as_u64);
+            match output
+                .and_then(|o| o.pointer("/metadata/exit"))
+                .and_then(Value::as_i64)
+            {
+                Some(code) if code != 0 => {
+                    p.error = Some(Value::String(format!("Exit code {code}")));
+                    "PostToolUseFailure"
+                }
+                _ => "PostToolUse",
+            }
+        }
+        // A tool part that ended in an error: a tool that threw (refused, or failed
+        // before it ran) has no `tool.execute.after`.
+        "event:message.part.updated"
+            if s(part, "type") == Some("tool")
+                && part.and_then(|t| t.pointer("/state/status")) == Some(&"error".into()) =>
+        {
+            let state = part.and_then(|t| t.get("state"));
+            p.tool_name = s(part, "tool").map(str::to_owned);
+            p.tool_use_id = s(part, "callID").map(str::to_owned);
+            p.tool_input = state.and_then(|st| st.get("input")).cloned();
+            p.error = state.and_then(|st| st.get("error")).cloned();
+            p.duration_ms = duration_ms(state);
+            "PostToolUseFailure"
+        }
+        "event:session.idle" => {
+            p.stop_hook_active = raw.get("stop_hook_active").and_then(Value::as_bool);
+            "Stop"
+        }
+        other => other,
+    };
+    p.hook_event_name = name.to_owned();
+    Ok(p)
+}
+
+/// A user message's text: its text parts, but those the agent added itself
+/// (`synthetic`) or left out of the conversation (`ignored`).
+fn prompt_text(parts: Option<&Vec<Value>>) -> String {
+    parts
+        .into_iter()
+        .flatten()
+        .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+        .filter(|p| {
+            !["synthetic", "ignored"]
+                .iter()
+                .any(|k| p.get(*k).and_then(Value::as_bool) == Some(true))
+        })
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A tool part's duration: `state.time.end - state.time.start` (milliseconds).
+fn duration_ms(state: Option<&Value>) -> Option<u64> {
+    let t = |k: &str| state?.pointer(&format!("/time/{k}"))?.as_u64();
+    Some(t("end")?.saturating_sub(t("start")?))
+}
+
+/// The model usage of an assistant message: its `tokens`, `input` without the cached
+/// tokens and `output` without `reasoning` (added back: tacho's output is all the
+/// model generated). `None` for a message that used none (it failed before the
+/// model answered).
+fn usage(id: &str, m: &Value) -> Option<Usage> {
+    let tk = m.get("tokens")?;
+    let n = |p: &str| tk.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    let u = Usage {
+        message_id: id.to_owned(),
+        request_id: None,
+        model: m.get("modelID").and_then(Value::as_str).map(str::to_owned),
+        input_tokens: n("/input"),
+        output_tokens: n("/output").saturating_add(n("/reasoning")),
+        cache_read: n("/cache/read"),
+        cache_write: n("/cache/write"),
+        stop_reason: m.get("finish").and_then(Value::as_str).map(str::to_owned),
+        time_unix_ns: time_ns(m.pointer("/time/completed")),
+    };
+    let used = u.input_tokens + u.output_tokens + u.cache_read + u.cache_write;
+    (used > 0).then_some(u)
+}
+
+fn time_ns(ms: Option<&Value>) -> Option<i64> {
+    ms.and_then(|v| tacho_schema::parse_ts(v).ok())
+}
+
+/// Opens the agent's database read-only (another process, the agent, may be writing
+/// it: WAL readers do not block it, and it does not block them). Only a regular file.
+fn open_database(path: &Path) -> std::io::Result<rusqlite::Connection> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: not a regular file", path.display()),
+        ));
+    }
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn =
+        rusqlite::Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(|e| sql_error(path, e))?;
+    Ok(conn)
+}
+
+fn sql_error(path: &Path, e: rusqlite::Error) -> std::io::Error {
+    std::io::Error::other(format!("{}: SQLite: {e}", path.display()))
+}
+
+/// The rows of one query, each mapped by `row`.
+fn query<T>(
+    path: &Path,
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> std::io::Result<Vec<T>> {
+    let mut stmt = conn.prepare(sql).map_err(|e| sql_error(path, e))?;
+    let rows = stmt
+        .query_map(params, row)
+        .map_err(|e| sql_error(path, e))?;
+    rows.collect::<rusqlite::Result<Vec<T>>>()
+        .map_err(|e| sql_error(path, e))
+}
+
+/// One message with its parts (an export's shape; the database's rows are put in it).
+struct Message {
+    info: Value,
+    parts: Vec<Value>,
+}
+
+/// Every session of a database: its `session`, `message` and `part` rows (the rows'
+/// `data` is the export's JSON without the ids, which are columns).
+fn read_database(agent: Agent, path: &Path) -> std::io::Result<Vec<Transcript>> {
+    let conn = open_database(path)?;
+    let sessions = query(
+        path,
+        &conn,
+        "select id, parent_id, directory, title, time_created from session order by time_created, id",
+        [],
+        |r| {
+            Ok(serde_json::json!({
+                "id": r.get::<_, String>(0)?,
+                "parentID": r.get::<_, Option<String>>(1)?,
+                "directory": r.get::<_, Option<String>>(2)?,
+                "title": r.get::<_, Option<String>>(3)?,
+                "time": {"created": r.get::<_, i64>(4)?},
+            }))
+        },
+    )?;
+    let mut messages: BTreeMap<String, Vec<(String, Message)>> = BTreeMap::new();
+    let mut bad: BTreeMap<String, u64> = BTreeMap::new();
+    for (id, session, data) in query(
+        path,
+        &conn,
+        "select id, session_id, data from message order by time_created, id",
+        [],
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        },
+    )? {
+        let Ok(mut info) = serde_json::from_str::<Value>(&data) else {
+            *bad.entry(session).or_default() += 1;
+            continue;
+        };
+        if let Some(m) = info.as_object_mut() {
+            m.insert("id".into(), Value::String(id.clone()));
+        }
+        messages.entry(session).or_default().push((
+            id,
+            Message {
+                info,
+                parts: Vec::new(),
+            },
+        ));
+    }
+    let mut parts: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for (message, session, data) in query(
+        path,
+        &conn,
+        "select message_id, session_id, data from part order by id",
+        [],
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        },
+    )? {
+        match serde_json::from_str::<Value>(&data) {
+            Ok(v) => parts.entry(message).or_default().push(v),
+            Err(_) => *bad.entry(session).or_default() += 1,
+        }
+    }
+    let mut out = Vec::new();
+    for info in sessions {
+        let id = info.get("id").and_then(Value::as_str).unwrap_or_default();
+        let ms = messages
+            .remove(id)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(mid, mut m)| {
+                m.parts = parts.remove(&mid).unwrap_or_default();
+                m
+            })
+            .collect();
+        let mut t = read_session(agent, &info, ms);
+        t.bad_lines += bad.remove(id).unwrap_or(0);
+        out.push(t);
+    }
+    Ok(out)
+}
+
+/// One session into tacho's events: its start (a subagent's names its parent), the
+/// user's prompts, each tool part as a call and (once it ended) its result, the
+/// files `write` and `edit` changed, and each assistant message's usage.
+fn read_session(agent: Agent, info: &Value, messages: Vec<Message>) -> Transcript {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let mut t = Transcript {
+        session: session_id_from(&s(info, "id").unwrap_or_default()),
+        parent: s(info, "parentID").map(|p| session_id_from(&p)),
+        workspace: s(info, "directory"),
+        ..Transcript::default()
+    };
+    let started = time_ns(info.pointer("/time/created")).unwrap_or(0);
+    t.events.push((
+        started,
+        start_event(agent, None, t.workspace.clone(), t.parent.clone()),
+    ));
+    let mut time = started;
+    let workspace = t.workspace.clone();
+    for m in messages {
+        t.lines += 1;
+        time = time_ns(m.info.pointer("/time/created")).unwrap_or(time);
+        match m.info.get("role").and_then(Value::as_str) {
+            Some("user") => {
+                let text = prompt_text(Some(&m.parts));
+                if text.trim().is_empty() {
+                    *t.skipped.entry("user (no text)".into()).or_default() += 1;
+                    continue;
+                }
+                t.events.push((
+                    time,
+                    EventBody::AgentNotice(AgentNotice {
+                        notice: "prompt".into(),
+                        message: Some(text),
+                        agent: None,
+                    }),
+                ));
+            }
+            Some("assistant") => {
+                for part in &m.parts {
+                    match part.get("type").and_then(Value::as_str) {
+                        Some("tool") => tool_part(part, workspace.as_deref(), time, &mut t),
+                        Some(k) => *t.skipped.entry(format!("part {k}")).or_default() += 1,
+                        None => *t.skipped.entry("part (no type)".into()).or_default() += 1,
+                    }
+                }
+                let id = s(&m.info, "id").unwrap_or_default();
+                if let Some(u) = usage(&id, &m.info) {
+                    t.events.push((
+                        u.time_unix_ns.unwrap_or(time),
+                        EventBody::LlmResponse(u.event()),
+                    ));
+                }
+            }
+            other => {
+                let k = other.unwrap_or("(none)").to_owned();
+                *t.unknown.entry(k.clone()).or_default() += 1;
+                *t.skipped.entry(format!("{k} (unknown)")).or_default() += 1;
+            }
+        }
+    }
+    t
+}
+
+/// A tool part: its call, and its result once it ended (`completed`, or `error`); a
+/// shell is failed when its exit code is not 0.
+fn tool_part(part: &Value, workspace: Option<&str>, time: i64, t: &mut Transcript) {
+    let (Some(id), Some(tool)) = (
+        part.get("callID").and_then(Value::as_str),
+        part.get("tool").and_then(Value::as_str),
+    ) else {
+        *t.skipped
+            .entry("tool part without call id".into())
+            .or_default() += 1;
+        return;
+    };
+    let state = part.get("state");
+    let input = state.and_then(|s| s.get("input"));
+    let at = |k: &str| time_ns(state.and_then(|s| s.pointer(&format!("/time/{k}"))));
+    t.events.push((
+        at("start").unwrap_or(time),
+        EventBody::ToolCall(ToolCall {
+            call_id: id.to_owned(),
+            tool: tool.to_owned(),
+            target: tool_target(tool, input),
+            input: input.map(Value::to_string),
+            agent: None,
+        }),
+    ));
+    let status = state.and_then(|s| s.get("status")).and_then(Value::as_str);
+    if !matches!(status, Some("completed" | "error")) {
+        return;
+    }
+    let exit_code = state
+        .and_then(|s| s.pointer("/metadata/exit"))
+        .and_then(Value::as_i64);
+    let error = state
+        .and_then(|s| s.get("error"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| {
+            exit_code
+                .filter(|c| *c != 0)
+                .map(|c| format!("Exit code {c}"))
+        });
+    let failed = status == Some("error") || error.is_some();
+    let output = state
+        .and_then(|s| s.get("output"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    t.events.push((
+        at("end").unwrap_or(time),
+        EventBody::ToolResult(ToolResult {
+            call_id: id.to_owned(),
+            status: if failed {
+                ToolStatus::Error
+            } else {
+                ToolStatus::Ok
+            },
+            duration_ms: duration_ms(state),
+            error: error.map(|e| e.lines().next().unwrap_or("").to_owned()),
+            output: output.or_else(|| state.and_then(|s| s.get("error")).map(|e| e.to_string())),
+            exit_code,
+        }),
+    ));
+    let file = input
+        .and_then(|i| i.get("filePath"))
+        .and_then(Value::as_str);
+    if let (false, "write" | "edit", Some(file)) = (failed, tool, file) {
+        let meta = state.and_then(|s| s.get("metadata"));
+        let n = |k: &str| {
+            meta.and_then(|m| m.pointer(&format!("/filediff/{k}")))
+                .and_then(Value::as_u64)
+        };
+        let created = tool == "write" && meta.and_then(|m| m.get("exists")) == Some(&false.into());
+        let path = workspace
+            .and_then(|w| Path::new(file).strip_prefix(w).ok())
+            .filter(|r| !r.as_os_str().is_empty())
+            .map_or_else(|| file.to_owned(), |r| r.display().to_string());
+        t.events.push((
+            at("end").unwrap_or(time),
+            EventBody::FileEdit(FileEdit {
+                path,
+                op: if created {
+                    EditOp::Create
+                } else {
+                    EditOp::Modify
+                },
+                from: None,
+                tool: Some(tool.to_owned()),
+                call_id: Some(id.to_owned()),
+                lines_added: n("additions"),
+                lines_removed: n("deletions"),
+            }),
+        ));
+    }
+}
