@@ -44,6 +44,7 @@ use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResul
 use crate::adapter::{Adapter, HookEvent, Installation, PlaceError, Places, Scope};
 use crate::hook::{HookPayload, PayloadError, ToolKind, tool_target};
 use crate::import::{Transcript, start_event};
+use crate::qwen_code::diff_counts;
 use crate::transcript::{Caught, Cursor, Usage};
 use crate::{Agent, session_id_from};
 
@@ -707,11 +708,23 @@ fn tool_part(part: &Value, workspace: Option<&str>, time: i64, t: &mut Transcrip
         .and_then(Value::as_str);
     if let (false, "write" | "edit", Some(file)) = (failed, tool, file) {
         let meta = state.and_then(|s| s.get("metadata"));
+        let created = tool == "write" && meta.and_then(|m| m.get("exists")) == Some(&false.into());
+        // The counts the edit gave, else those of its diff, else a new file's lines.
         let n = |k: &str| {
             meta.and_then(|m| m.pointer(&format!("/filediff/{k}")))
                 .and_then(Value::as_u64)
         };
-        let created = tool == "write" && meta.and_then(|m| m.get("exists")) == Some(&false.into());
+        let diff = meta.and_then(|m| m.get("diff")).and_then(Value::as_str);
+        let content = input.and_then(|i| i.get("content")).and_then(Value::as_str);
+        let (added, removed) = match (n("additions"), n("deletions"), diff, content) {
+            (Some(a), Some(r), _, _) => (Some(a), Some(r)),
+            (_, _, Some(d), _) => {
+                let (a, r) = diff_counts(d);
+                (Some(a), Some(r))
+            }
+            (_, _, None, Some(c)) if created => (Some(c.lines().count() as u64), Some(0)),
+            _ => (None, None),
+        };
         let path = workspace
             .and_then(|w| Path::new(file).strip_prefix(w).ok())
             .filter(|r| !r.as_os_str().is_empty())
@@ -728,9 +741,436 @@ fn tool_part(part: &Value, workspace: Option<&str>, time: i64, t: &mut Transcrip
                 from: None,
                 tool: Some(tool.to_owned()),
                 call_id: Some(id.to_owned()),
-                lines_added: n("additions"),
-                lines_removed: n("deletions"),
+                lines_added: added,
+                lines_removed: removed,
             }),
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::{Action, HookState, map_payload};
+
+    fn fixture(agent: &str, rel: &str) -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/agents/fixtures")
+            .join(agent)
+            .join(rel);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn json(agent: &str, rel: &str) -> Value {
+        serde_json::from_slice(&fixture(agent, rel)).unwrap_or_default()
+    }
+
+    /// What tacho's plugin would have sent for the events the capture's plugin logged
+    /// (`hooks.jsonl`: `{"event", "payload"}`), of the events tacho's plugin forwards.
+    fn payloads(agent: Agent) -> Vec<Vec<u8>> {
+        let forwarded: Vec<&str> = agent.hook_events().iter().map(|e| e.0).collect();
+        let db = format!("/HOME/.local/share/{0}/{0}.db", agent.name());
+        String::from_utf8_lossy(&fixture(agent.name(), "hooks.jsonl"))
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| {
+                l.get("event")
+                    .and_then(Value::as_str)
+                    .is_some_and(|e| forwarded.contains(&e))
+            })
+            // The plugin forwards a tool part only when it ended in an error.
+            .filter(|l| {
+                l["event"] != "event:message.part.updated"
+                    || l.pointer("/payload/properties/part/state/status") == Some(&"error".into())
+            })
+            .map(|mut l| {
+                l["directory"] = "/WORKSPACE".into();
+                l["database"] = db.clone().into();
+                l.to_string().into_bytes()
+            })
+            .collect()
+    }
+
+    /// A database made from the capture's dump (`<agent>.db.json`: each table's
+    /// schema and rows, `data` parsed), in `dir`.
+    fn database(agent: &str, dir: &Path) -> PathBuf {
+        let dump = json(agent, &format!("{agent}.db.json"));
+        let path = dir.join(format!("{agent}.db"));
+        let conn = rusqlite::Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let Some(tables) = dump.as_object() else {
+            panic!("{agent}.db.json is not an object")
+        };
+        // The dump's tables come in name order, not in their references' order.
+        conn.execute_batch("pragma foreign_keys = off")
+            .unwrap_or_else(|e| panic!("{e}"));
+        for (name, table) in tables {
+            let schema = table["schema"].as_str().unwrap_or_default();
+            conn.execute(schema, [])
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        for (name, table) in tables {
+            for row in table["rows"].as_array().into_iter().flatten() {
+                let Some(row) = row.as_object() else { continue };
+                let cols: Vec<&String> = row.keys().collect();
+                let sql = format!(
+                    "insert into \"{name}\" ({}) values ({})",
+                    cols.iter()
+                        .map(|c| format!("\"{c}\""))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    (1..=cols.len())
+                        .map(|i| format!("?{i}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let values: Vec<rusqlite::types::Value> = row
+                    .values()
+                    .map(|v| match v {
+                        Value::Null => rusqlite::types::Value::Null,
+                        Value::Bool(b) => rusqlite::types::Value::Integer(i64::from(*b)),
+                        Value::Number(n) => match n.as_i64() {
+                            Some(i) => rusqlite::types::Value::Integer(i),
+                            None => rusqlite::types::Value::Real(n.as_f64().unwrap_or(0.0)),
+                        },
+                        Value::String(s) => rusqlite::types::Value::Text(s.clone()),
+                        other => rusqlite::types::Value::Text(other.to_string()),
+                    })
+                    .collect();
+                conn.execute(&sql, rusqlite::params_from_iter(values))
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+        conn.execute_batch("pragma journal_mode = wal")
+            .unwrap_or_else(|e| panic!("{e}"));
+        path
+    }
+
+    /// What the mock served to the requests with tools (the title request is
+    /// recorded nowhere): input without the cached tokens, cached, output.
+    fn served(agent: &str) -> (u64, u64, u64) {
+        let mut sum = (0, 0, 0);
+        for l in String::from_utf8_lossy(&fixture(agent, "requests.jsonl")).lines() {
+            let Ok(v) = serde_json::from_str::<Value>(l) else {
+                continue;
+            };
+            if v["tools"] != true {
+                continue;
+            }
+            let n = |p: &str| v.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+            let cached = n("/usage/prompt_tokens_details/cached_tokens");
+            sum.0 += n("/usage/prompt_tokens") - cached;
+            sum.1 += cached;
+            sum.2 += n("/usage/completion_tokens");
+        }
+        sum
+    }
+
+    fn events(t: &Transcript) -> Vec<&EventBody> {
+        t.events.iter().map(|(_, e)| e).collect()
+    }
+
+    fn tokens(events: &[&EventBody]) -> (u64, u64, u64) {
+        events.iter().fold((0, 0, 0), |s, e| match e {
+            EventBody::LlmResponse(r) => {
+                (s.0 + r.tokens_in, s.1 + r.cache_read, s.2 + r.tokens_out)
+            }
+            _ => s,
+        })
+    }
+
+    #[test]
+    fn the_real_payloads_map_to_calls_results_and_snapshots() {
+        for agent in [Agent::OpenCode, Agent::Kilo] {
+            let mut st = HookState::default();
+            let mut actions = Vec::new();
+            for p in payloads(agent) {
+                let p = agent
+                    .parse_payload(&p)
+                    .unwrap_or_else(|e| panic!("{agent} {e}: {}", String::from_utf8_lossy(&p)));
+                assert_eq!(p.cwd.as_deref(), Some("/WORKSPACE"));
+                actions.extend(map_payload(agent, &p, &mut st));
+            }
+            let events: Vec<&EventBody> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Event { body, .. } => Some(body),
+                    _ => None,
+                })
+                .collect();
+            let starts = events
+                .iter()
+                .filter(|e| matches!(e, EventBody::SessionStart(s) if s.workspace.as_deref() == Some("/WORKSPACE")))
+                .count();
+            assert_eq!(starts, 1, "{agent}: {events:?}");
+            // The prompt (stored with its quotes), then the capture's refusal prompt.
+            let prompts: Vec<Option<&str>> = events
+                .iter()
+                .filter_map(|e| match e {
+                    EventBody::AgentNotice(n) if n.notice == "prompt" => Some(n.message.as_deref()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                prompts,
+                [
+                    Some("\"Please tidy notes.txt and write a summary.\""),
+                    Some("KEEP WORKING: run the checks once more")
+                ],
+                "{agent}"
+            );
+            let results: Vec<(&str, ToolStatus, Option<i64>, bool)> = events
+                .iter()
+                .filter_map(|e| match e {
+                    EventBody::ToolResult(r) => Some((
+                        r.call_id.as_str(),
+                        r.status,
+                        r.exit_code,
+                        r.output.as_deref().is_some_and(|o| !o.is_empty()),
+                    )),
+                    _ => None,
+                })
+                .collect();
+            let calls: Vec<(&str, &str)> = events
+                .iter()
+                .filter_map(|e| match e {
+                    EventBody::ToolCall(c) => Some((c.call_id.as_str(), c.tool.as_str())),
+                    _ => None,
+                })
+                .collect();
+            let tools: Vec<&str> = calls.iter().map(|c| c.1).collect();
+            assert_eq!(tools, ["bash", "write", "edit", "bash"], "{agent}");
+            assert!(
+                calls.iter().all(|c| c.0.starts_with("call_mock_")),
+                "{calls:?}"
+            );
+            let statuses: Vec<(ToolStatus, Option<i64>, bool)> =
+                results.iter().map(|r| (r.1, r.2, r.3)).collect();
+            assert_eq!(
+                statuses,
+                [
+                    (ToolStatus::Ok, None, true),
+                    (ToolStatus::Ok, None, true),
+                    (ToolStatus::Ok, None, true),
+                    (ToolStatus::Error, Some(3), true),
+                ],
+                "{agent}"
+            );
+            // Every call pairs with its result by the model's id.
+            let ids: Vec<&str> = results.iter().map(|r| r.0).collect();
+            assert_eq!(ids, calls.iter().map(|c| c.0).collect::<Vec<_>>());
+            // The shells are snapshotted whole, write and edit their file.
+            let before: Vec<(Vec<String>, u64)> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Snapshot {
+                        paths,
+                        before_step: Some(s),
+                        ..
+                    } => Some((paths.clone(), *s)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                before,
+                [
+                    (vec![], 1),
+                    (vec!["/WORKSPACE/summary.md".to_owned()], 2),
+                    (vec!["/WORKSPACE/notes.txt".to_owned()], 3),
+                    (vec![], 4)
+                ],
+                "{agent}"
+            );
+            assert_eq!(
+                actions
+                    .iter()
+                    .filter(|a| matches!(a, Action::Gate { .. }))
+                    .count(),
+                2,
+                "{agent}: both idles reach the gate"
+            );
+            let transcript = actions.iter().find_map(|a| match a {
+                Action::Tokens { transcript, .. } => Some(transcript.clone()),
+                _ => None,
+            });
+            let db = format!("/HOME/.local/share/{0}/{0}.db#", agent.name());
+            assert!(
+                transcript
+                    .as_deref()
+                    .is_some_and(|t| t.starts_with(&db) && t.contains("#ses_")),
+                "{transcript:?}"
+            );
+            assert!(st.unknown_events.is_empty(), "{:?}", st.unknown_events);
+        }
+    }
+
+    /// A tool that threw (refused by a plugin, or failing before it ran) has no
+    /// `tool.execute.after`: its part's error closes it.
+    #[test]
+    fn a_tool_part_in_error_is_a_failed_result() {
+        let p = serde_json::json!({"event": "event:message.part.updated", "directory": "/w",
+            "payload": {"type": "message.part.updated", "properties": {"sessionID": "ses_1",
+                "part": {"type": "tool", "tool": "write", "callID": "c1", "sessionID": "ses_1",
+                    "state": {"status": "error", "input": {"filePath": "/w/a"},
+                        "error": "tacho says no writes", "time": {"start": 10, "end": 25}}}}}});
+        let p = OPENCODE
+            .parse_payload(p.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.hook_event_name, "PostToolUseFailure");
+        assert_eq!(
+            (p.tool_use_id.as_deref(), p.duration_ms),
+            (Some("c1"), Some(15))
+        );
+        assert_eq!(p.error, Some("tacho says no writes".into()));
+        // Without a session there is nothing to record it in.
+        let none = serde_json::json!({"event": "chat.message", "payload": {"input": {}}});
+        assert!(OPENCODE.parse_payload(none.to_string().as_bytes()).is_err());
+        assert!(OPENCODE.parse_payload(b"not json").is_err());
+    }
+
+    #[test]
+    fn the_database_counts_what_the_mock_served_live_and_imported() {
+        for agent in [Agent::OpenCode, Agent::Kilo] {
+            let name = agent.name();
+            let dir = std::env::temp_dir().join(format!("tacho-{name}-db-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap_or_default();
+            let db = database(name, &dir);
+            let info = json(name, "export.json");
+            let sid = info
+                .pointer("/info/id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let served = served(name);
+            // Live: the session's completed messages, each once.
+            let target = PathBuf::from(format!("{}#{sid}", db.display()));
+            let mut cursor = Cursor::default();
+            let caught = agent
+                .read_transcript(&mut cursor, &target, false)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let sum = caught.usages.iter().fold((0, 0, 0), |s, u| {
+                (
+                    s.0 + u.input_tokens,
+                    s.1 + u.cache_read,
+                    s.2 + u.output_tokens,
+                )
+            });
+            assert_eq!(sum, served, "{name} live");
+            let again = agent
+                .read_transcript(&mut cursor, &target, true)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(again.usages.is_empty(), "{name}: counted twice");
+            // Imported: the database and the export read alike, and as ccusage counts.
+            let from_db = agent.import_file(&db).unwrap_or_else(|e| panic!("{e}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            assert_eq!(from_db.len(), 1, "{name}");
+            let t = &from_db[0];
+            assert_eq!(
+                (t.session.as_str(), t.workspace.as_deref()),
+                (sid, Some("/WORKSPACE"))
+            );
+            assert_eq!(tokens(&events(t)), served, "{name} imported");
+            let cc = json(name, "ccusage-session.json");
+            let n = |k: &str| cc.pointer(&format!("/totals/{k}")).and_then(Value::as_u64);
+            assert_eq!(n("inputTokens"), Some(served.0));
+            assert_eq!(n("cacheReadTokens"), Some(served.1));
+            assert_eq!(n("totalTokens"), Some(served.0 + served.1 + served.2));
+            let export =
+                agent.import_transcript(Path::new("export.json"), &fixture(name, "export.json"));
+            assert_eq!(
+                events(&export),
+                events(t),
+                "{name}: the export reads as the database"
+            );
+            assert!(t.unknown.is_empty() && t.bad_lines == 0, "{:?}", t.unknown);
+        }
+    }
+
+    #[test]
+    fn the_import_reads_calls_results_and_edits() {
+        let t =
+            OPENCODE.import_transcript(Path::new("x.json"), &fixture("opencode", "export.json"));
+        let results: Vec<(ToolStatus, Option<i64>, Option<u64>)> = t
+            .events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                EventBody::ToolResult(r) => Some((r.status, r.exit_code, r.duration_ms)),
+                _ => None,
+            })
+            .collect();
+        let codes: Vec<(ToolStatus, Option<i64>)> = results.iter().map(|r| (r.0, r.1)).collect();
+        assert_eq!(
+            codes,
+            [
+                (ToolStatus::Ok, Some(0)),
+                (ToolStatus::Ok, None),
+                (ToolStatus::Ok, None),
+                (ToolStatus::Error, Some(3))
+            ]
+        );
+        assert!(results.iter().all(|r| r.2.is_some()), "{results:?}");
+        let edits: Vec<(&str, EditOp, Option<u64>, Option<u64>)> = t
+            .events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                EventBody::FileEdit(f) => {
+                    Some((f.path.as_str(), f.op, f.lines_added, f.lines_removed))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            edits,
+            [
+                ("summary.md", EditOp::Create, Some(2), Some(0)),
+                ("notes.txt", EditOp::Modify, Some(1), Some(1))
+            ]
+        );
+        // Not an export: one damaged line, a session named after the file.
+        let bad = OPENCODE.import_transcript(Path::new("/x/ses_9.json"), b"{");
+        assert_eq!((bad.session.as_str(), bad.bad_lines), ("ses_9", 1));
+    }
+
+    #[test]
+    fn places_and_the_registry() {
+        let places = Places {
+            home: Some(PathBuf::from("/h")),
+            project: PathBuf::from("/p"),
+            ..Places::default()
+        };
+        assert_eq!(
+            Agent::OpenCode.settings_file(&places, Scope::User),
+            Ok(PathBuf::from("/h/.config/opencode/plugin/tacho.js"))
+        );
+        assert_eq!(
+            Agent::Kilo.settings_file(&places, Scope::Project),
+            Ok(PathBuf::from("/p/.kilo/plugin/tacho.js"))
+        );
+        assert_eq!(
+            Agent::Kilo.settings_file(&places, Scope::Local),
+            Err(PlaceError::NoScope)
+        );
+        let xdg = Places {
+            vars: [
+                ("XDG_CONFIG_HOME".to_owned(), PathBuf::from("/c")),
+                ("XDG_DATA_HOME".to_owned(), PathBuf::from("/d")),
+            ]
+            .into(),
+            ..places.clone()
+        };
+        assert_eq!(
+            Agent::Kilo.settings_file(&xdg, Scope::User),
+            Ok(PathBuf::from("/c/kilo/plugin/tacho.js"))
+        );
+        // The plugin finds the database where the import looks for it.
+        for (agent, adapter) in [(Agent::OpenCode, &OPENCODE), (Agent::Kilo, &KILO)] {
+            let root = agent.import_root(&xdg).unwrap_or_default();
+            let db = root.join(adapter.database);
+            assert_eq!(db, PathBuf::from(format!("/d/{0}/{0}.db", agent.name())));
+            assert!(agent.is_transcript(&db));
+            assert!(!agent.is_transcript(&root.join("storage/session_diff/x.json")));
+            assert_eq!(agent.installation(), Installation::PluginFile);
+            assert!(!agent.reports_session_end());
+        }
+        assert_eq!(Agent::parse("kilocode"), Some(Agent::Kilo));
     }
 }

@@ -135,7 +135,7 @@ fn js(v: &impl serde::Serialize) -> String {
 pub fn installed(text: &str, agent: Agent) -> Option<Vec<String>> {
     let first = text.lines().next()?;
     let rest = first.strip_prefix(MARKER)?.strip_prefix(' ')?;
-    if rest.strip_prefix(agent.name())?.chars().next() != Some(':') {
+    if !rest.strip_prefix(agent.name())?.starts_with(':') {
         return None;
     }
     let argv = text
