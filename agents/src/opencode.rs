@@ -39,11 +39,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResult, ToolStatus};
+use tacho_schema::{EventBody, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, Installation, PlaceError, Places, Scope};
 use crate::hook::{HookPayload, PayloadError, ToolKind, tool_target};
-use crate::import::{Transcript, start_event};
+use crate::import::{Transcript, file_edit_event, prompt_event, start_event};
 use crate::qwen_code::diff_counts;
 use crate::transcript::{Caught, Cursor, Usage};
 use crate::{Agent, session_id_from};
@@ -486,6 +486,11 @@ fn query<T>(
         .map_err(|e| sql_error(path, e))
 }
 
+/// A row's first three columns, as text.
+fn three_texts(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String)> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+}
+
 /// One message with its parts (an export's shape; the database's rows are put in it).
 struct Message {
     info: Value,
@@ -518,13 +523,7 @@ fn read_database(agent: Agent, path: &Path) -> std::io::Result<Vec<Transcript>> 
         &conn,
         "select id, session_id, data from message order by time_created, id",
         [],
-        |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        },
+        three_texts,
     )? {
         let Ok(mut info) = serde_json::from_str::<Value>(&data) else {
             *bad.entry(session).or_default() += 1;
@@ -547,13 +546,7 @@ fn read_database(agent: Agent, path: &Path) -> std::io::Result<Vec<Transcript>> 
         &conn,
         "select message_id, session_id, data from part order by id",
         [],
-        |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        },
+        three_texts,
     )? {
         match serde_json::from_str::<Value>(&data) {
             Ok(v) => parts.entry(message).or_default().push(v),
@@ -607,14 +600,7 @@ fn read_session(agent: Agent, info: &Value, messages: Vec<Message>) -> Transcrip
                     *t.skipped.entry("user (no text)".into()).or_default() += 1;
                     continue;
                 }
-                t.events.push((
-                    time,
-                    EventBody::AgentNotice(AgentNotice {
-                        notice: "prompt".into(),
-                        message: Some(text),
-                        agent: None,
-                    }),
-                ));
+                t.events.push((time, prompt_event(text)));
             }
             Some("assistant") => {
                 for part in &m.parts {
@@ -731,19 +717,7 @@ fn tool_part(part: &Value, workspace: Option<&str>, time: i64, t: &mut Transcrip
             .map_or_else(|| file.to_owned(), |r| r.display().to_string());
         t.events.push((
             at("end").unwrap_or(time),
-            EventBody::FileEdit(FileEdit {
-                path,
-                op: if created {
-                    EditOp::Create
-                } else {
-                    EditOp::Modify
-                },
-                from: None,
-                tool: Some(tool.to_owned()),
-                call_id: Some(id.to_owned()),
-                lines_added: added,
-                lines_removed: removed,
-            }),
+            file_edit_event(path, created, tool, id, (added, removed)),
         ));
     }
 }
@@ -752,6 +726,7 @@ fn tool_part(part: &Value, workspace: Option<&str>, time: i64, t: &mut Transcrip
 mod tests {
     use super::*;
     use crate::hook::{Action, HookState, map_payload};
+    use tacho_schema::EditOp;
 
     fn fixture(agent: &str, rel: &str) -> Vec<u8> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

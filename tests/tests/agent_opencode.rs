@@ -10,7 +10,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Env, assert_tokens_as_ccusage, ccusage_json, npm_bin, num, run_offline};
+use common::{
+    Env, assert_tokens_as_ccusage, ccusage_json, chat_served, graph_tools, npm_bin, num,
+    run_offline, step_with_file,
+};
 use tacho_tests::{run, tacho};
 
 /// One agent of the OpenCode family: its name, its CLI, its config file, its project
@@ -38,31 +41,6 @@ const KILO: Family = Family {
     project_dir: ".kilo",
     ccusage_var: "KILO_DATA_DIR",
 };
-
-/// What the mock served to the requests that carried tools (the title request,
-/// without tools, is recorded nowhere by the agent): (input without the cached
-/// tokens, cached, output).
-fn served(log: &Path) -> (u64, u64, u64) {
-    let mut sum = (0, 0, 0);
-    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
-            continue;
-        };
-        if v["tools"] != true {
-            continue;
-        }
-        let n = |p: &str| {
-            v.pointer(p)
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0)
-        };
-        let cached = n("/served/prompt_tokens_details/cached_tokens");
-        sum.0 += n("/served/prompt_tokens") - cached;
-        sum.1 += cached;
-        sum.2 += n("/served/completion_tokens");
-    }
-    sum
-}
 
 /// The agent's isolated home and its XDG directories.
 fn xdg(home: &Path) -> Vec<(&'static str, PathBuf)> {
@@ -218,18 +196,7 @@ fn records_through_its_plugin(f: &Family) {
         &e.ws,
         &["graph", &session, "--format", "json"],
     ));
-    let tools: Vec<(String, String)> = g["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["tools"].as_array().unwrap().iter())
-        .map(|t| {
-            (
-                t["tool"].as_str().unwrap_or("").into(),
-                t["status"].as_str().unwrap_or("").into(),
-            )
-        })
-        .collect();
+    let tools = graph_tools(&g);
     let ok = |t: &str| (t.to_string(), "ok".to_string());
     assert_eq!(
         tools,
@@ -243,7 +210,7 @@ fn records_through_its_plugin(f: &Family) {
         "{g}"
     );
     // Tokens: what the mock served to the requests with tools, and ccusage's figures.
-    let (input, cached, output) = served(&e.dir.join("requests.log"));
+    let (input, cached, output) = chat_served(&e.dir.join("requests.log"), true);
     assert!(input > 0 && cached > 0 && output > 0);
     let t = &g["tokens"];
     assert_eq!(
@@ -269,17 +236,7 @@ fn records_through_its_plugin(f: &Family) {
         &e.ws,
         &["session", "rollback", &session, "--list", "--json"],
     ));
-    let step = points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["files"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
-        })
-        .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
+    let step = step_with_file(&points, "made.txt");
     let n = step.to_string();
     let (code, out, err) = tacho_in(
         &e.home,

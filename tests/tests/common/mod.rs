@@ -295,3 +295,60 @@ exit $rc
     }
     Some(c.output().unwrap())
 }
+
+/// The tools of a graph (`tacho graph --format json`), step by step: (tool, status).
+pub fn graph_tools(g: &serde_json::Value) -> Vec<(String, String)> {
+    g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect()
+}
+
+/// The step of a rollback list (`tacho session rollback --list --json`) whose files
+/// include `file`.
+pub fn step_with_file(points: &serde_json::Value, file: &str) -> u64 {
+    points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == file))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step changed {file}: {points}"))
+}
+
+/// What the mock served to Chat Completions requests (only those that carried tools,
+/// with `tools_only`: an agent's title request is recorded nowhere), summed from its
+/// log's `served` usage: (input without the cached tokens, cached, output).
+pub fn chat_served(log: &Path, tools_only: bool) -> (u64, u64, u64) {
+    let mut sum = (0, 0, 0);
+    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        if tools_only && v["tools"] != true {
+            continue;
+        }
+        let n = |p: &str| {
+            v.pointer(p)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        let cached = n("/served/prompt_tokens_details/cached_tokens");
+        sum.0 += n("/served/prompt_tokens") - cached;
+        sum.1 += cached;
+        sum.2 += n("/served/completion_tokens");
+    }
+    sum
+}
