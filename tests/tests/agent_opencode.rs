@@ -374,3 +374,84 @@ fn the_plugin_file_is_tachos_own() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(!kilo_plugin.exists());
 }
+
+/// The completion gate with the real Kilo Code CLI, which has no stop hook: the agent
+/// creates an assured goal on its own session, stops before the goal's check ran, the
+/// plugin sends the gate's refusal back as a prompt and `kilo run` goes back to work,
+/// runs the check, and its next stop completes the goal. (OpenCode's `run` stores such
+/// a prompt and exits: only its server or TUI would work on it.)
+#[test]
+fn kilo_stop_gate_sends_it_back_once_through_its_plugin() {
+    let Some(bin) = npm_bin(KILO.bin) else {
+        return;
+    };
+    let e = Env::new();
+    let home = e.dir.join("agent-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let install = ["hooks", "install", "kilo", "--scope", "project"];
+    let (code, out, err) = tacho_in(&e.home, &home, &e.ws, &install);
+    assert_eq!(code, 0, "{out}{err}");
+    std::fs::write(e.dir.join("plan.md"), tacho_tests::PARITY_PLAN).unwrap();
+    let tacho_path = tacho_tests::tacho_bin().display().to_string();
+    let session = format!(
+        r#""$('{tacho_path}' session list --json | sed -n 's/.*"session":"\([^"]*\)".*/\1/p' | head -n1)""#
+    );
+    let plan = e.dir.join("plan.md").display().to_string();
+    let script = serde_json::json!([
+        [{"tool": "bash", "input": {"command": format!("'{tacho_path}' goal create --session {session} --plan '{plan}' --assure"), "description": "records a goal"}}],
+        [{"text": "Done."}],
+        {"until_text": "cannot complete",
+         "then": [{"tool": "bash", "input": {"command": format!("sed -i s/41/42/ src/value.txt && '{tacho_path}' goal check parity --session {session}"), "description": "runs the check"}}],
+         "else": [{"text": "the gate did not block"}]},
+        [{"text": "Checked: done."}]
+    ]);
+    std::fs::write(e.dir.join("config.json"), config()).unwrap();
+    let cmd = r#"sed "s/@PORT@/$PORT/" "$DIR/config.json" > "$WS/kilo.json" && cd "$WS" && timeout 300 "$BIN" run --format json "Make the value the answer""#;
+    let mut envs: Vec<(&str, std::ffi::OsString)> = xdg(&home)
+        .into_iter()
+        .map(|(k, v)| (k, v.into_os_string()))
+        .collect();
+    envs.extend([
+        ("WS", e.ws.clone().into_os_string()),
+        ("BIN", bin.into_os_string()),
+        ("npm_config_offline", "true".into()),
+        ("OPENCODE_DISABLE_MODELS_FETCH", "1".into()),
+        ("OPENCODE_DISABLE_AUTOUPDATE", "1".into()),
+        ("NO_COLOR", "1".into()),
+    ]);
+    let envs: Vec<(&str, &std::ffi::OsStr)> =
+        envs.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let Some(out) = run_offline(&e.dir, &script, &e.home, cmd, &envs) else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kilo: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
+        "42\n"
+    );
+    let (code, sessions, err) = tacho_in(&e.home, &home, &e.ws, &["session", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let session: String = sessions
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|s| s["session"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("{sessions}"));
+    let st = json_of(tacho_in(
+        &e.home,
+        &home,
+        &e.ws,
+        &["goal", "status", "--session", &session, "--json"],
+    ));
+    assert_eq!(st["completed"], true, "{st}");
+}
