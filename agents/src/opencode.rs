@@ -309,13 +309,21 @@ impl Adapter for OpenCode {
 
 /// Reads one payload of tacho's plugin: `{"event", "payload", "directory",
 /// "database"}`, the payload being what the agent gave the plugin's hook (`{"input",
-/// "output"}`) or the bus event (`{"type", "properties"}`).
+/// "output"}`) or the bus event (`{"type", "properties"}`). A payload without `event`
+/// that names a `hook_event_name` is already in the shared vocabulary (Claude Code's
+/// envelope: what a script of the user's, or `tacho hook`'s own tests, send) and is
+/// read as it is, but for its `transcript_path`: this agent's transcript is a session
+/// in its database, which only the plugin names.
 pub fn parse_plugin_payload(bytes: &[u8]) -> Result<HookPayload, PayloadError> {
     let raw: Value = serde_json::from_slice(bytes).map_err(PayloadError::Json)?;
-    let event = raw
-        .get("event")
-        .and_then(Value::as_str)
-        .ok_or(PayloadError::Missing("event"))?;
+    let Some(event) = raw.get("event").and_then(Value::as_str) else {
+        if raw.get("hook_event_name").is_some() {
+            let mut p = HookPayload::parse(bytes)?;
+            p.transcript_path = None;
+            return Ok(p);
+        }
+        return Err(PayloadError::Missing("event"));
+    };
     let payload = raw.get("payload").unwrap_or(&Value::Null);
     let input = payload.get("input");
     let output = payload.get("output");
@@ -1000,6 +1008,16 @@ mod tests {
         let none = serde_json::json!({"event": "chat.message", "payload": {"input": {}}});
         assert!(OPENCODE.parse_payload(none.to_string().as_bytes()).is_err());
         assert!(OPENCODE.parse_payload(b"not json").is_err());
+        // The shared vocabulary is read as it is.
+        let claude = serde_json::json!({"session_id": "s1", "hook_event_name": "SessionStart", "cwd": "/w", "transcript_path": "/w/t.jsonl"});
+        let p = OPENCODE
+            .parse_payload(claude.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (p.session_id.as_str(), p.hook_event_name.as_str()),
+            ("s1", "SessionStart")
+        );
+        assert_eq!(p.transcript_path, None);
     }
 
     #[test]
