@@ -11,8 +11,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{
-    Env, assert_tokens_as_ccusage, ccusage_json, chat_served, graph_tools, npm_bin, num,
-    run_offline, step_with_file,
+    Env, assert_one_stop_blocked_and_no_problem, assert_tokens_as_ccusage, ccusage_json,
+    chat_served, graph_tools, npm_bin, num, roll_back_step_that_changed, run_offline,
 };
 use tacho_tests::{run, tacho};
 
@@ -90,6 +90,59 @@ fn config() -> String {
     .to_string()
 }
 
+/// What the mock served to the requests that carried tools (the agent's title
+/// request, without tools, is recorded nowhere by the agent, so by tacho neither).
+fn served_with_tools(dir: &Path) -> (u64, u64, u64) {
+    let log = std::fs::read_to_string(dir.join("requests.log")).unwrap_or_default();
+    let with_tools: String = log
+        .lines()
+        .filter(|l| serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v["tools"] == true))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let path = dir.join("requests-with-tools.log");
+    std::fs::write(&path, with_tools).unwrap();
+    chat_served(&path)
+}
+
+/// Runs the agent's CLI (`run --format json`) offline on `script`, configured for the
+/// mock, in the workspace, with its isolated home: `None` where it cannot run.
+fn run_agent(
+    f: &Family,
+    bin: &Path,
+    e: &Env,
+    home: &Path,
+    script: &serde_json::Value,
+) -> Option<std::process::Output> {
+    std::fs::write(e.dir.join("config.json"), config()).unwrap();
+    let cmd = format!(
+        r#"sed "s/@PORT@/$PORT/" "$DIR/config.json" > "$WS/{}" && cd "$WS" && timeout 300 "$BIN" run --format json "Make the value the answer""#,
+        f.config
+    );
+    let mut envs: Vec<(&str, std::ffi::OsString)> = xdg(home)
+        .into_iter()
+        .map(|(k, v)| (k, v.into_os_string()))
+        .collect();
+    envs.extend([
+        ("WS", e.ws.clone().into_os_string()),
+        ("BIN", bin.as_os_str().to_owned()),
+        ("npm_config_offline", "true".into()),
+        ("OPENCODE_DISABLE_MODELS_FETCH", "1".into()),
+        ("OPENCODE_DISABLE_AUTOUPDATE", "1".into()),
+        ("NO_COLOR", "1".into()),
+    ]);
+    let envs: Vec<(&str, &std::ffi::OsStr)> =
+        envs.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let out = run_offline(&e.dir, script, &e.home, &cmd, &envs)?;
+    assert!(
+        out.status.success(),
+        "{}: {}{}",
+        f.name,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(out)
+}
+
 fn records_through_its_plugin(f: &Family) {
     let Some(bin) = npm_bin(f.bin) else {
         return;
@@ -143,36 +196,11 @@ fn records_through_its_plugin(f: &Family) {
         [{"tool": "bash", "input": {"command": "echo about-to-fail; exit 3", "description": "fail"}}],
         [{"text": "Done."}]
     ]);
-    std::fs::write(e.dir.join("config.json"), config()).unwrap();
-    let cmd = format!(
-        r#"sed "s/@PORT@/$PORT/" "$DIR/config.json" > "$WS/{}" && cd "$WS" && timeout 300 "$BIN" run --format json "Make the value the answer""#,
-        f.config
-    );
-    let mut envs: Vec<(&str, std::ffi::OsString)> = xdg(&home)
-        .into_iter()
-        .map(|(k, v)| (k, v.into_os_string()))
-        .collect();
-    envs.extend([
-        ("WS", e.ws.clone().into_os_string()),
-        ("BIN", bin.clone().into_os_string()),
-        ("npm_config_offline", "true".into()),
-        ("OPENCODE_DISABLE_MODELS_FETCH", "1".into()),
-        ("OPENCODE_DISABLE_AUTOUPDATE", "1".into()),
-        ("NO_COLOR", "1".into()),
-    ]);
-    let envs: Vec<(&str, &std::ffi::OsStr)> =
-        envs.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
     let started = std::time::Instant::now();
-    let Some(out) = run_offline(&e.dir, &script, &e.home, &cmd, &envs) else {
+    let Some(out) = run_agent(f, &bin, &e, &home, &script) else {
         return;
     };
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{}: {stdout}{}",
-        f.name,
-        String::from_utf8_lossy(&out.stderr)
-    );
     eprintln!("{} ran in {:?}", f.name, started.elapsed());
     assert_eq!(std::fs::read_to_string(&value).unwrap(), "42\n", "{stdout}");
     assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
@@ -210,7 +238,7 @@ fn records_through_its_plugin(f: &Family) {
         "{g}"
     );
     // Tokens: what the mock served to the requests with tools, and ccusage's figures.
-    let (input, cached, output) = chat_served(&e.dir.join("requests.log"), true);
+    let (input, cached, output) = served_with_tools(&e.dir);
     assert!(input > 0 && cached > 0 && output > 0);
     let t = &g["tokens"];
     assert_eq!(
@@ -230,22 +258,8 @@ fn records_through_its_plugin(f: &Family) {
     assert_tokens_as_ccusage(t, &row);
 
     // Roll back the shell command's step: its files come back, the edit before stays.
-    let points = json_of(tacho_in(
-        &e.home,
-        &home,
-        &e.ws,
-        &["session", "rollback", &session, "--list", "--json"],
-    ));
-    let step = step_with_file(&points, "made.txt");
-    let n = step.to_string();
-    let (code, out, err) = tacho_in(
-        &e.home,
-        &home,
-        &e.ws,
-        &["session", "rollback", &session, "--step", &n, "--yes"],
-    );
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!e.ws.join("made.txt").exists(), "{out}");
+    roll_back_step_that_changed(&e, &session, "made.txt");
+    assert!(!e.ws.join("made.txt").exists());
     assert_eq!(std::fs::read(e.ws.join("gone.txt")).unwrap(), b"bye\n");
     assert_eq!(std::fs::read(&value).unwrap(), b"42\n");
 
@@ -405,37 +419,10 @@ fn kilo_stop_gate_sends_it_back_once_through_its_plugin() {
          "else": [{"text": "the gate did not block"}]},
         [{"text": "Checked: done."}]
     ]);
-    std::fs::write(e.dir.join("config.json"), config()).unwrap();
-    let cmd = r#"sed "s/@PORT@/$PORT/" "$DIR/config.json" > "$WS/kilo.json" && cd "$WS" && timeout 300 "$BIN" run --format json "Make the value the answer""#;
-    let mut envs: Vec<(&str, std::ffi::OsString)> = xdg(&home)
-        .into_iter()
-        .map(|(k, v)| (k, v.into_os_string()))
-        .collect();
-    envs.extend([
-        ("WS", e.ws.clone().into_os_string()),
-        ("BIN", bin.into_os_string()),
-        ("npm_config_offline", "true".into()),
-        ("OPENCODE_DISABLE_MODELS_FETCH", "1".into()),
-        ("OPENCODE_DISABLE_AUTOUPDATE", "1".into()),
-        ("NO_COLOR", "1".into()),
-    ]);
-    let envs: Vec<(&str, &std::ffi::OsStr)> =
-        envs.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
-    let Some(out) = run_offline(&e.dir, &script, &e.home, cmd, &envs) else {
+    if run_agent(&KILO, &bin, &e, &home, &script).is_none() {
         return;
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kilo: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
-    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
-    assert!(
-        !log.lines().any(|l| !l.contains("stop blocked")),
-        "hook problems:\n{log}"
-    );
+    }
+    assert_one_stop_blocked_and_no_problem(&e);
     assert_eq!(
         std::fs::read_to_string(e.ws.join("src/value.txt")).unwrap(),
         "42\n"

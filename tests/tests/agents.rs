@@ -238,7 +238,17 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // Roll back the shell command's step: its files come back, the edit before stays.
     let points = e.json(&["session", "rollback", SESSION, "--list", "--json"]);
-    let step = step_with_file(&points, "made.txt");
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
     let n = step.to_string();
     let (code, out, err) = e.tacho(&["session", "rollback", SESSION, "--step", &n, "--yes"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -366,7 +376,18 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
         .unwrap_or_else(|| panic!("{list}"))
         .to_string();
     let g = e.json(&["graph", &session, "--format", "json"]);
-    let results = graph_tools(&g);
+    let results: Vec<(String, String)> = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
     assert_eq!(
         results,
         [
@@ -990,7 +1011,17 @@ fn droid_recorded_through_hooks_with_rollback_and_tokens_as_served() {
     // Roll back the shell step: notes.txt, made.txt and gone.txt as before it, byte for
     // byte; hello.txt (the steps before it) stays.
     let points = e.json(&["session", "rollback", &session, "--list", "--json"]);
-    let step = step_with_file(&points, "made.txt");
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
     let n = step.to_string();
     let (code, out, err) = e.tacho(&["session", "rollback", &session, "--step", &n, "--yes"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -1131,6 +1162,27 @@ fn droid_stop_gate_sends_it_back_once_when_a_check_is_missing() {
 }
 
 const QWEN_SESSION: &str = "5e551011-aaaa-4bbb-8ccc-00000000a030";
+
+/// What the mock served, summed from its log's `served` usage (Chat Completions):
+/// (input without the cached tokens, cached, output).
+fn qwen_served(log: &Path) -> (u64, u64, u64) {
+    let mut sum = (0, 0, 0);
+    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        let n = |p: &str| {
+            v.pointer(p)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        let cached = n("/served/prompt_tokens_details/cached_tokens");
+        sum.0 += n("/served/prompt_tokens") - cached;
+        sum.1 += cached;
+        sum.2 += n("/served/completion_tokens");
+    }
+    sum
+}
 
 /// Runs the Qwen Code CLI as the fixture's `run.sh` does, offline (outside a network
 /// namespace, where the network is closed, its first request waited for its 8-minute
@@ -1274,7 +1326,18 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // Every tool call, by Qwen's names, the failure with its exit code.
     let g = e.json(&["graph", QWEN_SESSION, "--format", "json"]);
-    let tools = graph_tools(&g);
+    let tools: Vec<(String, String)> = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("").into(),
+                t["status"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
     let ok = |t: &str| (t.to_string(), "ok".to_string());
     assert_eq!(
         tools,
@@ -1293,7 +1356,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     // (most runs after it), and `-p` runs fire no `SessionEnd`, so the hooks see it only
     // when the transcript won that race (the import below always counts it).
     let log = e.dir.join("requests.log");
-    let (input, cached, output) = chat_served(&log, false);
+    let (input, cached, output) = qwen_served(&log);
     let last_log = e.dir.join("last-request.log");
     let last_line = std::fs::read_to_string(&log)
         .unwrap()
@@ -1302,7 +1365,7 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         .unwrap()
         .to_string();
     std::fs::write(&last_log, last_line).unwrap();
-    let last = chat_served(&last_log, false);
+    let last = qwen_served(&last_log);
     assert!(input > 0 && output > 0 && last.0 > 0);
     let t = &g["tokens"];
     let live = (num(&t["in"]), num(&t["cache_read"]), num(&t["out"]));
@@ -1318,7 +1381,17 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 
     // Roll back the shell command's step: its files come back, the edit before stays.
     let points = e.json(&["session", "rollback", QWEN_SESSION, "--list", "--json"]);
-    let step = step_with_file(&points, "made.txt");
+    let step = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "made.txt"))
+        })
+        .map(|p| p["step"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no step made made.txt: {points}"));
     let n = step.to_string();
     let (code, out, err) = e.tacho(&["session", "rollback", QWEN_SESSION, "--step", &n, "--yes"]);
     assert_eq!(code, 0, "{out}{err}");

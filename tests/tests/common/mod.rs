@@ -296,7 +296,87 @@ exit $rc
     Some(c.output().unwrap())
 }
 
-/// The tools of a graph (`tacho graph --format json`), step by step: (tool, status).
+/// What the mock served over Chat Completions, summed from its log's `served` usage:
+/// (input without the cached tokens, cached, output).
+pub fn chat_served(log: &Path) -> (u64, u64, u64) {
+    served_of(std::fs::read_to_string(log).unwrap_or_default().lines())
+}
+
+/// Live tokens (a graph's `tokens`) are all the mock served, or all but its last
+/// reply's: an agent that writes that reply's usage after its stop hook read its
+/// transcript (Qwen Code), or behind a buffer it flushes only later (Copilot), and sends
+/// no later event the hooks could count it at.
+pub fn assert_live_tokens_served_but_perhaps_the_last(t: &serde_json::Value, log: &Path) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let (input, cached, output) = served_of(text.lines());
+    let last = served_of(text.lines().last());
+    assert!(input > 0 && output > 0 && last.0 > 0, "{text}");
+    let live = (num(&t["in"]), num(&t["cache_read"]), num(&t["out"]));
+    assert!(
+        live == (input - last.0, cached - last.1, output - last.2)
+            || live == (input, cached, output),
+        "{t}: served {:?}, the last reply {last:?}",
+        (input, cached, output)
+    );
+}
+
+/// The `served` usage of mock log lines, summed: (input without the cached tokens,
+/// cached, output).
+fn served_of<'l>(lines: impl IntoIterator<Item = &'l str>) -> (u64, u64, u64) {
+    let mut sum = (0, 0, 0);
+    for l in lines {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        let n = |p: &str| {
+            v.pointer(p)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        let cached = n("/served/prompt_tokens_details/cached_tokens");
+        sum.0 += n("/served/prompt_tokens") - cached;
+        sum.1 += cached;
+        sum.2 += n("/served/completion_tokens");
+    }
+    sum
+}
+
+/// Records `session` (of `agent`, working in the workspace) before the agent starts,
+/// which then takes its id, with an assured goal (`PARITY_PLAN`) whose check has not
+/// run.
+pub fn assured_session(e: &Env, session: &str, agent: &str) {
+    let ws = e.ws.display().to_string();
+    let mut rec = tacho(&e.home);
+    rec.args(["record", "--snapshots", "off"])
+        .stdin(Stdio::piped());
+    let mut child = rec.spawn().unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        format!(r#"{{"type":"session.start","session":"{session}","workspace":"{ws}","agent":"{agent}"}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    assure_goal(e, session);
+}
+
+/// Gives `session` an assured goal (`PARITY_PLAN`, in `plan.md`) whose check has not
+/// run.
+pub fn assure_goal(e: &Env, session: &str) {
+    std::fs::write(e.dir.join("plan.md"), tacho_tests::PARITY_PLAN).unwrap();
+    let plan = e.dir.join("plan.md").display().to_string();
+    let (code, out, err) = e.tacho(&[
+        "goal",
+        "create",
+        "--session",
+        session,
+        "--plan",
+        &plan,
+        "--assure",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// Each tool call of a graph (`tacho graph --format json`): (tool, status).
 pub fn graph_tools(g: &serde_json::Value) -> Vec<(String, String)> {
     g["steps"]
         .as_array()
@@ -312,10 +392,11 @@ pub fn graph_tools(g: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The step of a rollback list (`tacho session rollback --list --json`) whose files
-/// include `file`.
-pub fn step_with_file(points: &serde_json::Value, file: &str) -> u64 {
-    points["points"]
+/// Rolls back the step of `session` that changed `file` (from `rollback --list`); the
+/// rollback must succeed.
+pub fn roll_back_step_that_changed(e: &Env, session: &str, file: &str) {
+    let points = e.json(&["session", "rollback", session, "--list", "--json"]);
+    let step = points["points"]
         .as_array()
         .unwrap()
         .iter()
@@ -325,30 +406,18 @@ pub fn step_with_file(points: &serde_json::Value, file: &str) -> u64 {
                 .is_some_and(|f| f.iter().any(|x| x == file))
         })
         .map(|p| p["step"].as_u64().unwrap())
-        .unwrap_or_else(|| panic!("no step changed {file}: {points}"))
+        .unwrap_or_else(|| panic!("no step changed {file}: {points}"));
+    let n = step.to_string();
+    let (code, out, err) = e.tacho(&["session", "rollback", session, "--step", &n, "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
 }
 
-/// What the mock served to Chat Completions requests (only those that carried tools,
-/// with `tools_only`: an agent's title request is recorded nowhere), summed from its
-/// log's `served` usage: (input without the cached tokens, cached, output).
-pub fn chat_served(log: &Path, tools_only: bool) -> (u64, u64, u64) {
-    let mut sum = (0, 0, 0);
-    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
-            continue;
-        };
-        if tools_only && v["tools"] != true {
-            continue;
-        }
-        let n = |p: &str| {
-            v.pointer(p)
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0)
-        };
-        let cached = n("/served/prompt_tokens_details/cached_tokens");
-        sum.0 += n("/served/prompt_tokens") - cached;
-        sum.1 += cached;
-        sum.2 += n("/served/completion_tokens");
-    }
-    sum
+/// The hooks logged no problem, and blocked exactly one stop (the completion gate's).
+pub fn assert_one_stop_blocked_and_no_problem(e: &Env) {
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    assert!(
+        !log.lines().any(|l| !l.contains("stop blocked")),
+        "hook problems:\n{log}"
+    );
+    assert_eq!(log.matches("stop blocked").count(), 1, "{log}");
 }
