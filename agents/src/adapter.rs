@@ -162,8 +162,8 @@ pub enum Installation {
     /// which Codex, Gemini CLI, Qwen Code, Factory Droid and Copilot read too).
     /// [`crate::settings`] merges them in and takes them out.
     ///
-    /// An agent that takes a plugin file instead (OpenCode, Kilo) adds a variant here,
-    /// with its writer beside [`crate::settings`], when it comes.
+    /// Another way of installing is a variant here, with its writer beside
+    /// [`crate::settings`] and its branch in the app's install.
     HooksObject,
     /// Executables named after the events in a hooks directory (Cline): the
     /// "settings file" is that directory, and tacho's are small scripts of its own,
@@ -171,6 +171,12 @@ pub enum Installation {
     /// ([`crate::executables`] writes and recognises them). A file of that name that is
     /// not tacho's script is the user's: never replaced nor removed.
     EventExecutables,
+    /// A plugin file of tacho's own (OpenCode, Kilo Code: a JavaScript module in the
+    /// agent's plugin directory, [`Adapter::settings_file`]) that hands each event to
+    /// `<tacho> hook <agent>` on stdin and maps the answer back. [`crate::plugin`]
+    /// writes it and knows it again; the file is tacho's whole or not at all (a file
+    /// there that is not tacho's plugin is never touched).
+    PluginFile,
 }
 
 /// One coding agent, as tacho records it. Implemented by a unit struct in the
@@ -291,6 +297,15 @@ pub trait Adapter: Sync + std::fmt::Debug {
 
     /// One whole transcript, read for `tacho import` (each event with its dedup key).
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript;
+
+    /// The sessions one file found for `tacho import` holds: by default the one
+    /// transcript it is ([`Adapter::import_transcript`] on its bytes, read without
+    /// blocking, a regular file only). An agent that keeps every session in one
+    /// database (OpenCode's SQLite) reads them all here.
+    fn import_file(&self, path: &Path) -> std::io::Result<Vec<Transcript>> {
+        let bytes = crate::transcript::read_transcript_file(path)?;
+        Ok(vec![self.import_transcript(path, &bytes)])
+    }
 
     // --- Its stop, and its end ---
 

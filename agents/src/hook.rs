@@ -472,6 +472,8 @@ pub(crate) fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
     [
         "file_path",
         "notebook_path",
+        // OpenCode's file tools.
+        "filePath",
         "command",
         "cmd",
         "commands",

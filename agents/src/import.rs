@@ -152,6 +152,39 @@ pub(crate) fn start_event(
     })
 }
 
+/// A prompt of the user's, imported.
+pub(crate) fn prompt_event(text: String) -> EventBody {
+    EventBody::AgentNotice(tacho_schema::AgentNotice {
+        notice: "prompt".into(),
+        message: Some(text),
+        agent: None,
+    })
+}
+
+/// A file a tool call created (`created`) or modified, with the lines it added and
+/// removed when known, imported.
+pub(crate) fn file_edit_event(
+    path: String,
+    created: bool,
+    tool: &str,
+    call_id: &str,
+    (lines_added, lines_removed): (Option<u64>, Option<u64>),
+) -> EventBody {
+    EventBody::FileEdit(tacho_schema::FileEdit {
+        path,
+        op: if created {
+            tacho_schema::EditOp::Create
+        } else {
+            tacho_schema::EditOp::Modify
+        },
+        from: None,
+        tool: Some(tool.to_owned()),
+        call_id: Some(call_id.to_owned()),
+        lines_added,
+        lines_removed,
+    })
+}
+
 /// The id an event carries that makes importing it twice a no-op (`None` for kinds
 /// that are recorded once per session, like `session.start`).
 pub fn dedup_key(body: &EventBody) -> Option<String> {

@@ -1,7 +1,7 @@
 //! What real coding agents report, in tacho's schema.
 //!
 //! - [`adapter`]: the seam. Each agent is one module ([`claude_code`], [`codex`],
-//!   [`droid`], [`qwen_code`], [`copilot`], [`gemini`], [`cline`])
+//!   [`droid`], [`qwen_code`], [`copilot`], [`gemini`], [`cline`], [`opencode`])
 //!   implementing [`Adapter`]; [`Agent`] is a `Copy` handle on one, and
 //!   [`Agent::ALL`] the registry, the one list of agents tacho records.
 //! - [`hook`]: one hook payload of Claude Code or Codex (both send the same envelope:
@@ -13,7 +13,8 @@
 //! - [`patch`]: the paths an `apply_patch` patch touches (Codex).
 //! - [`settings`]: tacho's entries merged into (and taken out of) each agent's hook
 //!   settings file, keeping everything else; [`executables`]: tacho's hook scripts for
-//!   an agent that runs executables named after its events (Cline).
+//!   an agent that runs executables named after its events (Cline); [`plugin`]: tacho's
+//!   plugin file for the agents that load plugins instead ([`opencode`]).
 //!
 //! Nothing here writes the log: the application layer records what these functions
 //! return, through its one ingest path, which refuses evidence kinds.
@@ -28,7 +29,9 @@ pub mod executables;
 pub mod gemini;
 pub mod hook;
 pub mod import;
+pub mod opencode;
 pub mod patch;
+pub mod plugin;
 pub mod qwen_code;
 pub mod settings;
 pub mod transcript;
@@ -49,6 +52,8 @@ impl Agent {
     pub const Droid: Agent = Agent(&droid::Droid);
     pub const Gemini: Agent = Agent(&gemini::Gemini);
     pub const QwenCode: Agent = Agent(&qwen_code::QwenCode);
+    pub const OpenCode: Agent = Agent(&opencode::OPENCODE);
+    pub const Kilo: Agent = Agent(&opencode::KILO);
 
     /// The registry: every agent tacho has an adapter for, in the order they are
     /// listed. Adding an agent is a module with its [`Adapter`], a constant above and
@@ -61,6 +66,8 @@ impl Agent {
         Agent::Copilot,
         Agent::Gemini,
         Agent::Cline,
+        Agent::OpenCode,
+        Agent::Kilo,
     ];
 
     /// The adapter behind it.

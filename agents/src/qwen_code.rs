@@ -313,7 +313,7 @@ pub fn read_qwen_transcript(path: &Path, bytes: &[u8]) -> Transcript {
 }
 
 /// Lines added and removed by a unified diff (its `+++`/`---` headers aside).
-fn diff_counts(diff: &str) -> (u64, u64) {
+pub(crate) fn diff_counts(diff: &str) -> (u64, u64) {
     let (mut add, mut del) = (0u64, 0u64);
     for l in diff.lines() {
         if l.starts_with("+++") || l.starts_with("---") {

@@ -96,7 +96,7 @@ pub(crate) fn install(
         backup: None,
         written_through: None,
         text,
-        note: agent.install_note().map(str::to_owned),
+        note: agent.install_note_for(scope).map(str::to_owned),
     })
 }
 

@@ -127,9 +127,10 @@ impl Tacho {
             progress(i, files.len());
             report.files += 1;
             // Opened without blocking, and only a regular file: a FIFO or a device
-            // named as a transcript is reported, never waited on.
-            let bytes = match tacho_agents::transcript::read_transcript_file(file) {
-                Ok(b) => b,
+            // named as a transcript is reported, never waited on. One file may hold
+            // many sessions (OpenCode's database).
+            let transcripts = match agent.import_file(file) {
+                Ok(t) => t,
                 Err(e) => {
                     report.failed.push(ImportFailure {
                         file: file.clone(),
@@ -138,27 +139,28 @@ impl Tacho {
                     continue;
                 }
             };
-            let t = agent.import_transcript(file, &bytes);
-            report.bad_lines += t.bad_lines;
-            report.partial_lines += u64::from(t.partial_tail > 0);
-            for (k, n) in &t.skipped {
-                *report.skipped_entries.entry(k.clone()).or_default() += n;
+            for t in transcripts {
+                report.bad_lines += t.bad_lines;
+                report.partial_lines += u64::from(t.partial_tail > 0);
+                for (k, n) in &t.skipped {
+                    *report.skipped_entries.entry(k.clone()).or_default() += n;
+                }
+                for (k, n) in &t.unknown {
+                    *report.unknown_entries.entry(k.clone()).or_default() += n;
+                }
+                // A session a transcript of this chunk already brings waits for the next
+                // chunk: what it holds by then decides what is new.
+                let again = chunk.iter().any(|(_, c)| c.session == t.session);
+                if again
+                    || chunk.len() >= CHUNK_TRANSCRIPTS
+                    || chunk_events + t.events.len() > CHUNK_EVENTS
+                {
+                    self.import_chunk(std::mem::take(&mut chunk), &mut report);
+                    chunk_events = 0;
+                }
+                chunk_events += t.events.len();
+                chunk.push((file, t));
             }
-            for (k, n) in &t.unknown {
-                *report.unknown_entries.entry(k.clone()).or_default() += n;
-            }
-            // A session a transcript of this chunk already brings waits for the next
-            // chunk: what it holds by then decides what is new.
-            let again = chunk.iter().any(|(_, c)| c.session == t.session);
-            if again
-                || chunk.len() >= CHUNK_TRANSCRIPTS
-                || chunk_events + t.events.len() > CHUNK_EVENTS
-            {
-                self.import_chunk(std::mem::take(&mut chunk), &mut report);
-                chunk_events = 0;
-            }
-            chunk_events += t.events.len();
-            chunk.push((file, t));
         }
         self.import_chunk(chunk, &mut report);
         progress(files.len(), files.len());

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tacho_agents::Agent;
 use tacho_agents::adapter::{Installation, PlaceError};
+use tacho_agents::plugin;
 use tacho_agents::settings::{self, SettingsError};
 
 use crate::error::{ErrorKind, Field, Kind, Namer, neutral};
@@ -192,12 +193,9 @@ fn edit_settings(
         &mut serde_json::Map<String, serde_json::Value>,
     ) -> Result<bool, SettingsError>,
 ) -> Result<Edited, InstallError> {
-    // A JSON settings file; another way of installing (a plugin file) is a branch here.
-    // Executables named after the events never come here: `install_hooks` and
-    // `uninstall_hooks` hand them to `crate::hook_scripts`.
-    match agent.installation() {
-        Installation::HooksObject | Installation::EventExecutables => {}
-    }
+    // A JSON settings file: the other ways of installing (tacho's hook scripts, its
+    // plugin file) never come here: `install_hooks` and `uninstall_hooks` hand them to
+    // `crate::hook_scripts` and the plugin's functions below.
     let file = settings_file(places, agent, scope)?;
     let name = file.display().to_string();
     let current = SettingsFile::read(&file, owner(places, scope))?;
@@ -228,10 +226,17 @@ pub fn install_hooks(
     dry_run: bool,
     watch: bool,
 ) -> Result<Installed, InstallError> {
-    if agent.installation() == Installation::EventExecutables {
-        return crate::hook_scripts::install(places, agent, scope, tacho, dry_run, watch);
-    }
     let command = settings::command_for(tacho, agent, watch);
+    match agent.installation() {
+        Installation::HooksObject => {}
+        Installation::EventExecutables => {
+            return crate::hook_scripts::install(places, agent, scope, tacho, dry_run, watch);
+        }
+        Installation::PluginFile => {
+            let argv = plugin::argv_for(tacho, agent, watch);
+            return install_plugin(places, agent, scope, &argv, command, dry_run);
+        }
+    }
     let e = edit_settings(places, agent, scope, dry_run, |name, s| {
         settings::install(name, s, agent, &command)
     })?;
@@ -243,10 +248,7 @@ pub fn install_hooks(
         changed: e.changed,
         dry_run,
         command,
-        events: settings::events(agent)
-            .iter()
-            .map(|(e, _, _)| (*e).to_owned())
-            .collect(),
+        events: event_names(agent),
         backup: e.backup,
         written_through: e.written_through,
         text: e.text,
@@ -261,8 +263,12 @@ pub fn uninstall_hooks(
     scope: Scope,
     dry_run: bool,
 ) -> Result<Installed, InstallError> {
-    if agent.installation() == Installation::EventExecutables {
-        return crate::hook_scripts::uninstall(places, agent, scope, dry_run);
+    match agent.installation() {
+        Installation::HooksObject => {}
+        Installation::EventExecutables => {
+            return crate::hook_scripts::uninstall(places, agent, scope, dry_run);
+        }
+        Installation::PluginFile => return uninstall_plugin(places, agent, scope, dry_run),
     }
     let mut before = Vec::new();
     let e = edit_settings(places, agent, scope, dry_run, |name, s| {
@@ -281,6 +287,106 @@ pub fn uninstall_hooks(
         backup: e.backup,
         written_through: e.written_through,
         text: e.text,
+        note: None,
+    })
+}
+
+/// The names of the events tacho's hook hears from `agent`.
+fn event_names(agent: Agent) -> Vec<String> {
+    settings::events(agent)
+        .iter()
+        .map(|(e, _, _)| (*e).to_owned())
+        .collect()
+}
+
+/// The mode of a new plugin file (the agent reads it; nobody runs it).
+const PLUGIN_MODE: u32 = 0o644;
+
+/// tacho's plugin file of `agent` at `scope`, read; refused when what is there is
+/// not tacho's to write: a link (tacho never writes through a link it did not make) or
+/// a file that is not its plugin (a user's own).
+fn read_plugin(
+    places: &Places,
+    agent: Agent,
+    scope: Scope,
+) -> Result<(PathBuf, SettingsFile), InstallError> {
+    let file = settings_file(places, agent, scope)?;
+    let current = SettingsFile::read(&file, owner(places, scope))?;
+    let why = if current.written_through().is_some() {
+        Some(
+            "is a symbolic link; tacho's plugin is a regular file of its own, and tacho never writes through a link it did not make (remove the link, and run the command again)",
+        )
+    } else if current.exists() && !plugin::is_tacho_plugin(current.text()) {
+        Some(
+            "is not tacho's plugin (its first line is not `// tacho-plugin v1 …`); tacho neither replaces nor removes it (move it away, and run the command again)",
+        )
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(InstallError::File(UserFileError::Refused {
+            path: file,
+            why: why.to_owned(),
+        })),
+        None => Ok((file, current)),
+    }
+}
+
+/// Writes tacho's plugin file for `agent` at `scope`, running `argv`.
+fn install_plugin(
+    places: &Places,
+    agent: Agent,
+    scope: Scope,
+    argv: &[String],
+    command: String,
+    dry_run: bool,
+) -> Result<Installed, InstallError> {
+    let (file, current) = read_plugin(places, agent, scope)?;
+    let text = plugin::render(agent, argv);
+    let changed = current.text() != text;
+    if changed && !dry_run {
+        current.replace_own(&text, PLUGIN_MODE)?;
+    }
+    Ok(Installed {
+        kind: HooksOp::HooksInstall,
+        agent: agent.name(),
+        scope,
+        file,
+        changed,
+        dry_run,
+        command,
+        events: event_names(agent),
+        backup: None,
+        written_through: None,
+        text,
+        note: agent.install_note_for(scope).map(str::to_owned),
+    })
+}
+
+/// Removes tacho's plugin file for `agent` at `scope` (only tacho's own).
+fn uninstall_plugin(
+    places: &Places,
+    agent: Agent,
+    scope: Scope,
+    dry_run: bool,
+) -> Result<Installed, InstallError> {
+    let (file, current) = read_plugin(places, agent, scope)?;
+    let ours = plugin::installed(current.text(), agent).is_some();
+    if ours && !dry_run {
+        current.remove_own()?;
+    }
+    Ok(Installed {
+        kind: HooksOp::HooksUninstall,
+        agent: agent.name(),
+        scope,
+        file,
+        changed: ours,
+        dry_run,
+        command: String::new(),
+        events: if ours { event_names(agent) } else { Vec::new() },
+        backup: None,
+        written_through: None,
+        text: String::new(),
         note: None,
     })
 }
@@ -321,9 +427,28 @@ pub fn hooks_status(places: &Places, tacho: &str) -> HooksStatus {
                     continue;
                 }
             };
-            let (found, problem) = match settings::parse(&name, &text) {
-                Ok(s) => (settings::installed(&s, agent), None),
-                Err(e) => (Vec::new(), Some(e.to_string())),
+            let (found, problem) = match agent.installation() {
+                Installation::HooksObject => match settings::parse(&name, &text) {
+                    Ok(s) => (settings::installed(&s, agent), None),
+                    Err(e) => (Vec::new(), Some(e.to_string())),
+                },
+                // (Reported by `hook_scripts::status` above.)
+                Installation::EventExecutables => (Vec::new(), None),
+                Installation::PluginFile => match plugin::installed(&text, agent) {
+                    Some(argv) => {
+                        let program = argv.first().cloned().unwrap_or_default();
+                        let found = event_names(agent)
+                            .into_iter()
+                            .map(|e| (e, program.clone()))
+                            .collect();
+                        (found, None)
+                    }
+                    None if exists => (
+                        Vec::new(),
+                        Some(format!("{name}: not tacho's plugin (left as it is)")),
+                    ),
+                    None => (Vec::new(), None),
+                },
             };
             let mut commands: Vec<String> = found.iter().map(|(_, p)| p.clone()).collect();
             commands.sort();
