@@ -137,14 +137,10 @@ impl Adapter for Cline {
             let doc = read_messages_file(path);
             let done = match &doc {
                 Ok(d) => !finish || ends_with_reply(d),
-                // Being replaced, or not written yet: tried again at the end only.
-                Err(e) => {
-                    !finish
-                        || !matches!(
-                            e.kind(),
-                            std::io::ErrorKind::InvalidData | std::io::ErrorKind::NotFound
-                        )
-                }
+                // Being replaced: tried again at the end only. A file that is not
+                // there is not waited for (Cline writes it from the first reply on,
+                // long before the task ends).
+                Err(e) => !finish || e.kind() != std::io::ErrorKind::InvalidData,
             };
             if done || waited_ms >= LAST_REPLY_WAIT_MS {
                 break doc?;

@@ -12,66 +12,16 @@
 
 #![allow(clippy::unwrap_used)] // a benchmark that cannot set up should panic
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use tacho_benches::hooks::{git_ok, run_hook, tacho_bin};
 use tacho_benches::{generate_workspace, shadow_git};
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")
-}
-
-/// The tacho binary of this profile (target/<profile>/tacho), or `TACHO_BIN`.
-fn tacho_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TACHO_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let bin = dir.join("tacho");
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo build --release -p tacho-cli` first, or set TACHO_BIN",
-        bin.display()
-    );
-    bin
-}
-
-fn git_ok() -> bool {
-    Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Runs `tacho hook claude-code` with `payload` on stdin; panics unless it recorded
-/// without a problem.
-fn hook(bin: &Path, home: &Path, ws: &Path, payload: &str) {
-    let mut child = Command::new(bin)
-        .args(["hook", "claude-code"])
-        .current_dir(ws)
-        .env("TACHO_HOME", home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn benches(c: &mut Criterion) {
@@ -100,7 +50,13 @@ fn benches(c: &mut Criterion) {
         v.to_string()
     };
     // The session starts (baseline snapshot) outside the measurement.
-    hook(&bin, &home, &ws, &base("SessionStart").to_string());
+    run_hook(
+        &bin,
+        "claude-code",
+        &home,
+        &ws,
+        &base("SessionStart").to_string(),
+    );
     let n = AtomicU64::new(0);
     let next = || n.fetch_add(1, Ordering::Relaxed);
     let edit_target = ws.join(&paths[paths.len() / 2]).display().to_string();
@@ -116,28 +72,28 @@ fn benches(c: &mut Criterion) {
                 base("UserPromptSubmit"),
                 serde_json::json!({"prompt": format!("p{}", next())}),
             );
-            hook(&bin, &home, &ws, &p)
+            run_hook(&bin, "claude-code", &home, &ws, &p)
         })
     });
     group.bench_function("Read call (no snapshot)", |b| {
         b.iter(|| {
             let id = format!("r{}", next());
             let p = with(base("PreToolUse"), serde_json::json!({"tool_name": "Read", "tool_input": {"file_path": edit_target}, "tool_use_id": id}));
-            hook(&bin, &home, &ws, &p)
+            run_hook(&bin, "claude-code", &home, &ws, &p)
         })
     });
     group.bench_function("Edit call (targeted snapshot)", |b| {
         b.iter(|| {
             let id = format!("e{}", next());
             let p = with(base("PreToolUse"), serde_json::json!({"tool_name": "Edit", "tool_input": {"file_path": edit_target, "old_string": "a", "new_string": "b"}, "tool_use_id": id}));
-            hook(&bin, &home, &ws, &p)
+            run_hook(&bin, "claude-code", &home, &ws, &p)
         })
     });
     group.bench_function("Bash call (full snapshot)", |b| {
         b.iter(|| {
             let id = format!("b{}", next());
             let p = with(base("PreToolUse"), serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": id}));
-            hook(&bin, &home, &ws, &p)
+            run_hook(&bin, "claude-code", &home, &ws, &p)
         })
     });
     // The same with a watcher of the workspace running (`tacho watch start`): the full
@@ -152,7 +108,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let id = format!("w{}", next());
             let p = with(base("PreToolUse"), serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": id}));
-            hook(&bin, &home, &ws, &p)
+            run_hook(&bin, "claude-code", &home, &ws, &p)
         })
     });
     tacho_benches::run_ok(

@@ -625,3 +625,74 @@ pub mod scale {
         tx.commit().unwrap();
     }
 }
+
+/// `tacho hook <agent>` as agents run it, whole process (the hook benchmarks).
+#[allow(clippy::unwrap_used)] // a benchmark that cannot set up should panic
+pub mod hooks {
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+
+    /// The tacho binary of this profile (target/<profile>/tacho), or `TACHO_BIN`.
+    pub fn tacho_bin() -> PathBuf {
+        if let Some(p) = std::env::var_os("TACHO_BIN") {
+            return PathBuf::from(p);
+        }
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().and_then(Path::parent).unwrap();
+        let bin = dir.join("tacho");
+        assert!(
+            bin.exists(),
+            "{} is missing: `cargo build --release -p tacho-cli` first, or set TACHO_BIN",
+            bin.display()
+        );
+        bin
+    }
+
+    pub fn git_ok() -> bool {
+        Command::new("git")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// Runs `tacho hook <agent>` in `ws` with `payload` on stdin and the store in
+    /// `home`; panics unless it recorded without a problem.
+    pub fn run_hook(bin: &Path, agent: &str, home: &Path, ws: &Path, payload: &str) {
+        run_hook_with(bin, agent, home, ws, payload, &[]);
+    }
+
+    /// [`run_hook`] with more environment variables (an agent's `HOME`).
+    pub fn run_hook_with(
+        bin: &Path,
+        agent: &str,
+        home: &Path,
+        ws: &Path,
+        payload: &str,
+        env: &[(&str, &Path)],
+    ) {
+        let mut c = Command::new(bin);
+        c.args(["hook", agent])
+            .current_dir(ws)
+            .env("TACHO_HOME", home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(payload.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "tacho hook {agent}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
