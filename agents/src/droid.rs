@@ -16,7 +16,7 @@ use serde_json::Value;
 use tacho_schema::{AgentNotice, EventBody, LlmResponse, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
-use crate::hook::{ToolKind, str_field};
+use crate::hook::{ToolKind, edits_of, str_field};
 use crate::import::{Transcript, json_lines, start_event, text_of};
 use crate::transcript::{
     CallOutput, Caught, Cursor, LINE_BYTES_MAX, READ_BYTES_MAX, Usage, open_transcript,
@@ -315,6 +315,8 @@ pub fn read_droid_transcript(
     // Calls are numbered as the hooks number them (`call-<n>`), so that importing a
     // session the hooks recorded adds none twice.
     let mut calls: std::collections::BTreeMap<String, String> = Default::default();
+    // Each call's tool and input, by the hooks' id: an edit is recorded with its result.
+    let mut inputs: std::collections::BTreeMap<String, (String, Value)> = Default::default();
     for (_, entry, at) in json_lines(bytes, &mut t) {
         time = at;
         let kind = entry
@@ -376,6 +378,7 @@ pub fn read_droid_transcript(
                                 .map(|s| {
                                     s.lines().next().unwrap_or("").chars().take(400).collect()
                                 });
+                            inputs.insert(id.clone(), (name.to_owned(), input.clone()));
                             t.events.push((
                                 time,
                                 EventBody::ToolCall(ToolCall {
@@ -401,6 +404,16 @@ pub fn read_droid_transcript(
                             let o = call_output(block.get("content"));
                             let error = failed
                                 .then(|| o.output.lines().next().unwrap_or("error").to_owned());
+                            let edits = match inputs.get(&id) {
+                                Some((tool, input)) if !failed => edits_of(
+                                    tool,
+                                    Some(input),
+                                    block.get("content"),
+                                    t.workspace.as_deref(),
+                                    &id,
+                                ),
+                                _ => Vec::new(),
+                            };
                             t.events.push((
                                 time,
                                 EventBody::ToolResult(ToolResult {
@@ -416,6 +429,9 @@ pub fn read_droid_transcript(
                                     output: Some(o.output),
                                 }),
                             ));
+                            for edit in edits {
+                                t.events.push((time, EventBody::FileEdit(edit)));
+                            }
                         }
                         _ => {
                             *t.skipped
