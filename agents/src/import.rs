@@ -68,6 +68,21 @@ impl Transcript {
             self.events.insert(0, (time.min(first), body));
         }
     }
+
+    /// Whether a tool call it holds has no result (the agent stopped mid-call).
+    pub fn has_unanswered_calls(&self) -> bool {
+        let answered: std::collections::BTreeSet<&str> = self
+            .events
+            .iter()
+            .filter_map(|(_, b)| match b {
+                EventBody::ToolResult(r) => Some(r.call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        self.events.iter().any(
+            |(_, b)| matches!(b, EventBody::ToolCall(c) if !answered.contains(c.call_id.as_str())),
+        )
+    }
 }
 
 /// What begins the `message` of a `session.end` an import inferred (SPEC §13.4): the

@@ -83,23 +83,30 @@ impl Default for ImportOptions {
 }
 
 /// A duration as `tacho import --stale-after` and `TACHO_IMPORT_STALE_AFTER` take it:
-/// a whole number of seconds, minutes or hours (`90s`, `30m`, `8h`), or `never`.
+/// [`whole_duration`], or `never` (`None`).
 pub fn parse_stale_after(s: &str) -> Result<Option<Duration>, String> {
     if s == "never" {
         return Ok(None);
     }
-    let secs = match s.chars().last() {
-        Some('s') => 1,
-        Some('m') => 60,
-        Some('h') => 3_600,
-        _ => 0,
-    };
-    s.get(..s.len().saturating_sub(1))
-        .filter(|_| secs > 0)
-        .and_then(|n| n.parse::<u64>().ok())
-        .and_then(|n| n.checked_mul(secs))
-        .map(|n| Some(Duration::from_secs(n)))
+    whole_duration(s)
+        .map(Some)
         .ok_or_else(|| format!("{s:?}: a number with s, m or h (such as 30m), or never"))
+}
+
+/// A whole number of seconds, minutes or hours (`90s`, `30m`, `8h`), as durations are
+/// given on tacho's command line (`--stale-after`, `watch --idle`).
+pub fn whole_duration(s: &str) -> Option<Duration> {
+    let secs = match s.chars().last()? {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        _ => return None,
+    };
+    s.get(..s.len() - 1)?
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(secs)
+        .map(Duration::from_secs)
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -307,15 +314,19 @@ impl Tacho {
         let mut held: BTreeSet<String> = BTreeSet::new();
         let mut continues: Option<String> = None;
         let mut generation = 1u32;
+        // The time of the last event the session holds.
+        let mut latest: i64;
         let (exists, ended) = loop {
             let exists = self.log().has_session(&session);
             let (mut ended, mut inferred) = (false, false);
+            latest = 0;
             if exists {
                 self.log()
                     .read_session(&session, |e| {
                         if let Some(k) = dedup_key(&e.event.body) {
                             held.insert(k);
                         }
+                        latest = latest.max(e.event.time_unix_ns);
                         ended = matches!(e.event.body, EventBody::SessionEnd(_));
                         inferred = is_inferred_end(&e.event.body);
                     })
@@ -370,19 +381,15 @@ impl Tacho {
             return Ok(None);
         }
         if let Some(stale) = stale {
-            let answered: BTreeSet<&str> = t
+            // At its last event, the transcript's or one recorded otherwise.
+            let last = t
                 .events
-                .iter()
-                .filter_map(|(_, b)| match b {
-                    EventBody::ToolResult(r) => Some(r.call_id.as_str()),
-                    _ => None,
-                })
-                .collect();
-            let unanswered = t.events.iter().any(|(_, b)| {
-                matches!(b, EventBody::ToolCall(c) if !answered.contains(c.call_id.as_str()))
-            });
-            let last = t.events.last().map_or(0, |(time, _)| *time);
-            fresh.push((last, inferred_end(unanswered, &stale.since, &stale.after)));
+                .last()
+                .map_or(latest, |(time, _)| latest.max(*time));
+            fresh.push((
+                last,
+                inferred_end(t.has_unanswered_calls(), &stale.since, &stale.after),
+            ));
             report.sessions_ended_inferred += 1;
         } else if !adds {
             report.sessions_unchanged += 1;
@@ -435,9 +442,9 @@ fn count_added(planned: &[Planned], report: &mut ImportReport) {
 /// A stale time in words, as it is given (`30m`, `2h`, `90s`).
 fn duration_text(d: Duration) -> String {
     let s = d.as_secs();
-    if s > 0 && s % 3_600 == 0 {
+    if s > 0 && s.is_multiple_of(3_600) {
         format!("{}h", s / 3_600)
-    } else if s > 0 && s % 60 == 0 {
+    } else if s > 0 && s.is_multiple_of(60) {
         format!("{}m", s / 60)
     } else {
         format!("{s}s")

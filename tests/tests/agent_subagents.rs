@@ -89,12 +89,11 @@ fn json_in(home: &Path, e: &Env, args: &[&str]) -> serde_json::Value {
 }
 
 /// Every session's events, as `session replay --mode summary --json` gives them.
-fn events(home: &Path, e: &Env, session: &str) -> Vec<serde_json::Value> {
+fn events(home: &Path, session: &str) -> Vec<serde_json::Value> {
     let mut c = tacho(home);
     c.args(["session", "replay", session, "--mode", "summary", "--json"]);
     let (code, out, err) = run(c);
     assert_eq!(code, 0, "{out}{err}");
-    let _ = e;
     out.lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -129,17 +128,29 @@ fn log_bytes(home: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-/// The child sessions of `parent` in `session list --json`, with their tokens.
-fn children(home: &Path, e: &Env, parent: &str) -> Vec<serde_json::Value> {
+/// The sessions `session list --json` lists.
+fn listed(home: &Path) -> Vec<serde_json::Value> {
     let mut c = tacho(home);
     c.args(["session", "list", "--json"]);
     let (code, out, err) = run(c);
     assert_eq!(code, 0, "{out}{err}");
-    let _ = e;
     out.lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|s| s["parent"] == parent)
         .collect()
+}
+
+/// An import's report says it added nothing, and the log's bytes are `before`'s.
+fn assert_added_nothing(
+    report: &serde_json::Value,
+    home: &Path,
+    before: &BTreeMap<String, Vec<u8>>,
+) {
+    assert_eq!(num(&report["events_added"]), 0, "{report}");
+    assert_eq!(num(&report["sessions_ended_inferred"]), 0, "{report}");
+    assert!(
+        log_bytes(home) == *before,
+        "an import that adds nothing wrote: {report}"
+    );
 }
 
 #[test]
@@ -176,7 +187,10 @@ fn claude_code_subagent_is_a_child_session_live_and_imported_in_time_order() {
     // Live: the subagent is a child session with its own call and tokens, and the
     // parent's graph routes to it.
     let check = |home: &Path, how: &str| {
-        let kids = children(home, &e, S);
+        let kids: Vec<serde_json::Value> = listed(home)
+            .into_iter()
+            .filter(|s| s["parent"] == S)
+            .collect();
         assert_eq!(kids.len(), 1, "{how}: {kids:?}");
         let kid = kids[0]["session"].as_str().unwrap().to_owned();
         assert!(kid.starts_with(&format!("{S}.")), "{how}: {kid}");
@@ -233,13 +247,17 @@ fn claude_code_subagent_is_a_child_session_live_and_imported_in_time_order() {
     };
     let first = import(&["--stale-after", "never"]);
     assert_eq!(num(&first["sessions_created"]), 2, "{first}");
-    let listed = json_in(&fresh, &e, &["graph", S, "--format", "json"]);
-    assert_eq!(listed["end_reason"], serde_json::Value::Null, "{listed}");
+    let not_ended = json_in(&fresh, &e, &["graph", S, "--format", "json"]);
+    assert_eq!(
+        not_ended["end_reason"],
+        serde_json::Value::Null,
+        "{not_ended}"
+    );
     assert_eq!(num(&first["sessions_ended_inferred"]), 0, "{first}");
     let (kid, g) = check(&fresh, "imported");
     assert_eq!(kid, live_kid, "the same child session live and imported");
     for s in [S, kid.as_str()] {
-        assert_in_time_order(&events(&fresh, &e, s), s);
+        assert_in_time_order(&events(&fresh, s), s);
     }
     let bash = g["steps"]
         .as_array()
@@ -259,12 +277,7 @@ fn claude_code_subagent_is_a_child_session_live_and_imported_in_time_order() {
 
     // Importing again adds nothing and leaves the log's bytes as they were.
     let before = log_bytes(&fresh);
-    let again = import(&["--stale-after", "never"]);
-    assert_eq!(num(&again["events_added"]), 0, "{again}");
-    assert!(
-        log_bytes(&fresh) == before,
-        "an import that adds nothing wrote"
-    );
+    assert_added_nothing(&import(&["--stale-after", "never"]), &fresh, &before);
 
     // Stale: the transcripts have not grown for a second, so both sessions get an
     // inferred end, once.
@@ -273,37 +286,20 @@ fn claude_code_subagent_is_a_child_session_live_and_imported_in_time_order() {
     assert_eq!(num(&ended["sessions_ended_inferred"]), 2, "{ended}");
     let g = json_in(&fresh, &e, &["graph", S, "--format", "json"]);
     assert_eq!(g["end_reason"], "completed", "{g}");
-    let end = events(&fresh, &e, S).pop().unwrap();
+    let end = events(&fresh, S).pop().unwrap();
     assert_eq!(end["type"], "session.end", "{end}");
     assert!(
         end.to_string().contains("inferred by tacho import"),
         "{end}"
     );
-    let status = |home: &Path| {
-        let mut c = tacho(home);
-        c.args(["session", "list", "--json"]);
-        let (_, out, _) = run(c);
-        out.lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .filter(|s| s["session"] == S)
-            .map(|s| s["status"].as_str().unwrap_or("").to_owned())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(status(&fresh), ["completed"], "no longer listed as running");
+    let status: Vec<serde_json::Value> = listed(&fresh)
+        .into_iter()
+        .filter(|s| s["session"] == S)
+        .map(|s| s["status"].clone())
+        .collect();
+    assert_eq!(status, ["completed"], "no longer listed as running");
     let before = log_bytes(&fresh);
-    let again = import(&["--stale-after", "1s"]);
-    assert_eq!(
-        (
-            num(&again["events_added"]),
-            num(&again["sessions_ended_inferred"])
-        ),
-        (0, 0),
-        "{again}"
-    );
-    assert!(
-        log_bytes(&fresh) == before,
-        "an import that adds nothing wrote"
-    );
+    assert_added_nothing(&import(&["--stale-after", "1s"]), &fresh, &before);
 
     // The conversation resumes: its transcript grows after the inferred end, and the
     // next import goes on as `<id>.2`, child of the ended one, with the new call only.
@@ -335,7 +331,7 @@ fn claude_code_subagent_is_a_child_session_live_and_imported_in_time_order() {
         .collect();
     assert_eq!(tools.len(), 1, "only the new call: {tools:?}");
     assert!(tools[0].contains("echo again"), "{tools:?}");
-    assert_in_time_order(&events(&fresh, &e, &next), &next);
+    assert_in_time_order(&events(&fresh, &next), &next);
     let again = import(&["--stale-after", "1h"]);
     assert_eq!(num(&again["events_added"]), 0, "{again}");
 }
@@ -371,7 +367,7 @@ fn committed_captures_import_in_time_order_with_edit_lines() {
             .collect();
         let mut edits = Vec::new();
         for s in &sessions {
-            let evs = events(&home, &e, s);
+            let evs = events(&home, s);
             assert_in_time_order(&evs, s);
             let g = json_in(&home, &e, &["graph", s, "--format", "json"]);
             for (path, f) in g["files"].as_object().unwrap() {
@@ -395,12 +391,7 @@ fn committed_captures_import_in_time_order_with_edit_lines() {
             );
         }
         let before = log_bytes(&home);
-        let again = import("never");
-        assert_eq!(num(&again["events_added"]), 0, "{agent}: {again}");
-        assert!(
-            log_bytes(&home) == before,
-            "{agent}: an import that adds nothing wrote"
-        );
+        assert_added_nothing(&import("never"), &home, &before);
         // The captures are files of the checkout, older than a second.
         std::thread::sleep(Duration::from_millis(1_100));
         let ended = import("1s");
@@ -410,27 +401,17 @@ fn committed_captures_import_in_time_order_with_edit_lines() {
             "{agent}: {ended}"
         );
         for s in &sessions {
-            let evs = events(&home, &e, s);
+            let evs = events(&home, s);
             assert_in_time_order(&evs, s);
             assert_eq!(evs.last().unwrap()["type"], "session.end", "{s}");
         }
         // Ended, they no longer list as running.
-        let mut c = tacho(&home);
-        c.args(["session", "list", "--json"]);
-        let (_, out, _) = run(c);
-        let running: Vec<String> = out
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        let running: Vec<serde_json::Value> = listed(&home)
+            .into_iter()
             .filter(|s| s["status"] == "running")
-            .map(|s| s.to_string())
             .collect();
         assert!(running.is_empty(), "{agent}: {running:?}");
         let before = log_bytes(&home);
-        let again = import("1s");
-        assert_eq!(num(&again["events_added"]), 0, "{agent}: {again}");
-        assert!(
-            log_bytes(&home) == before,
-            "{agent}: an import that adds nothing wrote"
-        );
+        assert_added_nothing(&import("1s"), &home, &before);
     }
 }
