@@ -12,7 +12,7 @@ use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
 use crate::hook::{edits_of, subagent_route};
 use crate::import::{Transcript, json_lines, start_event, start_transcript_session, text_of};
-use crate::transcript::{Caught, Cursor, usage_of};
+use crate::transcript::{Caught, Cursor, read_side_json, usage_of};
 use crate::{Agent, session_id_from};
 
 /// The variable naming Claude Code's configuration directory.
@@ -81,7 +81,21 @@ impl Adapter for ClaudeCode {
     }
 
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
-        read_claude_transcript(path, bytes)
+        let mut t = read_claude_transcript(path, bytes);
+        // A subagent's type (the agent its hooks name at `SubagentStart`) is in
+        // `agent-<id>.meta.json` beside its transcript; without it, its start names
+        // Claude Code.
+        if t.parent.is_some()
+            && let Ok(meta) = read_side_json(&path.with_extension("meta.json"))
+            && let Some(kind) = meta.get("agentType").and_then(Value::as_str)
+        {
+            for (_, body) in &mut t.events {
+                if let EventBody::SessionStart(s) = body {
+                    s.agent = Some(kind.to_owned());
+                }
+            }
+        }
+        t
     }
 }
 

@@ -20,7 +20,7 @@ use crate::hook::{ToolKind, edits_of, str_field};
 use crate::import::{Transcript, json_lines, start_event, text_of};
 use crate::transcript::{
     CallOutput, Caught, Cursor, LINE_BYTES_MAX, READ_BYTES_MAX, Usage, open_transcript,
-    read_transcript_file,
+    read_side_json, read_transcript_file,
 };
 use crate::{Agent, session_id_from};
 
@@ -151,18 +151,7 @@ pub fn settings_sibling(transcript: &Path) -> PathBuf {
 /// few kilobytes, opened as a transcript is (a regular file, without blocking).
 /// `Ok(None)` when it has no `tokenUsage`.
 pub fn read_token_totals(transcript: &Path) -> std::io::Result<Option<(Totals, Option<String>)>> {
-    let path = settings_sibling(transcript);
-    let mut f = open_transcript(&path)?;
-    let mut bytes = Vec::new();
-    // A settings file is small; a bigger one is not Droid's.
-    (&mut f).take(4 * 1024 * 1024).read_to_end(&mut bytes)?;
-    let doc: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{}: {e}", path.display()),
-        )
-    })?;
-    Ok(totals_of(&doc))
+    Ok(totals_of(&read_side_json(&settings_sibling(transcript))?))
 }
 
 /// The totals and model of a parsed `<id>.settings.json`.

@@ -380,6 +380,9 @@ impl Tacho {
             report.sessions_unchanged += 1;
             return Ok(None);
         }
+        // A session whose hooks keep its state is theirs to end (the agent may be
+        // waiting on its user); `tacho session end` ends one whose agent died.
+        let stale = stale.filter(|_| self.hook_recorder(&session).is_none());
         if let Some(stale) = stale {
             // At its last event, the transcript's or one recorded otherwise.
             let last = t

@@ -194,6 +194,7 @@ fn claude_code_subagent_is_a_child_session_live_and_imported_in_time_order() {
         assert_eq!(kids.len(), 1, "{how}: {kids:?}");
         let kid = kids[0]["session"].as_str().unwrap().to_owned();
         assert!(kid.starts_with(&format!("{S}.")), "{how}: {kid}");
+        assert_eq!(kids[0]["agent"], "general-purpose", "{how}: its type");
         assert_eq!(
             (num(&kids[0]["tokens_in"]), num(&kids[0]["tokens_out"])),
             (sub_in, sub_out),
@@ -414,4 +415,54 @@ fn committed_captures_import_in_time_order_with_edit_lines() {
         let before = log_bytes(&home);
         assert_added_nothing(&import("1s"), &home, &before);
     }
+}
+
+/// A session whose hooks keep its state is theirs to end: an import of its stale
+/// transcript adds what is new but no inferred end (its agent may be waiting on its
+/// user); a session without hooks gets one.
+#[test]
+fn an_import_leaves_the_end_of_a_hooked_session_to_its_hooks() {
+    let e = Env::new();
+    let ws = e.ws.display().to_string();
+    let write = |id: &str| {
+        let lines = [
+            serde_json::json!({"type": "user", "sessionId": id, "cwd": ws, "timestamp": "2026-11-20T09:00:00Z", "message": {"content": "go"}}),
+            serde_json::json!({"type": "assistant", "sessionId": id, "timestamp": "2026-11-20T09:00:01Z", "message": {"id": format!("m-{id}"), "usage": {"input_tokens": 5, "output_tokens": 1}, "content": [{"type": "text", "text": "waiting"}]}}),
+        ];
+        let path = e.dir.join(format!("{id}.jsonl"));
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let hooked = write("hooked-1");
+    let plain = write("plain-1");
+    e.send(
+        "hooked-1",
+        "UserPromptSubmit",
+        serde_json::json!({"prompt": "go", "transcript_path": hooked.display().to_string()}),
+    );
+    std::thread::sleep(Duration::from_millis(1_100));
+    let r = json_in(
+        &e.home,
+        &e,
+        &[
+            "import",
+            "claude-code",
+            "--json",
+            "--stale-after",
+            "1s",
+            hooked.to_str().unwrap(),
+            plain.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(num(&r["sessions_ended_inferred"]), 1, "{r}");
+    let status = |s: &str| {
+        listed(&e.home)
+            .into_iter()
+            .find(|l| l["session"] == s)
+            .map(|l| l["status"].clone())
+            .unwrap_or_else(|| panic!("{s} not listed"))
+    };
+    assert_eq!(status("hooked-1"), "running");
+    assert_eq!(status("plain-1"), "completed");
 }
