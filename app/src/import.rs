@@ -372,11 +372,18 @@ impl Tacho {
         {
             *time = first;
         }
+        if ended {
+            report.events_after_end += fresh.len() as u64;
+            report.sessions_unchanged += 1;
+            return Ok(None);
+        }
+        // A file that names a session and nothing done in it (Qwen Code's
+        // `usage_record.jsonl` beside its transcripts) starts none: the session starts
+        // with the transcript of what it did, at that transcript's time.
         let adds = fresh
             .iter()
             .any(|(_, b)| !matches!(b, EventBody::SessionStart(_)));
-        if ended {
-            report.events_after_end += fresh.len() as u64;
+        if !adds && !exists {
             report.sessions_unchanged += 1;
             return Ok(None);
         }
@@ -394,7 +401,7 @@ impl Tacho {
                 inferred_end(t.has_unanswered_calls(), &stale.since, &stale.after),
             ));
             report.sessions_ended_inferred += 1;
-        } else if !adds {
+        } else if fresh.is_empty() {
             report.sessions_unchanged += 1;
             return Ok(None);
         }
