@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResult, ToolStatus};
+use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
+use crate::hook::{edits_of, subagent_route};
 use crate::import::{Transcript, json_lines, start_event, start_transcript_session, text_of};
-use crate::transcript::{Caught, Cursor, usage_of};
+use crate::transcript::{Caught, Cursor, read_side_json, usage_of};
 use crate::{Agent, session_id_from};
 
 /// The variable naming Claude Code's configuration directory.
@@ -80,7 +81,21 @@ impl Adapter for ClaudeCode {
     }
 
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
-        read_claude_transcript(path, bytes)
+        let mut t = read_claude_transcript(path, bytes);
+        // A subagent's type (the agent its hooks name at `SubagentStart`) is in
+        // `agent-<id>.meta.json` beside its transcript; without it, its start names
+        // Claude Code.
+        if t.parent.is_some()
+            && let Ok(meta) = read_side_json(&path.with_extension("meta.json"))
+            && let Some(kind) = meta.get("agentType").and_then(Value::as_str)
+        {
+            for (_, body) in &mut t.events {
+                if let EventBody::SessionStart(s) = body {
+                    s.agent = Some(kind.to_owned());
+                }
+            }
+        }
+        t
     }
 }
 
@@ -101,6 +116,8 @@ const NOISE: &[&str] = &[
     "cost-state",
     "atis-latch",
     "progress",
+    // The permission mode a resumed session starts in.
+    "mode",
 ];
 
 /// Reads a Claude Code transcript. `path` names subagent transcripts
@@ -114,6 +131,8 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
     let mut t = Transcript::default();
     let mut cursor = Cursor::default();
     let mut calls: BTreeMap<String, (String, Option<Value>)> = BTreeMap::new();
+    // When each call was made: a subagent's route is recorded at its call.
+    let mut call_times: BTreeMap<String, i64> = BTreeMap::new();
     let mut time = 0i64;
     let mut started = false;
     for (raw, entry, at) in json_lines(bytes, &mut t) {
@@ -122,7 +141,14 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or("(none)");
-        if !started && let Some(sid) = entry.get("sessionId").and_then(Value::as_str) {
+        // The session starts at its first conversation entry (or the first naming
+        // its `cwd`): lines before it (`queue-operation`, …) name the session but not
+        // its workspace.
+        let converses = matches!(kind, "user" | "assistant") || entry.get("cwd").is_some();
+        if !started
+            && converses
+            && let Some(sid) = entry.get("sessionId").and_then(Value::as_str)
+        {
             started = true;
             let name = entry
                 .get("agentType")
@@ -163,6 +189,7 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
                     };
                     let input = b.get("input").cloned();
                     calls.insert(id.to_owned(), (name.to_owned(), input.clone()));
+                    call_times.insert(id.to_owned(), time);
                     let target = input.as_ref().and_then(|i| {
                         [
                             "file_path",
@@ -247,33 +274,27 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
                     let Some((tool, input)) = calls.get(id) else {
                         continue;
                     };
-                    let path = input.as_ref().and_then(|i| {
-                        i.get("file_path")
-                            .or_else(|| i.get("notebook_path"))
-                            .and_then(Value::as_str)
-                    });
-                    if let (false, Some(path), "Edit" | "MultiEdit" | "Write" | "NotebookEdit") =
-                        (is_error, path, tool.as_str())
+                    if is_error {
+                        continue;
+                    }
+                    let response = entry.get("toolUseResult");
+                    let cwd = t.workspace.as_deref();
+                    for edit in edits_of(tool, input.as_ref(), response, cwd, id) {
+                        t.events.push((time, EventBody::FileEdit(edit)));
+                    }
+                    // A subagent's call (`Agent`, `Task`): its result names the child
+                    // session, whose transcript is a file of its own.
+                    if let Some(agent_id) = response
+                        .and_then(|r| r.get("agentId"))
+                        .and_then(Value::as_str)
                     {
-                        let res = entry.get("toolUseResult");
-                        let created = res.and_then(|r| r.get("type")).and_then(Value::as_str)
-                            == Some("create");
-                        t.events.push((
-                            time,
-                            EventBody::FileEdit(FileEdit {
-                                path: path.to_owned(),
-                                op: if created {
-                                    EditOp::Create
-                                } else {
-                                    EditOp::Modify
-                                },
-                                from: None,
-                                tool: Some(tool.clone()),
-                                call_id: Some(id.to_owned()),
-                                lines_added: None,
-                                lines_removed: None,
-                            }),
-                        ));
+                        let kind = response
+                            .and_then(|r| r.get("agentType"))
+                            .and_then(Value::as_str);
+                        let main = t.parent.as_deref().unwrap_or(&t.session);
+                        let (_, route) = subagent_route(Agent::ClaudeCode, main, agent_id, kind);
+                        t.events
+                            .push((call_times.get(id).copied().unwrap_or(time), route));
                     }
                 }
             }

@@ -4,12 +4,14 @@
 //! through ends the session), a `Stop` hook that must print JSON, and rollouts under
 //! `$CODEX_HOME/sessions` with cumulative token counts.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
+use crate::hook::edits_of;
 use crate::import::{Transcript, json_lines, start_event};
 use crate::transcript::{Caught, Cursor};
 use crate::{Agent, session_id_from};
@@ -95,6 +97,9 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
     let mut t = Transcript::default();
     let mut cursor = Cursor::default();
     let mut time = 0i64;
+    // The calls read so far, by id: their tool and input (an `apply_patch` edits what
+    // its patch says once its output shows it succeeded).
+    let mut calls: BTreeMap<String, (String, Value)> = BTreeMap::new();
     for (raw, entry, at) in json_lines(bytes, &mut t) {
         time = at;
         let kind = entry
@@ -113,6 +118,12 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
         }
         if let Some((id, o)) = output {
             let failed = o.exit_code.is_some_and(|c| c != 0);
+            let edits = match calls.get(&id) {
+                Some((tool, input)) if !failed => {
+                    edits_of(tool, Some(input), None, t.workspace.as_deref(), &id)
+                }
+                _ => Vec::new(),
+            };
             t.events.push((
                 time,
                 EventBody::ToolResult(ToolResult {
@@ -131,6 +142,9 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
                     exit_code: o.exit_code,
                 }),
             ));
+            for edit in edits {
+                t.events.push((time, EventBody::FileEdit(edit)));
+            }
             continue;
         }
         match (kind, ptype) {
@@ -214,6 +228,7 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
                             .map(str::to_owned)
                     })
                     .map(|s| s.lines().next().unwrap_or("").chars().take(400).collect());
+                calls.insert(id.to_owned(), (name.to_owned(), input.clone()));
                 t.events.push((
                     time,
                     EventBody::ToolCall(ToolCall {

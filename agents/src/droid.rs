@@ -16,11 +16,11 @@ use serde_json::Value;
 use tacho_schema::{AgentNotice, EventBody, LlmResponse, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
-use crate::hook::{ToolKind, str_field};
+use crate::hook::{ToolKind, edits_of, str_field};
 use crate::import::{Transcript, json_lines, start_event, text_of};
 use crate::transcript::{
     CallOutput, Caught, Cursor, LINE_BYTES_MAX, READ_BYTES_MAX, Usage, open_transcript,
-    read_transcript_file,
+    read_side_json, read_transcript_file,
 };
 use crate::{Agent, session_id_from};
 
@@ -151,18 +151,7 @@ pub fn settings_sibling(transcript: &Path) -> PathBuf {
 /// few kilobytes, opened as a transcript is (a regular file, without blocking).
 /// `Ok(None)` when it has no `tokenUsage`.
 pub fn read_token_totals(transcript: &Path) -> std::io::Result<Option<(Totals, Option<String>)>> {
-    let path = settings_sibling(transcript);
-    let mut f = open_transcript(&path)?;
-    let mut bytes = Vec::new();
-    // A settings file is small; a bigger one is not Droid's.
-    (&mut f).take(4 * 1024 * 1024).read_to_end(&mut bytes)?;
-    let doc: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{}: {e}", path.display()),
-        )
-    })?;
-    Ok(totals_of(&doc))
+    Ok(totals_of(&read_side_json(&settings_sibling(transcript))?))
 }
 
 /// The totals and model of a parsed `<id>.settings.json`.
@@ -315,6 +304,8 @@ pub fn read_droid_transcript(
     // Calls are numbered as the hooks number them (`call-<n>`), so that importing a
     // session the hooks recorded adds none twice.
     let mut calls: std::collections::BTreeMap<String, String> = Default::default();
+    // Each call's tool and input, by the hooks' id: an edit is recorded with its result.
+    let mut inputs: std::collections::BTreeMap<String, (String, Value)> = Default::default();
     for (_, entry, at) in json_lines(bytes, &mut t) {
         time = at;
         let kind = entry
@@ -376,6 +367,7 @@ pub fn read_droid_transcript(
                                 .map(|s| {
                                     s.lines().next().unwrap_or("").chars().take(400).collect()
                                 });
+                            inputs.insert(id.clone(), (name.to_owned(), input.clone()));
                             t.events.push((
                                 time,
                                 EventBody::ToolCall(ToolCall {
@@ -401,6 +393,16 @@ pub fn read_droid_transcript(
                             let o = call_output(block.get("content"));
                             let error = failed
                                 .then(|| o.output.lines().next().unwrap_or("error").to_owned());
+                            let edits = match inputs.get(&id) {
+                                Some((tool, input)) if !failed => edits_of(
+                                    tool,
+                                    Some(input),
+                                    block.get("content"),
+                                    t.workspace.as_deref(),
+                                    &id,
+                                ),
+                                _ => Vec::new(),
+                            };
                             t.events.push((
                                 time,
                                 EventBody::ToolResult(ToolResult {
@@ -416,6 +418,9 @@ pub fn read_droid_transcript(
                                     output: Some(o.output),
                                 }),
                             ));
+                            for edit in edits {
+                                t.events.push((time, EventBody::FileEdit(edit)));
+                            }
                         }
                         _ => {
                             *t.skipped

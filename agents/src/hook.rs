@@ -863,6 +863,25 @@ fn start(
     });
 }
 
+/// A subagent of `main`: its session (`<main>.<agent_id>`) and the `agent.route` the
+/// main session records for it (`kind`: the agent type it names, else `subagent`).
+/// The hooks record it at the subagent's start, an import at the call that started it;
+/// both record the same route, so importing a session the hooks recorded adds none.
+pub fn subagent_route(
+    agent: Agent,
+    main: &str,
+    agent_id: &str,
+    kind: Option<&str>,
+) -> (String, EventBody) {
+    let child = session_id_from(&format!("{main}.{agent_id}"));
+    let route = EventBody::AgentRoute(AgentRoute {
+        from: Some(agent.name().to_owned()),
+        to: kind.unwrap_or("subagent").to_owned(),
+        reason: Some(format!("subagent {agent_id} (session {child})")),
+    });
+    (child, route)
+}
+
 /// The track of a subagent, started (with a route in the main session) on first use.
 fn subagent<'s>(
     agent: Agent,
@@ -874,16 +893,13 @@ fn subagent<'s>(
     let main = state.main.session.clone();
     let track = state.subagents.entry(agent_id.to_owned()).or_default();
     if !track.started {
-        track.session = session_id_from(&format!("{main}.{agent_id}"));
+        let (child, route) = subagent_route(agent, &main, agent_id, p.agent_type.as_deref());
+        track.session = child;
         track.started = true;
         let kind = p.agent_type.clone().unwrap_or_else(|| "subagent".into());
         out.push(Action::Event {
             session: main.clone(),
-            body: EventBody::AgentRoute(AgentRoute {
-                from: Some(agent.name().to_owned()),
-                to: kind.clone(),
-                reason: Some(format!("subagent {agent_id} (session {})", track.session)),
-            }),
+            body: route,
         });
         out.push(Action::Event {
             session: track.session.clone(),
@@ -1150,57 +1166,104 @@ fn close_failed_calls(agent: Agent, state: &mut HookState, out: &mut Vec<Action>
 }
 
 fn file_edits(tool: &str, p: &HookPayload, call_id: &str, track: &Track, out: &mut Vec<Action>) {
-    let input = p.tool_input.as_ref();
-    let resp = p.tool_response.as_ref();
+    for edit in edits_of(
+        tool,
+        p.tool_input.as_ref(),
+        p.tool_response.as_ref(),
+        p.cwd.as_deref(),
+        call_id,
+    ) {
+        out.push(Action::Event {
+            session: track.session.clone(),
+            body: EventBody::FileEdit(edit),
+        });
+    }
+}
+
+/// The files a successful call of `tool` changed, with the lines it added and removed
+/// where its input or response tells them: Claude Code's `Edit`/`MultiEdit`/`Write`/
+/// `NotebookEdit` (`file_path` or `notebook_path`; lines from the response's
+/// `structuredPatch`, or a created file's `content`), Factory Droid's `Create`/`Edit`/
+/// `MultiEdit` (its response, a JSON text, says `linesAdded`/`linesRemoved`; a created
+/// file's lines are its input's `content`), Codex's `apply_patch` (the patch's own
+/// `+`/`-` lines, §13.3). Paths inside `cwd` are made relative to it, as snapshots see
+/// them. The hooks and the importers both record these, so a session's edits read the
+/// same whichever recorded them.
+pub fn edits_of(
+    tool: &str,
+    input: Option<&Value>,
+    response: Option<&Value>,
+    cwd: Option<&str>,
+    call_id: &str,
+) -> Vec<FileEdit> {
     // Paths inside the workspace are recorded relative to it, as snapshots see them.
-    let relative = |path: String| match p.cwd.as_deref().map(std::path::Path::new) {
+    let relative = |path: String| match cwd.map(std::path::Path::new) {
         Some(cwd) => match std::path::Path::new(&path).strip_prefix(cwd) {
             Ok(r) if !r.as_os_str().is_empty() => r.display().to_string(),
             _ => path,
         },
         None => path,
     };
-    let mut edit = |path: String, op: EditOp, from: Option<String>, added, removed| {
-        out.push(Action::Event {
-            session: track.session.clone(),
-            body: EventBody::FileEdit(FileEdit {
-                path: relative(path),
-                op,
-                from: from.map(relative),
-                tool: Some(tool.to_owned()),
-                call_id: Some(call_id.to_owned()),
-                lines_added: added,
-                lines_removed: removed,
-            }),
-        });
+    // A response given as JSON text (Factory Droid's) is read as that JSON.
+    let parsed = match response {
+        Some(Value::String(s)) => serde_json::from_str::<Value>(s).ok(),
+        _ => None,
+    };
+    let resp = parsed.as_ref().or(response);
+    let edit = |path: String, op: EditOp, from: Option<String>, added, removed| FileEdit {
+        path: relative(path),
+        op,
+        from: from.map(relative),
+        tool: Some(tool.to_owned()),
+        call_id: Some(call_id.to_owned()),
+        lines_added: added,
+        lines_removed: removed,
     };
     match tool {
-        "Edit" | "MultiEdit" | "Write" | "NotebookEdit" => {
+        "Edit" | "MultiEdit" | "Write" | "NotebookEdit" | "Create" => {
             let Some(path) = str_field(input, "file_path").or(str_field(input, "notebook_path"))
             else {
-                return;
+                return Vec::new();
             };
-            let created = str_field(resp, "type") == Some("create");
-            let (added, removed) = patch_counts(resp);
+            let created = tool == "Create" || str_field(resp, "type") == Some("create");
+            let (mut added, mut removed) = patch_counts(resp);
+            if let (Some(a), Some(r)) = (
+                resp.and_then(|r| r.get("linesAdded"))
+                    .and_then(Value::as_u64),
+                resp.and_then(|r| r.get("linesRemoved"))
+                    .and_then(Value::as_u64),
+            ) {
+                (added, removed) = (Some(a), Some(r));
+            }
+            // A created file without a patch: its lines are all added.
+            if created && added.unwrap_or(0) == 0 {
+                let content = str_field(resp, "content").or(str_field(input, "content"));
+                if let Some(c) = content {
+                    (added, removed) = (Some(c.lines().count() as u64), Some(0));
+                }
+            }
             let op = if created {
                 EditOp::Create
             } else {
                 EditOp::Modify
             };
-            edit(path.to_owned(), op, None, added, removed);
+            vec![edit(path.to_owned(), op, None, added, removed)]
         }
-        "apply_patch" => {
-            for f in patch_text(input).and_then(patch_files).unwrap_or_default() {
+        "apply_patch" => patch_text(input)
+            .and_then(patch_files)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|f| {
                 let (op, from) = match f.op {
                     PatchOp::Add => (EditOp::Create, None),
                     PatchOp::Delete => (EditOp::Delete, None),
                     PatchOp::Update => (EditOp::Modify, None),
                     PatchOp::MoveTo { from } => (EditOp::Rename, Some(from)),
                 };
-                edit(f.path, op, from, Some(f.lines_added), Some(f.lines_removed));
-            }
-        }
-        _ => {}
+                edit(f.path, op, from, Some(f.lines_added), Some(f.lines_removed))
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

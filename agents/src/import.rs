@@ -50,6 +50,70 @@ pub struct Transcript {
     pub lines: u64,
 }
 
+impl Transcript {
+    /// Puts the events in the order of their times (stable: events of the same time
+    /// keep the transcript's order), `session.start` first (at the earliest time).
+    /// A reader emits some events after later ones (a model response's usage is known
+    /// complete only once the next response begins, after the results of its tool
+    /// calls); a session must read in the order things happened.
+    pub fn in_time_order(&mut self) {
+        let start = self
+            .events
+            .iter()
+            .position(|(_, b)| matches!(b, EventBody::SessionStart(_)))
+            .map(|i| self.events.remove(i));
+        self.events.sort_by_key(|(time, _)| *time);
+        if let Some((time, body)) = start {
+            let first = self.events.first().map_or(time, |(t, _)| *t);
+            self.events.insert(0, (time.min(first), body));
+        }
+    }
+
+    /// Whether a tool call it holds has no result (the agent stopped mid-call).
+    pub fn has_unanswered_calls(&self) -> bool {
+        let answered: std::collections::BTreeSet<&str> = self
+            .events
+            .iter()
+            .filter_map(|(_, b)| match b {
+                EventBody::ToolResult(r) => Some(r.call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        self.events.iter().any(
+            |(_, b)| matches!(b, EventBody::ToolCall(c) if !answered.contains(c.call_id.as_str())),
+        )
+    }
+}
+
+/// What begins the `message` of a `session.end` an import inferred (SPEC §13.4): the
+/// transcript had not grown for the import's stale time, so its agent is taken to be
+/// gone. A later import that finds the transcript grown continues the session as
+/// `<id>.2` (then `.3`, …) rather than leave it ended with events after its end.
+pub const INFERRED_END: &str = "inferred by tacho import: ";
+
+/// The `session.end` an import infers for a stale transcript: `aborted` when a call
+/// it holds never got its result (the agent stopped mid-call), else `completed`;
+/// `message` says it was inferred, since when the transcript has not grown and after
+/// how long a transcript is taken as stale.
+pub fn inferred_end(unanswered_calls: bool, idle_since: &str, stale_after: &str) -> EventBody {
+    EventBody::SessionEnd(tacho_schema::SessionEnd {
+        reason: if unanswered_calls {
+            tacho_schema::EndReason::Aborted
+        } else {
+            tacho_schema::EndReason::Completed
+        },
+        message: Some(format!(
+            "{INFERRED_END}the transcript has not grown since {idle_since} (stale after {stale_after})"
+        )),
+    })
+}
+
+/// Whether `body` is a `session.end` an import inferred.
+pub fn is_inferred_end(body: &EventBody) -> bool {
+    matches!(body, EventBody::SessionEnd(e)
+        if e.message.as_deref().is_some_and(|m| m.starts_with(INFERRED_END)))
+}
+
 pub(crate) fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
@@ -200,6 +264,11 @@ pub fn dedup_key(body: &EventBody) -> Option<String> {
             f.call_id.as_deref().unwrap_or(""),
             f.path
         )),
+        EventBody::AgentRoute(r) => Some(format!(
+            "route:{}:{}",
+            r.to,
+            fnv1a_64(r.reason.as_deref().unwrap_or(""))
+        )),
         EventBody::AgentNotice(n) => Some(format!(
             "notice:{}:{}",
             n.notice,
@@ -302,6 +371,121 @@ mod tests {
         }
         assert_eq!(t.session, "01a2-x");
         assert_eq!(t.skipped.get("future_thing"), Some(&1));
+    }
+
+    #[test]
+    fn events_are_put_in_time_order_with_the_start_first() {
+        // Claude Code's usage of a response is known complete only at the next
+        // response, after its tool's result: read in order, it lands after the result.
+        let lines = [
+            r#"{"type":"queue-operation","sessionId":"abc","timestamp":"2026-11-20T09:00:00Z"}"#,
+            r#"{"type":"user","sessionId":"abc","cwd":"/w","timestamp":"2026-11-20T09:00:01Z","message":{"content":"go"}}"#,
+            r#"{"type":"assistant","sessionId":"abc","timestamp":"2026-11-20T09:00:02Z","message":{"id":"m1","usage":{"input_tokens":5,"output_tokens":1},"content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"sleep 9"}}]}}"#,
+            r#"{"type":"user","sessionId":"abc","timestamp":"2026-11-20T09:00:11Z","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":""}]}}"#,
+            r#"{"type":"assistant","sessionId":"abc","timestamp":"2026-11-20T09:00:12Z","message":{"id":"m2","usage":{"input_tokens":5,"output_tokens":1},"content":[{"type":"text","text":"done"}]}}"#,
+        ];
+        let mut t = read_claude_transcript(
+            Path::new("/p/abc.jsonl"),
+            (lines.join("\n") + "\n").as_bytes(),
+        );
+        let kinds =
+            |t: &Transcript| -> Vec<&str> { t.events.iter().map(|(_, b)| b.kind_name()).collect() };
+        assert_eq!(
+            kinds(&t),
+            [
+                "session.start",
+                "agent.notice",
+                "tool.call",
+                "tool.result",
+                "llm.response",
+                "llm.response"
+            ],
+            "as read"
+        );
+        assert_eq!(
+            t.workspace.as_deref(),
+            Some("/w"),
+            "the start names the cwd"
+        );
+        t.in_time_order();
+        assert_eq!(
+            kinds(&t),
+            [
+                "session.start",
+                "agent.notice",
+                "tool.call",
+                "llm.response",
+                "tool.result",
+                "llm.response"
+            ]
+        );
+        let times: Vec<i64> = t.events.iter().map(|(time, _)| *time).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    }
+
+    #[test]
+    fn edits_count_their_lines_from_what_each_transcript_holds() {
+        // Claude Code: `structuredPatch`; a created file's `content`.
+        let lines = [
+            r#"{"type":"user","sessionId":"abc","cwd":"/w","timestamp":"2026-11-20T09:00:00Z","message":{"content":"go"}}"#,
+            r#"{"type":"assistant","sessionId":"abc","timestamp":"2026-11-20T09:00:01Z","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Edit","input":{"file_path":"/w/a.rs"}},{"type":"tool_use","id":"t2","name":"Write","input":{"file_path":"/w/b.rs"}}]}}"#,
+            r#"{"type":"user","sessionId":"abc","timestamp":"2026-11-20T09:00:02Z","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]},"toolUseResult":{"filePath":"/w/a.rs","structuredPatch":[{"lines":["-a","+b","+c"," d"]}]}}"#,
+            r#"{"type":"user","sessionId":"abc","timestamp":"2026-11-20T09:00:03Z","message":{"content":[{"type":"tool_result","tool_use_id":"t2","content":"ok"}]},"toolUseResult":{"type":"create","filePath":"/w/b.rs","content":"x\ny\nz\n","structuredPatch":[]}}"#,
+        ];
+        let t = read_claude_transcript(
+            Path::new("/p/abc.jsonl"),
+            (lines.join("\n") + "\n").as_bytes(),
+        );
+        let edits = |t: &Transcript| -> Vec<(String, Option<u64>, Option<u64>)> {
+            t.events
+                .iter()
+                .filter_map(|(_, b)| match b {
+                    EventBody::FileEdit(f) => {
+                        Some((f.path.clone(), f.lines_added, f.lines_removed))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(
+            edits(&t),
+            [
+                ("a.rs".into(), Some(2), Some(1)),
+                ("b.rs".into(), Some(3), Some(0))
+            ]
+        );
+        // Codex: the `apply_patch` text, once its output shows it applied.
+        let patch =
+            "*** Begin Patch\n*** Update File: src/x.rs\n@@\n-old\n+new\n+more\n*** End Patch";
+        let lines = [
+            r#"{"timestamp":"2026-11-20T09:00:00Z","type":"session_meta","payload":{"id":"c-1","cwd":"/w"}}"#.to_owned(),
+            serde_json::json!({"timestamp":"2026-11-20T09:00:01Z","type":"response_item","payload":{"type":"custom_tool_call","name":"apply_patch","call_id":"p1","input":patch}}).to_string(),
+            r#"{"timestamp":"2026-11-20T09:00:02Z","type":"response_item","payload":{"type":"custom_tool_call_output","call_id":"p1","output":"Success. Updated the following files:\nM src/x.rs\n"}}"#.to_owned(),
+        ];
+        let t = read_codex_rollout(
+            Path::new("/s/rollout-x.jsonl"),
+            (lines.join("\n") + "\n").as_bytes(),
+        );
+        assert_eq!(edits(&t), [("src/x.rs".into(), Some(2), Some(1))]);
+    }
+
+    #[test]
+    fn an_inferred_end_says_so() {
+        let end = inferred_end(false, "2026-11-20T09:00:00Z", "30m");
+        assert!(is_inferred_end(&end));
+        match &end {
+            EventBody::SessionEnd(e) => assert_eq!(e.reason, tacho_schema::EndReason::Completed),
+            other => panic!("{other:?}"),
+        }
+        match inferred_end(true, "t", "1s") {
+            EventBody::SessionEnd(e) => assert_eq!(e.reason, tacho_schema::EndReason::Aborted),
+            other => panic!("{other:?}"),
+        }
+        let told = EventBody::SessionEnd(tacho_schema::SessionEnd {
+            reason: tacho_schema::EndReason::Completed,
+            message: Some("claude-code: other".into()),
+        });
+        assert!(!is_inferred_end(&told));
     }
 
     #[test]

@@ -92,6 +92,25 @@ pub fn read_transcript_file(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// A small JSON document an agent keeps beside its transcript (Factory Droid's
+/// `<id>.settings.json`, Claude Code's `agent-<id>.meta.json`), opened as a transcript
+/// is (a regular file, without blocking) and read up to [`SIDE_FILE_BYTES_MAX`]: a
+/// bigger one is not the agent's.
+pub fn read_side_json(path: &Path) -> std::io::Result<serde_json::Value> {
+    let mut f = open_transcript(path)?;
+    let mut bytes = Vec::new();
+    (&mut f).take(SIDE_FILE_BYTES_MAX).read_to_end(&mut bytes)?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {e}", path.display()),
+        )
+    })
+}
+
+/// At most this many bytes of a file beside a transcript are read.
+pub const SIDE_FILE_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
 /// The first newline of `bytes`. Blocks without one are passed over with
 /// `<[u8]>::contains`, which runs std's word-at-a-time search (fast even in a build
 /// without optimisations, which the tests run); only a block holding one is looked

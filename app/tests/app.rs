@@ -372,7 +372,13 @@ fn transcripts_import_together_and_a_refused_one_fails_alone() {
             .unwrap_or(0)
     };
     let import = |files: &[std::path::PathBuf]| {
-        t.import_transcripts(tacho_agents::Agent::ClaudeCode, files, &mut |_, _| {})
+        let opts = tacho_app::import::ImportOptions { stale_after: None };
+        t.import_transcripts(
+            tacho_agents::Agent::ClaudeCode,
+            files,
+            &opts,
+            &mut |_, _| {},
+        )
     };
     // Twenty transcripts: one chunk, one pack.
     let files_a = write_all("a");

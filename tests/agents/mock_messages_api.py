@@ -30,6 +30,7 @@ recorded totals against it. Requests without tools that ask for JSON (the CLI's
 next-speaker and loop checks) get a JSON text saying the user speaks next.
 """
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,7 +39,10 @@ SCRIPT = json.load(open(sys.argv[1]))
 PORT_FILE = sys.argv[2]
 LOG = open(sys.argv[3], "a") if len(sys.argv) > 3 else None
 LOCK = threading.Lock()
-COUNTER = [0]
+# Ids are numbered from MOCK_ID_START (default 0): a test that runs the mock again for
+# the same conversation (a resumed session) starts it past the first run's ids, as the
+# real API's ids never repeat.
+COUNTER = [int(os.environ.get("MOCK_ID_START", "0"))]
 
 
 def next_id(prefix):

@@ -117,6 +117,18 @@ pub fn imported(r: &crate::import::ImportReport) -> String {
             r.events_after_end
         ));
     }
+    if r.sessions_ended_inferred > 0 {
+        o.push_str(&format!(
+            "{} session(s) given an inferred end: their transcript had not grown for the stale time\n",
+            r.sessions_ended_inferred
+        ));
+    }
+    if r.sessions_continued > 0 {
+        o.push_str(&format!(
+            "{} session(s) continued as a new session: their transcript grew after an inferred end\n",
+            r.sessions_continued
+        ));
+    }
     if r.bad_lines > 0 || r.partial_lines > 0 {
         o.push_str(&format!(
             "{} damaged line(s) skipped; {} file(s) end in a line still being written (read next time)\n",

@@ -234,11 +234,23 @@ pub struct ImportArgs {
     /// `projects/` in its config directory, or every rollout under Codex's
     /// `$CODEX_HOME/sessions`).
     pub paths: Vec<PathBuf>,
+    /// A transcript that has not grown for this long gets an inferred session end
+    /// (`90s`, `30m`, `8h`, or `never`; default `$TACHO_IMPORT_STALE_AFTER`, else 30m).
+    #[arg(long, value_name = "DURATION")]
+    pub stale_after: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn import(a: ImportArgs) -> Result<(), CliError> {
+    let stale_after = match (&a.stale_after, std::env::var("TACHO_IMPORT_STALE_AFTER")) {
+        (Some(given), _) => tacho_app::import::parse_stale_after(given)
+            .map_err(|e| CliError::input(format!("--stale-after {e}")))?,
+        (None, Ok(v)) if !v.is_empty() => tacho_app::import::parse_stale_after(&v)
+            .map_err(|e| CliError::input(format!("TACHO_IMPORT_STALE_AFTER={e}")))?,
+        _ => Some(tacho_app::import::STALE_AFTER_DEFAULT),
+    };
+    let opts = tacho_app::import::ImportOptions { stale_after };
     let mut roots = a.paths.clone();
     if roots.is_empty() {
         let base = a
@@ -288,7 +300,7 @@ pub fn import(a: ImportArgs) -> Result<(), CliError> {
         Some(files.len() as u64),
         a.json,
     );
-    let r = tacho.import_transcripts(a.agent.agent(), &files, &mut |done, _| {
+    let r = tacho.import_transcripts(a.agent.agent(), &files, &opts, &mut |done, _| {
         bar.set_position(done as u64)
     });
     bar.finish_and_clear();

@@ -208,16 +208,7 @@ fn start(
 
 /// `--idle`: a whole number of seconds, minutes or hours (`90s`, `30m`, `8h`).
 fn parse_idle(s: &str) -> Result<Duration, String> {
-    let secs = match s.chars().last() {
-        Some('s') => 1,
-        Some('m') => 60,
-        Some('h') => 3_600,
-        _ => return Err(format!("{s:?}: a number with s, m or h (such as 30m)")),
-    };
-    s.get(..s.len() - 1)
-        .and_then(|n| n.parse::<u64>().ok())
-        .filter(|n| *n > 0)
-        .and_then(|n| n.checked_mul(secs))
-        .map(Duration::from_secs)
+    tacho_app::import::whole_duration(s)
+        .filter(|d| !d.is_zero())
         .ok_or_else(|| format!("{s:?}: a number with s, m or h (such as 30m)"))
 }
