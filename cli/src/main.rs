@@ -80,10 +80,12 @@ enum Command {
     /// `tacho hooks install` sets up run. Always exits 0; a blocked stop is JSON on
     /// stdout.
     Hook(cmd::hooks::HookArgs),
-    /// Install, remove or show tacho's hooks in Claude Code's or Codex's settings.
+    /// Install, remove or show tacho's hooks in an agent's settings (or its hook
+    /// scripts, or its plugin file): every agent `tacho hooks status` lists.
     #[command(subcommand)]
     Hooks(cmd::hooks::HooksCommand),
-    /// Import transcripts of sessions that already happened (Claude Code, Codex).
+    /// Import transcripts of sessions that already happened, of any agent tacho
+    /// records (`tacho import <agent>`).
     Import(cmd::hooks::ImportArgs),
     /// Evidence for others: JSON Lines and OpenTelemetry exports, the report, retention.
     #[command(subcommand)]
