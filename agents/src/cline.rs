@@ -791,13 +791,7 @@ mod tests {
         for (_, p) in captured() {
             actions.extend(map_payload(Agent::Cline, &p, &mut st));
         }
-        let events: Vec<&EventBody> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Event { body, .. } => Some(body),
-                _ => None,
-            })
-            .collect();
+        let events = crate::hook::events_of(&actions);
         let steps = events
             .iter()
             .filter(|b| matches!(b, EventBody::StepStart(_)))

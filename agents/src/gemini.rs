@@ -729,17 +729,7 @@ mod tests {
             "{out:?}"
         );
         // Each call is a step: the shells snapshot everything, the writes their file.
-        let before: Vec<(Vec<String>, u64)> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Snapshot {
-                    paths,
-                    before_step: Some(s),
-                    ..
-                } => Some((paths.clone(), *s)),
-                _ => None,
-            })
-            .collect();
+        let before = crate::hook::before_step_snapshots(&actions);
         assert_eq!(
             before,
             [

@@ -1298,16 +1298,22 @@ pub(crate) fn map_all(agent: Agent, payloads: &[Vec<u8>]) -> (Vec<Action>, HookS
     (actions, st)
 }
 
-/// The events among `actions`, and the prompts among them.
+/// The events among `actions`.
 #[cfg(test)]
-pub(crate) fn events_and_prompts(actions: &[Action]) -> (Vec<&EventBody>, Vec<Option<&str>>) {
-    let events: Vec<&EventBody> = actions
+pub(crate) fn events_of(actions: &[Action]) -> Vec<&EventBody> {
+    actions
         .iter()
         .filter_map(|a| match a {
             Action::Event { body, .. } => Some(body),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// The events among `actions`, and the prompts among them.
+#[cfg(test)]
+pub(crate) fn events_and_prompts(actions: &[Action]) -> (Vec<&EventBody>, Vec<Option<&str>>) {
+    let events = events_of(actions);
     let prompts = events
         .iter()
         .filter_map(|e| match e {

@@ -873,13 +873,7 @@ mod tests {
                 assert_eq!(p.cwd.as_deref(), Some("/WORKSPACE"));
                 actions.extend(map_payload(agent, &p, &mut st));
             }
-            let events: Vec<&EventBody> = actions
-                .iter()
-                .filter_map(|a| match a {
-                    Action::Event { body, .. } => Some(body),
-                    _ => None,
-                })
-                .collect();
+            let events = crate::hook::events_of(&actions);
             let starts = events
                 .iter()
                 .filter(|e| matches!(e, EventBody::SessionStart(s) if s.workspace.as_deref() == Some("/WORKSPACE")))
@@ -942,17 +936,7 @@ mod tests {
             let ids: Vec<&str> = results.iter().map(|r| r.0).collect();
             assert_eq!(ids, calls.iter().map(|c| c.0).collect::<Vec<_>>());
             // The shells are snapshotted whole, write and edit their file.
-            let before: Vec<(Vec<String>, u64)> = actions
-                .iter()
-                .filter_map(|a| match a {
-                    Action::Snapshot {
-                        paths,
-                        before_step: Some(s),
-                        ..
-                    } => Some((paths.clone(), *s)),
-                    _ => None,
-                })
-                .collect();
+            let before = crate::hook::before_step_snapshots(&actions);
             assert_eq!(
                 before,
                 [

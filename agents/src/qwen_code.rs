@@ -112,6 +112,14 @@ impl Adapter for QwenCode {
         cursor.catch_up(path, finish, false)
     }
 
+    /// Its JSON Lines files but the per-session summary `~/.qwen/usage_record.jsonl`
+    /// (found when a directory above `projects/` is imported): it repeats what the
+    /// transcripts hold.
+    fn is_transcript(&self, path: &Path) -> bool {
+        path.extension().is_some_and(|e| e == "jsonl")
+            && path.file_name().is_none_or(|n| n != "usage_record.jsonl")
+    }
+
     fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
         Ok(places
             .home
@@ -377,6 +385,15 @@ mod tests {
             sum.2 += n("/served/completion_tokens");
         }
         sum
+    }
+
+    #[test]
+    fn its_usage_summary_is_not_a_transcript() {
+        let home = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/agents/fixtures/qwen-code/home/.qwen");
+        assert!(home.join("usage_record.jsonl").exists());
+        assert!(!QwenCode.is_transcript(&home.join("usage_record.jsonl")));
+        assert!(QwenCode.is_transcript(&home.join("projects/-WORKSPACE/chats/s.jsonl")));
     }
 
     #[test]

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use tacho_benches::hooks::{git_ok, run_hook, tacho_bin};
-use tacho_benches::{generate_workspace, shadow_git};
+use tacho_benches::hooks::{committed_workspace, git_ok, run_hook, tacho_bin};
+use tacho_benches::shadow_git;
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -32,14 +32,7 @@ fn benches(c: &mut Criterion) {
     let bin = tacho_bin();
     let files = if bench_mode() { 5_000 } else { 300 };
     let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path().join("repo");
-    let paths = generate_workspace(&ws, files, files as u64 * 2_000).unwrap();
-    let ws = ws.canonicalize().unwrap();
-    let g = |args: &[&str]| tacho_benches::git_in(&ws, args);
-    g(&["init", "-q"]);
-    g(&["add", "-A"]);
-    g(&["commit", "-q", "-m", "init"]);
-    std::thread::sleep(Duration::from_millis(200));
+    let (ws, paths) = committed_workspace(tmp.path(), files);
     let home = tmp.path().join("home");
     let ws_s = ws.display().to_string();
     let base = |event: &str| serde_json::json!({"session_id": "bench-hook-1", "transcript_path": "/nonexistent", "cwd": ws_s, "hook_event_name": event});

@@ -29,8 +29,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::Value;
 use tacho_agents::Agent;
 use tacho_agents::hook::ToolKind;
-use tacho_benches::generate_workspace;
-use tacho_benches::hooks::{git_ok, run_hook_with, tacho_bin};
+use tacho_benches::hooks::{committed_workspace, git_ok, run_hook_with, tacho_bin};
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -177,14 +176,7 @@ fn benches(c: &mut Criterion) {
     let bin = tacho_bin();
     let files = if bench_mode() { 5_000 } else { 300 };
     let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path().join("repo");
-    let paths = generate_workspace(&ws, files, files as u64 * 2_000).unwrap();
-    let ws = ws.canonicalize().unwrap();
-    let g = |args: &[&str]| tacho_benches::git_in(&ws, args);
-    g(&["init", "-q"]);
-    g(&["add", "-A"]);
-    g(&["commit", "-q", "-m", "init"]);
-    std::thread::sleep(Duration::from_millis(200));
+    let (ws, paths) = committed_workspace(tmp.path(), files);
     let home = tmp.path().join("home");
     let agent_home = tmp.path().join("agent-home");
     std::fs::create_dir_all(&agent_home).unwrap();

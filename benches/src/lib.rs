@@ -649,6 +649,21 @@ pub mod hooks {
         bin
     }
 
+    /// A generated workspace of `files` files (a source tree's shape) in `root/repo`,
+    /// committed in a Git repository of its own: its path and its files.
+    pub fn committed_workspace(root: &Path, files: usize) -> (PathBuf, Vec<String>) {
+        let ws = root.join("repo");
+        let paths = crate::generate_workspace(&ws, files, files as u64 * 2_000).unwrap();
+        let ws = ws.canonicalize().unwrap();
+        let g = |args: &[&str]| crate::git_in(&ws, args);
+        g(&["init", "-q"]);
+        g(&["add", "-A"]);
+        g(&["commit", "-q", "-m", "init"]);
+        // (Files written in the same instant as the index are racily clean to Git.)
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        (ws, paths)
+    }
+
     pub fn git_ok() -> bool {
         Command::new("git")
             .arg("--version")

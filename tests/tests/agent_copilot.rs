@@ -326,7 +326,9 @@ fn copilot_subagent_is_a_child_session_rolled_back_with_its_caller() {
     let main = std::fs::read_dir(chome.join(".copilot/session-state"))
         .unwrap()
         .flatten()
-        .find(|d| d.path().is_dir())
+        // (Copilot keeps `.session-operation-locks` there too: a session is a
+        // directory with its events.)
+        .find(|d| d.path().join("events.jsonl").is_file())
         .map(|d| d.file_name().to_string_lossy().into_owned())
         .unwrap();
     let plan = e.json(&["session", "rollback", &main, "--dry-run", "--json"]);
