@@ -14,7 +14,6 @@
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use tacho_benches::hooks::{committed_workspace, git_ok, run_hook, tacho_bin};
