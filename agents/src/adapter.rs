@@ -369,9 +369,6 @@ mod tests {
                 _ => ToolKind::Anything,
             }
         }
-        fn read_transcript(&self, c: &mut Cursor, p: &Path, f: bool) -> std::io::Result<Caught> {
-            c.catch_up(p, f, false)
-        }
         fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
             places.config_dir("SHAPED_HOME", ".shaped")
         }

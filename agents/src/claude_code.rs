@@ -12,7 +12,7 @@ use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
 use crate::hook::{edits_of, subagent_route};
 use crate::import::{Transcript, json_lines, start_event, start_transcript_session, text_of};
-use crate::transcript::{Caught, Cursor, read_side_json, usage_of};
+use crate::transcript::{Cursor, read_side_json, usage_of};
 use crate::{Agent, session_id_from};
 
 /// The variable naming Claude Code's configuration directory.
@@ -63,15 +63,6 @@ impl Adapter for ClaudeCode {
             // Claude Code gives every SessionEnd hook 1.5 s in all by default.
             ("SessionEnd", None, 2),
         ]
-    }
-
-    fn read_transcript(
-        &self,
-        cursor: &mut Cursor,
-        path: &Path,
-        finish: bool,
-    ) -> std::io::Result<Caught> {
-        cursor.catch_up(path, finish, false)
     }
 
     fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {

@@ -22,7 +22,7 @@ use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResul
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
 use crate::hook::{HookPayload, PayloadError, ToolKind, str_field, tool_target};
 use crate::import::{Transcript, json_lines, start_event};
-use crate::transcript::{Caught, Cursor, Usage, open_transcript};
+use crate::transcript::{Usage, open_transcript};
 use crate::{Agent, session_id_from};
 
 #[derive(Debug)]
@@ -177,17 +177,6 @@ impl Adapter for Gemini {
             (t, _) if READ_ONLY.contains(&t) => ToolKind::ReadOnly,
             _ => ToolKind::Anything,
         }
-    }
-
-    /// Its `gemini` lines carry `tokens` ([`usage`]), read as Claude Code's are: once
-    /// per message id (a reply is written again with its tool calls).
-    fn read_transcript(
-        &self,
-        cursor: &mut Cursor,
-        path: &Path,
-        finish: bool,
-    ) -> std::io::Result<Caught> {
-        cursor.catch_up(path, finish, false)
     }
 
     fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
@@ -891,7 +880,7 @@ mod tests {
 
     #[test]
     fn live_tokens_are_counted_once_per_message_and_equal_what_was_served() {
-        let mut cursor = Cursor::default();
+        let mut cursor = crate::transcript::Cursor::default();
         let c = Gemini
             .read_transcript(&mut cursor, &fixture(TRANSCRIPT), true)
             .unwrap_or_else(|e| panic!("{e}"));

@@ -17,7 +17,7 @@ use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResul
 use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
 use crate::hook::{HookPayload, PayloadError, ToolKind};
 use crate::import::{Transcript, json_lines, start_event, start_transcript_session};
-use crate::transcript::{Caught, Cursor, usage_of};
+use crate::transcript::usage_of;
 use crate::{Agent, session_id_from};
 
 #[derive(Debug)]
@@ -101,15 +101,6 @@ impl Adapter for QwenCode {
             (t, _) if READ_ONLY.contains(&t) => ToolKind::ReadOnly,
             _ => ToolKind::Anything,
         }
-    }
-
-    fn read_transcript(
-        &self,
-        cursor: &mut Cursor,
-        path: &Path,
-        finish: bool,
-    ) -> std::io::Result<Caught> {
-        cursor.catch_up(path, finish, false)
     }
 
     /// Its JSON Lines files but the per-session summary `~/.qwen/usage_record.jsonl`
@@ -486,7 +477,7 @@ mod tests {
     #[test]
     fn the_transcript_counts_what_the_mock_served() {
         let (path, bytes) = transcript();
-        let mut cursor = Cursor::default();
+        let mut cursor = crate::transcript::Cursor::default();
         let dir = std::env::temp_dir().join(format!("tacho-qwen-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_default();
         let file = dir.join("t.jsonl");
