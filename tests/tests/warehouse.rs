@@ -89,7 +89,7 @@ fn session(i: u64, exp: &mut Expected, out: &mut String) {
     );
     let response = json!({"type":"llm.response","request_id":"req_1","response_id":format!("msg_{i}"),"model":"model-x","tokens_in":tokens[0],"tokens_out":tokens[1],"cache_read":tokens[2],"cache_write":tokens[3]});
     at(out, response.clone());
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         // The same response reported twice (as transcripts do): its usage counts once.
         at(out, response);
     }
@@ -101,7 +101,7 @@ fn session(i: u64, exp: &mut Expected, out: &mut String) {
     at(out, json!({"type":"step.start","step":1,"agent":agent}));
     let files = 1 + i % 4;
     for f in 0..files {
-        let path = if i % 13 == 0 && f == 0 {
+        let path = if i.is_multiple_of(13) && f == 0 {
             ".github/workflows/ci.yml".to_string()
         } else {
             format!("src/mod{f}.rs")
@@ -111,7 +111,11 @@ fn session(i: u64, exp: &mut Expected, out: &mut String) {
             out,
             json!({"type":"tool.call","call_id":call,"tool":"Edit","target":path,"input":{"file_path":path}}),
         );
-        let status = if i % 17 == 0 && f == 0 { "error" } else { "ok" };
+        let status = if i.is_multiple_of(17) && f == 0 {
+            "error"
+        } else {
+            "ok"
+        };
         at(
             out,
             json!({"type":"tool.result","call_id":call,"status":status,"duration_ms":12}),
@@ -146,10 +150,10 @@ fn session(i: u64, exp: &mut Expected, out: &mut String) {
         1 => check(out, "cargo test", "test", "passed"),
         _ => {}
     }
-    if i % 11 == 0 {
+    if i.is_multiple_of(11) {
         check(out, "npm run lint", "lint", "error");
     }
-    if i % 3 == 0 && i % 2 == 0 {
+    if i.is_multiple_of(3) && i.is_multiple_of(2) {
         check(out, "cargo test", "test", "passed");
     }
     at(out, json!({"type":"step.finish","step":1}));
@@ -282,10 +286,9 @@ fn exports_load_into_duckdb_and_the_team_queries_answer() {
     let mut by_repo: BTreeMap<String, (u64, u64, u64, u64)> = BTreeMap::new();
     for s in &list {
         // A session that recorded no project is its workspace's directory.
-        let repo = s["project"].as_str().map_or_else(
-            || s["workspace"].as_str().unwrap().rsplit('/').next().unwrap(),
-            |p| p,
-        );
+        let repo = s["project"]
+            .as_str()
+            .unwrap_or_else(|| s["workspace"].as_str().unwrap().rsplit('/').next().unwrap());
         let e = by_repo.entry(repo.to_string()).or_default();
         let score = s["risk_score"].as_u64().unwrap();
         e.0 += 1;
