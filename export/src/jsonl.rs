@@ -286,7 +286,7 @@ fn render_session(
 /// Streams the records of `sessions` (in that order) to `out`. A session that cannot
 /// be read to its end gets an `export.error` record after what could be read, and
 /// is counted in [`Exported::damaged`]; the others are exported whole. Sessions are
-/// rendered on every core ([`crate::in_order`]); the output is the same bytes as
+/// rendered on every core (a bounded ordered pipeline); the output is the same bytes as
 /// rendering them one by one.
 pub fn export_jsonl(
     tacho: &Tacho,

@@ -537,7 +537,7 @@ fn resource_spans(session: &str) -> ResourceSpans {
 
 /// Sends the traces of `sessions` (in that order) to `sink`, in batches of at most
 /// `batch_spans` spans. Spans are made and encoded on every core
-/// ([`crate::in_order`]) and sent in session order. A session that cannot be read to
+/// (a bounded ordered pipeline) and sent in session order. A session that cannot be read to
 /// its end is sent up to its damage (its open spans end there, marked unfinished) and
 /// counted in [`Exported::damaged`].
 pub fn export_otlp(
