@@ -34,7 +34,7 @@ pub struct ReadEnd {
 }
 
 /// How much of a first segment [`Store::first_event`] reads at first.
-const FIRST_EVENT_READ: u64 = 16 * 1024;
+const FIRST_EVENT_READ: u64 = 4 * 1024;
 
 /// One segment of a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]

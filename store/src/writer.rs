@@ -18,6 +18,11 @@ use crate::vfs::{FileStamp, LockError, LockGuard, SegmentBytes, VfsFile};
 /// The length of a commit frame: the last bytes of an open segment's committed data.
 const COMMIT_FRAME_LEN: usize = padded_len(FRAME_HEADER_LEN + COMMIT_PAYLOAD_LEN);
 
+/// What a writer taking up from a stamped mark reads after the mark at first: when it
+/// is all zeros, nothing was written after the mark (SPEC.md §4.4), and the rest of
+/// the free space is not read.
+const STAMPED_TAIL_READ: u64 = 4096;
+
 /// Checks events that would get sequence numbers from `base` on against the stream
 /// rules (`session.start` first and nowhere else): the index of the first that breaks
 /// one, and why.
@@ -295,12 +300,12 @@ impl Mark {
 
 /// The least and the most free space a writer keeps ahead of its data.
 const FREE_SPACE_BYTES_MIN: u64 = 16 * 1024;
-const FREE_SPACE_BYTES_MAX: u64 = 64 * 1024;
+const FREE_SPACE_BYTES_MAX: u64 = 1024 * 1024;
 
 impl OpenSegment {
     /// Writes `data` at the end of the segment's data. When it does not fit in the free
     /// space, the file is first extended with zeros, by as much free space as the
-    /// segment holds data (16 KiB to 64 KiB): a sync of a write that does not change the
+    /// segment holds data (16 KiB to 1 MiB): a sync of a write that does not change the
     /// file's length does not have to commit the length through the filesystem's
     /// journal, and costs about a third less (SPEC.md §4.1). Not on the first write of
     /// a new segment: creating the file commits through the journal anyway, and a
@@ -845,9 +850,13 @@ impl Writer {
     /// The last segment `seg` as far as a writer needs it when the checkpoint's stamp
     /// vouches for it: its header and its bytes from the mark's last commit frame on,
     /// at their offsets in a buffer as long as the file (zeros between, never looked
-    /// at: the scan resumes at the mark). `None` — read the segment whole — unless
-    /// the mark is of this segment, everything up to it was durable when it was
-    /// written, the file's stamp is the mark's and its last commit frame is too.
+    /// at: the scan resumes at the mark). When the first [`STAMPED_TAIL_READ`] bytes
+    /// after the mark are zeros, the rest of the free space is taken as zeros unread:
+    /// nothing was written after the mark (its stamp says so, and after a crash a file
+    /// keeps a prefix of the writes after its last sync, §4.2: a later batch would
+    /// begin right at the mark). `None` — read the segment whole — unless the mark is
+    /// of this segment, everything up to it was durable when it was written, the
+    /// file's stamp is the mark's and its last commit frame is too.
     fn stamped_tail(
         &self,
         checkpoint: Option<&Mark>,
@@ -872,9 +881,16 @@ impl Writer {
             .read_range(&seg.path, 0, SEGMENT_HEADER_LEN as u64)
             .map_err(io)?;
         let from = m.len - COMMIT_FRAME_LEN as u64;
-        let tail = vfs
-            .read_range(&seg.path, from, m.stamp.len - from)
-            .map_err(io)?;
+        let short = (COMMIT_FRAME_LEN as u64 + STAMPED_TAIL_READ).min(m.stamp.len - from);
+        let mut tail = vfs.read_range(&seg.path, from, short).map_err(io)?;
+        let unwritten = tail
+            .get(COMMIT_FRAME_LEN..)
+            .is_some_and(|after| after.iter().all(|&b| b == 0));
+        if !unwritten && short < m.stamp.len - from {
+            tail = vfs
+                .read_range(&seg.path, from, m.stamp.len - from)
+                .map_err(io)?;
+        }
         let same_commit = tail
             .get(..COMMIT_FRAME_LEN)
             .is_some_and(|c| crc32fast::hash(c) == m.commit_crc);

@@ -77,10 +77,10 @@ fn one_hook(store: &Store, counting: &CountingFs, s: &str) -> (u64, bool) {
     (counting.take_bytes_read(), by_stamp)
 }
 
-/// The bound: a segment header, a commit frame and the free space after the data
-/// (at most 64 KiB, SPEC.md §4.1), a batch, the lock file's mark and the index's
-/// appended records — nothing that grows with the session.
-const HOOK_READ_BOUND: u64 = 96 * 1024;
+/// The bound: the lock file's mark, the segment's header, its last commit frame and
+/// 4 KiB after it, the stamps, the session index's appended records — nothing that
+/// grows with the session.
+const HOOK_READ_BOUND: u64 = 16 * 1024;
 
 #[test]
 fn a_writer_reads_the_same_few_bytes_of_a_short_and_a_long_stream() {
