@@ -1,8 +1,9 @@
 //! A hook reads a bounded number of bytes of the log, whatever the session's length
 //! (issue 31): the application's hook entry point driven over a store whose file
 //! system counts what is read (`tacho_store::vfs::CountingFs`), in a session of about
-//! 100 kB and one of about 12 MB — the prompt hook and a Bash call's PreToolUse and
-//! PostToolUse (a full snapshot of the workspace) read the same few kilobytes in both.
+//! 100 kB and one of about 12 MB — the prompt hook, a Bash call's PreToolUse and
+//! PostToolUse (a full snapshot of the workspace) and the stop (the completion gate of
+//! a session without a goal) read the same few kilobytes in both.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
@@ -26,7 +27,7 @@ impl Notes for Collected {
 /// commit frame and 4 KiB after it, the start of the session's first segment (its
 /// workspace), the session index's appended records — none of which grows with the
 /// session.
-const HOOK_READ_BOUND: u64 = 32 * 1024;
+const HOOK_READ_BOUND: u64 = 16 * 1024;
 
 fn payload(session: &str, ws: &Path, event: &str, extra: serde_json::Value) -> Vec<u8> {
     let mut p = serde_json::json!({
@@ -132,6 +133,15 @@ fn a_hook_reads_the_same_few_kilobytes_of_a_short_and_a_long_session() {
                         "PostToolUse",
                         serde_json::json!({"tool_name": "Bash", "tool_input": bash, "tool_use_id": id,
                             "tool_response": {"stdout": "ok", "stderr": "", "interrupted": false}}),
+                    ),
+                ),
+                (
+                    "Stop",
+                    payload(
+                        session,
+                        &ws,
+                        "Stop",
+                        serde_json::json!({"stop_hook_active": false}),
                     ),
                 ),
             ];
