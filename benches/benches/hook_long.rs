@@ -102,7 +102,7 @@ fn benches(c: &mut Criterion) {
     let mut sessions = vec![("fresh".to_owned(), "long-fresh".to_owned())];
     session_of(&bin, &home, &ws, "long-fresh", 0);
     for (name, results) in sizes {
-        let id = format!("long-{}", name.replace(' ', ""));
+        let id = format!("long-{}", name.replace(" ", "").to_lowercase());
         session_of(&bin, &home, &ws, &id, results);
         sessions.push((format!("{name} session"), id));
     }
