@@ -258,6 +258,11 @@ pub struct HookState {
     /// result is recorded when it does (at the latest at the next stop).
     #[serde(default)]
     pub deferred: Vec<HookPayload>,
+    /// Whether the main session has a goal (a `goal.created` the log holds for it):
+    /// `Some(false)` lets the completion gate pass a stop without reading the session;
+    /// `None` (not known: a state written before this was kept) has it read the log.
+    #[serde(default)]
+    pub goals: Option<bool>,
 }
 
 impl HookState {
@@ -275,6 +280,11 @@ impl HookState {
             && self.main.session == session
         {
             observe_usage(&mut self.transcript, r);
+        }
+        if let EventBody::GoalCreated(_) = body
+            && self.main.session == session
+        {
+            self.goals = Some(true);
         }
         if let Some(t) = self.track_mut(session) {
             t.observe(agent, body);

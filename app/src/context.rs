@@ -97,6 +97,9 @@ pub struct Config {
     pub clock: Arc<dyn Clock>,
     pub ids: Arc<dyn Ids>,
     pub notes: Arc<dyn Notes>,
+    /// The file system the log is reached through: the real one, or one wrapping it
+    /// (tests count the bytes an operation reads with `tacho_store::vfs::CountingFs`).
+    pub vfs: Arc<dyn tacho_store::vfs::Vfs>,
 }
 
 impl Config {
@@ -139,6 +142,7 @@ impl Config {
             clock: Arc::new(SystemClock),
             ids: Arc::new(UlidIds),
             notes: Arc::new(StderrNotes),
+            vfs: Arc::new(tacho_store::vfs::RealFs),
         })
     }
 }
@@ -163,7 +167,7 @@ impl Tacho {
             facts_rules: crate::index::FACTS_RULES,
             ..cfg.store
         };
-        let log = Store::open(cfg.data_dir.join("log"), opts)?;
+        let log = Store::open_with(cfg.vfs, cfg.data_dir.join("log"), opts)?;
         Ok(Tacho {
             data_dir: cfg.data_dir,
             log,

@@ -349,6 +349,8 @@ impl Tacho {
     fn state_from_log(&self, agent: Agent, session: &str) -> HookState {
         let mut state = HookState::default();
         state.main.session = session.to_owned();
+        // (Every event the log holds is observed below: a goal among them says so.)
+        state.goals = Some(false);
         if !self.log().has_session(session) {
             return state;
         }
@@ -482,6 +484,12 @@ impl Tacho {
         state: &mut HookState,
         already_blocked: bool,
     ) -> Result<Option<String>, crate::goals::GoalError> {
+        // A session without a goal is let go without reading it: the hook state saw
+        // every event the log holds for it (`catch_up`), a goal's creation among them.
+        let main = state.main.session == session;
+        if main && state.goals == Some(false) {
+            return Ok(None);
+        }
         let session = match self.resolve_session(session) {
             Ok(id) => id,
             Err(tacho_store::StoreError::UnknownSession { .. }) => return Ok(None),
@@ -489,9 +497,17 @@ impl Tacho {
         };
         let status = match self.goal_status(&session, None) {
             Ok(s) => s,
-            Err(crate::goals::GoalError::NoGoal { .. }) => return Ok(None),
+            Err(crate::goals::GoalError::NoGoal { .. }) => {
+                if main {
+                    state.goals = Some(false);
+                }
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         };
+        if main {
+            state.goals = Some(true);
+        }
         if !status.assured
             || status.completed
             || status.paused.is_some()

@@ -33,6 +33,9 @@ pub struct ReadEnd {
     pub uncommitted_bytes: u64,
 }
 
+/// How much of a first segment [`Store::first_event`] reads at first.
+const FIRST_EVENT_READ: u64 = 4 * 1024;
+
 /// One segment of a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentInfo {
@@ -95,32 +98,52 @@ impl Store {
         let Some(seg) = segs.first() else {
             return Ok(None);
         };
-        let bytes = self.read_segment(seg, segs.len() > 1)?;
-        let mut scan = Scanner::new(
-            &bytes,
-            ScanLimits {
-                verify_chain: false,
-            },
-        );
-        let Some(batch) = scan.next_batch() else {
-            return Ok(None);
-        };
-        let Some(frame) = batch.events.first() else {
-            return Ok(None);
-        };
-        let h = &frame.header;
-        let body = EventBody::decode(h.kind, h.kind_version, frame.payload).map_err(|e| {
-            StoreError::Corrupt {
-                path: seg.path.clone(),
-                offset: seg.base() + frame.offset as u64,
-                detail: e.to_string(),
-            }
-        })?;
-        Ok(Some(Event {
-            session: session.to_string(),
-            time_unix_ns: h.time_unix_ns,
-            body,
-        }))
+        // The first batch is near the start: a prefix of the file is read, longer until
+        // the batch is whole in it (a session.start is a few hundred bytes), never the
+        // whole of a long session's first segment.
+        let mut want = FIRST_EVENT_READ;
+        loop {
+            let (bytes, whole) = match &seg.packed {
+                None => {
+                    let b = self
+                        .vfs
+                        .read_range(&seg.path, 0, want)
+                        .map_err(|e| StoreError::io(&seg.path, e))?;
+                    let whole = (b.len() as u64) < want;
+                    (b, whole)
+                }
+                Some(_) => (self.read_segment(seg, true)?, true),
+            };
+            let mut scan = Scanner::new(
+                &bytes,
+                ScanLimits {
+                    verify_chain: false,
+                },
+            );
+            let Some(batch) = scan.next_batch() else {
+                if whole {
+                    return Ok(None);
+                }
+                want = want.saturating_mul(4);
+                continue;
+            };
+            let Some(frame) = batch.events.first() else {
+                return Ok(None);
+            };
+            let h = &frame.header;
+            let body = EventBody::decode(h.kind, h.kind_version, frame.payload).map_err(|e| {
+                StoreError::Corrupt {
+                    path: seg.path.clone(),
+                    offset: seg.base() + frame.offset as u64,
+                    detail: e.to_string(),
+                }
+            })?;
+            return Ok(Some(Event {
+                session: session.to_string(),
+                time_unix_ns: h.time_unix_ns,
+                body,
+            }));
+        }
     }
 
     /// Calls `f` with every committed event of `session`, in order.

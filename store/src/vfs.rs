@@ -33,6 +33,41 @@ impl std::ops::Deref for SegmentBytes {
     }
 }
 
+/// What a file's metadata says of its identity and its last change, read without
+/// reading the file: its length, and for the real filesystem its device, inode and
+/// modification and status-change times (nanoseconds). A writer's checkpoint keeps the
+/// stamp of its segment, so that the next writer can tell, by one `stat`, that nobody
+/// wrote the file since (SPEC.md §4.3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileStamp {
+    pub len: u64,
+    pub id: [u64; 4],
+}
+
+impl FileStamp {
+    pub const ENCODED_LEN: usize = 40;
+
+    pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut b = [0u8; Self::ENCODED_LEN];
+        for (i, v) in std::iter::once(self.len).chain(self.id).enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Option<FileStamp> {
+        let u = |i: usize| {
+            Some(u64::from_le_bytes(
+                b.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+            ))
+        };
+        Some(FileStamp {
+            len: u(0)?,
+            id: [u(1)?, u(2)?, u(3)?, u(4)?],
+        })
+    }
+}
+
 /// Why a lock could not be taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
@@ -100,6 +135,8 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// Whether a path exists.
     fn exists(&self, path: &Path) -> bool;
+    /// The file's [`FileStamp`] (a `stat`: nothing of the file is read).
+    fn stamp(&self, path: &Path) -> io::Result<FileStamp>;
     /// Appends `bytes` to the end of the file at `path` (created if missing) in one
     /// write that writes of other processes never interleave with (`O_APPEND`).
     /// Returns the file's length after the write, and whether the file was created.
@@ -334,6 +371,25 @@ impl Vfs for RealFs {
         path.exists()
     }
 
+    fn stamp(&self, path: &Path) -> io::Result<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path)?;
+        let ns = |s: i64, n: i64| {
+            (s as u64)
+                .wrapping_mul(1_000_000_000)
+                .wrapping_add(n as u64)
+        };
+        Ok(FileStamp {
+            len: m.len(),
+            id: [
+                m.dev(),
+                m.ino(),
+                ns(m.mtime(), m.mtime_nsec()),
+                ns(m.ctime(), m.ctime_nsec()),
+            ],
+        })
+    }
+
     fn append_shared(&self, path: &Path, bytes: &[u8]) -> io::Result<(u64, bool)> {
         let open = |create: bool| {
             OpenOptions::new()
@@ -524,6 +580,8 @@ struct SimFile {
     pending: Vec<SimOp>,
     /// Whether the directory entry survives a crash (synced by sync_dir of the parent).
     entry_durable: bool,
+    /// The simulated clock's value when the file was last changed (its stamp's times).
+    changed: u64,
 }
 
 #[derive(Debug, Default)]
@@ -546,6 +604,19 @@ struct SimState {
     /// The next read of this file sees zeros at these offsets (see
     /// [`SimFs::tear_next_read`]).
     torn_read: Option<(PathBuf, std::ops::Range<usize>)>,
+    /// Ticks at every change of a file: what [`Vfs::stamp`] gives as its times.
+    clock: u64,
+}
+
+impl SimState {
+    /// Notes a change of the file at `path` now.
+    fn touch(&mut self, path: &Path) {
+        self.clock += 1;
+        let now = self.clock;
+        if let Some(f) = self.files.get_mut(path) {
+            f.changed = now;
+        }
+    }
 }
 
 /// What a crash leaves: per file, the durable content and the operations after it that
@@ -558,6 +629,10 @@ pub struct CrashImage {
     /// The notes in lock files (never synced): every crash image keeps them as they
     /// were, the case where a note reached the disk and data written before it did not.
     pub lock_notes: BTreeMap<PathBuf, Vec<u8>>,
+    /// When each file was last changed (the simulated clock): a crash image keeps it as
+    /// the file's stamp, the case where a file's metadata reached the disk and the data
+    /// written with it did not (which a checkpoint that trusts stamps must survive).
+    pub changed: BTreeMap<PathBuf, u64>,
 }
 
 /// How much of the unsynced operations a simulated crash keeps.
@@ -578,6 +653,7 @@ impl CrashImage {
         let mut st = SimState {
             dirs: self.dirs.clone(),
             lock_notes: self.lock_notes.clone(),
+            clock: self.changed.values().copied().max().unwrap_or(0),
             ..SimState::default()
         };
         for (path, (durable, ops, entry_durable)) in &self.files {
@@ -614,6 +690,7 @@ impl CrashImage {
                     data,
                     pending: Vec::new(),
                     entry_durable: true,
+                    changed: self.changed.get(path).copied().unwrap_or(0),
                 },
             );
         }
@@ -697,6 +774,19 @@ impl SimFs {
         f.data = data;
         f.pending.clear();
         f.entry_durable = true;
+        st.touch(path);
+    }
+
+    /// Like [`SimFs::set_file`], keeping the file's stamp as it was: a change the
+    /// file's metadata does not show (tests of what a checkpoint trusting stamps
+    /// gives up).
+    pub fn set_file_keeping_stamp(&self, path: &Path, data: Vec<u8>) {
+        let mut st = self.state();
+        let f = st.files.entry(path.to_path_buf()).or_default();
+        f.durable = data.clone();
+        f.data = data;
+        f.pending.clear();
+        f.entry_durable = true;
     }
 
     fn count_sync(st: &mut SimState) {
@@ -715,6 +805,11 @@ impl SimFs {
                     .collect(),
                 dirs: st.dirs.clone(),
                 lock_notes: st.lock_notes.clone(),
+                changed: st
+                    .files
+                    .iter()
+                    .map(|(p, f)| (p.clone(), f.changed))
+                    .collect(),
             };
             st.frozen = Some(image);
         }
@@ -760,6 +855,7 @@ impl VfsFile for SimHandle {
         };
         op.apply(&mut f.data, usize::MAX);
         f.pending.push(op);
+        st.touch(&self.path);
         if n < buf.len() {
             return Err(io::Error::other("simulated write failure (disk full)"));
         }
@@ -785,6 +881,7 @@ impl VfsFile for SimHandle {
         let op = SimOp::SetLen(len);
         op.apply(&mut f.data, usize::MAX);
         f.pending.push(op);
+        st.touch(&self.path);
         Ok(())
     }
 }
@@ -900,6 +997,7 @@ impl Vfs for SimFs {
         // The new name survives a crash once its directory is synced.
         f.entry_durable = false;
         st.files.insert(to.to_path_buf(), f);
+        st.touch(to);
         Ok(())
     }
 
@@ -913,6 +1011,7 @@ impl Vfs for SimFs {
                 ));
             }
             st.files.insert(path.to_path_buf(), SimFile::default());
+            st.touch(path);
         } else if !st.files.contains_key(path) {
             return Err(not_found(path));
         }
@@ -988,6 +1087,15 @@ impl Vfs for SimFs {
         st.files.contains_key(path) || st.dirs.contains(path)
     }
 
+    fn stamp(&self, path: &Path) -> io::Result<FileStamp> {
+        let st = self.state();
+        let f = st.files.get(path).ok_or_else(|| not_found(path))?;
+        Ok(FileStamp {
+            len: f.data.len() as u64,
+            id: [0, 0, f.changed, f.changed],
+        })
+    }
+
     fn append_shared(&self, path: &Path, bytes: &[u8]) -> io::Result<(u64, bool)> {
         let mut st = self.state();
         if let Some(parent) = path.parent()
@@ -1008,10 +1116,12 @@ impl Vfs for SimFs {
         };
         op.apply(&mut f.data, usize::MAX);
         f.pending.push(op);
+        let len = f.data.len() as u64;
+        st.touch(path);
         if n < bytes.len() {
             return Err(io::Error::other("simulated write failure (disk full)"));
         }
-        Ok((f.data.len() as u64, created))
+        Ok((len, created))
     }
 
     fn sync_fs(&self, _path: &Path) -> io::Result<()> {
@@ -1048,8 +1158,10 @@ impl Vfs for SimFs {
                 durable: bytes.to_vec(),
                 pending: Vec::new(),
                 entry_durable: true,
+                changed: 0,
             },
         );
+        st.touch(path);
         SimFs::count_sync(&mut st);
         Ok(())
     }
@@ -1093,5 +1205,136 @@ impl Drop for SimShared {
                 st.modes.remove(&self.path);
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Counting what is read.
+
+/// A [`Vfs`] that counts the bytes read through it (whole files, ranges, maps and lock
+/// notes) and passes every operation on to another: how tests show that an operation
+/// reads a bounded part of the log, whatever its length.
+#[derive(Debug, Clone)]
+pub struct CountingFs {
+    inner: Arc<dyn Vfs>,
+    read: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl CountingFs {
+    pub fn new(inner: Arc<dyn Vfs>) -> Self {
+        CountingFs {
+            inner,
+            read: Arc::default(),
+        }
+    }
+
+    /// Bytes read since the counter was created or last taken.
+    pub fn take_bytes_read(&self) -> u64 {
+        self.read.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count<T: std::ops::Deref<Target = [u8]>>(&self, r: io::Result<T>) -> io::Result<T> {
+        if let Ok(b) = &r {
+            self.read
+                .fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+#[derive(Debug)]
+struct CountingLock {
+    inner: Box<dyn LockGuard>,
+    read: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl LockGuard for CountingLock {
+    fn read_note(&mut self) -> io::Result<Vec<u8>> {
+        let note = self.inner.read_note()?;
+        self.read
+            .fetch_add(note.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(note)
+    }
+    fn write_note(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.inner.write_note(bytes)
+    }
+    fn sync_note(&mut self) -> io::Result<()> {
+        self.inner.sync_note()
+    }
+}
+
+impl Vfs for CountingFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<bool> {
+        self.inner.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_dir(path)
+    }
+    fn read(&self, path: &Path, immutable: bool) -> io::Result<SegmentBytes> {
+        self.count(self.inner.read(path, immutable))
+    }
+    fn read_range(&self, path: &Path, offset: u64, len: u64) -> io::Result<SegmentBytes> {
+        self.count(self.inner.read_range(path, offset, len))
+    }
+    fn map(&self, path: &Path) -> io::Result<SegmentBytes> {
+        self.count(self.inner.map(path))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn open_append(&self, path: &Path, create_new: bool) -> io::Result<Box<dyn VfsFile>> {
+        self.inner.open_append(path, create_new)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.inner.sync_dir(path)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_dir(path)
+    }
+    fn lock(&self, path: &Path, timeout: Duration) -> Result<Box<dyn LockGuard>, LockError> {
+        Ok(Box::new(CountingLock {
+            inner: self.inner.lock(path, timeout)?,
+            read: self.read.clone(),
+        }))
+    }
+    fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.count(self.inner.peek_lock_note(path))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn stamp(&self, path: &Path) -> io::Result<FileStamp> {
+        self.inner.stamp(path)
+    }
+    fn append_shared(&self, path: &Path, bytes: &[u8]) -> io::Result<(u64, bool)> {
+        self.inner.append_shared(path, bytes)
+    }
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.sync_file(path)
+    }
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.inner.replace(path, bytes)
+    }
+    fn replace_with(
+        &self,
+        path: &Path,
+        header_len: usize,
+        write: &mut dyn FnMut(&mut dyn Write) -> io::Result<Vec<u8>>,
+    ) -> io::Result<()> {
+        self.inner.replace_with(path, header_len, write)
+    }
+    fn sync_fs(&self, path: &Path) -> io::Result<()> {
+        self.inner.sync_fs(path)
+    }
+    fn lock_mode(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        timeout: Duration,
+    ) -> Result<Box<dyn Released>, LockError> {
+        self.inner.lock_mode(path, exclusive, timeout)
     }
 }

@@ -3,15 +3,25 @@
 use std::path::PathBuf;
 
 use tacho_log_format::{
-    Chain, ChainValue, CommitPayload, DamageClass, FORMAT_VERSION, FRAME_PAYLOAD_BYTES_MAX,
-    SEGMENT_HEADER_LEN, ScanLimits, Scanner, SealPayload, SegmentEnd, SegmentHeader, StreamId,
-    encode_commit_frame, encode_event_frame, encode_seal_frame, segment_file_name,
+    COMMIT_PAYLOAD_LEN, Chain, ChainValue, CommitPayload, DamageClass, FORMAT_VERSION,
+    FRAME_HEADER_LEN, FRAME_PAYLOAD_BYTES_MAX, SEGMENT_HEADER_LEN, ScanLimits, Scanner,
+    SealPayload, SegmentEnd, SegmentHeader, StreamId, encode_commit_frame, encode_event_frame,
+    encode_seal_frame, padded_len, segment_file_name,
 };
 use tacho_schema::EventBody;
 
 use crate::link::{Expected, header_problems};
+use crate::store::SegLoc;
 use crate::store::{Store, StoreError};
-use crate::vfs::{LockError, LockGuard, VfsFile};
+use crate::vfs::{FileStamp, LockError, LockGuard, SegmentBytes, VfsFile};
+
+/// The length of a commit frame: the last bytes of an open segment's committed data.
+const COMMIT_FRAME_LEN: usize = padded_len(FRAME_HEADER_LEN + COMMIT_PAYLOAD_LEN);
+
+/// What a writer taking up from a stamped mark reads after the mark at first: when it
+/// is all zeros, nothing was written after the mark (SPEC.md §4.4), and the rest of
+/// the free space is not read.
+const STAMPED_TAIL_READ: u64 = 4096;
 
 /// Checks events that would get sequence numbers from `base` on against the stream
 /// rules (`session.start` first and nowhere else): the index of the first that breaks
@@ -150,6 +160,8 @@ struct OpenSegment {
     dir_entry_durable: bool,
     /// CRC-32 of the segment's data, `[0, len)`: what the checkpoint mark vouches for.
     prefix_crc: u32,
+    /// CRC-32 of the last commit frame (the data's last [`COMMIT_FRAME_LEN`] bytes).
+    commit_crc: u32,
 }
 
 /// The writer's checkpoint of a stream: the end of its last segment's last committed
@@ -160,6 +172,18 @@ struct OpenSegment {
 /// what follows, instead of re-reading and re-hashing the whole segment: opening a
 /// writer costs a CRC pass, not a chain pass, whatever the session's length. Any doubt
 /// (no mark, a torn or stale one, another segment, other bytes) means a full scan.
+///
+/// Cheaper still, when every batch up to the mark was synced before it was written: the
+/// segment file's stamp then (length, device, inode, modification and status-change
+/// times) and the CRC-32 of its last commit frame. A next writer that finds the same
+/// stamp and the same last commit frame reads only the segment's header and what
+/// follows the mark — a few kilobytes, whatever the session's length. What this gives
+/// up is written in SPEC.md §4.3: a change to the bytes before the last commit frame
+/// that leaves the file's stamp as it was (bit rot, or a writer outside tacho that puts
+/// the times back within the clock's granularity) is found by readers and `log verify`
+/// (every chain step is checked there), not by the next writer. The mark also keeps a
+/// digest of the stamps of the stream's sealed segments, which its writer checked (or
+/// wrote): while they are unchanged, the next writer does not read them again.
 ///
 /// It also says how far the stream was **committed durably**: `durable_next_seq`, the
 /// stream's length at the last sync any writer of it made (carried from mark to mark).
@@ -175,10 +199,17 @@ pub(crate) struct Mark {
     events: u64,
     last_kind: Option<u16>,
     pub(crate) durable_next_seq: u64,
+    /// The segment file's stamp when the mark was written, when everything up to the
+    /// mark was durable then (else the default stamp, which no file has).
+    stamp: FileStamp,
+    /// CRC-32 of the segment's last commit frame, which ends at `len`.
+    commit_crc: u32,
+    /// Digest of the sealed segments' stamps ([`sealed_digest`]), 0 when unknown.
+    sealed: u64,
 }
 
-const MARK_MAGIC: &[u8; 8] = b"TMARK v2";
-const MARK_LEN: usize = 8 + 8 + 8 + 4 + 8 + 32 + 8 + 4 + 8 + 4;
+const MARK_MAGIC: &[u8; 8] = b"TMARK v3";
+const MARK_LEN: usize = 8 + 8 + 8 + 4 + 8 + 32 + 8 + 4 + 8 + FileStamp::ENCODED_LEN + 4 + 8 + 4;
 
 impl Mark {
     fn encode(&self) -> [u8; MARK_LEN] {
@@ -198,6 +229,9 @@ impl Mark {
         let kind = self.last_kind.map_or(u32::MAX, u32::from);
         put(&kind.to_le_bytes());
         put(&self.durable_next_seq.to_le_bytes());
+        put(&self.stamp.encode());
+        put(&self.commit_crc.to_le_bytes());
+        put(&self.sealed.to_le_bytes());
         let crc = crc32fast::hash(&b[..MARK_LEN - 4]);
         b[MARK_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -221,6 +255,9 @@ impl Mark {
             events: u64_at(68)?,
             last_kind: u16::try_from(kind).ok(),
             durable_next_seq: u64_at(80)?,
+            stamp: FileStamp::decode(body.get(88..88 + FileStamp::ENCODED_LEN)?)?,
+            commit_crc: u32_at(128)?,
+            sealed: u64_at(132)?,
         })
     }
 
@@ -364,6 +401,9 @@ pub struct Writer {
     /// length before it), until it is taken back or the writer appends again.
     last_batch: Option<(PathBuf, u64)>,
     resumed_from_mark: bool,
+    /// It took up from the mark by the segment file's stamp, without reading the
+    /// segment before the mark.
+    resumed_by_stamp: bool,
     /// This writer recorded in the session index that it writes the stream (a
     /// `Dirty` record, synced before its first frame); it records the head when done.
     indexed: bool,
@@ -375,6 +415,27 @@ pub struct Writer {
     /// writer, or by an earlier one as its checkpoint says. The stream is never shorter
     /// (else events were removed from its end, and this writer refuses it).
     durable_next_seq: u64,
+    /// The digest of the stamps of the sealed segments before the open one (whose first
+    /// sequence number is the key), which this writer checked or wrote.
+    sealed: Option<(u64, u64)>,
+}
+
+/// A digest of the stamps of `segs` (sealed segments, packed ones by their pack's
+/// stamp and place in it); `None` when one cannot be stamped.
+fn sealed_digest(store: &Store, segs: &[SegLoc]) -> Option<u64> {
+    let mut h = blake3::Hasher::new();
+    for s in segs {
+        let stamp = store.vfs.stamp(&s.path).ok()?;
+        let (at, len) = s.range().unwrap_or((u64::MAX, u64::MAX));
+        h.update(&s.first_seq.to_le_bytes());
+        h.update(&at.to_le_bytes());
+        h.update(&len.to_le_bytes());
+        h.update(&stamp.encode());
+    }
+    let d = h.finalize();
+    let first: [u8; 8] = d.as_bytes().get(..8)?.try_into().ok()?;
+    // (0 says "unknown" in a mark.)
+    Some(u64::from_le_bytes(first).max(1))
 }
 
 impl Store {
@@ -437,10 +498,12 @@ impl Store {
             last_kind: None,
             last_batch: None,
             resumed_from_mark: false,
+            resumed_by_stamp: false,
             indexed: false,
             unsynced: false,
             staged: None,
             durable_next_seq: 0,
+            sealed: None,
         };
         while !w.resume()? {}
         Ok(w)
@@ -589,8 +652,20 @@ impl Writer {
         let Some(last) = segs.last().cloned() else {
             return self.check_not_short(&checkpoint, 0, None);
         };
-        if segs.len() > 1 {
-            self.check_stream_links()?;
+        if let Some((last, sealed)) = segs.split_last()
+            && !sealed.is_empty()
+        {
+            // Sealed segments are never written again: while their stamps are those a
+            // previous writer checked them (or wrote them) with, they are not read.
+            let digest = sealed_digest(&self.store, sealed);
+            let vouched = digest.is_some()
+                && checkpoint.as_ref().is_some_and(|m| {
+                    m.segment_first_seq == last.first_seq && Some(m.sealed) == digest
+                });
+            if !vouched {
+                self.check_stream_links()?;
+            }
+            self.sealed = digest.map(|d| (last.first_seq, d));
         }
         if last.packed.is_some() {
             self.resume_after_pack(&last)?;
@@ -600,16 +675,25 @@ impl Writer {
                 Some((last.first_seq, u64::MAX)),
             );
         }
-        let bytes = self.store.read_segment(&last, false)?;
+        // The segment as its stamp vouches for it (its header and what follows the
+        // mark), else read whole.
+        let stamped = self.stamped_tail(checkpoint.as_ref(), &last)?;
+        let by_stamp = stamped.is_some();
+        let bytes = match stamped {
+            Some(b) => b,
+            None => self.store.read_segment(&last, false)?,
+        };
         let (name_seq, path) = (last.first_seq, last.path);
         let limits = ScanLimits { verify_chain: true };
         // Where the last writer left off, when the segment still starts with exactly
-        // the bytes it vouched for: only what follows is scanned.
+        // the bytes it vouched for (by their CRC, or by the file's stamp and the last
+        // commit frame): only what follows is scanned.
         let mark = checkpoint.filter(|m| {
             m.segment_first_seq == name_seq
-                && bytes
-                    .get(..m.len as usize)
-                    .is_some_and(|prefix| crc32fast::hash(prefix) == m.prefix_crc)
+                && (by_stamp
+                    || bytes
+                        .get(..m.len as usize)
+                        .is_some_and(|prefix| crc32fast::hash(prefix) == m.prefix_crc))
         });
         let resumed = mark.and_then(|m| {
             Scanner::resume_at(
@@ -622,6 +706,7 @@ impl Writer {
             )
         });
         self.resumed_from_mark = resumed.is_some();
+        self.resumed_by_stamp = by_stamp && resumed.is_some();
         if resumed.is_some() {
             self.last_kind = mark.and_then(|m| m.last_kind);
         }
@@ -714,10 +799,20 @@ impl Writer {
                 self.next_seq = scan.next_seq();
                 self.chain = scan.chain();
                 let same_mark = mark.filter(|m| m.len == len as u64);
-                let prefix_crc = match same_mark {
-                    Some(m) => m.prefix_crc,
+                // (Bytes before a mark taken up may not have been read: its CRC goes on.)
+                let prefix_crc = match mark.filter(|m| m.len <= len as u64) {
+                    Some(m) => {
+                        let mut crc = crc32fast::Hasher::new_with_initial_len(m.prefix_crc, m.len);
+                        crc.update(bytes.get(m.len as usize..len).unwrap_or_default());
+                        crc.finalize()
+                    }
                     None => crc32fast::hash(bytes.get(..len).unwrap_or_default()),
                 };
+                let commit_crc = crc32fast::hash(
+                    bytes
+                        .get(len.saturating_sub(COMMIT_FRAME_LEN)..len)
+                        .unwrap_or_default(),
+                );
                 self.seg = Some(OpenSegment {
                     file,
                     path,
@@ -730,6 +825,7 @@ impl Writer {
                     entry_durable: true,
                     dir_entry_durable: true,
                     prefix_crc,
+                    commit_crc,
                 });
                 if same_mark.is_none() {
                     self.write_mark();
@@ -749,6 +845,68 @@ impl Writer {
             }
             (end, _) => Err(corrupt(0, format!("unexpected segment state {end:?}"))),
         }
+    }
+
+    /// The last segment `seg` as far as a writer needs it when the checkpoint's stamp
+    /// vouches for it: its header and its bytes from the mark's last commit frame on,
+    /// at their offsets in a buffer as long as the file (zeros between, never looked
+    /// at: the scan resumes at the mark). When the first [`STAMPED_TAIL_READ`] bytes
+    /// after the mark are zeros, the rest of the free space is taken as zeros unread:
+    /// nothing was written after the mark (its stamp says so, and after a crash a file
+    /// keeps a prefix of the writes after its last sync, §4.2: a later batch would
+    /// begin right at the mark). `None` — read the segment whole — unless the mark is
+    /// of this segment, everything up to it was durable when it was written, the
+    /// file's stamp is the mark's and its last commit frame is too.
+    fn stamped_tail(
+        &self,
+        checkpoint: Option<&Mark>,
+        seg: &SegLoc,
+    ) -> Result<Option<SegmentBytes>, StoreError> {
+        let Some(m) = checkpoint else {
+            return Ok(None);
+        };
+        let vfs = self.store.vfs.as_ref();
+        let usable = m.segment_first_seq == seg.first_seq
+            && seg.packed.is_none()
+            && m.stamp != FileStamp::default()
+            && m.durable_next_seq >= m.next_seq
+            && m.len >= (SEGMENT_HEADER_LEN + COMMIT_FRAME_LEN) as u64
+            && m.len <= m.stamp.len
+            && vfs.stamp(&seg.path).is_ok_and(|s| s == m.stamp);
+        if !usable {
+            return Ok(None);
+        }
+        let io = |e| StoreError::io(&seg.path, e);
+        let header = vfs
+            .read_range(&seg.path, 0, SEGMENT_HEADER_LEN as u64)
+            .map_err(io)?;
+        let from = m.len - COMMIT_FRAME_LEN as u64;
+        let short = (COMMIT_FRAME_LEN as u64 + STAMPED_TAIL_READ).min(m.stamp.len - from);
+        let mut tail = vfs.read_range(&seg.path, from, short).map_err(io)?;
+        let unwritten = tail
+            .get(COMMIT_FRAME_LEN..)
+            .is_some_and(|after| after.iter().all(|&b| b == 0));
+        if !unwritten && short < m.stamp.len - from {
+            tail = vfs
+                .read_range(&seg.path, from, m.stamp.len - from)
+                .map_err(io)?;
+        }
+        let same_commit = tail
+            .get(..COMMIT_FRAME_LEN)
+            .is_some_and(|c| crc32fast::hash(c) == m.commit_crc);
+        if header.len() != SEGMENT_HEADER_LEN || !same_commit {
+            return Ok(None);
+        }
+        // An anonymous map: its zero pages cost nothing until written.
+        let len = usize::try_from(m.stamp.len).unwrap_or(usize::MAX);
+        let mut buf = memmap2::MmapMut::map_anon(len).map_err(io)?;
+        let from = from as usize;
+        let tail_len = tail.len().min(len - from);
+        buf[..SEGMENT_HEADER_LEN].copy_from_slice(&header);
+        buf[from..from + tail_len].copy_from_slice(&tail[..tail_len]);
+        Ok(Some(SegmentBytes::Mapped(
+            buf.make_read_only().map_err(io)?,
+        )))
     }
 
     /// Refuses a stream that holds fewer than the events known committed durably
@@ -1116,11 +1274,17 @@ impl Writer {
                 span_len: staged.span_len,
             },
         );
+        let commit_crc = crc32fast::hash(
+            self.buf
+                .get(self.buf.len().saturating_sub(COMMIT_FRAME_LEN)..)
+                .unwrap_or_default(),
+        );
         // (No free space is reserved for a session that ends here: it takes no more.)
         self.write_buf(!ended)?;
         let Some(seg) = self.seg.as_mut() else {
             return Err(StoreError::Poisoned(self.session.clone()));
         };
+        seg.commit_crc = commit_crc;
         // A session that ended takes no more events: give its free space back.
         if ended && let Err(e) = seg.trim() {
             self.poisoned = true;
@@ -1200,6 +1364,30 @@ impl Writer {
         if seg.events == 0 {
             return;
         }
+        let first_seq = seg.first_seq;
+        // The sealed segments before this one: checked when this writer opened, or
+        // written by it. Stamped once per segment.
+        if self.sealed.is_none_or(|(at, _)| at != first_seq) {
+            self.sealed = self
+                .store
+                .segment_files(&self.session)
+                .ok()
+                .and_then(|segs| {
+                    let before: Vec<SegLoc> = segs
+                        .into_iter()
+                        .filter(|s| s.first_seq < first_seq)
+                        .collect();
+                    sealed_digest(&self.store, &before).map(|d| (first_seq, d))
+                });
+        }
+        let Some(seg) = &self.seg else { return };
+        // A stamp vouches only for data that was durable when it was taken: a crash
+        // can leave a file's length and times with data that never reached the disk.
+        let stamp = if self.durable_next_seq >= self.next_seq {
+            self.store.vfs.stamp(&seg.path).unwrap_or_default()
+        } else {
+            FileStamp::default()
+        };
         let mark = Mark {
             segment_first_seq: seg.first_seq,
             len: seg.len,
@@ -1209,6 +1397,9 @@ impl Writer {
             events: seg.events,
             last_kind: self.last_kind,
             durable_next_seq: self.durable_next_seq,
+            stamp,
+            commit_crc: seg.commit_crc,
+            sealed: self.sealed.map_or(0, |(_, d)| d),
         }
         .encode();
         let _ = self.lock.write_note(&mark);
@@ -1218,6 +1409,12 @@ impl Writer {
     /// followed it) rather than scanning its last segment whole.
     pub fn resumed_from_mark(&self) -> bool {
         self.resumed_from_mark
+    }
+
+    /// Whether it took up from the mark by the segment file's stamp and last commit
+    /// frame, reading only the segment's header and what follows the mark.
+    pub fn resumed_by_stamp(&self) -> bool {
+        self.resumed_by_stamp
     }
 
     /// Cuts a segment back to `len` bytes and syncs it.
@@ -1316,6 +1513,7 @@ impl Writer {
             entry_durable: false,
             dir_entry_durable: !created_dir,
             prefix_crc: 0,
+            commit_crc: 0,
         });
         Ok(())
     }
