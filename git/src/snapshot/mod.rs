@@ -271,7 +271,7 @@ impl SnapshotStore {
     }
 
     /// Points `refs/snapshots/<tree>` at the tree (unless it does already).
-    fn make_ref(&self, tree: ObjectId) -> Result<(), SnapshotError> {
+    pub(crate) fn make_ref(&self, tree: ObjectId) -> Result<(), SnapshotError> {
         let repo = self.repo();
         let name = Self::ref_name(&tree.to_hex().to_string());
         if let Ok(Some(r)) = repo.try_find_reference(name.as_str())
