@@ -331,3 +331,132 @@ fn push_then_fetch_verifies_and_the_teammate_lists_rollback_points() {
     let again = w.bob.json(&["fetch", "--json"]);
     assert_eq!(again["sessions"][0]["outcome"], "up_to_date", "{again}");
 }
+
+/// A session of the remote rewritten consistently (new blob, tree and commit, the
+/// package digest recomputed) with one byte of an event changed.
+fn rewrite_record_on_remote(w: &World, session: &str) {
+    let r = format!("refs/tacho/sessions/{session}");
+    let blob = git(&w.remote, &["rev-parse", &format!("{r}:record.tpkg")]);
+    let mut pkg = tacho_tests::git::git_bytes(&w.remote, &["cat-file", "blob", &blob]);
+    let id_len = u16::from_le_bytes([pkg[16], pkg[17]]) as usize;
+    // Past the package header, the first segment's position and length, and the
+    // segment's own 128-byte header: inside the first event frame.
+    let at = 18 + id_len + 16 + 128 + 40;
+    pkg[at] ^= 0x01;
+    let body = pkg.len() - 32;
+    let digest = blake3::Hasher::new_derive_key("tacho replay package v1")
+        .update(&pkg[..body])
+        .finalize();
+    pkg[body..].copy_from_slice(digest.as_bytes());
+    let file = w.tmp.path().join("altered.tpkg");
+    std::fs::write(&file, &pkg).unwrap();
+    let new_blob = git(&w.remote, &["hash-object", "-w", file.to_str().unwrap()]);
+    let listing = git(&w.remote, &["ls-tree", &r]).replace(&blob, &new_blob);
+    let mut mk = Command::new("git")
+        .current_dir(&w.remote)
+        .args(["mktree"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    mk.stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{listing}\n").as_bytes())
+        .unwrap();
+    let tree = String::from_utf8(mk.wait_with_output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let commit = git(
+        &w.remote,
+        &["commit-tree", &tree, "-p", &r, "-m", "altered"],
+    );
+    git(&w.remote, &["update-ref", &r, &commit]);
+}
+
+/// Bob's data directory holds nothing of `session`: no stream, no leftover, no record.
+fn nothing_stored(p: &Person, session: &str) {
+    let streams = p.data.join("log/streams");
+    let names: Vec<String> = std::fs::read_dir(&streams)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(names.iter().all(|n| !n.contains(session)), "{names:?}");
+    assert!(!p.data.join(format!("remote/{session}.json")).exists());
+    let listed = p.ok(&["session", "list"]);
+    assert!(!listed.contains(session), "{listed}");
+}
+
+#[test]
+fn a_session_altered_on_the_remote_is_refused_and_nothing_of_it_is_stored() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_alter");
+    w.alice.ok(&["push", "--all"]);
+    rewrite_record_on_remote(&w, "ses_alter");
+    let (code, out, err) = w.bob.tacho(&["fetch"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("ses_alter  REFUSED: record:"), "{out}");
+    assert!(err.contains("1 sessions were refused"), "{err}");
+    nothing_stored(&w.bob, "ses_alter");
+}
+
+#[test]
+fn a_byte_altered_in_the_remotes_object_files_is_refused() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_byte");
+    w.alice.ok(&["push", "--all"]);
+    // The record's blob as the remote stores it (a loose object: a small push is
+    // unpacked), one byte of its compressed bytes changed.
+    let blob = git(
+        &w.remote,
+        &["rev-parse", "refs/tacho/sessions/ses_byte:record.tpkg"],
+    );
+    let path = w
+        .remote
+        .join(format!("objects/{}/{}", &blob[..2], &blob[2..]));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&path, perms).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    let (code, out, err) = w.bob.tacho(&["fetch"]);
+    assert_ne!(code, 0, "{out}{err}");
+    nothing_stored(&w.bob, "ses_byte");
+}
+
+#[test]
+fn a_session_signed_by_a_key_not_in_allowed_signers_is_reported() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    let mallory = person(w.tmp.path(), "mallory", &w.remote);
+    configure(&mallory, &[("mallory@example.invalid", &mallory.public)]);
+    mallory.session("ses_mallory");
+    mallory.ok(&["push", "--all"]);
+    let fetched = w.bob.json(&["fetch", "--json"]);
+    let s = &fetched["sessions"][0];
+    assert_eq!(s["session"], "ses_mallory");
+    assert_eq!(s["outcome"], "stored", "{fetched}");
+    assert_eq!(s["signature"]["status"], "unknown_key", "{fetched}");
+    let fp = s["signature"]["fingerprint"].as_str().unwrap();
+    let verify = w.bob.ok(&["log", "verify", "--session", "ses_mallory"]);
+    assert!(verify.contains("unknown key"), "{verify}");
+    assert!(verify.contains(fp), "{verify}");
+    // Alice's own record of a session she never signed says so plainly.
+    w.alice.session("ses_plain");
+    let show = w.alice.ok(&["session", "show", "ses_plain"]);
+    assert!(show.contains("Signature unsigned"), "{show}");
+}
