@@ -26,16 +26,6 @@ pub fn verification(v: &LogVerification) -> String {
         o.push_str(&finding(f));
         o.push('\n');
     }
-    let mut unsigned = 0;
-    for h in &v.heads {
-        match &h.signature {
-            crate::SignatureStatus::Unsigned if v.heads.len() > 1 => unsigned += 1,
-            sig => o.push_str(&format!("session {}: {}\n", h.session, sig.describe())),
-        }
-    }
-    if unsigned > 0 && unsigned < v.heads.len() {
-        o.push_str(&format!("{unsigned} other session(s) unsigned\n"));
-    }
     if let [one] = v.heads.as_slice() {
         if s.ok {
             o.push_str(&format!(
@@ -48,6 +38,16 @@ pub fn verification(v: &LogVerification) -> String {
                 one.session, one.events
             ));
         }
+    }
+    let mut unsigned = 0;
+    for h in &v.heads {
+        match &h.signature {
+            crate::SignatureStatus::Unsigned if v.heads.len() > 1 => unsigned += 1,
+            sig => o.push_str(&format!("session {}: {}\n", h.session, sig.describe())),
+        }
+    }
+    if unsigned > 0 && unsigned < v.heads.len() {
+        o.push_str(&format!("{unsigned} other session(s) unsigned\n"));
     }
     o.push_str(&format!(
         "checked {} session(s), {} segment(s), {} events, {}: {}\n",
