@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tacho_git::remote::{self as git_remote, REMOTE_PREFIX, RemoteError, SessionObjects};
 use tacho_git::snapshot::SnapshotError;
-use tacho_store::{StoreError, hex, package_segments, stream_dir_name};
+use tacho_store::{Severity, StoreError, StreamReport, hex, package_segments, stream_dir_name};
 
 use crate::error::{ErrorKind, Kind};
 use crate::replay::{ReplayError, verify_package_bytes};
@@ -330,23 +330,21 @@ impl Tacho {
     }
 
     /// What must hold before any session leaves the machine; refuses by default. Its
-    /// check today: every record verifies (export refuses one that does not). The
-    /// secret scan goes here.
-    fn before_publish(&self, sessions: &[String]) -> Result<(), PushError> {
+    /// check today: every record verifies (a record with a log error is refused).
+    /// The secret scan goes here. Returns the verified heads, in order.
+    fn before_publish(&self, sessions: &[String]) -> Result<Vec<StreamReport>, PushError> {
+        let mut heads = Vec::with_capacity(sessions.len());
         for s in sessions {
             let log = self.log().verify_session(s, true)?;
-            if log
-                .findings
-                .iter()
-                .any(|f| f.severity == tacho_store::Severity::Error)
-            {
+            if log.findings.iter().any(|f| f.severity == Severity::Error) {
                 return Err(PushError::Record {
                     session: s.clone(),
                     source: ReplayError::Unverified(s.clone()),
                 });
             }
+            heads.push(log);
         }
-        Ok(())
+        Ok(heads)
     }
 
     /// `tacho push`: publishes sessions of the repository's workspace to a remote
@@ -377,7 +375,7 @@ impl Tacho {
             }
             v
         };
-        self.before_publish(&sessions)?;
+        let verified = self.before_publish(&sessions)?;
         let key = signing::signing_key(&top);
         if key.is_none() {
             self.note("no SSH signing key (git config gpg.format ssh, user.signingkey): the sessions go unsigned");
@@ -388,7 +386,7 @@ impl Tacho {
         let mut rows = Vec::new();
         let mut commits = Vec::new();
         let mut records = Vec::new();
-        for (i, s) in sessions.iter().enumerate() {
+        for (i, (s, log)) in sessions.iter().zip(&verified).enumerate() {
             if sessions.len() >= 20 && i % 50 == 0 {
                 self.note(&format!(
                     "preparing session {} of {}",
@@ -396,10 +394,7 @@ impl Tacho {
                     sessions.len()
                 ));
             }
-            let (record, log) = self.export_package(s).map_err(|source| PushError::Record {
-                session: s.clone(),
-                source,
-            })?;
+            let record = tacho_store::export_package(self.log(), s)?;
             let head = SignedHead {
                 session: s.clone(),
                 events: log.next_seq,
