@@ -11,7 +11,7 @@ use tacho_git::snapshot::SnapshotError;
 use tacho_store::{Severity, StoreError, StreamReport, hex, package_segments, stream_dir_name};
 
 use crate::error::{ErrorKind, Kind};
-use crate::replay::{ReplayError, verify_package_bytes};
+use crate::replay::verify_package_bytes;
 use crate::signing::{self, SignError, SignatureStatus, SignedHead};
 use crate::{SessionId, Tacho};
 
@@ -70,7 +70,7 @@ pub struct PushOutcome {
 pub enum PushError {
     #[error("{0} is not inside a Git repository: tacho push publishes a repository's sessions")]
     NotARepository(PathBuf),
-    #[error("name the sessions to push, or --all for every session of {0}")]
+    #[error("no session named: name the sessions to push, or ask for all the sessions of {0}")]
     NothingNamed(String),
     #[error("session {session} was recorded in {workspace}, not in this repository ({repo})")]
     OtherWorkspace {
@@ -80,12 +80,8 @@ pub enum PushError {
     },
     #[error("session {0} was fetched from {1}: tacho pushes only sessions recorded here")]
     Fetched(String, String),
-    #[error("session {session}: {source}")]
-    Record {
-        session: String,
-        #[source]
-        source: ReplayError,
-    },
+    #[error("session {0} does not verify (its log has errors): nothing was pushed")]
+    Unverified(String),
     #[error("session {session}: {source}")]
     Sign {
         session: String,
@@ -113,7 +109,7 @@ impl Kind for PushError {
             | PushError::NothingNamed(_)
             | PushError::OtherWorkspace { .. }
             | PushError::Fetched(..) => ErrorKind::Input,
-            PushError::Record { source, .. } => source.kind(),
+            PushError::Unverified(_) => ErrorKind::Findings,
             PushError::Sign { .. } | PushError::Remote(_) | PushError::Io { .. } => ErrorKind::Io,
             PushError::Snapshots(_) => ErrorKind::Io,
             PushError::Store(e) => e.kind(),
@@ -337,10 +333,7 @@ impl Tacho {
         for s in sessions {
             let log = self.log().verify_session(s, true)?;
             if log.findings.iter().any(|f| f.severity == Severity::Error) {
-                return Err(PushError::Record {
-                    session: s.clone(),
-                    source: ReplayError::Unverified(s.clone()),
-                });
+                return Err(PushError::Unverified(s.clone()));
             }
             heads.push(log);
         }

@@ -71,9 +71,12 @@ pub fn export_package(store: &Store, session: &str) -> Result<Vec<u8>, StoreErro
     Ok(out)
 }
 
+/// One segment of a package: its first sequence number and its bytes.
+pub type Segment<'a> = (u64, &'a [u8]);
+
 /// The session id and segments (first sequence number, bytes) of a package, its
 /// digest and layout checked (SPEC.md §9); the bytes borrow from `bytes`.
-pub fn package_segments(bytes: &[u8]) -> Result<(String, Vec<(u64, &[u8])>), PackageError> {
+pub fn package_segments(bytes: &[u8]) -> Result<(String, Vec<Segment<'_>>), PackageError> {
     if bytes.len() < 8 || bytes[..8] != PACKAGE_MAGIC {
         return Err(PackageError::BadMagic);
     }
