@@ -387,7 +387,6 @@ impl Tacho {
                     sessions.len()
                 ));
             }
-            let record = tacho_store::export_package(self.log(), s)?;
             let head = SignedHead {
                 session: s.clone(),
                 events: log.next_seq,
@@ -402,6 +401,7 @@ impl Tacho {
                     trees.push(t);
                 }
             }
+            trees.sort();
             let parent = snaps.pushed_commit(s);
             // The same head keeps its signature: pushing again writes the same commit.
             let earlier = parent
@@ -423,13 +423,20 @@ impl Tacho {
                 Some(sig) => signing::verify(head.text().as_bytes(), sig, allowed.as_deref()),
                 None => SignatureStatus::Unsigned,
             };
-            let objects = SessionObjects {
-                record,
-                signed: head.text().into_bytes(),
-                signature,
-                snapshots: trees,
+            // Nothing changed since the last push: its commit again, nothing exported.
+            let (objects, commit) = match (earlier, parent) {
+                (Some(e), Some(p)) if e.snapshots == trees && e.signature == signature => (e, p),
+                _ => {
+                    let objects = SessionObjects {
+                        record: tacho_store::export_package(self.log(), s)?,
+                        signed: head.text().into_bytes(),
+                        signature,
+                        snapshots: trees,
+                    };
+                    let commit = snaps.write_session_commit(s, &objects, parent)?;
+                    (objects, commit)
+                }
             };
-            let commit = snaps.write_session_commit(s, &objects, parent)?;
             commits.push((commit, format!("{REMOTE_PREFIX}{s}")));
             rows.push(PushedSession {
                 session: s.clone(),

@@ -455,6 +455,7 @@ impl SnapshotStore {
                 }
             }
         }
+        objects.snapshots.sort();
         if !record || !signed {
             return Err(bad(format!(
                 "commit {commit} lacks {}",
