@@ -470,3 +470,40 @@ impl SnapshotStore {
         self.make_ref(tree)
     }
 }
+
+/// Adds every object the session commits of the store reach (`refs/tacho/…` and
+/// `refs/tacho-remotes/…`, each commit's ancestors too) to `seen`, so that gc keeps
+/// what push and fetch wrote.
+pub(crate) fn reach_session_commits(
+    repo: &gix::Repository,
+    seen: &mut std::collections::HashSet<ObjectId>,
+) -> Result<(), SnapshotError> {
+    let refs = repo
+        .references()
+        .map_err(|e| SnapshotError::git("listing refs", e))?;
+    let mut stack = Vec::new();
+    for prefix in ["refs/tacho/", FETCHED_PREFIX] {
+        for r in refs
+            .prefixed(prefix)
+            .map_err(|e| SnapshotError::git("listing refs", e))?
+        {
+            let r = r.map_err(|e| SnapshotError::git("listing refs", e))?;
+            if let Some(id) = r.target().try_id() {
+                stack.push(id.to_owned());
+            }
+        }
+    }
+    while let Some(c) = stack.pop() {
+        if !seen.insert(c) {
+            continue;
+        }
+        let Ok(commit) = repo.find_commit(c) else {
+            continue;
+        };
+        stack.extend(commit.parent_ids().map(|p| p.detach()));
+        if let Ok(tree) = commit.tree_id() {
+            crate::snapshot::reach_tree(repo, tree.detach(), seen)?;
+        }
+    }
+    Ok(())
+}

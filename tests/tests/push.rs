@@ -460,3 +460,20 @@ fn a_session_signed_by_a_key_not_in_allowed_signers_is_reported() {
     let show = w.alice.ok(&["session", "show", "ses_plain"]);
     assert!(show.contains("Signature unsigned"), "{show}");
 }
+
+#[test]
+fn gc_keeps_what_push_wrote_and_pushing_again_sends_nothing() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_gc");
+    w.alice.ok(&["push", "--all"]);
+    w.alice.ok(&["gc"]);
+    let store = w.alice.data.join("snapshots");
+    git(&store, &["fsck", "--no-dangling"]);
+    let objects_before = tree_of(&w.remote.join("objects"));
+    let again = w.alice.json(&["push", "--all", "--json"]);
+    assert_eq!(again["sessions"][0]["outcome"], "up_to_date", "{again}");
+    assert_eq!(tree_of(&w.remote.join("objects")), objects_before);
+}
