@@ -33,12 +33,14 @@ mod logtools;
 mod projection;
 mod prune;
 pub mod record;
+mod remote;
 pub mod render;
 mod replay;
 mod report;
 mod rollback;
 pub mod runner;
 mod sessions;
+pub mod signing;
 mod snapshots;
 pub mod userfile;
 mod verifiers;
@@ -132,3 +134,8 @@ pub mod types {
         StoredEvent, StreamReport, hex,
     };
 }
+pub use remote::{
+    DEFAULT_REMOTE, FetchOutcome, FetchState, FetchedSession, Origin, PushError, PushOptions,
+    PushOutcome, PushState, PushedSession, RemoteRecord,
+};
+pub use signing::SignatureStatus;

@@ -120,6 +120,8 @@ pub struct StreamHead {
     pub events: u64,
     /// The chain value, hex.
     pub head: String,
+    /// Whether, and by whom, the session's head is signed (SPEC §16.3).
+    pub signature: crate::SignatureStatus,
 }
 
 /// The totals of a verification. The `summary` record of `log verify`.
@@ -171,6 +173,7 @@ impl LogVerification {
                     session: s.session.clone(),
                     events: s.next_seq,
                     head: hex(&s.chain),
+                    signature: crate::SignatureStatus::Unsigned,
                 })
                 .collect(),
             findings,
@@ -602,9 +605,20 @@ impl Tacho {
         only: Option<&SessionId>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<LogVerification, StoreError> {
-        Ok(LogVerification::from_report(
-            &self.verify_store(true, only, progress)?,
-        ))
+        let mut v = LogVerification::from_report(&self.verify_store(true, only, progress)?);
+        // Signatures are kept only for pushed and fetched sessions.
+        if self.data_dir().join("remote").is_dir() {
+            let allowed = self.allowed_signers();
+            for h in &mut v.heads {
+                h.signature = self.signature_with(&h.session, allowed.as_deref())?;
+                if matches!(h.signature, crate::SignatureStatus::Bad { .. }) {
+                    v.summary.errors += 1;
+                    v.summary.ok = false;
+                    v.summary.store_digest = None;
+                }
+            }
+        }
+        Ok(v)
     }
 
     /// `tacho log stats`: every stream counted, and the snapshot store's space (when

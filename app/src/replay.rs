@@ -515,13 +515,21 @@ pub fn verify_package(path: &Path) -> Result<Verification, ReplayError> {
         )));
     }
     let bytes = std::fs::read(path).map_err(bad)?;
-    let (store, session) = open_package(&bytes).map_err(|e| match e {
-        PackageError::Store(e) => ReplayError::Store(e),
-        source => ReplayError::Package {
-            path: path.to_path_buf(),
-            source,
-        },
-    })?;
+    verify_package_bytes(&bytes)
+        .map(|(v, _)| v)
+        .map_err(|e| match e {
+            PackageError::Store(e) => ReplayError::Store(e),
+            source => ReplayError::Package {
+                path: path.to_path_buf(),
+                source,
+            },
+        })
+}
+
+/// Verifies a package's bytes: its digest, then every check of the session it holds;
+/// with the package's store in memory.
+pub(crate) fn verify_package_bytes(bytes: &[u8]) -> Result<(Verification, Store), PackageError> {
+    let (store, session) = open_package(bytes)?;
     let mut v = verify(&store, &session)?;
     // Export writes whole sessions: every segment up to its last commit, nothing after
     // it, from `session.start` on. Anything else was not made by export.
@@ -546,7 +554,7 @@ pub fn verify_package(path: &Path) -> Result<Verification, ReplayError> {
         }
     }
     v.package_findings = extra;
-    Ok(v)
+    Ok((v, store))
 }
 
 impl Tacho {

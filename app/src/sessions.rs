@@ -162,6 +162,10 @@ pub struct SessionDetail {
     pub graph: ExecutionGraph,
     pub risk: RiskAssessment,
     pub segments: usize,
+    /// Whether, and by whom, its head is signed (SPEC §16.3).
+    pub signature: crate::SignatureStatus,
+    /// Where it was fetched from, when it was.
+    pub origin: Option<crate::Origin>,
 }
 
 /// `session show --json`: the row record with the detail's own facts. Risk facts are
@@ -180,6 +184,8 @@ impl serde::Serialize for SessionDetail {
             segments: usize,
             cache_read: u64,
             cache_write: u64,
+            signature: &'a crate::SignatureStatus,
+            origin: &'a Option<crate::Origin>,
         }
         let g = &self.graph;
         Record {
@@ -192,6 +198,8 @@ impl serde::Serialize for SessionDetail {
             segments: self.segments,
             cache_read: g.tokens.cache_read,
             cache_write: g.tokens.cache_write,
+            signature: &self.signature,
+            origin: &self.origin,
         }
         .serialize(ser)
     }
@@ -389,6 +397,8 @@ impl Tacho {
             summary: SessionSummary::from_graph(&graph),
             risk,
             segments: self.log().segments(session)?.len(),
+            signature: self.signature(session)?,
+            origin: self.origin(session),
             graph,
         })
     }

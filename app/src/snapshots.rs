@@ -458,6 +458,25 @@ impl Tacho {
         Ok(Some(self.snapshots()?.usage()?))
     }
 
+    /// Adds the snapshots a session references (taken, or rolled back to) to `keep`.
+    pub(crate) fn referenced_snapshots(
+        &self,
+        session: &str,
+        keep: &mut HashSet<String>,
+    ) -> Result<(), StoreError> {
+        self.log()
+            .read_session_views(session, 0, |_, _, v| match *v {
+                EventView::SnapshotTaken { snapshot, .. } => {
+                    keep.insert(snapshot.to_string());
+                }
+                EventView::RollbackApplied { to_snapshot, .. } => {
+                    keep.insert(to_snapshot.to_string());
+                }
+                _ => {}
+            })?;
+        Ok(())
+    }
+
     /// `tacho gc`: drops snapshots that no recorded session references, deletes the
     /// objects only they held, and packs the rest.
     pub fn gc(&self, dry_run: bool) -> Result<GcOutcome, SnapshotOpError> {
@@ -467,15 +486,7 @@ impl Tacho {
         let keep = || -> Result<HashSet<String>, SnapshotOpError> {
             let mut keep = HashSet::new();
             for id in log.sessions()? {
-                log.read_session_views(&id, 0, |_, _, v| match *v {
-                    EventView::SnapshotTaken { snapshot, .. } => {
-                        keep.insert(snapshot.to_string());
-                    }
-                    EventView::RollbackApplied { to_snapshot, .. } => {
-                        keep.insert(to_snapshot.to_string());
-                    }
-                    _ => {}
-                })?;
+                self.referenced_snapshots(&id, &mut keep)?;
             }
             referenced = keep.len();
             Ok(keep)

@@ -93,6 +93,13 @@ enum Command {
     /// A local, read-only web report of the sessions (index, session pages with a
     /// timeline, calls, diffs, risk, goals, rollback points), on 127.0.0.1 only.
     RunReport(cmd::run_report::RunReportArgs),
+    /// Publish sessions of this repository's workspace to a Git remote
+    /// (`refs/tacho/sessions/<id>`): their records exactly as stored, the snapshots
+    /// their rollback points need, each head signed with your Git SSH signing key.
+    Push(cmd::remote::PushArgs),
+    /// Bring a Git remote's published sessions into the data directory, each verified
+    /// (digest, chain, signature) before it is stored.
+    Fetch(cmd::remote::FetchArgs),
 }
 
 fn main() -> ExitCode {
@@ -137,6 +144,8 @@ fn main() -> ExitCode {
         Command::Import(a) => cmd::hooks::import(a),
         Command::Audit(c) => cmd::audit::run(c),
         Command::RunReport(a) => cmd::run_report::run(a),
+        Command::Push(a) => cmd::remote::push(a),
+        Command::Fetch(a) => cmd::remote::fetch(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

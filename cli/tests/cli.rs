@@ -197,6 +197,7 @@ fn log_verify_stats_and_dump() {
             exit: 0
             --- stdout
             session ses_01jdemo8xk4rate1imit0000a head: 48 events, chain ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a
+            session ses_01jdemo8xk4rate1imit0000a: unsigned
             checked 1 session(s), 1 segment(s), 48 events, 6.7 KiB: every checksum, chain step, sequence number and payload is intact
             store digest: 73efab69e5587c63398d33ecc6e0820d231e6a28cfb5620940a2dc37dbed43a6
             keep the digest elsewhere: the chain detects edits inside the log, a digest kept outside it also detects a rewrite of the whole log
@@ -244,6 +245,7 @@ fn verify_locates_an_edit_and_fails() {
             --- stdout
             error: session ses_01jdemo8xk4rate1imit0000a: $TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg at offset 6816: hash chain broken at the commit frame at offset 6816: stored ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a, computed e78f792886b50fc47da410c93fc981cb75360fe8697e9c17f7e1ee1ae1792e91 (bytes of this batch were changed)
             session ses_01jdemo8xk4rate1imit0000a: 0 events verified before the first error
+            session ses_01jdemo8xk4rate1imit0000a: unsigned
             checked 1 session(s), 1 segment(s), 0 events, 6.7 KiB: 1 error(s)
             no store digest: the log has errors
             --- stderr
@@ -862,22 +864,23 @@ fn session_show_and_list_filters() {
         &["session", "show", "ses_01jdemo"],
         None,
         expect![[r#"
-        exit: 0
-        --- stdout
-        Session   ses_01jdemo8xk4rate1imit0000a
-        Title     Add per-client rate limiting to the public API
-        Agents    architect, coder
-        Workspace /home/dev/shop-api
-        Project   shop-api
-        Started   2026-11-20T09:14:03.12Z
-        Status    completed after 58s
-        Activity  48 events, 4 steps, 9 tool calls (1 failed), 5 model calls
-        Tokens    99,380 in / 4,860 out, cache read 85,129, cache write 8,627
-        Files     3 changed
-        Risk      MEDIUM (20/100), ready
-        Log       1 segment(s)
-        --- stderr
-    "#]],
+            exit: 0
+            --- stdout
+            Session   ses_01jdemo8xk4rate1imit0000a
+            Title     Add per-client rate limiting to the public API
+            Agents    architect, coder
+            Workspace /home/dev/shop-api
+            Project   shop-api
+            Signature unsigned
+            Started   2026-11-20T09:14:03.12Z
+            Status    completed after 58s
+            Activity  48 events, 4 steps, 9 tool calls (1 failed), 5 model calls
+            Tokens    99,380 in / 4,860 out, cache read 85,129, cache write 8,627
+            Files     3 changed
+            Risk      MEDIUM (20/100), ready
+            Log       1 segment(s)
+            --- stderr
+        "#]],
     );
     let ids = |args: &[&str]| -> Vec<String> {
         let mut all = vec!["session", "list", "--json"];

@@ -10,6 +10,7 @@
 //! returns values.
 
 pub mod fingerprint;
+pub mod remote;
 pub mod rollback;
 pub mod safefs;
 pub mod snapshot;

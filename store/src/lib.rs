@@ -15,6 +15,7 @@
 //! and what is refused. The byte layout is `tacho-log-format`'s; what payloads mean is
 //! `tacho-schema`'s.
 
+mod adopt;
 pub mod dump;
 pub mod index;
 mod link;
@@ -30,7 +31,9 @@ mod writer;
 /// Lower-case hexadecimal of chain values and digests (the crate gix uses for ids).
 pub use faster_hex::hex_string as hex;
 pub use pack::{PACKS_BEFORE_MERGE, PackBuilder};
-pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, open_package};
+pub use package::{
+    PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, open_package, package_segments,
+};
 pub use prune::{PRUNE_LOG, PruneRecord, PrunedSession, remove_streams};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};

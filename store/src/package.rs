@@ -71,9 +71,12 @@ pub fn export_package(store: &Store, session: &str) -> Result<Vec<u8>, StoreErro
     Ok(out)
 }
 
-/// Reads a package into a store of its own, in memory, so that the engine's own
-/// verification runs on it unchanged. Returns the store and the session id.
-pub fn open_package(bytes: &[u8]) -> Result<(Store, String), PackageError> {
+/// One segment of a package: its first sequence number and its bytes.
+pub type Segment<'a> = (u64, &'a [u8]);
+
+/// The session id and segments (first sequence number, bytes) of a package, its
+/// digest and layout checked (SPEC.md §9); the bytes borrow from `bytes`.
+pub fn package_segments(bytes: &[u8]) -> Result<(String, Vec<Segment<'_>>), PackageError> {
     if bytes.len() < 8 || bytes[..8] != PACKAGE_MAGIC {
         return Err(PackageError::BadMagic);
     }
@@ -101,7 +104,7 @@ pub fn open_package(bytes: &[u8]) -> Result<(Store, String), PackageError> {
     let mut pos = 12;
     let take = |pos: &mut usize, n: usize| -> Result<&[u8], PackageError> {
         let s = body
-            .get(*pos..*pos + n)
+            .get(*pos..pos.saturating_add(n))
             .ok_or(PackageError::Truncated(*pos))?;
         *pos += n;
         Ok(s)
@@ -119,11 +122,6 @@ pub fn open_package(bytes: &[u8]) -> Result<(Store, String), PackageError> {
         offset: pos,
         what: e,
     })?;
-    let fs = SimFs::new();
-    let root = PathBuf::from("/package");
-    let dir = root.join("streams").join(stream_dir_name(&session));
-    fs.create_dir_all(&dir)
-        .map_err(|e| StoreError::io(&dir, e))?;
     if count == 0 {
         return Err(PackageError::Malformed {
             offset: 12,
@@ -131,6 +129,7 @@ pub fn open_package(bytes: &[u8]) -> Result<(Store, String), PackageError> {
         });
     }
     let mut seen = std::collections::BTreeSet::new();
+    let mut segments = Vec::new();
     for _ in 0..count {
         let at = pos;
         let first_seq = u64_at(take(&mut pos, 8)?);
@@ -140,22 +139,37 @@ pub fn open_package(bytes: &[u8]) -> Result<(Store, String), PackageError> {
                 what: format!("a second segment starting at event {first_seq}"),
             });
         }
-        let len = u64_at(take(&mut pos, 8)?) as usize;
+        let len =
+            usize::try_from(u64_at(take(&mut pos, 8)?)).map_err(|_| PackageError::Truncated(at))?;
         let data = take(&mut pos, len)?;
-        let name = segment_file_name(first_seq);
-        if parse_segment_file_name(&name) != Some(first_seq) {
+        if parse_segment_file_name(&segment_file_name(first_seq)) != Some(first_seq) {
             return Err(PackageError::Malformed {
                 offset: at,
                 what: "bad segment name".into(),
             });
         }
-        fs.set_file(&dir.join(name), data.to_vec());
+        segments.push((first_seq, data));
     }
     if pos != body.len() {
         return Err(PackageError::Malformed {
             offset: pos,
             what: format!("{} bytes after the last segment", body.len() - pos),
         });
+    }
+    Ok((session, segments))
+}
+
+/// Reads a package into a store of its own, in memory, so that the engine's own
+/// verification runs on it unchanged. Returns the store and the session id.
+pub fn open_package(bytes: &[u8]) -> Result<(Store, String), PackageError> {
+    let (session, segments) = package_segments(bytes)?;
+    let fs = SimFs::new();
+    let root = PathBuf::from("/package");
+    let dir = root.join("streams").join(stream_dir_name(&session));
+    fs.create_dir_all(&dir)
+        .map_err(|e| StoreError::io(&dir, e))?;
+    for (first_seq, data) in segments {
+        fs.set_file(&dir.join(segment_file_name(first_seq)), data.to_vec());
     }
     let store = Store::open_with(Arc::new(fs) as Arc<dyn Vfs>, root, StoreOptions::default())?;
     Ok((store, session))

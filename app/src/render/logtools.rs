@@ -39,6 +39,16 @@ pub fn verification(v: &LogVerification) -> String {
             ));
         }
     }
+    let mut unsigned = 0;
+    for h in &v.heads {
+        match &h.signature {
+            crate::SignatureStatus::Unsigned if v.heads.len() > 1 => unsigned += 1,
+            sig => o.push_str(&format!("session {}: {}\n", h.session, sig.describe())),
+        }
+    }
+    if unsigned > 0 && unsigned < v.heads.len() {
+        o.push_str(&format!("{unsigned} other session(s) unsigned\n"));
+    }
     o.push_str(&format!(
         "checked {} session(s), {} segment(s), {} events, {}: {}\n",
         s.sessions,

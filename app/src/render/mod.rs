@@ -6,6 +6,7 @@ pub mod goals;
 pub mod graph;
 pub mod logs;
 pub mod prune;
+pub mod remote;
 pub mod report;
 pub mod risk;
 pub mod session;

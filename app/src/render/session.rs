@@ -91,6 +91,10 @@ pub fn show(d: &SessionDetail) -> String {
     if let Some(p) = &s.parent {
         put(format!("Parent    {p}"));
     }
+    if let Some(origin) = &d.origin {
+        put(format!("Fetched   from {} ({})", origin.remote, origin.url));
+    }
+    put(format!("Signature {}", d.signature.describe()));
     put(format!(
         "Started   {}",
         s.started_unix_ns.map_or("-".into(), time_to_rfc3339)

@@ -11,6 +11,7 @@ pub mod hooks;
 pub mod log;
 pub mod mcp;
 pub mod record;
+pub mod remote;
 pub mod replay;
 pub mod review;
 pub mod risk;

@@ -191,6 +191,8 @@ impl SnapshotStore {
                 incomplete.push((*id).clone());
             }
         }
+        // What `tacho push` and `tacho fetch` wrote stays while their refs do.
+        crate::remote::reach_session_commits(&repo, &mut reachable)?;
         let objects = self.root().join("objects");
         let loose = loose_objects(&objects)?;
         // Every object the store holds, loose or packed. A pack whose index cannot be
@@ -268,7 +270,8 @@ impl SnapshotStore {
 
 /// Every object a tree reaches (itself, its subtrees and blobs). `false` when any of
 /// them is missing from the store (the snapshot is incomplete; gc goes on).
-fn reach(
+/// Adds every object `tree` reaches to `seen`; whether all of them are present.
+pub(crate) fn reach(
     repo: &gix::Repository,
     tree: ObjectId,
     seen: &mut HashSet<ObjectId>,

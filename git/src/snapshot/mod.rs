@@ -35,6 +35,7 @@ use gix::ObjectId;
 use gix::object::tree::EntryKind;
 
 pub use diff::{ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange};
+pub(crate) use gc::reach as reach_tree;
 pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
 pub(crate) use mounts::{pseudo_fs_of, pseudo_mounts_under, under_mount};
 pub use pack::{PACK_BYTES_MAX, PACK_MIN_FILES};
@@ -271,7 +272,7 @@ impl SnapshotStore {
     }
 
     /// Points `refs/snapshots/<tree>` at the tree (unless it does already).
-    fn make_ref(&self, tree: ObjectId) -> Result<(), SnapshotError> {
+    pub(crate) fn make_ref(&self, tree: ObjectId) -> Result<(), SnapshotError> {
         let repo = self.repo();
         let name = Self::ref_name(&tree.to_hex().to_string());
         if let Ok(Some(r)) = repo.try_find_reference(name.as_str())

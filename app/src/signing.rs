@@ -1,0 +1,331 @@
+//! Signed checkpoints (SPEC.md §16.3): a session's head signed with the key the user
+//! signs commits with (git's `user.signingkey`, `gpg.format ssh`), as SSHSIG, so that
+//! `ssh-keygen -Y verify` checks it without tacho; verified here in-process (the
+//! `ssh-key` crate) against git's `gpg.ssh.allowedSignersFile`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde::Serialize;
+use ssh_key::{HashAlg, PublicKey, SshSig};
+use tacho_git::remote::git_command;
+
+/// The SSHSIG namespace of tacho's signatures (`ssh-keygen -Y … -n tacho-session`).
+pub const NAMESPACE: &str = "tacho-session";
+/// The first line of the text a signature covers.
+const SIGNED_HEADER: &str = "tacho-session-signature v1";
+/// Where `ssh-keygen` is looked for, in order (never through `PATH`).
+pub const SSH_KEYGEN_PATHS: &[&str] = &[
+    "/usr/bin/ssh-keygen",
+    "/usr/local/bin/ssh-keygen",
+    "/bin/ssh-keygen",
+];
+
+/// What a signature covers: a session's head.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SignedHead {
+    pub session: String,
+    /// Events in the session at the head.
+    pub events: u64,
+    /// The chain value after them (hex).
+    pub head: String,
+}
+
+impl SignedHead {
+    /// The exact bytes signed: four lines.
+    pub fn text(&self) -> String {
+        format!(
+            "{SIGNED_HEADER}\nsession {}\nevents {}\nhead {}\n",
+            self.session, self.events, self.head
+        )
+    }
+
+    /// Reads what [`SignedHead::text`] writes, and nothing else.
+    pub fn parse(bytes: &[u8]) -> Option<SignedHead> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut lines = text.strip_suffix('\n')?.split('\n');
+        (lines.next()? == SIGNED_HEADER).then_some(())?;
+        let session = lines.next()?.strip_prefix("session ")?.to_owned();
+        let events = lines.next()?.strip_prefix("events ")?.parse().ok()?;
+        let head = lines.next()?.strip_prefix("head ")?.to_owned();
+        let h = SignedHead {
+            session,
+            events,
+            head,
+        };
+        (lines.next().is_none() && h.text() == text).then_some(h)
+    }
+}
+
+/// Whether, and by whom, a session's head is signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum SignatureStatus {
+    /// No signature is kept for the session.
+    Unsigned,
+    /// A good signature by a key of the allowed signers file.
+    Signed {
+        fingerprint: String,
+        principals: Vec<String>,
+        /// Events the signature covers (the session may have grown since).
+        events: u64,
+    },
+    /// A good signature by a key the allowed signers file does not hold (or no such
+    /// file is configured).
+    UnknownKey { fingerprint: String, events: u64 },
+    /// The signature does not verify, or does not cover this log.
+    Bad { reason: String },
+}
+
+impl SignatureStatus {
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        match self {
+            SignatureStatus::Unsigned => "unsigned".into(),
+            SignatureStatus::Signed {
+                fingerprint,
+                principals,
+                events,
+            } => format!(
+                "signed by {} ({fingerprint}), {events} events",
+                principals.join(", ")
+            ),
+            SignatureStatus::UnknownKey {
+                fingerprint,
+                events,
+            } => format!(
+                "signed by an unknown key {fingerprint} (not in gpg.ssh.allowedSignersFile), {events} events"
+            ),
+            SignatureStatus::Bad { reason } => format!("BAD SIGNATURE: {reason}"),
+        }
+    }
+}
+
+/// Why a session could not be signed.
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("no ssh-keygen at {}: tacho runs it only from there", SSH_KEYGEN_PATHS.join(", "))]
+    NoSshKeygen,
+    #[error("signing with {key}: {detail}")]
+    Failed { key: String, detail: String },
+    #[error("writing the literal signing key to {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The signing key of the project's git configuration: `user.signingkey` when
+/// `gpg.format` is `ssh` (`None` otherwise: sessions go unsigned).
+pub fn signing_key(project: &Path) -> Option<String> {
+    let format = git_config(project, "gpg.format")?;
+    if format != "ssh" {
+        return None;
+    }
+    git_config(project, "user.signingkey")
+}
+
+/// The allowed signers file git verifies SSH signatures against, from the git
+/// configuration seen in `dir` (`~/` expanded).
+pub fn allowed_signers_file(dir: &Path) -> Option<PathBuf> {
+    let v = git_config(dir, "gpg.ssh.allowedSignersFile")?;
+    match v.strip_prefix("~/") {
+        Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
+        None => Some(PathBuf::from(v)),
+    }
+}
+
+fn git_config(dir: &Path, key: &str) -> Option<String> {
+    let mut c = git_command(dir).ok()?;
+    c.args(["config", "--get", key]);
+    let out = c.stderr(Stdio::null()).output().ok()?;
+    let v = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !v.is_empty()).then_some(v)
+}
+
+/// Signs `head` with `key` (a key file, or `key::<public key>` whose private half
+/// ssh-agent holds, as git takes it) by `ssh-keygen -Y sign -n tacho-session`: the
+/// armored SSHSIG.
+pub fn sign(key: &str, head: &SignedHead, scratch: &Path) -> Result<Vec<u8>, SignError> {
+    let program = SSH_KEYGEN_PATHS
+        .iter()
+        .copied()
+        .find(|p| Path::new(p).is_file())
+        .ok_or(SignError::NoSshKeygen)?;
+    let failed = |detail: String| SignError::Failed {
+        key: key.to_owned(),
+        detail,
+    };
+    let mut literal = None;
+    let key_file = match key.strip_prefix("key::") {
+        Some(public) => {
+            let path = scratch.join(format!("signing-key-{}.pub", std::process::id()));
+            std::fs::write(&path, format!("{public}\n")).map_err(|source| SignError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            literal = Some(path.clone());
+            path
+        }
+        None => match key.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(rest))
+                .unwrap_or_else(|| PathBuf::from(key)),
+            None => PathBuf::from(key),
+        },
+    };
+    let mut c = std::process::Command::new(program);
+    c.args(["-Y", "sign", "-n", NAMESPACE, "-q"]);
+    if literal.is_some() {
+        c.arg("-U");
+    }
+    c.arg("-f").arg(&key_file);
+    let run = (|| {
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed(format!("running {program}: {e}")))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(head.text().as_bytes())
+                .map_err(|e| failed(format!("writing to {program}: {e}")))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| failed(format!("running {program}: {e}")))?;
+        if !out.status.success() || out.stdout.is_empty() {
+            return Err(failed(format!(
+                "{program} -Y sign failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(out.stdout)
+    })();
+    if let Some(p) = literal {
+        let _ = std::fs::remove_file(p);
+    }
+    run
+}
+
+/// Verifies `signature` (armored SSHSIG) over `signed` in tacho's namespace, and looks
+/// its key up in `allowed` (an allowed signers file's text, if any). A signature that
+/// fails is [`SignatureStatus::Bad`]; that it covers the right head is the caller's
+/// check ([`SignedHead::parse`]).
+pub fn verify(signed: &[u8], signature: &[u8], allowed: Option<&str>) -> SignatureStatus {
+    let bad = |reason: String| SignatureStatus::Bad { reason };
+    let Some(head) = SignedHead::parse(signed) else {
+        return bad("the signed text is not what tacho signs".into());
+    };
+    let sig = match SshSig::from_pem(signature) {
+        Ok(s) => s,
+        Err(e) => return bad(format!("not an SSH signature: {e}")),
+    };
+    let key = PublicKey::from(sig.public_key().clone());
+    if let Err(e) = key.verify(NAMESPACE, signed, &sig) {
+        return bad(format!(
+            "the signature by {} does not verify: {e}",
+            key.fingerprint(HashAlg::Sha256)
+        ));
+    }
+    let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
+    let principals = allowed
+        .map(|text| allowed_principals(text, &key))
+        .unwrap_or_default();
+    if principals.is_empty() {
+        SignatureStatus::UnknownKey {
+            fingerprint,
+            events: head.events,
+        }
+    } else {
+        SignatureStatus::Signed {
+            fingerprint,
+            principals,
+            events: head.events,
+        }
+    }
+}
+
+/// The principals an allowed signers file (ssh-keygen(1), "ALLOWED SIGNERS") gives
+/// `key` for tacho's namespace: lines `principals [options] keytype base64 [comment]`;
+/// a line whose `namespaces=` option leaves tacho's namespace out does not count.
+fn allowed_principals(text: &str, key: &PublicKey) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // The key is the first place where `keytype base64` parses.
+        let Some(at) = (1..words.len()).find(|&i| {
+            PublicKey::from_openssh(&words[i..words.len().min(i + 2)].join(" ")).is_ok()
+        }) else {
+            continue;
+        };
+        let Ok(listed) = PublicKey::from_openssh(&words[at..at + 2].join(" ")) else {
+            continue;
+        };
+        if listed.key_data() != key.key_data() {
+            continue;
+        }
+        let options = words[1..at].join(" ");
+        if let Some(ns) = option_value(&options, "namespaces")
+            && !ns.split(',').any(|n| n.trim() == NAMESPACE)
+        {
+            continue;
+        }
+        out.extend(words[0].trim_matches('"').split(',').map(str::to_owned));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The value of `name="…"` (or `name=…`) among an allowed signer's options.
+fn option_value<'a>(options: &'a str, name: &str) -> Option<&'a str> {
+    let lower = options.to_ascii_lowercase();
+    let at = lower.find(&format!("{name}="))?;
+    let rest = &options[at + name.len() + 1..];
+    Some(match rest.strip_prefix('"') {
+        Some(q) => q.split('"').next().unwrap_or(""),
+        None => rest.split([',', ' ']).next().unwrap_or(""),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signed_text_reads_back_and_nothing_else_does() {
+        let h = SignedHead {
+            session: "ses_a".into(),
+            events: 3,
+            head: "ab".repeat(32),
+        };
+        assert_eq!(SignedHead::parse(h.text().as_bytes()), Some(h.clone()));
+        let extra = format!("{}more\n", h.text());
+        assert_eq!(SignedHead::parse(extra.as_bytes()), None);
+        assert_eq!(
+            SignedHead::parse(b"tacho-session-signature v1\nsession a\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn namespaces_option_is_read_quoted_or_bare() {
+        assert_eq!(
+            option_value(
+                r#"cert-authority,namespaces="git,tacho-session""#,
+                "namespaces"
+            ),
+            Some("git,tacho-session")
+        );
+        assert_eq!(option_value("namespaces=git", "namespaces"), Some("git"));
+        assert_eq!(option_value("valid-after=1", "namespaces"), None);
+    }
+}

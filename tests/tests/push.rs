@@ -1,0 +1,479 @@
+//! `tacho push` and `tacho fetch` with real Git: a bare remote, two clones with data
+//! directories and homes of their own (Alice records and pushes, Bob fetches), SSH
+//! signatures made and checked with the real `ssh-keygen`.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use tacho_tests::git::{git, have_git};
+use tacho_tests::{run, skip_without, tacho};
+
+const SSH_KEYGEN: &str = "/usr/bin/ssh-keygen";
+
+/// One person: a home (git configuration, SSH key), a data directory and a clone.
+struct Person {
+    home: PathBuf,
+    data: PathBuf,
+    clone: PathBuf,
+    /// The public key line.
+    public: String,
+}
+
+struct World {
+    tmp: tempfile::TempDir,
+    remote: PathBuf,
+    alice: Person,
+    bob: Person,
+}
+
+fn ready() -> bool {
+    if !have_git() || !Path::new(SSH_KEYGEN).is_file() {
+        skip_without("git and ssh-keygen are needed");
+        return false;
+    }
+    true
+}
+
+fn keygen(home: &Path) -> String {
+    let ssh = home.join(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    let key = ssh.join("id_ed25519");
+    let out = Command::new(SSH_KEYGEN)
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "k", "-f"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(key.with_extension("pub"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// The git configuration of a home: signing with its own key, verifying against
+/// `allowed` (principal, public key) pairs.
+fn configure(p: &Person, allowed: &[(&str, &str)]) {
+    let signers = p.home.join("allowed_signers");
+    let text: String = allowed
+        .iter()
+        .map(|(who, key)| format!("{who} {key}\n"))
+        .collect();
+    std::fs::write(&signers, text).unwrap();
+    std::fs::write(
+        p.home.join(".gitconfig"),
+        format!(
+            "[user]\n\tname = t\n\temail = t@example.invalid\n\tsigningkey = {}\n[gpg]\n\tformat = ssh\n[gpg \"ssh\"]\n\tallowedSignersFile = {}\n",
+            p.home.join(".ssh/id_ed25519").display(),
+            signers.display()
+        ),
+    )
+    .unwrap();
+}
+
+fn person(root: &Path, name: &str, remote: &Path) -> Person {
+    let home = root.join(format!("{name}-home"));
+    std::fs::create_dir_all(&home).unwrap();
+    let public = keygen(&home);
+    let clone = root.join(name);
+    git(root, &["clone", "-q", remote.to_str().unwrap(), name]);
+    Person {
+        home,
+        data: root.join(format!("{name}-data")),
+        clone: clone.canonicalize().unwrap(),
+        public,
+    }
+}
+
+fn world() -> World {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let remote = root.join("remote.git");
+    git(&root, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    let seed = root.join("seed");
+    std::fs::create_dir_all(&seed).unwrap();
+    git(&seed, &["init", "-q", "-b", "main"]);
+    std::fs::write(seed.join("app.rs"), "fn main() {}\n").unwrap();
+    git(&seed, &["add", "."]);
+    git(&seed, &["commit", "-q", "-m", "seed"]);
+    git(&seed, &["push", "-q", remote.to_str().unwrap(), "main"]);
+    let alice = person(&root, "alice", &remote);
+    let bob = person(&root, "bob", &remote);
+    configure(&alice, &[("alice@example.invalid", &alice.public)]);
+    configure(&bob, &[("alice@example.invalid", &alice.public)]);
+    World {
+        tmp,
+        remote,
+        alice,
+        bob,
+    }
+}
+
+impl Person {
+    fn tacho(&self, args: &[&str]) -> (i32, String, String) {
+        let mut c = tacho(&self.data);
+        c.current_dir(&self.clone)
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .args(args);
+        run(c)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.tacho(args);
+        assert_eq!(code, 0, "tacho {args:?}: {out}{err}");
+        out
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        serde_json::from_str(self.ok(args).lines().next().unwrap()).unwrap()
+    }
+
+    fn record(&self, session: &str, line: &str) {
+        let mut c = tacho(&self.data);
+        c.current_dir(&self.clone)
+            .env("HOME", &self.home)
+            .args(["record", "--session", session])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(line.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A session of two steps that edit files (so it has rollback points).
+    fn session(&self, id: &str) {
+        let ws = self.clone.display();
+        self.record(
+            id,
+            &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"coder"}}"#),
+        );
+        self.record(id, r#"{"type":"step.start","step":1}"#);
+        std::fs::write(
+            self.clone.join("app.rs"),
+            format!("fn main() {{ /* {id} */ }}\n"),
+        )
+        .unwrap();
+        self.record(id, r#"{"type":"file.edit","path":"app.rs","op":"modify"}"#);
+        self.record(id, r#"{"type":"step.finish","step":1}"#);
+        self.record(id, r#"{"type":"step.start","step":2}"#);
+        std::fs::write(self.clone.join("notes.txt"), "notes\n").unwrap();
+        self.record(
+            id,
+            r#"{"type":"file.edit","path":"notes.txt","op":"create"}"#,
+        );
+        self.record(id, r#"{"type":"step.finish","step":2}"#);
+        self.record(id, r#"{"type":"session.end","reason":"completed"}"#);
+    }
+}
+
+/// Every file under a directory with its bytes (to show a push left it alone).
+fn tree_of(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn remote_refs(w: &World) -> String {
+    git(
+        &w.remote,
+        &["for-each-ref", "--format=%(refname) %(objectname)"],
+    )
+}
+
+#[test]
+fn push_then_fetch_verifies_and_the_teammate_lists_rollback_points() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_push_a");
+    let git_dir_before = tree_of(&w.alice.clone.join(".git"));
+    let refs_before = remote_refs(&w);
+
+    let pushed = w.alice.json(&["push", "--all", "--json"]);
+    assert_eq!(pushed["type"], "push");
+    let s = &pushed["sessions"][0];
+    assert_eq!(s["session"], "ses_push_a");
+    assert_eq!(s["outcome"], "new");
+    assert!(s["snapshots"].as_u64().unwrap() >= 2, "{pushed}");
+    assert_eq!(s["signature"]["status"], "signed");
+    assert_eq!(s["signature"]["principals"][0], "alice@example.invalid");
+
+    // The project's repository is untouched; the remote's branches are unchanged and
+    // it has the session's ref.
+    assert_eq!(tree_of(&w.alice.clone.join(".git")), git_dir_before);
+    let refs_after = remote_refs(&w);
+    for line in refs_before.lines() {
+        assert!(refs_after.contains(line), "{refs_after}");
+    }
+    assert!(
+        refs_after.contains("refs/tacho/sessions/ses_push_a"),
+        "{refs_after}"
+    );
+    git(&w.remote, &["fsck", "--no-dangling"]);
+
+    // Pushing again: nothing new, nothing sent.
+    let objects_before = tree_of(&w.remote.join("objects"));
+    let again = w.alice.json(&["push", "--all", "--json"]);
+    assert_eq!(again["sessions"][0]["outcome"], "up_to_date");
+    assert_eq!(tree_of(&w.remote.join("objects")), objects_before);
+
+    // ssh-keygen checks the signature tacho made, without tacho.
+    let signed = git(
+        &w.remote,
+        &["show", "refs/tacho/sessions/ses_push_a:signed"],
+    );
+    let sig_path = w.tmp.path().join("session.sig");
+    std::fs::write(
+        &sig_path,
+        git(
+            &w.remote,
+            &["show", "refs/tacho/sessions/ses_push_a:signature"],
+        ) + "\n",
+    )
+    .unwrap();
+    let mut v = Command::new(SSH_KEYGEN)
+        .args([
+            "-Y",
+            "verify",
+            "-n",
+            "tacho-session",
+            "-I",
+            "alice@example.invalid",
+            "-f",
+        ])
+        .arg(w.alice.home.join("allowed_signers"))
+        .arg("-s")
+        .arg(&sig_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    v.stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{signed}\n").as_bytes())
+        .unwrap();
+    let out = v.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "ssh-keygen -Y verify: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Bob fetches: verified, stored, marked with its origin, signed by Alice.
+    let fetched = w.bob.json(&["fetch", "--json"]);
+    assert_eq!(fetched["sessions"][0]["outcome"], "stored", "{fetched}");
+    assert_eq!(fetched["sessions"][0]["signature"]["status"], "signed");
+    let fingerprint = fetched["sessions"][0]["signature"]["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(fingerprint.starts_with("SHA256:"));
+    let verify = w.bob.ok(&["log", "verify", "--session", "ses_push_a"]);
+    assert!(verify.contains(&fingerprint), "{verify}");
+    assert!(verify.contains("alice@example.invalid"), "{verify}");
+    let show = w.bob.json(&["session", "show", "ses_push_a", "--json"]);
+    assert_eq!(show["origin"]["remote"], "origin");
+    assert_eq!(show["signature"]["fingerprint"], fingerprint.as_str());
+    let listed = w.bob.ok(&["session", "list"]);
+    assert!(listed.contains("ses_push_a"), "{listed}");
+    w.bob.ok(&["graph", "ses_push_a"]);
+    w.bob.ok(&["risk", "ses_push_a"]);
+    let points = w
+        .bob
+        .json(&["session", "rollback", "ses_push_a", "--list", "--json"]);
+    assert_eq!(points["points"].as_array().unwrap().len(), 2, "{points}");
+    // The same head on both sides.
+    let head = |p: &Person| {
+        let v = p.json(&["log", "verify", "--session", "ses_push_a", "--json"]);
+        v["head"].clone()
+    };
+    let (a, b) = (
+        w.alice.json(&["session", "show", "ses_push_a", "--json"]),
+        show,
+    );
+    assert_eq!(a["events"], b["events"]);
+    let _ = head;
+
+    // Fetching again stores nothing new.
+    let again = w.bob.json(&["fetch", "--json"]);
+    assert_eq!(again["sessions"][0]["outcome"], "up_to_date", "{again}");
+}
+
+/// A session of the remote rewritten consistently (new blob, tree and commit, the
+/// package digest recomputed) with one byte of an event changed.
+fn rewrite_record_on_remote(w: &World, session: &str) {
+    let r = format!("refs/tacho/sessions/{session}");
+    let blob = git(&w.remote, &["rev-parse", &format!("{r}:record.tpkg")]);
+    let mut pkg = tacho_tests::git::git_bytes(&w.remote, &["cat-file", "blob", &blob]);
+    let id_len = u16::from_le_bytes([pkg[16], pkg[17]]) as usize;
+    // Past the package header, the first segment's position and length, and the
+    // segment's own 128-byte header: inside the first event frame.
+    let at = 18 + id_len + 16 + 128 + 40;
+    pkg[at] ^= 0x01;
+    let body = pkg.len() - 32;
+    let digest = blake3::Hasher::new_derive_key("tacho replay package v1")
+        .update(&pkg[..body])
+        .finalize();
+    pkg[body..].copy_from_slice(digest.as_bytes());
+    let file = w.tmp.path().join("altered.tpkg");
+    std::fs::write(&file, &pkg).unwrap();
+    let new_blob = git(&w.remote, &["hash-object", "-w", file.to_str().unwrap()]);
+    let listing = git(&w.remote, &["ls-tree", &r]).replace(&blob, &new_blob);
+    let mut mk = Command::new("git")
+        .current_dir(&w.remote)
+        .args(["mktree"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    mk.stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{listing}\n").as_bytes())
+        .unwrap();
+    let tree = String::from_utf8(mk.wait_with_output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let commit = git(
+        &w.remote,
+        &["commit-tree", &tree, "-p", &r, "-m", "altered"],
+    );
+    git(&w.remote, &["update-ref", &r, &commit]);
+}
+
+/// Bob's data directory holds nothing of `session`: no stream, no leftover, no record.
+fn nothing_stored(p: &Person, session: &str) {
+    let streams = p.data.join("log/streams");
+    let names: Vec<String> = std::fs::read_dir(&streams)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(names.iter().all(|n| !n.contains(session)), "{names:?}");
+    assert!(!p.data.join(format!("remote/{session}.json")).exists());
+    let listed = p.ok(&["session", "list"]);
+    assert!(!listed.contains(session), "{listed}");
+}
+
+#[test]
+fn a_session_altered_on_the_remote_is_refused_and_nothing_of_it_is_stored() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_alter");
+    w.alice.ok(&["push", "--all"]);
+    rewrite_record_on_remote(&w, "ses_alter");
+    let (code, out, err) = w.bob.tacho(&["fetch"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("ses_alter  REFUSED: record:"), "{out}");
+    assert!(err.contains("1 sessions were refused"), "{err}");
+    nothing_stored(&w.bob, "ses_alter");
+}
+
+#[test]
+fn a_byte_altered_in_the_remotes_object_files_is_refused() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_byte");
+    w.alice.ok(&["push", "--all"]);
+    // The record's blob as the remote stores it (a loose object: a small push is
+    // unpacked), one byte of its compressed bytes changed.
+    let blob = git(
+        &w.remote,
+        &["rev-parse", "refs/tacho/sessions/ses_byte:record.tpkg"],
+    );
+    let path = w
+        .remote
+        .join(format!("objects/{}/{}", &blob[..2], &blob[2..]));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&path, perms).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    let (code, out, err) = w.bob.tacho(&["fetch"]);
+    assert_ne!(code, 0, "{out}{err}");
+    nothing_stored(&w.bob, "ses_byte");
+}
+
+#[test]
+fn a_session_signed_by_a_key_not_in_allowed_signers_is_reported() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    let mallory = person(w.tmp.path(), "mallory", &w.remote);
+    configure(&mallory, &[("mallory@example.invalid", &mallory.public)]);
+    mallory.session("ses_mallory");
+    mallory.ok(&["push", "--all"]);
+    let fetched = w.bob.json(&["fetch", "--json"]);
+    let s = &fetched["sessions"][0];
+    assert_eq!(s["session"], "ses_mallory");
+    assert_eq!(s["outcome"], "stored", "{fetched}");
+    assert_eq!(s["signature"]["status"], "unknown_key", "{fetched}");
+    let fp = s["signature"]["fingerprint"].as_str().unwrap();
+    let verify = w.bob.ok(&["log", "verify", "--session", "ses_mallory"]);
+    assert!(verify.contains("unknown key"), "{verify}");
+    assert!(verify.contains(fp), "{verify}");
+    // Alice's own record of a session she never signed says so plainly.
+    w.alice.session("ses_plain");
+    let show = w.alice.ok(&["session", "show", "ses_plain"]);
+    assert!(show.contains("Signature unsigned"), "{show}");
+}
+
+#[test]
+fn gc_keeps_what_push_wrote_and_pushing_again_sends_nothing() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_gc");
+    w.alice.ok(&["push", "--all"]);
+    w.alice.ok(&["gc"]);
+    let store = w.alice.data.join("snapshots");
+    git(&store, &["fsck", "--no-dangling"]);
+    let objects_before = tree_of(&w.remote.join("objects"));
+    let again = w.alice.json(&["push", "--all", "--json"]);
+    assert_eq!(again["sessions"][0]["outcome"], "up_to_date", "{again}");
+    assert_eq!(tree_of(&w.remote.join("objects")), objects_before);
+}
