@@ -38,6 +38,7 @@ mod replay;
 mod report;
 mod rollback;
 pub mod runner;
+mod secrets;
 mod sessions;
 mod snapshots;
 pub mod userfile;
@@ -89,6 +90,7 @@ pub use report::{
     Report, SHOWN_BYTES_MAX,
 };
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
+pub use secrets::{SecretAllowance, SecretFinding, SecretScan, SecretsError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
 pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
 /// One segment of a stream (a file, or a range of a pack), as `log dump` reads it.

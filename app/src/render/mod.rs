@@ -8,6 +8,7 @@ pub mod logs;
 pub mod prune;
 pub mod report;
 pub mod risk;
+pub mod secrets;
 pub mod session;
 pub mod trace;
 pub mod verifiers;

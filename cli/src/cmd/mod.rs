@@ -16,6 +16,7 @@ pub mod review;
 pub mod risk;
 pub mod rollback;
 pub mod run_report;
+pub mod secrets;
 pub mod session;
 pub mod snapshot;
 pub mod trace;
