@@ -16,6 +16,7 @@
 mod branch;
 mod changes;
 mod checkenv;
+mod ci;
 mod context;
 mod demo;
 mod end;
@@ -28,6 +29,7 @@ pub mod import;
 mod index;
 mod ingest;
 pub mod install;
+mod links;
 mod logs;
 mod logtools;
 mod projection;
@@ -46,6 +48,7 @@ mod verifiers;
 mod views;
 
 pub use branch::{BranchError, Branched};
+pub use ci::{CiCommit, CiError, CiFailure, CiGoal, CiPolicy, CiReport, CiSession, Signature};
 pub use context::{Clock, Config, Ids, Notes, OpenError, StderrNotes, SystemClock, Tacho, UlidIds};
 pub use demo::{Demo, DemoError};
 pub use end::{EndError, Ended, EndedSession};

@@ -1,5 +1,6 @@
 pub mod audit;
 pub mod branch;
+pub mod ci;
 pub mod compare;
 pub mod demo;
 pub mod end;
