@@ -166,9 +166,10 @@ impl Tacho {
         workspace: Option<&Path>,
         policy: CiPolicy,
     ) -> Result<CiReport, CiError> {
-        let Some((base, head)) = range.split_once("..").filter(|(b, h)| {
-            !b.is_empty() && !h.is_empty() && !h.starts_with('.')
-        }) else {
+        let Some((base, head)) = range
+            .split_once("..")
+            .filter(|(b, h)| !b.is_empty() && !h.is_empty() && !h.starts_with('.'))
+        else {
             return Err(CiError::BadRange(range.to_owned()));
         };
         let ws = match workspace {
@@ -190,7 +191,8 @@ impl Tacho {
             report.failures.push(CiFailure::range(problem));
             return Ok(report);
         }
-        let links = self.commit_links()?;
+        let read = self.commit_links()?;
+        let links = read.links;
         let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for c in walked.commits {
             let sessions: Vec<String> = links
@@ -217,6 +219,16 @@ impl Tacho {
         }
         for (session, made) in by_session {
             report.sessions.push(self.ci_session(&ws, session, made));
+        }
+        // A damaged log may hide the links it held: the commits it made would show as
+        // unlinked. Tampered evidence fails the range whichever commits it made.
+        for (session, why) in read.damaged {
+            if !report.sessions.iter().any(|s| s.session == session) {
+                report.failures.push(CiFailure::session(
+                    &session,
+                    format!("session {session} does not verify (its commits may show as unlinked): {why}"),
+                ));
+            }
         }
         let failures = policy_failures(&report, policy);
         report.failures.extend(failures);
@@ -266,7 +278,11 @@ impl Tacho {
         let newest = s.commits.first().cloned().unwrap_or_default();
         match self.goals(&id) {
             Ok((_, goals)) => {
-                for g in goals.goals.iter().filter(|g| g.created.assured && g.revised_by.is_none()) {
+                for g in goals
+                    .goals
+                    .iter()
+                    .filter(|g| g.created.assured && g.revised_by.is_none())
+                {
                     s.goals.push(ci_goal(ws, g, &newest));
                 }
             }
@@ -343,7 +359,10 @@ fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
                 format!(
                     "session {} does not verify: {}",
                     s.session,
-                    s.findings.first().map(String::as_str).unwrap_or("unreadable")
+                    s.findings
+                        .first()
+                        .map(String::as_str)
+                        .unwrap_or("unreadable")
                 ),
             ));
         }
@@ -356,7 +375,10 @@ fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
         for g in s.goals.iter().filter(|g| !g.ok) {
             f.push(CiFailure::session(
                 &s.session,
-                format!("assured goal {} of session {}: {}", g.goal, s.session, g.reason),
+                format!(
+                    "assured goal {} of session {}: {}",
+                    g.goal, s.session, g.reason
+                ),
             ));
         }
     }

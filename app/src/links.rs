@@ -29,37 +29,52 @@ impl Tacho {
     }
 
     /// Every commit some session saw appear, with the sessions that saw it: read from
-    /// the `git.commits` events of every session of the store.
-    pub(crate) fn commit_links(&self) -> Result<BTreeMap<String, Vec<CommitLink>>, tacho_store::StoreError> {
-        let mut links: BTreeMap<String, Vec<CommitLink>> = BTreeMap::new();
+    /// the `git.commits` events of every session of the store. A session whose log
+    /// does not read to its end gives the links before the damage, and is named with
+    /// the damage.
+    pub(crate) fn commit_links(&self) -> Result<CommitLinks, tacho_store::StoreError> {
+        let mut out = CommitLinks::default();
         for session in self.log().sessions()? {
             let mut seen = Vec::new();
-            let mut has = false;
-            self.log().read_session_views(&session, 0, |seq, _, v| {
+            let read = self.log().read_session_views(&session, 0, |seq, _, v| {
                 if let EventView::GitCommits { commits_total, .. } = v
                     && *commits_total > 0
                 {
-                    has = true;
                     seen.push(seq);
                 }
-            })?;
-            if !has {
+            });
+            if let Err(e) = read {
+                out.damaged.push((session.clone(), e.to_string()));
+            }
+            if seen.is_empty() {
                 continue;
             }
-            self.for_each_event(&session, |e| {
+            let _ = self.for_each_event(&session, |e| {
                 if let EventBody::GitCommits(g) = &e.event.body
                     && seen.contains(&e.seq)
                 {
                     for c in &g.commits {
-                        links.entry(c.commit.clone()).or_default().push(CommitLink {
-                            session: session.clone(),
-                            seq: e.seq,
-                            tree: c.tree.clone(),
-                        });
+                        out.links
+                            .entry(c.commit.clone())
+                            .or_default()
+                            .push(CommitLink {
+                                session: session.clone(),
+                                seq: e.seq,
+                                tree: c.tree.clone(),
+                            });
                     }
                 }
-            })?;
+            });
         }
-        Ok(links)
+        Ok(out)
     }
+}
+
+/// What [`Tacho::commit_links`] read.
+#[derive(Debug, Default)]
+pub(crate) struct CommitLinks {
+    /// Commit → the sessions that saw it appear.
+    pub links: BTreeMap<String, Vec<CommitLink>>,
+    /// Sessions whose log did not read to its end, with why.
+    pub damaged: Vec<(String, String)>,
 }

@@ -535,13 +535,16 @@ pub fn tree_fingerprint(
                    entries: &mut BTreeMap<String, Entry>|
      -> Result<Result<(), String>, SnapshotError> {
         let Some((mode, oid)) = blobs.get(path) else {
-            entries.insert(path.to_owned(), Entry {
-                path: path.to_owned(),
-                kind: "missing",
-                size: 0,
-                executable: false,
-                content: String::new(),
-            });
+            entries.insert(
+                path.to_owned(),
+                Entry {
+                    path: path.to_owned(),
+                    kind: "missing",
+                    size: 0,
+                    executable: false,
+                    content: String::new(),
+                },
+            );
             return Ok(Ok(()));
         };
         if mode.is_link() {
@@ -557,18 +560,20 @@ pub fn tree_fingerprint(
         if bytes > MAX_BYTES {
             return Ok(Err(format!("more than {MAX_BYTES} bytes of content")));
         }
-        entries.insert(path.to_owned(), Entry {
-            path: path.to_owned(),
-            kind: "file",
-            size: blob.data.len() as u64,
-            executable: mode.is_executable(),
-            content: blake3::hash(&blob.data).to_hex().to_string(),
-        });
+        entries.insert(
+            path.to_owned(),
+            Entry {
+                path: path.to_owned(),
+                kind: "file",
+                size: blob.data.len() as u64,
+                executable: mode.is_executable(),
+                content: blake3::hash(&blob.data).to_hex().to_string(),
+            },
+        );
         Ok(Ok(()))
     };
-    let escapes = |p: &str| {
-        Path::new(p).is_absolute() || p.split('/').any(|c| c == ".." || c == ".git")
-    };
+    let escapes =
+        |p: &str| Path::new(p).is_absolute() || p.split('/').any(|c| c == ".." || c == ".git");
     for p in paths {
         let p = p.trim_start_matches("./").trim_end_matches('/');
         if escapes(p) {
@@ -580,7 +585,11 @@ pub fn tree_fingerprint(
             vec![p.to_owned()]
         } else {
             let dir = format!("{p}/");
-            let under: Vec<String> = blobs.keys().filter(|k| k.starts_with(&dir)).cloned().collect();
+            let under: Vec<String> = blobs
+                .keys()
+                .filter(|k| k.starts_with(&dir))
+                .cloned()
+                .collect();
             // A directory the tree lacks contributes nothing, as `git ls-files` lists
             // nothing under it.
             under

@@ -59,7 +59,11 @@ fn commit_sessions(c: &CiCommit) -> String {
 /// The Markdown summary for a pull-request comment.
 pub fn markdown(r: &CiReport) -> String {
     let mut t = String::new();
-    let verdict = if r.passed() { "✅ passed" } else { "❌ failed" };
+    let verdict = if r.passed() {
+        "✅ passed"
+    } else {
+        "❌ failed"
+    };
     let _ = writeln!(
         t,
         "## tacho ci verify: {verdict}\n\nRange `{}..{}`: {} commit(s), {} session(s), {} unlinked commit(s).\n",
@@ -82,7 +86,11 @@ pub fn markdown(r: &CiReport) -> String {
                 md(&s.session),
                 md(s.agent.as_deref().unwrap_or("—")),
                 md(s.title.as_deref().unwrap_or("—")),
-                if s.verified { "verified" } else { "**does not verify**" },
+                if s.verified {
+                    "verified"
+                } else {
+                    "**does not verify**"
+                },
                 signature(s.signature),
                 match (&s.risk_level, s.risk_score) {
                     (Some(l), Some(n)) => format!("{l} ({n})"),
@@ -118,8 +126,16 @@ pub fn markdown(r: &CiReport) -> String {
     let _ = writeln!(
         t,
         "Policy: sessions {}, signatures {}.",
-        if r.require_session { "required" } else { "not required" },
-        if r.require_signature { "required" } else { "not required" }
+        if r.require_session {
+            "required"
+        } else {
+            "not required"
+        },
+        if r.require_signature {
+            "required"
+        } else {
+            "not required"
+        }
     );
     t
 }
@@ -142,7 +158,12 @@ pub fn text(r: &CiReport) -> String {
         } else {
             c.sessions.join(", ")
         };
-        let summary: String = c.summary.chars().filter(|c| !c.is_control()).take(72).collect();
+        let summary: String = c
+            .summary
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(72)
+            .collect();
         let _ = writeln!(t, "  {} {summary}: {sessions}", short(&c.commit));
     }
     for s in &r.sessions {
@@ -150,7 +171,11 @@ pub fn text(r: &CiReport) -> String {
             t,
             "  session {}: {}, {}, risk {}",
             s.session,
-            if s.verified { "verified" } else { "DOES NOT VERIFY" },
+            if s.verified {
+                "verified"
+            } else {
+                "DOES NOT VERIFY"
+            },
             signature(s.signature),
             s.risk_level.as_deref().unwrap_or("-")
         );
@@ -194,11 +219,25 @@ struct Case {
 /// JUnit XML: a test case per commit and per session, failed with the rules it breaks.
 pub fn junit(r: &CiReport) -> String {
     let mut cases = Vec::new();
-    if r.commits.is_empty() {
+    // Failures about no commit or session of the report: the range's own (no such
+    // revision, an empty range) and damaged sessions that linked nothing readable.
+    let listed = |f: &crate::ci::CiFailure| {
+        f.commit.is_some()
+            || f.session
+                .as_deref()
+                .is_some_and(|s| r.sessions.iter().any(|x| x.session == s))
+    };
+    let range: Vec<String> = r
+        .failures
+        .iter()
+        .filter(|f| !listed(f))
+        .map(|f| f.reason.clone())
+        .collect();
+    if r.commits.is_empty() || !range.is_empty() {
         cases.push(Case {
             class: "tacho.range",
             name: format!("{}..{}", short(&r.baseline), short(&r.head)),
-            failures: r.failures.iter().map(|f| f.reason.clone()).collect(),
+            failures: range,
         });
     }
     for c in &r.commits {
