@@ -340,3 +340,83 @@ fn the_secret_scan_refuses_a_token_until_an_allowance_is_recorded() {
     let (code, _, err) = tacho_tests::run_with_stdin(&env.home, &["record"], &forged);
     assert_eq!(code, 2, "{err}");
 }
+
+/// Records a finished shell call in `session` through `tacho record` (live: HEAD is
+/// read after it).
+fn shell_call(home: &Path, session: &str, id: &str) {
+    let lines = format!(
+        "{{\"type\":\"tool.call\",\"session\":\"{session}\",\"call_id\":\"{id}\",\"tool\":\"bash\",\"input\":{{\"command\":\"git commit\"}}}}\n\
+         {{\"type\":\"tool.result\",\"session\":\"{session}\",\"call_id\":\"{id}\",\"status\":\"ok\"}}\n"
+    );
+    let (code, _, err) = tacho_tests::run_with_stdin(home, &["record"], &lines);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn an_assured_goal_passes_only_when_its_receipts_saw_the_committed_tree() {
+    if !have_git() {
+        return tacho_tests::skip_without("git");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = tacho_tests::parity_workspace(tmp.path(), "ses_gci");
+    git(&ws, &["init", "-q", "-b", "main"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "base"]);
+    let base = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_gci", "c0"); // tacho reads HEAD: the base
+    let t = |args: &[&str]| {
+        let mut c = tacho(&home);
+        c.current_dir(&ws).args(args);
+        run(c)
+    };
+    let (code, _, err) = t(&[
+        "goal",
+        "create",
+        "--assure",
+        "--plan",
+        "plan.md",
+        "--session",
+        "ses_gci",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let (code, _, err) = t(&["goal", "check", "parity", "--session", "ses_gci"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = t(&["goal", "complete", "--session", "ses_gci"]);
+    assert_eq!(code, 0, "{out}{err}");
+    git(&ws, &["commit", "-q", "-am", "fix the value"]);
+    let fixed = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_gci", "c1");
+
+    let ci = |range: &str| {
+        let (code, out, err) = t(&["ci", "verify", range, "--require-session", "--json"]);
+        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
+        (code, r, err)
+    };
+    let (code, r, err) = ci(&format!("{base}..{fixed}"));
+    assert_eq!(code, 0, "{err}{r}");
+    let goal = &r["sessions"][0]["goals"][0];
+    assert_eq!(goal["ok"], true, "{r}");
+    assert_eq!(goal["commit"], fixed.as_str());
+
+    // The session commits a change after the receipts: the committed tree is not what
+    // they saw, so the goal does not pass the range.
+    std::fs::write(ws.join("src/value.txt"), "42\n# after the check\n").unwrap();
+    git(&ws, &["commit", "-q", "-am", "a change after the check"]);
+    let later = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_gci", "c2");
+    let (code, r, err) = ci(&format!("{base}..{later}"));
+    assert_eq!(code, 1, "{err}{r}");
+    let goal = &r["sessions"][0]["goals"][0];
+    assert_eq!(
+        (goal["ok"].as_bool(), goal["commit"].as_str()),
+        (Some(false), Some(later.as_str())),
+        "{r}"
+    );
+    assert_eq!(goal["mismatched_checks"], serde_json::json!(["parity"]));
+    let reason = r["failures"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("not what the receipts of parity saw"),
+        "{reason}"
+    );
+}
