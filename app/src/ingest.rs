@@ -796,14 +796,16 @@ impl<'t> Ingest<'t> {
             self.auto_snapshot(ws, before, line, &session, time_unix_ns);
         }
         let after_session = ws.as_ref().map(|_| session.clone());
-        let observe = self.observe_commits.then(|| match &body {
+        // Whether HEAD is read before (`Some(true)`) or after (`Some(false)`) the event.
+        let observe = match &body {
+            _ if !self.observe_commits => None,
             EventBody::SessionEnd(_) => Some(true),
             EventBody::SessionStart(_) | EventBody::ToolResult(_) | EventBody::StepStart(_) => {
                 Some(false)
             }
             _ => None,
-        });
-        let observe_after = match observe.flatten() {
+        };
+        let observe_after = match observe {
             Some(true) => {
                 self.observe_head(line, &session, time_unix_ns);
                 None

@@ -458,37 +458,6 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The digest of a fixed set of entries, pinned: it must be the same on every
-    /// machine and in every version that claims format v1.
-    #[test]
-    fn the_digest_is_pinned() {
-        let entries = vec![
-            Entry {
-                path: "src/a.rs".into(),
-                kind: "file",
-                size: 3,
-                executable: false,
-                content: blake3::hash(b"abc").to_hex().to_string(),
-            },
-            Entry {
-                path: "src/gone.rs".into(),
-                kind: "missing",
-                size: 0,
-                executable: false,
-                content: String::new(),
-            },
-        ];
-        assert_eq!(
-            digest(&entries),
-            "caaf416ff377bb2e33d2f4a23e9395e6a0c90b759afa9660bccf5b3c67298388"
-        );
-    }
-}
-
 /// The fingerprint a workspace would have if its files were exactly commit `commit`'s
 /// tree (SPEC §16.3): the same entries as [`fingerprint`] — the files under `paths`
 /// and the `files` named, workspace-relative, a named file the tree lacks `missing`
@@ -615,4 +584,35 @@ pub fn tree_fingerprint(
     }
     let entries: Vec<Entry> = entries.into_values().collect();
     Ok(Ok(digest(&entries)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The digest of a fixed set of entries, pinned: it must be the same on every
+    /// machine and in every version that claims format v1.
+    #[test]
+    fn the_digest_is_pinned() {
+        let entries = vec![
+            Entry {
+                path: "src/a.rs".into(),
+                kind: "file",
+                size: 3,
+                executable: false,
+                content: blake3::hash(b"abc").to_hex().to_string(),
+            },
+            Entry {
+                path: "src/gone.rs".into(),
+                kind: "missing",
+                size: 0,
+                executable: false,
+                content: String::new(),
+            },
+        ];
+        assert_eq!(
+            digest(&entries),
+            "caaf416ff377bb2e33d2f4a23e9395e6a0c90b759afa9660bccf5b3c67298388"
+        );
+    }
 }
