@@ -209,6 +209,10 @@ impl Tacho {
                             | EventBody::GoalCheckStart(_)
                             | EventBody::GoalCheckRun(_)
                             | EventBody::GoalUpdate(_)
+                            // Allowances name the parent's events, and commits
+                            // were seen by the parent: neither is the branch's.
+                            | EventBody::SecretAllowed(_)
+                            | EventBody::GitCommits(_)
                     )
             })
             .map(|e| (e.event.time_unix_ns, e.event.body.clone()))

@@ -780,7 +780,7 @@ fn check_environment(g: &GoalState) -> Vec<String> {
 
 impl Tacho {
     /// The session's id and its goals, folded from its log.
-    fn goals(&self, session: &SessionId) -> Result<(String, Goals), GoalError> {
+    pub(crate) fn goals(&self, session: &SessionId) -> Result<(String, Goals), GoalError> {
         let mut g = Goals::default();
         self.log()
             .read_session(session, |e| g.apply(e.seq, &e.event))?;

@@ -164,7 +164,8 @@ impl Tacho {
         };
         let opts = IngestOptions::one_batch(format!("{agent} hook {event}"));
         let mut ingest = match Ingest::new(self, opts, |_| Ok(())) {
-            Ok(i) => i,
+            // The hooks see the agent work: they read HEAD as it goes (SPEC §17.2).
+            Ok(i) => i.observing_commits(),
             Err(e) => {
                 problem(&mut answer, e.to_string());
                 return self.hook_ok(agent, &event, answer);

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use tacho_schema::{EventBody, JsonError, Provenance, SnapshotReason, parse_json_line};
+use tacho_schema::{
+    EventBody, GitCommits, JsonError, ObservedCommit, Provenance, SnapshotReason, parse_json_line,
+};
 use tacho_store::{Durability, StoreError, Writer, hex};
 
 use crate::Tacho;
@@ -434,7 +436,15 @@ pub struct Ingest<'t> {
     /// An outside input's sessions that exist in the log and were found not to be
     /// recorded by hooks.
     not_hooked: BTreeSet<String>,
+    /// Read HEAD of each session's repository at its start, tool results, steps and
+    /// end, and record the commits new since (SPEC §17.2).
+    observe_commits: bool,
+    /// HEAD as last read for each session (`None`: not read yet in the session).
+    heads: BTreeMap<String, Option<String>>,
 }
+
+/// The most commits one `git.commits` lists (the rest are counted).
+const OBSERVED_COMMITS_MAX: usize = 1_000;
 
 /// The most session start times an outside ingest remembers.
 const STARTS_KEPT: usize = 65_536;
@@ -468,6 +478,7 @@ impl<'t> Ingest<'t> {
             tacho_schema::validate_session_id(s)
                 .map_err(|e| IngestError::BadSession(e.to_string()))?;
         }
+        let opts_auto = opts.auto_snapshots;
         Ok(Ingest {
             tacho,
             opts,
@@ -490,7 +501,17 @@ impl<'t> Ingest<'t> {
             canonical: BTreeMap::new(),
             starts: BTreeMap::new(),
             not_hooked: BTreeSet::new(),
+            observe_commits: opts_auto,
+            heads: BTreeMap::new(),
         })
+    }
+
+    /// Reads HEAD of each session's repository as events come and records the commits
+    /// new since (live recording: hooks; `tacho record` with automatic snapshots does
+    /// so already).
+    pub fn observing_commits(mut self) -> Self {
+        self.observe_commits = true;
+        self
     }
 
     /// Holds at most `events` events folded at once instead of [`FOLD_EVENTS_MAX`].
@@ -775,6 +796,23 @@ impl<'t> Ingest<'t> {
             self.auto_snapshot(ws, before, line, &session, time_unix_ns);
         }
         let after_session = ws.as_ref().map(|_| session.clone());
+        // Whether HEAD is read before (`Some(true)`) or after (`Some(false)`) the event.
+        let observe = match &body {
+            _ if !self.observe_commits => None,
+            EventBody::SessionEnd(_) => Some(true),
+            EventBody::SessionStart(_) | EventBody::ToolResult(_) | EventBody::StepStart(_) => {
+                Some(false)
+            }
+            _ => None,
+        };
+        let observe_after = match observe {
+            Some(true) => {
+                self.observe_head(line, &session, time_unix_ns);
+                None
+            }
+            Some(false) => Some(session.clone()),
+            None => None,
+        };
         self.batch.push(Pending {
             line,
             session,
@@ -783,6 +821,9 @@ impl<'t> Ingest<'t> {
         });
         if let (Some(ws), Some(session)) = (&ws, after_session) {
             self.auto_snapshot(ws, after, line, &session, time_unix_ns);
+        }
+        if let Some(session) = observe_after {
+            self.observe_head(line, &session, time_unix_ns);
         }
         let in_batch = self.batch.len() + self.staged_events;
         if self.opts.batch_lines > 0 && in_batch >= self.opts.batch_lines {
@@ -859,6 +900,49 @@ impl<'t> Ingest<'t> {
                     ws.display()
                 ));
             }
+        }
+    }
+
+    /// Reads HEAD of `session`'s repository and queues a `git.commits` when it is not
+    /// what this session last saw (SPEC §17.2). Like a snapshot, a reading that fails
+    /// never costs the events: it is a note.
+    fn observe_head(&mut self, line: usize, session: &str, time_unix_ns: i64) {
+        let ws = match self.workspace(session) {
+            Ok(Some(ws)) => ws,
+            _ => return,
+        };
+        let previous = match self.heads.get(session) {
+            Some(p) => p.clone(),
+            // What its last committed `git.commits` says (none for a new session).
+            None => self.tacho.last_observed_head(session),
+        };
+        match tacho_git::head::head_move(&ws, previous.as_deref(), OBSERVED_COMMITS_MAX) {
+            Ok(Some(m)) => {
+                self.heads.insert(session.to_owned(), Some(m.head.clone()));
+                self.batch.push(Pending {
+                    line,
+                    session: session.to_owned(),
+                    time_unix_ns,
+                    body: EventBody::GitCommits(GitCommits {
+                        workspace: m.work_tree,
+                        head: m.head,
+                        previous,
+                        commits: m
+                            .commits
+                            .into_iter()
+                            .map(|(commit, tree)| ObservedCommit { commit, tree })
+                            .collect(),
+                        commits_total: m.total,
+                    }),
+                });
+            }
+            Ok(None) => {
+                self.heads.insert(session.to_owned(), previous);
+            }
+            Err(e) => self.tacho.note(&format!(
+                "note: line {line}: HEAD of {} not read for session {session}: {e}",
+                ws.display()
+            )),
         }
     }
 

@@ -16,6 +16,7 @@
 mod branch;
 mod changes;
 mod checkenv;
+mod ci;
 mod context;
 mod demo;
 mod end;
@@ -28,6 +29,7 @@ pub mod import;
 mod index;
 mod ingest;
 pub mod install;
+mod links;
 mod logs;
 mod logtools;
 mod projection;
@@ -39,6 +41,7 @@ mod replay;
 mod report;
 mod rollback;
 pub mod runner;
+mod secrets;
 mod sessions;
 pub mod signing;
 mod snapshots;
@@ -47,6 +50,7 @@ mod verifiers;
 mod views;
 
 pub use branch::{BranchError, Branched};
+pub use ci::{CiCommit, CiError, CiFailure, CiGoal, CiPolicy, CiReport, CiSession};
 pub use context::{Clock, Config, Ids, Notes, OpenError, StderrNotes, SystemClock, Tacho, UlidIds};
 pub use demo::{Demo, DemoError};
 pub use end::{EndError, Ended, EndedSession};
@@ -91,6 +95,7 @@ pub use report::{
     Report, SHOWN_BYTES_MAX,
 };
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
+pub use secrets::{SecretAllowance, SecretFinding, SecretScan, SecretsError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
 pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
 /// One segment of a stream (a file, or a range of a pack), as `log dump` reads it.

@@ -12,6 +12,7 @@ use tacho_store::{Severity, StoreError, StreamReport, hex, package_segments, str
 
 use crate::error::{ErrorKind, Kind};
 use crate::replay::verify_package_bytes;
+use crate::secrets::SecretFinding;
 use crate::signing::{self, SignError, SignatureStatus, SignedHead};
 use crate::{SessionId, Tacho};
 
@@ -82,6 +83,8 @@ pub enum PushError {
     Fetched(String, String),
     #[error("session {0} does not verify (its log has errors): nothing was pushed")]
     Unverified(String),
+    #[error("{}", secrets_refused(.0))]
+    Secrets(Vec<SecretFinding>),
     #[error("session {session}: {source}")]
     Sign {
         session: String,
@@ -102,6 +105,26 @@ pub enum PushError {
     },
 }
 
+/// The refusal of a push that would publish secrets: each finding (never the secret),
+/// and the way past it.
+fn secrets_refused(found: &[SecretFinding]) -> String {
+    let mut text = format!(
+        "nothing was pushed: {} secret(s) in what the push would publish",
+        found.len()
+    );
+    for f in found {
+        text.push_str(&format!(
+            "\n  session {} event {} ({}), {} line {} column {}: {} ({})",
+            f.session, f.seq, f.event, f.field, f.line, f.column, f.what, f.hint
+        ));
+    }
+    text.push_str(
+        "\nsee `tacho session secrets SESSION`; to publish an event anyway, record that you \
+         let it through: `tacho session secrets SESSION --allow SEQ --reason TEXT`",
+    );
+    text
+}
+
 impl Kind for PushError {
     fn kind(&self) -> ErrorKind {
         match self {
@@ -109,7 +132,7 @@ impl Kind for PushError {
             | PushError::NothingNamed(_)
             | PushError::OtherWorkspace { .. }
             | PushError::Fetched(..) => ErrorKind::Input,
-            PushError::Unverified(_) => ErrorKind::Findings,
+            PushError::Unverified(_) | PushError::Secrets(_) => ErrorKind::Findings,
             PushError::Sign { .. } | PushError::Remote(_) | PushError::Io { .. } => ErrorKind::Io,
             PushError::Snapshots(_) => ErrorKind::Io,
             PushError::Store(e) => e.kind(),
@@ -325,17 +348,23 @@ impl Tacho {
         Ok(out)
     }
 
-    /// What must hold before any session leaves the machine; refuses by default. Its
-    /// check today: every record verifies (a record with a log error is refused).
-    /// The secret scan goes here. Returns the verified heads, in order.
+    /// What must hold before any session leaves the machine; refuses by default: every
+    /// record verifies (a record with a log error is refused), and no event holds a
+    /// secret that no `secret.allowed` let through (SPEC §17.1; every session is
+    /// scanned, and the refusal names each finding). Returns the verified heads, in order.
     fn before_publish(&self, sessions: &[String]) -> Result<Vec<StreamReport>, PushError> {
         let mut heads = Vec::with_capacity(sessions.len());
+        let mut secrets = Vec::new();
         for s in sessions {
             let log = self.log().verify_session(s, true)?;
             if log.findings.iter().any(|f| f.severity == Severity::Error) {
                 return Err(PushError::Unverified(s.clone()));
             }
             heads.push(log);
+            secrets.extend(self.blocking_secrets(&SessionId::resolved(s.clone()))?);
+        }
+        if !secrets.is_empty() {
+            return Err(PushError::Secrets(secrets));
         }
         Ok(heads)
     }

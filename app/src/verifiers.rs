@@ -25,7 +25,7 @@ pub enum WorkspaceOpError {
 
 kinds!(WorkspaceOpError {
     WorkspaceOpError::CurrentDir(_) => Io,
-    WorkspaceOpError::Commits(CommitsError::BadBaseline(_)) => Input,
+    WorkspaceOpError::Commits(CommitsError::BadBaseline(_) | CommitsError::BadRevision(_)) => Input,
     WorkspaceOpError::Commits(CommitsError::Repository(e)) => e.kind(),
     WorkspaceOpError::Repository(e) => e.kind(),
 });

@@ -70,6 +70,10 @@ enum Command {
     /// Check a commit range: baseline ancestry, not empty, every changed path inside the
     /// allowed scopes and outside the forbidden ones, merges as chosen.
     VerifyCommits(cmd::verify_commits::VerifyCommitsArgs),
+    /// For pull requests: `tacho ci verify BASE..HEAD` links each commit to the
+    /// sessions that made it and checks them (Markdown, JUnit, exit codes).
+    #[command(subcommand)]
+    Ci(cmd::ci::CiCommand),
     /// A stdio MCP server exposing goal assurance (create_goal, get_goal,
     /// verify_project, update_goal).
     Mcp,
@@ -137,6 +141,7 @@ fn main() -> ExitCode {
         Command::Fingerprint(a) => cmd::fingerprint::run(a),
         Command::Goal(c) => cmd::goal::run(c),
         Command::VerifyCommits(a) => cmd::verify_commits::run(a),
+        Command::Ci(c) => cmd::ci::run(c),
         Command::Mcp => cmd::mcp::run(),
         Command::Review(c) => cmd::review::run(c),
         Command::Hook(a) => cmd::hooks::hook(a),

@@ -458,6 +458,134 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
     })
 }
 
+/// The fingerprint a workspace would have if its files were exactly commit `commit`'s
+/// tree (SPEC §17.3): the same entries as [`fingerprint`] — the files under `paths`
+/// and the `files` named, workspace-relative, a named file the tree lacks `missing`
+/// — read from the repository holding `workspace`, never from the work tree. `Err`
+/// says why there is none: a link or a submodule under a source path, a path
+/// escaping the workspace, too many entries or bytes.
+pub fn tree_fingerprint(
+    workspace: &Path,
+    commit: &str,
+    paths: &[String],
+    files: &[String],
+) -> Result<Result<String, String>, SnapshotError> {
+    let git = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| SnapshotError::git(what, e);
+    let ctx = scan::git_context(workspace)?.ok_or_else(|| SnapshotError::Workspace {
+        path: workspace.to_path_buf(),
+        reason: "not inside a Git repository".into(),
+    })?;
+    let repo = &ctx.repo;
+    let id = gix::ObjectId::from_hex(commit.as_bytes()).map_err(|e| git("commit id", e.into()))?;
+    let tree = repo
+        .find_commit(id)
+        .map_err(|e| git("reading a commit", e.into()))?
+        .tree()
+        .map_err(|e| git("reading a commit's tree", e.into()))?;
+    // Every blob of the tree under the workspace: workspace-relative path → entry.
+    let mut blobs: BTreeMap<String, (gix::objs::tree::EntryMode, gix::ObjectId)> = BTreeMap::new();
+    for r in tree
+        .traverse()
+        .breadthfirst
+        .files()
+        .map_err(|e| git("reading a tree", e.into()))?
+    {
+        let full = r.filepath.to_string();
+        if r.mode.is_tree() {
+            continue;
+        }
+        if let Some(rel) = full.strip_prefix(&ctx.prefix) {
+            blobs.insert(rel.to_owned(), (r.mode, r.oid));
+        }
+    }
+    let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+    let mut bytes = 0u64;
+    let mut add = |path: &str,
+                   entries: &mut BTreeMap<String, Entry>|
+     -> Result<Result<(), String>, SnapshotError> {
+        let Some((mode, oid)) = blobs.get(path) else {
+            entries.insert(
+                path.to_owned(),
+                Entry {
+                    path: path.to_owned(),
+                    kind: "missing",
+                    size: 0,
+                    executable: false,
+                    content: String::new(),
+                },
+            );
+            return Ok(Ok(()));
+        };
+        if mode.is_link() {
+            return Ok(Err(format!("{path}: is a symbolic link")));
+        }
+        if mode.is_commit() {
+            return Ok(Err(format!("{path}: is a submodule")));
+        }
+        let blob = repo
+            .find_blob(*oid)
+            .map_err(|e| git("reading a blob", e.into()))?;
+        bytes += blob.data.len() as u64;
+        if bytes > MAX_BYTES {
+            return Ok(Err(format!("more than {MAX_BYTES} bytes of content")));
+        }
+        entries.insert(
+            path.to_owned(),
+            Entry {
+                path: path.to_owned(),
+                kind: "file",
+                size: blob.data.len() as u64,
+                executable: mode.is_executable(),
+                content: blake3::hash(&blob.data).to_hex().to_string(),
+            },
+        );
+        Ok(Ok(()))
+    };
+    let escapes =
+        |p: &str| Path::new(p).is_absolute() || p.split('/').any(|c| c == ".." || c == ".git");
+    for p in paths {
+        let p = p.trim_start_matches("./").trim_end_matches('/');
+        if escapes(p) {
+            return Ok(Err(format!("{p}: escapes the workspace")));
+        }
+        let under: Vec<String> = if p.is_empty() || p == "." {
+            blobs.keys().cloned().collect()
+        } else if blobs.contains_key(p) {
+            vec![p.to_owned()]
+        } else {
+            let dir = format!("{p}/");
+            let under: Vec<String> = blobs
+                .keys()
+                .filter(|k| k.starts_with(&dir))
+                .cloned()
+                .collect();
+            // A directory the tree lacks contributes nothing, as `git ls-files` lists
+            // nothing under it.
+            under
+        };
+        for path in under {
+            if let Err(why) = add(&path, &mut entries)? {
+                return Ok(Err(why));
+            }
+        }
+    }
+    for f in files {
+        if escapes(f) {
+            return Ok(Err(format!("{f}: escapes the workspace")));
+        }
+        if !entries.contains_key(f.as_str())
+            && let Err(why) = add(f, &mut entries)?
+        {
+            return Ok(Err(why));
+        }
+    }
+    if entries.len() > MAX_ENTRIES {
+        return Ok(Err(format!("more than {MAX_ENTRIES} entries")));
+    }
+    let entries: Vec<Entry> = entries.into_values().collect();
+    Ok(Ok(digest(&entries)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,11 +5,13 @@
 //! - [`rollback`]: the pure rollback planner and its executor.
 //! - [`safefs`]: the only code that writes into a user's workspace, confined to it.
 //! - [`fingerprint`]: the source fingerprint goal receipts are bound to (SPEC.md §11).
+//! - [`head`]: HEAD as tacho reads it, and the commits new since (SPEC.md §17.2).
 //!
 //! This crate knows nothing about the event log, sessions or events: it takes paths and
 //! returns values.
 
 pub mod fingerprint;
+pub mod head;
 pub mod remote;
 pub mod rollback;
 pub mod safefs;

@@ -59,6 +59,8 @@ pub enum CommitsError {
         "--baseline {0:?}: not a revision; give a commit id, branch, tag or revision expression in ASCII"
     )]
     BadBaseline(String),
+    #[error("{0:?}: not a revision; give a commit id, branch, tag or revision expression in ASCII")]
+    BadRevision(String),
     #[error(transparent)]
     Repository(#[from] SnapshotError),
 }
@@ -77,55 +79,143 @@ pub fn verify_commits(
     if baseline.is_empty() || !baseline.chars().all(|c| c.is_ascii_graphic()) {
         return Err(CommitsError::BadBaseline(baseline.to_owned()));
     }
-    let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
-    let ctx = scan::git_context(&ws)?.ok_or_else(|| SnapshotError::Workspace {
-        path: ws.clone(),
-        reason: "not inside a Git repository".into(),
-    })?;
-    let repo = &ctx.repo;
-    let head = repo.head_id().map_err(|e| git("reading HEAD", e))?.detach();
+    let (repo, walked) = walk_range(workspace, baseline, "HEAD")?;
     let mut report = CommitReport {
-        baseline: baseline.to_owned(),
-        head: head.to_string(),
-        commits: Vec::new(),
+        baseline: walked.baseline,
+        head: walked.head,
+        commits: walked.commits.iter().map(|c| c.to_string()).collect(),
         paths_checked: 0,
         violations: Vec::new(),
     };
-    let fail = |report: &mut CommitReport, reason: String| {
+    if let Some(reason) = walked.problem {
         report.violations.push(Violation {
             commit: None,
             path: None,
             reason,
         });
+        return Ok(report);
+    }
+    check_paths(&repo, &mut report, allow, forbid, merges)?;
+    Ok(report)
+}
+
+/// One commit of a range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RangeCommit {
+    pub commit: String,
+    pub tree: String,
+    pub parents: Vec<String>,
+    /// The first line of its message.
+    pub summary: String,
+}
+
+/// The commits of `baseline..head` (git's meaning), newest first, or why the range
+/// has none (`problem`: a baseline that is no commit or no ancestor, an empty range).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommitRange {
+    pub baseline: String,
+    pub head: String,
+    pub commits: Vec<RangeCommit>,
+    pub problem: Option<String>,
+}
+
+/// The commits of `baseline..head` in the repository holding `workspace`, each with
+/// its tree, parents and summary.
+pub fn commit_range(
+    workspace: &Path,
+    baseline: &str,
+    head: &str,
+) -> Result<CommitRange, CommitsError> {
+    for r in [baseline, head] {
+        if r.is_empty() || !r.chars().all(|c| c.is_ascii_graphic()) {
+            return Err(CommitsError::BadRevision(r.to_owned()));
+        }
+    }
+    let (repo, walked) = walk_range(workspace, baseline, head)?;
+    let mut commits = Vec::with_capacity(walked.commits.len());
+    for id in &walked.commits {
+        let c = repo
+            .find_commit(*id)
+            .map_err(|e| git("reading a commit", e))?;
+        let tree = c.tree_id().map_err(|e| git("reading a commit", e))?;
+        let summary = c
+            .message()
+            .map(|m| m.summary().to_string())
+            .unwrap_or_default();
+        commits.push(RangeCommit {
+            commit: id.to_string(),
+            tree: tree.to_string(),
+            parents: c.parent_ids().map(|p| p.to_string()).collect(),
+            summary,
+        });
+    }
+    Ok(CommitRange {
+        baseline: walked.baseline,
+        head: walked.head,
+        commits,
+        problem: walked.problem,
+    })
+}
+
+/// A range walked: its ends resolved, its commits newest first, or its problem.
+struct Walked {
+    baseline: String,
+    head: String,
+    commits: Vec<ObjectId>,
+    problem: Option<String>,
+}
+
+fn walk_range(
+    workspace: &Path,
+    baseline: &str,
+    head_rev: &str,
+) -> Result<(gix::Repository, Walked), CommitsError> {
+    let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
+    let ctx = scan::git_context(&ws)?.ok_or_else(|| SnapshotError::Workspace {
+        path: ws.clone(),
+        reason: "not inside a Git repository".into(),
+    })?;
+    let repo = ctx.repo;
+    let mut walked = Walked {
+        baseline: baseline.to_owned(),
+        head: head_rev.to_owned(),
+        commits: Vec::new(),
+        problem: None,
     };
-    let base = match repo.rev_parse_single(baseline) {
+    let commit_of = |rev: &str| match repo.rev_parse_single(rev) {
         Ok(id) => match id.object().and_then(|o| o.peel_to_commit()) {
-            Ok(c) => c.id,
-            Err(_) => {
-                fail(&mut report, format!("baseline {baseline} is not a commit"));
-                return Ok(report);
+            Ok(c) => Ok(c.id),
+            Err(_) => Err(format!("{rev} is not a commit")),
+        },
+        Err(_) => Err(format!("{rev} does not name a commit of this repository")),
+    };
+    let head = match head_rev {
+        "HEAD" => repo.head_id().map_err(|e| git("reading HEAD", e))?.detach(),
+        rev => match commit_of(rev) {
+            Ok(id) => id,
+            Err(reason) => {
+                walked.problem = Some(format!("head {reason}"));
+                return Ok((repo, walked));
             }
         },
-        Err(_) => {
-            fail(
-                &mut report,
-                format!("baseline {baseline} does not name a commit of this repository"),
-            );
-            return Ok(report);
+    };
+    walked.head = head.to_string();
+    let base = match commit_of(baseline) {
+        Ok(id) => id,
+        Err(reason) => {
+            walked.problem = Some(format!("baseline {reason}"));
+            return Ok((repo, walked));
         }
     };
-    report.baseline = base.to_string();
+    walked.baseline = base.to_string();
     let mb = repo
         .merge_base(base, head)
         .ok()
         .flatten()
         .map(|id| id.detach());
     if mb != Some(base) {
-        fail(
-            &mut report,
-            format!("baseline {base} is not an ancestor of HEAD {head}"),
-        );
-        return Ok(report);
+        walked.problem = Some(format!("baseline {base} is not an ancestor of HEAD {head}"));
+        return Ok((repo, walked));
     }
     // git's `BASE..HEAD`: commits reachable from HEAD and not from the baseline. A
     // walk with the baseline hidden is not enough on its own: when HEAD merges a
@@ -147,16 +237,23 @@ pub fn verify_commits(
     for info in walk {
         let info = info.map_err(|e| git("walking the range", e))?;
         if !behind.contains(&info.id) {
-            report.commits.push(info.id.to_string());
+            walked.commits.push(info.id);
         }
     }
-    if report.commits.is_empty() {
-        fail(
-            &mut report,
-            format!("the range {base}..{head} holds no commit"),
-        );
-        return Ok(report);
+    if walked.commits.is_empty() {
+        walked.problem = Some(format!("the range {base}..{head} holds no commit"));
     }
+    Ok((repo, walked))
+}
+
+/// The path rules over every commit of a walked range.
+fn check_paths(
+    repo: &gix::Repository,
+    report: &mut CommitReport,
+    allow: &[String],
+    forbid: &[String],
+    merges: Merges,
+) -> Result<(), CommitsError> {
     for c in report.commits.clone() {
         let id = ObjectId::from_hex(c.as_bytes()).map_err(|e| git("commit id", e))?;
         let commit = repo
@@ -243,7 +340,7 @@ pub fn verify_commits(
             }
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Every file of a tree: path → (mode, blob id).

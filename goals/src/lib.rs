@@ -7,6 +7,7 @@
 pub mod commits;
 pub mod plan;
 pub mod review;
+pub mod secrets;
 
 pub use plan::{
     CONTRACT_DIGEST_VERSION, Plan, PlanError, Submission, check_command_problem, contract_digest,

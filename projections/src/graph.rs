@@ -933,6 +933,8 @@ impl ExecutionGraph {
             }
             EventView::GoalCheckStart { .. }
             | EventView::AgentNotice { .. }
+            | EventView::SecretAllowed { .. }
+            | EventView::GitCommits { .. }
             | EventView::Unknown => {}
         }
     }

@@ -528,6 +528,42 @@ record_struct!(
     }
 );
 
+record_struct!(
+    /// `secret.allowed`: the session's owner let one event that the secret scan flags
+    /// leave the machine (`tacho session secrets --allow`, SPEC §16.1). Evidence: an
+    /// agent cannot write it, and `log verify` covers it like every event.
+    SecretAllowed {
+        /// The event allowed (its sequence number in this session).
+        seq: u64,
+        /// The kinds of secret the scan found in it when it was allowed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] kinds: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] reason: Option<String>,
+    }
+);
+
+record_struct!(
+    /// One commit tacho saw appear in a repository: the commit and its tree.
+    ObservedCommit {
+        commit: String,
+        tree: String,
+    }
+);
+
+record_struct!(
+    /// `git.commits`: HEAD of the session's repository as tacho read it itself, and the
+    /// commits new since it last read it in this session (SPEC §16.2).
+    GitCommits {
+        /// Absolute path of the repository's work tree.
+        workspace: String,
+        head: String,
+        /// HEAD when tacho last read it in this session (absent: the first reading).
+        #[serde(default, skip_serializing_if = "Option::is_none")] previous: Option<String>,
+        /// Reachable from `head` and not from `previous`, newest first, at most 1,000.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] commits: Vec<ObservedCommit>,
+        #[serde(default)] commits_total: u64,
+    }
+);
+
 macro_rules! kinds {
     ($($variant:ident($ty:ident) = $id:literal, $name:literal, v $version:literal, by $by:ident;)+) => {
         /// The body of an event: one variant per kind.
@@ -721,6 +757,8 @@ kinds! {
     GoalUpdate(GoalUpdate) = 20, "goal.update", v 1, by Tacho;
     GoalCheckStart(GoalCheckStart) = 21, "goal.check_start", v 1, by Tacho;
     AgentNotice(AgentNotice) = 22, "agent.notice", v 1, by Agent;
+    SecretAllowed(SecretAllowed) = 23, "secret.allowed", v 1, by Tacho;
+    GitCommits(GitCommits) = 24, "git.commits", v 1, by Tacho;
 }
 
 /// Who may write an event kind.

@@ -873,6 +873,21 @@ mod golden {
             20,
             "agent.notice.agent"
         );
+        assert_eq!(size_of::<Archived<SecretAllowed>>(), 32, "secret.allowed");
+        assert_eq!(align_of::<Archived<SecretAllowed>>(), 8, "secret.allowed");
+        assert_eq!(offset_of!(ArchivedSecretAllowed, seq), 0);
+        assert_eq!(offset_of!(ArchivedSecretAllowed, kinds), 8);
+        assert_eq!(offset_of!(ArchivedSecretAllowed, reason), 16);
+        assert_eq!(size_of::<Archived<GitCommits>>(), 48, "git.commits");
+        assert_eq!(align_of::<Archived<GitCommits>>(), 8, "git.commits");
+        assert_eq!(offset_of!(ArchivedGitCommits, workspace), 0);
+        assert_eq!(offset_of!(ArchivedGitCommits, head), 8);
+        assert_eq!(offset_of!(ArchivedGitCommits, previous), 16);
+        assert_eq!(offset_of!(ArchivedGitCommits, commits), 28);
+        assert_eq!(offset_of!(ArchivedGitCommits, commits_total), 40);
+        assert_eq!(size_of::<Archived<ObservedCommit>>(), 16);
+        assert_eq!(offset_of!(ArchivedObservedCommit, commit), 0);
+        assert_eq!(offset_of!(ArchivedObservedCommit, tree), 8);
         assert_eq!(size_of::<Archived<ExcludedPath>>(), 16);
         assert_eq!(offset_of!(ArchivedExcludedPath, path), 0);
         assert_eq!(offset_of!(ArchivedExcludedPath, reason), 8);

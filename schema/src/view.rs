@@ -73,6 +73,15 @@ pub enum EventView<'a> {
     AgentNotice {
         notice: &'a str,
     },
+    /// `secret.allowed`: an event let through the secret scan.
+    SecretAllowed {
+        seq: u64,
+    },
+    /// `git.commits`: HEAD as tacho read it, and how many commits were new.
+    GitCommits {
+        head: &'a str,
+        commits_total: u64,
+    },
     FileEdit {
         path: &'a str,
         op: EditOp,
@@ -223,6 +232,11 @@ impl EventBody {
                 accepted: g.accepted,
             },
             EventBody::GoalCheckStart(g) => EventView::GoalCheckStart { goal: &g.goal },
+            EventBody::SecretAllowed(a) => EventView::SecretAllowed { seq: a.seq },
+            EventBody::GitCommits(c) => EventView::GitCommits {
+                head: &c.head,
+                commits_total: c.commits_total,
+            },
             EventBody::Unknown { .. } => EventView::Unknown,
         }
     }
@@ -456,6 +470,18 @@ impl<'a> EventView<'a> {
             22 => EventView::AgentNotice {
                 notice: s(&access!(AgentNotice, kind, version, payload).notice),
             },
+            23 => EventView::SecretAllowed {
+                seq: access!(SecretAllowed, kind, version, payload)
+                    .seq
+                    .to_native(),
+            },
+            24 => {
+                let a = access!(GitCommits, kind, version, payload);
+                EventView::GitCommits {
+                    head: s(&a.head),
+                    commits_total: a.commits_total.to_native(),
+                }
+            }
             _ => EventView::Unknown,
         })
     }

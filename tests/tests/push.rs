@@ -477,3 +477,63 @@ fn gc_keeps_what_push_wrote_and_pushing_again_sends_nothing() {
     assert_eq!(again["sessions"][0]["outcome"], "up_to_date", "{again}");
     assert_eq!(tree_of(&w.remote.join("objects")), objects_before);
 }
+
+#[test]
+fn a_session_holding_a_token_is_refused_until_its_event_is_let_through() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_clean");
+    w.alice.record(
+        "ses_leaky",
+        &format!(
+            r#"{{"type":"session.start","workspace":"{}","agent":"coder"}}"#,
+            w.alice.clone.display()
+        ),
+    );
+    w.alice.record(
+        "ses_leaky",
+        r#"{"type":"tool.call","call_id":"c1","tool":"Bash","target":"env","input":{"command":"env"}}"#,
+    );
+    let token = format!("ghp_{}", "aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI2kL4");
+    w.alice.record(
+        "ses_leaky",
+        &format!(
+            r#"{{"type":"tool.result","call_id":"c1","status":"ok","output":"HOME=/home/a\nGITHUB_TOKEN={token}\n"}}"#
+        ),
+    );
+    let before = remote_refs(&w);
+    let (code, out, err) = w.alice.tacho(&["push", "origin", "--all"]);
+    assert_eq!(code, 1, "{out}{err}");
+    // Named: session, event and kind; the token itself is never printed.
+    let (code, scan, _) = w
+        .alice
+        .tacho(&["session", "secrets", "ses_leaky", "--json"]);
+    assert_eq!(code, 1, "unallowed findings: {scan}");
+    let scan: serde_json::Value = serde_json::from_str(scan.lines().next().unwrap()).unwrap();
+    let seq = scan["findings"][0]["seq"].as_u64().unwrap().to_string();
+    assert!(
+        err.contains(&format!("session ses_leaky event {seq} (tool.result)")),
+        "{err}"
+    );
+    assert!(err.contains("GitHub"), "{err}");
+    assert!(!err.contains(&token) && !out.contains(&token), "{err}");
+    // Nothing left, not even the clean session pushed beside it.
+    assert_eq!(remote_refs(&w), before);
+
+    // The recorded allowance lets that event through; the push then publishes both.
+    w.alice.ok(&[
+        "session",
+        "secrets",
+        "ses_leaky",
+        "--allow",
+        &seq,
+        "--reason",
+        "a revoked test token",
+    ]);
+    w.alice.ok(&["push", "origin", "--all"]);
+    let after = remote_refs(&w);
+    assert!(after.contains("refs/tacho/sessions/ses_leaky"), "{after}");
+    assert!(after.contains("refs/tacho/sessions/ses_clean"), "{after}");
+}

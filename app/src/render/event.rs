@@ -97,6 +97,18 @@ pub fn describe(body: &EventBody) -> String {
             u.action,
             if u.accepted { "accepted" } else { "refused" }
         ),
+        EventBody::SecretAllowed(a) => format!(
+            "event {} allowed past the secret scan{}",
+            a.seq,
+            a.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ),
+        EventBody::GitCommits(c) => match c.commits_total {
+            0 => format!("HEAD {}", c.head),
+            n => format!("HEAD {} ({n} new commit(s))", c.head),
+        },
         EventBody::Unknown { kind, version, .. } => format!("kind {kind} v{version}"),
     }
 }

@@ -1,5 +1,6 @@
 //! Renderers: pure functions from results to text. No I/O, no clock.
 
+pub mod ci;
 pub mod compare;
 pub mod event;
 pub mod goals;
@@ -9,6 +10,7 @@ pub mod prune;
 pub mod remote;
 pub mod report;
 pub mod risk;
+pub mod secrets;
 pub mod session;
 pub mod trace;
 pub mod verifiers;

@@ -1,5 +1,6 @@
 pub mod audit;
 pub mod branch;
+pub mod ci;
 pub mod compare;
 pub mod demo;
 pub mod end;
@@ -17,6 +18,7 @@ pub mod review;
 pub mod risk;
 pub mod rollback;
 pub mod run_report;
+pub mod secrets;
 pub mod session;
 pub mod snapshot;
 pub mod trace;

@@ -27,6 +27,9 @@ pub enum SessionCommand {
     /// Record the end of a session whose agent recorded none (killed, or its host
     /// reports no end), and of its descendants, so that it can be rolled back.
     End(crate::cmd::end::EndArgs),
+    /// The secrets a push would refuse (tokens, keys, passwords in events), and
+    /// --allow SEQ to let one event through (recorded).
+    Secrets(crate::cmd::secrets::SecretsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -67,6 +70,7 @@ pub fn run(c: SessionCommand) -> Result<(), CliError> {
         SessionCommand::Rollback(a) => crate::cmd::rollback::run(a),
         SessionCommand::Branch(a) => crate::cmd::branch::run(a),
         SessionCommand::End(a) => crate::cmd::end::run(a),
+        SessionCommand::Secrets(a) => crate::cmd::secrets::run(a),
     }
 }
 

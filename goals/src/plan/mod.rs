@@ -14,15 +14,14 @@ mod digest;
 mod failure;
 mod markdown;
 mod rules;
-mod secrets;
 
+use crate::secrets::credential;
 pub use digest::{
     CONTRACT_DIGEST_VERSION, contract_digest, contract_digest_matches, contract_digest_v1,
     contract_digest_version,
 };
 use markdown::*;
 use rules::*;
-use secrets::*;
 
 /// The rendered plan's limit.
 pub const MAX_PLAN_BYTES: usize = 8192;

@@ -1,0 +1,397 @@
+//! `tacho ci verify BASE..HEAD` (SPEC §17.3): for each commit of a pull request's range,
+//! the sessions that made it — linked by what tacho saw itself (`git.commits`), never
+//! by what a commit says about itself — each verified, signed, scored for risk, and
+//! its assured goals' receipts checked against the committed tree.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use tacho_git::fingerprint::tree_fingerprint;
+use tacho_git::snapshot::{SnapshotError, relative_path};
+use tacho_goals::commits::{CommitsError, commit_range};
+use tacho_store::StoreError;
+
+use crate::Tacho;
+use crate::error::kinds;
+use crate::signing::SignatureStatus;
+
+/// What a pipeline requires beyond verified sessions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CiPolicy {
+    /// Every commit must be linked to a session.
+    pub require_session: bool,
+    /// Every linked session must be signed.
+    pub require_signature: bool,
+}
+
+/// Why the range could not be checked at all.
+#[derive(Debug, thiserror::Error)]
+pub enum CiError {
+    #[error("{0:?}: give the range as BASE..HEAD")]
+    BadRange(String),
+    #[error("the current directory: {0}")]
+    CurrentDir(#[source] std::io::Error),
+    #[error(transparent)]
+    Commits(#[from] CommitsError),
+    #[error(transparent)]
+    Repository(#[from] SnapshotError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+kinds!(CiError {
+    CiError::BadRange(_) => Input,
+    CiError::CurrentDir(_) => Io,
+    CiError::Commits(CommitsError::BadBaseline(_) | CommitsError::BadRevision(_)) => Input,
+    CiError::Commits(CommitsError::Repository(e)) => e.kind(),
+    CiError::Repository(e) => e.kind(),
+    CiError::Store(e) => e.kind(),
+});
+
+/// One commit of the range and the sessions that saw it made.
+#[derive(Debug, Clone, Serialize)]
+pub struct CiCommit {
+    pub commit: String,
+    pub tree: String,
+    pub summary: String,
+    /// The sessions whose `git.commits` list this commit (with this tree).
+    pub sessions: Vec<String>,
+}
+
+/// One assured goal of a linked session, against the newest commit it made.
+#[derive(Debug, Clone, Serialize)]
+pub struct CiGoal {
+    pub goal: String,
+    pub title: String,
+    pub completed: bool,
+    /// The commit the receipts were compared with.
+    pub commit: String,
+    /// The fingerprint of that commit's tree over the goal's source paths.
+    pub committed_fingerprint: Option<String>,
+    /// Checks whose latest receipt has another fingerprint (or none).
+    pub mismatched_checks: Vec<String>,
+    /// Completed, and every check's receipt matches the committed tree.
+    pub ok: bool,
+    pub reason: String,
+}
+
+/// One linked session.
+#[derive(Debug, Clone, Serialize)]
+pub struct CiSession {
+    pub session: String,
+    pub agent: Option<String>,
+    pub title: Option<String>,
+    /// Every checksum, chain step and sequence number of its log checks out.
+    pub verified: bool,
+    pub findings: Vec<String>,
+    /// Whether, and by whom, its head is signed (SPEC §16.3).
+    pub signature: SignatureStatus,
+    pub risk_level: Option<String>,
+    pub risk_score: Option<u32>,
+    pub goals: Vec<CiGoal>,
+    /// The commits of the range it made, newest first.
+    pub commits: Vec<String>,
+}
+
+/// One rule the range breaks, and the commit or session it is about.
+#[derive(Debug, Clone, Serialize)]
+pub struct CiFailure {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    pub reason: String,
+}
+
+impl CiFailure {
+    fn range(reason: String) -> Self {
+        CiFailure {
+            commit: None,
+            session: None,
+            reason,
+        }
+    }
+
+    fn session(session: &str, reason: String) -> Self {
+        CiFailure {
+            commit: None,
+            session: Some(session.to_owned()),
+            reason,
+        }
+    }
+}
+
+/// `tacho ci verify`'s answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct CiReport {
+    pub baseline: String,
+    pub head: String,
+    pub commits: Vec<CiCommit>,
+    pub sessions: Vec<CiSession>,
+    /// Each rule the range breaks under the policy.
+    pub failures: Vec<CiFailure>,
+    pub require_session: bool,
+    pub require_signature: bool,
+}
+
+impl CiReport {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    pub fn unlinked(&self) -> impl Iterator<Item = &CiCommit> {
+        self.commits.iter().filter(|c| c.sessions.is_empty())
+    }
+}
+
+/// Whether, and by whom, `session` is signed (against git's allowed signers file of the
+/// current directory, SPEC §16.3); a session that cannot be resolved or read is `bad`.
+fn session_signature(tacho: &Tacho, session: &str) -> SignatureStatus {
+    tacho
+        .resolve_session(session)
+        .map_err(|e| e.to_string())
+        .and_then(|id| tacho.signature(&id).map_err(|e| e.to_string()))
+        .unwrap_or_else(|reason| SignatureStatus::Bad { reason })
+}
+
+impl Tacho {
+    /// Checks the commits of `range` (`BASE..HEAD`) of the repository holding
+    /// `workspace` (default: the current directory) under `policy`.
+    pub fn ci_verify(
+        &self,
+        range: &str,
+        workspace: Option<&Path>,
+        policy: CiPolicy,
+    ) -> Result<CiReport, CiError> {
+        let Some((base, head)) = range
+            .split_once("..")
+            .filter(|(b, h)| !b.is_empty() && !h.is_empty() && !h.starts_with('.'))
+        else {
+            return Err(CiError::BadRange(range.to_owned()));
+        };
+        let ws = match workspace {
+            Some(w) => w.to_path_buf(),
+            None => std::env::current_dir().map_err(CiError::CurrentDir)?,
+        };
+        let ws = tacho_git::snapshot::canonical_workspace(&ws)?;
+        let walked = commit_range(&ws, base, head)?;
+        let mut report = CiReport {
+            baseline: walked.baseline,
+            head: walked.head,
+            commits: Vec::new(),
+            sessions: Vec::new(),
+            failures: Vec::new(),
+            require_session: policy.require_session,
+            require_signature: policy.require_signature,
+        };
+        if let Some(problem) = walked.problem {
+            report.failures.push(CiFailure::range(problem));
+            return Ok(report);
+        }
+        let read = self.commit_links()?;
+        let links = read.links;
+        let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for c in walked.commits {
+            let sessions: Vec<String> = links
+                .get(&c.commit)
+                .map(|l| {
+                    l.iter()
+                        .filter(|l| l.tree == c.tree)
+                        .map(|l| l.session.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for s in &sessions {
+                let made = by_session.entry(s.clone()).or_default();
+                if !made.contains(&c.commit) {
+                    made.push(c.commit.clone());
+                }
+            }
+            report.commits.push(CiCommit {
+                commit: c.commit,
+                tree: c.tree,
+                summary: c.summary,
+                sessions,
+            });
+        }
+        for (session, made) in by_session {
+            report.sessions.push(self.ci_session(&ws, session, made));
+        }
+        // A damaged log may hide the links it held: the commits it made would show as
+        // unlinked. Tampered evidence fails the range whichever commits it made.
+        for (session, why) in read.damaged {
+            if !report.sessions.iter().any(|s| s.session == session) {
+                report.failures.push(CiFailure::session(
+                    &session,
+                    format!("session {session} does not verify (its commits may show as unlinked): {why}"),
+                ));
+            }
+        }
+        let failures = policy_failures(&report, policy);
+        report.failures.extend(failures);
+        Ok(report)
+    }
+
+    fn ci_session(&self, ws: &Path, session: String, commits: Vec<String>) -> CiSession {
+        let mut s = CiSession {
+            signature: session_signature(self, &session),
+            session,
+            agent: None,
+            title: None,
+            verified: false,
+            findings: Vec::new(),
+            risk_level: None,
+            risk_score: None,
+            goals: Vec::new(),
+            commits,
+        };
+        match self.log().verify_session(&s.session, true) {
+            Ok(r) => {
+                s.findings = r.findings.iter().map(|f| f.message.clone()).collect();
+                s.verified = s.findings.is_empty();
+            }
+            Err(e) => s.findings.push(e.to_string()),
+        }
+        if !s.verified {
+            return s; // nothing a damaged log says is evidence
+        }
+        let id = match self.resolve_session(&s.session) {
+            Ok(id) => id,
+            Err(e) => {
+                s.findings.push(e.to_string());
+                s.verified = false;
+                return s;
+            }
+        };
+        match self.show_session(&id) {
+            Ok(d) => {
+                s.agent = d.summary.agent.clone();
+                s.title = d.summary.title.clone();
+                s.risk_level = Some(d.risk.level.as_str().to_owned());
+                s.risk_score = Some(d.risk.score);
+            }
+            Err(e) => s.findings.push(e.to_string()),
+        }
+        let newest = s.commits.first().cloned().unwrap_or_default();
+        match self.goals(&id) {
+            Ok((_, goals)) => {
+                for g in goals
+                    .goals
+                    .iter()
+                    .filter(|g| g.created.assured && g.revised_by.is_none())
+                {
+                    s.goals.push(ci_goal(ws, g, &newest));
+                }
+            }
+            Err(e) => s.findings.push(e.to_string()),
+        }
+        s
+    }
+}
+
+/// An assured goal against commit `commit`: completed, and each check's latest receipt
+/// bound to the fingerprint that commit's tree has.
+fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal {
+    let gws = PathBuf::from(&g.created.workspace);
+    let edited: Vec<String> = g
+        .edited
+        .keys()
+        .filter_map(|p| relative_path(&gws, p).ok())
+        .collect();
+    let mut goal = CiGoal {
+        goal: g.created.goal.clone(),
+        title: g.created.title.clone(),
+        completed: g.completed,
+        commit: commit.to_owned(),
+        committed_fingerprint: None,
+        mismatched_checks: Vec::new(),
+        ok: false,
+        reason: String::new(),
+    };
+    let fp = match tree_fingerprint(ws, commit, &g.source_paths(), &edited) {
+        Ok(Ok(fp)) => fp,
+        Ok(Err(why)) => {
+            goal.reason = format!("no fingerprint of the committed tree: {why}");
+            return goal;
+        }
+        Err(e) => {
+            goal.reason = format!("no fingerprint of the committed tree: {e}");
+            return goal;
+        }
+    };
+    for (check, (_, receipt)) in &g.receipts {
+        let bound = receipt
+            .fingerprint_after
+            .as_deref()
+            .or(receipt.fingerprint_before.as_deref());
+        if !receipt.passed || bound != Some(fp.as_str()) {
+            goal.mismatched_checks.push(check.clone());
+        }
+    }
+    goal.committed_fingerprint = Some(fp);
+    goal.ok = goal.completed && goal.mismatched_checks.is_empty() && !g.receipts.is_empty();
+    goal.reason = if !goal.completed {
+        "not completed".into()
+    } else if g.receipts.is_empty() {
+        "completed without receipts".into()
+    } else if goal.mismatched_checks.is_empty() {
+        "completed; every receipt matches the committed tree".into()
+    } else {
+        format!(
+            "the committed tree is not what the receipts of {} saw",
+            goal.mismatched_checks.join(", ")
+        )
+    };
+    goal
+}
+
+/// The rules the report breaks: unverified sessions and assured goals always; unlinked
+/// commits and unsigned sessions when the policy requires them.
+fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
+    let mut f = Vec::new();
+    for s in &r.sessions {
+        if !s.verified {
+            f.push(CiFailure::session(
+                &s.session,
+                format!(
+                    "session {} does not verify: {}",
+                    s.session,
+                    s.findings
+                        .first()
+                        .map(String::as_str)
+                        .unwrap_or("unreadable")
+                ),
+            ));
+        }
+        if policy.require_signature && !matches!(s.signature, SignatureStatus::Signed { .. }) {
+            f.push(CiFailure::session(
+                &s.session,
+                format!(
+                    "session {} is not signed by an allowed key: {}",
+                    s.session,
+                    s.signature.describe()
+                ),
+            ));
+        }
+        for g in s.goals.iter().filter(|g| !g.ok) {
+            f.push(CiFailure::session(
+                &s.session,
+                format!(
+                    "assured goal {} of session {}: {}",
+                    g.goal, s.session, g.reason
+                ),
+            ));
+        }
+    }
+    if policy.require_session {
+        for c in r.unlinked() {
+            f.push(CiFailure {
+                commit: Some(c.commit.clone()),
+                session: None,
+                reason: format!("commit {} is linked to no session", c.commit),
+            });
+        }
+    }
+    f
+}

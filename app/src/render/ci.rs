@@ -1,0 +1,300 @@
+//! `tacho ci verify`'s report: text, Markdown for a pull-request comment, JUnit XML
+//! for CI test reports. Commit summaries and session titles come from the agent:
+//! they are escaped, never interpreted.
+
+use std::fmt::Write;
+
+use crate::ci::{CiCommit, CiReport, CiSession};
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+/// Text an agent wrote, safe inside a Markdown table cell: one line, no markup, no HTML.
+fn md(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars().take(200) {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '|' | '#' | '!' | '~' | '&' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn session_goals(s: &CiSession) -> String {
+    if s.goals.is_empty() {
+        return "—".into();
+    }
+    s.goals
+        .iter()
+        .map(|g| format!("{} {}", if g.ok { "✅" } else { "❌" }, md(&g.title)))
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
+fn commit_sessions(c: &CiCommit) -> String {
+    if c.sessions.is_empty() {
+        "**unlinked**".into()
+    } else {
+        c.sessions
+            .iter()
+            .map(|s| format!("`{}`", md(s)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The Markdown summary for a pull-request comment.
+pub fn markdown(r: &CiReport) -> String {
+    let mut t = String::new();
+    let verdict = if r.passed() {
+        "✅ passed"
+    } else {
+        "❌ failed"
+    };
+    let _ = writeln!(
+        t,
+        "## tacho ci verify: {verdict}\n\nRange `{}..{}`: {} commit(s), {} session(s), {} unlinked commit(s).\n",
+        short(&r.baseline),
+        short(&r.head),
+        r.commits.len(),
+        r.sessions.len(),
+        r.unlinked().count()
+    );
+    if !r.sessions.is_empty() {
+        let _ = writeln!(t, "### Sessions\n");
+        let _ = writeln!(
+            t,
+            "| session | agent | title | log | signature | risk | goals | commits |\n|---|---|---|---|---|---|---|---|"
+        );
+        for s in &r.sessions {
+            let _ = writeln!(
+                t,
+                "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
+                md(&s.session),
+                md(s.agent.as_deref().unwrap_or("—")),
+                md(s.title.as_deref().unwrap_or("—")),
+                if s.verified {
+                    "verified"
+                } else {
+                    "**does not verify**"
+                },
+                md(&s.signature.describe()),
+                match (&s.risk_level, s.risk_score) {
+                    (Some(l), Some(n)) => format!("{l} ({n})"),
+                    _ => "—".into(),
+                },
+                session_goals(s),
+                s.commits.len()
+            );
+        }
+        let _ = writeln!(t);
+    }
+    if !r.commits.is_empty() {
+        let _ = writeln!(t, "### Commits\n");
+        let _ = writeln!(t, "| commit | summary | sessions |\n|---|---|---|");
+        for c in &r.commits {
+            let _ = writeln!(
+                t,
+                "| `{}` | {} | {} |",
+                short(&c.commit),
+                md(&c.summary),
+                commit_sessions(c)
+            );
+        }
+        let _ = writeln!(t);
+    }
+    if !r.failures.is_empty() {
+        let _ = writeln!(t, "### Checks failed\n");
+        for f in &r.failures {
+            let _ = writeln!(t, "- {}", md(&f.reason));
+        }
+        let _ = writeln!(t);
+    }
+    let _ = writeln!(
+        t,
+        "Policy: sessions {}, signatures {}.",
+        if r.require_session {
+            "required"
+        } else {
+            "not required"
+        },
+        if r.require_signature {
+            "required"
+        } else {
+            "not required"
+        }
+    );
+    t
+}
+
+/// Plain text for a terminal.
+pub fn text(r: &CiReport) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{}..{}: {} commit(s), {} session(s), {} unlinked",
+        short(&r.baseline),
+        short(&r.head),
+        r.commits.len(),
+        r.sessions.len(),
+        r.unlinked().count()
+    );
+    for c in &r.commits {
+        let sessions = if c.sessions.is_empty() {
+            "unlinked".to_string()
+        } else {
+            c.sessions.join(", ")
+        };
+        let summary: String = c
+            .summary
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(72)
+            .collect();
+        let _ = writeln!(t, "  {} {summary}: {sessions}", short(&c.commit));
+    }
+    for s in &r.sessions {
+        let _ = writeln!(
+            t,
+            "  session {}: {}, {}, risk {}",
+            s.session,
+            if s.verified {
+                "verified"
+            } else {
+                "DOES NOT VERIFY"
+            },
+            s.signature.describe(),
+            s.risk_level.as_deref().unwrap_or("-")
+        );
+        for g in &s.goals {
+            let _ = writeln!(t, "    goal {}: {}", g.goal, g.reason);
+        }
+    }
+    for f in &r.failures {
+        let _ = writeln!(t, "FAIL: {}", f.reason);
+    }
+    let _ = writeln!(t, "{}", if r.passed() { "passed" } else { "failed" });
+    t
+}
+
+/// Text for XML 1.0 character data and attributes: escaped, and the characters XML
+/// cannot hold replaced.
+fn xml(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// One test case: its class, name and failures.
+struct Case {
+    class: &'static str,
+    name: String,
+    failures: Vec<String>,
+}
+
+/// JUnit XML: a test case per commit and per session, failed with the rules it breaks.
+pub fn junit(r: &CiReport) -> String {
+    let mut cases = Vec::new();
+    // Failures about no commit or session of the report: the range's own (no such
+    // revision, an empty range) and damaged sessions that linked nothing readable.
+    let listed = |f: &crate::ci::CiFailure| {
+        f.commit.is_some()
+            || f.session
+                .as_deref()
+                .is_some_and(|s| r.sessions.iter().any(|x| x.session == s))
+    };
+    let range: Vec<String> = r
+        .failures
+        .iter()
+        .filter(|f| !listed(f))
+        .map(|f| f.reason.clone())
+        .collect();
+    if r.commits.is_empty() || !range.is_empty() {
+        cases.push(Case {
+            class: "tacho.range",
+            name: format!("{}..{}", short(&r.baseline), short(&r.head)),
+            failures: range,
+        });
+    }
+    for c in &r.commits {
+        let failures = r
+            .failures
+            .iter()
+            .filter(|f| f.commit.as_deref() == Some(c.commit.as_str()))
+            .map(|f| f.reason.clone())
+            .collect();
+        cases.push(Case {
+            class: "tacho.commits",
+            name: format!("{} {}", short(&c.commit), c.summary),
+            failures,
+        });
+    }
+    for s in &r.sessions {
+        let failures = r
+            .failures
+            .iter()
+            .filter(|f| f.session.as_deref() == Some(s.session.as_str()))
+            .map(|f| f.reason.clone())
+            .collect();
+        cases.push(Case {
+            class: "tacho.sessions",
+            name: s.session.clone(),
+            failures,
+        });
+    }
+    let failed = cases.iter().filter(|c| !c.failures.is_empty()).count();
+    let mut t = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        t,
+        "<testsuites name=\"tacho ci verify\" tests=\"{}\" failures=\"{failed}\">",
+        cases.len()
+    );
+    let _ = writeln!(
+        t,
+        "  <testsuite name=\"{}..{}\" tests=\"{}\" failures=\"{failed}\" errors=\"0\" skipped=\"0\">",
+        xml(&r.baseline),
+        xml(&r.head),
+        cases.len()
+    );
+    for c in &cases {
+        let _ = write!(
+            t,
+            "    <testcase classname=\"{}\" name=\"{}\"",
+            c.class,
+            xml(&c.name)
+        );
+        if c.failures.is_empty() {
+            let _ = writeln!(t, "/>");
+            continue;
+        }
+        let _ = writeln!(t, ">");
+        for f in &c.failures {
+            let _ = writeln!(
+                t,
+                "      <failure message=\"{}\" type=\"tacho\">{}</failure>",
+                xml(f),
+                xml(f)
+            );
+        }
+        let _ = writeln!(t, "    </testcase>");
+    }
+    let _ = writeln!(t, "  </testsuite>\n</testsuites>");
+    t
+}

@@ -1,0 +1,100 @@
+//! `tacho ci verify BASE..HEAD`: a pull request's commits, the sessions that made them,
+//! and whether the pipeline may pass.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use tacho_app::userfile::OutputFile;
+use tacho_app::{CiPolicy, CiReport};
+
+use crate::error::CliError;
+use crate::output::Out;
+
+#[derive(Debug, Subcommand)]
+pub enum CiCommand {
+    /// For each commit of BASE..HEAD, the sessions tacho saw make it — verified,
+    /// signed, their risk and assured goals — as text, Markdown (a pull-request
+    /// comment), JUnit XML or JSON. Exits 1 when a rule is broken.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    Text,
+    Markdown,
+    Junit,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The range, as git spells it: BASE..HEAD (commits reachable from HEAD, not BASE).
+    pub range: String,
+    /// Every commit must be linked to a recorded session.
+    #[arg(long)]
+    pub require_session: bool,
+    /// Every linked session must be signed.
+    #[arg(long)]
+    pub require_signature: bool,
+    /// What to print on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// The same as --format json.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the Markdown summary to this file.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Also write JUnit XML to this file.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// The repository's work tree (default: the current directory).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+}
+
+pub fn run(c: CiCommand) -> Result<(), CliError> {
+    match c {
+        CiCommand::Verify(a) => verify(a),
+    }
+}
+
+fn write_file(path: &std::path::Path, text: &str) -> Result<(), CliError> {
+    let mut f = OutputFile::create(path)?;
+    f.write_all(text.as_bytes()).map_err(CliError::output)?;
+    f.commit()?;
+    Ok(())
+}
+
+fn verify(a: VerifyArgs) -> Result<(), CliError> {
+    let tacho = crate::open()?;
+    let policy = CiPolicy {
+        require_session: a.require_session,
+        require_signature: a.require_signature,
+    };
+    let r: CiReport = tacho.ci_verify(&a.range, a.workspace.as_deref(), policy)?;
+    use tacho_app::render::ci;
+    if let Some(path) = &a.markdown {
+        write_file(path, &ci::markdown(&r))?;
+    }
+    if let Some(path) = &a.junit {
+        write_file(path, &ci::junit(&r))?;
+    }
+    let mut out = Out::new();
+    match (a.json, a.format) {
+        (true, _) | (_, Format::Json) => out.typed("ci_report", &r)?,
+        (_, Format::Text) => out.line(ci::text(&r).trim_end())?,
+        (_, Format::Markdown) => out.line(ci::markdown(&r).trim_end())?,
+        (_, Format::Junit) => out.line(ci::junit(&r).trim_end())?,
+    }
+    out.finish()?;
+    if r.passed() {
+        Ok(())
+    } else {
+        Err(CliError::findings(format!(
+            "{} check(s) of the range failed",
+            r.failures.len()
+        )))
+    }
+}

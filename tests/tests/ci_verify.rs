@@ -1,0 +1,422 @@
+//! `tacho ci verify` on real repositories with real hooks: commits linked to the
+//! sessions whose hooks saw HEAD move, unlinked commits, a session whose log lost a
+//! byte; Markdown and JUnit outputs (JUnit parsed as XML by python3); and the secret
+//! scan a push makes, with its recorded allowance.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tacho_tests::git::{git, have_git};
+use tacho_tests::{run, tacho};
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    home: PathBuf,
+    ws: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().canonicalize().unwrap();
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("src/a.txt"), "a\n").unwrap();
+        git(&ws, &["init", "-q", "-b", "main"]);
+        git(&ws, &["add", "-A"]);
+        git(&ws, &["commit", "-q", "-m", "base"]);
+        std::fs::write(dir.join("t.jsonl"), "").unwrap();
+        Env {
+            home: dir.join("home"),
+            dir,
+            ws,
+            _tmp: tmp,
+        }
+    }
+
+    fn tacho(&self, args: &[&str]) -> (i32, String, String) {
+        let mut c = tacho(&self.home);
+        c.current_dir(&self.ws).args(args);
+        run(c)
+    }
+
+    /// Sends Claude Code's `event` to `tacho hook claude-code` (exit 0, no problem).
+    fn send(&self, session: &str, event: &str, extra: serde_json::Value) {
+        let mut v = serde_json::json!({
+            "session_id": session,
+            "cwd": self.ws.display().to_string(),
+            "hook_event_name": event,
+            "transcript_path": self.dir.join("t.jsonl").display().to_string(),
+        });
+        if let (Some(m), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
+            m.extend(x);
+        }
+        let mut c = tacho(&self.home);
+        c.current_dir(&self.ws)
+            .args(["hook", "claude-code"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), v.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(err.is_empty(), "{event}: {err}");
+    }
+
+    /// A Bash call of the agent: its hooks before and after, `work` done between
+    /// them (what the command did), `output` what it printed.
+    fn bash(&self, session: &str, id: &str, command: &str, output: &str, work: impl FnOnce()) {
+        let input = serde_json::json!({ "command": command });
+        self.send(
+            session,
+            "PreToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
+        );
+        work();
+        self.send(
+            session,
+            "PostToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
+                "tool_response": {"stdout": output, "stderr": "", "interrupted": false}}),
+        );
+    }
+
+    fn commit(&self, file: &str, text: &str, message: &str) -> String {
+        std::fs::write(self.ws.join(file), text).unwrap();
+        git(&self.ws, &["add", "-A"]);
+        git(&self.ws, &["commit", "-q", "-m", message]);
+        git(&self.ws, &["rev-parse", "HEAD"])
+    }
+
+    /// The one session recorded.
+    fn session(&self) -> String {
+        let (code, out, err) = self.tacho(&["session", "list", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 1, "{out}");
+        rows[0]["session"].as_str().unwrap().to_owned()
+    }
+
+    fn ci(&self, args: &[&str]) -> (i32, serde_json::Value, String) {
+        let mut all = vec!["ci", "verify"];
+        all.extend_from_slice(args);
+        all.push("--json");
+        let (code, out, err) = self.tacho(&all);
+        let v = serde_json::from_str(out.trim()).unwrap_or(serde_json::Value::Null);
+        (code, v, err)
+    }
+}
+
+/// `python3 -c` of `script` with `arg`: its stdout, or None without python3.
+fn python(script: &str, arg: &Path) -> Option<String> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(arg)
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+#[test]
+fn commits_are_linked_by_the_hooks_and_checked_with_exit_codes() {
+    if !have_git() {
+        return tacho_tests::skip_without("git");
+    }
+    let env = Env::new();
+    let base = git(&env.ws, &["rev-parse", "HEAD"]);
+    env.send(
+        "s1",
+        "SessionStart",
+        serde_json::json!({"source": "startup"}),
+    );
+    let session = env.session();
+    // The agent commits through its shell: the hook after the call sees HEAD move.
+    let mut linked = String::new();
+    env.bash("s1", "t1", "git commit -am fix", "[main] fix", || {
+        linked = env.commit("src/a.txt", "fixed\n", "fix: the agent's commit");
+    });
+    // A commit no session saw, then a commit whose message claims the session.
+    let outside = env.commit("src/b.txt", "b\n", "made by hand");
+    let claimed = env.commit(
+        "src/c.txt",
+        "c\n",
+        &format!("claims a session\n\nTacho-Session: {session}"),
+    );
+
+    // The linked commit alone: passes, naming its session.
+    let (code, r, err) = env.ci(&[&format!("{base}..{linked}"), "--require-session"]);
+    assert_eq!(code, 0, "{err}{r}");
+    assert_eq!(r["commits"][0]["commit"], linked.as_str());
+    assert_eq!(r["commits"][0]["sessions"][0], session.as_str());
+    assert_eq!(r["sessions"][0]["verified"], true);
+    assert_eq!(r["sessions"][0]["signature"], "unsigned");
+    assert!(r["sessions"][0]["risk_level"].is_string(), "{r}");
+
+    // The whole range: two commits no session saw made (a trailer is a claim, not a
+    // link). Without --require-session that passes; with it, exit 1 naming both.
+    let range = format!("{base}..HEAD");
+    let (code, r, err) = env.ci(&[&range]);
+    assert_eq!(code, 0, "{err}{r}");
+    assert_eq!(r["commits"].as_array().unwrap().len(), 3);
+    let (code, r, err) = env.ci(&[&range, "--require-session"]);
+    assert_eq!(code, 1, "{err}{r}");
+    let failed: Vec<&str> = r["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["commit"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, vec![claimed.as_str(), outside.as_str()]);
+    // Unsigned sessions fail --require-signature.
+    let (code, r, _) = env.ci(&[&format!("{base}..{linked}"), "--require-signature"]);
+    assert_eq!(code, 1, "{r}");
+    assert!(
+        r["failures"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not signed")
+    );
+
+    // Markdown and JUnit of the failing run, written to files.
+    let md = env.dir.join("ci.md");
+    let junit = env.dir.join("junit.xml");
+    let (code, _, err) = env.tacho(&[
+        "ci",
+        "verify",
+        &range,
+        "--require-session",
+        "--markdown",
+        md.to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.starts_with("## tacho ci verify: ❌ failed"), "{md}");
+    assert!(md.contains("2 unlinked commit(s)"), "{md}");
+    assert!(
+        md.contains(&format!(
+            "| `{}` | fix: the agent's commit |",
+            &linked[..12]
+        )),
+        "{md}"
+    );
+    assert!(md.contains(&format!("`{session}`")), "{md}");
+    assert!(md.contains("| **unlinked** |"), "{md}");
+    let parsed = python(
+        "import sys, xml.etree.ElementTree as E\n\
+         r = E.parse(sys.argv[1]).getroot()\n\
+         s = r.find('testsuite')\n\
+         print(r.tag, s.get('tests'), s.get('failures'))\n\
+         for c in s.findall('testcase'):\n\
+         \x20   print(c.get('classname'), c.get('name').split()[0], len(c.findall('failure')))",
+        &junit,
+    );
+    if let Some(parsed) = parsed {
+        let want = format!(
+            "testsuites 4 2\ntacho.commits {} 1\ntacho.commits {} 1\ntacho.commits {} 0\ntacho.sessions {session} 0\n",
+            &claimed[..12],
+            &outside[..12],
+            &linked[..12]
+        );
+        assert_eq!(parsed, want);
+    }
+
+    // A byte of the session's log altered: the session does not verify, exit 1.
+    let dir = env.home.join("log/streams").join(&session);
+    let seg = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "tseg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[128 + 40] ^= 1;
+    std::fs::write(&seg, &bytes).unwrap();
+    let (code, r, err) = env.ci(&[&format!("{base}..{linked}")]);
+    assert_eq!(code, 1, "{err}{r}");
+    // The damage is in the first frame: the link behind it is lost with it, so the
+    // commit shows unlinked and the damaged session fails the range by itself.
+    assert_eq!(r["failures"][0]["session"], session.as_str(), "{err}{r}");
+    assert!(
+        r["failures"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("does not verify"),
+        "{r}"
+    );
+
+    // A range that is not one: input error, exit 2.
+    let (code, _, err) = env.tacho(&["ci", "verify", &base]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("BASE..HEAD"), "{err}");
+}
+
+#[test]
+fn the_secret_scan_refuses_a_token_until_an_allowance_is_recorded() {
+    if !have_git() {
+        return tacho_tests::skip_without("git");
+    }
+    let env = Env::new();
+    env.send(
+        "s2",
+        "SessionStart",
+        serde_json::json!({"source": "startup"}),
+    );
+    let session = env.session();
+    env.bash(
+        "s2",
+        "t1",
+        "cat .env",
+        "PATH=/bin\nGITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz0123456789\n",
+        || {},
+    );
+    let (code, out, err) = env.tacho(&["session", "secrets", &session, "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let scan: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let f = &scan["findings"][0];
+    assert_eq!(scan["findings"].as_array().unwrap().len(), 1, "{scan}");
+    assert_eq!(f["session"], session.as_str());
+    assert_eq!(f["event"], "tool.result");
+    assert_eq!(f["kind"], "github_token");
+    assert_eq!(
+        (f["field"].as_str(), f["line"].as_u64()),
+        (Some("output"), Some(2))
+    );
+    assert!(
+        !out.contains("0123456789"),
+        "the secret itself is never shown: {out}"
+    );
+    assert!(err.contains("not allowed"), "{err}");
+    let seq = f["seq"].as_u64().unwrap().to_string();
+
+    // An event without a secret cannot be allowed; the one with it can, and the
+    // allowance is an event of the session, under its hash chain.
+    let (code, _, err) = env.tacho(&["session", "secrets", &session, "--allow", "0"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = env.tacho(&[
+        "session",
+        "secrets",
+        &session,
+        "--allow",
+        &seq,
+        "--reason",
+        "a revoked token",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let allowed: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(allowed["allowed"].as_u64().unwrap().to_string(), seq);
+    let (code, out, err) = env.tacho(&["session", "secrets", &session, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let scan: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (scan["blocking"].as_u64(), &scan["findings"][0]["allowed"]),
+        (Some(0), &serde_json::json!(true))
+    );
+    let (code, out, _) = env.tacho(&["log", "dump", &session]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("\"type\":\"secret.allowed\"") && out.contains("a revoked token"),
+        "{out}"
+    );
+    let (code, out, err) = env.tacho(&["log", "verify", "--session", &session]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The agent cannot forge one through `tacho record`: it is evidence.
+    let forged = format!("{{\"type\":\"secret.allowed\",\"session\":\"{session}\",\"seq\":1}}\n");
+    let (code, _, err) = tacho_tests::run_with_stdin(&env.home, &["record"], &forged);
+    assert_eq!(code, 2, "{err}");
+}
+
+/// Records a finished shell call in `session` through `tacho record` (live: HEAD is
+/// read after it).
+fn shell_call(home: &Path, session: &str, id: &str) {
+    let lines = format!(
+        "{{\"type\":\"tool.call\",\"session\":\"{session}\",\"call_id\":\"{id}\",\"tool\":\"bash\",\"input\":{{\"command\":\"git commit\"}}}}\n\
+         {{\"type\":\"tool.result\",\"session\":\"{session}\",\"call_id\":\"{id}\",\"status\":\"ok\"}}\n"
+    );
+    let (code, _, err) = tacho_tests::run_with_stdin(home, &["record"], &lines);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn an_assured_goal_passes_only_when_its_receipts_saw_the_committed_tree() {
+    if !have_git() {
+        return tacho_tests::skip_without("git");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = tacho_tests::parity_workspace(tmp.path(), "ses_gci");
+    git(&ws, &["init", "-q", "-b", "main"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "base"]);
+    let base = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_gci", "c0"); // tacho reads HEAD: the base
+    let t = |args: &[&str]| {
+        let mut c = tacho(&home);
+        c.current_dir(&ws).args(args);
+        run(c)
+    };
+    let (code, _, err) = t(&[
+        "goal",
+        "create",
+        "--assure",
+        "--plan",
+        "plan.md",
+        "--session",
+        "ses_gci",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let (code, _, err) = t(&["goal", "check", "parity", "--session", "ses_gci"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = t(&["goal", "complete", "--session", "ses_gci"]);
+    assert_eq!(code, 0, "{out}{err}");
+    git(&ws, &["commit", "-q", "-am", "fix the value"]);
+    let fixed = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_gci", "c1");
+
+    let ci = |range: &str| {
+        let (code, out, err) = t(&["ci", "verify", range, "--require-session", "--json"]);
+        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
+        (code, r, err)
+    };
+    let (code, r, err) = ci(&format!("{base}..{fixed}"));
+    assert_eq!(code, 0, "{err}{r}");
+    let goal = &r["sessions"][0]["goals"][0];
+    assert_eq!(goal["ok"], true, "{r}");
+    assert_eq!(goal["commit"], fixed.as_str());
+
+    // The session commits a change after the receipts: the committed tree is not what
+    // they saw, so the goal does not pass the range.
+    std::fs::write(ws.join("src/value.txt"), "42\n# after the check\n").unwrap();
+    git(&ws, &["commit", "-q", "-am", "a change after the check"]);
+    let later = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_gci", "c2");
+    let (code, r, err) = ci(&format!("{base}..{later}"));
+    assert_eq!(code, 1, "{err}{r}");
+    let goal = &r["sessions"][0]["goals"][0];
+    assert_eq!(
+        (goal["ok"].as_bool(), goal["commit"].as_str()),
+        (Some(false), Some(later.as_str())),
+        "{r}"
+    );
+    assert_eq!(goal["mismatched_checks"], serde_json::json!(["parity"]));
+    let reason = r["failures"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("not what the receipts of parity saw"),
+        "{reason}"
+    );
+}
