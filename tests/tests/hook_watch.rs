@@ -4,6 +4,8 @@
 //! --no-watch`) and `TACHO_NO_WATCH` keep any from starting. The threshold is lowered
 //! with `TACHO_WATCH_FILES` so that a small repository can stand for a large one.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
