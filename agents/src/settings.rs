@@ -202,7 +202,7 @@ impl serde::Serialize for Verbatim<'_> {
     }
 }
 
-/// Whether tacho's hooks start a watcher of the session's workspace (SPEC.md §12.2).
+/// Whether tacho's hooks start a watcher of the session's workspace (SPEC.md §13.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HookWatch {
     /// When a full snapshot of the workspace checked many files (`tacho hook <agent>`).

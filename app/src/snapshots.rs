@@ -305,8 +305,8 @@ pub struct Watcher {
 }
 
 /// The files a full snapshot lists from which hooks start a watcher of the workspace
-/// (SPEC.md §12.2): at this size a full scan without one costs a hook about 20 ms
-/// (the issue-31 benchmark's figures), and with one about 5 ms.
+/// (SPEC.md §13.1): below it a full scan costs a hook a few milliseconds, not worth a
+/// process of its own.
 pub const WATCH_AUTO_FILES: u64 = 10_000;
 
 /// [`WATCH_AUTO_FILES`], or `TACHO_WATCH_FILES` when it is a number.
@@ -450,7 +450,7 @@ impl Tacho {
     }
 
     /// The workspace whose watcher a hook process starts after answering the agent, if
-    /// any (SPEC.md §12.2): with [`HookWatch::Auto`], the workspace of a full snapshot
+    /// any (SPEC.md §13.1): with [`HookWatch::Auto`], the workspace of a full snapshot
     /// this process took without a watcher when it listed at least
     /// [`watch_auto_files`] files; with [`HookWatch::Always`], `session`'s workspace;
     /// never with [`HookWatch::Never`] or `TACHO_NO_WATCH` set (not empty, not `0`);

@@ -1,5 +1,5 @@
 //! Hooks start the workspace's watcher themselves when a full snapshot lists many files
-//! (SPEC.md §12.2, issue 31): a workspace over the threshold gets one from its first
+//! (SPEC.md §13.1, issue 31): a workspace over the threshold gets one from its first
 //! hook; one under it never does; `--no-watch` (as installed by `hooks install
 //! --no-watch`) and `TACHO_NO_WATCH` keep any from starting. The threshold is lowered
 //! with `TACHO_WATCH_FILES` so that a small repository can stand for a large one.
