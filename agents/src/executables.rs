@@ -9,7 +9,7 @@
 //! application layer, with the safe writer every settings file goes through.
 
 use crate::Agent;
-use crate::settings::{command_for, tacho_command};
+use crate::settings::{HookWatch, command_for, tacho_command};
 
 /// The line that marks a script as tacho's.
 pub const MARKER: &str = "# Written by `tacho hooks install`; `tacho hooks uninstall` removes it. Edit it and it is yours.";
@@ -22,9 +22,8 @@ pub fn script(command: &str, event: &str) -> String {
     )
 }
 
-/// The script for `event` running `tacho` for `agent` (with `watch`: keeping a watcher
-/// of the session's workspace).
-pub fn script_for(tacho: &str, agent: Agent, watch: bool, event: &str) -> String {
+/// The script for `event` running `tacho` for `agent` (with `watch`'s flag).
+pub fn script_for(tacho: &str, agent: Agent, watch: HookWatch, event: &str) -> String {
     script(&command_for(tacho, agent, watch), event)
 }
 
@@ -41,8 +40,8 @@ pub fn tacho_script(text: &str, agent: Agent, event: &str) -> Option<String> {
     }
     let tacho = tacho_command(command, agent)?;
     // Exactly what `script` writes for that path (a quoted path unquoted and quoted
-    // again, a --watch kept).
-    let watch = command.trim_end().ends_with(" --watch");
+    // again, a --watch or --no-watch kept).
+    let watch = HookWatch::of_command(command);
     (script_for(&tacho, agent, watch, event) == text).then_some(tacho)
 }
 
@@ -53,9 +52,9 @@ mod tests {
     #[test]
     fn tacho_knows_its_scripts_and_nothing_else() {
         for (tacho, watch) in [
-            ("/usr/bin/tacho", false),
-            ("/opt/my tools/tacho", true),
-            ("/x/it's/tacho", false),
+            ("/usr/bin/tacho", HookWatch::Auto),
+            ("/opt/my tools/tacho", HookWatch::Always),
+            ("/x/it's/tacho", HookWatch::Never),
         ] {
             let s = script_for(tacho, Agent::Cline, watch, "PreToolUse");
             assert!(s.starts_with("#!/bin/sh\n"), "{s}");

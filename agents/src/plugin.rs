@@ -17,11 +17,12 @@
 //! `stop_hook_active`).
 
 use crate::Agent;
+use crate::settings::HookWatch;
 
 /// What the first line of tacho's plugin file starts with.
 pub const MARKER: &str = "// tacho-plugin v1";
 
-/// The plugin file running `argv` (`<tacho> hook <agent> [--watch]`) for `agent`.
+/// The plugin file running `argv` (`<tacho> hook <agent> [--watch|--no-watch]`) for `agent`.
 pub fn render(agent: Agent, argv: &[String]) -> String {
     let name = agent.name();
     let waits: Vec<String> = agent
@@ -151,12 +152,10 @@ pub fn is_tacho_plugin(text: &str) -> bool {
     text.lines().next().is_some_and(|l| l.starts_with(MARKER))
 }
 
-/// The arguments the plugin runs for `agent`: `<tacho> hook <agent>`, with `watch` `--watch`.
-pub fn argv_for(tacho: &str, agent: Agent, watch: bool) -> Vec<String> {
+/// The arguments the plugin runs for `agent`: `<tacho> hook <agent>`, with `watch`'s flag.
+pub fn argv_for(tacho: &str, agent: Agent, watch: HookWatch) -> Vec<String> {
     let mut v = vec![tacho.to_owned(), "hook".into(), agent.name().to_owned()];
-    if watch {
-        v.push("--watch".into());
-    }
+    v.extend(watch.flag().map(String::from));
     v
 }
 
@@ -166,7 +165,7 @@ mod tests {
 
     #[test]
     fn the_plugin_is_known_again_by_its_agent_and_runs_its_command() {
-        let argv = argv_for("/opt/it's tacho/tacho", Agent::OpenCode, true);
+        let argv = argv_for("/opt/it's tacho/tacho", Agent::OpenCode, HookWatch::Always);
         let text = render(Agent::OpenCode, &argv);
         assert_eq!(installed(&text, Agent::OpenCode), Some(argv.clone()));
         assert_eq!(installed(&text, Agent::Kilo), None, "another agent's");
@@ -182,7 +181,7 @@ mod tests {
             );
         }
         assert!(text.contains(r#"const DATA = "opencode/opencode.db""#));
-        let kilo = render(Agent::Kilo, &argv_for("/t", Agent::Kilo, false));
+        let kilo = render(Agent::Kilo, &argv_for("/t", Agent::Kilo, HookWatch::Auto));
         assert!(kilo.contains(r#"const DATA = "kilo/kilo.db""#));
         assert_eq!(installed(&kilo, Agent::Kilo).map(|a| a.len()), Some(3));
         // A user's plugin is not tacho's.

@@ -202,14 +202,52 @@ impl serde::Serialize for Verbatim<'_> {
     }
 }
 
-/// The command line tacho installs for `agent`; with `watch`, the hook keeps a watcher
-/// of the session's workspace running (`tacho hook <agent> --watch`).
-pub fn command_for(tacho: &str, agent: Agent, watch: bool) -> String {
-    let watch = if watch { WATCH_FLAG } else { "" };
-    format!("{} hook {}{watch}", shell_quote(tacho), agent.name())
+/// Whether tacho's hooks start a watcher of the session's workspace (SPEC.md §13.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HookWatch {
+    /// When a full snapshot of the workspace checked many files (`tacho hook <agent>`).
+    #[default]
+    Auto,
+    /// Always (`tacho hook <agent> --watch`).
+    Always,
+    /// Never (`tacho hook <agent> --no-watch`).
+    Never,
 }
 
-const WATCH_FLAG: &str = " --watch";
+impl HookWatch {
+    /// The argument of `tacho hook <agent>` that asks for it, if any.
+    pub fn flag(self) -> Option<&'static str> {
+        match self {
+            HookWatch::Auto => None,
+            HookWatch::Always => Some("--watch"),
+            HookWatch::Never => Some("--no-watch"),
+        }
+    }
+
+    /// The mode a trailing argument of `tacho hook <agent>` asks for.
+    pub fn from_flag(flag: &str) -> Option<HookWatch> {
+        [HookWatch::Always, HookWatch::Never]
+            .into_iter()
+            .find(|w| w.flag() == Some(flag))
+    }
+
+    /// The mode of an installed command line (or script) ending in its flag.
+    pub fn of_command(command: &str) -> HookWatch {
+        command
+            .trim_end()
+            .rsplit(' ')
+            .next()
+            .and_then(HookWatch::from_flag)
+            .unwrap_or_default()
+    }
+}
+
+/// The command line tacho installs for `agent`, with `watch`'s flag
+/// (`tacho hook <agent> [--watch|--no-watch]`).
+pub fn command_for(tacho: &str, agent: Agent, watch: HookWatch) -> String {
+    let flag = watch.flag().map(|f| format!(" {f}")).unwrap_or_default();
+    format!("{} hook {}{flag}", shell_quote(tacho), agent.name())
+}
 
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -227,7 +265,10 @@ fn shell_quote(s: &str) -> String {
 pub fn tacho_command(command: &str, agent: Agent) -> Option<String> {
     let suffix = format!(" hook {}", agent.name());
     let command = command.trim();
-    let command = command.strip_suffix(WATCH_FLAG).unwrap_or(command);
+    let command = HookWatch::of_command(command)
+        .flag()
+        .and_then(|f| command.strip_suffix(f))
+        .map_or(command, str::trim_end);
     let program = command.strip_suffix(&suffix)?.trim();
     let unquoted = program
         .strip_prefix('\'')
@@ -505,16 +546,25 @@ mod tests {
             tacho_command(CMD, Agent::ClaudeCode).as_deref(),
             Some("/opt/tacho/bin/tacho")
         );
-        let q = command_for("/home/me/my tools/tacho", Agent::Codex, false);
+        let q = command_for("/home/me/my tools/tacho", Agent::Codex, HookWatch::Auto);
         assert_eq!(q, "'/home/me/my tools/tacho' hook codex");
         assert_eq!(
             tacho_command(&q, Agent::Codex).as_deref(),
             Some("/home/me/my tools/tacho")
         );
-        let w = command_for("/opt/tacho/bin/tacho", Agent::ClaudeCode, true);
+        let w = command_for("/opt/tacho/bin/tacho", Agent::ClaudeCode, HookWatch::Always);
         assert_eq!(w, "/opt/tacho/bin/tacho hook claude-code --watch");
         assert_eq!(
             tacho_command(&w, Agent::ClaudeCode).as_deref(),
+            Some("/opt/tacho/bin/tacho")
+        );
+        let n = command_for("/opt/tacho/bin/tacho", Agent::ClaudeCode, HookWatch::Never);
+        assert_eq!(n, "/opt/tacho/bin/tacho hook claude-code --no-watch");
+        assert_eq!(HookWatch::of_command(&n), HookWatch::Never);
+        assert_eq!(HookWatch::of_command(&w), HookWatch::Always);
+        assert_eq!(HookWatch::of_command(&q), HookWatch::Auto);
+        assert_eq!(
+            tacho_command(&n, Agent::ClaudeCode).as_deref(),
             Some("/opt/tacho/bin/tacho")
         );
         assert_eq!(tacho_command(&q, Agent::ClaudeCode), None);

@@ -4,7 +4,7 @@
 
 use crate::id::SessionId;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tacho_git::snapshot::{SnapshotError, SnapshotStore};
@@ -153,6 +153,9 @@ pub struct Tacho {
     data_dir: PathBuf,
     log: Store,
     snapshots: OnceLock<SnapshotStore>,
+    /// The workspace of the last full snapshot this process took without a watcher's
+    /// answer, and the files it listed: what decides whether a hook starts a watcher.
+    pub(crate) unwatched_scan: Mutex<Option<(PathBuf, u64)>>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn Ids>,
     notes: Arc<dyn Notes>,
@@ -172,6 +175,7 @@ impl Tacho {
             data_dir: cfg.data_dir,
             log,
             snapshots: OnceLock::new(),
+            unwatched_scan: Mutex::new(None),
             clock: cfg.clock,
             ids: cfg.ids,
             notes: cfg.notes,

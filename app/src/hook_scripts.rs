@@ -57,7 +57,7 @@ pub(crate) fn install(
     scope: Scope,
     tacho: &str,
     dry_run: bool,
-    watch: bool,
+    watch: tacho_agents::settings::HookWatch,
 ) -> Result<Installed, InstallError> {
     let dir = settings_file(places, agent, scope)?;
     let files = read_all(places, agent, scope, &dir)?;

@@ -216,15 +216,15 @@ fn edit_settings(
     })
 }
 
-/// Merges tacho's hooks for `agent` into the settings file at `scope` (with `watch`,
-/// hooks that keep a watcher of the session's workspace running).
+/// Merges tacho's hooks for `agent` into the settings file at `scope` (`watch`: when
+/// the hooks start a watcher of the session's workspace).
 pub fn install_hooks(
     places: &Places,
     agent: Agent,
     scope: Scope,
     tacho: &str,
     dry_run: bool,
-    watch: bool,
+    watch: settings::HookWatch,
 ) -> Result<Installed, InstallError> {
     let command = settings::command_for(tacho, agent, watch);
     match agent.installation() {

@@ -97,7 +97,10 @@ pub use report::{
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
 pub use secrets::{SecretAllowance, SecretFinding, SecretScan, SecretsError};
 pub use sessions::{ListError, ListFilter, SessionDetail, SessionRow, project_of};
-pub use snapshots::{GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest};
+pub use snapshots::{
+    GcOutcome, SnapshotOpError, SnapshotOutcome, SnapshotRequest, WATCH_AUTO_FILES,
+    watch_auto_files,
+};
 /// One segment of a stream (a file, or a range of a pack), as `log dump` reads it.
 pub use tacho_store::SegmentInfo;
 pub use verifiers::{ReviewOptions, WorkspaceOpError, fingerprint, verify_commits, verify_reviews};
@@ -106,6 +109,7 @@ pub use views::{AuditRead, SessionGraph, Trace, TraceRow};
 /// The agents tacho records (from `tacho-agents`).
 pub mod agents {
     pub use tacho_agents::Agent;
+    pub use tacho_agents::settings::HookWatch;
 }
 
 /// Types of the layers below that appear in results, re-exported so that frontends

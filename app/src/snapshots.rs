@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tacho_agents::settings::HookWatch;
 use tacho_git::snapshot::watch::{WatchError, WatchStatus};
 use tacho_git::snapshot::{
     GcReport, MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, StoreUsage, WriteGuard,
@@ -303,6 +304,24 @@ pub struct Watcher {
     pub watcher: WatcherStatus,
 }
 
+/// The files a full snapshot lists from which hooks start a watcher of the workspace
+/// (SPEC.md §13.1): below it a full scan costs a hook a few milliseconds, not worth a
+/// process of its own.
+pub const WATCH_AUTO_FILES: u64 = 10_000;
+
+/// [`WATCH_AUTO_FILES`], or `TACHO_WATCH_FILES` when it is a number.
+pub fn watch_auto_files() -> u64 {
+    std::env::var("TACHO_WATCH_FILES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(WATCH_AUTO_FILES)
+}
+
+/// Whether `TACHO_NO_WATCH` asks hooks never to start a watcher.
+fn no_watch_env() -> bool {
+    std::env::var_os("TACHO_NO_WATCH").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 impl Tacho {
     /// Takes a snapshot of `workspace` (canonicalized), returning it with the path used.
     /// A hold on the snapshot store until what is taken under it is recorded.
@@ -327,6 +346,12 @@ impl Tacho {
             Scope::Paths(paths.to_vec())
         };
         let snap = self.snapshots()?.take(&ws, &scope)?;
+        if snap.full_scan
+            && !snap.watched
+            && let Ok(mut last) = self.unwatched_scan.lock()
+        {
+            *last = Some((ws.clone(), snap.files));
+        }
         Ok((snap, ws))
     }
 
@@ -422,6 +447,30 @@ impl Tacho {
     /// `--watch` checks this at every event).
     pub fn watch_running(&self, workspace: &Path) -> Result<bool, SnapshotOpError> {
         Ok(self.snapshots()?.watch_running(workspace)?)
+    }
+
+    /// The workspace whose watcher a hook process starts after answering the agent, if
+    /// any (SPEC.md §13.1): with [`HookWatch::Auto`], the workspace of a full snapshot
+    /// this process took without a watcher when it listed at least
+    /// [`watch_auto_files`] files; with [`HookWatch::Always`], `session`'s workspace;
+    /// never with [`HookWatch::Never`] or `TACHO_NO_WATCH` set (not empty, not `0`);
+    /// never when a watcher of it runs.
+    pub fn hook_watch_wanted(&self, mode: HookWatch, session: Option<&str>) -> Option<PathBuf> {
+        if no_watch_env() {
+            return None;
+        }
+        let ws = match mode {
+            HookWatch::Never => return None,
+            HookWatch::Auto => {
+                let last = self.unwatched_scan.lock().ok()?.clone();
+                match last {
+                    Some((ws, files)) if files >= watch_auto_files() => ws,
+                    _ => return None,
+                }
+            }
+            HookWatch::Always => self.session_workspace(session?).ok()??,
+        };
+        matches!(self.watch_running(&ws), Ok(false)).then_some(ws)
     }
 
     /// `tacho watch list`: every running watcher (none when there is no snapshot store).

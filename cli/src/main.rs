@@ -12,6 +12,7 @@ mod output;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tacho_app::agents::HookWatch;
 
 use crate::error::CliError;
 
@@ -112,14 +113,22 @@ fn main() -> ExitCode {
     // snapshot). Anything else — `--help`, extra arguments — goes through clap.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let fast_hook = match args.as_slice() {
-        [_, hook, agent] if hook == "hook" => Some((agent, false)),
-        [_, hook, agent, watch] if hook == "hook" && watch == "--watch" => Some((agent, true)),
+        [_, hook, agent] if hook == "hook" => Some((agent, HookWatch::Auto)),
+        [_, hook, agent, flag] if hook == "hook" => flag
+            .to_str()
+            .and_then(HookWatch::from_flag)
+            .map(|w| (agent, w)),
         _ => None,
     };
-    if let Some((agent, watch)) = fast_hook
+    if let Some((agent, mode)) = fast_hook
         && let Some(agent) = cmd::hooks::AgentArg::from_name(agent)
     {
-        return match cmd::hooks::hook(cmd::hooks::HookArgs { agent, watch }) {
+        let args = cmd::hooks::HookArgs {
+            agent,
+            watch: mode == HookWatch::Always,
+            no_watch: mode == HookWatch::Never,
+        };
+        return match cmd::hooks::hook(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValue;
 use clap::{Args, Subcommand, ValueEnum};
-use tacho_app::agents::Agent;
+use tacho_app::agents::{Agent, HookWatch};
 use tacho_app::install::{Places, Scope, hooks_status, install_hooks, this_tacho, uninstall_hooks};
 use tacho_app::render::hooks as render;
 use tacho_app::{ErrorKind, LINE_BYTES_MAX};
@@ -79,8 +79,22 @@ pub struct HookArgs {
     pub agent: AgentArg,
     /// Keep a watcher of the session's workspace running (`tacho watch run`, stopping
     /// after an hour without a snapshot): started by the first hook that finds none.
-    #[arg(long)]
+    /// Without it, one is started when a full snapshot lists many files
+    /// (`TACHO_WATCH_FILES`, default 10000).
+    #[arg(long, conflicts_with = "no_watch")]
     pub watch: bool,
+    /// Never start a watcher (also `TACHO_NO_WATCH=1`).
+    #[arg(long)]
+    pub no_watch: bool,
+}
+
+/// What `--watch` and `--no-watch` (clap keeps them apart) ask of the hooks.
+fn watch_mode(watch: bool, no_watch: bool) -> HookWatch {
+    match (watch, no_watch) {
+        (true, _) => HookWatch::Always,
+        (_, true) => HookWatch::Never,
+        _ => HookWatch::Auto,
+    }
 }
 
 /// How long a watcher a hook started waits for a snapshot before it stops.
@@ -115,11 +129,9 @@ pub fn hook(a: HookArgs) -> Result<(), CliError> {
     use std::io::Write;
     let _ = std::io::stdout().write_all(answer.stdout.as_bytes());
     let _ = std::io::stderr().write_all(answer.stderr.as_bytes());
-    // Looked up only here: a hook without --watch does no work for it.
-    if a.watch
-        && let Some(session) = &answer.session
-        && let Ok(Some(ws)) = tacho.session_workspace(session)
-        && matches!(tacho.watch_running(&ws), Ok(false))
+    // After the answer: the agent does not wait for this.
+    if let Some(ws) =
+        tacho.hook_watch_wanted(watch_mode(a.watch, a.no_watch), answer.session.as_deref())
     {
         // Not waited for: the agent goes on while it lists the workspace. Two hooks
         // that both start one leave one running (the other finds its lock taken).
@@ -154,8 +166,12 @@ pub struct InstallArgs {
     pub dry_run: bool,
     /// Hooks that keep a watcher of the session's workspace running, so that full
     /// snapshots look only at what changed (installs `tacho hook <agent> --watch`).
-    #[arg(long)]
+    /// Without it, hooks start one when a full snapshot lists many files.
+    #[arg(long, conflicts_with = "no_watch")]
     pub watch: bool,
+    /// Hooks that never start a watcher (installs `tacho hook <agent> --no-watch`).
+    #[arg(long)]
+    pub no_watch: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -194,7 +210,7 @@ pub fn hooks(c: HooksCommand) -> Result<(), CliError> {
                 a.scope.scope(),
                 &tacho,
                 a.dry_run,
-                a.watch,
+                watch_mode(a.watch, a.no_watch),
             )?;
             print_installed(&mut out, &r, a.json)?;
         }

@@ -150,10 +150,16 @@ pub(crate) struct Loaded(rkyv::util::AlignedVec<16>);
 
 impl Loaded {
     pub fn read(path: &Path) -> Option<Loaded> {
+        use std::io::Read;
         let mut file = std::fs::File::open(path).ok()?;
-        let len = file.metadata().ok()?.len();
-        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(len as usize);
-        std::io::copy(&mut file, &mut aligned).ok()?;
+        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+        // One read of the whole file into place (a copy through a small buffer costs a
+        // system call per 8 KiB: hundreds for a large workspace's cache). The file is
+        // only ever replaced by a rename, so its length does not change under us; a
+        // short read is a cache that is not whole.
+        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(len);
+        aligned.resize(len, 0);
+        file.read_exact(&mut aligned).ok()?;
         Some(Loaded(aligned))
     }
 

@@ -14,6 +14,11 @@ impl SnapshotStore {
         to_read: &[(usize, FileStat)],
         writes: &pack::Writes,
     ) -> Result<(ReadCounters, Vec<(usize, ExcludeReason)>), SnapshotError> {
+        if to_read.is_empty() {
+            // Nothing to read (a scan the watcher answered with nothing changed): no
+            // thread, no repository handle.
+            return Ok((ReadCounters::default(), Vec::new()));
+        }
         let next = AtomicUsize::new(0);
         let threads = self.threads.min(to_read.len().div_ceil(8)).max(1);
         let shared: &[(String, CacheEntry)] = entries;

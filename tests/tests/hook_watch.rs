@@ -1,0 +1,225 @@
+//! Hooks start the workspace's watcher themselves when a full snapshot lists many files
+//! (SPEC.md §13.1, issue 31): a workspace over the threshold gets one from its first
+//! hook; one under it never does; `--no-watch` (as installed by `hooks install
+//! --no-watch`) and `TACHO_NO_WATCH` keep any from starting. The threshold is lowered
+//! with `TACHO_WATCH_FILES` so that a small repository can stand for a large one.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tacho_tests::{git, run, tacho};
+
+const FILES: usize = 40;
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    ws: PathBuf,
+}
+
+impl Env {
+    /// A Git repository of [`FILES`] committed files (`None` without git).
+    fn new() -> Option<Env> {
+        if !git::have_git() {
+            tacho_tests::skip_without("git");
+            return None;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        let ws = tmp.path().join("repo");
+        for i in 0..FILES {
+            let p = ws.join(format!("d{}/f{i}.txt", i % 4));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, format!("file {i}\n")).unwrap();
+        }
+        let ws = ws.canonicalize().unwrap();
+        git::git(&ws, &["init", "-q"]);
+        git::git(&ws, &["add", "-A"]);
+        git::git(&ws, &["commit", "-q", "-m", "files"]);
+        Some(Env {
+            _tmp: tmp,
+            home,
+            ws,
+        })
+    }
+
+    /// Runs `tacho ARGS` with `env` and an event of `session` on stdin.
+    fn hook(&self, args: &[&str], env: &[(&str, &str)], session: &str, event: &str) {
+        let payload = serde_json::json!({"session_id": session, "transcript_path": "/nonexistent", "cwd": self.ws, "hook_event_name": event, "tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": format!("{session}-{event}")});
+        let mut c = tacho(&self.home);
+        c.args(args)
+            .current_dir(&self.ws)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(payload.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "{args:?} {event}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A session's first hooks: its start (the baseline, a full snapshot) and a shell
+    /// command (a full snapshot before it).
+    fn session(&self, args: &[&str], env: &[(&str, &str)], session: &str) {
+        for event in ["SessionStart", "PreToolUse", "PostToolUse"] {
+            self.hook(args, env, session, event);
+        }
+    }
+
+    /// Whether a hook process started a watcher: it opens the watcher's log before it
+    /// spawns it, and returns only after that.
+    fn watcher_spawned(&self) -> bool {
+        let dir = self.home.join("cache/snapshots/watch");
+        std::fs::read_dir(&dir).is_ok_and(|d| {
+            d.filter_map(Result::ok)
+                .any(|e| e.path().extension().is_some_and(|x| x == "log"))
+        })
+    }
+
+    fn watch(&self, what: &str) -> i32 {
+        let mut c = tacho(&self.home);
+        c.args(["watch", what]).arg(&self.ws);
+        run(c).0
+    }
+
+    fn wait_for_watcher(&self) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while self.watch("status") != 0 {
+            assert!(Instant::now() < until, "no watcher started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn files_env(n: usize) -> String {
+    n.to_string()
+}
+
+#[test]
+fn a_workspace_over_the_threshold_gets_a_watcher_from_its_first_hook() {
+    let Some(e) = Env::new() else { return };
+    let over = files_env(FILES);
+    e.hook(
+        &["hook", "claude-code"],
+        &[("TACHO_WATCH_FILES", &over)],
+        "big-1",
+        "SessionStart",
+    );
+    assert!(e.watcher_spawned(), "the baseline started a watcher");
+    e.wait_for_watcher();
+    // The next full snapshots are the watcher's: the first takes its token, the next
+    // looks only at what changed.
+    e.hook(
+        &["hook", "claude-code"],
+        &[("TACHO_WATCH_FILES", &over)],
+        "big-1",
+        "PreToolUse",
+    );
+    std::fs::write(e.ws.join("d1/f1.txt"), "changed\n").unwrap();
+    let mut c = tacho(&e.home);
+    c.args(["snapshot", "--json", "--workspace"]).arg(&e.ws);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{err}");
+    let snap: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (&snap["watched"], &snap["files_read"]),
+        (&serde_json::json!(true), &serde_json::json!(1)),
+        "{snap}"
+    );
+    // Later hooks find it running: still one.
+    e.hook(
+        &["hook", "claude-code"],
+        &[("TACHO_WATCH_FILES", &over)],
+        "big-1",
+        "PostToolUse",
+    );
+    let mut c = tacho(&e.home);
+    c.args(["watch", "list", "--json"]);
+    assert_eq!(run(c).1.lines().count(), 1);
+    assert_eq!(e.watch("stop"), 0);
+}
+
+#[test]
+fn a_workspace_under_the_threshold_gets_none() {
+    let Some(e) = Env::new() else { return };
+    // One file more than the workspace has; and the default (10,000).
+    e.session(
+        &["hook", "claude-code"],
+        &[("TACHO_WATCH_FILES", &files_env(FILES + 1))],
+        "small-1",
+    );
+    e.session(&["hook", "claude-code"], &[], "small-2");
+    assert!(!e.watcher_spawned());
+    assert_eq!(e.watch("status"), 4);
+}
+
+#[test]
+fn the_opt_outs_hold() {
+    let Some(e) = Env::new() else { return };
+    let over = files_env(FILES);
+    // Hooks installed with --no-watch.
+    e.session(
+        &["hook", "claude-code", "--no-watch"],
+        &[("TACHO_WATCH_FILES", &over)],
+        "out-1",
+    );
+    // TACHO_NO_WATCH, even for hooks installed with --watch.
+    for args in [
+        &["hook", "claude-code"][..],
+        &["hook", "claude-code", "--watch"],
+    ] {
+        e.session(
+            args,
+            &[("TACHO_WATCH_FILES", &over), ("TACHO_NO_WATCH", "1")],
+            "out-2",
+        );
+    }
+    assert!(!e.watcher_spawned());
+    assert_eq!(e.watch("status"), 4);
+}
+
+/// `hooks install --no-watch` installs `tacho hook <agent> --no-watch`, still tacho's
+/// own: installing again without it replaces it.
+#[test]
+fn hooks_install_no_watch() {
+    let Some(e) = Env::new() else { return };
+    let cfg = e.home.join("claude");
+    let install = |extra: &[&str]| {
+        let mut c = tacho(&e.home);
+        c.args(["hooks", "install", "claude-code", "--json"])
+            .args(extra)
+            .env("CLAUDE_CONFIG_DIR", &cfg)
+            .current_dir(&e.ws);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{out}{err}");
+        std::fs::read_to_string(cfg.join("settings.json")).unwrap()
+    };
+    let settings = install(&["--no-watch"]);
+    assert!(
+        settings.contains(" hook claude-code --no-watch\""),
+        "{settings}"
+    );
+    let settings = install(&[]);
+    assert!(!settings.contains("--no-watch"), "{settings}");
+    assert!(settings.contains(" hook claude-code\""), "{settings}");
+    let mut c = tacho(&e.home);
+    c.args(["hooks", "install", "claude-code", "--watch", "--no-watch"])
+        .env("CLAUDE_CONFIG_DIR", &cfg);
+    assert_ne!(run(c).0, 0, "--watch and --no-watch together are refused");
+}
