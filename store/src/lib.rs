@@ -33,7 +33,7 @@ pub use pack::{PACKS_BEFORE_MERGE, PackBuilder};
 pub use package::{PACKAGE_MAGIC, PACKAGE_VERSION, PackageError, export_package, open_package};
 pub use prune::{PRUNE_LOG, PruneRecord, PrunedSession, remove_streams};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
-pub use store::{Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
+pub use store::{Listing, Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
 pub use verify::{EventVisitor, Finding, Severity, StoreReport, StreamReport};
 pub use writer::{
     AppendReceipt, Durability, EventRef, Recovery, Writer, append_group, close_writers,
