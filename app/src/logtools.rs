@@ -505,6 +505,8 @@ impl Tacho {
             (true, None) => Some(self.log().index_checked()?).filter(|v| v.complete()),
             _ => None,
         };
+        // (Read once: each entry's check needs it.)
+        let rules_current = index.is_some() && self.facts_rules_current();
         let total = sessions.len();
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
@@ -535,26 +537,30 @@ impl Tacho {
                             None => self.log().verify_session_visiting(s, visit),
                         };
                         verified.map(|mut r| {
-                                // A head that differs is checked again once every
-                                // stream is read: a writer may have appended since
-                                // the index was.
-                                let entry = v.get(s);
-                                match entry {
-                                    Some(before) if index_head_differs(&before, &r) => deferred
-                                        .lock()
-                                        .unwrap_or_else(|e| e.into_inner())
-                                        .push(Deferred {
-                                            slot: i,
-                                            before,
-                                            folded: g,
-                                            source,
-                                        }),
-                                    entry => r
-                                        .findings
-                                        .extend(self.check_index_entry(entry, &r, g, source)),
-                                }
-                                r
-                            })
+                            // A head that differs is checked again once every
+                            // stream is read: a writer may have appended since
+                            // the index was.
+                            let entry = v.get(s);
+                            match entry {
+                                Some(before) if index_head_differs(&before, &r) => deferred
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .push(Deferred {
+                                        slot: i,
+                                        before,
+                                        folded: g,
+                                        source,
+                                    }),
+                                entry => r.findings.extend(self.check_index_entry(
+                                    entry,
+                                    &r,
+                                    g,
+                                    source,
+                                    rules_current,
+                                )),
+                            }
+                            r
+                        })
                     }
                     None => match &listing {
                         Some(l) => self.log().verify_listed(l, s, deep),
