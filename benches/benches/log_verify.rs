@@ -101,7 +101,14 @@ fn verify(c: &mut Criterion) {
         ],
     );
     // The two shapes the bench means to compare.
-    assert!(packed.join("log/packs").read_dir().unwrap().next().is_some());
+    assert!(
+        packed
+            .join("log/packs")
+            .read_dir()
+            .unwrap()
+            .next()
+            .is_some()
+    );
     assert!(!streams.join("log/packs").exists());
 
     for (shape, home) in [("packed", &packed), ("streams", &streams)] {
