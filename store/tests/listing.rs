@@ -54,8 +54,11 @@ fn pack_path(fs: &SimFs) -> std::path::PathBuf {
     dir.join(name)
 }
 
+/// Head, chain, bytes and every finding (severity, offset, message) of a report.
+type Summary = (u64, [u8; 32], u64, Vec<(Severity, Option<u64>, String)>);
+
 /// What a report says, findings included (their messages, located).
-fn summary(r: &StreamReport) -> (u64, [u8; 32], u64, Vec<(Severity, Option<u64>, String)>) {
+fn summary(r: &StreamReport) -> Summary {
     (
         r.next_seq,
         r.chain,
