@@ -354,13 +354,16 @@ impl Tacho {
     /// the stream's unless marked dirty; its facts, when they claim to describe that
     /// head, equal to the facts of `folded` and `source`, the stream's events folded
     /// anew while they were verified (not stored projections). `entry` is the
-    /// session's entry as read from the index.
+    /// session's entry as read from the index. `rules_current`: whether the index's
+    /// facts are of the rules in force ([`Tacho::facts_rules_current`], read once for
+    /// a pass over every stream rather than once a session).
     pub(crate) fn check_index_entry(
         &self,
         entry: Option<IndexEntry>,
         r: &StreamReport,
         mut folded: ExecutionGraph,
         source: Option<String>,
+        rules_current: bool,
     ) -> Vec<Finding> {
         let s = &r.session;
         let fix = "(derived data: `tacho log reindex` rebuilds it)";
@@ -401,7 +404,7 @@ impl Tacho {
             ));
         } else if let Some(stored) = e.fresh_facts()
             // Facts of older rules are not damage: the next listing computes them again.
-            && self.facts_rules_current()
+            && rules_current
         {
             self.merge_observed(&mut folded);
             let fresh = facts_of(&SessionGraph::of(folded), source);
@@ -430,16 +433,17 @@ impl Tacho {
         deferred: Vec<Deferred>,
         streams: &mut [StreamReport],
     ) {
+        let rules_current = self.facts_rules_current();
         for d in deferred {
             let Some(r) = streams.get_mut(d.slot) else {
                 continue;
             };
             let findings = match fresh.get(&r.session) {
                 Some(now) if now == d.before => {
-                    self.check_index_entry(Some(d.before), r, d.folded, d.source)
+                    self.check_index_entry(Some(d.before), r, d.folded, d.source, rules_current)
                 }
                 Some(now) if now.dirty || now.next_seq > r.next_seq => Vec::new(),
-                now => self.check_index_entry(now, r, d.folded, d.source),
+                now => self.check_index_entry(now, r, d.folded, d.source, rules_current),
             };
             r.findings.extend(findings);
         }

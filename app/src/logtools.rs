@@ -10,7 +10,9 @@ use serde::{Serialize, Serializer};
 use tacho_log_format::FrameType;
 use tacho_schema::{Event, EventView, kind_name};
 use tacho_store::dump::{DumpFrame, SegmentDump, dump_file};
-use tacho_store::{Finding, SegmentInfo, Severity, StoreError, StoreReport, StreamReport, hex};
+use tacho_store::{
+    EventVisitor, Finding, SegmentInfo, Severity, StoreError, StoreReport, StreamReport, hex,
+};
 
 use crate::error::kinds;
 use crate::index::{Deferred, index_head_differs};
@@ -491,14 +493,23 @@ impl Tacho {
         only: Option<&SessionId>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<StoreReport, StoreError> {
-        let sessions = match only {
-            Some(s) => vec![s.to_string()],
-            None => self.log().sessions()?,
+        // A pass over every stream lists the store once (its stream directories, lock
+        // files and packs); each stream is then verified as listed.
+        let listing = match only {
+            Some(_) => None,
+            None => Some(self.log().listing()?),
+        };
+        let sessions = match (only, &listing) {
+            (Some(s), _) => vec![s.to_string()],
+            (None, Some(l)) => l.sessions().to_vec(),
+            (None, None) => self.log().sessions()?,
         };
         let index = match (deep, only) {
             (true, None) => Some(self.log().index_checked()?).filter(|v| v.complete()),
             _ => None,
         };
+        // (Read once: each entry's check needs it.)
+        let rules_current = index.is_some() && self.facts_rules_current();
         let total = sessions.len();
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
@@ -518,37 +529,46 @@ impl Tacho {
                     Some(v) => {
                         let mut g = tacho_projections::ExecutionGraph::new(s);
                         let mut source = None;
-                        self.log()
-                            .verify_session_visiting(s, &mut |seq, at, e| {
-                                if let (0, EventView::SessionStart { source: from, .. }) = (seq, e)
-                                {
-                                    source = from.map(str::to_owned);
-                                }
-                                g.apply_view(seq, at, e)
-                            })
-                            .map(|mut r| {
-                                // A head that differs is checked again once every
-                                // stream is read: a writer may have appended since
-                                // the index was.
-                                let entry = v.get(s);
-                                match entry {
-                                    Some(before) if index_head_differs(&before, &r) => deferred
-                                        .lock()
-                                        .unwrap_or_else(|e| e.into_inner())
-                                        .push(Deferred {
-                                            slot: i,
-                                            before,
-                                            folded: g,
-                                            source,
-                                        }),
-                                    entry => r
-                                        .findings
-                                        .extend(self.check_index_entry(entry, &r, g, source)),
-                                }
-                                r
-                            })
+                        let visit: EventVisitor<'_> = &mut |seq, at, e| {
+                            if let (0, EventView::SessionStart { source: from, .. }) = (seq, e) {
+                                source = from.map(str::to_owned);
+                            }
+                            g.apply_view(seq, at, e)
+                        };
+                        let verified = match &listing {
+                            Some(l) => self.log().verify_listed_visiting(l, s, visit),
+                            None => self.log().verify_session_visiting(s, visit),
+                        };
+                        verified.map(|mut r| {
+                            // A head that differs is checked again once every
+                            // stream is read: a writer may have appended since
+                            // the index was.
+                            let entry = v.get(s);
+                            match entry {
+                                Some(before) if index_head_differs(&before, &r) => deferred
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .push(Deferred {
+                                        slot: i,
+                                        before,
+                                        folded: g,
+                                        source,
+                                    }),
+                                entry => r.findings.extend(self.check_index_entry(
+                                    entry,
+                                    &r,
+                                    g,
+                                    source,
+                                    rules_current,
+                                )),
+                            }
+                            r
+                        })
                     }
-                    None => self.log().verify_session(s, deep),
+                    None => match &listing {
+                        Some(l) => self.log().verify_listed(l, s, deep),
+                        None => self.log().verify_session(s, deep),
+                    },
                 };
                 if let Some(slot) = slots.get(i) {
                     *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);

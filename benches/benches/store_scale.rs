@@ -27,8 +27,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use rusqlite::Connection;
-use tacho_benches::scale::{bulk_input, example_lines, large_input, sqlite_ingest, tacho_bin};
+use tacho_benches::scale::{
+    bulk_input, example_lines, large_input, sqlite_ingest, sqlite_read_all, tacho_bin,
+};
 use tacho_benches::{json_line, realistic_session};
 use tacho_store::{Durability, Store, StoreOptions};
 
@@ -53,22 +54,6 @@ fn one_session_input(path: &Path, events: usize) {
     text.push_str(last);
     text.push('\n');
     std::fs::write(path, text).unwrap();
-}
-
-/// Reads every event back from SQLite and parses it.
-fn sqlite_read_all(db: &Path) -> u64 {
-    let conn = Connection::open(db).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT body FROM events ORDER BY session, seq")
-        .unwrap();
-    let mut rows = stmt.query([]).unwrap();
-    let mut n = 0u64;
-    while let Some(row) = rows.next().unwrap() {
-        let body: String = row.get(0).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        n += u64::from(v.is_object());
-    }
-    n
 }
 
 fn fresh(dir: &Path) -> PathBuf {

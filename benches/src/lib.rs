@@ -583,6 +583,23 @@ pub mod scale {
         events
     }
 
+    /// What a user of the SQLite design runs to check its events: every row read back
+    /// (in order) and its JSON parsed. Returns the rows that parsed to an object.
+    pub fn sqlite_read_all(db: &Path) -> u64 {
+        let conn = Connection::open(db).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT body FROM events ORDER BY session, seq")
+            .unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        let mut n = 0u64;
+        while let Some(row) = rows.next().unwrap() {
+            let body: String = row.get(0).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            n += u64::from(v.is_object());
+        }
+        n
+    }
+
     /// What an importer writing SQLite does with the same input: parse every line (as
     /// `tacho record` validates every line), then insert it as a JSON row, durably
     /// (`synchronous=FULL`), committing once for the input or once per session.

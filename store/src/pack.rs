@@ -141,7 +141,7 @@ fn decode_header(b: &[u8], len: u64) -> Result<PackHeader, String> {
 #[derive(Debug)]
 pub(crate) struct Pack {
     pub path: PathBuf,
-    bytes: SegmentBytes,
+    bytes: Arc<SegmentBytes>,
     header: PackHeader,
 }
 
@@ -156,7 +156,7 @@ impl Pack {
             })?;
         let pack = Pack {
             path: path.to_path_buf(),
-            bytes,
+            bytes: Arc::new(bytes),
             header,
         };
         // (A CRC pass over the table only: some 80 bytes a session, microseconds.)
@@ -248,21 +248,15 @@ impl Pack {
 }
 
 impl Pack {
-    /// A segment's bytes, copied from the pack's mapping: readable even after a merge
-    /// removed the file, as long as this process holds the pack.
+    /// A segment's bytes, read in place in the pack's mapping (which the bytes hold):
+    /// readable even after a merge removed the file, as long as they are held.
     pub(crate) fn segment(&self, at: u64, len: u64) -> Option<SegmentBytes> {
-        let end = at.checked_add(len)?;
-        let slice = self
-            .bytes
-            .get(usize::try_from(at).ok()?..usize::try_from(end).ok()?)?;
-        let mut v = rkyv::util::AlignedVec::<16>::with_capacity(slice.len());
-        v.extend_from_slice(slice);
-        Some(SegmentBytes::Owned(v))
+        SegmentBytes::range(&self.bytes, at, len)
     }
 }
 
 /// The packed segments of `session` in `packs` (see [`Store::packed_segments`]).
-fn packed_in(
+pub(crate) fn packed_in(
     packs: &[Arc<Pack>],
     session: &str,
 ) -> Result<Vec<(Arc<Pack>, PackEntry)>, StoreError> {

@@ -124,6 +124,38 @@ pub struct Store {
     pub(crate) packs: Arc<std::sync::Mutex<crate::pack::PackCache>>,
 }
 
+/// What one listing of a store found (see [`Store::listing`]).
+#[derive(Debug, Clone)]
+pub struct Listing {
+    sessions: Vec<String>,
+    /// Names in `streams/`.
+    dirs: std::collections::HashSet<String>,
+    /// Names in `locks/`.
+    locks: std::collections::HashSet<String>,
+    /// The published packs; `None` when one does not open.
+    packs: Option<Vec<Arc<crate::pack::Pack>>>,
+}
+
+impl Listing {
+    /// Every session listed, sorted by id.
+    pub fn sessions(&self) -> &[String] {
+        &self.sessions
+    }
+
+    /// Whether `session` had a lock file when listed: one created since belongs to a
+    /// writer that started after the listing, whose checkpoint says nothing of the
+    /// stream as it was then.
+    pub(crate) fn has_lock(&self, session: &str) -> bool {
+        self.locks
+            .contains(&format!("{}.lock", stream_dir_name(session)))
+    }
+
+    /// Whether `session` had a stream directory when listed.
+    pub(crate) fn has_dir(&self, session: &str) -> bool {
+        self.dirs.contains(&stream_dir_name(session))
+    }
+}
+
 /// Where a segment's bytes are: a file of its own in the stream's directory, or a
 /// range of a pack.
 #[derive(Debug, Clone)]
@@ -262,13 +294,15 @@ impl Store {
 
     /// Every session in the store, sorted by id.
     pub fn sessions(&self) -> Result<Vec<String>, StoreError> {
-        let dir = self.streams_dir();
-        let listed = match self.vfs.list_dir(&dir) {
-            Ok(l) => l,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(StoreError::io(&dir, e)),
-        };
-        let mut names: Vec<String> = listed
+        self.sessions_in(&self.stream_dirs()?)
+    }
+
+    /// The sessions of the stream directories `dirs` and of the packs, sorted by id.
+    fn sessions_in(
+        &self,
+        dirs: &std::collections::HashSet<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut names: Vec<String> = dirs
             .iter()
             .filter_map(|d| stream_name_from_dir(d))
             .collect();
@@ -276,6 +310,29 @@ impl Store {
         names.sort();
         names.dedup();
         Ok(names)
+    }
+
+    /// One listing of the store for a pass over every stream (`log verify`, `log
+    /// stats`): its sessions as [`Store::sessions`] lists them, which of them have a
+    /// stream directory and a lock file, and the packs, so that each session costs no
+    /// failed lookups and no listing of `packs/` of its own.
+    pub fn listing(&self) -> Result<Listing, StoreError> {
+        let dirs = self.stream_dirs()?;
+        let sessions = self.sessions_in(&dirs)?;
+        let locks_dir = self.root.join("locks");
+        let locks = match self.vfs.list_dir(&locks_dir) {
+            Ok(l) => l.into_iter().collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Default::default(),
+            Err(e) => return Err(StoreError::io(&locks_dir, e)),
+        };
+        Ok(Listing {
+            sessions,
+            dirs,
+            locks,
+            // A pack that does not open is an error for every read that needs packs:
+            // those reads then look for the packs again, and meet it.
+            packs: self.packs().ok(),
+        })
     }
 
     /// The names in `streams/` (stream directory names).
@@ -348,12 +405,31 @@ impl Store {
     /// of its stream directory. Packs are looked into only when the directory does not
     /// begin the stream (a stream created by a writer never needs them).
     pub(crate) fn segment_files(&self, session: &str) -> Result<Vec<SegLoc>, StoreError> {
+        self.segment_files_in(session, None)
+    }
+
+    /// [`Store::segment_files`], with what a listing of the store found: a stream
+    /// directory it did not see is not looked for (`listed` is `(listing, false)`; with
+    /// `true` — the session's checkpoint was read after the listing — it is), and its
+    /// packs are searched.
+    pub(crate) fn segment_files_in(
+        &self,
+        session: &str,
+        listed: Option<(&Listing, bool)>,
+    ) -> Result<Vec<SegLoc>, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
         let dir = self.stream_dir(session);
-        let (names, dir_found) = match self.vfs.list_dir(&dir) {
-            Ok(n) => (n, true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), false),
-            Err(e) => return Err(StoreError::io(&dir, e)),
+        // A directory created after the listing holds only what a writer appended
+        // since: the stream as listed is its packed prefix. (Unless a checkpoint read
+        // since may count those appends: then the directory is looked for.)
+        let unlisted = listed.is_some_and(|(l, after)| !after && !l.has_dir(session));
+        let (names, dir_found) = match unlisted {
+            true => (Vec::new(), false),
+            false => match self.vfs.list_dir(&dir) {
+                Ok(n) => (n, true),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), false),
+                Err(e) => return Err(StoreError::io(&dir, e)),
+            },
         };
         let mut segs: Vec<SegLoc> = names
             .iter()
@@ -367,7 +443,10 @@ impl Store {
             .collect();
         segs.sort_by_key(|s| s.first_seq);
         if segs.first().is_none_or(|s| s.first_seq != 0) {
-            let packed = self.packed_segments(session)?;
+            let packed = match listed.and_then(|(l, _)| l.packs.as_deref()) {
+                Some(packs) => crate::pack::packed_in(packs, session)?,
+                None => self.packed_segments(session)?,
+            };
             if packed.is_empty() && !dir_found {
                 return Err(StoreError::NotFound(session.to_string()));
             }

@@ -8,7 +8,7 @@ use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd,
 use tacho_schema::{EventBody, EventView};
 
 use crate::link::{Expected, header_problems};
-use crate::store::{SegLoc, Store, StoreError};
+use crate::store::{Listing, SegLoc, Store, StoreError};
 
 /// How serious a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -246,7 +246,20 @@ impl Store {
     /// core (`StoreOptions::verify_threads`); the links between segments are checked
     /// afterwards, in order.
     pub fn verify_session(&self, session: &str, deep: bool) -> Result<StreamReport, StoreError> {
-        self.verify_session_with(session, deep, true, None)
+        self.verify_session_with(session, deep, true, None, None)
+    }
+
+    /// [`Store::verify_session`] of a session of `listing`, as part of a pass over
+    /// every stream: what the listing found is not looked for again, and what it did
+    /// not find (a directory, a lock file created since) is not looked for at all —
+    /// the stream is verified as it was listed.
+    pub fn verify_listed(
+        &self,
+        listing: &Listing,
+        session: &str,
+        deep: bool,
+    ) -> Result<StreamReport, StoreError> {
+        self.verify_session_with(session, deep, true, None, Some(listing))
     }
 
     /// [`Store::verify_session`], with or without the check of the stream against its
@@ -257,7 +270,7 @@ impl Store {
         deep: bool,
         checkpoint: bool,
     ) -> Result<StreamReport, StoreError> {
-        self.verify_session_with(session, deep, checkpoint, None)
+        self.verify_session_with(session, deep, checkpoint, None, None)
     }
 
     /// The checkpoint a stream's writer left in its lock file (read without the lock),
@@ -275,7 +288,18 @@ impl Store {
         session: &str,
         visit: EventVisitor<'_>,
     ) -> Result<StreamReport, StoreError> {
-        self.verify_session_with(session, true, true, Some(visit))
+        self.verify_session_with(session, true, true, Some(visit), None)
+    }
+
+    /// [`Store::verify_session_visiting`] of a session of `listing` (see
+    /// [`Store::verify_listed`]).
+    pub fn verify_listed_visiting(
+        &self,
+        listing: &Listing,
+        session: &str,
+        visit: EventVisitor<'_>,
+    ) -> Result<StreamReport, StoreError> {
+        self.verify_session_with(session, true, true, Some(visit), Some(listing))
     }
 
     fn verify_session_with(
@@ -284,15 +308,17 @@ impl Store {
         deep: bool,
         check_mark: bool,
         mut visit: Option<EventVisitor<'_>>,
+        listing: Option<&Listing>,
     ) -> Result<StreamReport, StoreError> {
         // Read before the stream: a writer appending meanwhile only adds to the stream
-        // after what its checkpoint says.
-        let checkpoint = if check_mark {
-            self.checkpoint(session)
-        } else {
-            None
+        // after what its checkpoint says. (A lock file the listing did not see was
+        // created after it, by a writer whose appends the stream as listed lacks.)
+        let checkpoint = match listing {
+            _ if !check_mark => None,
+            Some(l) if !l.has_lock(session) => None,
+            _ => self.checkpoint(session),
         };
-        let segs = self.segment_files(session)?;
+        let segs = self.segment_files_in(session, listing.map(|l| (l, checkpoint.is_some())))?;
         let n = segs.len();
         // Segments are at most `segment_bytes_max`, so the count tells the size.
         let large =

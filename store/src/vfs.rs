@@ -13,14 +13,22 @@ use std::time::{Duration, Instant};
 
 use rkyv::util::AlignedVec;
 
-/// The bytes of a segment: a read-only memory map of a sealed segment, or an aligned copy.
+/// The bytes of a segment: a read-only memory map of a sealed segment, an aligned copy,
+/// or a range of bytes held elsewhere (a packed segment in its pack's mapping).
 ///
-/// Either way the base address is at least 16-byte aligned, so frame payloads (at
+/// Either way the base address is at least 8-byte aligned, so frame payloads (at
 /// 8-byte aligned offsets) are aligned for rkyv.
 #[derive(Debug)]
 pub enum SegmentBytes {
     Mapped(memmap2::Mmap),
     Owned(AlignedVec<16>),
+    /// `bytes[at..at + len]`, shared: its holder keeps the whole alive (a pack stays
+    /// mapped while a reader holds one of its segments). `at` is a multiple of 8.
+    Range {
+        bytes: std::sync::Arc<SegmentBytes>,
+        at: usize,
+        len: usize,
+    },
 }
 
 impl std::ops::Deref for SegmentBytes {
@@ -29,6 +37,10 @@ impl std::ops::Deref for SegmentBytes {
         match self {
             SegmentBytes::Mapped(m) => m,
             SegmentBytes::Owned(v) => v,
+            // (Checked when made: see `SegmentBytes::range`.)
+            SegmentBytes::Range { bytes, at, len } => {
+                bytes.get(*at..at.saturating_add(*len)).unwrap_or(&[])
+            }
         }
     }
 }
@@ -65,6 +77,27 @@ impl FileStamp {
             len: u(0)?,
             id: [u(1)?, u(2)?, u(3)?, u(4)?],
         })
+    }
+}
+
+impl SegmentBytes {
+    /// `bytes[at..at + len]` without a copy, or `None` when the range is not inside the
+    /// bytes. A range that does not start at a multiple of 8 is copied (to keep
+    /// payloads aligned).
+    pub fn range(bytes: &std::sync::Arc<SegmentBytes>, at: u64, len: u64) -> Option<Self> {
+        let at = usize::try_from(at).ok()?;
+        let len = usize::try_from(len).ok()?;
+        let slice = bytes.get(at..at.checked_add(len)?)?;
+        if at.is_multiple_of(8) && (slice.as_ptr() as usize).is_multiple_of(8) {
+            return Some(SegmentBytes::Range {
+                bytes: bytes.clone(),
+                at,
+                len,
+            });
+        }
+        let mut v = AlignedVec::<16>::with_capacity(slice.len());
+        v.extend_from_slice(slice);
+        Some(SegmentBytes::Owned(v))
     }
 }
 

@@ -1,0 +1,147 @@
+//! `tacho log verify` of 200,000 events (4,167 sessions of 48: the bundled example,
+//! renamed), whole process, against what a user of the SQLite design runs to check the
+//! same events — every row selected and its JSON parsed (WAL, one JSON row per event,
+//! filled with `synchronous=FULL` as `store_scale`'s ingest does) — in the same run.
+//!
+//! Two stores of the same events: the sessions packed (what one `tacho record` input
+//! writes), and each session in a stream directory of its own (what hooks write; made
+//! by `tacho record --batch-lines 8`: six batches a session). Throughput is the bytes
+//! `log verify` checks (its summary's `bytes`: every segment) per second; after the
+//! criterion groups, the medians of 11 more runs of each side and their ratio are
+//! printed.
+//!
+//! `cargo build --release -p tacho-cli && cargo bench -p tacho-benches --bench
+//! log_verify`. `TACHO_VERIFY_SESSIONS` sets the number of sessions. Under `cargo
+//! test` everything runs once on 10 sessions.
+
+#![allow(clippy::unwrap_used)] // a benchmark that cannot set up should panic
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use tacho_benches::scale::{bulk_input, sqlite_ingest, sqlite_read_all, tacho_bin};
+
+fn bench_mode() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+fn tacho(bin: &Path, home: &Path, args: &[&str]) -> Vec<u8> {
+    let out = Command::new(bin)
+        .args(args)
+        .env("TACHO_HOME", home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tacho {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `tacho log verify --json`'s summary: (bytes checked, events); asserts it is clean.
+fn verified(bin: &Path, home: &Path) -> (u64, u64) {
+    let out = tacho(bin, home, &["log", "verify", "--json"]);
+    let summary = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["type"] == "summary")
+        .unwrap();
+    assert_eq!(summary["ok"], true, "{summary}");
+    (
+        summary["bytes"].as_u64().unwrap(),
+        summary["events"].as_u64().unwrap(),
+    )
+}
+
+fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn verify(c: &mut Criterion) {
+    let Some(bin) = tacho_bin() else { return };
+    let sessions: usize = std::env::var("TACHO_VERIFY_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if bench_mode() { 4_167 } else { 10 });
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("bulk.jsonl");
+    let events = bulk_input(&input, sessions);
+    let input = input.to_string_lossy().into_owned();
+    let db = tmp.path().join("bulk.db");
+    sqlite_ingest(Path::new(&input), &db, false);
+    assert_eq!(sqlite_read_all(&db), events);
+
+    let packed = tmp.path().join("packed");
+    tacho(&bin, &packed, &["record", "--snapshots", "off", &input]);
+    let streams = tmp.path().join("streams");
+    tacho(
+        &bin,
+        &streams,
+        &[
+            "record",
+            "--snapshots",
+            "off",
+            "--durability",
+            "buffered",
+            "--batch-lines",
+            "8",
+            &input,
+        ],
+    );
+    // The two shapes the bench means to compare.
+    assert!(
+        packed
+            .join("log/packs")
+            .read_dir()
+            .unwrap()
+            .next()
+            .is_some()
+    );
+    assert!(!streams.join("log/packs").exists());
+
+    for (shape, home) in [("packed", &packed), ("streams", &streams)] {
+        let (bytes, n) = verified(&bin, home);
+        assert_eq!(n, events);
+        let mut g = c.benchmark_group(format!("log_verify_{events}_events_{shape}"));
+        g.sample_size(10)
+            .measurement_time(Duration::from_secs(if bench_mode() { 10 } else { 1 }))
+            .throughput(Throughput::Bytes(bytes));
+        g.bench_function("tacho log verify (whole process, all cores)", |b| {
+            b.iter(|| tacho(&bin, home, &["log", "verify"]))
+        });
+        g.bench_function("sqlite read + JSON parse", |b| {
+            b.iter(|| sqlite_read_all(&db))
+        });
+        g.finish();
+        let runs = if bench_mode() { 11 } else { 1 };
+        let ours = median_ms(runs, || {
+            tacho(&bin, home, &["log", "verify"]);
+        });
+        let theirs = median_ms(runs, || {
+            sqlite_read_all(&db);
+        });
+        eprintln!(
+            "log_verify {shape}: {events} events, {sessions} sessions, {:.1} MB checked; \
+             tacho log verify median {ours:.1} ms ({:.2} GB/s), sqlite read + parse median \
+             {theirs:.1} ms: {:.1}x",
+            bytes as f64 / 1e6,
+            bytes as f64 / 1e6 / ours,
+            theirs / ours
+        );
+    }
+}
+
+criterion_group!(benches, verify);
+criterion_main!(benches);
