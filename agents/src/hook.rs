@@ -263,6 +263,12 @@ pub struct HookState {
     /// `None` (not known: a state written before this was kept) has it read the log.
     #[serde(default)]
     pub goals: Option<bool>,
+    /// HEAD as each session last saw it (its last `git.commits`; `None`: none yet), kept
+    /// with `heads` so that a hook need not read the session to find it (SPEC.md §17.2).
+    /// A session missing here (a state written before this was kept) has it read from
+    /// the log.
+    #[serde(default)]
+    pub observed_heads: BTreeMap<String, Option<String>>,
 }
 
 impl HookState {

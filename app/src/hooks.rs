@@ -176,6 +176,9 @@ impl Tacho {
         if let Err(e) = self.catch_up(agent, &session, &mut state, &mut ingest) {
             problem(&mut answer, format!("catching up with the log: {e}"));
         }
+        for (s, head) in &state.observed_heads {
+            ingest.knowing_head(s, head.clone());
+        }
         // An agent whose hook payloads lack what its transcript holds (Codex: exit
         // codes): the transcript is read first, so that a tool result can be recorded
         // with what the call returned.
@@ -254,8 +257,10 @@ impl Tacho {
                     problem(&mut answer, msg);
                 }
             }
+            let observed = ingest.observed_heads().clone();
             match ingest.finish() {
                 Ok(done) => {
+                    state.observed_heads.extend(observed);
                     for (s, t) in done.totals {
                         state.heads.insert(s, t.last_seq.saturating_add(1));
                     }
@@ -319,6 +324,7 @@ impl Tacho {
             .chain(state.subagents.values().map(|t| t.session.clone()))
             .collect();
         state.heads.retain(|s, _| tracked.contains(s));
+        state.observed_heads.retain(|s, _| tracked.contains(s));
         if let Err(e) = write_state(&state_path, &serde_json::to_vec(&state).unwrap_or_default()) {
             problem(&mut answer, format!("{}: {e}", state_path.display()));
         }
@@ -395,6 +401,9 @@ impl Tacho {
             }
             if now > head {
                 self.log().read_session_from(&s, head, |e| {
+                    if let EventBody::GitCommits(g) = &e.event.body {
+                        state.observed_heads.insert(s.clone(), Some(g.head.clone()));
+                    }
                     state.observe(agent, &s, &e.event.body);
                 })?;
                 state.heads.insert(s, now);

@@ -514,6 +514,17 @@ impl<'t> Ingest<'t> {
         self
     }
 
+    /// HEAD as `session` last saw it, known to the caller (the hook state): the log is
+    /// then not read to find its last `git.commits`.
+    pub fn knowing_head(&mut self, session: &str, head: Option<String>) {
+        self.heads.insert(session.to_owned(), head);
+    }
+
+    /// HEAD as each session observed so far last saw it.
+    pub fn observed_heads(&self) -> &BTreeMap<String, Option<String>> {
+        &self.heads
+    }
+
     /// Holds at most `events` events folded at once instead of [`FOLD_EVENTS_MAX`].
     pub fn with_fold_budget(mut self, events: u64) -> Self {
         self.fold_budget = events;

@@ -84,6 +84,26 @@ fn a_hook_reads_the_same_few_kilobytes_of_a_short_and_a_long_session() {
     }
     std::fs::write(ws.join("a.txt"), "a\n").unwrap();
     let ws = ws.canonicalize().unwrap();
+    // A Git repository, as users' are: the hooks read HEAD at every tool result to link
+    // commits (SPEC.md §17.2), and must not read the session to know what it last saw.
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "-A"],
+        &["commit", "-q", "-m", "base"],
+    ] {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&ws)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}");
+    }
     let counting = CountingFs::new(Arc::new(RealFs) as Arc<dyn Vfs>);
     let mut cfg = Config::from_env().unwrap();
     cfg.data_dir = dir.path().join("data");

@@ -1,5 +1,5 @@
 //! The one secret detector: credentials a plan must not freeze, and what a push scans
-//! a session's events for before they leave the machine (SPEC §16.1).
+//! a session's events for before they leave the machine (SPEC §17.1).
 //!
 //! Well-known token shapes (each a fixed prefix with enough token characters after
 //! it), private key blocks, JSON Web Tokens, a password in a URL and a secret assigned

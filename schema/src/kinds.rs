@@ -530,7 +530,7 @@ record_struct!(
 
 record_struct!(
     /// `secret.allowed`: the session's owner let one event that the secret scan flags
-    /// leave the machine (`tacho session secrets --allow`, SPEC §16.1). Evidence: an
+    /// leave the machine (`tacho session secrets --allow`, SPEC §17.1). Evidence: an
     /// agent cannot write it, and `log verify` covers it like every event.
     SecretAllowed {
         /// The event allowed (its sequence number in this session).
@@ -551,7 +551,7 @@ record_struct!(
 
 record_struct!(
     /// `git.commits`: HEAD of the session's repository as tacho read it itself, and the
-    /// commits new since it last read it in this session (SPEC §16.2).
+    /// commits new since it last read it in this session (SPEC §17.2).
     GitCommits {
         /// Absolute path of the repository's work tree.
         workspace: String,
