@@ -315,17 +315,22 @@ fn push_then_fetch_verifies_and_the_teammate_lists_rollback_points() {
         .bob
         .json(&["session", "rollback", "ses_push_a", "--list", "--json"]);
     assert_eq!(points["points"].as_array().unwrap().len(), 2, "{points}");
-    // The same head on both sides.
-    let head = |p: &Person| {
-        let v = p.json(&["log", "verify", "--session", "ses_push_a", "--json"]);
-        v["head"].clone()
+    // The same record on both sides: events and chain head.
+    let a = w.alice.json(&["session", "show", "ses_push_a", "--json"]);
+    assert_eq!(a["events"], show["events"]);
+    let verified = |p: &Person| p.ok(&["log", "verify", "--session", "ses_push_a", "--json"]);
+    let (va, vb) = (verified(&w.alice), verified(&w.bob));
+    let head_of = |text: &str| {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find_map(|v| v["head"].as_str().map(str::to_owned))
     };
-    let (a, b) = (
-        w.alice.json(&["session", "show", "ses_push_a", "--json"]),
-        show,
-    );
-    assert_eq!(a["events"], b["events"]);
-    let _ = head;
+    assert!(head_of(&va).is_some(), "{va}");
+    assert_eq!(head_of(&va), head_of(&vb));
+    // The teammate's local web report serves the fetched session's page.
+    let page = tacho_tests::run_report_page(&w.bob.data, "ses_push_a");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("ses_push_a"));
 
     // Fetching again stores nothing new.
     let again = w.bob.json(&["fetch", "--json"]);
