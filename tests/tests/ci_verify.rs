@@ -163,7 +163,7 @@ fn commits_are_linked_by_the_hooks_and_checked_with_exit_codes() {
     assert_eq!(r["commits"][0]["commit"], linked.as_str());
     assert_eq!(r["commits"][0]["sessions"][0], session.as_str());
     assert_eq!(r["sessions"][0]["verified"], true);
-    assert_eq!(r["sessions"][0]["signature"], "unsigned");
+    assert_eq!(r["sessions"][0]["signature"]["status"], "unsigned");
     assert!(r["sessions"][0]["risk_level"].is_string(), "{r}");
 
     // The whole range: two commits no session saw made (a trailer is a claim, not a
