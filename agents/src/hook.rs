@@ -144,7 +144,7 @@ pub struct Track {
     #[serde(default)]
     pub open_step_failed: bool,
     /// Calls reported without an id of the agent's (Factory Droid, Gemini CLI), waiting
-    /// for their result: (the id tacho gave, [`call_fingerprint`] of the tool and its
+    /// for their result: (the id tacho gave, `call_fingerprint` of the tool and its
     /// input). A result is paired with the oldest of them with its tool and input
     /// (calls run in parallel end in any order), else with the latest.
     #[serde(default)]

@@ -411,7 +411,7 @@ impl Cursor {
         self.remember(&u.message_id).then_some(u)
     }
 
-    /// Remembers a response id as counted (the most recent [`RECENT_IDS`] are kept);
+    /// Remembers a response id as counted (the most recent `RECENT_IDS` are kept);
     /// false when it was counted already.
     pub fn remember(&mut self, id: &str) -> bool {
         if self.counted.iter().any(|c| c == id) {

@@ -267,7 +267,7 @@ pub struct CheckStatus {
     pub source_paths: Vec<String>,
     pub sources: Vec<Source>,
     /// The event numbers of the check's most recent receipts (at most
-    /// [`RECENT_EVIDENCE`]), newest first.
+    /// `RECENT_EVIDENCE`), newest first.
     pub recent_evidence: Vec<u64>,
     /// The plan's description of where the check runs (required in new plans).
     pub environment: Option<String>,
@@ -303,7 +303,7 @@ pub struct GoalStatus {
     /// Paths edit events reported outside the workspace, left out of the fingerprint.
     pub external_paths_left_out: Vec<String>,
     /// Checks of a plan frozen before a rule that now refuses them (see
-    /// [`check_warnings`]).
+    /// `check_warnings`).
     pub warnings: Vec<String>,
     /// Why (or why not): the reason `goal complete` would record now.
     pub completion_reason: String,
@@ -335,7 +335,7 @@ pub struct Completion {
     /// What the stall rule did, if anything: what callers decide on (never `note`).
     pub stall: Option<Stall>,
     /// Checks of a plan frozen before a rule that now refuses them (see
-    /// [`check_warnings`]).
+    /// `check_warnings`).
     pub warnings: Vec<String>,
 }
 

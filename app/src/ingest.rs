@@ -525,7 +525,7 @@ impl<'t> Ingest<'t> {
         &self.heads
     }
 
-    /// Holds at most `events` events folded at once instead of [`FOLD_EVENTS_MAX`].
+    /// Holds at most `events` events folded at once instead of `FOLD_EVENTS_MAX`.
     pub fn with_fold_budget(mut self, events: u64) -> Self {
         self.fold_budget = events;
         self
@@ -554,7 +554,7 @@ impl<'t> Ingest<'t> {
     /// reads lines and hands them over in chunks of up to 1,024 (a chunk goes early
     /// when the next read could wait, so a live stream is taken in as it comes); two
     /// more parse chunks side by side; this one takes the parsed lines in, in input
-    /// order. At most [`CHUNKS_IN_FLIGHT`] chunks are read ahead. The first error in
+    /// order. At most `CHUNKS_IN_FLIGHT` chunks are read ahead. The first error in
     /// input order stops the ingest (the reading thread is left to end with the
     /// process if it waits on input).
     pub fn lines<R: std::io::Read + Send + 'static>(
@@ -1068,9 +1068,9 @@ impl<'t> Ingest<'t> {
 
     /// Checks the queued events against every session's rules, then appends them, one
     /// batch per session (with what was staged before), as groups of at most
-    /// [`GROUP_SESSIONS_MAX`] sessions (each group recorded whole or not at all). Open
+    /// `GROUP_SESSIONS_MAX` sessions (each group recorded whole or not at all). Open
     /// writers stay bounded whatever the number of sessions: at most
-    /// [`WRITERS_OPEN_MAX`], each a lock file and a segment.
+    /// `WRITERS_OPEN_MAX`, each a lock file and a segment.
     pub fn flush(&mut self) -> Result<(), IngestError> {
         self.stage()?;
         self.commit_staged()

@@ -486,7 +486,7 @@ impl Tacho {
     /// Verifies (`deep`: every checksum, chain step, sequence number and payload) or
     /// counts every stream, or one, on every core. `progress(done, total)` hears how
     /// many sessions are done. A deep check of the whole store also checks the session
-    /// index against the streams (see [`Tacho::check_index_entry`]).
+    /// index against the streams (see `Tacho::check_index_entry`).
     pub fn verify_store(
         &self,
         deep: bool,

@@ -650,7 +650,7 @@ pub mod hooks {
     use std::path::{Path, PathBuf};
     use std::process::{Command, Stdio};
 
-    /// The tacho binary of this profile (target/<profile>/tacho), or `TACHO_BIN`.
+    /// The tacho binary of this profile (`target/<profile>/tacho`), or `TACHO_BIN`.
     pub fn tacho_bin() -> PathBuf {
         if let Some(p) = std::env::var_os("TACHO_BIN") {
             return PathBuf::from(p);

@@ -186,7 +186,7 @@ const PLAIN_NAME_MAX: usize = 250;
 /// The directory name of a stream. Session ids are limited to ASCII letters, digits,
 /// `.`, `_` and `-`; upper-case letters are written as `^` plus the lower-case letter,
 /// so that two ids differing only in case never share a directory on a
-/// case-insensitive filesystem. A name that would be longer than [`PLAIN_NAME_MAX`]
+/// case-insensitive filesystem. A name that would be longer than `PLAIN_NAME_MAX`
 /// (an id of more than 122 upper-case letters) is `~` and the id's bytes in lower-case
 /// base32 instead (at most 206 bytes): no letter-for-letter name starts with `~`.
 pub fn stream_dir_name(session: &str) -> String {

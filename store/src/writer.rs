@@ -1132,7 +1132,7 @@ impl Writer {
 
     /// Adds events to the batch that [`Writer::commit`] makes visible and durable, all
     /// together (SPEC.md §4.1), without committing them. Their frames wait in memory
-    /// until [`STAGED_BYTES_WRITTEN`] of them do, then go after the stream's data: a
+    /// until `STAGED_BYTES_WRITTEN` of them do, then go after the stream's data: a
     /// batch of any size is written as it comes, in pieces, and a small one in one write
     /// with its commit. Nothing staged is visible to readers, and a crash before the
     /// commit leaves a torn tail that the next writer cuts. Returns the sequence number
@@ -1330,7 +1330,7 @@ impl Writer {
 
     /// Takes back the last batch this writer appended, as if it had never been
     /// (for a group of batches that must all be recorded or none, see
-    /// [`Store::append_group`]). Its segment is cut back to where the batch began —
+    /// [`append_group`]). Its segment is cut back to where the batch began —
     /// removed when the batch created it, with the stream's directory when the stream
     /// is left empty — and the writer reloads its state from the stream.
     pub fn take_back_last_batch(&mut self) -> Result<(), StoreError> {
