@@ -611,6 +611,11 @@ impl Tacho {
             report.store.extend(self.check_index_store(v, &sessions));
         }
         if only.is_none() {
+            // A stream directory deleted whole: its lock's checkpoint still counts the
+            // events its writers synced (lost data, not a stale index).
+            let mut listed = sessions.clone();
+            listed.sort();
+            report.store.extend(self.log().streams_lost(&listed)?);
             report.store.extend(self.log().verify_packs());
             let (findings, head) = self.check_prune_record()?;
             report.store.extend(findings);

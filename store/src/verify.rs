@@ -513,7 +513,7 @@ impl Store {
     /// it were committed durably (a stream directory deleted). A session removed by
     /// retention has no lock file (its checkpoint is cleared first); one created after
     /// `listed` was taken is looked for again.
-    fn streams_lost(&self, listed: &[String]) -> Result<Vec<Finding>, StoreError> {
+    pub fn streams_lost(&self, listed: &[String]) -> Result<Vec<Finding>, StoreError> {
         let dir = self.root().join("locks");
         let names = match self.vfs.list_dir(&dir) {
             Ok(n) => n,
