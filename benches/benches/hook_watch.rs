@@ -27,7 +27,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{BatchSize, Criterion, SamplingMode, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BatchSize, BenchmarkGroup, Criterion, SamplingMode, criterion_group, criterion_main,
+};
 use tacho_benches::hooks::{committed_workspace, git_ok, tacho_bin};
 use tacho_benches::{edit_files, shadow_git};
 
@@ -195,6 +198,13 @@ fn hook_bash(c: &mut Criterion) {
         )
     });
     s.git();
+    git_baseline(&mut g, &s, &mut round);
+    g.finish();
+}
+
+/// The baseline of both groups: Git's own checkpoint of the same repository
+/// (`git add -A && git write-tree`, private index), unchanged and after 10 edits.
+fn git_baseline(g: &mut BenchmarkGroup<'_, WallTime>, s: &Setup, round: &mut u64) {
     g.bench_function(
         "git add -A && git write-tree (private index), unchanged",
         |b| b.iter(|| s.git()),
@@ -204,15 +214,14 @@ fn hook_bash(c: &mut Criterion) {
         |b| {
             b.iter_batched(
                 || {
-                    round += 1;
-                    edit_files(&s.ws, &s.ten, round).unwrap();
+                    *round += 1;
+                    edit_files(&s.ws, &s.ten, *round).unwrap();
                 },
                 |()| s.git(),
                 BatchSize::PerIteration,
             )
         },
     );
-    g.finish();
 }
 
 fn snapshot_watched(c: &mut Criterion) {
@@ -241,23 +250,7 @@ fn snapshot_watched(c: &mut Criterion) {
     });
     s.watch("stop");
     s.git();
-    g.bench_function(
-        "git add -A && git write-tree (private index), unchanged",
-        |b| b.iter(|| s.git()),
-    );
-    g.bench_function(
-        "git add -A && git write-tree (private index), after 10 edits",
-        |b| {
-            b.iter_batched(
-                || {
-                    round += 1;
-                    edit_files(&s.ws, &s.ten, round).unwrap();
-                },
-                |()| s.git(),
-                BatchSize::PerIteration,
-            )
-        },
-    );
+    git_baseline(&mut g, &s, &mut round);
     g.finish();
 }
 
