@@ -38,7 +38,10 @@ struct Cli {
     command: Command,
 }
 
+/// Each command's arguments are built only when it is the one run (`defer`): building
+/// every command's was a tenth of a short command's process.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 enum Command {
     /// Make a sample repository, record a realistic agent session in it, and show its
     /// graph, risk and replay verification.

@@ -37,6 +37,11 @@ pub fn head_move(
     previous: Option<&str>,
     max: usize,
 ) -> Result<Option<HeadMove>, SnapshotError> {
+    // Most readings find HEAD where it was: told by two small files, without opening
+    // the repository (a hook reads HEAD at every tool result).
+    if previous.is_some() && loose_head(workspace).as_deref() == previous {
+        return Ok(None);
+    }
     let Some(ctx) = scan::git_context(workspace)? else {
         return Ok(None);
     };
@@ -91,4 +96,36 @@ pub fn head_move(
         }
     }
     Ok(Some(moved))
+}
+
+/// HEAD's commit as Git reads it from the repository's own `.git` directory at or above
+/// `workspace` when that takes no more than `HEAD` and one loose ref file (which Git
+/// reads before `packed-refs`): `None` when it takes more (a `.git` file of a linked
+/// work tree, a packed ref, a name Git would refuse), and the repository is opened.
+fn loose_head(workspace: &Path) -> Option<String> {
+    let git_dir = workspace
+        .ancestors()
+        .map(|d| d.join(".git"))
+        .find(|g| g.exists())?;
+    if !git_dir.is_dir() {
+        return None;
+    }
+    let head = std::fs::read_to_string(git_dir.join("HEAD")).ok()?;
+    let head = head.trim_end();
+    let id = match head.strip_prefix("ref: ") {
+        Some(name) => {
+            let safe = name.starts_with("refs/heads/")
+                && name
+                    .split('/')
+                    .all(|c| !c.is_empty() && c != "." && c != ".." && !c.starts_with('.'));
+            if !safe {
+                return None;
+            }
+            std::fs::read_to_string(git_dir.join(name)).ok()?
+        }
+        None => head.to_owned(),
+    };
+    let id = id.trim_end();
+    (matches!(id.len(), 40 | 64) && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| id.to_ascii_lowercase())
 }

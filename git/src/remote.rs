@@ -242,7 +242,7 @@ impl SnapshotStore {
         objects: &SessionObjects,
         parent: Option<ObjectId>,
     ) -> Result<ObjectId, SnapshotError> {
-        let repo = self.repo();
+        let repo = self.repo()?;
         let git = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| SnapshotError::Git {
             what: what.to_owned(),
             source: e,
@@ -331,7 +331,7 @@ impl SnapshotStore {
 
     /// The commit last published of a session, if any.
     pub fn pushed_commit(&self, session: &str) -> Option<ObjectId> {
-        let repo = self.repo();
+        let repo = self.repo().ok()?;
         let name = format!("{PUSHED_PREFIX}{session}");
         repo.try_find_reference(name.as_str())
             .ok()
@@ -369,7 +369,7 @@ impl SnapshotStore {
         ]);
         c.arg(format!("+{REMOTE_PREFIX}*:{prefix}*"));
         run(c, &format!("fetch {url}"))?;
-        let repo = self.repo();
+        let repo = self.repo()?;
         let refs = repo
             .references()
             .map_err(|e| SnapshotError::git("listing refs", e))?;
@@ -393,7 +393,7 @@ impl SnapshotStore {
     /// Reads a session commit as [`SessionObjects`], checking that its snapshot trees
     /// are there; anything push does not write is refused, naming it.
     pub fn read_session_commit(&self, commit: ObjectId) -> Result<SessionObjects, RemoteError> {
-        let repo = self.repo();
+        let repo = self.repo()?;
         let bad = |what: String| RemoteError::Malformed { what };
         let c = repo
             .find_commit(commit)

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::SnapshotError;
+use super::stat::FileStat;
 
 pub(crate) const CACHE_VERSION: u32 = 4;
 
@@ -150,9 +151,16 @@ pub(crate) struct Loaded(rkyv::util::AlignedVec<16>);
 
 impl Loaded {
     pub fn read(path: &Path) -> Option<Loaded> {
+        Self::read_stamped(path).map(|(loaded, _)| loaded)
+    }
+
+    /// [`Loaded::read`], with the metadata of the file read (of the open file: the one
+    /// whose bytes these are, whatever replaced it since).
+    pub fn read_stamped(path: &Path) -> Option<(Loaded, FileStat)> {
         use std::io::Read;
         let mut file = std::fs::File::open(path).ok()?;
-        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+        let meta = file.metadata().ok()?;
+        let len = usize::try_from(meta.len()).ok()?;
         // One read of the whole file into place (a copy through a small buffer costs a
         // system call per 8 KiB: hundreds for a large workspace's cache). The file is
         // only ever replaced by a rename, so its length does not change under us; a
@@ -160,7 +168,7 @@ impl Loaded {
         let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(len);
         aligned.resize(len, 0);
         file.read_exact(&mut aligned).ok()?;
-        Some(Loaded(aligned))
+        Some((Loaded(aligned), FileStat::of(&meta)))
     }
 
     /// The cache, when it is whole, of this version and of `workspace`.

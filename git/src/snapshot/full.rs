@@ -13,53 +13,58 @@ impl SnapshotStore {
     ) -> Result<Snapshot, SnapshotError> {
         let scan_start_ns = now_ns();
         let trace = Trace::new();
-        // The cache is read in place first: a scan the watcher answers looks up only
-        // the entries of the paths it names.
+        // With a watcher running, it takes the snapshot itself: it holds the stat cache
+        // in memory and knows what changed. When it cannot (only a walk can tell), this
+        // scan stores its token. (No socket, no watcher: nothing is asked.)
+        let watcher = watch::socket_path(&self.cache_dir, workspace).exists();
+        let served = watcher
+            .then(|| watch::served_snapshot(&self.cache_dir, workspace, self.max_file_bytes))
+            .flatten();
+        trace.mark("served");
+        let served_token = match served {
+            Some(r) => match r.snapshot.and_then(watch::ServedSnapshot::into_snapshot) {
+                Some(snap) => return Ok(snap),
+                None => Some(r.token),
+            },
+            None => None,
+        };
         let loaded = cache::Loaded::read(&cache_paths.stat);
         let archived = loaded.as_ref().and_then(|l| l.get(ws_text));
         let trusted_before = archived.map_or(0, |a| a.scan_start_ns.to_native()) - cache::RACY_NS;
         trace.mark("cache read");
-        // With a watcher running, only the paths it saw change are looked at. It lists
-        // the workspace again when a file that decides the listing changed.
-        // (A guard inside the workspace, its `.gitignore`, is one the watcher reports.)
-        // Without a watcher (no socket) none of this is looked at.
-        let watcher = watch::socket_path(&self.cache_dir, workspace).exists();
-        let guards: Vec<cache::GuardStamp> = archived
-            .filter(|_| watcher)
-            .and_then(|a| {
-                rkyv::deserialize::<Vec<cache::GuardStamp>, rkyv::rancor::Error>(&a.guards).ok()
-            })
-            .unwrap_or_default();
-        let rules_same = guards.iter().all(|g| {
-            cache::GuardStamp::now(Path::new(&g.path)).as_ref() == Some(g)
-                && (g.mtime_ns < trusted_before
-                    || Path::new(&g.path)
-                        .strip_prefix(workspace)
-                        .is_ok_and(|r| !r.components().any(|c| c.as_os_str() == ".git")))
-        });
-        let since = archived
-            .filter(|a| a.watch_instance.to_native() != 0)
-            .map(|a| watch::Token {
-                instance: a.watch_instance.to_native(),
-                generation: a.watch_gen.to_native(),
-            });
-        let answer = watcher
-            .then(|| watch::changes_since(&self.cache_dir, workspace, since, !rules_same))
-            .flatten();
-        if let (Some(a), Some(old), true) = (&answer, archived, rules_same)
-            && let Some(changed) = &a.paths
-            && let Some(snap) =
-                self.take_watched(workspace, skip, cache_paths, old, changed, a.token, &trace)?
-        {
-            return Ok(snap);
-        }
+        let answer = match served_token {
+            Some(token) => Some(watch::Answer { token, paths: None }),
+            // A watcher that does not take snapshots (one started by an earlier tacho)
+            // is asked only what changed.
+            None if watcher => {
+                let q = watch_question(workspace, archived);
+                let answer =
+                    watch::changes_since(&self.cache_dir, workspace, q.since, !q.rules_same);
+                if let (Some(a), Some(old), true) = (&answer, archived, q.rules_same)
+                    && let Some(changed) = &a.paths
+                    && let Some(snap) = self.take_watched(
+                        workspace,
+                        skip,
+                        cache_paths,
+                        old,
+                        changed,
+                        a.token,
+                        &trace,
+                    )?
+                {
+                    return Ok(snap);
+                }
+                answer
+            }
+            None => None,
+        };
         let old = archived.map(cache::owned).unwrap_or_default();
         trace.mark("cache load");
         let reused = reuse_listing(workspace, &old, trusted_before);
         let walked = reused.is_none();
         let listing = match reused {
             Some(l) => l,
-            None => scan::list(workspace, skip, self.threads)?,
+            None => scan::list(workspace, skip, self.threads())?,
         };
         trace.mark("list");
         // Listed paths that stay out of the entries (gone, a directory, left out): with
@@ -73,11 +78,11 @@ impl SnapshotStore {
         let dirs = listing.dirs;
         let guards = listing.guards;
         let mut excluded = listing.excluded;
-        let metas = stat_all(workspace, listing.paths, self.threads);
+        let metas = stat_all(workspace, listing.paths, self.threads());
         // The cache's blob ids are trusted only while the store still holds them: with
         // the last tree gone (gc dropped it), each reused id is looked up, and a file
         // whose blob is missing is read again. A snapshot never names a missing object.
-        let mut repo = self.repo();
+        let mut repo = self.repo()?;
         let base = ObjectId::from_bytes_or_panic(&old.tree);
         let base_ok = !old.entries.is_empty() && repo.has_object(base);
         let mut entries: Vec<(String, CacheEntry)> = Vec::with_capacity(metas.len());
@@ -430,4 +435,39 @@ pub(super) fn same_stat(a: &CacheEntry, b: &CacheEntry) -> bool {
         && a.ino == b.ino
         && a.dev == b.dev
         && a.mode == b.mode
+}
+
+/// What a scan asks the workspace's watcher, from the stat cache: whether the files
+/// that decide the listing are as the cache saw them (otherwise the watcher lists the
+/// workspace again first), and the token the cache reflects.
+pub(super) struct WatchQuestion {
+    pub rules_same: bool,
+    pub since: Option<watch::Token>,
+}
+
+pub(super) fn watch_question(
+    workspace: &Path,
+    archived: Option<&cache::ArchivedCacheFile>,
+) -> WatchQuestion {
+    let trusted_before = archived.map_or(0, |a| a.scan_start_ns.to_native()) - cache::RACY_NS;
+    // (A guard inside the workspace, its `.gitignore`, is one the watcher reports.)
+    let guards: Vec<cache::GuardStamp> = archived
+        .and_then(|a| {
+            rkyv::deserialize::<Vec<cache::GuardStamp>, rkyv::rancor::Error>(&a.guards).ok()
+        })
+        .unwrap_or_default();
+    let rules_same = guards.iter().all(|g| {
+        cache::GuardStamp::now(Path::new(&g.path)).as_ref() == Some(g)
+            && (g.mtime_ns < trusted_before
+                || Path::new(&g.path)
+                    .strip_prefix(workspace)
+                    .is_ok_and(|r| !r.components().any(|c| c.as_os_str() == ".git")))
+    });
+    let since = archived
+        .filter(|a| a.watch_instance.to_native() != 0)
+        .map(|a| watch::Token {
+            instance: a.watch_instance.to_native(),
+            generation: a.watch_gen.to_native(),
+        });
+    WatchQuestion { rules_same, since }
 }

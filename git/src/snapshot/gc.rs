@@ -180,7 +180,7 @@ impl SnapshotStore {
             .cloned()
             .collect();
         let kept: Vec<&String> = ids.iter().filter(|id| keep.contains(*id)).collect();
-        let repo = self.repo();
+        let repo = self.repo()?;
         let mut reachable: HashSet<ObjectId> = HashSet::new();
         let mut incomplete = Vec::new();
         for id in &kept {

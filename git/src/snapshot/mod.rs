@@ -51,14 +51,19 @@ pub(crate) use scan::slash_path;
 use tree::*;
 
 /// The snapshot store of a data directory.
+#[derive(Clone)]
 pub struct SnapshotStore {
     root: PathBuf,
     cache_dir: PathBuf,
-    repo: gix::ThreadSafeRepository,
+    /// Opened at first use: a snapshot the workspace's watcher takes needs no handle
+    /// in the process that asked (opening one is half of such a process's own work).
+    repo: std::sync::OnceLock<gix::ThreadSafeRepository>,
     max_file_bytes: u64,
     pack_bytes_max: usize,
     pack_min_files: usize,
-    threads: usize,
+    /// Threads that read and hash files: one per core unless set, asked of the system
+    /// at first use (the answer reads cgroup files; most processes never need it).
+    threads: std::sync::OnceLock<usize>,
 }
 
 /// Creates the store's repository once, however many processes try at the same time:
@@ -110,16 +115,14 @@ impl SnapshotStore {
         if !root.join("HEAD").exists() {
             init_once(&root)?;
         }
-        let repo = gix::open_opts(&root, gix::open::Options::isolated())
-            .map_err(|e| SnapshotError::git(format!("opening {}", root.display()), e))?;
         Ok(SnapshotStore {
             root,
             cache_dir: cache_dir.into(),
-            repo: repo.into_sync(),
+            repo: std::sync::OnceLock::new(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             pack_bytes_max: pack::PACK_BYTES_MAX,
             pack_min_files: pack::PACK_MIN_FILES,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: std::sync::OnceLock::new(),
         })
     }
 
@@ -146,8 +149,15 @@ impl SnapshotStore {
 
     /// Sets how many threads read and hash files (default: one per core).
     pub fn with_threads(mut self, n: usize) -> Self {
-        self.threads = n.max(1);
+        self.threads = std::sync::OnceLock::from(n.max(1));
         self
+    }
+
+    /// How many threads read and hash files.
+    pub(crate) fn threads(&self) -> usize {
+        *self
+            .threads
+            .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
     /// The bare repository's directory (what `git --git-dir` takes).
@@ -155,8 +165,24 @@ impl SnapshotStore {
         &self.root
     }
 
-    pub(crate) fn repo(&self) -> gix::Repository {
-        self.repo.to_thread_local()
+    /// This store with the same settings and a handle of its repository opened anew
+    /// at first use: one that knows only the packs there are then (a watcher's, kept
+    /// across gc).
+    pub(crate) fn reopened(&self) -> Self {
+        SnapshotStore {
+            repo: std::sync::OnceLock::new(),
+            ..self.clone()
+        }
+    }
+
+    /// A handle of the store's repository (opened at the first call).
+    pub(crate) fn repo(&self) -> Result<gix::Repository, SnapshotError> {
+        if let Some(r) = self.repo.get() {
+            return Ok(r.to_thread_local());
+        }
+        let repo = gix::open_opts(&self.root, gix::open::Options::isolated())
+            .map_err(|e| SnapshotError::git(format!("opening {}", self.root.display()), e))?;
+        Ok(self.repo.get_or_init(|| repo.into_sync()).to_thread_local())
     }
 
     /// The ref that keeps a snapshot alive.
@@ -188,7 +214,7 @@ impl SnapshotStore {
             Scope::Paths(paths) => match cache::load_head(&cache_paths.head) {
                 Some(head)
                     if self
-                        .repo()
+                        .repo()?
                         .has_object(ObjectId::from_bytes_or_panic(&head.tree)) =>
                 {
                     self.take_paths(&workspace, head, paths, skip.as_deref(), &cache_paths)
@@ -210,7 +236,7 @@ impl SnapshotStore {
     ) -> Result<(), watch::WatchError> {
         let workspace = snapshot_workspace(workspace)?;
         let skip = self.own_dir_inside(&workspace);
-        watch::serve(&self.cache_dir, &workspace, skip, idle, ready)
+        watch::serve(self, &workspace, skip, idle, ready)
     }
 
     /// The status of `workspace`'s watcher, if one runs.
@@ -273,7 +299,7 @@ impl SnapshotStore {
 
     /// Points `refs/snapshots/<tree>` at the tree (unless it does already).
     pub(crate) fn make_ref(&self, tree: ObjectId) -> Result<(), SnapshotError> {
-        let repo = self.repo();
+        let repo = self.repo()?;
         let name = Self::ref_name(&tree.to_hex().to_string());
         if let Ok(Some(r)) = repo.try_find_reference(name.as_str())
             && r.target().try_id() == Some(tree.as_ref())
@@ -294,7 +320,7 @@ impl SnapshotStore {
     pub fn resolve(&self, id: &str) -> Result<ObjectId, SnapshotError> {
         let oid =
             ObjectId::from_hex(id.as_bytes()).map_err(|_| SnapshotError::Missing(id.to_owned()))?;
-        let repo = self.repo();
+        let repo = self.repo()?;
         match repo.find_object(oid) {
             Ok(o) if o.kind == gix::object::Kind::Tree => Ok(oid),
             _ => Err(SnapshotError::Missing(id.to_owned())),
@@ -303,7 +329,7 @@ impl SnapshotStore {
 
     /// The files of a snapshot.
     pub fn files(&self, tree: ObjectId) -> Result<Files, SnapshotError> {
-        let repo = self.repo();
+        let repo = self.repo()?;
         let tree = repo
             .find_tree(tree)
             .map_err(|_| SnapshotError::Missing(tree.to_hex().to_string()))?;
@@ -327,7 +353,7 @@ impl SnapshotStore {
 
     /// The content of a blob.
     pub fn blob(&self, oid: ObjectId) -> Result<Vec<u8>, SnapshotError> {
-        let repo = self.repo();
+        let repo = self.repo()?;
         let mut blob = repo
             .find_blob(oid)
             .map_err(|e| SnapshotError::git(format!("reading blob {oid}"), e))?;
@@ -336,7 +362,7 @@ impl SnapshotStore {
 
     /// The ids of every snapshot the store keeps (its `refs/snapshots/*`).
     pub fn snapshot_ids(&self) -> Result<Vec<String>, SnapshotError> {
-        let repo = self.repo();
+        let repo = self.repo()?;
         let refs = repo
             .references()
             .map_err(|e| SnapshotError::git("listing refs", e))?;

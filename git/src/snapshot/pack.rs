@@ -207,10 +207,10 @@ impl SnapshotStore {
         if ids.is_empty() {
             return Ok(None);
         }
-        let repo = self.repo();
+        let repo = self.repo()?;
         let n = ids.len();
         // Few objects are not worth starting threads for.
-        let threads = if n < 4096 { 1 } else { self.threads };
+        let threads = if n < 4096 { 1 } else { self.threads() };
         let mut db = repo.objects.clone().into_inner();
         // Locations stay valid only while no pack is unloaded.
         db.prevent_pack_unload();

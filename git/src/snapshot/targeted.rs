@@ -89,7 +89,7 @@ impl SnapshotStore {
             removed.push(entries[i].0.clone());
             excluded.push(Excluded::new(entries[i].0.clone(), reason));
         }
-        let mut repo = self.repo();
+        let mut repo = self.repo()?;
         // The counts and the editor read the same few trees.
         repo.object_cache_size(Some(8 * 1024 * 1024));
         let base = ObjectId::from_bytes_or_panic(&head.tree);

@@ -20,16 +20,24 @@ impl SnapshotStore {
             return Ok((ReadCounters::default(), Vec::new()));
         }
         let next = AtomicUsize::new(0);
-        let threads = self.threads.min(to_read.len().div_ceil(8)).max(1);
+        let threads = self.threads().min(to_read.len().div_ceil(8)).max(1);
         let shared: &[(String, CacheEntry)] = entries;
+        // Opened here once (each thread takes its own handle of it).
+        self.repo()?;
         type Outcome = Result<(usize, Result<(CacheEntry, bool), ExcludeReason>), SnapshotError>;
         let results: Vec<Vec<Outcome>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
                 .map(|_| {
                     let next = &next;
                     s.spawn(move || {
-                        let repo = self.repo();
                         let mut out = Vec::new();
+                        let repo = match self.repo() {
+                            Ok(r) => r,
+                            Err(e) => {
+                                out.push(Err(e));
+                                return out;
+                            }
+                        };
                         loop {
                             let k = next.fetch_add(1, Ordering::Relaxed);
                             let Some((i, meta)) = to_read.get(k) else {
@@ -130,9 +138,9 @@ impl SnapshotStore {
         let Some(memory) = memory else { return Ok(()) };
         let objects: Vec<(&ObjectId, &(gix::object::Kind, Vec<u8>))> = memory.iter().collect();
         let next = AtomicUsize::new(0);
-        let threads = self.threads.min(objects.len()).max(1);
+        let threads = self.threads().min(objects.len()).max(1);
         let write = || -> Result<(), SnapshotError> {
-            let repo = self.repo();
+            let repo = self.repo()?;
             loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 let Some((id, (kind, data))) = objects.get(k) else {

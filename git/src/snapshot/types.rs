@@ -70,7 +70,7 @@ impl SnapshotError {
 }
 
 /// Why a path of the workspace is not in a snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ExcludeReason {
     /// A FIFO, socket or device.
     Special,
@@ -118,7 +118,7 @@ impl std::fmt::Display for ExcludeReason {
 }
 
 /// A path left out of a snapshot, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Excluded {
     pub path: String,
     pub reason: ExcludeReason,

@@ -33,6 +33,10 @@ const HELD_MAX: usize = 200_000;
 /// How long a scan waits for the watcher's answer before scanning without it.
 const ANSWER_WAIT: Duration = Duration::from_millis(500);
 
+/// How long a scan waits for a snapshot the watcher takes for it (it reads what
+/// changed, up to the watched scan's limit of paths, as the scan itself would).
+const SERVE_WAIT: Duration = Duration::from_secs(10);
+
 /// Where a scan stands with the watcher: the watcher's run and the point in its change
 /// record that the scan's stat cache reflects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +80,13 @@ enum Request {
         /// file): the watcher lists the workspace again before answering.
         relist: bool,
     },
+    /// Take a full snapshot of the workspace here, with this watcher's own answer and
+    /// the stat cache it holds in memory (SPEC.md §10.6). The asker holds the store's
+    /// write guard until it has recorded the snapshot.
+    Snapshot {
+        /// The asker's per-file size limit.
+        max_file_bytes: u64,
+    },
     Status,
     Stop,
 }
@@ -84,6 +95,60 @@ enum Request {
 struct SinceReply {
     token: Token,
     paths: Option<Vec<String>>,
+}
+
+/// The watcher's answer to [`Request::Snapshot`].
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct SnapshotReply {
+    /// What a scan the watcher did not take stores with its stat cache.
+    pub token: Token,
+    /// The snapshot, when the watcher took it; `None` when only a walk can tell (what
+    /// `SnapshotStore::take_watched` declines) or it failed: the asker scans itself.
+    pub snapshot: Option<ServedSnapshot>,
+}
+
+/// A [`Snapshot`] as the watcher sends it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ServedSnapshot {
+    tree: String,
+    files: u64,
+    bytes: u64,
+    files_read: u64,
+    bytes_read: u64,
+    objects_written: u64,
+    excluded: Vec<super::Excluded>,
+}
+
+impl ServedSnapshot {
+    fn of(s: &super::Snapshot) -> Self {
+        ServedSnapshot {
+            tree: s.id.clone(),
+            files: s.files,
+            bytes: s.bytes,
+            files_read: s.files_read,
+            bytes_read: s.bytes_read,
+            objects_written: s.objects_written,
+            excluded: s.excluded.clone(),
+        }
+    }
+
+    /// The snapshot (`None` for a tree id that is not one).
+    pub(crate) fn into_snapshot(self) -> Option<super::Snapshot> {
+        let tree = gix::ObjectId::from_hex(self.tree.as_bytes()).ok()?;
+        Some(super::Snapshot {
+            id: tree.to_hex().to_string(),
+            tree,
+            files: self.files,
+            bytes: self.bytes,
+            files_read: self.files_read,
+            bytes_read: self.bytes_read,
+            objects_written: self.objects_written,
+            excluded: self.excluded,
+            full_scan: true,
+            walked: false,
+            watched: true,
+        })
+    }
 }
 
 /// The socket of `workspace`'s watcher, and the lock file its watcher holds.
@@ -121,16 +186,24 @@ fn socket_addr(socket: &Path) -> std::io::Result<SocketAddr> {
     })
 }
 
-fn connect(socket: &Path) -> std::io::Result<UnixStream> {
+fn connect(socket: &Path, wait: Duration) -> std::io::Result<UnixStream> {
     let addr = socket_addr(socket)?;
     let s = UnixStream::connect(&addr.path)?;
-    s.set_read_timeout(Some(ANSWER_WAIT))?;
+    s.set_read_timeout(Some(wait))?;
     s.set_write_timeout(Some(ANSWER_WAIT))?;
     Ok(s)
 }
 
 fn ask<R: for<'de> Deserialize<'de>>(socket: &Path, req: &Request) -> std::io::Result<R> {
-    let mut s = connect(socket)?;
+    ask_within(socket, req, ANSWER_WAIT)
+}
+
+fn ask_within<R: for<'de> Deserialize<'de>>(
+    socket: &Path,
+    req: &Request,
+    wait: Duration,
+) -> std::io::Result<R> {
+    let mut s = connect(socket, wait)?;
     let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
     line.push(b'\n');
     s.write_all(&line)?;
@@ -154,6 +227,18 @@ pub(crate) fn changes_since(
         token: r.token,
         paths: r.paths,
     })
+}
+
+/// Asks `workspace`'s watcher to take a full snapshot itself; `None` when no watcher
+/// answers (none runs, it failed, or it predates the request): the caller asks what
+/// changed instead.
+pub(crate) fn served_snapshot(
+    cache_dir: &Path,
+    workspace: &Path,
+    max_file_bytes: u64,
+) -> Option<SnapshotReply> {
+    let socket = socket_path(cache_dir, workspace);
+    ask_within(&socket, &Request::Snapshot { max_file_bytes }, SERVE_WAIT).ok()
 }
 
 /// The status of `workspace`'s watcher, `None` when none answers.
@@ -275,6 +360,50 @@ struct Watcher {
     root_gone: bool,
     answered: u64,
     started_unix: i64,
+    /// What taking snapshots here keeps between them.
+    serving: Option<Serving>,
+}
+
+/// The store a watcher takes snapshots into, and the stat cache it holds.
+struct Serving {
+    store: super::SnapshotStore,
+    /// When the store's pack directory last changed as this handle knows it: a pack
+    /// written or removed since (gc) opens the store again, so that no object is
+    /// found in a pack that is gone. `None`: open it again at the next snapshot.
+    packs: Option<std::time::SystemTime>,
+    held: Option<super::watched::HeldCache>,
+}
+
+impl Serving {
+    /// When the pack directory last changed — unless that is too recent to tell a
+    /// later change by (file times come from a coarse clock: a change within the same
+    /// tick would leave the time as it is).
+    fn packs_changed(store: &super::SnapshotStore) -> Option<std::time::SystemTime> {
+        let t = std::fs::metadata(store.root().join("objects").join("pack"))
+            .and_then(|m| m.modified())
+            .ok()?;
+        let age = std::time::SystemTime::now().duration_since(t).ok()?;
+        (age.as_nanos() > super::cache::RACY_NS as u128).then_some(t)
+    }
+
+    fn new(store: &super::SnapshotStore) -> Self {
+        Serving {
+            packs: Self::packs_changed(store),
+            store: store.clone(),
+            held: None,
+        }
+    }
+
+    /// The store, opened again when its packs changed since.
+    fn fresh(&mut self) -> Result<&super::SnapshotStore, SnapshotError> {
+        let now = Self::packs_changed(&self.store);
+        if now != self.packs || now.is_none() {
+            // (Opened after reading the time: a change in between opens it again.)
+            self.store = self.store.reopened();
+            self.packs = now;
+        }
+        Ok(&self.store)
+    }
 }
 
 const MASK: WatchFlags = WatchFlags::MODIFY
@@ -484,6 +613,52 @@ impl Watcher {
         self.mark(rel);
     }
 
+    /// Takes a full snapshot for a scan that asked (with the asker's size limit).
+    fn snapshot(&mut self, max_file_bytes: u64) -> SnapshotReply {
+        let Some(mut serving) = self.serving.take() else {
+            let a = self.since(None, false);
+            return SnapshotReply {
+                token: a.token,
+                snapshot: None,
+            };
+        };
+        let workspace = self.workspace.clone();
+        let skip = self.skip.clone();
+        let mut token = None;
+        let taken = match serving.fresh() {
+            Ok(store) => {
+                let store = store.clone().with_max_file_bytes(max_file_bytes);
+                let r = store.take_served(
+                    &workspace,
+                    skip.as_deref(),
+                    &mut serving.held,
+                    |since, relist| {
+                        let a = self.since(since, relist);
+                        token = Some(a.token);
+                        (a.token, a.paths)
+                    },
+                );
+                r.unwrap_or_else(|e| {
+                    eprintln!("tacho watch: a snapshot of {}: {e}", workspace.display());
+                    None
+                })
+            }
+            Err(e) => {
+                eprintln!("tacho watch: opening the snapshot store: {e}");
+                None
+            }
+        };
+        self.serving = Some(serving);
+        let token = match token {
+            Some(t) => t,
+            None => self.since(None, false).token,
+        };
+        SnapshotReply {
+            token,
+            snapshot: taken.as_ref().map(ServedSnapshot::of),
+        }
+    }
+
     /// Answers "what changed since".
     fn since(&mut self, since: Option<Token>, relist: bool) -> SinceReply {
         self.drain();
@@ -536,14 +711,14 @@ impl Watcher {
 /// Runs a watcher of `workspace` until asked to stop or the workspace is gone, or — with
 /// `idle` — until no scan has asked for that long. `skip` is tacho's own directory
 /// inside it, if any. `ready` is called once the socket answers.
-pub fn serve(
-    cache_dir: &Path,
+pub(crate) fn serve(
+    store: &super::SnapshotStore,
     workspace: &Path,
     skip: Option<String>,
     idle: Option<Duration>,
     ready: impl FnOnce(),
 ) -> Result<(), WatchError> {
-    let socket = socket_path(cache_dir, workspace);
+    let socket = socket_path(&store.cache_dir, workspace);
     let dir = socket.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| SnapshotError::io(dir, e))?;
     // One watcher per workspace: it holds this lock for its whole life.
@@ -581,6 +756,7 @@ pub fn serve(
         root_gone: false,
         answered: 0,
         started_unix: started / 1_000_000_000,
+        serving: Some(Serving::new(store)),
     };
     w.relist();
     if let Some(why) = w.gave_up.take() {
@@ -685,6 +861,9 @@ fn serve_one(w: &mut Watcher, stream: UnixStream) -> bool {
     let (reply, stop) = match serde_json::from_str::<Request>(&line) {
         Ok(Request::Since { since, relist }) => {
             (serde_json::to_vec(&w.since(since, relist)), false)
+        }
+        Ok(Request::Snapshot { max_file_bytes }) => {
+            (serde_json::to_vec(&w.snapshot(max_file_bytes)), false)
         }
         Ok(Request::Status) => (serde_json::to_vec(&w.status()), false),
         Ok(Request::Stop) => (

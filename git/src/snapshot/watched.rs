@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use super::full::{old_exclusions, same_stat};
+use super::full::{old_exclusions, same_stat, watch_question};
 use super::*;
 
 /// More changed paths than this and a scan checks every file instead: looking each up
@@ -20,7 +20,55 @@ const DEFER_RATIO: usize = 150;
 const DEFER_PATHS_MAX: usize = 128;
 const DEFER_BYTES_MAX: u64 = 1 << 20;
 
+/// The stat cache as a watcher holds it between the snapshots it takes: the file's
+/// bytes and its metadata when read; read again once the file is another.
+pub(crate) struct HeldCache {
+    stamp: FileStat,
+    loaded: cache::Loaded,
+}
+
 impl SnapshotStore {
+    /// A full snapshot of `workspace` taken by its watcher for a scan that asked (the
+    /// asker holds the write guard): `since` is the watcher's own answer to what
+    /// changed since the stat cache's token (with whether to list the workspace again
+    /// first), which it is asked exactly once; `held` is the stat cache it keeps.
+    /// `None` when only a walk can tell: the asker scans with the token `since` gave.
+    pub(crate) fn take_served(
+        &self,
+        workspace: &Path,
+        skip: Option<&str>,
+        held: &mut Option<HeldCache>,
+        since: impl FnOnce(Option<watch::Token>, bool) -> (watch::Token, Option<Vec<String>>),
+    ) -> Result<Option<Snapshot>, SnapshotError> {
+        let trace = Trace::new();
+        let cache_paths = cache::paths(&self.cache_dir, workspace);
+        let now = stat::lstat(&cache_paths.stat).ok();
+        if held.as_ref().map(|h| h.stamp) != now || now.is_none() {
+            *held = cache::Loaded::read_stamped(&cache_paths.stat)
+                .map(|(loaded, stamp)| HeldCache { stamp, loaded });
+        }
+        trace.mark("s:cache");
+        let archived = match (held.as_ref(), workspace.to_str()) {
+            (Some(h), Some(ws)) => h.loaded.get(ws),
+            _ => None,
+        };
+        let q = watch_question(workspace, archived);
+        let (token, paths) = since(q.since, !q.rules_same);
+        trace.mark("s:since");
+        let taken = match (archived, paths) {
+            (Some(old), Some(changed)) if q.rules_same => {
+                self.take_watched(workspace, skip, &cache_paths, old, &changed, token, &trace)?
+            }
+            _ => None,
+        };
+        // A cache file this snapshot wrote is read by the next one.
+        if held.as_ref().map(|h| h.stamp) != stat::lstat(&cache_paths.stat).ok() {
+            *held = None;
+        }
+        trace.mark("s:taken");
+        Ok(taken)
+    }
+
     /// The snapshot, or `None` when only a walk can tell: a directory appeared, went or
     /// was replaced; an ignore file changed; a new file lies where the last walk did not
     /// read; too many changes; the cache's tree is gone.
@@ -38,7 +86,7 @@ impl SnapshotStore {
         if old.dirs.is_empty() || old.entries.is_empty() || changed.len() > WATCHED_PATHS_MAX {
             return Ok(None);
         }
-        let mut repo = self.repo();
+        let mut repo = self.repo()?;
         let base = ObjectId::from_bytes_or_panic(&old.tree);
         if !repo.has_object(base) {
             return Ok(None);

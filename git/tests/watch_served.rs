@@ -1,0 +1,171 @@
+#![allow(clippy::unwrap_used)]
+
+//! Snapshots the workspace's watcher takes itself (SPEC.md §10.6): complete after gc
+//! rewrote the packs its long-lived store handle had open, and a watcher that does not
+//! take snapshots (one an earlier tacho started) is still asked what changed.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+
+use tacho_git::snapshot::{Scope, Snapshot, SnapshotStore, watch};
+use tacho_tests::git::{git, have_git};
+
+fn write(ws: &Path, rel: &str, data: &str) {
+    let p = ws.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, data).unwrap();
+}
+
+/// Past the racy window of what was just written (files, Git's index).
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(150));
+}
+
+struct Setup {
+    _tmp: tempfile::TempDir,
+    ws: PathBuf,
+    root: PathBuf,
+}
+
+impl Setup {
+    /// A committed repository of 100 files (a first snapshot of it writes a pack).
+    fn new() -> Setup {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        for i in 0..100 {
+            write(
+                &ws,
+                &format!("src/m{}/f{i}.rs", i % 5),
+                &format!("fn f{i}() {{}}\n"),
+            );
+        }
+        let ws = ws.canonicalize().unwrap();
+        git(&ws, &["init", "-q"]);
+        git(&ws, &["add", "-A"]);
+        git(&ws, &["commit", "-qm", "base"]);
+        settle();
+        Setup {
+            root: tmp.path().join("home"),
+            ws,
+            _tmp: tmp,
+        }
+    }
+
+    fn store(&self) -> SnapshotStore {
+        SnapshotStore::open(self.root.join("snapshots"), self.root.join("cache")).unwrap()
+    }
+
+    fn take(&self) -> Snapshot {
+        let store = self.store();
+        let _guard = store.write_guard().unwrap();
+        store.take(&self.ws, &Scope::Full).unwrap()
+    }
+
+    /// Every object the snapshot store's refs reach is there (`git fsck`).
+    fn assert_complete(&self) {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(self.root.join("snapshots"))
+            .args(["fsck", "--connectivity-only", "--no-dangling"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the snapshot store misses objects:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn snapshots_a_watcher_takes_after_gc_name_only_objects_the_store_holds() {
+    if !have_git() {
+        return;
+    }
+    let s = Setup::new();
+    let first = s.take(); // a full scan, written as a pack
+    assert!(!first.watched);
+
+    let (tx, rx) = mpsc::channel();
+    let (root, ws) = (s.root.clone(), s.ws.clone());
+    let watcher = std::thread::spawn(move || {
+        let store = SnapshotStore::open(root.join("snapshots"), root.join("cache")).unwrap();
+        store.watch(&ws, None, || tx.send(()).unwrap()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    // Takes the watcher's token; from here on the watcher takes the snapshots.
+    s.take();
+    let same = s.take();
+    assert!(same.watched, "{same:?}");
+    assert_eq!(same.id, first.id);
+
+    // The file changes: the watcher's store handle now knows the first pack.
+    write(&s.ws, "src/m0/f0.rs", "fn changed() {}\n");
+    let changed = s.take();
+    assert!(changed.watched && changed.files_read == 1, "{changed:?}");
+
+    // gc keeps only the changed snapshot: the first snapshot's blob of f0 goes with
+    // the pack that held it.
+    let report = s
+        .store()
+        .gc(&HashSet::from([changed.id.clone()]), false)
+        .unwrap();
+    assert!(report.pruned_objects >= 1, "{report:?}");
+
+    // Back to the first content: its blob must be written again, not taken as present
+    // in the pack that gc removed.
+    write(&s.ws, "src/m0/f0.rs", "fn f0() {}\n");
+    let back = s.take();
+    assert!(back.watched, "{back:?}");
+    assert_eq!(back.id, first.id);
+    assert_eq!(back.objects_written, 1, "{back:?}");
+    s.assert_complete();
+
+    assert!(s.store().watch_stop(&s.ws).unwrap());
+    watcher.join().unwrap();
+}
+
+#[test]
+fn a_watcher_that_takes_no_snapshots_is_asked_what_changed() {
+    if !have_git() {
+        return;
+    }
+    let s = Setup::new();
+    let first = s.take();
+    // A watcher as an earlier tacho ran it: it knows "since" and nothing else.
+    let socket = watch::socket_path(&s.root.join("cache"), &s.ws);
+    std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    let listener = UnixListener::bind(&socket).unwrap();
+    let server = std::thread::spawn(move || {
+        let mut ops = Vec::new();
+        for _ in 0..2 {
+            let (stream, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&stream).read_line(&mut line).unwrap();
+            let req: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let op = req["op"].as_str().unwrap().to_owned();
+            let reply = if op == "since" {
+                serde_json::json!({"token": {"instance": 7, "generation": 2}, "paths": null})
+            } else {
+                serde_json::json!({"error": format!("unknown variant `{op}`")})
+            };
+            (&stream)
+                .write_all(format!("{reply}\n").as_bytes())
+                .unwrap();
+            ops.push(op);
+        }
+        ops
+    });
+    write(&s.ws, "src/m1/f1.rs", "fn other() {}\n");
+    let snap = s.take();
+    assert_eq!(server.join().unwrap(), ["snapshot", "since"]);
+    // "Unknown": a full scan, which sees the change.
+    assert!(!snap.watched, "{snap:?}");
+    assert_ne!(snap.id, first.id);
+    assert_eq!(snap.files_read, 1, "{snap:?}");
+}
