@@ -178,6 +178,37 @@ impl Loaded {
     }
 }
 
+/// A cache file's bytes checked once (whole, of this version, of the workspace), then
+/// read in place as often as wanted: what a watcher keeps between the snapshots it
+/// takes, with the totals of its entries.
+pub(crate) struct Checked {
+    loaded: Loaded,
+    /// The entries' count and total size.
+    pub totals: (i64, i64),
+}
+
+impl Checked {
+    pub fn new(loaded: Loaded, workspace: &str) -> Option<Checked> {
+        let c = loaded.get(workspace)?;
+        let totals = (
+            c.entries.len() as i64,
+            c.entries.iter().map(|e| e.size.to_native() as i64).sum(),
+        );
+        Some(Checked { loaded, totals })
+    }
+
+    pub fn get(&self) -> &ArchivedCacheFile {
+        // SAFETY: `new` checked these very bytes with `rkyv::access` (bytecheck), and
+        // they never change afterwards: the vector is owned here and only read.
+        // Checking again at every snapshot would cost a large workspace's watcher
+        // milliseconds each time.
+        #[allow(unsafe_code)]
+        unsafe {
+            rkyv::access_unchecked::<ArchivedCacheFile>(&self.loaded.0)
+        }
+    }
+}
+
 /// The cache as values.
 pub(crate) fn owned(c: &ArchivedCacheFile) -> CacheFile {
     rkyv::deserialize::<CacheFile, rkyv::rancor::Error>(c).unwrap_or_default()

@@ -47,6 +47,7 @@ impl SnapshotStore {
                         skip,
                         cache_paths,
                         old,
+                        None,
                         changed,
                         a.token,
                         &trace,

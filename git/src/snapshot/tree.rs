@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Files read per hashing thread at least.
+const FILES_PER_THREAD: usize = 32;
+
 impl SnapshotStore {
     /// Reads, hashes and stores the files at `to_read` (indexes into `entries`) on all
     /// threads, filling in their blob ids and modes. Returns counters and the files
@@ -20,48 +23,50 @@ impl SnapshotStore {
             return Ok((ReadCounters::default(), Vec::new()));
         }
         let next = AtomicUsize::new(0);
-        let threads = self.threads().min(to_read.len().div_ceil(8)).max(1);
+        // A thread for every `FILES_PER_THREAD` files at most: starting one costs about
+        // what reading a few small files does.
+        let threads = self
+            .threads()
+            .min(to_read.len().div_ceil(FILES_PER_THREAD))
+            .max(1);
         let shared: &[(String, CacheEntry)] = entries;
         // Opened here once (each thread takes its own handle of it).
         self.repo()?;
         type Outcome = Result<(usize, Result<(CacheEntry, bool), ExcludeReason>), SnapshotError>;
-        let results: Vec<Vec<Outcome>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    let next = &next;
-                    s.spawn(move || {
-                        let mut out = Vec::new();
-                        let repo = match self.repo() {
-                            Ok(r) => r,
-                            Err(e) => {
-                                out.push(Err(e));
-                                return out;
-                            }
-                        };
-                        loop {
-                            let k = next.fetch_add(1, Ordering::Relaxed);
-                            let Some((i, meta)) = to_read.get(k) else {
-                                break;
-                            };
-                            let path = &shared[*i].0;
-                            out.push(
-                                store_file(self, &repo, writes, workspace, path, meta)
-                                    .map(|r| (*i, r)),
-                            );
-                        }
-                        out
+        let work = || -> Vec<Outcome> {
+            let mut out = Vec::new();
+            let repo = match self.repo() {
+                Ok(r) => r,
+                Err(e) => {
+                    out.push(Err(e));
+                    return out;
+                }
+            };
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some((i, meta)) = to_read.get(k) else {
+                    break;
+                };
+                let path = &shared[*i].0;
+                out.push(store_file(self, &repo, writes, workspace, path, meta).map(|r| (*i, r)));
+            }
+            out
+        };
+        let results: Vec<Vec<Outcome>> = if threads == 1 {
+            vec![work()]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            vec![Err(SnapshotError::Internal("a hashing thread panicked"))]
+                        })
                     })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        vec![Err(SnapshotError::Internal("a hashing thread panicked"))]
-                    })
-                })
-                .collect()
-        });
+                    .collect()
+            })
+        };
         let mut counters = ReadCounters::default();
         let mut problems = Vec::new();
         for r in results.into_iter().flatten() {

@@ -24,7 +24,7 @@ const DEFER_BYTES_MAX: u64 = 1 << 20;
 /// bytes and its metadata when read; read again once the file is another.
 pub(crate) struct HeldCache {
     stamp: FileStat,
-    loaded: cache::Loaded,
+    cache: cache::Checked,
 }
 
 impl SnapshotStore {
@@ -44,21 +44,30 @@ impl SnapshotStore {
         let cache_paths = cache::paths(&self.cache_dir, workspace);
         let now = stat::lstat(&cache_paths.stat).ok();
         if held.as_ref().map(|h| h.stamp) != now || now.is_none() {
-            *held = cache::Loaded::read_stamped(&cache_paths.stat)
-                .map(|(loaded, stamp)| HeldCache { stamp, loaded });
+            *held = workspace.to_str().and_then(|ws| {
+                let (loaded, stamp) = cache::Loaded::read_stamped(&cache_paths.stat)?;
+                Some(HeldCache {
+                    stamp,
+                    cache: cache::Checked::new(loaded, ws)?,
+                })
+            });
         }
         trace.mark("s:cache");
-        let archived = match (held.as_ref(), workspace.to_str()) {
-            (Some(h), Some(ws)) => h.loaded.get(ws),
-            _ => None,
-        };
-        let q = watch_question(workspace, archived);
+        let archived = held.as_ref().map(|h| (h.cache.get(), h.cache.totals));
+        let q = watch_question(workspace, archived.map(|a| a.0));
         let (token, paths) = since(q.since, !q.rules_same);
         trace.mark("s:since");
         let taken = match (archived, paths) {
-            (Some(old), Some(changed)) if q.rules_same => {
-                self.take_watched(workspace, skip, &cache_paths, old, &changed, token, &trace)?
-            }
+            (Some((old, totals)), Some(changed)) if q.rules_same => self.take_watched(
+                workspace,
+                skip,
+                &cache_paths,
+                old,
+                Some(totals),
+                &changed,
+                token,
+                &trace,
+            )?,
             _ => None,
         };
         // A cache file this snapshot wrote is read by the next one.
@@ -71,7 +80,8 @@ impl SnapshotStore {
 
     /// The snapshot, or `None` when only a walk can tell: a directory appeared, went or
     /// was replaced; an ignore file changed; a new file lies where the last walk did not
-    /// read; too many changes; the cache's tree is gone.
+    /// read; too many changes; the cache's tree is gone. `old_totals` are the cache's
+    /// entry count and total size when the caller keeps them (a watcher).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn take_watched(
         &self,
@@ -79,6 +89,7 @@ impl SnapshotStore {
         skip: Option<&str>,
         cache_paths: &cache::CachePaths,
         old: &cache::ArchivedCacheFile,
+        old_totals: Option<(i64, i64)>,
         changed: &[String],
         token: watch::Token,
         trace: &Trace,
@@ -236,13 +247,15 @@ impl SnapshotStore {
         trace.mark("w:tree");
         self.keep(tree, writes)?;
 
-        let (mut files, mut bytes) = (
-            old.entries.len() as i64,
-            old.entries
-                .iter()
-                .map(|e| e.size.to_native() as i64)
-                .sum::<i64>(),
-        );
+        let (mut files, mut bytes) = old_totals.unwrap_or_else(|| {
+            (
+                old.entries.len() as i64,
+                old.entries
+                    .iter()
+                    .map(|e| e.size.to_native() as i64)
+                    .sum::<i64>(),
+            )
+        });
         for p in &removals {
             if let Some(c) = old_index.get(p.as_str()) {
                 files -= 1;
