@@ -394,15 +394,17 @@ impl Serving {
         }
     }
 
-    /// The store, opened again when its packs changed since.
-    fn fresh(&mut self) -> Result<&super::SnapshotStore, SnapshotError> {
+    /// Readies the store for a snapshot with the asker's size limit: its repository
+    /// opened again (at first use) when the packs changed since.
+    fn refresh(&mut self, max_file_bytes: u64) {
         let now = Self::packs_changed(&self.store);
         if now != self.packs || now.is_none() {
-            // (Opened after reading the time: a change in between opens it again.)
+            // (Opened at first use, after the time was read: a change in between makes
+            // the next snapshot open it again.)
             self.store = self.store.reopened();
             self.packs = now;
         }
-        Ok(&self.store)
+        self.store.max_file_bytes = max_file_bytes;
     }
 }
 
@@ -625,29 +627,23 @@ impl Watcher {
         let workspace = self.workspace.clone();
         let skip = self.skip.clone();
         let mut token = None;
-        let taken = match serving.fresh() {
-            Ok(store) => {
-                let store = store.clone().with_max_file_bytes(max_file_bytes);
-                let r = store.take_served(
-                    &workspace,
-                    skip.as_deref(),
-                    &mut serving.held,
-                    |since, relist| {
-                        let a = self.since(since, relist);
-                        token = Some(a.token);
-                        (a.token, a.paths)
-                    },
-                );
-                r.unwrap_or_else(|e| {
-                    eprintln!("tacho watch: a snapshot of {}: {e}", workspace.display());
-                    None
-                })
-            }
-            Err(e) => {
-                eprintln!("tacho watch: opening the snapshot store: {e}");
+        serving.refresh(max_file_bytes);
+        let taken = serving
+            .store
+            .take_served(
+                &workspace,
+                skip.as_deref(),
+                &mut serving.held,
+                |since, relist| {
+                    let a = self.since(since, relist);
+                    token = Some(a.token);
+                    (a.token, a.paths)
+                },
+            )
+            .unwrap_or_else(|e| {
+                eprintln!("tacho watch: a snapshot of {}: {e}", workspace.display());
                 None
-            }
-        };
+            });
         self.serving = Some(serving);
         let token = match token {
             Some(t) => t,
