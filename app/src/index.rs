@@ -4,7 +4,7 @@
 //! resolution and child lookup reads it instead of every stream.
 
 use tacho_projections::{ExecutionGraph, RiskLevel, SessionStatus, SessionSummary};
-use tacho_schema::EventBody;
+use tacho_schema::{EventBody, EventView};
 use tacho_store::index::{FactsAt, IndexEntry, IndexView, Record, SessionFacts};
 use tacho_store::{Finding, ReadEnd, Severity, StoreError, StreamReport, hex};
 
@@ -335,7 +335,7 @@ pub(crate) fn index_head_differs(entry: &IndexEntry, r: &StreamReport) -> bool {
 pub(crate) struct Deferred {
     pub(crate) slot: usize,
     pub(crate) before: IndexEntry,
-    pub(crate) folded: ExecutionGraph,
+    pub(crate) folded: Option<ExecutionGraph>,
     pub(crate) source: Option<String>,
 }
 
@@ -350,18 +350,35 @@ fn index_finding(severity: Severity, session: &str, message: String) -> Finding 
 }
 
 impl Tacho {
+    /// After a bulk ingest (`tacho record`): the session index compacted when the
+    /// records appended are past the size at which a listing compacts them, so that
+    /// the next reader (a listing, `log verify`) reads the snapshot rather than folding
+    /// every record (writers alone compact only past 4 MiB). Best effort, as a
+    /// listing's compaction: an index left as it is only reads slower.
+    pub fn compact_index_after_ingest(&self) {
+        let log = self.log();
+        if log.index_log_len() > log.options().index_compact_bytes
+            && let Err(err) = log.index_compact()
+        {
+            self.note(&format!("note: the session index was not compacted: {err}"));
+        }
+    }
+
     /// Checks a session's index entry against its verified stream: present; its head
     /// the stream's unless marked dirty; its facts, when they claim to describe that
     /// head, equal to the facts of `folded` and `source`, the stream's events folded
     /// anew while they were verified (not stored projections). `entry` is the
     /// session's entry as read from the index. `rules_current`: whether the index's
     /// facts are of the rules in force ([`Tacho::facts_rules_current`], read once for
-    /// a pass over every stream rather than once a session).
+    /// a pass over every stream rather than once a session). `folded` is `None` when
+    /// the events were not folded while verified (the entry read before had no facts
+    /// to compare): they are folded now, if facts are to be compared after all, up
+    /// to the head verified (committed events never change).
     pub(crate) fn check_index_entry(
         &self,
         entry: Option<IndexEntry>,
         r: &StreamReport,
-        mut folded: ExecutionGraph,
+        folded: Option<ExecutionGraph>,
         source: Option<String>,
         rules_current: bool,
     ) -> Vec<Finding> {
@@ -406,6 +423,22 @@ impl Tacho {
             // Facts of older rules are not damage: the next listing computes them again.
             && rules_current
         {
+            let (mut folded, source) = match folded {
+                Some(g) => (g, source),
+                None => match self.fold_verified_prefix(s, r.next_seq) {
+                    Ok(f) => f,
+                    Err(err) => {
+                        out.push(index_finding(
+                            Severity::Error,
+                            s,
+                            format!(
+                                "the stream did not read again to check the session index's facts: {err}"
+                            ),
+                        ));
+                        return out;
+                    }
+                },
+            };
             self.merge_observed(&mut folded);
             let fresh = facts_of(&SessionGraph::of(folded), source);
             if fresh != *stored {
@@ -419,6 +452,28 @@ impl Tacho {
             }
         }
         out
+    }
+
+    /// A stream's events before `next_seq` folded anew (as `log verify` folds them
+    /// while it verifies), with the source its `session.start` names.
+    fn fold_verified_prefix(
+        &self,
+        session: &str,
+        next_seq: u64,
+    ) -> Result<(ExecutionGraph, Option<String>), StoreError> {
+        let mut g = ExecutionGraph::new(session);
+        let mut source = None;
+        let visit: tacho_store::EventVisitor<'_> = &mut |seq, at, e| {
+            if seq >= next_seq {
+                return;
+            }
+            if let (0, EventView::SessionStart { source: from, .. }) = (seq, e) {
+                source = from.map(str::to_owned);
+            }
+            g.apply_view(seq, at, e)
+        };
+        self.log().verify_session_visiting(session, visit)?;
+        Ok((g, source))
     }
 
     /// Checks again, against `fresh` (the index read after every stream), the entries
@@ -458,21 +513,25 @@ impl Tacho {
             .map(|d| index_finding(Severity::Warning, "(session index)", d.clone()))
             .collect();
         let known: std::collections::HashSet<&str> = streams.iter().map(String::as_str).collect();
-        for e in view.entries() {
+        // (Only each entry's session and count are needed: no entry is taken out whole.)
+        let mut unknown: Vec<(String, u64)> = Vec::new();
+        view.for_each_head(|session, next_seq| {
+            // (A dirty entry's head is durable too: a floor.)
+            if next_seq > 0 && !known.contains(session) {
+                unknown.push((session.to_string(), next_seq));
+            }
+        });
+        unknown.sort();
+        for (session, next_seq) in unknown {
             // A session created after the listing (the index is read after it) is
             // there now.
-            // (A dirty entry's head is durable too: a floor.)
-            if !known.contains(e.session.as_str())
-                && e.next_seq > 0
-                && !self.log().has_session(&e.session)
-            {
+            if !self.log().has_session(&session) {
                 out.push(index_finding(
                     Severity::Error,
-                    &e.session,
+                    &session,
                     format!(
-                        "the session index lists {} events of a session the store does not hold \
-                         (derived data: `tacho log reindex` rebuilds it)",
-                        e.next_seq
+                        "the session index lists {next_seq} events of a session the store does not hold \
+                         (derived data: `tacho log reindex` rebuilds it)"
                     ),
                 ));
             }

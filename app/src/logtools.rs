@@ -527,9 +527,17 @@ impl Tacho {
                     // One read of the stream both verifies it and folds the facts
                     // its index entry is checked against.
                     Some(v) => {
-                        let mut g = tacho_projections::ExecutionGraph::new(s);
+                        let entry = v.get(s);
+                        // The events are folded only for an entry with facts to
+                        // compare with them (`check_index_entry` folds them later
+                        // if an entry read again has some).
+                        let mut g = entry
+                            .as_ref()
+                            .is_some_and(|e| rules_current && e.fresh_facts().is_some())
+                            .then(|| tacho_projections::ExecutionGraph::new(s));
                         let mut source = None;
                         let visit: EventVisitor<'_> = &mut |seq, at, e| {
+                            let Some(g) = g.as_mut() else { return };
                             if let (0, EventView::SessionStart { source: from, .. }) = (seq, e) {
                                 source = from.map(str::to_owned);
                             }
@@ -543,7 +551,6 @@ impl Tacho {
                             // A head that differs is checked again once every
                             // stream is read: a writer may have appended since
                             // the index was.
-                            let entry = v.get(s);
                             match entry {
                                 Some(before) if index_head_differs(&before, &r) => deferred
                                     .lock()

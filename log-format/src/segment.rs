@@ -22,9 +22,19 @@ pub struct StreamId(pub [u8; 16]);
 impl StreamId {
     /// The identity of the stream called `name`.
     pub fn of_name(name: &str) -> Self {
+        // `blake3::derive_key("tacho stream id v1", name)`, with the context's key
+        // computed once rather than on every call (readers compute a stream id per
+        // session, several times in a pass over a store).
+        static CONTEXT: std::sync::OnceLock<blake3::hazmat::ContextKey> =
+            std::sync::OnceLock::new();
+        let context =
+            CONTEXT.get_or_init(|| blake3::hazmat::hash_derive_key_context("tacho stream id v1"));
+        use blake3::hazmat::HasherExt;
+        let hash = blake3::Hasher::new_from_context_key(context)
+            .update(name.as_bytes())
+            .finalize();
         let mut id = [0u8; 16];
-        let hash = blake3::derive_key("tacho stream id v1", name.as_bytes());
-        id.copy_from_slice(&hash[..16]);
+        id.copy_from_slice(&hash.as_bytes()[..16]);
         StreamId(id)
     }
 }

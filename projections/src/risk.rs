@@ -4,7 +4,9 @@
 //! point of the score comes from a named factor with its evidence and a mitigation.
 
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 
+use aho_corasick::AhoCorasick;
 use serde::Serialize;
 use tacho_schema::{EndReason, ToolStatus, VerificationStatus};
 
@@ -237,19 +239,47 @@ const API: &[&str] = &[
 /// Whether a path is security-sensitive (auth, secrets, keys, tokens, credentials,
 /// sessions, cookies, permissions, `.env`, CI configuration, ...).
 pub fn is_security_sensitive(path: &str) -> bool {
-    let p = path.to_ascii_lowercase();
-    let name = p.rsplit('/').next().unwrap_or(&p);
-    SENSITIVE.iter().any(|s| p.contains(s))
-        || SENSITIVE_NAMES
-            .iter()
-            .any(|n| name == *n || name.starts_with(".env."))
-        || CI_DIRS.iter().any(|d| p.contains(d))
+    // (What lower-casing the path and comparing it with each lower-case fragment and
+    // name would say, without a copy of the path or a search per fragment.)
+    static FRAGMENTS: LazyLock<Option<AhoCorasick>> =
+        LazyLock::new(|| fragments(SENSITIVE.iter().chain(CI_DIRS)));
+    let name = path.rsplit('/').next().unwrap_or(path);
+    contains_any(&FRAGMENTS, path, || SENSITIVE.iter().chain(CI_DIRS))
+        || SENSITIVE_NAMES.iter().any(|n| name.eq_ignore_ascii_case(n))
+        || name
+            .as_bytes()
+            .get(..5)
+            .is_some_and(|b| b.eq_ignore_ascii_case(b".env."))
 }
 
 /// Whether a path looks like part of an API surface.
 pub fn is_api_surface(path: &str) -> bool {
-    let p = path.to_ascii_lowercase();
-    API.iter().any(|s| p.contains(s))
+    static FRAGMENTS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| fragments(API));
+    contains_any(&FRAGMENTS, path, || API.iter())
+}
+
+/// One automaton finding any of `patterns` (lower-case ASCII) ignoring ASCII case.
+fn fragments<'p>(patterns: impl IntoIterator<Item = &'p &'static str>) -> Option<AhoCorasick> {
+    AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(patterns)
+        .ok()
+}
+
+/// Whether `path`, lower-cased (ASCII), contains one of the fragments: by their
+/// automaton, or (should it not have been built) one search each.
+fn contains_any<'p, I: Iterator<Item = &'p &'static str>>(
+    automaton: &Option<AhoCorasick>,
+    path: &str,
+    patterns: impl FnOnce() -> I,
+) -> bool {
+    match automaton {
+        Some(a) => a.is_match(path),
+        None => {
+            let p = path.to_ascii_lowercase();
+            patterns().any(|s| p.contains(s))
+        }
+    }
 }
 
 /// Whether a shell command runs tests, a build, a linter or a type checker, and which.

@@ -493,6 +493,23 @@ impl IndexView {
         out
     }
 
+    /// Every entry's session and recorded event count, in no particular order: what a
+    /// check of every entry against the store needs, without taking each entry (its
+    /// facts) out of the snapshot.
+    pub fn for_each_head(&self, mut f: impl FnMut(&str, u64)) {
+        if let Some(snap) = self.archived() {
+            for e in snap.entries.iter() {
+                let s = e.session.as_str();
+                if !self.overlay.contains_key(s) && !self.removed.contains(s) {
+                    f(s, e.next_seq.to_native());
+                }
+            }
+        }
+        for e in self.overlay.values() {
+            f(&e.session, e.next_seq);
+        }
+    }
+
     /// Every entry, owned, sorted by session id.
     pub fn entries(&self) -> Vec<IndexEntry> {
         let mut out = Vec::new();
@@ -876,6 +893,11 @@ impl Store {
             Err(e) => return Err(StoreError::io(&log_path, e)),
         }
         Ok(view)
+    }
+
+    /// The length of the index's appended records (0 when there are none).
+    pub fn index_log_len(&self) -> u64 {
+        self.vfs.stamp(&self.index_log_path()).map_or(0, |s| s.len)
     }
 
     /// Folds the appended records into a new snapshot and empties the log, under the

@@ -500,7 +500,20 @@ impl Store {
         names.sort();
         for n in names {
             let path = dir.join(&n);
-            let pack = match Pack::open(self, &path) {
+            // A pack this pass already opened (the listing did, to find its sessions)
+            // is checked as it was read, rather than mapped and checked a second time.
+            let cached = self
+                .packs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .packs
+                .get(&n)
+                .cloned();
+            let opened = match cached {
+                Some(p) => Ok(p),
+                None => Pack::open(self, &path).map(Arc::new),
+            };
+            let pack = match opened {
                 Ok(p) => p,
                 // Removed since it was listed: merged into a pack published before.
                 Err(StoreError::Io { source, .. })

@@ -288,11 +288,24 @@ impl Vfs for RealFs {
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        use rustix::fs::{Mode, OFlags};
+        // The directory read as `std::fs::read_dir` reads it, without its `stat` of
+        // the directory (`log verify` lists every stream directory).
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut dir = rustix::fs::Dir::new(fd)?;
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(path)? {
+        while let Some(entry) = dir.read() {
             let entry = entry?;
-            if let Ok(name) = entry.file_name().into_string() {
-                names.push(name);
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if let Ok(name) = std::str::from_utf8(name) {
+                names.push(name.to_owned());
             }
         }
         Ok(names)
@@ -393,10 +406,32 @@ impl Vfs for RealFs {
     }
 
     fn peek_lock_note(&self, path: &Path) -> io::Result<Vec<u8>> {
-        let mut f = File::open(path)?;
-        f.seek(SeekFrom::Start(LOCK_RECORD_LEN))?;
-        let mut out = Vec::new();
-        f.read_to_end(&mut out)?;
+        use std::os::unix::fs::FileExt;
+        // Positioned reads into a buffer larger than a checkpoint: one read of a usual
+        // note, no seek and no stat (`log verify` peeks at every session's lock file).
+        // A read shorter than asked is the end of a regular file.
+        let f = File::open(path)?;
+        let mut out = vec![0u8; 512];
+        let mut len = 0usize;
+        loop {
+            if len == out.len() {
+                out.resize(len.saturating_mul(2), 0);
+            }
+            let Some(buf) = out.get_mut(len..) else {
+                break;
+            };
+            let want = buf.len();
+            let n = match f.read_at(buf, LOCK_RECORD_LEN + len as u64) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            len += n;
+            if n < want {
+                break;
+            }
+        }
+        out.truncate(len);
         Ok(out)
     }
 

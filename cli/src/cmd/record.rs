@@ -101,6 +101,9 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         }
         None => ingest.finish(),
     };
+    if result.is_ok() {
+        tacho.compact_index_after_ingest();
+    }
     let done = match result {
         Ok(t) => t,
         Err(RecordError {
