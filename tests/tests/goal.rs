@@ -764,9 +764,12 @@ fn a_forged_receipt_is_refused_at_ingest_and_never_counts() {
 fn a_timeout_ends_every_process_of_the_check() {
     let tmp = tempfile::tempdir().unwrap();
     let (home, ws) = workspace_and_session(tmp.path(), "ses_slow");
+    // A duration no other process of the machine sleeps for (this test's process id
+    // as its fraction): what is left running is told apart from anyone else's `sleep`.
+    let nap = format!("60.{}", std::process::id());
     std::fs::write(
         ws.join("checks/slow.sh"),
-        "trap '' TERM\n(trap '' TERM; sleep 60; echo late) &\nsleep 60\n",
+        format!("trap '' TERM\n(trap '' TERM; sleep {nap}; echo late) &\nsleep {nap}\n"),
     )
     .unwrap();
     std::fs::write(
@@ -818,7 +821,10 @@ fn a_timeout_ends_every_process_of_the_check() {
     let ps = std::process::Command::new("sh")
         .args([
             "-c",
-            "command -v ps >/dev/null || { echo 0; exit; }; ps -eo args | grep -c '[s]leep 60' || true",
+            &format!(
+                "command -v ps >/dev/null || {{ echo 0; exit; }}; ps -eo args | grep -c '[s]leep {}$' || true",
+                nap.replace('.', "\\.")
+            ),
         ])
         .output()
         .unwrap();
