@@ -169,3 +169,49 @@ fn a_watcher_that_takes_no_snapshots_is_asked_what_changed() {
     assert_ne!(snap.id, first.id);
     assert_eq!(snap.files_read, 1, "{snap:?}");
 }
+
+/// A file the watcher hashed as soon as it was written, then written again (same size)
+/// before the snapshot: the snapshot holds what the file holds now, as a full scan
+/// that checks every file sees it.
+#[test]
+fn a_file_written_again_after_the_watcher_hashed_it_is_read_again() {
+    if !have_git() {
+        return;
+    }
+    let s = Setup::new();
+    s.take();
+    let (tx, rx) = mpsc::channel();
+    let (root, ws) = (s.root.clone(), s.ws.clone());
+    let watcher = std::thread::spawn(move || {
+        let store = SnapshotStore::open(root.join("snapshots"), root.join("cache")).unwrap();
+        store.watch(&ws, None, || tx.send(()).unwrap()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    s.take();
+    let reference = |round: usize| {
+        SnapshotStore::open(
+            s.root.join("snapshots"),
+            s.root.join(format!("ref-{round}")),
+        )
+        .unwrap()
+        .take(&s.ws, &Scope::Full)
+        .unwrap()
+    };
+    for round in 0..12 {
+        let path = format!("src/m{}/f{}.rs", round % 5, round * 7 % 100);
+        write(&s.ws, &path, &format!("fn first_{round:04}() {{}}\n"));
+        // Long enough for the watcher to hash it.
+        std::thread::sleep(std::time::Duration::from_millis(if round % 2 == 0 {
+            60
+        } else {
+            5
+        }));
+        write(&s.ws, &path, &format!("fn again_{round:04}() {{}}\n"));
+        let snap = s.take();
+        assert!(snap.watched, "{snap:?}");
+        assert_eq!(snap.id, reference(round).id, "round {round}");
+    }
+    s.assert_complete();
+    assert!(s.store().watch_stop(&s.ws).unwrap());
+    watcher.join().unwrap();
+}

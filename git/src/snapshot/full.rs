@@ -49,6 +49,7 @@ impl SnapshotStore {
                         old,
                         None,
                         changed,
+                        &HashMap::new(),
                         a.token,
                         &trace,
                     )?

@@ -362,7 +362,18 @@ struct Watcher {
     started_unix: i64,
     /// What taking snapshots here keeps between them.
     serving: Option<Serving>,
+    /// Events read so far, and the count at each path's last one: a file hashed ahead
+    /// counts only while no event for it was read after its hashing began.
+    events: u64,
+    event_at: HashMap<String, u64>,
+    /// Files closed after writing (or moved into place) since the last hashing ahead.
+    written: BTreeSet<String>,
+    /// Files hashed ahead of any snapshot (SPEC.md §10.6).
+    ahead: HashMap<String, super::watched::HashedAhead>,
 }
+
+/// At most this many files hashed ahead are kept (more: forgotten, read again).
+const AHEAD_KEPT_MAX: usize = 4096;
 
 /// The store a watcher takes snapshots into, and the stat cache it holds.
 struct Serving {
@@ -538,10 +549,65 @@ impl Watcher {
         if self.changed.len() >= HELD_MAX && !self.changed.contains_key(&rel) {
             // Forget, and make every token issued so far "unknown".
             self.changed.clear();
+            self.event_at.clear();
+            self.ahead.clear();
             self.generation += 1;
             self.floor = self.generation;
         }
+        self.events += 1;
+        self.event_at.insert(rel.clone(), self.events);
         self.changed.insert(rel, self.generation);
+    }
+
+    /// Hashes the files written since it last did (when they are few), so that the
+    /// next snapshot finds their blobs stored: what inotify told of before any hook
+    /// asked.
+    fn hash_ahead(&mut self) {
+        if self.written.is_empty() {
+            return;
+        }
+        let paths: Vec<String> = std::mem::take(&mut self.written).into_iter().collect();
+        let Some(serving) = self.serving.as_mut() else {
+            return;
+        };
+        if paths.len() > super::watched::AHEAD_FILES_MAX || serving.held.is_none() {
+            return;
+        }
+        // Every event read so far is before the reads below begin.
+        let seq = self.events;
+        let max = serving.store.max_file_bytes;
+        serving.refresh(max);
+        let hashed = serving.store.hash_ahead(
+            &self.workspace,
+            self.skip.as_deref(),
+            serving.held.as_ref(),
+            &paths,
+        );
+        if self.ahead.len() + hashed.len() > AHEAD_KEPT_MAX {
+            self.ahead.clear();
+        }
+        for (p, entry, written) in hashed {
+            self.ahead.insert(
+                p,
+                super::watched::HashedAhead {
+                    entry,
+                    written,
+                    seq,
+                },
+            );
+        }
+    }
+
+    /// The files of `paths` hashed ahead with no event read for them since.
+    fn still_ahead(&self, paths: &[String]) -> HashMap<String, super::watched::HashedAhead> {
+        paths
+            .iter()
+            .filter_map(|p| {
+                let a = self.ahead.get(p)?;
+                let last = self.event_at.get(p)?;
+                (*last <= a.seq).then(|| (p.clone(), a.clone()))
+            })
+            .collect()
     }
 
     /// Reads every queued event.
@@ -602,6 +668,11 @@ impl Watcher {
             // Which directories a listing reads may change.
             self.relist = true;
         }
+        if !flags.contains(ReadFlags::ISDIR)
+            && flags.intersects(ReadFlags::CLOSE_WRITE | ReadFlags::MOVED_TO)
+        {
+            self.written.insert(rel.clone());
+        }
         if flags.contains(ReadFlags::ISDIR) {
             if flags.contains(ReadFlags::MOVED_FROM) {
                 // Its watches now name paths it no longer has.
@@ -637,7 +708,12 @@ impl Watcher {
                 |since, relist| {
                     let a = self.since(since, relist);
                     token = Some(a.token);
-                    (a.token, a.paths)
+                    let ahead = a
+                        .paths
+                        .as_deref()
+                        .map(|p| self.still_ahead(p))
+                        .unwrap_or_default();
+                    (a.token, a.paths, ahead)
                 },
             )
             .unwrap_or_else(|e| {
@@ -662,6 +738,8 @@ impl Watcher {
         if relisting {
             self.relist();
             self.changed.clear();
+            self.event_at.clear();
+            self.ahead.clear();
         }
         let paths = match since {
             Some(t) if !relisting && t.instance == self.instance && t.generation >= self.floor => {
@@ -753,6 +831,10 @@ pub(crate) fn serve(
         answered: 0,
         started_unix: started / 1_000_000_000,
         serving: Some(Serving::new(store)),
+        events: 0,
+        event_at: HashMap::new(),
+        written: BTreeSet::new(),
+        ahead: HashMap::new(),
     };
     w.relist();
     if let Some(why) = w.gave_up.take() {
@@ -813,6 +895,10 @@ fn run(
         };
         if inotify_ready {
             w.drain();
+            // Files written: hashed now, unless a scan is waiting (it reads them).
+            if !socket_ready {
+                w.hash_ahead();
+            }
         }
         if !inotify_ready && !socket_ready && !socket.exists() {
             eprintln!("tacho watch: {} is gone; stopping", socket.display());

@@ -20,6 +20,21 @@ const DEFER_RATIO: usize = 150;
 const DEFER_PATHS_MAX: usize = 128;
 const DEFER_BYTES_MAX: u64 = 1 << 20;
 
+/// A file a watcher hashed (and whose blob it wrote) as soon as inotify said it was
+/// written, before any snapshot asked: its entry as read, whether the blob was new,
+/// and how many events the watcher had read when it began (SPEC.md §10.6).
+#[derive(Debug, Clone)]
+pub(crate) struct HashedAhead {
+    pub entry: CacheEntry,
+    pub written: bool,
+    pub seq: u64,
+}
+
+/// At most this many files are hashed ahead per wake of the watcher (more is a build
+/// or a checkout: the snapshot reads them), each at most this large.
+pub(crate) const AHEAD_FILES_MAX: usize = 64;
+const AHEAD_BYTES_MAX: u64 = 1 << 20;
+
 /// The stat cache as a watcher holds it between the snapshots it takes: the file's
 /// bytes and its metadata when read; read again once the file is another.
 pub(crate) struct HeldCache {
@@ -28,17 +43,63 @@ pub(crate) struct HeldCache {
 }
 
 impl SnapshotStore {
+    /// Hashes `paths` of `workspace` now and stores their blobs (what a watcher does as
+    /// files are written): only files the held stat cache lists (a file the snapshot
+    /// would read again), regular files or links of at most 1 MiB. Nothing when no
+    /// cache is held. Failures are left to the snapshot, which meets them itself.
+    pub(crate) fn hash_ahead(
+        &self,
+        workspace: &Path,
+        skip: Option<&str>,
+        held: Option<&HeldCache>,
+        paths: &[String],
+    ) -> Vec<(String, CacheEntry, bool)> {
+        let Some(held) = held else {
+            return Vec::new();
+        };
+        let old = held.cache.get();
+        let Ok(repo) = self.repo() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for p in paths {
+            if watch::never_snapshotted(p, skip) || cache::find(old, p).is_none() {
+                continue;
+            }
+            let Ok(m) = stat::lstat(&workspace.join(p)) else {
+                continue;
+            };
+            if m.is_dir() || m.size > AHEAD_BYTES_MAX || self.unsupported(&m).is_some() {
+                continue;
+            }
+            if let Ok(Ok((e, written))) =
+                tree::store_file(self, &repo, &pack::Writes::Loose, workspace, p, &m)
+            {
+                out.push((p.clone(), e, written));
+            }
+        }
+        out
+    }
+
     /// A full snapshot of `workspace` taken by its watcher for a scan that asked (the
     /// asker holds the write guard): `since` is the watcher's own answer to what
     /// changed since the stat cache's token (with whether to list the workspace again
-    /// first), which it is asked exactly once; `held` is the stat cache it keeps.
+    /// first), which it is asked exactly once, with the files it hashed ahead that no
+    /// event came for since; `held` is the stat cache it keeps.
     /// `None` when only a walk can tell: the asker scans with the token `since` gave.
     pub(crate) fn take_served(
         &self,
         workspace: &Path,
         skip: Option<&str>,
         held: &mut Option<HeldCache>,
-        since: impl FnOnce(Option<watch::Token>, bool) -> (watch::Token, Option<Vec<String>>),
+        since: impl FnOnce(
+            Option<watch::Token>,
+            bool,
+        ) -> (
+            watch::Token,
+            Option<Vec<String>>,
+            HashMap<String, HashedAhead>,
+        ),
     ) -> Result<Option<Snapshot>, SnapshotError> {
         let trace = Trace::new();
         let cache_paths = cache::paths(&self.cache_dir, workspace);
@@ -55,7 +116,7 @@ impl SnapshotStore {
         trace.mark("s:cache");
         let archived = held.as_ref().map(|h| (h.cache.get(), h.cache.totals));
         let q = watch_question(workspace, archived.map(|a| a.0));
-        let (token, paths) = since(q.since, !q.rules_same);
+        let (token, paths, ahead) = since(q.since, !q.rules_same);
         trace.mark("s:since");
         let taken = match (archived, paths) {
             (Some((old, totals)), Some(changed)) if q.rules_same => self.take_watched(
@@ -65,6 +126,7 @@ impl SnapshotStore {
                 old,
                 Some(totals),
                 &changed,
+                &ahead,
                 token,
                 &trace,
             )?,
@@ -81,7 +143,9 @@ impl SnapshotStore {
     /// The snapshot, or `None` when only a walk can tell: a directory appeared, went or
     /// was replaced; an ignore file changed; a new file lies where the last walk did not
     /// read; too many changes; the cache's tree is gone. `old_totals` are the cache's
-    /// entry count and total size when the caller keeps them (a watcher).
+    /// entry count and total size when the caller keeps them (a watcher); `ahead` the
+    /// files it hashed since their last change (used while their metadata is the same
+    /// and their blob is in the store).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn take_watched(
         &self,
@@ -91,6 +155,7 @@ impl SnapshotStore {
         old: &cache::ArchivedCacheFile,
         old_totals: Option<(i64, i64)>,
         changed: &[String],
+        ahead: &HashMap<String, HashedAhead>,
         token: watch::Token,
         trace: &Trace,
     ) -> Result<Option<Snapshot>, SnapshotError> {
@@ -175,6 +240,7 @@ impl SnapshotStore {
         let mut removals: Vec<String> = Vec::new();
         let mut entries: Vec<(String, CacheEntry)> = Vec::new();
         let mut to_read: Vec<(usize, FileStat)> = Vec::new();
+        let mut used_ahead: Vec<&HashedAhead> = Vec::new();
         for (p, m) in &now {
             let was = old_index.get(p);
             let Some(m) = m else {
@@ -201,11 +267,31 @@ impl SnapshotStore {
                 entries.push(((*p).to_owned(), stat));
                 continue;
             }
+            if let Some(a) = ahead.get(*p)
+                && same_stat(&a.entry, &stat)
+                && a.entry.git_mode != 0
+                && repo
+                    .objects
+                    .exists_without_refresh(&ObjectId::from_bytes_or_panic(&a.entry.oid))
+            {
+                stat.git_mode = a.entry.git_mode;
+                stat.oid = a.entry.oid;
+                stat.size = a.entry.size;
+                used_ahead.push(a);
+                entries.push(((*p).to_owned(), stat));
+                continue;
+            }
             to_read.push((entries.len(), *m));
             entries.push(((*p).to_owned(), stat));
         }
         let writes = pack::Writes::for_reads(self, to_read.len());
-        let (read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
+        let (mut read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
+        // Read for this snapshot, only earlier.
+        for a in used_ahead {
+            read.files += 1;
+            read.bytes += a.entry.size;
+            read.written += u64::from(a.written);
+        }
         trace.mark("w:hash");
         let mut failed = HashSet::new();
         for (i, reason) in problems {
