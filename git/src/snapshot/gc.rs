@@ -77,6 +77,19 @@ impl SnapshotStore {
             .map_err(|e| SnapshotError::io(&self.root().join("tacho-gc.lock"), e))?;
         Ok(WriteGuard { _file: file })
     }
+
+    /// [`SnapshotStore::write_guard`] if it can be had now (`None` while gc holds the
+    /// store).
+    pub fn try_write_guard(&self) -> Result<Option<WriteGuard>, SnapshotError> {
+        let file = self.lock_file()?;
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Some(WriteGuard { _file: file })),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(SnapshotError::io(&self.root().join("tacho-gc.lock"), e))
+            }
+        }
+    }
 }
 
 impl SnapshotStore {

@@ -562,16 +562,16 @@ impl Watcher {
     /// Hashes the files written since it last did (when they are few), so that the
     /// next snapshot finds their blobs stored: what inotify told of before any hook
     /// asked.
-    fn hash_ahead(&mut self) {
+    fn hash_ahead(&mut self) -> bool {
         if self.written.is_empty() {
-            return;
+            return false;
         }
         let paths: Vec<String> = std::mem::take(&mut self.written).into_iter().collect();
         let Some(serving) = self.serving.as_mut() else {
-            return;
+            return false;
         };
         if paths.len() > super::watched::AHEAD_FILES_MAX || serving.held.is_none() {
-            return;
+            return false;
         }
         // Every event read so far is before the reads below begin.
         let seq = self.events;
@@ -586,6 +586,7 @@ impl Watcher {
         if self.ahead.len() + hashed.len() > AHEAD_KEPT_MAX {
             self.ahead.clear();
         }
+        let any = !hashed.is_empty();
         for (p, entry, written) in hashed {
             self.ahead.insert(
                 p,
@@ -596,6 +597,26 @@ impl Watcher {
                 },
             );
         }
+        any
+    }
+
+    /// Takes the snapshot a scan would ask for now, ahead of it (after files were
+    /// hashed ahead), under the store's write guard — not while gc holds the store. Its
+    /// trees, ref and head are then stored: the scan that asks next finds them.
+    fn snapshot_ahead(&mut self) {
+        // Never the one to list the workspace again: that is a scan's to ask for (its
+        // token would be forgotten, and the scan walk).
+        if self.relist || self.broken {
+            return;
+        }
+        let Some(serving) = self.serving.as_ref() else {
+            return;
+        };
+        let Ok(Some(_guard)) = serving.store.try_write_guard() else {
+            return;
+        };
+        let max = serving.store.max_file_bytes;
+        self.take(max, true);
     }
 
     /// The files of `paths` hashed ahead with no event read for them since.
@@ -688,6 +709,11 @@ impl Watcher {
 
     /// Takes a full snapshot for a scan that asked (with the asker's size limit).
     fn snapshot(&mut self, max_file_bytes: u64) -> SnapshotReply {
+        self.take(max_file_bytes, false)
+    }
+
+    /// A full snapshot, for a scan that asked or (`ahead_of_time`) for the next one.
+    fn take(&mut self, max_file_bytes: u64, ahead_of_time: bool) -> SnapshotReply {
         let Some(mut serving) = self.serving.take() else {
             let a = self.since(None, false);
             return SnapshotReply {
@@ -705,6 +731,7 @@ impl Watcher {
                 &workspace,
                 skip.as_deref(),
                 &mut serving.held,
+                ahead_of_time,
                 |since, relist| {
                     let a = self.since(since, relist);
                     token = Some(a.token);
@@ -723,6 +750,11 @@ impl Watcher {
         self.serving = Some(serving);
         let token = match token {
             Some(t) => t,
+            // (Ahead of time, nobody waits for a token: none is issued.)
+            None if ahead_of_time => Token {
+                instance: self.instance,
+                generation: self.generation,
+            },
             None => self.since(None, false).token,
         };
         SnapshotReply {
@@ -896,8 +928,8 @@ fn run(
         if inotify_ready {
             w.drain();
             // Files written: hashed now, unless a scan is waiting (it reads them).
-            if !socket_ready {
-                w.hash_ahead();
+            if !socket_ready && w.hash_ahead() {
+                w.snapshot_ahead();
             }
         }
         if !inotify_ready && !socket_ready && !socket.exists() {

@@ -85,13 +85,16 @@ impl SnapshotStore {
     /// asker holds the write guard): `since` is the watcher's own answer to what
     /// changed since the stat cache's token (with whether to list the workspace again
     /// first), which it is asked exactly once, with the files it hashed ahead that no
-    /// event came for since; `held` is the stat cache it keeps.
+    /// event came for since; `held` is the stat cache it keeps. `ahead_of_time`: for no
+    /// scan yet (after files were hashed ahead) — then never when the workspace must be
+    /// listed again, nor without a token to ask with (`since` is not asked).
     /// `None` when only a walk can tell: the asker scans with the token `since` gave.
     pub(crate) fn take_served(
         &self,
         workspace: &Path,
         skip: Option<&str>,
         held: &mut Option<HeldCache>,
+        ahead_of_time: bool,
         since: impl FnOnce(
             Option<watch::Token>,
             bool,
@@ -116,6 +119,10 @@ impl SnapshotStore {
         trace.mark("s:cache");
         let archived = held.as_ref().map(|h| (h.cache.get(), h.cache.totals));
         let q = watch_question(workspace, archived.map(|a| a.0));
+        if ahead_of_time && (!q.rules_same || q.since.is_none()) {
+            // Only a scan asks for the workspace to be listed again.
+            return Ok(None);
+        }
         let (token, paths, ahead) = since(q.since, !q.rules_same);
         trace.mark("s:since");
         let taken = match (archived, paths) {
