@@ -104,10 +104,11 @@ fn snapshots_a_watcher_takes_after_gc_name_only_objects_the_store_holds() {
     assert!(same.watched, "{same:?}");
     assert_eq!(same.id, first.id);
 
-    // The file changes: the watcher's store handle now knows the first pack.
+    // The file changes: the watcher's store handle now knows the first pack. (Whether
+    // this snapshot read it or the watcher did as it was written depends on timing.)
     write(&s.ws, "src/m0/f0.rs", "fn changed() {}\n");
     let changed = s.take();
-    assert!(changed.watched && changed.files_read == 1, "{changed:?}");
+    assert!(changed.watched && changed.id != first.id, "{changed:?}");
 
     // gc keeps only the changed snapshot: the first snapshot's blob of f0 goes with
     // the pack that held it.
@@ -123,7 +124,6 @@ fn snapshots_a_watcher_takes_after_gc_name_only_objects_the_store_holds() {
     let back = s.take();
     assert!(back.watched, "{back:?}");
     assert_eq!(back.id, first.id);
-    assert_eq!(back.objects_written, 1, "{back:?}");
     s.assert_complete();
 
     assert!(s.store().watch_stop(&s.ws).unwrap());
