@@ -633,11 +633,14 @@ fn hooks_with_watch_keep_a_watcher_of_the_workspace() {
     snapshot();
     std::fs::write(e.ws.join("src/value.txt"), "42\n").unwrap();
     let snap = snapshot();
+    // (The changed file is read by this snapshot, or already by the watcher as it was
+    // written: SPEC §10.6.)
     assert_eq!(
-        (&snap["watched"], &snap["files_read"]),
-        (&serde_json::json!(true), &serde_json::json!(1)),
+        (&snap["watched"], &snap["walked"]),
+        (&serde_json::json!(true), &serde_json::json!(false)),
         "{snap}"
     );
+    assert!(snap["files_read"].as_u64().unwrap() <= 1, "{snap}");
     assert_eq!(e.tacho(&["watch", "stop", &ws]).0, 0);
 }
 
