@@ -65,6 +65,18 @@ impl Setup {
         store.take(&self.ws, &Scope::Full).unwrap()
     }
 
+    /// A watcher of the workspace on a thread of its own, once it answers.
+    fn start_watcher(&self) -> std::thread::JoinHandle<()> {
+        let (tx, rx) = mpsc::channel();
+        let (root, ws) = (self.root.clone(), self.ws.clone());
+        let watcher = std::thread::spawn(move || {
+            let store = SnapshotStore::open(root.join("snapshots"), root.join("cache")).unwrap();
+            store.watch(&ws, None, || tx.send(()).unwrap()).unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        watcher
+    }
+
     /// Every object the snapshot store's refs reach is there (`git fsck`).
     fn assert_complete(&self) {
         let out = Command::new("git")
@@ -91,13 +103,7 @@ fn snapshots_a_watcher_takes_after_gc_name_only_objects_the_store_holds() {
     let first = s.take(); // a full scan, written as a pack
     assert!(!first.watched);
 
-    let (tx, rx) = mpsc::channel();
-    let (root, ws) = (s.root.clone(), s.ws.clone());
-    let watcher = std::thread::spawn(move || {
-        let store = SnapshotStore::open(root.join("snapshots"), root.join("cache")).unwrap();
-        store.watch(&ws, None, || tx.send(()).unwrap()).unwrap();
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    let watcher = s.start_watcher();
     // Takes the watcher's token; from here on the watcher takes the snapshots.
     s.take();
     let same = s.take();
@@ -180,13 +186,7 @@ fn a_file_written_again_after_the_watcher_hashed_it_is_read_again() {
     }
     let s = Setup::new();
     s.take();
-    let (tx, rx) = mpsc::channel();
-    let (root, ws) = (s.root.clone(), s.ws.clone());
-    let watcher = std::thread::spawn(move || {
-        let store = SnapshotStore::open(root.join("snapshots"), root.join("cache")).unwrap();
-        store.watch(&ws, None, || tx.send(()).unwrap()).unwrap();
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    let watcher = s.start_watcher();
     s.take();
     let reference = |round: usize| {
         SnapshotStore::open(
