@@ -40,6 +40,10 @@ impl Env {
         git::git(&ws, &["init", "-q"]);
         git::git(&ws, &["add", "-A"]);
         git::git(&ws, &["commit", "-q", "-m", "files"]);
+        // Past the racy window of the index `git commit` wrote (SPEC §10.6: a scan that
+        // cannot trust it asks the watcher to list the workspace again), as for any
+        // workspace a moment after a commit; the hooks are quick enough to fall in it.
+        std::thread::sleep(std::time::Duration::from_millis(150));
         Some(Env {
             _tmp: tmp,
             home,
