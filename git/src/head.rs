@@ -103,10 +103,7 @@ pub fn head_move(
 /// reads before `packed-refs`): `None` when it takes more (a `.git` file of a linked
 /// work tree, a packed ref, a name Git would refuse), and the repository is opened.
 fn loose_head(workspace: &Path) -> Option<String> {
-    let git_dir = workspace
-        .ancestors()
-        .map(|d| d.join(".git"))
-        .find(|g| g.exists())?;
+    let git_dir = scan::dot_git(workspace)?;
     if !git_dir.is_dir() {
         return None;
     }

@@ -9,16 +9,7 @@ use std::sync::mpsc;
 
 use tacho_git::snapshot::{Scope, Snapshot, SnapshotStore};
 use tacho_tests::git::{git, have_git};
-
-fn write(ws: &Path, rel: &str, data: &str) {
-    let p = ws.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, data).unwrap();
-}
-
-fn settle() {
-    std::thread::sleep(std::time::Duration::from_millis(150));
-}
+use tacho_tests::{settle, write_file as write};
 
 /// A small deterministic generator (the test must fail the same way twice).
 struct Lcg(u64);

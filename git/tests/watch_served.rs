@@ -7,23 +7,13 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc;
 
 use tacho_git::snapshot::{Scope, Snapshot, SnapshotStore, watch};
 use tacho_tests::git::{git, have_git};
-
-fn write(ws: &Path, rel: &str, data: &str) {
-    let p = ws.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, data).unwrap();
-}
-
-/// Past the racy window of what was just written (files, Git's index).
-fn settle() {
-    std::thread::sleep(std::time::Duration::from_millis(150));
-}
+use tacho_tests::{settle, write_file as write};
 
 struct Setup {
     _tmp: tempfile::TempDir,

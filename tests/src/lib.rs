@@ -285,3 +285,18 @@ pub fn mcp_calls(home: &Path, ws: &Path, calls: &[serde_json::Value]) -> Vec<ser
     let _ = child.wait();
     results
 }
+
+/// Writes `data` to `rel` under `dir`, making its directories.
+pub fn write_file(dir: &Path, rel: &str, data: &str) {
+    let p = dir.join(rel);
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).expect("making a test file's directory");
+    }
+    std::fs::write(p, data).expect("writing a test file");
+}
+
+/// Waits past the racy window of what was just written (files, Git's index): file
+/// times are trusted only once they are older than a scan by 100 ms.
+pub fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(150));
+}

@@ -189,11 +189,7 @@ pub(crate) struct Checked {
 
 impl Checked {
     pub fn new(loaded: Loaded, workspace: &str) -> Option<Checked> {
-        let c = loaded.get(workspace)?;
-        let totals = (
-            c.entries.len() as i64,
-            c.entries.iter().map(|e| e.size.to_native() as i64).sum(),
-        );
+        let totals = totals(loaded.get(workspace)?);
         Some(Checked { loaded, totals })
     }
 
@@ -207,6 +203,14 @@ impl Checked {
             rkyv::access_unchecked::<ArchivedCacheFile>(&self.loaded.0)
         }
     }
+}
+
+/// The cache's entry count and the total size of its entries.
+pub(crate) fn totals(c: &ArchivedCacheFile) -> (i64, i64) {
+    (
+        c.entries.len() as i64,
+        c.entries.iter().map(|e| e.size.to_native() as i64).sum(),
+    )
 }
 
 /// The cache as values.

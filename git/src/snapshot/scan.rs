@@ -51,21 +51,21 @@ fn git_err(
     SnapshotError::git(what, e)
 }
 
+/// The `.git` (a directory, or the file of a linked work tree) at or nearest above
+/// `workspace`, if any.
+pub(crate) fn dot_git(workspace: &Path) -> Option<std::path::PathBuf> {
+    workspace
+        .ancestors()
+        .map(|d| d.join(".git"))
+        .find(|g| g.exists())
+}
+
 /// Opens the Git repository that holds `workspace`, if any. A repository found above
 /// the workspace counts; the workspace is then a prefix inside it.
 pub fn git_context(workspace: &Path) -> Result<Option<GitContext>, SnapshotError> {
     // Only a `.git` at or above the workspace makes it a Git workspace; gix's
     // discovery would also accept a bare repository, which has no work tree.
-    let mut probe = Some(workspace);
-    let mut found = false;
-    while let Some(dir) = probe {
-        if dir.join(".git").exists() {
-            found = true;
-            break;
-        }
-        probe = dir.parent();
-    }
-    if !found {
+    if dot_git(workspace).is_none() {
         return Ok(None);
     }
     let repo = match gix::discover(workspace) {

@@ -340,15 +340,7 @@ impl SnapshotStore {
         trace.mark("w:tree");
         self.keep(tree, writes)?;
 
-        let (mut files, mut bytes) = old_totals.unwrap_or_else(|| {
-            (
-                old.entries.len() as i64,
-                old.entries
-                    .iter()
-                    .map(|e| e.size.to_native() as i64)
-                    .sum::<i64>(),
-            )
-        });
+        let (mut files, mut bytes) = old_totals.unwrap_or_else(|| cache::totals(old));
         for p in &removals {
             if let Some(c) = old_index.get(p.as_str()) {
                 files -= 1;
