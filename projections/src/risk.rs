@@ -383,15 +383,12 @@ pub fn shell_run_passed(status: ToolStatus) -> Option<bool> {
 
 /// The command a tool call ran, when it is a shell call: its target.
 fn shell_command<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
-    let t = tool.to_ascii_lowercase();
-    if matches!(
-        t.as_str(),
-        "bash" | "shell" | "sh" | "exec" | "run" | "terminal" | "command"
-    ) {
-        target
-    } else {
-        None
-    }
+    // (Compared without a lowercased copy: every tool call of a session asks.)
+    ["bash", "shell", "sh", "exec", "run", "terminal", "command"]
+        .iter()
+        .any(|n| tool.eq_ignore_ascii_case(n))
+        .then_some(target)
+        .flatten()
 }
 
 /// Assesses a session from its execution graph.
