@@ -249,8 +249,8 @@ impl LogStats {
         let t = Totals::of(r);
         let mut by_kind: BTreeMap<u16, u64> = BTreeMap::new();
         for s in &r.streams {
-            for (k, n) in &s.by_kind {
-                *by_kind.entry(*k).or_default() += n;
+            for (k, n) in s.by_kind.iter() {
+                *by_kind.entry(k).or_default() += n;
             }
         }
         LogStats {
@@ -584,18 +584,40 @@ impl Tacho {
             }
         };
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        std::thread::scope(|scope| {
+        // The checks of the store as a whole need no stream: this thread makes them
+        // while the workers verify the streams (they were a serial tenth of a pass).
+        let store_checks = || -> Result<(Vec<Finding>, Option<String>), StoreError> {
+            let mut out = Vec::new();
+            if let Some(v) = &index {
+                out.extend(self.check_index_store(v, &sessions));
+            }
+            if only.is_some() {
+                return Ok((out, None));
+            }
+            // A stream directory deleted whole: its lock's checkpoint still counts the
+            // events its writers synced (lost data, not a stale index).
+            let mut listed = sessions.clone();
+            listed.sort();
+            out.extend(self.log().streams_lost(&listed)?);
+            out.extend(self.log().verify_packs());
+            let (findings, head) = self.check_prune_record()?;
+            out.extend(findings);
+            Ok((out, head))
+        };
+        let store_checked = std::thread::scope(|scope| {
             for _ in 0..threads.min(total).max(1) {
                 let finished = finished.clone();
                 scope.spawn(|| work(finished));
             }
             drop(finished);
-            // This thread only reports progress, until the last worker ends.
+            let checked = store_checks();
+            // Then this thread only reports progress, until the last worker ends.
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                 ended.recv_timeout(std::time::Duration::from_millis(50))
             {
                 progress(done.load(Ordering::Relaxed), total);
             }
+            checked
         });
         progress(total, total);
         let mut report = StoreReport::default();
@@ -609,25 +631,16 @@ impl Tacho {
                 }
             }
         }
-        if let Some(v) = &index {
+        if index.is_some() {
             let deferred = deferred.into_inner().unwrap_or_else(|e| e.into_inner());
             if !deferred.is_empty() {
                 let fresh = self.log().index_checked()?;
                 self.recheck_index_entries(&fresh, deferred, &mut report.streams);
             }
-            report.store.extend(self.check_index_store(v, &sessions));
         }
-        if only.is_none() {
-            // A stream directory deleted whole: its lock's checkpoint still counts the
-            // events its writers synced (lost data, not a stale index).
-            let mut listed = sessions.clone();
-            listed.sort();
-            report.store.extend(self.log().streams_lost(&listed)?);
-            report.store.extend(self.log().verify_packs());
-            let (findings, head) = self.check_prune_record()?;
-            report.store.extend(findings);
-            report.prune_head = head;
-        }
+        let (findings, head) = store_checked?;
+        report.store.extend(findings);
+        report.prune_head = head;
         Ok(report)
     }
 

@@ -37,7 +37,7 @@ pub use package::{
 pub use prune::{PRUNE_LOG, PruneRecord, PrunedSession, remove_streams};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Listing, Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
-pub use verify::{EventVisitor, Finding, Severity, StoreReport, StreamReport};
+pub use verify::{EventVisitor, Finding, KindTally, Severity, StoreReport, StreamReport};
 pub use writer::{
     AppendReceipt, Durability, EventRef, Recovery, Writer, append_group, close_writers,
     commit_group, mark_written,

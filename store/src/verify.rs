@@ -1,7 +1,6 @@
 //! Verification and statistics of streams: every checksum, every chain step, every
 //! sequence number and every payload, with each finding located.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use tacho_log_format::{ChainValue, DamageClass, ScanLimits, Scanner, SegmentEnd, StreamId};
@@ -46,7 +45,31 @@ pub struct StreamReport {
     /// Zeros kept ahead of the data in the last segment (free space).
     pub free_bytes: u64,
     /// Event count by kind id.
-    pub by_kind: BTreeMap<u16, u64>,
+    pub by_kind: KindTally,
+}
+
+/// Event counts by kind id, in id order: a few entries per stream, kept in a vector
+/// (a map per stream cost more to build and drop than the counting itself).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KindTally(Vec<(u16, u64)>);
+
+impl KindTally {
+    /// Adds `n` events of kind `k`.
+    pub fn add(&mut self, k: u16, n: u64) {
+        match self.0.binary_search_by_key(&k, |(kind, _)| *kind) {
+            Ok(i) => {
+                if let Some((_, c)) = self.0.get_mut(i) {
+                    *c += n;
+                }
+            }
+            Err(i) => self.0.insert(i, (k, n)),
+        }
+    }
+
+    /// (kind id, count), in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.0.iter().copied()
+    }
 }
 
 /// What verifying (or counting) the whole store found.
@@ -103,7 +126,7 @@ struct SegmentScan {
     bytes: u64,
     events: u64,
     batches: u64,
-    by_kind: BTreeMap<u16, u64>,
+    by_kind: KindTally,
     /// Sequence number and chain value after the last good batch.
     next_seq: u64,
     chain: ChainValue,
@@ -137,7 +160,7 @@ impl Store {
             bytes: 0,
             events: 0,
             batches: 0,
-            by_kind: BTreeMap::new(),
+            by_kind: KindTally::default(),
             next_seq: 0,
             chain: [0; 32],
             data_len: 0,
@@ -182,7 +205,7 @@ impl Store {
                     let k = frame.header.kind;
                     match counts.get_mut(usize::from(k)) {
                         Some(c) => *c += 1,
-                        None => *out.by_kind.entry(k).or_default() += 1,
+                        None => out.by_kind.add(k, 1),
                     }
                     match &mut visit {
                         // Reading the view validates the payload as `validate` does.
@@ -215,19 +238,14 @@ impl Store {
             }
             break Some(scan);
         };
-        let Some(scan) = scan else {
-            for (k, n) in counts.iter().enumerate() {
-                if *n > 0 {
-                    *out.by_kind.entry(k as u16).or_default() += n;
-                }
-            }
-            return Ok(out);
-        };
         for (k, n) in counts.iter().enumerate() {
             if *n > 0 {
-                *out.by_kind.entry(k as u16).or_default() += n;
+                out.by_kind.add(k as u16, *n);
             }
         }
+        let Some(scan) = scan else {
+            return Ok(out);
+        };
         out.events = scan.event_count();
         out.next_seq = scan.next_seq();
         out.chain = scan.chain();
@@ -426,8 +444,8 @@ impl Store {
             }
             r.batches += scan.batches;
             r.events += scan.events;
-            for (k, c) in &scan.by_kind {
-                *r.by_kind.entry(*k).or_default() += c;
+            for (k, c) in scan.by_kind.iter() {
+                r.by_kind.add(k, c);
             }
             prev_chain = scan.chain;
             expected_seq = scan.next_seq;
