@@ -10,13 +10,20 @@
 //! criterion groups, the medians of 11 more runs of each side and their ratio are
 //! printed.
 //!
+//! Beside them, the floor of any verifier of the same files, in this process (no
+//! process start) on as many threads as `log verify` uses: every file under `log/`
+//! read whole (`read`), then read and hashed with BLAKE3 and CRC32 (`read + hash`),
+//! the least a check of checksums and a hash chain must do. Wall and CPU time are
+//! printed: when the floor's wall time is above a tenth of SQLite's, 10 times SQLite is
+//! out of reach for that layout on this machine, whatever the verifier does.
+//!
 //! `cargo build --release -p tacho-cli && cargo bench -p tacho-benches --bench
 //! log_verify`. `TACHO_VERIFY_SESSIONS` sets the number of sessions. Under `cargo
 //! test` everything runs once on 10 sessions.
 
 #![allow(clippy::unwrap_used)] // a benchmark that cannot set up should panic
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -67,6 +74,77 @@ fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
         .collect();
     t.sort_by(f64::total_cmp);
     t[t.len() / 2]
+}
+
+/// Every regular file under `dir`, largest first (so threads taking them in turn
+/// share the bytes evenly).
+fn files_under(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                todo.push(e.path());
+            } else if t.is_file() {
+                out.push((e.metadata().unwrap().len(), e.path()));
+            }
+        }
+    }
+    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out
+}
+
+/// Process CPU time (user + system) so far, in ms.
+fn cpu_ms() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
+}
+
+/// Reads every file of `files` on `threads` threads, hashing each with BLAKE3 and
+/// CRC32 when `hash`; returns the bytes read (and a digest, so nothing is skipped).
+fn floor_pass(files: &[(u64, PathBuf)], threads: usize, hash: bool) -> (u64, u32) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let (mut bytes, mut mix) = (0u64, 0u32);
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((_, path)) = files.get(i) else { break };
+                        let data = std::fs::read(path).unwrap();
+                        bytes += data.len() as u64;
+                        if hash {
+                            let h = blake3::hash(&data);
+                            mix ^= crc32fast::hash(&data) ^ u32::from(h.as_bytes()[0]);
+                        }
+                    }
+                    (bytes, mix)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .fold((0, 0), |(b, m), (b2, m2)| (b + b2, m ^ m2))
+    })
+}
+
+/// Medians of `runs` floor passes: (wall ms, CPU ms).
+fn floor_ms(runs: usize, files: &[(u64, PathBuf)], threads: usize, hash: bool) -> (f64, f64) {
+    let mut wall = Vec::new();
+    let mut cpu = Vec::new();
+    for _ in 0..runs {
+        let (start, c0) = (Instant::now(), cpu_ms());
+        std::hint::black_box(floor_pass(files, threads, hash));
+        wall.push(start.elapsed().as_secs_f64() * 1e3);
+        cpu.push(cpu_ms() - c0);
+    }
+    wall.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
+    (wall[wall.len() / 2], cpu[cpu.len() / 2])
 }
 
 fn verify(c: &mut Criterion) {
@@ -124,6 +202,11 @@ fn verify(c: &mut Criterion) {
         g.bench_function("sqlite read + JSON parse", |b| {
             b.iter(|| sqlite_read_all(&db))
         });
+        let files = files_under(&home.join("log"));
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        g.bench_function("floor: read every file under log/", |b| {
+            b.iter(|| floor_pass(&files, threads, false))
+        });
         g.finish();
         let runs = if bench_mode() { 11 } else { 1 };
         let ours = median_ms(runs, || {
@@ -132,6 +215,15 @@ fn verify(c: &mut Criterion) {
         let theirs = median_ms(runs, || {
             sqlite_read_all(&db);
         });
+        let (read_wall, read_cpu) = floor_ms(runs, &files, threads, false);
+        let (hash_wall, hash_cpu) = floor_ms(runs, &files, threads, true);
+        eprintln!(
+            "log_verify {shape} floor ({} files, {threads} threads, in process): read \
+             {read_wall:.1} ms wall, {read_cpu:.1} ms CPU; read + BLAKE3 + CRC32 \
+             {hash_wall:.1} ms wall, {hash_cpu:.1} ms CPU; 10x sqlite needs {:.1} ms",
+            files.len(),
+            theirs / 10.0
+        );
         eprintln!(
             "log_verify {shape}: {events} events, {sessions} sessions, {:.1} MB checked; \
              tacho log verify median {ours:.1} ms ({:.2} GB/s), sqlite read + parse median \
