@@ -8,7 +8,7 @@ use tacho_schema::{EventBody, EventView};
 use tacho_store::index::{FactsAt, IndexEntry, IndexView, Record, SessionFacts};
 use tacho_store::{Finding, ReadEnd, Severity, StoreError, StreamReport, hex};
 
-use crate::{SessionGraph, Tacho};
+use crate::Tacho;
 
 /// The rules the index's facts are computed by: raised whenever the same events give
 /// other facts (a risk rule changed), so that facts an older tacho computed are
@@ -37,9 +37,10 @@ pub(crate) fn level_of(rank: u8) -> RiskLevel {
         .unwrap_or(RiskLevel::Critical)
 }
 
-/// The facts of a session's graph.
-fn facts_of(sg: &SessionGraph, source: Option<String>) -> SessionFacts {
-    let (g, risk) = (&sg.graph, &sg.risk);
+/// The facts of a session's graph (its risk scored by `assess`'s rules, without the
+/// factors' text: the index keeps the score and level).
+fn facts_of(g: &ExecutionGraph, source: Option<String>) -> SessionFacts {
+    let (risk_score, risk_level) = tacho_projections::risk_score(g);
     let s = SessionSummary::from_graph(g);
     SessionFacts {
         started_unix_ns: s.started_unix_ns,
@@ -61,8 +62,8 @@ fn facts_of(sg: &SessionGraph, source: Option<String>) -> SessionFacts {
         files_edited: s.files_edited,
         tokens_in: s.tokens_in,
         tokens_out: s.tokens_out,
-        risk_score: risk.score,
-        risk_level: rank_of(risk.level),
+        risk_score,
+        risk_level: rank_of(risk_level),
         damaged: None,
     }
 }
@@ -120,7 +121,7 @@ impl Tacho {
             Ok((g, ReadEnd { next_seq, head, .. })) => FactsAt {
                 next_seq,
                 head,
-                facts: facts_of(&SessionGraph::of(g), self.source_of(session)),
+                facts: facts_of(&g, self.source_of(session)),
             },
             Err(StoreError::NotFound(_)) => return None,
             Err(e) => FactsAt {
@@ -148,7 +149,7 @@ impl Tacho {
             at: FactsAt {
                 next_seq: at.0,
                 head: at.1,
-                facts: facts_of(&SessionGraph::of(g), source),
+                facts: facts_of(&g, source),
             },
         }
     }
@@ -440,7 +441,7 @@ impl Tacho {
                 },
             };
             self.merge_observed(&mut folded);
-            let fresh = facts_of(&SessionGraph::of(folded), source);
+            let fresh = facts_of(&folded, source);
             if fresh != *stored {
                 out.push(index_finding(
                     Severity::Error,

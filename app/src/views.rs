@@ -24,7 +24,8 @@ pub struct SessionGraph {
 
 impl SessionGraph {
     /// The assessment of a finished graph (folded, with the snapshots' changes merged
-    /// in). The only place the application scores risk.
+    /// in). The only place the application assesses risk (the session index keeps only
+    /// the score and level, from `risk_score`: the same rules without the factors' text).
     pub(crate) fn of(graph: ExecutionGraph) -> Self {
         let risk = assess(&graph);
         SessionGraph { graph, risk }

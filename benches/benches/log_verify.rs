@@ -92,7 +92,7 @@ fn files_under(dir: &Path) -> Vec<(u64, PathBuf)> {
             }
         }
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|f| std::cmp::Reverse(f.0));
     out
 }
 

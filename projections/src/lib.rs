@@ -26,7 +26,7 @@ pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRu
 pub use risk::{
     Confidence, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel,
     VerificationEvidence, VerificationSource, assess, is_api_surface, is_security_sensitive,
-    verification_kind,
+    risk_score, verification_kind,
 };
 pub use rollback::{RollbackPoint, RollbackPoints, UnclaimedPoint};
 pub use summary::{SessionStatus, SessionSummary};

@@ -393,6 +393,21 @@ fn shell_command<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
 
 /// Assesses a session from its execution graph.
 pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
+    assess_with(g, true)
+}
+
+/// A session's risk score and level alone: [`assess`]'s rules, without the text and
+/// paths of its factors (what the session index keeps, computed for every session a
+/// listing or `log verify` folds).
+pub fn risk_score(g: &ExecutionGraph) -> (u32, RiskLevel) {
+    let r = assess_with(g, false);
+    (r.score, r.level)
+}
+
+/// [`assess`], with the factors' evidence and paths only when `detail` (the weights,
+/// score, level and readiness are the same either way).
+fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
+    let text = |f: &dyn Fn() -> String| if detail { f() } else { String::new() };
     let mut factors = Vec::new();
     let files: Vec<&String> = g.files.keys().collect();
     let n_files = files.len() as u64;
@@ -413,16 +428,16 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         factors.push(RiskFactor {
             id: "files_changed",
             weight: (n_files as u32 * 5 / 2).min(20),
-            evidence: format!("{n_files} file(s) changed: {}", list(&files)),
+            evidence: text(&|| format!("{n_files} file(s) changed: {}", list(&files))),
             mitigation: "Review every changed file; split unrelated changes into separate pull requests.",
-            paths: files.iter().map(|f| f.to_string()).collect(),
+            paths: if detail { files.iter().map(|f| f.to_string()).collect() } else { Vec::new() },
         });
     }
     if lines > 500 {
         factors.push(RiskFactor {
             id: "lines_changed",
             weight: if lines > 2000 { 10 } else { 5 },
-            evidence: format!("{lines} lines added or removed"),
+            evidence: text(&|| format!("{lines} lines added or removed")),
             mitigation: "Large diffs hide mistakes: review in parts, or ask the agent for smaller steps.",
             paths: Vec::new(),
         });
@@ -439,11 +454,13 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         factors.push(RiskFactor {
             id: "cross_area",
             weight: ((areas.len() as u32 - 1) * 5).min(15),
-            evidence: format!(
-                "changes span {} top-level areas: {}",
-                areas.len(),
-                areas.iter().copied().collect::<Vec<_>>().join(", ")
-            ),
+            evidence: text(&|| {
+                format!(
+                    "changes span {} top-level areas: {}",
+                    areas.len(),
+                    areas.iter().copied().collect::<Vec<_>>().join(", ")
+                )
+            }),
             mitigation: "Have an owner of each area review its part.",
             paths: Vec::new(),
         });
@@ -456,24 +473,26 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         factors.push(RiskFactor {
             id: "tool_failures",
             weight: (failures.len() as u32 * 4).min(20),
-            evidence: format!(
-                "{} failed tool call(s): {}",
-                failures.len(),
-                failures
-                    .iter()
-                    .take(3)
-                    .map(|(s, t)| format!(
-                        "step {} {}{}",
-                        s.number,
-                        t.tool,
-                        t.target
-                            .as_ref()
-                            .map(|x| format!(" {x}"))
-                            .unwrap_or_default()
-                    ))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
+            evidence: text(&|| {
+                format!(
+                    "{} failed tool call(s): {}",
+                    failures.len(),
+                    failures
+                        .iter()
+                        .take(3)
+                        .map(|(s, t)| format!(
+                            "step {} {}{}",
+                            s.number,
+                            t.tool,
+                            t.target
+                                .as_ref()
+                                .map(|x| format!(" {x}"))
+                                .unwrap_or_default()
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            }),
             mitigation: "Check that every failure was resolved, not worked around.",
             paths: Vec::new(),
         });
@@ -492,21 +511,21 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         (None, Some(_)) => factors.push(RiskFactor {
             id: "unverified",
             weight: 15,
-            evidence: "files changed and no verification run (test, build, lint or goal check) was recorded".into(),
+            evidence: text(&|| "files changed and no verification run (test, build, lint or goal check) was recorded".into()),
             mitigation: "Run the test suite on the change before merging.",
             paths: Vec::new(),
         }),
         (Some((_, false, cmd)), _) => factors.push(RiskFactor {
             id: "verification_failed",
             weight: 20,
-            evidence: format!("the last verification failed: {cmd}"),
+            evidence: text(&|| format!("the last verification failed: {cmd}")),
             mitigation: "Fix the failure and run the verification again.",
             paths: Vec::new(),
         }),
         (Some((seq, true, cmd)), Some(edit)) if seq < edit => factors.push(RiskFactor {
             id: "edited_after_verification",
             weight: 10,
-            evidence: format!("files changed after the last passing run ({cmd})"),
+            evidence: text(&|| format!("files changed after the last passing run ({cmd})")),
             mitigation: "Run the verification again on the final state.",
             paths: Vec::new(),
         }),
@@ -516,7 +535,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         factors.push(RiskFactor {
             id: "no_diff_snapshot",
             weight: 5,
-            evidence: "no file snapshot was recorded, so the diff cannot be checked against the edits the agent reported".into(),
+            evidence: text(&|| "no file snapshot was recorded, so the diff cannot be checked against the edits the agent reported".into()),
             mitigation: "Record snapshots (adapters take them at step boundaries) so the real diff can be reviewed.",
             paths: Vec::new(),
         });
@@ -538,14 +557,14 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         factors.push(RiskFactor {
             id: "unclaimed_changes",
             weight: 10,
-            evidence: format!(
+            evidence: text(&|| format!(
                 "{} file(s) changed with no tool call running (between events {}): {}",
                 paths.len(),
                 ranges.join(", "),
                 list(&shown)
-            ),
+            )),
             mitigation: "Find out who made these changes (the user, another process, a tool whose hooks did not fire); undo one with tacho session rollback --unclaimed N.",
-            paths,
+            paths: if detail { paths } else { Vec::new() },
         });
     }
     let api: Vec<&String> = files
@@ -557,13 +576,19 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         factors.push(RiskFactor {
             id: "api_surface",
             weight: (api.len() as u32 * 4).min(12),
-            evidence: format!(
-                "{} file(s) of the API surface changed: {}",
-                api.len(),
-                list(&api)
-            ),
+            evidence: text(&|| {
+                format!(
+                    "{} file(s) of the API surface changed: {}",
+                    api.len(),
+                    list(&api)
+                )
+            }),
             mitigation: "Check callers and compatibility; document the change.",
-            paths: api.iter().map(|f| f.to_string()).collect(),
+            paths: if detail {
+                api.iter().map(|f| f.to_string()).collect()
+            } else {
+                Vec::new()
+            },
         });
     }
     let sensitive: Vec<&String> = files
@@ -575,9 +600,13 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         factors.push(RiskFactor {
             id: "security_sensitive",
             weight: (sensitive.len() as u32 * 8).min(24),
-            evidence: format!("security-sensitive path(s) touched: {}", list(&sensitive)),
+            evidence: text(&|| format!("security-sensitive path(s) touched: {}", list(&sensitive))),
             mitigation: "Ask for a security review of these files.",
-            paths: sensitive.iter().map(|f| f.to_string()).collect(),
+            paths: if detail {
+                sensitive.iter().map(|f| f.to_string()).collect()
+            } else {
+                Vec::new()
+            },
         });
     }
     let ending = match g.end_reason {
@@ -597,7 +626,7 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
         factors.push(RiskFactor {
             id: "run_ending",
             weight,
-            evidence: evidence.into(),
+            evidence: text(&|| evidence.into()),
             mitigation: "Treat the work as unfinished until it is completed and verified.",
             paths: Vec::new(),
         });
@@ -610,30 +639,32 @@ pub fn assess(g: &ExecutionGraph) -> RiskAssessment {
     let open: Vec<(&String, &crate::graph::GoalTally)> = goals.open_goals().collect();
     let goal_open = !open.is_empty();
     if goal_open {
-        let mut what = Vec::new();
-        for (id, t) in &open {
-            if t.completions_refused > 0 {
-                what.push(format!(
-                    "the completion gate refused goal {id} {} time(s)",
-                    t.completions_refused
-                ));
-            }
-            if t.paused > 0 {
-                what.push(format!("goal {id} was paused as stalled"));
-            }
-            if t.blocked > 0 {
-                what.push(format!("goal {id} was marked blocked"));
-            }
-        }
         factors.push(RiskFactor {
             id: "goal_not_completed",
             weight: 15,
-            evidence: format!(
-                "{}, and no completion was accepted ({} receipt(s), {} failed)",
-                what.join("; "),
-                goals.receipts,
-                goals.receipts_failed
-            ),
+            evidence: text(&|| {
+                let mut what = Vec::new();
+                for (id, t) in &open {
+                    if t.completions_refused > 0 {
+                        what.push(format!(
+                            "the completion gate refused goal {id} {} time(s)",
+                            t.completions_refused
+                        ));
+                    }
+                    if t.paused > 0 {
+                        what.push(format!("goal {id} was paused as stalled"));
+                    }
+                    if t.blocked > 0 {
+                        what.push(format!("goal {id} was marked blocked"));
+                    }
+                }
+                format!(
+                    "{}, and no completion was accepted ({} receipt(s), {} failed)",
+                    what.join("; "),
+                    goals.receipts,
+                    goals.receipts_failed
+                )
+            }),
             mitigation: "Make the goal's checks pass (tacho goal status) before calling the work done.",
             paths: Vec::new(),
         });
@@ -865,6 +896,37 @@ mod tests {
         b.extend(shell("c1", "cargo test", ToolStatus::Denied));
         let r = assess(&graph(b));
         assert!(has(&r, "unverified"), "{:?}", r.factors);
+    }
+
+    #[test]
+    fn the_score_alone_is_the_assessments_score() {
+        let mut failing = vec![edit("src/a.rs"), edit("web/index.ts")];
+        failing.extend(shell("c1", "cargo test", ToolStatus::Error));
+        let mut passing = vec![edit("src/auth/login.rs"), edit("include/api.h")];
+        passing.extend(shell("c2", "pytest -q", ToolStatus::Ok));
+        passing.push(edit("docs/x.md"));
+        let sessions = [
+            vec![],
+            vec![end(EndReason::Completed)],
+            failing,
+            passing,
+            (0..40).map(|i| edit(&format!("d{i}/f.rs"))).collect(),
+            vec![
+                goal_created("g1", None),
+                goal_update("g1", tacho_schema::GoalAction::Complete, false),
+                end(EndReason::GateBlocked),
+            ],
+        ];
+        let mut scores = std::collections::BTreeSet::new();
+        for bodies in sessions {
+            let g = graph(bodies);
+            let full = assess(&g);
+            assert_eq!(risk_score(&g), (full.score, full.level));
+            assert!(full.factors.iter().all(|f| !f.evidence.is_empty()));
+            scores.insert(full.score);
+        }
+        // (Sessions of different scores: the comparison is not of one value.)
+        assert!(scores.len() >= 4, "{scores:?}");
     }
 
     #[test]

@@ -200,9 +200,9 @@ impl Pack {
         }
     }
 
-    /// The entries of `session`, in segment order (a binary search by stream id).
-    fn find(&self, session: &str) -> Result<Vec<PackEntry>, StoreError> {
-        let stream = StreamId::of_name(session);
+    /// The entries of `session` (whose stream id is `stream`), in segment order (a
+    /// binary search by stream id).
+    fn find(&self, session: &str, stream: &StreamId) -> Result<Vec<PackEntry>, StoreError> {
         let key = |i: u64| -> Result<[u8; 16], StoreError> {
             let at = usize::try_from(self.header.toc_offset + i * PACK_ENTRY_LEN as u64)
                 .map_err(|_| self.damaged(i))?;
@@ -260,15 +260,20 @@ pub(crate) fn packed_in(
     packs: &[Arc<Pack>],
     session: &str,
 ) -> Result<Vec<(Arc<Pack>, PackEntry)>, StoreError> {
-    let mut found: BTreeMap<u64, (Arc<Pack>, PackEntry)> = BTreeMap::new();
+    // (The stream id is hashed once for every pack: a pass over a store asks this for
+    // every session.)
+    let stream = StreamId::of_name(session);
+    let mut found: Vec<(Arc<Pack>, PackEntry)> = Vec::new();
     for p in packs {
-        for e in p.find(session)? {
-            found
-                .entry(e.segment_index)
-                .or_insert_with(|| (p.clone(), e));
+        for e in p.find(session, &stream)? {
+            found.push((p.clone(), e));
         }
     }
-    Ok(found.into_values().collect())
+    // In segment order; a segment in two packs is taken from the first that has it
+    // (the sort is stable, and `dedup` keeps the first of equal neighbours).
+    found.sort_by_key(|(_, e)| e.segment_index);
+    found.dedup_by_key(|(_, e)| e.segment_index);
+    Ok(found)
 }
 
 /// The packs a store holds, loaded as they are first needed.

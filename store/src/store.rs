@@ -190,6 +190,10 @@ const PLAIN_NAME_MAX: usize = 250;
 /// (an id of more than 122 upper-case letters) is `~` and the id's bytes in lower-case
 /// base32 instead (at most 206 bytes): no letter-for-letter name starts with `~`.
 pub fn stream_dir_name(session: &str) -> String {
+    // (Most ids have no upper-case letter: their name is the id, copied whole.)
+    if session.len() <= PLAIN_NAME_MAX && !session.bytes().any(|b| b.is_ascii_uppercase()) {
+        return session.to_owned();
+    }
     let mut out = String::with_capacity(session.len() + 4);
     for c in session.chars() {
         if c.is_ascii_uppercase() {
@@ -418,29 +422,33 @@ impl Store {
         listed: Option<(&Listing, bool)>,
     ) -> Result<Vec<SegLoc>, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
-        let dir = self.stream_dir(session);
         // A directory created after the listing holds only what a writer appended
         // since: the stream as listed is its packed prefix. (Unless a checkpoint read
         // since may count those appends: then the directory is looked for.)
         let unlisted = listed.is_some_and(|(l, after)| !after && !l.has_dir(session));
-        let (names, dir_found) = match unlisted {
+        let (mut segs, dir_found) = match unlisted {
             true => (Vec::new(), false),
-            false => match self.vfs.list_dir(&dir) {
-                Ok(n) => (n, true),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), false),
-                Err(e) => return Err(StoreError::io(&dir, e)),
-            },
+            false => {
+                let dir = self.stream_dir(session);
+                match self.vfs.list_dir(&dir) {
+                    Ok(names) => (
+                        names
+                            .iter()
+                            .filter_map(|n| {
+                                parse_segment_file_name(n).map(|first_seq| SegLoc {
+                                    first_seq,
+                                    path: dir.join(n),
+                                    packed: None,
+                                })
+                            })
+                            .collect::<Vec<_>>(),
+                        true,
+                    ),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), false),
+                    Err(e) => return Err(StoreError::io(&dir, e)),
+                }
+            }
         };
-        let mut segs: Vec<SegLoc> = names
-            .iter()
-            .filter_map(|n| {
-                parse_segment_file_name(n).map(|first_seq| SegLoc {
-                    first_seq,
-                    path: dir.join(n),
-                    packed: None,
-                })
-            })
-            .collect();
         segs.sort_by_key(|s| s.first_seq);
         if segs.first().is_none_or(|s| s.first_seq != 0) {
             let packed = match listed.and_then(|(l, _)| l.packs.as_deref()) {
