@@ -231,6 +231,40 @@ impl Pack {
         Ok(out)
     }
 
+    /// The sessions whose stream starts in this pack (the entries of first segments
+    /// whose id hashes to their stream id), in table order. Hashing every id is most
+    /// of the work: a large table is read on every core (a pass over a store waits for
+    /// this listing before it starts).
+    fn sessions(&self) -> Vec<String> {
+        let listed = |from: u64, to: u64| -> Vec<String> {
+            (from..to)
+                .filter_map(|i| self.entry(i))
+                .filter(|e| {
+                    e.segment_index == 0
+                        && StreamId::of_name(&e.session) == e.stream
+                        && tacho_schema::validate_session_id(&e.session).is_ok()
+                })
+                .map(|e| e.session)
+                .collect()
+        };
+        let n = self.header.entries;
+        if n < SESSIONS_PER_THREAD_MIN * 2 {
+            return listed(0, n);
+        }
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |t| t.get() as u64)
+            .min(n / SESSIONS_PER_THREAD_MIN);
+        std::thread::scope(|s| {
+            let parts: Vec<_> = (0..threads)
+                .map(|t| s.spawn(move || listed(n * t / threads, n * (t + 1) / threads)))
+                .collect();
+            parts
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
+    }
+
     /// Every entry, in table order; `Err` at the first damaged one.
     pub fn entries(&self) -> Result<Vec<PackEntry>, StoreError> {
         (0..self.header.entries)
@@ -275,6 +309,10 @@ pub(crate) fn packed_in(
     found.dedup_by_key(|(_, e)| e.segment_index);
     Ok(found)
 }
+
+/// The fewest table entries [`Pack::sessions`] gives a thread of its own (starting
+/// a thread costs about what hashing a few dozen ids does).
+const SESSIONS_PER_THREAD_MIN: u64 = 1024;
 
 /// The packs a store holds, loaded as they are first needed.
 #[derive(Debug, Default)]
@@ -356,15 +394,7 @@ impl Store {
     pub(crate) fn packed_sessions(&self) -> Result<Vec<String>, StoreError> {
         let mut out = Vec::new();
         for p in self.load_packs(true)? {
-            for i in 0..p.header.entries {
-                if let Some(e) = p.entry(i)
-                    && e.segment_index == 0
-                    && StreamId::of_name(&e.session) == e.stream
-                    && tacho_schema::validate_session_id(&e.session).is_ok()
-                {
-                    out.push(e.session);
-                }
-            }
+            out.extend(p.sessions());
         }
         Ok(out)
     }

@@ -205,3 +205,24 @@ fn a_packed_segment_is_read_in_place_when_aligned() {
     assert!(SegmentBytes::range(&whole, 60, 8).is_none());
     assert!(SegmentBytes::range(&whole, u64::MAX, 2).is_none());
 }
+
+#[test]
+fn a_large_pack_lists_every_session_once() {
+    // Enough sessions that the pack's table is read in parts on several threads.
+    let fs = SimFs::new();
+    let store = sim_store(&fs);
+    let mut b = store.pack_builder();
+    let mut staged: Vec<String> = (0..2_600).map(|i| format!("ses_{i:05}")).collect();
+    for (i, s) in staged.iter().enumerate() {
+        let n = if i % 500 == 0 { 40 } else { 1 };
+        b.stage(s, &events(n, 0)).unwrap();
+    }
+    b.publish().unwrap();
+    staged.sort();
+    let listing = store.listing().unwrap();
+    assert_eq!(listing.sessions(), staged.as_slice());
+    assert_eq!(store.sessions().unwrap(), staged);
+    let r = store.verify_listed(&listing, "ses_00500", true).unwrap();
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert_eq!(r.next_seq, 40);
+}
