@@ -28,6 +28,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use tacho_benches::files_under;
 use tacho_benches::scale::{bulk_input, sqlite_ingest, sqlite_read_all, tacho_bin};
 
 fn bench_mode() -> bool {
@@ -74,26 +75,6 @@ fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
         .collect();
     t.sort_by(f64::total_cmp);
     t[t.len() / 2]
-}
-
-/// Every regular file under `dir`, largest first (so threads taking them in turn
-/// share the bytes evenly).
-fn files_under(dir: &Path) -> Vec<(u64, PathBuf)> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                todo.push(e.path());
-            } else if t.is_file() {
-                out.push((e.metadata().unwrap().len(), e.path()));
-            }
-        }
-    }
-    out.sort_by_key(|f| std::cmp::Reverse(f.0));
-    out
 }
 
 /// Process CPU time (user + system) so far, in ms.

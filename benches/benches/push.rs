@@ -25,7 +25,7 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use tacho_benches::hooks::{committed_workspace, git_ok, tacho_bin};
 use tacho_benches::scale::example_lines;
-use tacho_benches::{git_in, run_ok};
+use tacho_benches::{files_under, git_in, run_ok};
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -89,21 +89,9 @@ impl Setup {
     }
 }
 
+/// Bytes of the files under `dir`.
 fn du(dir: &Path) -> u64 {
-    let mut n = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let m = e.metadata().unwrap();
-            if m.is_dir() {
-                stack.push(e.path());
-            } else {
-                n += m.len();
-            }
-        }
-    }
-    n
+    files_under(dir).iter().map(|f| f.0).sum()
 }
 
 fn setup(root: &Path) -> Setup {

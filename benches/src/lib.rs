@@ -386,6 +386,29 @@ pub fn run_ok(c: &mut std::process::Command) {
     }
 }
 
+/// Every regular file under `dir` with its length, largest first; a directory that
+/// cannot be read panics (a benchmark that cannot measure should stop).
+pub fn files_under(dir: &Path) -> Vec<(u64, std::path::PathBuf)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let entries = std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+        for e in entries {
+            let (e, m) = match e.and_then(|e| Ok((e.path(), e.metadata()?))) {
+                Ok(v) => v,
+                Err(err) => panic!("{}: {err}", d.display()),
+            };
+            if m.is_dir() {
+                todo.push(e);
+            } else if m.is_file() {
+                out.push((m.len(), e));
+            }
+        }
+    }
+    out.sort_by_key(|f| std::cmp::Reverse(f.0));
+    out
+}
+
 /// Peak resident memory of a command, in KiB, from `/usr/bin/time -v`.
 pub fn peak_kib(bin: &Path, home: &Path, args: &[&str]) -> Option<u64> {
     let out = std::process::Command::new("/usr/bin/time")
