@@ -422,33 +422,29 @@ impl Store {
         listed: Option<(&Listing, bool)>,
     ) -> Result<Vec<SegLoc>, StoreError> {
         tacho_schema::validate_session_id(session).map_err(StoreError::BadSessionId)?;
+        let dir = self.stream_dir(session);
         // A directory created after the listing holds only what a writer appended
         // since: the stream as listed is its packed prefix. (Unless a checkpoint read
         // since may count those appends: then the directory is looked for.)
         let unlisted = listed.is_some_and(|(l, after)| !after && !l.has_dir(session));
-        let (mut segs, dir_found) = match unlisted {
+        let (names, dir_found) = match unlisted {
             true => (Vec::new(), false),
-            false => {
-                let dir = self.stream_dir(session);
-                match self.vfs.list_dir(&dir) {
-                    Ok(names) => (
-                        names
-                            .iter()
-                            .filter_map(|n| {
-                                parse_segment_file_name(n).map(|first_seq| SegLoc {
-                                    first_seq,
-                                    path: dir.join(n),
-                                    packed: None,
-                                })
-                            })
-                            .collect::<Vec<_>>(),
-                        true,
-                    ),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), false),
-                    Err(e) => return Err(StoreError::io(&dir, e)),
-                }
-            }
+            false => match self.vfs.list_dir(&dir) {
+                Ok(n) => (n, true),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), false),
+                Err(e) => return Err(StoreError::io(&dir, e)),
+            },
         };
+        let mut segs: Vec<SegLoc> = names
+            .iter()
+            .filter_map(|n| {
+                parse_segment_file_name(n).map(|first_seq| SegLoc {
+                    first_seq,
+                    path: dir.join(n),
+                    packed: None,
+                })
+            })
+            .collect();
         segs.sort_by_key(|s| s.first_seq);
         if segs.first().is_none_or(|s| s.first_seq != 0) {
             let packed = match listed.and_then(|(l, _)| l.packs.as_deref()) {
