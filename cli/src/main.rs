@@ -39,7 +39,9 @@ struct Cli {
 }
 
 /// Each command's arguments are built only when it is the one run (`defer`): building
-/// every command's was a tenth of a short command's process.
+/// every command's was a tenth of a short command's process. Command groups
+/// (`session`, `log`, ...) are [`Group`]s for the same reason: clap defers a command's
+/// arguments, not a nested list of subcommands.
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
 enum Command {
@@ -53,51 +55,51 @@ enum Command {
     /// The risk assessment of a session: score, level and every factor.
     Risk(cmd::risk::RiskArgs),
     /// Sessions: list, show, replay, compare, trace, roll back and branch them.
-    #[command(subcommand)]
-    Session(cmd::session::SessionCommand),
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Session(Group<cmd::session::SessionCommand>),
     /// Log-level tooling: verify, dump and count the raw segments.
-    #[command(subcommand)]
-    Log(cmd::log::LogCommand),
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Log(Group<cmd::log::LogCommand>),
     /// Store the workspace's files in the snapshot store now (and record it in a session).
     Snapshot(cmd::snapshot::SnapshotArgs),
     /// Drop snapshots no session references and pack the snapshot store.
     Gc(cmd::gc::GcArgs),
     /// A watcher of a workspace (inotify): full snapshots then look only at what changed.
-    #[command(subcommand)]
-    Watch(cmd::watch::WatchCommand),
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Watch(Group<cmd::watch::WatchCommand>),
     /// The source fingerprint of paths of the workspace (what goal receipts are bound
     /// to), or why no fresh evidence can be produced.
     Fingerprint(cmd::fingerprint::FingerprintArgs),
     /// Goal assurance: frozen plans, checks with receipts, status and the completion gate.
-    #[command(subcommand)]
-    Goal(cmd::goal::GoalCommand),
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Goal(Group<cmd::goal::GoalCommand>),
     /// Check a commit range: baseline ancestry, not empty, every changed path inside the
     /// allowed scopes and outside the forbidden ones, merges as chosen.
     VerifyCommits(cmd::verify_commits::VerifyCommitsArgs),
     /// For pull requests: `tacho ci verify BASE..HEAD` links each commit to the
     /// sessions that made it and checks them (Markdown, JUnit, exit codes).
-    #[command(subcommand)]
-    Ci(cmd::ci::CiCommand),
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Ci(Group<cmd::ci::CiCommand>),
     /// A stdio MCP server exposing goal assurance (create_goal, get_goal,
     /// verify_project, update_goal).
     Mcp,
     /// Review receipts: `tacho review verify --root DIR`.
-    #[command(subcommand)]
-    Review(cmd::review::ReviewCommand),
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Review(Group<cmd::review::ReviewCommand>),
     /// Record one hook payload of an agent (read on stdin): what the hooks that
     /// `tacho hooks install` sets up run. Always exits 0; a blocked stop is JSON on
     /// stdout.
     Hook(cmd::hooks::HookArgs),
     /// Install, remove or show tacho's hooks in an agent's settings (or its hook
     /// scripts, or its plugin file): every agent `tacho hooks status` lists.
-    #[command(subcommand)]
-    Hooks(cmd::hooks::HooksCommand),
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Hooks(Group<cmd::hooks::HooksCommand>),
     /// Import transcripts of sessions that already happened, of any agent tacho
     /// records (`tacho import <agent>`).
     Import(cmd::hooks::ImportArgs),
     /// Evidence for others: JSON Lines and OpenTelemetry exports, the report, retention.
-    #[command(subcommand)]
-    Audit(cmd::audit::AuditCommand),
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Audit(Group<cmd::audit::AuditCommand>),
     /// A local, read-only web report of the sessions (index, session pages with a
     /// timeline, calls, diffs, risk, goals, rollback points), on 127.0.0.1 only.
     RunReport(cmd::run_report::RunReportArgs),
@@ -108,6 +110,15 @@ enum Command {
     /// Bring a Git remote's published sessions into the data directory, each verified
     /// (digest, chain, signature) before it is stored.
     Fetch(cmd::remote::FetchArgs),
+}
+
+// A command group (`tacho session ...`): its subcommands, as arguments of a command
+// that clap builds only when it is the one run. (Not a doc comment: clap would make it
+// the group's description.)
+#[derive(Debug, clap::Args)]
+struct Group<C: Subcommand> {
+    #[command(subcommand)]
+    command: C,
 }
 
 fn main() -> ExitCode {
@@ -145,21 +156,21 @@ fn main() -> ExitCode {
         Command::Record(a) => cmd::record::run(a),
         Command::Graph(a) => cmd::graph::run(a),
         Command::Risk(a) => cmd::risk::run(a),
-        Command::Session(c) => cmd::session::run(c),
-        Command::Log(c) => cmd::log::run(c),
+        Command::Session(Group { command: c }) => cmd::session::run(c),
+        Command::Log(Group { command: c }) => cmd::log::run(c),
         Command::Snapshot(a) => cmd::snapshot::run(a),
         Command::Gc(a) => cmd::gc::run(a),
-        Command::Watch(c) => cmd::watch::run(c),
+        Command::Watch(Group { command: c }) => cmd::watch::run(c),
         Command::Fingerprint(a) => cmd::fingerprint::run(a),
-        Command::Goal(c) => cmd::goal::run(c),
+        Command::Goal(Group { command: c }) => cmd::goal::run(c),
         Command::VerifyCommits(a) => cmd::verify_commits::run(a),
-        Command::Ci(c) => cmd::ci::run(c),
+        Command::Ci(Group { command: c }) => cmd::ci::run(c),
         Command::Mcp => cmd::mcp::run(),
-        Command::Review(c) => cmd::review::run(c),
+        Command::Review(Group { command: c }) => cmd::review::run(c),
         Command::Hook(a) => cmd::hooks::hook(a),
-        Command::Hooks(c) => cmd::hooks::hooks(c),
+        Command::Hooks(Group { command: c }) => cmd::hooks::hooks(c),
         Command::Import(a) => cmd::hooks::import(a),
-        Command::Audit(c) => cmd::audit::run(c),
+        Command::Audit(Group { command: c }) => cmd::audit::run(c),
         Command::RunReport(a) => cmd::run_report::run(a),
         Command::Push(a) => cmd::remote::push(a),
         Command::Fetch(a) => cmd::remote::fetch(a),

@@ -1319,3 +1319,41 @@ fn graph_takes_json_like_every_query() {
     );
     assert!(both.starts_with("exit: 2"), "{both}");
 }
+
+/// A command group (`tacho log`) keeps its description and, run without a subcommand,
+/// prints its help and exits 2, as clap's nested subcommands did before groups were
+/// deferred.
+#[test]
+fn a_command_group_without_its_subcommand_shows_its_help() {
+    let env = Env::new();
+    env.check(&["log"], None, expect![[r#"
+        exit: 2
+        --- stdout
+        --- stderr
+        Log-level tooling: verify, dump and count the raw segments
+
+        Usage: tacho log <COMMAND>
+
+        Commands:
+          verify   Check every checksum, chain step, sequence number and payload; print the head digest to keep. Exit 1 on any error
+          dump     Print the frames of a session's segments, or of one segment file
+          stats    Count segments, events, batches and bytes, by kind
+          reindex  Rebuild the session index from the streams (derived data; `log verify` says when it disagrees with them)
+          help     Print this message or the help of the given subcommand(s)
+
+        Options:
+          -h, --help  Print help
+    "#]]);
+    let help = env.run(&["session", "--help"], None);
+    assert!(
+        help.starts_with(
+            "exit: 0\n--- stdout\nSessions: list, show, replay, compare, trace, roll back and branch them\n"
+        ),
+        "{help}"
+    );
+    let unknown = env.run(&["goal", "nonesuch"], None);
+    assert!(
+        unknown.starts_with("exit: 2\n") && unknown.contains("unrecognized subcommand 'nonesuch'"),
+        "{unknown}"
+    );
+}
