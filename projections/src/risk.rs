@@ -408,6 +408,13 @@ pub fn risk_score(g: &ExecutionGraph) -> (u32, RiskLevel) {
 /// score, level and readiness are the same either way).
 fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
     let text = |f: &dyn Fn() -> String| if detail { f() } else { String::new() };
+    let owned = |v: &[&String]| -> Vec<String> {
+        if detail {
+            v.iter().map(|f| f.to_string()).collect()
+        } else {
+            Vec::new()
+        }
+    };
     let mut factors = Vec::new();
     let files: Vec<&String> = g.files.keys().collect();
     let n_files = files.len() as u64;
@@ -430,7 +437,7 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             weight: (n_files as u32 * 5 / 2).min(20),
             evidence: text(&|| format!("{n_files} file(s) changed: {}", list(&files))),
             mitigation: "Review every changed file; split unrelated changes into separate pull requests.",
-            paths: if detail { files.iter().map(|f| f.to_string()).collect() } else { Vec::new() },
+            paths: owned(&files),
         });
     }
     if lines > 500 {
@@ -584,11 +591,7 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
                 )
             }),
             mitigation: "Check callers and compatibility; document the change.",
-            paths: if detail {
-                api.iter().map(|f| f.to_string()).collect()
-            } else {
-                Vec::new()
-            },
+            paths: owned(&api),
         });
     }
     let sensitive: Vec<&String> = files
@@ -602,11 +605,7 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             weight: (sensitive.len() as u32 * 8).min(24),
             evidence: text(&|| format!("security-sensitive path(s) touched: {}", list(&sensitive))),
             mitigation: "Ask for a security review of these files.",
-            paths: if detail {
-                sensitive.iter().map(|f| f.to_string()).collect()
-            } else {
-                Vec::new()
-            },
+            paths: owned(&sensitive),
         });
     }
     let ending = match g.end_reason {

@@ -58,6 +58,12 @@ impl PackEntry {
     fn key(&self) -> ([u8; 16], u64) {
         (self.stream.0, self.segment_index)
     }
+
+    /// Whether the entry names a valid session id whose stream id it is filed under.
+    fn names_its_stream(&self) -> bool {
+        tacho_schema::validate_session_id(&self.session).is_ok()
+            && StreamId::of_name(&self.session) == self.stream
+    }
 }
 
 /// A pack's header, as read.
@@ -239,11 +245,7 @@ impl Pack {
         let listed = |from: u64, to: u64| -> Vec<String> {
             (from..to)
                 .filter_map(|i| self.entry(i))
-                .filter(|e| {
-                    e.segment_index == 0
-                        && StreamId::of_name(&e.session) == e.stream
-                        && tacho_schema::validate_session_id(&e.session).is_ok()
-                })
+                .filter(|e| e.segment_index == 0 && e.names_its_stream())
                 .map(|e| e.session)
                 .collect()
         };
@@ -601,9 +603,7 @@ impl Store {
             }
             for (i, e) in entries.iter().enumerate() {
                 let entry_at = toc_at + (i * PACK_ENTRY_LEN) as u64;
-                if tacho_schema::validate_session_id(&e.session).is_err()
-                    || StreamId::of_name(&e.session) != e.stream
-                {
+                if !e.names_its_stream() {
                     out.push(finding(
                         error,
                         &path,

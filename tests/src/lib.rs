@@ -104,10 +104,15 @@ pub fn fuzz_segment_decoder(data: &[u8]) {
 
 /// Runs `tacho ARGS` with `input` on stdin; returns (exit code, stdout, stderr).
 pub fn run_with_stdin(home: &Path, args: &[&str], input: &str) -> (i32, String, String) {
-    use std::io::Write;
     let mut c = tacho(home);
-    c.args(args)
-        .stdin(std::process::Stdio::piped())
+    c.args(args);
+    run_input(c, input)
+}
+
+/// Runs a command with `input` on stdin; returns (exit code, stdout, stderr).
+pub fn run_input(mut c: Command, input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    c.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = c.spawn().expect("spawn tacho");

@@ -18,7 +18,7 @@ const STATIC_FLAGS: &str = r#"target.x86_64-unknown-linux-gnu.rustflags=["-C","t
 fn the_static_build_is_static_and_works() {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::path::Path;
-    use std::process::{Command, Stdio};
+    use std::process::Command;
 
     let root = tacho_tests::repo_root();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
@@ -96,25 +96,10 @@ fn the_static_build_is_static_and_works() {
 
     // A hook, as an agent runs it.
     let payload = serde_json::json!({"session_id": "static-build-test", "transcript_path": "/nonexistent", "cwd": ws, "hook_event_name": "SessionStart", "source": "startup"});
-    let mut child = tacho(&ws)
-        .args(["hook", "claude-code"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "hook: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut hook = tacho(&ws);
+    hook.args(["hook", "claude-code"]);
+    let (code, _, stderr) = tacho_tests::run_input(hook, &payload.to_string());
+    assert!(code == 0 && stderr.is_empty(), "hook: {stderr}");
     let out = tacho(&ws)
         .args(["session", "list", "--json"])
         .output()
