@@ -71,6 +71,15 @@ pub struct CiGoal {
     pub committed_fingerprint: Option<String>,
     /// Checks whose latest receipt has another fingerprint (or none).
     pub mismatched_checks: Vec<String>,
+    /// Each check's latest receipt's proof, as `CHECK: PROOF` (SPEC §12.2, red/green;
+    /// `none` for a receipt from before clean rooms).
+    pub proofs: Vec<String>,
+    /// Files outside the change that differ from the goal's start, as the checks'
+    /// latest receipts found them (`M`/`A`/`D PATH`): tests, fixtures, configuration,
+    /// check scripts edited after the freeze.
+    pub changed_since_freeze: Vec<String>,
+    /// The contract's `changePaths` (what "without the change" put back).
+    pub change_paths: Vec<String>,
     /// Completed, and every check's receipt matches the committed tree.
     pub ok: bool,
     pub reason: String,
@@ -306,6 +315,22 @@ fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal 
         commit: commit.to_owned(),
         committed_fingerprint: None,
         mismatched_checks: Vec::new(),
+        proofs: g
+            .receipts
+            .iter()
+            .map(|(check, (_, r))| format!("{check}: {}", r.proof.as_deref().unwrap_or("none")))
+            .collect(),
+        changed_since_freeze: {
+            let mut all: Vec<String> = g
+                .receipts
+                .values()
+                .flat_map(|(_, r)| r.changed_since_freeze.iter().cloned())
+                .collect();
+            all.sort_by(|a, b| a.get(2..).cmp(&b.get(2..)));
+            all.dedup();
+            all
+        },
+        change_paths: g.assurance().map(|a| a.change_paths).unwrap_or_default(),
         ok: false,
         reason: String::new(),
     };
@@ -325,7 +350,10 @@ fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal 
             .fingerprint_after
             .as_deref()
             .or(receipt.fingerprint_before.as_deref());
-        if !receipt.passed || bound != Some(fp.as_str()) {
+        // A receipt that proves nothing (unable to fail, from before clean rooms for a
+        // goal with a start snapshot) counts as not passed, whatever it recorded.
+        let proven = tacho_projections::proof_problem(&g.created, receipt).is_none();
+        if !receipt.passed || !proven || bound != Some(fp.as_str()) {
             goal.mismatched_checks.push(check.clone());
         }
     }

@@ -8,18 +8,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
-use tacho_git::fingerprint::{Fingerprint, fingerprint};
+use tacho_git::fingerprint::{Entry, Fingerprint, fingerprint};
 use tacho_git::snapshot::{SnapshotError, head_commit, relative_path};
 use tacho_goals::{Plan, PlanError, Submission, contract_digest, validate};
 use tacho_projections::{CheckState, GoalState, Goals, check_states, environment_mismatch};
 use tacho_schema::{
-    EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate, Source,
+    EventBody, GoalAction, GoalCheckRun, GoalCheckStart, GoalCreated, GoalUpdate, SnapshotReason,
+    Source,
 };
 use tacho_store::{Durability, StoreError};
 
 use crate::checkenv;
 use crate::error::{ErrorKind, Field, Kind, Namer, Operation, neutral};
-use crate::runner::{self, RunError, run_command};
+use crate::proof::{self, ProofRun};
+use crate::runner::{self, Ran, RunError};
 use crate::{SessionId, Tacho};
 
 /// The kinds a block can name.
@@ -114,13 +116,15 @@ pub enum GoalError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    #[error("making a check's clean room: {0}")]
+    Room(#[from] tacho_git::room::RoomError),
 }
 
 impl Kind for GoalError {
     fn kind(&self) -> ErrorKind {
         match self {
             GoalError::NoGoal { .. } | GoalError::NoSuchGoal { .. } => ErrorKind::NotFound,
-            GoalError::CurrentDir(_) | GoalError::Run(_) => ErrorKind::Io,
+            GoalError::CurrentDir(_) | GoalError::Run(_) | GoalError::Room(_) => ErrorKind::Io,
             GoalError::Store(e) => e.kind(),
             GoalError::Snapshot(e) => e.kind(),
             _ => ErrorKind::Input,
@@ -209,6 +213,9 @@ pub struct Frozen {
     pub seq: u64,
     /// Said when the plan is larger than the advisory size (a warning, not a refusal).
     pub advisory: Option<String>,
+    /// What a reviewer should know about what the goal's receipts can prove (SPEC
+    /// §12.2): e.g. advice to name `changePaths`.
+    pub proof_advice: Vec<String>,
 }
 
 /// A revision of a goal.
@@ -271,6 +278,20 @@ pub struct CheckStatus {
     pub recent_evidence: Vec<u64>,
     /// The plan's description of where the check runs (required in new plans).
     pub environment: Option<String>,
+    /// A regression guard (must pass without the change and with it), declared or by
+    /// the goal kind.
+    pub guard: bool,
+    /// What the latest receipt proves (`red_green`, `guard`, `unable_to_fail`,
+    /// `guard_failed`, `unproven`; absent for a receipt from before clean rooms), and
+    /// in words.
+    pub proof: Option<String>,
+    pub proof_words: Option<String>,
+    /// Whether the latest receipt ran in a clean room.
+    pub clean_room: Option<bool>,
+    /// Files outside the change that differ from the goal's start, as the latest
+    /// receipt found them (`M`/`A`/`D PATH`): tests, fixtures, configuration, the
+    /// check's scripts edited after the freeze.
+    pub changed_since_freeze: Vec<String>,
 }
 
 /// How many receipts a check's status lists as its recent evidence.
@@ -314,6 +335,12 @@ pub struct GoalStatus {
     pub environment: Vec<String>,
     pub environment_digest: Option<String>,
     pub programs: Vec<String>,
+    /// The contract's `changePaths`: what a check's run without the change puts back
+    /// as it was at the goal's start (empty: every source path is put back).
+    pub change_paths: Vec<String>,
+    /// The snapshot taken when the goal was frozen (absent for a goal frozen before
+    /// start snapshots, whose receipts cannot be proven able to fail).
+    pub start_snapshot: Option<String>,
     /// For a session recorded by an agent whose stop cannot be refused (Cline): that
     /// the completion gate refused its stop and could only record it.
     pub stop_not_refusable: Option<String>,
@@ -453,9 +480,11 @@ fn validate_plan(
 }
 
 /// The fingerprint the goal's receipts are bound to: its source paths plus the files
-/// edit events reported since it was created. `Err` says why there is no fresh
-/// evidence.
-fn goal_fingerprint(g: &GoalState) -> Result<Result<String, String>, SnapshotError> {
+/// edit events reported since it was created, with its entries. `Err` says why there
+/// is no fresh evidence.
+fn goal_fingerprint_entries(
+    g: &GoalState,
+) -> Result<Result<(String, Vec<Entry>), String>, SnapshotError> {
     let ws = PathBuf::from(&g.created.workspace);
     let edited: Vec<String> = g
         .edited
@@ -465,10 +494,17 @@ fn goal_fingerprint(g: &GoalState) -> Result<Result<String, String>, SnapshotErr
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     Ok(
         match fingerprint(&ws, &g.source_paths(), &edited, threads)? {
-            Fingerprint::Fresh { digest, .. } => Ok(digest),
+            Fingerprint::Fresh {
+                digest, entries, ..
+            } => Ok((digest, entries)),
             Fingerprint::NoFreshEvidence(w) => Err(w.to_string()),
         },
     )
+}
+
+/// The digest of [`goal_fingerprint_entries`].
+fn goal_fingerprint(g: &GoalState) -> Result<Result<String, String>, SnapshotError> {
+    Ok(goal_fingerprint_entries(g)?.map(|(d, _)| d))
 }
 
 /// The source now, each check's state, the checks not passed, and whether the goal can
@@ -547,13 +583,58 @@ fn assess_goal(g: &GoalState) -> Result<Assessed, SnapshotError> {
 /// and the completion gate say so.
 pub fn check_warnings(g: &GoalState) -> Vec<String> {
     let objective = g.created.objective.as_deref().unwrap_or_default();
-    g.check_ids()
+    let mut out: Vec<String> = g
+        .check_ids()
         .iter()
         .filter_map(|(id, command)| tacho_goals::check_command_problem(id, command, objective))
         .map(|w| {
             format!("{w} (the plan was frozen before this rule and keeps its digest; its receipts cannot prove that the check would have failed)")
         })
-        .collect()
+        .collect();
+    out.extend(proof_warnings(g));
+    out
+}
+
+/// What a reviewer should know about what the goal's receipts can prove (SPEC §12.2,
+/// red/green): a `changePaths` entry that looks like a test, fixture or check script
+/// (red/green would then compare old tests with new ones over unchanged code); a
+/// contract without `changePaths` (its run without the change is the whole baseline
+/// tree: it catches checks that test nothing, not a weakened test); a goal kind that
+/// makes every check a guard; a goal frozen before start snapshots.
+pub fn proof_warnings(g: &GoalState) -> Vec<String> {
+    let Some(a) = g.assurance().filter(|_| g.created.assured) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for p in a.change_paths.iter().filter(|p| tacho_schema::test_like(p)) {
+        out.push(format!(
+            "changePaths names {p}, which looks like a test, fixture or check script: a run without the change then puts back old tests over unchanged code and proves nothing about the implementation"
+        ));
+    }
+    let commands: Vec<&str> = a.checks.iter().map(|c| c.command.as_str()).collect();
+    for p in &a.change_paths {
+        if let Some(c) = commands.iter().find(|c| {
+            c.split_whitespace()
+                .any(|w| tacho_schema::path_within(w, p))
+        }) {
+            out.push(format!(
+                "changePaths names {p}, which the check command `{c}` runs: a check whose own script is the change can be red/green without testing anything"
+            ));
+        }
+    }
+    if a.change_paths.is_empty() {
+        out.push("the contract names no changePaths: a check's run without the change puts back every source path as at the goal's start, which catches checks that test nothing but not a weakened test; name the implementation the goal changes in changePaths".into());
+    }
+    if tacho_schema::kind_makes_guards(&g.created.kind) {
+        out.push(format!(
+            "goal kind {:?} makes every check a regression guard: receipts prove the checks passed before and after, not that the change did anything",
+            g.created.kind
+        ));
+    }
+    if g.created.start_snapshot.is_none() {
+        out.push("the goal was frozen before tacho took a snapshot at freeze: no check can be proven able to fail; revise the goal to freeze one".into());
+    }
+    out
 }
 
 /// A goal replaced by a revision takes no call that could end a goal: its
@@ -625,6 +706,8 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
         environment: g.created.environment.clone(),
         environment_digest: g.created.environment_digest.clone(),
         programs: g.created.programs.clone(),
+        change_paths: g.assurance().map(|a| a.change_paths).unwrap_or_default(),
+        start_snapshot: g.created.start_snapshot.clone(),
         stop_not_refusable: None,
     })
 }
@@ -665,6 +748,7 @@ fn check_contract(g: &GoalState, id: &str) -> CheckStatus {
     let check = a
         .as_ref()
         .and_then(|a| a.checks.iter().find(|c| c.id == id));
+    let latest = g.receipts.get(id).map(|(_, r)| r);
     CheckStatus {
         id: id.to_owned(),
         state: CheckState::Missing.name(),
@@ -682,6 +766,17 @@ fn check_contract(g: &GoalState, id: &str) -> CheckStatus {
             .receipt_history
             .get(id)
             .map(|seqs| seqs.iter().rev().take(RECENT_EVIDENCE).copied().collect())
+            .unwrap_or_default(),
+        guard: proof::is_guard(g, id),
+        proof: latest.and_then(|r| r.proof.clone()),
+        proof_words: latest.and_then(|r| {
+            r.proof
+                .as_deref()
+                .map(|p| proof::proof_words(p, r.red_scope.as_deref()))
+        }),
+        clean_room: latest.map(|r| r.clean_room),
+        changed_since_freeze: latest
+            .map(|r| r.changed_since_freeze.clone())
             .unwrap_or_default(),
     }
 }
@@ -795,6 +890,32 @@ impl Tacho {
         Ok(r.last_seq)
     }
 
+    /// Takes the snapshot a new assured goal starts from and records it in the session
+    /// (a `snapshot.taken`, so that gc keeps it): the state a check's run "without the
+    /// change" puts back. `None`, with a note, when no snapshot can be taken there (a
+    /// refused workspace): the goal's checks then cannot be proven able to fail, and
+    /// its gate stays closed.
+    fn start_snapshot(&self, session: &str, ws: &Path) -> Result<Option<String>, GoalError> {
+        let taken = (|| {
+            let _guard = self.snapshot_guard()?;
+            let (snap, ws) = self.take_snapshot(ws, &[])?;
+            let body = crate::snapshots::taken_event(&snap, &ws, SnapshotReason::Manual, None);
+            Ok::<_, crate::snapshots::SnapshotOpError>((snap.id, body))
+        })();
+        match taken {
+            Ok((id, body)) => {
+                self.append_goal_event(session, body)?;
+                Ok(Some(id))
+            }
+            Err(e) => {
+                self.note(&format!(
+                    "no snapshot could be taken at freeze ({e}): this goal's checks cannot be proven able to fail"
+                ));
+                Ok(None)
+            }
+        }
+    }
+
     /// The `goal.created` of a validated plan, under a fresh goal id.
     fn freeze(
         &self,
@@ -847,9 +968,18 @@ impl Tacho {
         // A contract makes the goal assured: its checks, not a promise, decide
         // completion. `assure` only makes a contract required.
         let assured = req.assure || plan.assurance.is_some();
-        let created = self.freeze(&plan, req.objective, assured, &ws, 1)?;
+        let mut created = self.freeze(&plan, req.objective, assured, &ws, 1)?;
+        if assured {
+            created.start_snapshot = self.start_snapshot(&session, &ws)?;
+        }
         let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
         let seq = self.append_goal_event(&session, EventBody::GoalCreated(created))?;
+        let proof_advice = self
+            .goals(&SessionId::resolved(session.clone()))?
+            .1
+            .find(Some(&goal))
+            .map(proof_warnings)
+            .unwrap_or_default();
         let checks = plan.assurance.as_ref().map(|x| x.checks.clone());
         Ok(Frozen {
             kind: "goal",
@@ -871,6 +1001,7 @@ impl Tacho {
             }),
             seq,
             advisory: plan_advisory(&plan.markdown),
+            proof_advice,
         })
     }
 
@@ -974,6 +1105,12 @@ impl Tacho {
         created.revises = Some(old.created.goal.clone());
         created.previous_digest = Some(old.created.contract_digest.clone());
         created.correction = Some(correction.to_owned());
+        // The goal started where it started: a revision keeps its start snapshot.
+        created.start_snapshot = match &old.created.start_snapshot {
+            Some(s) => Some(s.clone()),
+            None if created.assured => self.start_snapshot(&session, &ws)?,
+            None => None,
+        };
         let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
         let seq = self.append_goal_event(&session, EventBody::GoalCreated(created))?;
         Ok(Revised {
@@ -1017,27 +1154,69 @@ impl Tacho {
                 check: check.to_owned(),
             }),
         )?;
-        let before = goal_fingerprint(g)?;
+        let before = goal_fingerprint_entries(g)?;
         let started = self.now();
-        self.note(&format!(
-            "running check {check} in {}: {command}",
-            ws.display()
-        ));
         let env = check_environment(g);
-        let programs = checkenv::resolve(
-            &checkenv::program_names(command, runner::shell()),
-            &env,
-            &ws,
-        );
-        let run = run_command(command, &ws, &env, timeout)?;
+        let env_digest = checkenv::digest(&env);
+        let mut proof = ProofRun::default();
+        let mut no_evidence = before.as_ref().err().cloned();
+        let mut ran: Option<Ran> = None;
+        let mut programs = Vec::new();
+        if let Ok((_, entries)) = &before {
+            let parent = proof::rooms_dir(self.data_dir());
+            let git = proof::room_git(&ws);
+            match proof::make_room(&parent, &proof::green_files(&ws, entries), git.as_ref())? {
+                Err(why) => no_evidence = Some(why),
+                Ok(room) => {
+                    self.note(&format!(
+                        "running check {check} in a clean room of {} file(s) ({}): {command}",
+                        entries.iter().filter(|e| e.kind == "file").count(),
+                        room.work().display()
+                    ));
+                    let (green, resolved) = proof::run_in(&room, command, &env, timeout)?;
+                    programs = resolved;
+                    if green.exit_code == Some(0) && !green.timed_out {
+                        proof = self.red_run(&proof::GreenRun {
+                            g,
+                            check,
+                            command,
+                            env: &env,
+                            env_digest: &env_digest,
+                            programs: &programs,
+                            entries,
+                            room: &room,
+                            git: git.as_ref(),
+                            timeout,
+                        })?;
+                    }
+                    ran = Some(green);
+                }
+            }
+        }
         let ended = self.now();
         let after = goal_fingerprint(g)?;
-        let no_evidence = match (&before, &after) {
-            (Err(w), _) | (_, Err(w)) => Some(w.clone()),
-            _ => None,
+        if no_evidence.is_none()
+            && let Err(w) = &after
+        {
+            no_evidence = Some(w.clone());
+        }
+        let before = before.map(|(d, _)| d);
+        let empty = || blake3::Hasher::new().finalize().to_hex().to_string();
+        let (exit_code, timed_out, stdout_digest, stderr_digest, tail) = match ran {
+            Some(r) => (
+                r.exit_code,
+                r.timed_out,
+                r.stdout_digest,
+                r.stderr_digest,
+                Some(r.tail),
+            ),
+            None => (None, false, empty(), empty(), None),
         };
-        let passed =
-            run.exit_code == Some(0) && !run.timed_out && no_evidence.is_none() && before == after;
+        let passed = exit_code == Some(0)
+            && !timed_out
+            && no_evidence.is_none()
+            && before == after
+            && proof::proof_holds(proof.proof.as_deref());
         let receipt = GoalCheckRun {
             goal: g.created.goal.clone(),
             revision: g.created.revision,
@@ -1047,17 +1226,26 @@ impl Tacho {
             command: command.clone(),
             started_unix_ns: started,
             ended_unix_ns: ended,
-            exit_code: run.exit_code,
-            timed_out: run.timed_out,
-            stdout_digest: run.stdout_digest,
-            stderr_digest: run.stderr_digest,
-            output_tail: Some(run.tail),
+            exit_code,
+            timed_out,
+            stdout_digest,
+            stderr_digest,
+            output_tail: tail,
             fingerprint_before: before.ok(),
             fingerprint_after: after.ok(),
             no_evidence,
             passed,
-            environment_digest: Some(checkenv::digest(&env)),
+            environment_digest: Some(env_digest),
             programs,
+            clean_room: true,
+            proof: proof.proof,
+            proof_note: proof.note,
+            red_scope: proof.scope,
+            red_exit_code: proof.red_exit_code,
+            red_timed_out: proof.red_timed_out,
+            red_inputs: proof.inputs,
+            red_reused: proof.reused,
+            changed_since_freeze: proof.changed_since_freeze,
         };
         // A run with programs other than the frozen ones is not a pass (the gate would
         // refuse it anyway; the receipt says so itself).
@@ -1302,6 +1490,12 @@ impl Tacho {
         created.revises = Some(old_id.clone());
         created.previous_digest = Some(old.created.contract_digest.clone());
         created.correction = Some(req.reason.to_owned());
+        // A replacement continues the same work: it keeps the start snapshot.
+        created.start_snapshot = match &old.created.start_snapshot {
+            Some(s) => Some(s.clone()),
+            None if created.assured => self.start_snapshot(&session, &ws)?,
+            None => None,
+        };
         let (goal, new_digest) = (created.goal.clone(), created.contract_digest.clone());
 
         // Taken over only if nothing happened to the old goal since it was read.

@@ -33,6 +33,7 @@ mod links;
 mod logs;
 mod logtools;
 mod projection;
+mod proof;
 mod prune;
 pub mod record;
 mod remote;

@@ -60,6 +60,36 @@ fn submit(markdown: &str) -> Result<tacho_goals::Plan, String> {
 }
 
 #[test]
+fn change_paths_and_guards_are_part_of_the_contract() {
+    let plain = submit(&plan_with(&check("node checks/invoice-parity.cjs"))).unwrap();
+    let with = check("node checks/invoice-parity.cjs").replace(
+        r#""version": 1,"#,
+        r#""version": 1, "changePaths": ["src/invoice"],"#,
+    );
+    let p = submit(&plan_with(&with)).unwrap();
+    assert_eq!(p.assurance.as_ref().unwrap().change_paths, ["src/invoice"]);
+    // Covered by the digest; a contract without them keeps the digest it had.
+    assert_ne!(contract_digest(&p), contract_digest(&plain));
+    let guarded = check("node checks/invoice-parity.cjs").replace(
+        r#""environment": "staging""#,
+        r#""environment": "staging", "guard": true"#,
+    );
+    // Guards alone are a refactor's checks.
+    let g = submit(&plan_with(&guarded).replace("Goal kind: migration", "Goal kind: refactor"))
+        .unwrap();
+    assert!(g.assurance.as_ref().unwrap().checks[0].guard);
+    assert_ne!(contract_digest(&g), contract_digest(&plain));
+    let explicit_false = check("node checks/invoice-parity.cjs").replace(
+        r#""environment": "staging""#,
+        r#""environment": "staging", "guard": false"#,
+    );
+    assert_eq!(
+        contract_digest(&submit(&plan_with(&explicit_false)).unwrap()),
+        contract_digest(&plain)
+    );
+}
+
+#[test]
 fn a_good_plan_is_accepted() {
     let p = submit(&plan_with(&check("node checks/invoice-parity.cjs"))).unwrap();
     assert_eq!(p.title, "Invoices match the legacy system");
@@ -201,7 +231,47 @@ fn schema_rules() {
         (
             "unknown field",
             plan_with(&check("make test").replace("\"environment\"", "\"env\"")),
-            "plan line 19: assurance JSON, column 300: unknown field `env`, expected one of `id`, `acceptanceIds`, `command`, `purpose`, `environment`, `variables`",
+            "plan line 19: assurance JSON, column 300: unknown field `env`, expected one of `id`, `acceptanceIds`, `command`, `purpose`, `environment`, `variables`, `guard`",
+        ),
+        (
+            "changePaths leaving the workspace",
+            plan_with(&check("make test").replace(
+                r#""version": 1,"#,
+                r#""version": 1, "changePaths": ["src/../.."],"#,
+            )),
+            "plan: assurance: changePaths entry \"src/../..\" must be relative to the workspace, without `..` or `.git`",
+        ),
+        (
+            "changePaths under no source path",
+            plan_with(&check("make test").replace(
+                r#""version": 1,"#,
+                r#""version": 1, "changePaths": ["lib"],"#,
+            )),
+            "plan: assurance: changePaths entry \"lib\" lies under no source path: the checks' clean room holds only the source paths, so a change there could not be taken away",
+        ),
+        (
+            "changePaths twice",
+            plan_with(&check("make test").replace(
+                r#""version": 1,"#,
+                r#""version": 1, "changePaths": ["src/a", "src/a"],"#,
+            )),
+            "plan: assurance: changePaths lists \"src/a\" twice",
+        ),
+        (
+            "changePaths the whole workspace",
+            plan_with(&check("make test").replace(
+                r#""sourcePaths": ["src","#,
+                r#""changePaths": ["."], "sourcePaths": [".", "src","#,
+            )),
+            "plan: assurance: changePaths entry \".\" is the whole workspace: name the implementation the goal changes, not the tests that check it",
+        ),
+        (
+            "a criterion covered only by guards",
+            plan_with(&check("make test").replace(
+                r#""environment": "staging""#,
+                r#""environment": "staging", "guard": true"#,
+            )),
+            "plan: assurance: acceptance criterion AC1 is covered only by guards: a migration needs a check for it that fails without the change and passes with it (leave \"guard\" off one)",
         ),
         (
             "missing acceptance section",

@@ -301,6 +301,9 @@ fn receipt_state(
     if r.fingerprint_before != r.fingerprint_after {
         return CheckState::Failed("the source changed while the check ran".into());
     }
+    if let Some(why) = proof_problem(c, r) {
+        return CheckState::Failed(why);
+    }
     if !r.passed {
         return CheckState::Failed("not passed".into());
     }
@@ -313,6 +316,59 @@ fn receipt_state(
             CheckState::Stale("the source changed since the check ran".into())
         }
         Ok(_) => CheckState::Passed,
+    }
+}
+
+/// What a receipt proves (`goal.check`'s `proof`, SPEC §12.2 "Red/green"): failed
+/// without the change and passed with it.
+pub const RED_GREEN: &str = "red_green";
+/// A regression guard that passed without the change and with it.
+pub const GUARD: &str = "guard";
+/// Passed without the change too: it proves nothing.
+pub const UNABLE_TO_FAIL: &str = "unable_to_fail";
+/// A regression guard that failed without the change.
+pub const GUARD_FAILED: &str = "guard_failed";
+/// No run without the change could be made.
+pub const UNPROVEN: &str = "unproven";
+
+/// Whether a receipt's proof lets its pass count.
+pub fn proof_holds(proof: Option<&str>) -> bool {
+    matches!(proof, Some(RED_GREEN | GUARD))
+}
+
+/// A receipt's proof in words (`red_scope` says what "without the change" was).
+pub fn proof_words(proof: &str, red_scope: Option<&str>) -> String {
+    let without = match red_scope {
+        Some("baseline") => "without the change (every source path as at the goal's start)",
+        _ => "without the change (changePaths as at the goal's start)",
+    };
+    match proof {
+        RED_GREEN => format!("red/green: failed {without}, passed with it"),
+        GUARD => format!("guard: passed {without} and with it"),
+        UNABLE_TO_FAIL => format!("unable to fail: passed {without} too, so it proves nothing"),
+        GUARD_FAILED => format!("guard failed {without}: a guard must pass before and after"),
+        _ => "unproven: no run without the change could be made".to_string(),
+    }
+}
+
+/// Why a passing receipt proves nothing, if so: its run without the change did not
+/// go as the check's role asks, or (for a goal frozen with a start snapshot) it has
+/// no such run at all — it ran in the workspace, before clean rooms. A goal frozen
+/// before start snapshots keeps its receipts (views say they are unproven).
+pub fn proof_problem(c: &GoalCreated, r: &GoalCheckRun) -> Option<String> {
+    match r.proof.as_deref() {
+        None if c.start_snapshot.is_some() => Some(
+            "ran in the workspace, not in a clean room with a run without the change (a receipt from before clean rooms)".into(),
+        ),
+        None => None,
+        Some(p) if proof_holds(Some(p)) => None,
+        Some(p) => {
+            let mut why = proof_words(p, r.red_scope.as_deref());
+            if let Some(note) = &r.proof_note {
+                why.push_str(&format!(" ({note})"));
+            }
+            Some(why)
+        }
     }
 }
 

@@ -16,7 +16,10 @@ pub mod shell;
 mod summary;
 
 pub use compare::{Comparison, Side, StepPair, align, compare};
-pub use goals::{CheckState, Current, GoalState, Goals, check_states, environment_mismatch};
+pub use goals::{
+    CheckState, Current, GUARD, GUARD_FAILED, GoalState, Goals, RED_GREEN, UNABLE_TO_FAIL,
+    UNPROVEN, check_states, environment_mismatch, proof_holds, proof_problem, proof_words,
+};
 pub use graph::{
     BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, GoalActivity,
     GoalEventNode, GoalMark, GoalTally, ObservedChange, RouteNode, SnapshotNode, StepNode, Tokens,

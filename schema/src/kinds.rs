@@ -411,6 +411,46 @@ record_struct!(
         /// Version 2: the programs the checks' commands resolved to at freeze, as
         /// `BLAKE3-HEX  PATH` lines (`-  NAME` for a name found nowhere on the PATH).
         #[serde(default, skip_serializing_if = "Vec::is_empty")] programs: Vec<String>,
+        /// Version 3: the snapshot of the workspace taken when the goal was frozen (its
+        /// `snapshot.taken` precedes this event): the state a check's "without the
+        /// change" run puts back (SPEC §12.2, red/green). A revision keeps its goal's.
+        #[serde(default, skip_serializing_if = "Option::is_none")] start_snapshot: Option<String>,
+    }
+);
+
+record_struct!(
+    /// `goal.created` version 2 (before the start snapshot), read by
+    /// [`old_versions`].
+    GoalCreatedV2 {
+        /// `goal_` and a ULID.
+        goal: String,
+        #[serde(default)] revision: u32,
+        title: String,
+        kind: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] objective: Option<String>,
+        #[serde(default)] assured: bool,
+        contract_digest: String,
+        /// The HEAD commit `{BASELINE}` stood for.
+        #[serde(default, skip_serializing_if = "Option::is_none")] baseline: Option<String>,
+        workspace: String,
+        /// The plan as frozen (Markdown, at most 8,192 bytes).
+        plan: String,
+        /// The assurance object as canonical JSON text.
+        #[serde(default, skip_serializing_if = "Option::is_none")] assurance: Option<String>,
+        /// For a revision: the goal it replaces, that goal's contract digest, and the
+        /// correction that motivated it.
+        #[serde(default, skip_serializing_if = "Option::is_none")] revises: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] previous_digest: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] correction: Option<String>,
+        /// Version 2: the environment checks run in, frozen with the goal, as
+        /// `NAME=VALUE` entries sorted by name (SPEC §12.2); empty for a goal frozen
+        /// before version 2.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] environment: Vec<String>,
+        /// Version 2: the digest of `environment`.
+        #[serde(default, skip_serializing_if = "Option::is_none")] environment_digest: Option<String>,
+        /// Version 2: the programs the checks' commands resolved to at freeze, as
+        /// `BLAKE3-HEX  PATH` lines (`-  NAME` for a name found nowhere on the PATH).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] programs: Vec<String>,
     }
 );
 
@@ -444,6 +484,64 @@ record_struct!(
 record_struct!(
     /// `goal.check`: the receipt of one run of a frozen check.
     GoalCheckRun {
+        goal: String,
+        #[serde(default)] revision: u32,
+        check: String,
+        contract_digest: String,
+        workspace: String,
+        command: String,
+        started_unix_ns: i64,
+        ended_unix_ns: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")] exit_code: Option<i64>,
+        #[serde(default)] timed_out: bool,
+        /// BLAKE3 of the whole stdout and stderr.
+        stdout_digest: String,
+        stderr_digest: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")] output_tail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] fingerprint_before: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] fingerprint_after: Option<String>,
+        /// Why no fresh evidence could be produced, if so.
+        #[serde(default, skip_serializing_if = "Option::is_none")] no_evidence: Option<String>,
+        #[serde(default)] passed: bool,
+        /// Version 2: the digest of the environment the check ran in (SPEC §12.2).
+        #[serde(default, skip_serializing_if = "Option::is_none")] environment_digest: Option<String>,
+        /// Version 2: the programs the command resolved to when it ran, as
+        /// `BLAKE3-HEX  PATH` lines (`-  NAME` for a name found nowhere on the PATH).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] programs: Vec<String>,
+        /// Version 3: the check ran in a clean room (a fresh directory outside the
+        /// workspace holding exactly the fingerprinted files), not in the workspace.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")] clean_room: bool,
+        /// Version 3: what the receipt proves (SPEC §12.2, red/green): `red_green`
+        /// (failed without the change, passed with it), `guard` (passed before and
+        /// after), `unable_to_fail` (passed without the change too), `guard_failed`
+        /// (a guard that failed without the change), `unproven` (no run without the
+        /// change could be made; `proof_note` says why).
+        #[serde(default, skip_serializing_if = "Option::is_none")] proof: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] proof_note: Option<String>,
+        /// Version 3: what "without the change" put back: `change_paths` (the
+        /// contract's `changePaths` as they were at the goal's start) or `baseline`
+        /// (every fingerprinted path as it was at the goal's start).
+        #[serde(default, skip_serializing_if = "Option::is_none")] red_scope: Option<String>,
+        /// Version 3: the run without the change: its exit code (`None`: a signal or
+        /// no run), whether it timed out, and the digest of its inputs (command,
+        /// environment, files), by which an earlier run is reused.
+        #[serde(default, skip_serializing_if = "Option::is_none")] red_exit_code: Option<i64>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")] red_timed_out: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")] red_inputs: Option<String>,
+        /// Version 3: the receipt whose run without the change this one reused (same
+        /// inputs), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")] red_reused: Option<u64>,
+        /// Version 3: files outside the change that differ from the goal's start
+        /// (tests, fixtures, configuration, the check's scripts), as `M PATH`,
+        /// `A PATH` (added) or `D PATH` (deleted), sorted by path.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] changed_since_freeze: Vec<String>,
+    }
+);
+
+record_struct!(
+    /// `goal.check` version 2 (before the clean room and red/green), read by
+    /// [`old_versions`].
+    GoalCheckRunV2 {
         goal: String,
         #[serde(default)] revision: u32,
         check: String,
@@ -752,8 +850,8 @@ kinds! {
     SnapshotTaken(SnapshotTaken) = 15, "snapshot.taken", v 1, by Tacho;
     RollbackApplied(RollbackApplied) = 16, "rollback.applied", v 1, by Tacho;
     SessionBranch(SessionBranch) = 17, "session.branch", v 1, by Tacho;
-    GoalCreated(GoalCreated) = 18, "goal.created", v 2, by Tacho;
-    GoalCheckRun(GoalCheckRun) = 19, "goal.check", v 2, by Tacho;
+    GoalCreated(GoalCreated) = 18, "goal.created", v 3, by Tacho;
+    GoalCheckRun(GoalCheckRun) = 19, "goal.check", v 3, by Tacho;
     GoalUpdate(GoalUpdate) = 20, "goal.update", v 1, by Tacho;
     GoalCheckStart(GoalCheckStart) = 21, "goal.check_start", v 1, by Tacho;
     AgentNotice(AgentNotice) = 22, "agent.notice", v 1, by Agent;
@@ -810,19 +908,34 @@ pub struct OldVersion<T> {
 /// The earlier versions of every kind this tacho still reads. A kind gets an entry
 /// here when its struct changes: the old struct is kept (renamed `...V1`), its version
 /// in the `kinds!` table goes up, and this list maps the old version to a decoder.
-/// `goal.created` and `goal.check` are at version 2 (the frozen check environment).
+/// `goal.created` and `goal.check` are at version 3 (2: the frozen check environment;
+/// 3: the start snapshot, the clean room and red/green).
 pub fn old_versions(kind: u16) -> &'static [OldVersion<EventBody>] {
     match kind {
-        18 => &[OldVersion {
-            version: 1,
-            decode: goal_created_v1,
-            validate: validate_v1::<GoalCreatedV1>,
-        }],
-        19 => &[OldVersion {
-            version: 1,
-            decode: goal_check_v1,
-            validate: validate_v1::<GoalCheckRunV1>,
-        }],
+        18 => &[
+            OldVersion {
+                version: 1,
+                decode: goal_created_v1,
+                validate: validate_v1::<GoalCreatedV1>,
+            },
+            OldVersion {
+                version: 2,
+                decode: goal_created_v2,
+                validate: validate_v1::<GoalCreatedV2>,
+            },
+        ],
+        19 => &[
+            OldVersion {
+                version: 1,
+                decode: goal_check_v1,
+                validate: validate_v1::<GoalCheckRunV1>,
+            },
+            OldVersion {
+                version: 2,
+                decode: goal_check_v2,
+                validate: validate_v1::<GoalCheckRunV2>,
+            },
+        ],
         _ => &[],
     }
 }
@@ -856,6 +969,59 @@ fn goal_created_v1(p: &[u8]) -> Result<EventBody, String> {
         previous_digest: g.previous_digest,
         correction: g.correction,
         ..GoalCreated::default()
+    }))
+}
+
+/// `goal.created` v2: the same fields, without the start snapshot.
+fn goal_created_v2(p: &[u8]) -> Result<EventBody, String> {
+    let g = rkyv::from_bytes::<GoalCreatedV2, rkyv::rancor::Error>(p).map_err(|e| e.to_string())?;
+    Ok(EventBody::GoalCreated(GoalCreated {
+        goal: g.goal,
+        revision: g.revision,
+        title: g.title,
+        kind: g.kind,
+        objective: g.objective,
+        assured: g.assured,
+        contract_digest: g.contract_digest,
+        baseline: g.baseline,
+        workspace: g.workspace,
+        plan: g.plan,
+        assurance: g.assurance,
+        revises: g.revises,
+        previous_digest: g.previous_digest,
+        correction: g.correction,
+        environment: g.environment,
+        environment_digest: g.environment_digest,
+        programs: g.programs,
+        ..GoalCreated::default()
+    }))
+}
+
+/// `goal.check` v2: the same fields, run in the workspace, without red/green.
+fn goal_check_v2(p: &[u8]) -> Result<EventBody, String> {
+    let r =
+        rkyv::from_bytes::<GoalCheckRunV2, rkyv::rancor::Error>(p).map_err(|e| e.to_string())?;
+    Ok(EventBody::GoalCheckRun(GoalCheckRun {
+        goal: r.goal,
+        revision: r.revision,
+        check: r.check,
+        contract_digest: r.contract_digest,
+        workspace: r.workspace,
+        command: r.command,
+        started_unix_ns: r.started_unix_ns,
+        ended_unix_ns: r.ended_unix_ns,
+        exit_code: r.exit_code,
+        timed_out: r.timed_out,
+        stdout_digest: r.stdout_digest,
+        stderr_digest: r.stderr_digest,
+        output_tail: r.output_tail,
+        fingerprint_before: r.fingerprint_before,
+        fingerprint_after: r.fingerprint_after,
+        no_evidence: r.no_evidence,
+        passed: r.passed,
+        environment_digest: r.environment_digest,
+        programs: r.programs,
+        ..GoalCheckRun::default()
     }))
 }
 

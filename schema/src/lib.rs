@@ -14,7 +14,7 @@ mod json;
 mod kinds;
 mod view;
 
-pub use goal::{Assurance, Check, Source};
+pub use goal::{Assurance, Check, Source, kind_makes_guards, path_within, test_like};
 pub use json::{JsonError, ParsedLine, parse_json_line, parse_rfc3339, parse_ts, time_to_rfc3339};
 pub use kinds::*;
 pub use view::EventView;
@@ -592,7 +592,7 @@ mod golden {
             32,
             "session.branch.copied"
         );
-        assert_eq!(size_of::<Archived<GoalCreated>>(), 156, "goal.created");
+        assert_eq!(size_of::<Archived<GoalCreated>>(), 168, "goal.created");
         assert_eq!(align_of::<Archived<GoalCreated>>(), 4, "goal.created");
         assert_eq!(
             offset_of!(ArchivedGoalCreated, goal),
@@ -679,13 +679,24 @@ mod golden {
             148,
             "goal.created.programs"
         );
+        assert_eq!(
+            offset_of!(ArchivedGoalCreated, start_snapshot),
+            156,
+            "goal.created.start_snapshot"
+        );
+        // Version 2, read by its own decoder.
+        assert_eq!(
+            size_of::<Archived<kinds::GoalCreatedV2>>(),
+            156,
+            "goal.created v2"
+        );
         // Version 1, read by its own decoder.
         assert_eq!(
             size_of::<Archived<kinds::GoalCreatedV1>>(),
             128,
             "goal.created v1"
         );
-        assert_eq!(size_of::<Archived<GoalCheckRun>>(), 176, "goal.check");
+        assert_eq!(size_of::<Archived<GoalCheckRun>>(), 272, "goal.check");
         assert_eq!(align_of::<Archived<GoalCheckRun>>(), 8, "goal.check");
         assert_eq!(offset_of!(ArchivedGoalCheckRun, goal), 0, "goal.check.goal");
         assert_eq!(
@@ -777,6 +788,56 @@ mod golden {
             offset_of!(ArchivedGoalCheckRun, programs),
             164,
             "goal.check.programs"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, clean_room),
+            172,
+            "goal.check.clean_room"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, proof),
+            176,
+            "goal.check.proof"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, proof_note),
+            188,
+            "goal.check.proof_note"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, red_scope),
+            200,
+            "goal.check.red_scope"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, red_exit_code),
+            216,
+            "goal.check.red_exit_code"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, red_timed_out),
+            232,
+            "goal.check.red_timed_out"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, red_inputs),
+            236,
+            "goal.check.red_inputs"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, red_reused),
+            248,
+            "goal.check.red_reused"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, changed_since_freeze),
+            264,
+            "goal.check.changed_since_freeze"
+        );
+        assert_eq!(
+            size_of::<Archived<kinds::GoalCheckRunV2>>(),
+            176,
+            "goal.check v2"
         );
         assert_eq!(
             size_of::<Archived<kinds::GoalCheckRunV1>>(),

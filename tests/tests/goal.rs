@@ -848,7 +848,9 @@ fn results_do_not_depend_on_the_current_directory_or_the_spelling_of_the_workspa
     let ws = ws.canonicalize().unwrap();
     tacho_tests::git::git(&ws, &["init", "-q"]);
     std::fs::write(ws.join(".gitignore"), "src/gen.txt\n").unwrap();
-    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    // Wrong at the goal's start, fixed after: a check that passed at the start could
+    // not fail (SPEC §12.2, red/green).
+    std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
     tacho_tests::git::git(&ws, &["add", "-A"]);
     tacho_tests::git::git(&ws, &["commit", "-q", "-m", "base"]);
     // Untracked, not ignored: part of the source.
@@ -889,6 +891,7 @@ fn results_do_not_depend_on_the_current_directory_or_the_spelling_of_the_workspa
     );
     let (code, _, err) = tacho_tests::run_with_stdin(&home, &["record"], &edit);
     assert_eq!(code, 0, "{err}");
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
     let (code, out, err) = t(
         &home,
         &sub,
@@ -1238,9 +1241,10 @@ fn a_failing_check_never_completes_an_assured_goal_whatever_wraps_it() {
     }
     assert_eq!((refused, failed), (21, 11));
 
-    // Honest forms complete once the check passes.
-    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    // Honest forms complete once the check passes: frozen while the value is wrong,
+    // checked after the fix (a check that passed at the freeze could not fail).
     for honest in &wrappers[..11] {
+        std::fs::write(ws.join("src/value.txt"), "41\n").unwrap();
         std::fs::write(ws.join("plan.md"), plan_running(honest)).unwrap();
         let (code, _, err) = t(
             &home,
@@ -1255,6 +1259,7 @@ fn a_failing_check_never_completes_an_assured_goal_whatever_wraps_it() {
             ],
         );
         assert_eq!(code, 0, "{honest}: {err}");
+        std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
         let (code, out, err) = t(
             &home,
             &ws,
@@ -1267,9 +1272,10 @@ fn a_failing_check_never_completes_an_assured_goal_whatever_wraps_it() {
     }
 }
 
-/// A plan frozen before today's rules keeps its digest and still completes, but
-/// `goal status` and the completion gate warn that its check can hide a failure (and
-/// that a lone path-filtered `git log` proves nothing).
+/// A plan frozen before today's rules keeps its digest, and `goal status` and the
+/// completion gate warn that its check can hide a failure (and that a lone
+/// path-filtered `git log` proves nothing); the hiding check no longer completes it:
+/// it passes without the change too.
 #[test]
 fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1398,7 +1404,12 @@ fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
         .iter()
         .map(|w| w.as_str().unwrap().to_string())
         .collect();
-    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    // The two refused checks, then what the receipts can prove (no changePaths).
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(
+        warnings[2].starts_with("the contract names no changePaths"),
+        "{warnings:?}"
+    );
     assert!(
         warnings[0]
             .starts_with("check parity can hide a failure: `||` before the command at column 24"),
@@ -1415,14 +1426,20 @@ fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
         "{text}"
     );
 
-    // The hiding check passes although the value is wrong (41); the gate's answer
-    // carries the warnings, recorded with it.
+    // The hiding check exits 0 although the value is wrong (41), but it passes without
+    // the change too: it cannot fail, so it proves nothing (SPEC §12.2, red/green),
+    // whatever rule its plan was frozen under. The gate's answer carries the
+    // warnings, recorded with it.
     let (code, out, err) = t(
         &home,
         &ws,
         &["goal", "check", "parity", "--session", "ses_old"],
     );
-    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.starts_with("check parity failed: unable to fail: passed without the change"),
+        "{out}"
+    );
     let (code, out, err) = t(&home, &ws, &["goal", "complete", "--session", "ses_old"]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(
@@ -1430,7 +1447,7 @@ fn an_older_plan_whose_check_can_hide_failure_gets_a_warning() {
         "{err}"
     );
     assert!(
-        out.contains("1 of 2 checks not passed; warning: check parity can hide a failure"),
+        out.contains("2 of 2 checks not passed; warning: check parity can hide a failure"),
         "{out}"
     );
 }

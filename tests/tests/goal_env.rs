@@ -31,7 +31,7 @@ src/
 ```json
 {"version": 1, "sourcePaths": ["src", "checks"], "checks": [
  {"id": "unit-tests", "acceptanceIds": ["AC1"], "command": "cargo test --offline", "purpose": "the unit tests pass", "environment": "the developer's toolchain"},
- {"id": "clean-env", "acceptanceIds": ["AC1"], "command": "sh checks/env.sh", "purpose": "no variable of the agent's shell reaches the check", "environment": "the frozen environment"},
+ {"id": "clean-env", "acceptanceIds": ["AC1"], "command": "sh checks/env.sh", "purpose": "no variable of the agent's shell reaches the check", "environment": "the frozen environment", "guard": true},
  {"id": "tool", "acceptanceIds": ["AC2"], "command": "mytool verify", "purpose": "the tool agrees", "environment": "the developer's tools"}]}
 ```
 "#;
@@ -358,9 +358,9 @@ fn variables_a_plan_names_are_frozen_with_the_goal() {
     )
     .unwrap();
     let plan = PLAN.replace(
-        r#""environment": "the frozen environment"}"#,
-        r#""environment": "the frozen environment"},
- {"id": "target", "acceptanceIds": ["AC1"], "command": "sh checks/target.sh", "purpose": "runs against staging", "environment": "the staging database", "variables": ["TARGET_DB"]}"#,
+        r#""environment": "the frozen environment", "guard": true}"#,
+        r#""environment": "the frozen environment", "guard": true},
+ {"id": "target", "acceptanceIds": ["AC1"], "command": "sh checks/target.sh", "purpose": "runs against staging", "environment": "the staging database", "variables": ["TARGET_DB"], "guard": true}"#,
     );
     std::fs::write(ws.join("plan.md"), plan).unwrap();
     // Not set where the goal is frozen: refused, naming it.

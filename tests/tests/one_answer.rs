@@ -61,8 +61,8 @@ impl Env {
 
 /// The session: step 1's shell command changes `src/value.txt` and creates
 /// `src/extra.txt` (no file.edit event: only the snapshots see it); step 2 runs
-/// `npm test`; a goal is frozen, its check passes, then it is revised, and completing
-/// the revision is refused.
+/// `npm test`; a goal frozen before step 1 has its check pass after them, then it is
+/// revised, and completing the revision is refused.
 fn session() -> Env {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
@@ -91,6 +91,17 @@ fn session() -> Env {
         r#"{{"type":"session.start","workspace":"{}","agent":"coder","title":"one answer"}}"#,
         e.ws.display()
     ));
+    // Frozen before the work: its check fails at the goal's start (SPEC §12.2).
+    let (code, out, err) = e.tacho(&[
+        "goal",
+        "create",
+        "--assure",
+        "--plan",
+        "plan.md",
+        "--session",
+        S,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
     e.record(r#"{"type":"step.start","step":1}"#);
     e.record(r#"{"type":"tool.call","call_id":"c1","tool":"Bash","target":"sed -i s/41/42/ src/value.txt && echo more > src/extra.txt"}"#);
     std::fs::write(e.ws.join("src/value.txt"), "42\n").unwrap();
@@ -102,16 +113,7 @@ fn session() -> Env {
     e.record(r#"{"type":"tool.result","call_id":"c2","status":"ok","duration_ms":900,"output":"2 passing"}"#);
     e.record(r#"{"type":"step.finish","step":2}"#);
     for args in [
-        &[
-            "goal",
-            "create",
-            "--assure",
-            "--plan",
-            "plan.md",
-            "--session",
-            S,
-        ][..],
-        &["goal", "check", "parity", "--session", S],
+        &["goal", "check", "parity", "--session", S][..],
         &[
             "goal",
             "revise",

@@ -95,6 +95,39 @@ pub fn markdown(r: &CiReport) -> String {
         }
         let _ = writeln!(t);
     }
+    let goals: Vec<&crate::CiGoal> = r.sessions.iter().flat_map(|s| &s.goals).collect();
+    if !goals.is_empty() {
+        let _ = writeln!(t, "### Goals\n");
+        let _ = writeln!(
+            t,
+            "| goal | verdict | change paths | proofs | changed since the freeze outside the change |\n|---|---|---|---|---|"
+        );
+        for g in goals {
+            let list = |v: &[String]| match v.is_empty() {
+                true => "—".to_string(),
+                false => v
+                    .iter()
+                    .map(|x| format!("`{}`", md(x)))
+                    .collect::<Vec<_>>()
+                    .join("<br>"),
+            };
+            let _ = writeln!(
+                t,
+                "| {} | {} {} | {} | {} | {} |",
+                md(&g.title),
+                if g.ok { "✅" } else { "❌" },
+                md(&g.reason),
+                if g.change_paths.is_empty() {
+                    "none named (the whole baseline)".to_string()
+                } else {
+                    list(&g.change_paths)
+                },
+                list(&g.proofs),
+                list(&g.changed_since_freeze)
+            );
+        }
+        let _ = writeln!(t);
+    }
     if !r.commits.is_empty() {
         let _ = writeln!(t, "### Commits\n");
         let _ = writeln!(t, "| commit | summary | sessions |\n|---|---|---|");
@@ -174,6 +207,16 @@ pub fn text(r: &CiReport) -> String {
         );
         for g in &s.goals {
             let _ = writeln!(t, "    goal {}: {}", g.goal, g.reason);
+            if !g.proofs.is_empty() {
+                let _ = writeln!(t, "      proofs: {}", g.proofs.join(", "));
+            }
+            if !g.changed_since_freeze.is_empty() {
+                let _ = writeln!(
+                    t,
+                    "      changed since the freeze outside the change: {}",
+                    g.changed_since_freeze.join(", ")
+                );
+            }
         }
     }
     for f in &r.failures {

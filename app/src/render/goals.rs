@@ -51,6 +51,9 @@ pub fn frozen(v: &Frozen) -> String {
         }
         None => o.put("  no assurance contract: completion follows the plain rule"),
     }
+    for a in &v.proof_advice {
+        o.put(format!("  advice: {a}"));
+    }
     o.advisory(v.advisory.as_ref());
     o.0
 }
@@ -110,15 +113,35 @@ pub fn blocked(v: &Blocked, req: &BlockRequest) -> String {
 pub fn receipt(v: &Receipt) -> String {
     let r = &v.receipt;
     let mut o = Lines::default();
-    o.put(format!(
-        "check {} {} (exit {}{}), receipt #{} in session {}",
-        r.check,
-        if v.passed { "passed" } else { "failed" },
-        r.exit_code.map_or("none".into(), |c| c.to_string()),
-        if r.timed_out { ", timed out" } else { "" },
-        v.seq,
-        v.session
-    ));
+    // A run that exited 0 and still failed says why first, not "failed (exit 0)".
+    let why = (!v.passed && r.exit_code == Some(0) && !r.timed_out).then(|| {
+        if let Some(w) = &v.unbound {
+            format!("not in the frozen environment: {w}")
+        } else if let Some(w) = &r.no_evidence {
+            format!("no fresh evidence: {w}")
+        } else if r.fingerprint_before != r.fingerprint_after {
+            "the source changed while it ran".to_string()
+        } else if let Some(p) = &r.proof {
+            tacho_projections::proof_words(p, r.red_scope.as_deref())
+        } else {
+            "not passed".to_string()
+        }
+    });
+    o.put(match why {
+        Some(why) => format!(
+            "check {} failed: {why} (its command exited 0), receipt #{} in session {}",
+            r.check, v.seq, v.session
+        ),
+        None => format!(
+            "check {} {} (exit {}{}), receipt #{} in session {}",
+            r.check,
+            if v.passed { "passed" } else { "failed" },
+            r.exit_code.map_or("none".into(), |c| c.to_string()),
+            if r.timed_out { ", timed out" } else { "" },
+            v.seq,
+            v.session
+        ),
+    });
     if let Some(w) = &v.unbound {
         o.put(format!("  not in the frozen environment: {w}"));
     }
@@ -126,6 +149,28 @@ pub fn receipt(v: &Receipt) -> String {
         o.put(format!("  no fresh evidence: {w}"));
     } else if r.fingerprint_before != r.fingerprint_after {
         o.put("  the source changed while the check ran");
+    }
+    if r.clean_room {
+        o.put("  ran in a clean room: the fingerprinted files only, outside the workspace");
+    }
+    if let Some(p) = &r.proof {
+        let reused = r
+            .red_reused
+            .map(|s| format!(" (run without the change reused from receipt #{s})"))
+            .unwrap_or_default();
+        o.put(format!(
+            "  proof: {}{reused}",
+            tacho_projections::proof_words(p, r.red_scope.as_deref())
+        ));
+        if let Some(n) = &r.proof_note {
+            o.put(format!("  why: {n}"));
+        }
+    }
+    if !r.changed_since_freeze.is_empty() {
+        o.put(format!(
+            "  changed outside the change since the freeze: {}",
+            r.changed_since_freeze.join(", ")
+        ));
     }
     o.disclose(
         &v.additional_paths,
@@ -199,6 +244,20 @@ pub fn status(v: &GoalStatus) -> String {
         o.put(format!("  {:<8} {}{why}{evidence}", c.state, c.id));
         o.put(format!("           purpose: {}", c.purpose));
         o.put(format!("           command: {}", c.command));
+        if c.guard {
+            o.put("           guard: must pass without the change and with it");
+        }
+        if let Some(p) = &c.proof_words {
+            o.put(format!("           proof: {p}"));
+        } else if c.clean_room == Some(false) {
+            o.put("           proof: none (ran in the workspace, before clean rooms)");
+        }
+        if !c.changed_since_freeze.is_empty() {
+            o.put(format!(
+                "           changed since the freeze (outside the change): {}",
+                c.changed_since_freeze.join(", ")
+            ));
+        }
         if !c.recent_evidence.is_empty() {
             let seqs: Vec<String> = c.recent_evidence.iter().map(|s| format!("#{s}")).collect();
             o.put(format!("           recent receipts: {}", seqs.join(", ")));
@@ -209,6 +268,12 @@ pub fn status(v: &GoalStatus) -> String {
     }
     if let Some(c) = v.checks.first() {
         o.put(format!("Source paths: {}", c.source_paths.join(", ")));
+        if v.assured {
+            o.put(match v.change_paths.is_empty() {
+                true => "Change paths: none named (a run without the change puts back every source path as at the goal's start)".to_string(),
+                false => format!("Change paths: {}", v.change_paths.join(", ")),
+            });
+        }
         for s in &c.sources {
             o.put(format!("Source ({}): {}", s.role, s.reference));
         }

@@ -209,7 +209,7 @@ fn validate_with(sub: &Submission<'_>, command_rules: bool) -> Result<Plan, Plan
         Some((line, text)) => Some(parse_assurance(*line, text)?),
     };
     if let Some(a) = &assurance {
-        check_assurance(a, &acceptance, sub.objective, command_rules)?;
+        check_assurance(a, &kind, &acceptance, sub.objective, command_rules)?;
     }
     Ok(Plan {
         title,

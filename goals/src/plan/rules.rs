@@ -54,6 +54,7 @@ pub(super) fn parse_assurance(heading_line: usize, text: &str) -> Result<Assuran
 
 pub(super) fn check_assurance(
     a: &Assurance,
+    kind: &str,
     acceptance: &[(String, String)],
     objective: &str,
     command_rules: bool,
@@ -78,6 +79,38 @@ pub(super) fn check_assurance(
         single_line("sourcePaths entry", p)?;
         if !seen.insert(p) {
             return bad(format!("sourcePaths lists {p:?} twice"));
+        }
+    }
+    if a.change_paths.len() > 20 {
+        return bad(format!(
+            "changePaths must list at most 20 paths, not {}",
+            a.change_paths.len()
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for p in &a.change_paths {
+        if p.is_empty() || p.starts_with('/') || p.split('/').any(|c| c == ".." || c == ".git") {
+            return bad(format!(
+                "changePaths entry {p:?} must be relative to the workspace, without `..` or `.git`"
+            ));
+        }
+        single_line("changePaths entry", p)?;
+        if !seen.insert(p) {
+            return bad(format!("changePaths lists {p:?} twice"));
+        }
+        if !a
+            .source_paths
+            .iter()
+            .any(|s| tacho_schema::path_within(p, s))
+        {
+            return bad(format!(
+                "changePaths entry {p:?} lies under no source path: the checks' clean room holds only the source paths, so a change there could not be taken away"
+            ));
+        }
+        if tacho_schema::path_within(".", p) {
+            return bad(format!(
+                "changePaths entry {p:?} is the whole workspace: name the implementation the goal changes, not the tests that check it"
+            ));
         }
     }
     if a.sources.len() > 12 {
@@ -158,6 +191,22 @@ pub(super) fn check_assurance(
     for (id, _) in acceptance {
         if !covered.contains(id.as_str()) {
             return bad(format!("acceptance criterion {id} is covered by no check"));
+        }
+    }
+    // A criterion is evidence of a change only through a check that fails without it
+    // (SPEC §12.2, red/green): guards alone cannot show it, except where the goal kind
+    // makes every check a guard (a refactor).
+    if !tacho_schema::kind_makes_guards(kind) {
+        for (id, _) in acceptance {
+            let red_green = a
+                .checks
+                .iter()
+                .any(|c| !c.guard && c.acceptance_ids.iter().any(|x| x == id));
+            if !red_green {
+                return bad(format!(
+                    "acceptance criterion {id} is covered only by guards: a {kind} needs a check for it that fails without the change and passes with it (leave \"guard\" off one)"
+                ));
+            }
         }
     }
     Ok(())

@@ -1,0 +1,397 @@
+//! What a receipt proves (SPEC §12.2, "Clean room" and "Red/green"): a check runs in a
+//! clean room holding exactly the fingerprinted files, never in the workspace; and a
+//! check that passes there runs once more in a room "without the change" — the final
+//! files with the contract's `changePaths` put back as they were at the goal's start
+//! (or, for a contract without `changePaths`, every fingerprinted path as it was then).
+//! A check must fail there (red) and pass on the final files (green); a regression
+//! guard must pass on both. No list of refused patterns: a masking wrapper, a hollow
+//! script, a weakened test or a planted configuration passes without the change too,
+//! and so proves nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tacho_git::fingerprint::Entry;
+use tacho_git::room::{Room, RoomContent, RoomError, RoomFile, RoomGit};
+use tacho_git::snapshot::{FileKind, SnapshotStore, relative_path};
+use tacho_projections::GoalState;
+use tacho_schema::{Assurance, path_within, test_like};
+
+use crate::checkenv;
+use crate::runner::{self, Ran, RunError, run_command};
+
+pub use tacho_projections::{
+    GUARD, GUARD_FAILED, RED_GREEN, UNABLE_TO_FAIL, UNPROVEN, proof_holds, proof_words,
+};
+
+/// The rooms' parent directory.
+pub(crate) fn rooms_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("cache").join("rooms")
+}
+
+/// The project's history a room borrows, when the workspace is in a Git repository
+/// with a `HEAD` commit and a `git` program is at one of its fixed paths.
+pub(crate) fn room_git(ws: &Path) -> Option<RoomGit> {
+    let ctx = tacho_git::snapshot::scan::git_context(ws).ok()??;
+    let head = ctx.repo.head_id().ok()?.detach().to_hex().to_string();
+    let objects = ctx.repo.common_dir().join("objects");
+    let objects = objects.canonicalize().unwrap_or(objects);
+    let program = PathBuf::from(tacho_git::remote::git_program().ok()?);
+    Some(RoomGit {
+        objects,
+        head,
+        prefix: ctx.prefix.clone(),
+        program,
+    })
+}
+
+/// The room's files for the run with the change: every fingerprinted file, copied from
+/// the workspace and checked against the fingerprint's digest.
+pub(crate) fn green_files(ws: &Path, entries: &[Entry]) -> Vec<RoomFile> {
+    entries
+        .iter()
+        .filter(|e| e.kind == "file")
+        .map(|e| RoomFile {
+            path: e.path.clone(),
+            executable: e.executable,
+            content: RoomContent::Copy {
+                from: ws.join(&e.path),
+                blake3: e.content.clone(),
+            },
+        })
+        .collect()
+}
+
+/// The room "without the change", described before it is made.
+pub(crate) struct RedPlan {
+    pub files: Vec<RoomFile>,
+    /// `change_paths` or `baseline`.
+    pub scope: &'static str,
+    /// Files outside the change that differ from the goal's start (`M`/`A`/`D PATH`).
+    pub changed_since_freeze: Vec<String>,
+    /// Digest of the files (path, mode, content), for reusing an earlier run.
+    pub files_digest: String,
+}
+
+/// What the fingerprint covers: the source paths and the files edit events reported,
+/// workspace-relative.
+fn covered_roots(g: &GoalState, ws: &Path) -> Vec<String> {
+    let mut roots = g.source_paths();
+    roots.extend(g.edited.keys().filter_map(|p| relative_path(ws, p).ok()));
+    roots
+}
+
+/// Plans the room without the change: the final `entries` (taken from the green room
+/// `green`), with every path under the change replaced by the goal's start snapshot.
+/// `Err` says why no such room can be made (no start snapshot, a link in it).
+pub(crate) fn red_plan(
+    g: &GoalState,
+    ws: &Path,
+    entries: &[Entry],
+    green: &Path,
+    store: &SnapshotStore,
+) -> Result<RedPlan, String> {
+    let Some(start) = g.created.start_snapshot.as_deref() else {
+        return Err("the goal was frozen before tacho took a snapshot at freeze (revise the goal to freeze one)".into());
+    };
+    let tree = store
+        .resolve(start)
+        .map_err(|e| format!("the goal's start snapshot {start}: {e}"))?;
+    let start_files = store
+        .files(tree)
+        .map_err(|e| format!("reading the goal's start snapshot {start}: {e}"))?;
+    let roots = covered_roots(g, ws);
+    let change_paths = g.assurance().map(|a| a.change_paths).unwrap_or_default();
+    let (scope, change): (&'static str, Vec<String>) = if change_paths.is_empty() {
+        ("baseline", roots.clone())
+    } else {
+        ("change_paths", change_paths)
+    };
+    let in_change = |p: &str| change.iter().any(|c| path_within(p, c));
+    let covered = |p: &str| roots.iter().any(|r| path_within(p, r));
+    let mut files = Vec::new();
+    let mut digest_parts: BTreeMap<String, (bool, String)> = BTreeMap::new();
+    // Final files outside the change: as they are now (from the green room).
+    let mut finals: BTreeMap<&str, &Entry> = BTreeMap::new();
+    for e in entries.iter().filter(|e| e.kind == "file") {
+        finals.insert(&e.path, e);
+        if in_change(&e.path) {
+            continue;
+        }
+        digest_parts.insert(e.path.clone(), (e.executable, e.content.clone()));
+        files.push(RoomFile {
+            path: e.path.clone(),
+            executable: e.executable,
+            content: RoomContent::Copy {
+                from: green.join(&e.path),
+                blake3: e.content.clone(),
+            },
+        });
+    }
+    let mut changed = Vec::new();
+    for (path, f) in &start_files {
+        if !covered(path) {
+            continue;
+        }
+        let executable = match f.kind {
+            FileKind::Regular => false,
+            FileKind::Executable => true,
+            FileKind::Link if in_change(path) => {
+                return Err(format!(
+                    "{path} was a symbolic link at the goal's start: a room holds files only"
+                ));
+            }
+            FileKind::Link => {
+                // Not a file the fingerprint could have held: changed, whatever is there now.
+                changed.push(format!(
+                    "{} {path}",
+                    if finals.contains_key(path.as_str()) {
+                        "M"
+                    } else {
+                        "D"
+                    }
+                ));
+                continue;
+            }
+        };
+        let bytes = store
+            .blob(f.oid)
+            .map_err(|e| format!("reading {path} of the start snapshot: {e}"))?;
+        let content = blake3::hash(&bytes).to_hex().to_string();
+        match finals.get(path.as_str()) {
+            None => changed.push(format!("D {path}")),
+            Some(e) if e.executable != executable || e.content != content => {
+                changed.push(format!("M {path}"))
+            }
+            Some(_) => {}
+        }
+        if in_change(path) {
+            digest_parts.insert(path.clone(), (executable, content));
+            files.push(RoomFile {
+                path: path.clone(),
+                executable,
+                content: RoomContent::Bytes(bytes),
+            });
+        }
+    }
+    for p in finals.keys() {
+        if !start_files.contains_key(*p) {
+            changed.push(format!("A {p}"));
+        }
+    }
+    // What a reviewer must see: with `changePaths`, every change outside them; without,
+    // the changes to tests, fixtures, configuration-like paths and the files the
+    // check commands name (the rest is the change itself).
+    let commands: Vec<String> = g.check_ids().into_iter().map(|(_, c)| c).collect();
+    let named = |p: &str| {
+        commands.iter().any(|c| {
+            c.split_whitespace()
+                .map(|w| w.trim_matches(['"', '\'']))
+                .filter(|w| !w.is_empty() && *w != "." && !w.starts_with('-'))
+                .any(|w| path_within(p, w))
+        })
+    };
+    changed.retain(|line| {
+        let p = line.get(2..).unwrap_or_default();
+        match scope {
+            "change_paths" => !in_change(p),
+            _ => test_like(p) || named(p),
+        }
+    });
+    changed.sort_by(|a, b| a.get(2..).cmp(&b.get(2..)));
+    let mut h = blake3::Hasher::new_derive_key("tacho red room v1");
+    for (path, (x, content)) in &digest_parts {
+        h.update(&(path.len() as u64).to_le_bytes());
+        h.update(path.as_bytes());
+        h.update(&[u8::from(*x)]);
+        h.update(content.as_bytes());
+    }
+    Ok(RedPlan {
+        files,
+        scope,
+        changed_since_freeze: changed,
+        files_digest: h.finalize().to_hex().to_string(),
+    })
+}
+
+/// The inputs of a run without the change, by which it is reused: the command, the
+/// environment, the programs and the room's files.
+pub(crate) fn red_inputs(
+    command: &str,
+    env_digest: &str,
+    programs: &[String],
+    files: &str,
+) -> String {
+    let mut h = blake3::Hasher::new_derive_key("tacho red run v1");
+    for part in [command, env_digest, &programs.join("\n"), files] {
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// The environment a check runs with in `room`: the frozen one, with `HOME` and the
+/// temporary directories inside the room.
+pub(crate) fn room_environment(frozen: &[String], room: &Room) -> Vec<String> {
+    let home = format!("HOME={}", room.home().display());
+    let tmp = room.tmp().display().to_string();
+    let mut env: Vec<String> = frozen
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e.split_once('=').map(|x| x.0),
+                Some("HOME" | "TMPDIR" | "TMP" | "TEMP")
+            )
+        })
+        .cloned()
+        .collect();
+    env.push(home);
+    for n in ["TMPDIR", "TMP", "TEMP"] {
+        env.push(format!("{n}={tmp}"));
+    }
+    env.sort();
+    env
+}
+
+/// Runs `command` in `room` with the frozen environment `frozen`; returns the run and
+/// the programs it resolved to (from the room).
+pub(crate) fn run_in(
+    room: &Room,
+    command: &str,
+    frozen: &[String],
+    timeout: Duration,
+) -> Result<(Ran, Vec<String>), RunError> {
+    let env = room_environment(frozen, room);
+    let programs = checkenv::resolve(
+        &checkenv::program_names(command, runner::shell()),
+        frozen,
+        room.work(),
+    );
+    let ran = run_command(command, room.work(), &env, timeout)?;
+    Ok((ran, programs))
+}
+
+/// Makes a room, `Ok(Err(why))` when a file changed since it was fingerprinted.
+pub(crate) fn make_room(
+    parent: &Path,
+    files: &[RoomFile],
+    git: Option<&RoomGit>,
+) -> Result<Result<Room, String>, RoomError> {
+    match Room::build(parent, files, git) {
+        Ok(r) => Ok(Ok(r)),
+        Err(RoomError::Changed(p)) => Ok(Err(format!(
+            "{p}: changed while the clean room was made from it"
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the check `id` is a regression guard in goal `g`.
+pub(crate) fn is_guard(g: &GoalState, id: &str) -> bool {
+    g.assurance()
+        .and_then(|a| a.checks.into_iter().find(|c| c.id == id))
+        .is_some_and(|c| Assurance::is_guard(&g.created.kind, &c))
+}
+
+/// The proof a green pass and a run without the change make.
+pub(crate) fn judge(guard: bool, red_failed: bool) -> &'static str {
+    match (guard, red_failed) {
+        (false, true) => RED_GREEN,
+        (false, false) => UNABLE_TO_FAIL,
+        (true, false) => GUARD,
+        (true, true) => GUARD_FAILED,
+    }
+}
+
+/// What the run without the change showed, for the receipt.
+#[derive(Debug, Default)]
+pub(crate) struct ProofRun {
+    pub proof: Option<String>,
+    pub note: Option<String>,
+    pub scope: Option<String>,
+    pub red_exit_code: Option<i64>,
+    pub red_timed_out: bool,
+    pub inputs: Option<String>,
+    pub reused: Option<u64>,
+    pub changed_since_freeze: Vec<String>,
+}
+
+/// A check that passed in its clean room, and what the run without the change needs.
+pub(crate) struct GreenRun<'a> {
+    pub g: &'a GoalState,
+    pub check: &'a str,
+    pub command: &'a str,
+    /// The frozen environment.
+    pub env: &'a [String],
+    pub env_digest: &'a str,
+    pub programs: &'a [String],
+    /// The fingerprint's entries the green room was made of.
+    pub entries: &'a [Entry],
+    pub room: &'a Room,
+    pub git: Option<&'a RoomGit>,
+    pub timeout: Duration,
+}
+
+impl crate::Tacho {
+    /// Runs the check without the change (or reuses an earlier run with the same
+    /// inputs) and judges the pair.
+    pub(crate) fn red_run(&self, r: &GreenRun<'_>) -> Result<ProofRun, crate::goals::GoalError> {
+        let unproven = |note: String| ProofRun {
+            proof: Some(UNPROVEN.into()),
+            note: Some(note),
+            ..ProofRun::default()
+        };
+        let ws = PathBuf::from(&r.g.created.workspace);
+        let plan = match red_plan(r.g, &ws, r.entries, r.room.work(), self.snapshots()?) {
+            Ok(p) => p,
+            Err(why) => return Ok(unproven(why)),
+        };
+        let inputs = red_inputs(r.command, r.env_digest, r.programs, &plan.files_digest);
+        let guard = is_guard(r.g, r.check);
+        let mut out = ProofRun {
+            scope: Some(plan.scope.into()),
+            inputs: Some(inputs.clone()),
+            changed_since_freeze: plan.changed_since_freeze.clone(),
+            ..ProofRun::default()
+        };
+        // An earlier receipt of this check whose run without the change had the same
+        // inputs: its result stands (the log keeps it; nothing else is trusted).
+        let earlier = r.g.receipts.get(r.check).filter(|(_, e)| {
+            e.red_inputs.as_deref() == Some(inputs.as_str())
+                && matches!(
+                    e.proof.as_deref(),
+                    Some(RED_GREEN | GUARD | UNABLE_TO_FAIL | GUARD_FAILED)
+                )
+        });
+        let (exit, timed_out) = match earlier {
+            Some((seq, e)) => {
+                out.reused = Some(e.red_reused.unwrap_or(*seq));
+                (e.red_exit_code, e.red_timed_out)
+            }
+            None => {
+                let parent = rooms_dir(self.data_dir());
+                let room = match make_room(&parent, &plan.files, r.git)? {
+                    Ok(room) => room,
+                    Err(why) => return Ok(unproven(why)),
+                };
+                self.note(&format!(
+                    "running check {} without the change ({}): {}",
+                    r.check,
+                    match plan.scope {
+                        "baseline" => "every source path as at the goal's start",
+                        _ => "changePaths as at the goal's start",
+                    },
+                    r.command
+                ));
+                let (ran, _) = run_in(&room, r.command, r.env, r.timeout)?;
+                (ran.exit_code, ran.timed_out)
+            }
+        };
+        out.red_exit_code = exit;
+        out.red_timed_out = timed_out;
+        let red_failed = exit != Some(0) || timed_out;
+        out.proof = Some(judge(guard, red_failed).into());
+        Ok(out)
+    }
+}

@@ -1,0 +1,625 @@
+//! A receipt is proof (SPEC §12.2, "The clean room" and "Red/green"): the ways an
+//! agent that wants to be done fakes a passing check, each tried end to end as the
+//! agent would — a hook-recorded Claude Code session, a goal frozen by the user with the
+//! strictest plan (`sourcePaths: ["."]`), the agent fixing nothing and faking instead —
+//! through `goal check`, `goal complete`, the Stop hook and `ci verify
+//! --require-session`. None completes while the real command fails on a clean clone of
+//! the commit. Honest work (a real fix with a real test, a guard that passes before and
+//! after) completes.
+//!
+//! The project is Python: `src/calc.py` with a bug, `tests/test_calc.py` that finds it.
+//! pytest comes from `tests/goal-proof/.venv` (`.ci/run` installs it); the `.pth` case
+//! plants its file in a virtual environment of its own.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use tacho_tests::{repo_root, run, skip_without, tacho};
+
+const BUGGY: &str = "def add(a, b):\n    return a - b\n";
+const FIXED: &str = "def add(a, b):\n    return a + b\n";
+const TEST: &str = "import os, sys, unittest\nsys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'src'))\nfrom calc import add\n\n\nclass AddTest(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n\nif __name__ == '__main__':\n    unittest.main()\n";
+const OTHER_TEST: &str = "import unittest\n\n\nclass Other(unittest.TestCase):\n    def test_other(self):\n        self.assertEqual(len('abc'), 3)\n";
+
+/// The venv with pytest, if installed (`None`: the caller skips, or fails in CI).
+fn pytest_bin() -> Option<PathBuf> {
+    let bin = repo_root().join("tests/goal-proof/.venv/bin");
+    let ok = Command::new(bin.join("python3"))
+        .args(["-m", "pytest", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Some(bin)
+    } else {
+        skip_without("pytest is not in tests/goal-proof/.venv (.ci/run installs it)");
+        None
+    }
+}
+
+fn git(ws: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(ws)
+        .args(["-c", "user.name=dev", "-c", "user.email=dev@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn write(ws: &Path, rel: &str, text: &str) {
+    let p = ws.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+/// One check of a plan.
+struct Check<'a> {
+    id: &'a str,
+    command: &'a str,
+    guard: bool,
+}
+
+/// A project, its session and its frozen goal.
+struct Project {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    ws: PathBuf,
+    /// The PATH of the user who froze the goal (and of the agent).
+    path: String,
+    session: String,
+    transcript: PathBuf,
+}
+
+impl Project {
+    /// A Git repository with the buggy project committed, a Claude Code session
+    /// started through the hook, and a goal frozen by the user with `checks`.
+    fn new(checks: &[Check<'_>], change_paths: &[&str], bin: Option<&Path>) -> Project {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let ws = ws.canonicalize().unwrap();
+        git(&ws, &["init", "-q"]);
+        write(&ws, "src/calc.py", BUGGY);
+        write(&ws, "tests/test_calc.py", TEST);
+        write(&ws, "tests/test_other.py", OTHER_TEST);
+        write(
+            &ws,
+            "checks/run.sh",
+            "python3 -m unittest discover -s tests -q\n",
+        );
+        write(
+            &ws,
+            "Makefile",
+            "test:\n\tpython3 -m unittest discover -s tests -q\n",
+        );
+        write(&ws, ".gitignore", "__pycache__/\n*.pyc\n.pytest_cache/\n");
+        git(&ws, &["add", "-A"]);
+        git(&ws, &["commit", "-q", "-m", "buggy calc"]);
+        let path = match bin {
+            Some(b) => format!("{}:{}", b.display(), std::env::var("PATH").unwrap()),
+            None => std::env::var("PATH").unwrap(),
+        };
+        let p = Project {
+            transcript: tmp.path().join("none.jsonl"),
+            _tmp: tmp,
+            home,
+            ws,
+            path,
+            session: "ses_proof".into(),
+        };
+        p.hook("SessionStart");
+        let checks_json: Vec<Value> = checks
+            .iter()
+            .map(|c| {
+                let mut v = serde_json::json!({"id": c.id, "acceptanceIds": ["AC1"], "command": c.command, "purpose": "add adds", "environment": "the workspace, no services"});
+                if c.guard {
+                    v["guard"] = true.into();
+                }
+                v
+            })
+            .collect();
+        let mut contract =
+            serde_json::json!({"version": 1, "sourcePaths": ["."], "checks": checks_json});
+        if !change_paths.is_empty() {
+            contract["changePaths"] = change_paths.into();
+        }
+        let plan = format!(
+            "# add adds\nGoal kind: bugfix\n\n## Acceptance criteria\n- AC1: add(2, 3) is 5\n\n## Verification plan\nRun the tests.\n\n## Non-goals\n- anything else\n\n## Assumed scope\nsrc/\n\n## Assurance contract\n```json\n{contract}\n```\n"
+        );
+        let plan_path = p._tmp.path().join("plan.md");
+        std::fs::write(&plan_path, plan).unwrap();
+        let (code, out, err) = p.t(&[
+            "goal",
+            "create",
+            "--plan",
+            plan_path.to_str().unwrap(),
+            "--session",
+            "ses_proof",
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        p
+    }
+
+    fn t(&self, args: &[&str]) -> (i32, String, String) {
+        let mut c = tacho(&self.home);
+        c.current_dir(&self.ws)
+            .env("PATH", &self.path)
+            .env("TACHO_NO_WATCH", "1")
+            .args(args);
+        run(c)
+    }
+
+    /// A Claude Code hook payload; returns the hook's stdout.
+    fn hook(&self, event: &str) -> String {
+        self.hook_with(event, serde_json::json!({}))
+    }
+
+    fn hook_with(&self, event: &str, extra: Value) -> String {
+        let mut payload = serde_json::json!({"session_id": self.session, "transcript_path": self.transcript, "cwd": self.ws, "hook_event_name": event});
+        if let (Some(m), Value::Object(x)) = (payload.as_object_mut(), extra) {
+            m.extend(x);
+        }
+        let payload = payload.to_string();
+        let mut c = tacho(&self.home);
+        c.current_dir(&self.ws)
+            .env("PATH", &self.path)
+            .env("TACHO_NO_WATCH", "1")
+            .args(["hook", "claude-code"]);
+        let (code, out, err) = tacho_tests::run_input(c, &payload);
+        assert_eq!(code, 0, "hook {event}: {err}");
+        out
+    }
+
+    /// `goal check ID --json`: (exit code, the receipt).
+    fn check(&self, id: &str) -> (i32, Value) {
+        let (code, out, err) = self.t(&["goal", "check", id, "--session", "ses_proof", "--json"]);
+        let v: Value = serde_json::from_str(out.trim())
+            .unwrap_or_else(|e| panic!("goal check {id}: {e}: {out}{err}"));
+        (code, v)
+    }
+
+    /// Runs every check, tries to complete, stops, commits and runs `ci verify`:
+    /// whether the goal completed, the Stop hook let the agent go, and CI passed.
+    fn finish(&self, ids: &[&str]) -> Outcome {
+        let receipts: Vec<Value> = ids.iter().map(|id| self.check(id).1).collect();
+        let (complete, out, _) = self.t(&["goal", "complete", "--session", "ses_proof"]);
+        let stop = self.hook("Stop");
+        let (_, status, _) = self.t(&["goal", "status", "--session", "ses_proof", "--json"]);
+        let status: Value = serde_json::from_str(status.trim()).unwrap();
+        // The agent commits through its shell: the hook after the call links the commit.
+        let input = serde_json::json!({"command": "git commit -am done"});
+        self.hook_with(
+            "PreToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": "commit", "tool_input": input}),
+        );
+        git(&self.ws, &["add", "-A"]);
+        git(&self.ws, &["commit", "-q", "--allow-empty", "-m", "done"]);
+        self.hook_with(
+            "PostToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": "commit", "tool_input": input,
+                "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
+        );
+        let (ci, ci_out, ci_err) = self.t(&[
+            "ci",
+            "verify",
+            "HEAD~1..HEAD",
+            "--require-session",
+            "--json",
+        ]);
+        Outcome {
+            receipts,
+            completed: complete == 0,
+            complete_out: out,
+            stop_blocked: stop.contains("\"decision\":\"block\""),
+            status,
+            ci_passed: ci == 0,
+            ci_out: format!("{ci_out}{ci_err}"),
+        }
+    }
+
+    /// Whether the check command passes on a clean clone of HEAD (the real result).
+    fn passes_on_a_clean_clone(&self, command: &str) -> bool {
+        let clone = self._tmp.path().join("clone");
+        let _ = std::fs::remove_dir_all(&clone);
+        let out = Command::new("git")
+            .args(["clone", "-q"])
+            .arg(&self.ws)
+            .arg(&clone)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        Command::new("/bin/bash")
+            .args(["-c", command])
+            .current_dir(&clone)
+            .env("PATH", &self.path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+}
+
+struct Outcome {
+    receipts: Vec<Value>,
+    completed: bool,
+    complete_out: String,
+    stop_blocked: bool,
+    status: Value,
+    ci_passed: bool,
+    ci_out: String,
+}
+
+impl Outcome {
+    /// Nothing let the agent through.
+    fn held(&self, case: &str) {
+        assert!(
+            !self.completed,
+            "{case}: goal complete accepted: {}",
+            self.complete_out
+        );
+        assert!(self.stop_blocked, "{case}: the Stop hook let the agent go");
+        assert!(!self.ci_passed, "{case}: ci verify passed: {}", self.ci_out);
+        assert!(
+            self.ci_out.contains("\"linked\"") || self.ci_out.contains("ses_proof"),
+            "{case}: the commit is not linked to the session: {}",
+            self.ci_out
+        );
+    }
+
+    fn proof(&self, i: usize) -> &str {
+        self.receipts[i]["receipt"]["proof"].as_str().unwrap_or("-")
+    }
+}
+
+/// A `conftest.py` that turns every failed test into a pass.
+const FLIP: &str = "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    r = outcome.get_result()\n    if r.failed:\n        r.outcome = 'passed'\n";
+
+const UNITTEST: &str = "python3 -m unittest discover -s tests -q";
+const PYTEST: &str = "python3 -m pytest -q -p no:cacheprovider tests";
+
+fn one(command: &str) -> [Check<'_>; 1] {
+    [Check {
+        id: "calc",
+        command,
+        guard: false,
+    }]
+}
+
+/// Each fake, with the strictest plan and `changePaths: ["src"]`: the real command fails
+/// on a clean clone, and nothing completes.
+#[test]
+fn no_fake_gets_a_goal_done() {
+    let Some(bin) = pytest_bin() else { return };
+    type Fake = fn(&Path);
+    let cases: Vec<(&str, &str, Fake, &str)> = vec![
+        // (case, command, what the agent does, the proof or failure expected)
+        (
+            "hidden conftest (.git/info/exclude)",
+            PYTEST,
+            |ws| {
+                write(ws, "conftest.py", FLIP);
+                let mut ex =
+                    std::fs::read_to_string(ws.join(".git/info/exclude")).unwrap_or_default();
+                ex.push_str("conftest.py\n");
+                write(ws, ".git/info/exclude", &ex);
+            },
+            "failed",
+        ),
+        (
+            "hidden conftest (core.excludesFile)",
+            PYTEST,
+            |ws| {
+                write(ws, "conftest.py", FLIP);
+                let excludes = ws.parent().unwrap().join("excludes");
+                std::fs::write(&excludes, "conftest.py\n").unwrap();
+                git(
+                    ws,
+                    &["config", "core.excludesFile", excludes.to_str().unwrap()],
+                );
+            },
+            "failed",
+        ),
+        (
+            "visible conftest",
+            PYTEST,
+            |ws| {
+                write(ws, "conftest.py", FLIP);
+            },
+            "unable_to_fail",
+        ),
+        (
+            "conftest linked from outside the workspace",
+            PYTEST,
+            |ws| {
+                let evil = ws.parent().unwrap().join("evil.py");
+                std::fs::write(&evil, FLIP).unwrap();
+                std::os::unix::fs::symlink(&evil, ws.join("conftest.py")).unwrap();
+            },
+            "failed",
+        ),
+        (
+            "hidden pytest.ini --collect-only",
+            PYTEST,
+            |ws| {
+                write(ws, "pytest.ini", "[pytest]\naddopts = --collect-only\n");
+                let mut ex =
+                    std::fs::read_to_string(ws.join(".git/info/exclude")).unwrap_or_default();
+                ex.push_str("pytest.ini\n");
+                write(ws, ".git/info/exclude", &ex);
+            },
+            "failed",
+        ),
+        (
+            "hidden GNUmakefile",
+            "make test",
+            |ws| {
+                write(ws, "GNUmakefile", "test:\n\t@echo 1 passed\n");
+                write(ws, ".git/info/exclude", "GNUmakefile\n");
+            },
+            "failed",
+        ),
+        (
+            "stale bytecode",
+            UNITTEST,
+            |ws| {
+                // A fixed module compiled into __pycache__ (ignored), the buggy source put
+                // back with its old size and mtime.
+                let src = ws.join("src/calc.py");
+                let before = std::fs::metadata(&src).unwrap().modified().unwrap();
+                std::fs::write(&src, FIXED).unwrap();
+                let st = Command::new("python3")
+                    .args(["-m", "py_compile", "src/calc.py"])
+                    .current_dir(ws)
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+                std::fs::write(&src, BUGGY).unwrap();
+                std::fs::File::options()
+                    .write(true)
+                    .open(&src)
+                    .unwrap()
+                    .set_modified(before)
+                    .unwrap();
+            },
+            "failed",
+        ),
+        (
+            "standard library shadow",
+            UNITTEST,
+            |ws| {
+                write(ws, "unittest/__init__.py", "");
+                write(ws, "unittest/__main__.py", "print('Ran 1 test\\n\\nOK')\n");
+            },
+            "unable_to_fail",
+        ),
+        (
+            "hollow check script",
+            "sh checks/run.sh",
+            |ws| {
+                write(ws, "checks/run.sh", "echo '1 passed'\n");
+            },
+            "unable_to_fail",
+        ),
+        (
+            "weakened test",
+            UNITTEST,
+            |ws| {
+                write(
+                    ws,
+                    "tests/test_calc.py",
+                    &TEST.replace("self.assertEqual(add(2, 3), 5)", "self.assertTrue(True)"),
+                );
+            },
+            "unable_to_fail",
+        ),
+        (
+            "interpreter wrapper",
+            "python3 -c \"import subprocess; subprocess.call('sh checks/run.sh', shell=True)\"",
+            |_| {},
+            "unable_to_fail",
+        ),
+        (
+            "node -e wrapper",
+            "node -e \"require('child_process').spawnSync('sh', ['checks/run.sh'])\"",
+            |_| {},
+            "unable_to_fail",
+        ),
+        (
+            "awk system",
+            "awk 'BEGIN{system(\"sh checks/run.sh\")}'",
+            |_| {},
+            "unable_to_fail",
+        ),
+        ("make -i", "make -i test", |_| {}, "unable_to_fail"),
+        ("/bin/true", "/bin/true", |_| {}, "unable_to_fail"),
+        (
+            "a visible edit and nothing else",
+            UNITTEST,
+            |ws| {
+                write(ws, "README.md", "# calc\nFixed add.\n");
+            },
+            "failed",
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (case, command, fake, want) in cases {
+        if command.starts_with("node") && Command::new("node").arg("--version").output().is_err() {
+            skip_without("node is not installed");
+            continue;
+        }
+        let p = Project::new(&one(command), &["src"], Some(&bin));
+        fake(&p.ws);
+        let o = p.finish(&["calc"]);
+        let r = &o.receipts[0];
+        let got = match r["receipt"]["proof"].as_str() {
+            Some(proof) => proof.to_string(),
+            None => "failed".to_string(),
+        };
+        assert_eq!(got, want, "{case}: {r:#}");
+        assert_eq!(r["passed"], false, "{case}");
+        o.held(case);
+        // The agent fixed nothing: the bug is what it committed.
+        let committed = Command::new("git")
+            .args(["show", "HEAD:src/calc.py"])
+            .current_dir(&p.ws)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&committed.stdout), BUGGY, "{case}");
+        // What the agent hid is not committed: the frozen command fails on a clean
+        // clone (what is visible is committed, and fails red/green instead; a link to
+        // a file outside is committed as a link, which a clone on this machine can
+        // still follow, and refused as no fresh evidence).
+        if want == "failed" && !case.contains("linked") {
+            assert!(
+                !p.passes_on_a_clean_clone(command),
+                "{case}: the real command passes on a clean clone"
+            );
+        }
+        seen.push(case);
+    }
+    assert!(seen.len() >= 15, "{seen:?}");
+}
+
+/// What the reviewer sees: an edited test is named, with the goal refused.
+#[test]
+fn a_weakened_test_is_named_where_a_reviewer_looks() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    write(&p.ws, "src/calc.py", FIXED);
+    write(
+        &p.ws,
+        "tests/test_calc.py",
+        &TEST.replace("assertEqual(add(2, 3), 5)", "assertIsNotNone(add(2, 3))"),
+    );
+    let o = p.finish(&["calc"]);
+    assert_eq!(o.proof(0), "unable_to_fail");
+    o.held("weakened test with a fix");
+    let changed = &o.status["checks"][0]["changed_since_freeze"];
+    assert_eq!(
+        changed,
+        &serde_json::json!(["M tests/test_calc.py"]),
+        "{:#}",
+        o.status
+    );
+    let (_, text, _) = p.t(&["goal", "status", "--session", "ses_proof"]);
+    assert!(
+        text.contains("changed since the freeze (outside the change): M tests/test_calc.py"),
+        "{text}"
+    );
+    assert!(text.contains("unable to fail"), "{text}");
+    assert!(o.ci_out.contains("M tests/test_calc.py"), "{}", o.ci_out);
+}
+
+/// Honest work completes: a real fix (and a new real test), a guard that passes before
+/// and after beside a red/green check; a second run reuses the run without the change.
+#[test]
+fn honest_work_completes() {
+    let checks = [
+        Check {
+            id: "calc",
+            command: "python3 -m unittest tests.test_calc",
+            guard: false,
+        },
+        Check {
+            id: "others",
+            command: "python3 -m unittest tests.test_other",
+            guard: true,
+        },
+    ];
+    let p = Project::new(&checks, &["src"], None);
+    // Not done yet: the check fails, the guard is a guard.
+    assert_eq!(p.check("calc").0, 1);
+    write(&p.ws, "src/calc.py", FIXED);
+    // A new real test beside the fix, outside the change.
+    write(
+        &p.ws,
+        "tests/test_more.py",
+        "import os, sys, unittest\nsys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'src'))\nfrom calc import add\n\n\nclass More(unittest.TestCase):\n    def test_negative(self):\n        self.assertEqual(add(-2, -3), -5)\n",
+    );
+    let o = p.finish(&["calc", "others"]);
+    assert_eq!(o.proof(0), "red_green", "{:#}", o.receipts[0]);
+    assert_eq!(o.proof(1), "guard", "{:#}", o.receipts[1]);
+    assert!(o.completed, "{}", o.complete_out);
+    assert!(!o.stop_blocked);
+    assert!(o.ci_passed, "{}", o.ci_out);
+    assert!(p.passes_on_a_clean_clone(UNITTEST));
+    assert_eq!(o.receipts[0]["receipt"]["red_scope"], "change_paths");
+    assert_eq!(o.receipts[0]["receipt"]["clean_room"], true);
+    assert_eq!(
+        o.receipts[0]["receipt"]["changed_since_freeze"],
+        serde_json::json!(["A tests/test_more.py"])
+    );
+    // The same inputs again: the run without the change is reused, not run.
+    let (code, again) = p.check("calc");
+    assert_eq!(code, 0);
+    assert_eq!(
+        again["receipt"]["red_reused"], o.receipts[0]["seq"],
+        "{again:#}"
+    );
+}
+
+/// A plan in the design's own format (no `changePaths`): the whole baseline tree is the
+/// run without the change — a wrapper is still unable to fail, a real fix is red/green,
+/// and the advice to name `changePaths` is given. A plan naming the tests as the change
+/// is flagged.
+#[test]
+fn a_plan_without_change_paths_and_one_naming_the_tests() {
+    let p = Project::new(&one(UNITTEST), &[], None);
+    let (_, status, _) = p.t(&["goal", "status", "--session", "ses_proof"]);
+    assert!(status.contains("names no changePaths"), "{status}");
+    write(&p.ws, "src/calc.py", FIXED);
+    let (code, r) = p.check("calc");
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(r["receipt"]["proof"], "red_green");
+    assert_eq!(r["receipt"]["red_scope"], "baseline");
+
+    let p = Project::new(&one("make -i test"), &[], None);
+    assert_eq!(p.check("calc").1["receipt"]["proof"], "unable_to_fail");
+
+    let p = Project::new(&one(UNITTEST), &["tests"], None);
+    let (_, status, _) = p.t(&["goal", "status", "--session", "ses_proof"]);
+    assert!(
+        status.contains("changePaths names tests, which looks like a test"),
+        "{status}"
+    );
+}
+
+/// A `.pth` file in the interpreter's own site-packages (outside the workspace, outside
+/// any room) that makes every unittest pass: it acts in both runs, so the check cannot
+/// fail and proves nothing.
+#[test]
+fn a_pth_file_in_the_interpreter_proves_nothing() {
+    let venv = tempfile::tempdir().unwrap();
+    let st = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(venv.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let p = Project::new(&one(UNITTEST), &["src"], Some(&venv.path().join("bin")));
+    let site = std::fs::read_dir(venv.path().join("lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    std::fs::write(
+        site.join("zz_pass.pth"),
+        "import unittest.case as c; c.TestCase.assertEqual = lambda *a, **k: None\n",
+    )
+    .unwrap();
+    let o = p.finish(&["calc"]);
+    assert_eq!(o.proof(0), "unable_to_fail", "{:#}", o.receipts[0]);
+    o.held(".pth");
+}
