@@ -23,6 +23,10 @@ pub struct CiPolicy {
     pub require_session: bool,
     /// Every linked session must be signed.
     pub require_signature: bool,
+    /// Run each assured goal's frozen checks again on the committed tree, red/green
+    /// against the range's base, and fail a check whose result differs from its
+    /// receipt.
+    pub rerun: bool,
 }
 
 /// Why the range could not be checked at all.
@@ -80,6 +84,9 @@ pub struct CiGoal {
     pub changed_since_freeze: Vec<String>,
     /// The contract's `changePaths` (what "without the change" put back).
     pub change_paths: Vec<String>,
+    /// With `--rerun`: each check run again by CI, against its latest receipt.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rerun: Vec<crate::ci_rerun::CiRerun>,
     /// Completed, and every check's receipt matches the committed tree.
     pub ok: bool,
     pub reason: String,
@@ -225,7 +232,9 @@ impl Tacho {
             });
         }
         for (session, made) in by_session {
-            report.sessions.push(self.ci_session(&ws, session, made));
+            let rerun = policy.rerun.then_some(report.baseline.as_str());
+            let s = self.ci_session(&ws, session, made, rerun);
+            report.sessions.push(s);
         }
         // A damaged log may hide the links it held: the commits it made would show as
         // unlinked. Tampered evidence fails the range whichever commits it made.
@@ -242,7 +251,15 @@ impl Tacho {
         Ok(report)
     }
 
-    fn ci_session(&self, ws: &Path, session: String, commits: Vec<String>) -> CiSession {
+    /// One linked session; with `rerun` (the range's base) its goals' checks are run
+    /// again.
+    fn ci_session(
+        &self,
+        ws: &Path,
+        session: String,
+        commits: Vec<String>,
+        rerun: Option<&str>,
+    ) -> CiSession {
         let mut s = CiSession {
             signature: session_signature(self, &session),
             session,
@@ -290,7 +307,24 @@ impl Tacho {
                     .iter()
                     .filter(|g| g.created.assured && g.revised_by.is_none())
                 {
-                    s.goals.push(ci_goal(ws, g, &newest));
+                    let mut goal = ci_goal(ws, g, &newest);
+                    if let Some(base) = rerun {
+                        goal.rerun = self.rerun_goal(ws, g, &newest, base);
+                        let contradicted: Vec<&str> = goal
+                            .rerun
+                            .iter()
+                            .filter(|r| !r.agrees)
+                            .map(|r| r.check.as_str())
+                            .collect();
+                        if !contradicted.is_empty() {
+                            goal.ok = false;
+                            goal.reason = format!(
+                                "CI contradicts the receipts of {}, whatever the agent's machine said",
+                                contradicted.join(", ")
+                            );
+                        }
+                    }
+                    s.goals.push(goal);
                 }
             }
             Err(e) => s.findings.push(e.to_string()),
@@ -331,6 +365,7 @@ fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal 
             all
         },
         change_paths: g.assurance().map(|a| a.change_paths).unwrap_or_default(),
+        rerun: Vec::new(),
         ok: false,
         reason: String::new(),
     };

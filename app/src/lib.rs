@@ -17,6 +17,7 @@ mod branch;
 mod changes;
 mod checkenv;
 mod ci;
+mod ci_rerun;
 mod context;
 mod demo;
 mod end;
@@ -52,6 +53,7 @@ mod views;
 
 pub use branch::{BranchError, Branched};
 pub use ci::{CiCommit, CiError, CiFailure, CiGoal, CiPolicy, CiReport, CiSession};
+pub use ci_rerun::CiRerun;
 pub use context::{Clock, Config, Ids, Notes, OpenError, StderrNotes, SystemClock, Tacho, UlidIds};
 pub use demo::{Demo, DemoError};
 pub use end::{EndError, Ended, EndedSession};

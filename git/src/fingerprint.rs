@@ -470,6 +470,70 @@ pub fn tree_fingerprint(
     paths: &[String],
     files: &[String],
 ) -> Result<Result<String, String>, SnapshotError> {
+    let contents = match tree_contents(workspace, commit, paths, files)? {
+        Ok(c) => c,
+        Err(why) => return Ok(Err(why)),
+    };
+    let entries: Vec<Entry> = contents
+        .into_iter()
+        .map(|(path, c)| match c {
+            None => Entry {
+                path,
+                kind: "missing",
+                size: 0,
+                executable: false,
+                content: String::new(),
+            },
+            Some((executable, bytes)) => Entry {
+                path,
+                kind: "file",
+                size: bytes.len() as u64,
+                executable,
+                content: blake3::hash(&bytes).to_hex().to_string(),
+            },
+        })
+        .collect();
+    Ok(Ok(digest(&entries)))
+}
+
+/// One file of a commit's tree, workspace-relative.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeFile {
+    pub path: String,
+    pub executable: bool,
+    pub bytes: Vec<u8>,
+}
+
+/// The files [`tree_fingerprint`] reads of commit `commit` (the missing ones left
+/// out), with their content: what a clean room made from a commit holds.
+pub fn tree_files(
+    workspace: &Path,
+    commit: &str,
+    paths: &[String],
+    files: &[String],
+) -> Result<Result<Vec<TreeFile>, String>, SnapshotError> {
+    Ok(tree_contents(workspace, commit, paths, files)?.map(|c| {
+        c.into_iter()
+            .filter_map(|(path, c)| {
+                c.map(|(executable, bytes)| TreeFile {
+                    path,
+                    executable,
+                    bytes,
+                })
+            })
+            .collect()
+    }))
+}
+
+/// Path → `None` (missing) or (executable, content), as [`tree_fingerprint`] lists them.
+type Contents = BTreeMap<String, Option<(bool, Vec<u8>)>>;
+
+fn tree_contents(
+    workspace: &Path,
+    commit: &str,
+    paths: &[String],
+    files: &[String],
+) -> Result<Result<Contents, String>, SnapshotError> {
     let git = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| SnapshotError::git(what, e);
     let ctx = scan::git_context(workspace)?.ok_or_else(|| SnapshotError::Workspace {
         path: workspace.to_path_buf(),
@@ -498,49 +562,33 @@ pub fn tree_fingerprint(
             blobs.insert(rel.to_owned(), (r.mode, r.oid));
         }
     }
-    let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+    let mut entries: Contents = BTreeMap::new();
     let mut bytes = 0u64;
-    let mut add = |path: &str,
-                   entries: &mut BTreeMap<String, Entry>|
-     -> Result<Result<(), String>, SnapshotError> {
-        let Some((mode, oid)) = blobs.get(path) else {
+    let mut add =
+        |path: &str, entries: &mut Contents| -> Result<Result<(), String>, SnapshotError> {
+            let Some((mode, oid)) = blobs.get(path) else {
+                entries.insert(path.to_owned(), None);
+                return Ok(Ok(()));
+            };
+            if mode.is_link() {
+                return Ok(Err(format!("{path}: is a symbolic link")));
+            }
+            if mode.is_commit() {
+                return Ok(Err(format!("{path}: is a submodule")));
+            }
+            let mut blob = repo
+                .find_blob(*oid)
+                .map_err(|e| git("reading a blob", e.into()))?;
+            bytes += blob.data.len() as u64;
+            if bytes > MAX_BYTES {
+                return Ok(Err(format!("more than {MAX_BYTES} bytes of content")));
+            }
             entries.insert(
                 path.to_owned(),
-                Entry {
-                    path: path.to_owned(),
-                    kind: "missing",
-                    size: 0,
-                    executable: false,
-                    content: String::new(),
-                },
+                Some((mode.is_executable(), blob.take_data())),
             );
-            return Ok(Ok(()));
+            Ok(Ok(()))
         };
-        if mode.is_link() {
-            return Ok(Err(format!("{path}: is a symbolic link")));
-        }
-        if mode.is_commit() {
-            return Ok(Err(format!("{path}: is a submodule")));
-        }
-        let blob = repo
-            .find_blob(*oid)
-            .map_err(|e| git("reading a blob", e.into()))?;
-        bytes += blob.data.len() as u64;
-        if bytes > MAX_BYTES {
-            return Ok(Err(format!("more than {MAX_BYTES} bytes of content")));
-        }
-        entries.insert(
-            path.to_owned(),
-            Entry {
-                path: path.to_owned(),
-                kind: "file",
-                size: blob.data.len() as u64,
-                executable: mode.is_executable(),
-                content: blake3::hash(&blob.data).to_hex().to_string(),
-            },
-        );
-        Ok(Ok(()))
-    };
     let escapes =
         |p: &str| Path::new(p).is_absolute() || p.split('/').any(|c| c == ".." || c == ".git");
     for p in paths {
@@ -582,8 +630,7 @@ pub fn tree_fingerprint(
     if entries.len() > MAX_ENTRIES {
         return Ok(Err(format!("more than {MAX_ENTRIES} entries")));
     }
-    let entries: Vec<Entry> = entries.into_values().collect();
-    Ok(Ok(digest(&entries)))
+    Ok(Ok(entries))
 }
 
 #[cfg(test)]

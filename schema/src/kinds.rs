@@ -510,7 +510,7 @@ record_struct!(
         #[serde(default, skip_serializing_if = "Vec::is_empty")] programs: Vec<String>,
         /// Version 3: the check ran in a clean room (a fresh directory outside the
         /// workspace holding exactly the fingerprinted files), not in the workspace.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")] clean_room: bool,
+        #[serde(default)] clean_room: bool,
         /// Version 3: what the receipt proves (SPEC §12.2, red/green): `red_green`
         /// (failed without the change, passed with it), `guard` (passed before and
         /// after), `unable_to_fail` (passed without the change too), `guard_failed`
@@ -526,7 +526,7 @@ record_struct!(
         /// no run), whether it timed out, and the digest of its inputs (command,
         /// environment, files), by which an earlier run is reused.
         #[serde(default, skip_serializing_if = "Option::is_none")] red_exit_code: Option<i64>,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")] red_timed_out: bool,
+        #[serde(default)] red_timed_out: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")] red_inputs: Option<String>,
         /// Version 3: the receipt whose run without the change this one reused (same
         /// inputs), if any.

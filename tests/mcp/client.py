@@ -1,8 +1,9 @@
 """Drives `tacho mcp` with the official Python MCP client (the `mcp` package).
 
 Usage: client.py TACHO_BIN WORKSPACE SESSION
-The workspace holds src/value.txt (42), checks/parity.sh and plan.md; the session is
-recorded. Prints one JSON object with what each step returned; exits 1 on any surprise.
+The workspace holds src/value.txt (41), checks/parity.sh and plan.md; the session is
+recorded. After the goal is frozen the client fixes the value (42), as an agent's work
+would: a check must fail without the change (SPEC §12.2). Prints one JSON object with what each step returned; exits 1 on any surprise.
 """
 
 import asyncio
@@ -37,6 +38,8 @@ async def main(tacho, workspace, session):
             created = await client.call_tool("create_goal", {"session": session, "plan": plan, "objective": "make the value right"})
             out["create_error"] = bool(created.is_error)
             out["created"] = payload(created)
+            with open(os.path.join(workspace, "src", "value.txt"), "w", encoding="utf-8") as f:
+                f.write("42\n")
             check = await client.call_tool("verify_project", {"session": session, "goalCheck": "parity"})
             out["check_error"] = bool(check.is_error)
             out["check"] = payload(check)

@@ -519,7 +519,6 @@ fn the_mcp_server_works_with_the_official_python_client() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let (home, ws) = workspace_and_session(tmp.path(), "ses_mcp");
-    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
     let out = std::process::Command::new(&python)
         .arg(tacho_tests::repo_root().join("tests/mcp/client.py"))
         .arg(tacho_tests::tacho_bin())
@@ -541,6 +540,14 @@ fn the_mcp_server_works_with_the_official_python_client() {
     );
     assert_eq!(v["create_error"], false);
     assert_eq!(v["created"]["checks"], serde_json::json!(["parity"]));
+    // Over MCP too, the advice to name what the goal changes.
+    assert!(
+        v["created"]["proof_advice"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("the contract names no changePaths"),
+        "{v}"
+    );
     assert_eq!(v["check_error"], false);
     assert_eq!(v["check"]["receipt"]["exit_code"], 0);
     assert_eq!(v["bad_check_error"], true);

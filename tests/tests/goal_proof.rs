@@ -214,6 +214,7 @@ impl Project {
             "verify",
             "HEAD~1..HEAD",
             "--require-session",
+            "--rerun",
             "--json",
         ]);
         Outcome {
@@ -552,6 +553,12 @@ fn honest_work_completes() {
     assert!(o.completed, "{}", o.complete_out);
     assert!(!o.stop_blocked);
     assert!(o.ci_passed, "{}", o.ci_out);
+    // CI ran both checks again on the committed tree and agrees.
+    let ci: Value = serde_json::from_str(o.ci_out.lines().next().unwrap()).unwrap();
+    let rerun = &ci["sessions"][0]["goals"][0]["rerun"];
+    assert_eq!(rerun[0]["ci"], "passed (red_green)", "{ci:#}");
+    assert_eq!(rerun[1]["ci"], "passed (guard)", "{ci:#}");
+    assert_eq!(rerun[0]["agrees"], true);
     assert!(p.passes_on_a_clean_clone(UNITTEST));
     assert_eq!(o.receipts[0]["receipt"]["red_scope"], "change_paths");
     assert_eq!(o.receipts[0]["receipt"]["clean_room"], true);
@@ -622,4 +629,81 @@ fn a_pth_file_in_the_interpreter_proves_nothing() {
     let o = p.finish(&["calc"]);
     assert_eq!(o.proof(0), "unable_to_fail", "{:#}", o.receipts[0]);
     o.held(".pth");
+}
+
+/// What the clean room cannot see — an interpreter's `.pth` file that makes the buggy
+/// code pass only when the source carries the agent's marker, so the receipt is
+/// red/green on the agent's machine — CI's own run contradicts (`ci verify --rerun`
+/// with CI's interpreter): the range fails, per check, in every format.
+#[test]
+fn ci_contradicts_a_receipt_the_agents_machine_faked() {
+    let venv = tempfile::tempdir().unwrap();
+    let st = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(venv.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let p = Project::new(&one(UNITTEST), &["src"], Some(&venv.path().join("bin")));
+    let site = std::fs::read_dir(venv.path().join("lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    // Patches unittest's assertEqual while the current directory's src/calc.py carries
+    // the marker: the run with the change passes, the run without it fails.
+    std::fs::write(
+        site.join("zz_marker.pth"),
+        "import os, unittest.case as c; (open('src/calc.py').read().find('# fixed') >= 0 if os.path.exists('src/calc.py') else False) and setattr(c.TestCase, 'assertEqual', lambda *a, **k: None)\n",
+    )
+    .unwrap();
+    write(&p.ws, "src/calc.py", &format!("{BUGGY}# fixed\n"));
+    let o = p.finish(&["calc"]);
+    // On the agent's machine the fake is red/green and the goal completes.
+    assert_eq!(o.proof(0), "red_green", "{:#}", o.receipts[0]);
+    assert!(o.completed, "{}", o.complete_out);
+    // ci verify without --rerun trusts the receipt's binding to the tree ...
+    let (code, _, _) = p.t(&["ci", "verify", "HEAD~1..HEAD", "--require-session"]);
+    assert_eq!(code, 0);
+    // ... CI's own run, with its own interpreter, does not.
+    let system_path = std::env::var("PATH").unwrap();
+    let ci = |format: &str| {
+        let mut c = tacho(&p.home);
+        c.current_dir(&p.ws).env("PATH", &system_path).args([
+            "ci",
+            "verify",
+            "HEAD~1..HEAD",
+            "--require-session",
+            "--rerun",
+            "--format",
+            format,
+        ]);
+        run(c)
+    };
+    let (code, json, err) = ci("json");
+    assert_eq!(code, 1, "{json}{err}");
+    let v: Value = serde_json::from_str(json.trim()).unwrap();
+    let goal = &v["sessions"][0]["goals"][0];
+    assert_eq!(goal["ok"], false);
+    assert_eq!(goal["rerun"][0]["ci"], "failed (exit 1)", "{goal:#}");
+    assert_eq!(goal["rerun"][0]["agrees"], false);
+    assert!(
+        goal["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("CI contradicts the receipts of calc"),
+        "{goal:#}"
+    );
+    let (_, md, _) = ci("markdown");
+    assert!(
+        md.contains("| `calc` | failed (exit 1) |") && md.contains("❌ contradicted"),
+        "{md}"
+    );
+    let (_, junit, _) = ci("junit");
+    assert!(
+        junit.contains("CI: failed (exit 1); the receipt: passed (red_green)"),
+        "{junit}"
+    );
 }

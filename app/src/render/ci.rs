@@ -127,6 +127,31 @@ pub fn markdown(r: &CiReport) -> String {
             );
         }
         let _ = writeln!(t);
+        let reruns: Vec<(&crate::CiGoal, &crate::CiRerun)> = r
+            .sessions
+            .iter()
+            .flat_map(|s| &s.goals)
+            .flat_map(|g| g.rerun.iter().map(move |x| (g, x)))
+            .collect();
+        if !reruns.is_empty() {
+            let _ = writeln!(t, "### Checks run again by CI\n");
+            let _ = writeln!(
+                t,
+                "| goal | check | CI | the receipt | agrees |\n|---|---|---|---|---|"
+            );
+            for (g, x) in reruns {
+                let _ = writeln!(
+                    t,
+                    "| {} | `{}` | {} | {} | {} |",
+                    md(&g.title),
+                    md(&x.check),
+                    md(&x.ci),
+                    md(&x.receipt),
+                    if x.agrees { "✅" } else { "❌ contradicted" }
+                );
+            }
+            let _ = writeln!(t);
+        }
     }
     if !r.commits.is_empty() {
         let _ = writeln!(t, "### Commits\n");
@@ -217,6 +242,16 @@ pub fn text(r: &CiReport) -> String {
                     g.changed_since_freeze.join(", ")
                 );
             }
+            for x in &g.rerun {
+                let _ = writeln!(
+                    t,
+                    "      CI ran {}: {}; the receipt: {}{}",
+                    x.check,
+                    x.ci,
+                    x.receipt,
+                    if x.agrees { "" } else { " — CONTRADICTED" }
+                );
+            }
         }
     }
     for f in &r.failures {
@@ -301,6 +336,19 @@ pub fn junit(r: &CiReport) -> String {
             name: s.session.clone(),
             failures,
         });
+        // Each check CI ran again: a test case of its own.
+        for g in &s.goals {
+            for x in &g.rerun {
+                cases.push(Case {
+                    class: "tacho.checks",
+                    name: format!("{} {}", g.goal, x.check),
+                    failures: match x.agrees {
+                        true => Vec::new(),
+                        false => vec![format!("CI: {}; the receipt: {}", x.ci, x.receipt)],
+                    },
+                });
+            }
+        }
     }
     let failed = cases.iter().filter(|c| !c.failures.is_empty()).count();
     let mut t = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");

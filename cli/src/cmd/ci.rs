@@ -37,6 +37,11 @@ pub struct VerifyArgs {
     /// Every linked session must be signed.
     #[arg(long)]
     pub require_signature: bool,
+    /// Run each assured goal's frozen checks again, in clean rooms made from the
+    /// committed tree, red/green against BASE; a check whose result differs from its
+    /// receipt fails the range.
+    #[arg(long)]
+    pub rerun: bool,
     /// What to print on stdout.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -72,6 +77,7 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
     let policy = CiPolicy {
         require_session: a.require_session,
         require_signature: a.require_signature,
+        rerun: a.rerun,
     };
     let r: CiReport = tacho.ci_verify(&a.range, a.workspace.as_deref(), policy)?;
     use tacho_app::render::ci;
