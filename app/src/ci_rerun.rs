@@ -13,7 +13,7 @@ use tacho_git::fingerprint::{TreeFile, tree_files};
 use tacho_git::room::{RoomContent, RoomFile};
 use tacho_git::snapshot::relative_path;
 use tacho_projections::{GoalState, proof_holds};
-use tacho_schema::path_within;
+use tacho_schema::{path_within, test_like};
 
 use crate::checkenv;
 use crate::proof::{self, judge};
@@ -89,11 +89,16 @@ impl crate::Tacho {
             (Ok(g), Ok(b)) => (g, b),
             (Err(why), _) | (_, Err(why)) => return fail_all(why),
         };
-        let change = match g.assurance().map(|a| a.change_paths).unwrap_or_default() {
-            c if c.is_empty() => paths.iter().chain(&edited).cloned().collect::<Vec<_>>(),
-            c => c,
+        let named = g.assurance().map(|a| a.change_paths).unwrap_or_default();
+        let baseline = named.is_empty();
+        let change = match baseline {
+            true => paths.iter().chain(&edited).cloned().collect::<Vec<_>>(),
+            false => named,
         };
-        let in_change = |p: &str| change.iter().any(|c| path_within(p, c));
+        // As on the agent's machine (SPEC §12.2): without `changePaths`, tests and check
+        // scripts stay as committed in both runs.
+        let in_change =
+            |p: &str| change.iter().any(|c| path_within(p, c)) && !(baseline && test_like(p));
         let mut red_files: Vec<TreeFile> = green_files
             .iter()
             .filter(|f| !in_change(&f.path))
@@ -114,6 +119,8 @@ impl crate::Tacho {
         let env = checkenv::freeze_from_process(&names);
         let parent = proof::rooms_dir(self.data_dir());
         let (green_room, red_room) = (to_room(green_files), to_room(red_files));
+        let setup = g.assurance().and_then(|a| a.setup);
+        let trusted = std::cell::RefCell::new(Vec::new());
         checks
             .iter()
             .map(|(id, command)| {
@@ -133,6 +140,17 @@ impl crate::Tacho {
                         Ok(Err(why)) => return Err(why),
                         Err(e) => return Err(e.to_string()),
                     };
+                    // CI's own setup: run in its room (its cache trusted only within
+                    // this run), never the agent's.
+                    if let Some(setup) = &setup {
+                        let mut t = trusted.borrow_mut();
+                        let s = self
+                            .provide_setup(setup, &room, &env, &mut t, RERUN_TIMEOUT)
+                            .map_err(|e| e.to_string())?;
+                        if let Some(why) = s.failed {
+                            return Err(why);
+                        }
+                    }
                     self.note(&format!(
                         "ci: running check {id} of goal {} in a clean room of {commit}: {command}",
                         g.created.goal

@@ -1159,37 +1159,60 @@ impl Tacho {
         let env = check_environment(g);
         let env_digest = checkenv::digest(&env);
         let mut proof = ProofRun::default();
+        let mut setup_run = proof::SetupRun::default();
         let mut no_evidence = before.as_ref().err().cloned();
         let mut ran: Option<Ran> = None;
         let mut programs = Vec::new();
         if let Ok((_, entries)) = &before {
             let parent = proof::rooms_dir(self.data_dir());
             let git = proof::room_git(&ws);
-            match proof::make_room(&parent, &proof::green_files(&ws, entries), git.as_ref())? {
+            let green_files = proof::green_files(&ws, entries);
+            match proof::make_room(&parent, &green_files, git.as_ref())? {
                 Err(why) => no_evidence = Some(why),
                 Ok(room) => {
+                    let setup_plan = g.assurance().and_then(|a| a.setup);
+                    let mut trusted = proof::recorded_setups(g);
+                    if let Some(setup) = &setup_plan {
+                        let run = self.provide_setup(setup, &room, &env, &mut trusted, timeout)?;
+                        setup_run = run.clone();
+                        no_evidence = run.failed;
+                    }
                     self.note(&format!(
                         "running check {check} in a clean room of {} file(s) ({}): {command}",
                         entries.iter().filter(|e| e.kind == "file").count(),
                         room.work().display()
                     ));
-                    let (green, resolved) = proof::run_in(&room, command, &env, timeout)?;
-                    programs = resolved;
-                    if green.exit_code == Some(0) && !green.timed_out {
-                        proof = self.red_run(&proof::GreenRun {
-                            g,
-                            check,
-                            command,
-                            env: &env,
-                            env_digest: &env_digest,
-                            programs: &programs,
-                            entries,
-                            room: &room,
-                            git: git.as_ref(),
-                            timeout,
-                        })?;
+                    if no_evidence.is_some() {
+                        // The setup failed: the check did not run.
+                    } else {
+                        let (green, resolved) = proof::run_in(&room, command, &env, timeout)?;
+                        programs = resolved;
+                        // What the check ran on is what was placed there, or it proves
+                        // nothing (a process of the user's may write into the room).
+                        if let Some(path) = room.changed(&green_files) {
+                            no_evidence = Some(format!(
+                                "{path} changed in the clean room while the check ran"
+                            ));
+                        } else if green.exit_code == Some(0) && !green.timed_out {
+                            proof = self.red_run(
+                                &proof::GreenRun {
+                                    g,
+                                    check,
+                                    command,
+                                    env: &env,
+                                    env_digest: &env_digest,
+                                    programs: &programs,
+                                    entries,
+                                    git: git.as_ref(),
+                                    timeout,
+                                    setup: setup_plan.as_ref(),
+                                },
+                                room,
+                                &mut trusted,
+                            )?;
+                        }
+                        ran = Some(green);
                     }
-                    ran = Some(green);
                 }
             }
         }
@@ -1246,6 +1269,8 @@ impl Tacho {
             red_inputs: proof.inputs,
             red_reused: proof.reused,
             changed_since_freeze: proof.changed_since_freeze,
+            setup_inputs: setup_run.inputs,
+            setup_digest: setup_run.digest,
         };
         // A run with programs other than the frozen ones is not a pass (the gate would
         // refuse it anyway; the receipt says so itself).

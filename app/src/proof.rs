@@ -16,7 +16,7 @@ use tacho_git::fingerprint::Entry;
 use tacho_git::room::{Room, RoomContent, RoomError, RoomFile, RoomGit};
 use tacho_git::snapshot::{FileKind, SnapshotStore, relative_path};
 use tacho_projections::GoalState;
-use tacho_schema::{Assurance, path_within, test_like};
+use tacho_schema::{Assurance, Setup, path_within, test_like};
 
 use crate::checkenv;
 use crate::runner::{self, Ran, RunError, run_command};
@@ -108,7 +108,11 @@ pub(crate) fn red_plan(
     } else {
         ("change_paths", change_paths)
     };
-    let in_change = |p: &str| change.iter().any(|c| path_within(p, c));
+    // Without `changePaths`, tests, fixtures and check scripts stay as they are now in
+    // both runs: putting them back would let a deleted or weakened test look red/green.
+    let in_change = |p: &str| {
+        change.iter().any(|c| path_within(p, c)) && (scope != "baseline" || !test_like(p))
+    };
     let covered = |p: &str| roots.iter().any(|r| path_within(p, r));
     let mut files = Vec::new();
     let mut digest_parts: BTreeMap<String, (bool, String)> = BTreeMap::new();
@@ -123,8 +127,10 @@ pub(crate) fn red_plan(
         files.push(RoomFile {
             path: e.path.clone(),
             executable: e.executable,
+            // From the workspace again, checked against the fingerprint: the room with
+            // the change is gone before this one is made.
             content: RoomContent::Copy {
-                from: green.join(&e.path),
+                from: ws.join(&e.path),
                 blake3: e.content.clone(),
             },
         });
@@ -155,6 +161,21 @@ pub(crate) fn red_plan(
                 continue;
             }
         };
+        if !in_change(path) {
+            // Outside the change only a comparison is needed: by blob id, reading the
+            // final file from the green room (never the snapshot's blob).
+            let same = finals.get(path.as_str()).map(|e| {
+                e.executable == executable
+                    && std::fs::read(green.join(path))
+                        .is_ok_and(|b| f.oid.to_hex() == tacho_git::room::blob_id(&b))
+            });
+            match same {
+                None => changed.push(format!("D {path}")),
+                Some(false) => changed.push(format!("M {path}")),
+                Some(true) => {}
+            }
+            continue;
+        }
         let bytes = store
             .blob(f.oid)
             .map_err(|e| format!("reading {path} of the start snapshot: {e}"))?;
@@ -166,7 +187,7 @@ pub(crate) fn red_plan(
             }
             Some(_) => {}
         }
-        if in_change(path) {
+        {
             digest_parts.insert(path.clone(), (executable, content));
             files.push(RoomFile {
                 path: path.clone(),
@@ -328,22 +349,34 @@ pub(crate) struct GreenRun<'a> {
     pub programs: &'a [String],
     /// The fingerprint's entries the green room was made of.
     pub entries: &'a [Entry],
-    pub room: &'a Room,
     pub git: Option<&'a RoomGit>,
     pub timeout: Duration,
+    /// The contract's setup, run (or taken from the cache) in the room without the
+    /// change too.
+    pub setup: Option<&'a Setup>,
 }
 
 impl crate::Tacho {
     /// Runs the check without the change (or reuses an earlier run with the same
     /// inputs) and judges the pair.
-    pub(crate) fn red_run(&self, r: &GreenRun<'_>) -> Result<ProofRun, crate::goals::GoalError> {
+    /// `green` is the room the check passed in: read for the comparison with the start
+    /// snapshot, then removed before the room without the change is made (one room at
+    /// a time, so a run cannot tell which it is by counting rooms).
+    pub(crate) fn red_run(
+        &self,
+        r: &GreenRun<'_>,
+        green: Room,
+        trusted: &mut Vec<(String, String)>,
+    ) -> Result<ProofRun, crate::goals::GoalError> {
         let unproven = |note: String| ProofRun {
             proof: Some(UNPROVEN.into()),
             note: Some(note),
             ..ProofRun::default()
         };
         let ws = PathBuf::from(&r.g.created.workspace);
-        let plan = match red_plan(r.g, &ws, r.entries, r.room.work(), self.snapshots()?) {
+        let plan = red_plan(r.g, &ws, r.entries, green.work(), self.snapshots()?);
+        drop(green);
+        let plan = match plan {
             Ok(p) => p,
             Err(why) => return Ok(unproven(why)),
         };
@@ -375,6 +408,16 @@ impl crate::Tacho {
                     Ok(room) => room,
                     Err(why) => return Ok(unproven(why)),
                 };
+                if let Some(setup) = r.setup {
+                    let run = self.provide_setup(setup, &room, r.env, trusted, r.timeout)?;
+                    if let Some(why) = run.failed {
+                        return Ok(ProofRun {
+                            proof: Some(UNPROVEN.into()),
+                            note: Some(format!("without the change: {why}")),
+                            ..out
+                        });
+                    }
+                }
                 self.note(&format!(
                     "running check {} without the change ({}): {}",
                     r.check,
@@ -385,6 +428,11 @@ impl crate::Tacho {
                     r.command
                 ));
                 let (ran, _) = run_in(&room, r.command, r.env, r.timeout)?;
+                if let Some(path) = room.changed(&plan.files) {
+                    return Ok(unproven(format!(
+                        "{path} changed in the room without the change while the check ran"
+                    )));
+                }
                 (ran.exit_code, ran.timed_out)
             }
         };
@@ -393,5 +441,220 @@ impl crate::Tacho {
         let red_failed = exit != Some(0) || timed_out;
         out.proof = Some(judge(guard, red_failed).into());
         Ok(out)
+    }
+}
+
+/// The setup's result in a room: the digest of its inputs and of the outputs the room
+/// holds, or why there are none.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SetupRun {
+    pub inputs: Option<String>,
+    pub digest: Option<String>,
+    /// Why the check cannot run (the setup failed, or made no output it declares).
+    pub failed: Option<String>,
+}
+
+/// The digest of what a setup reads in `work`: its command, the environment's digest,
+/// and each input's path and content (a directory as [`tree_digest`] gives it, `-`
+/// when missing).
+fn setup_inputs(work: &Path, setup: &Setup, env_digest: &str) -> std::io::Result<String> {
+    let mut h = blake3::Hasher::new_derive_key("tacho setup inputs v1");
+    let mut part = |b: &[u8]| {
+        h.update(&(b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    part(setup.command.as_bytes());
+    part(env_digest.as_bytes());
+    let mut inputs = setup.inputs.clone();
+    inputs.sort();
+    for i in &inputs {
+        part(i.as_bytes());
+        let d = match std::fs::symlink_metadata(work.join(i)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "-".to_string(),
+            Err(e) => return Err(e),
+            Ok(_) => tree_digest(work, std::slice::from_ref(i))?,
+        };
+        part(d.as_bytes());
+    }
+    Ok(h.finalize().to_hex().to_string())
+}
+
+/// The digest of the trees `paths` under `root` (never following a link): each entry
+/// sorted by path, its kind (file, executable, link, directory), path, and content or
+/// link target. A path that is missing is an error.
+pub(crate) fn tree_digest(root: &Path, paths: &[String]) -> std::io::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut entries: Vec<(String, u8, Vec<u8>)> = Vec::new();
+    let mut stack: Vec<String> = paths
+        .iter()
+        .map(|p| p.trim_end_matches('/').to_owned())
+        .collect();
+    while let Some(rel) = stack.pop() {
+        let p = root.join(&rel);
+        let m = std::fs::symlink_metadata(&p)?;
+        if m.is_symlink() {
+            let t = std::fs::read_link(&p)?;
+            entries.push((rel, b'l', t.as_os_str().as_encoded_bytes().to_vec()));
+        } else if m.is_dir() {
+            entries.push((rel.clone(), b'd', Vec::new()));
+            for e in std::fs::read_dir(&p)? {
+                let name = e?.file_name();
+                stack.push(format!("{rel}/{}", name.to_string_lossy()));
+            }
+        } else if m.is_file() {
+            let kind = if m.permissions().mode() & 0o111 != 0 {
+                b'x'
+            } else {
+                b'f'
+            };
+            let mut f = std::fs::File::open(&p)?;
+            let mut h = blake3::Hasher::new();
+            std::io::copy(&mut f, &mut h)?;
+            entries.push((rel, kind, h.finalize().as_bytes().to_vec()));
+        }
+    }
+    entries.sort();
+    let mut h = blake3::Hasher::new_derive_key("tacho setup outputs v1");
+    for (path, kind, content) in &entries {
+        h.update(&(path.len() as u64).to_le_bytes());
+        h.update(path.as_bytes());
+        h.update(&[*kind]);
+        h.update(&(content.len() as u64).to_le_bytes());
+        h.update(content);
+    }
+    Ok(h.finalize().to_hex().to_string())
+}
+
+/// Copies the trees `paths` from `from` to `to` as they are: files with their
+/// executable bit, directories, links as links (never followed).
+fn copy_trees(from: &Path, to: &Path, paths: &[String]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack: Vec<String> = paths
+        .iter()
+        .map(|p| p.trim_end_matches('/').to_owned())
+        .collect();
+    while let Some(rel) = stack.pop() {
+        let (src, dst) = (from.join(&rel), to.join(&rel));
+        let m = std::fs::symlink_metadata(&src)?;
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if m.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else if m.is_dir() {
+            std::fs::create_dir_all(&dst)?;
+            for e in std::fs::read_dir(&src)? {
+                stack.push(format!("{rel}/{}", e?.file_name().to_string_lossy()));
+            }
+        } else if m.is_file() {
+            std::fs::copy(&src, &dst)?;
+            let mode = if m.permissions().mode() & 0o111 != 0 {
+                0o755
+            } else {
+                0o644
+            };
+            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode))?;
+        }
+    }
+    Ok(())
+}
+
+/// Where the setup's outputs for inputs `key` are cached.
+fn setup_cache(data_dir: &Path, key: &str) -> PathBuf {
+    data_dir.join("cache").join("setup").join(key)
+}
+
+/// The (inputs, digest) pairs of setups a goal's receipts recorded: the only cache
+/// entries a check trusts (the log is tamper-evident; the cache is not).
+pub(crate) fn recorded_setups(g: &GoalState) -> Vec<(String, String)> {
+    g.receipts
+        .values()
+        .filter_map(|(_, r)| Some((r.setup_inputs.clone()?, r.setup_digest.clone()?)))
+        .collect()
+}
+
+impl crate::Tacho {
+    /// Puts the contract's setup outputs into `room`: from the cache when `trusted`
+    /// holds this room's inputs with a digest the cache still has, else by running the
+    /// setup command in the room (its outputs then cached, and the pair added to
+    /// `trusted`).
+    pub(crate) fn provide_setup(
+        &self,
+        setup: &Setup,
+        room: &Room,
+        frozen: &[String],
+        trusted: &mut Vec<(String, String)>,
+        timeout: Duration,
+    ) -> Result<SetupRun, crate::goals::GoalError> {
+        let io = |what: &str, e: std::io::Error| SetupRun {
+            failed: Some(format!("setup: {what}: {e}")),
+            ..SetupRun::default()
+        };
+        let key = match setup_inputs(room.work(), setup, &checkenv::digest(frozen)) {
+            Ok(k) => k,
+            Err(e) => return Ok(io("reading its inputs", e)),
+        };
+        let cache = setup_cache(self.data_dir(), &key);
+        if let Some((_, want)) = trusted.iter().find(|(k, _)| *k == key)
+            && tree_digest(&cache, &setup.outputs).is_ok_and(|d| d == *want)
+        {
+            if let Err(e) = copy_trees(&cache, room.work(), &setup.outputs) {
+                return Ok(io("copying its cached outputs", e));
+            }
+            self.note(&format!(
+                "setup `{}`: outputs taken from the cache",
+                setup.command
+            ));
+            return Ok(SetupRun {
+                inputs: Some(key),
+                digest: Some(want.clone()),
+                failed: None,
+            });
+        }
+        self.note(&format!(
+            "setup: running `{}` in the clean room",
+            setup.command
+        ));
+        let env = room_environment(frozen, room);
+        let ran = run_command(&setup.command, room.work(), &env, timeout)?;
+        if ran.exit_code != Some(0) || ran.timed_out {
+            return Ok(SetupRun {
+                inputs: Some(key),
+                digest: None,
+                failed: Some(format!(
+                    "setup `{}` failed ({}): the check did not run",
+                    setup.command,
+                    match (ran.timed_out, ran.exit_code) {
+                        (true, _) => "timed out".to_string(),
+                        (_, Some(c)) => format!("exit {c}"),
+                        (_, None) => "killed by a signal".to_string(),
+                    }
+                )),
+            });
+        }
+        let digest = match tree_digest(room.work(), &setup.outputs) {
+            Ok(d) => d,
+            Err(e) => return Ok(io("its declared outputs after it ran", e)),
+        };
+        // Cached for the next room: written beside, then renamed into place.
+        let parent = self.data_dir().join("cache").join("setup");
+        let stage = parent.join(format!(".new-{}-{}", std::process::id(), self.now()));
+        let staged = std::fs::create_dir_all(&stage).and_then(|()| {
+            copy_trees(room.work(), &stage, &setup.outputs)?;
+            let _ = std::fs::remove_dir_all(&cache);
+            std::fs::rename(&stage, &cache)
+        });
+        if staged.is_err() {
+            let _ = std::fs::remove_dir_all(&stage);
+        }
+        if let Err(e) = staged {
+            self.note(&format!("setup: its outputs were not cached: {e}"));
+        }
+        trusted.push((key.clone(), digest.clone()));
+        Ok(SetupRun {
+            inputs: Some(key),
+            digest: Some(digest),
+            failed: None,
+        })
     }
 }

@@ -18,6 +18,13 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// The Git blob id (hex) of `bytes`, as a snapshot's tree names a file's content.
+pub fn blob_id(bytes: &[u8]) -> String {
+    gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, bytes)
+        .map(|id| id.to_hex().to_string())
+        .unwrap_or_default()
+}
+
 /// Where one file of the room comes from.
 #[derive(Debug, Clone)]
 pub enum RoomContent {
@@ -112,8 +119,9 @@ impl Room {
         git: Option<&RoomGit>,
     ) -> Result<Room, RoomError> {
         std::fs::create_dir_all(parent).map_err(io(parent))?;
+        sweep(parent);
         let dir = tempfile::Builder::new()
-            .prefix("room-")
+            .prefix(&format!("room-{}-", std::process::id()))
             .tempdir_in(parent)
             .map_err(io(parent))?
             .keep();
@@ -140,6 +148,30 @@ impl Room {
             room.commit = Some(room.make_repository(&repo, g)?);
         }
         Ok(room)
+    }
+
+    /// The first of `files` whose content in the room is not what was placed there (a
+    /// process that wrote into the room while a check ran), if any.
+    pub fn changed(&self, files: &[RoomFile]) -> Option<String> {
+        files.iter().find_map(|f| {
+            let want = match &f.content {
+                RoomContent::Copy { blake3, .. } => blake3.clone(),
+                RoomContent::Bytes(b) => blake3::hash(b).to_hex().to_string(),
+            };
+            let ok = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(
+                    (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32,
+                )
+                .open(self.work.join(&f.path))
+                .and_then(|mut file| {
+                    let mut h = blake3::Hasher::new();
+                    std::io::copy(&mut file, &mut h)?;
+                    Ok(h.finalize().to_hex().to_string())
+                })
+                .is_ok_and(|got| got == want);
+            (!ok).then(|| f.path.clone())
+        })
     }
 
     /// Writes one file into the room.
@@ -245,6 +277,34 @@ impl Room {
             "tacho clean room",
         ])?;
         git(&["rev-parse", "HEAD"])
+    }
+}
+
+/// Removes the rooms under `parent` whose process is gone (`room-PID-*`): a check
+/// killed before it cleaned up, or one whose leftover processes kept writing.
+pub fn sweep(parent: &Path) {
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("room-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let alive = rustix::process::Pid::from_raw(pid)
+            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
+        if !alive {
+            drop(Room {
+                dir: e.path(),
+                work: PathBuf::new(),
+                commit: None,
+            });
+        }
     }
 }
 

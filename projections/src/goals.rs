@@ -339,7 +339,9 @@ pub fn proof_holds(proof: Option<&str>) -> bool {
 /// A receipt's proof in words (`red_scope` says what "without the change" was).
 pub fn proof_words(proof: &str, red_scope: Option<&str>) -> String {
     let without = match red_scope {
-        Some("baseline") => "without the change (every source path as at the goal's start)",
+        Some("baseline") => {
+            "without the change (every source path but tests and check scripts as at the goal's start)"
+        }
         _ => "without the change (changePaths as at the goal's start)",
     };
     match proof {

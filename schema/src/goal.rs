@@ -20,6 +20,23 @@ pub struct Assurance {
     /// when empty, so a contract without it keeps its digest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub change_paths: Vec<String>,
+    /// What the checks need beyond the files (installed dependencies): a command run
+    /// in each clean room before the check, whose result is cached under the digest of
+    /// the files it reads (SPEC §12.2, "Setup"). Left out when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<Setup>,
+}
+
+/// The setup of a contract's clean rooms: `command` (`npm ci`, `pip install -r
+/// requirements.txt --target .deps`) reads `inputs` (lockfiles, workspace-relative) and
+/// makes `outputs` (folders in the room, such as `node_modules`), which are cached under
+/// the digest of the command, the environment and the inputs' content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Setup {
+    pub command: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
 }
 
 /// A source the plan rests on (a ticket, a spec).

@@ -535,6 +535,12 @@ record_struct!(
         /// (tests, fixtures, configuration, the check's scripts), as `M PATH`,
         /// `A PATH` (added) or `D PATH` (deleted), sorted by path.
         #[serde(default, skip_serializing_if = "Vec::is_empty")] changed_since_freeze: Vec<String>,
+        /// Version 3: the contract's setup (SPEC §12.2): the digest of its inputs
+        /// (command, environment, the files it reads) and of the outputs the check ran
+        /// with (made by this run, or taken from the cache an earlier receipt of the
+        /// goal recorded with the same inputs and this digest).
+        #[serde(default, skip_serializing_if = "Option::is_none")] setup_inputs: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] setup_digest: Option<String>,
     }
 );
 

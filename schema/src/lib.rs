@@ -14,7 +14,7 @@ mod json;
 mod kinds;
 mod view;
 
-pub use goal::{Assurance, Check, Source, kind_makes_guards, path_within, test_like};
+pub use goal::{Assurance, Check, Setup, Source, kind_makes_guards, path_within, test_like};
 pub use json::{JsonError, ParsedLine, parse_json_line, parse_rfc3339, parse_ts, time_to_rfc3339};
 pub use kinds::*;
 pub use view::EventView;
@@ -696,7 +696,7 @@ mod golden {
             128,
             "goal.created v1"
         );
-        assert_eq!(size_of::<Archived<GoalCheckRun>>(), 272, "goal.check");
+        assert_eq!(size_of::<Archived<GoalCheckRun>>(), 296, "goal.check");
         assert_eq!(align_of::<Archived<GoalCheckRun>>(), 8, "goal.check");
         assert_eq!(offset_of!(ArchivedGoalCheckRun, goal), 0, "goal.check.goal");
         assert_eq!(
@@ -833,6 +833,16 @@ mod golden {
             offset_of!(ArchivedGoalCheckRun, changed_since_freeze),
             264,
             "goal.check.changed_since_freeze"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, setup_inputs),
+            272,
+            "goal.check.setup_inputs"
+        );
+        assert_eq!(
+            offset_of!(ArchivedGoalCheckRun, setup_digest),
+            284,
+            "goal.check.setup_digest"
         );
         assert_eq!(
             size_of::<Archived<kinds::GoalCheckRunV2>>(),

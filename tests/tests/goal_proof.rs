@@ -83,6 +83,18 @@ impl Project {
     /// A Git repository with the buggy project committed, a Claude Code session
     /// started through the hook, and a goal frozen by the user with `checks`.
     fn new(checks: &[Check<'_>], change_paths: &[&str], bin: Option<&Path>) -> Project {
+        Project::with_setup(checks, change_paths, bin, None, |_| {})
+    }
+
+    /// [`Project::new`] with the contract's `setup` and files written before the
+    /// first commit.
+    fn with_setup(
+        checks: &[Check<'_>],
+        change_paths: &[&str],
+        bin: Option<&Path>,
+        setup: Option<Value>,
+        files: fn(&Path),
+    ) -> Project {
         let tmp = tempfile::tempdir().unwrap();
         let home = tmp.path().join("home");
         let ws = tmp.path().join("ws");
@@ -102,7 +114,12 @@ impl Project {
             "Makefile",
             "test:\n\tpython3 -m unittest discover -s tests -q\n",
         );
-        write(&ws, ".gitignore", "__pycache__/\n*.pyc\n.pytest_cache/\n");
+        write(
+            &ws,
+            ".gitignore",
+            "__pycache__/\n*.pyc\n.pytest_cache/\n.deps/\n",
+        );
+        files(&ws);
         git(&ws, &["add", "-A"]);
         git(&ws, &["commit", "-q", "-m", "buggy calc"]);
         let path = match bin {
@@ -132,6 +149,9 @@ impl Project {
             serde_json::json!({"version": 1, "sourcePaths": ["."], "checks": checks_json});
         if !change_paths.is_empty() {
             contract["changePaths"] = change_paths.into();
+        }
+        if let Some(setup) = setup {
+            contract["setup"] = setup;
         }
         let plan = format!(
             "# add adds\nGoal kind: bugfix\n\n## Acceptance criteria\n- AC1: add(2, 3) is 5\n\n## Verification plan\nRun the tests.\n\n## Non-goals\n- anything else\n\n## Assumed scope\nsrc/\n\n## Assurance contract\n```json\n{contract}\n```\n"
@@ -706,4 +726,209 @@ fn ci_contradicts_a_receipt_the_agents_machine_faked() {
         junit.contains("CI: failed (exit 1); the receipt: passed (red_green)"),
         "{junit}"
     );
+}
+
+/// Dependencies a check needs are not in the room (they live in an ignored folder the
+/// agent controls); the contract's setup makes them in the room, and its outputs are
+/// cached under the digest of its inputs — trusted only as a receipt recorded them:
+/// a cache the agent changed is made again, and a failing setup fails the check.
+#[test]
+fn the_setup_provides_dependencies_from_its_lockfile_and_a_changed_cache_is_not_used() {
+    let checks = one("PYTHONPATH=.deps python3 -m unittest discover -s tests -q");
+    let setup = serde_json::json!({"command": "sh tools/install.sh", "inputs": ["deps.lock"], "outputs": [".deps"]});
+    let p = Project::with_setup(&checks, &["src"], None, Some(setup), |ws| {
+        // The "lockfile" names the dependency's version; the installer makes it.
+        write(ws, "deps.lock", "dep==1\n");
+        write(
+            ws,
+            "tools/install.sh",
+            "mkdir -p .deps/dep && v=$(sed -n 's/dep==//p' deps.lock) && printf 'VERSION = %s\\ndef double(x):\\n    return 2 * x\\n' \"$v\" > .deps/dep/__init__.py\n",
+        );
+        write(
+            ws,
+            "tests/test_dep.py",
+            "import unittest\nimport dep\n\n\nclass Dep(unittest.TestCase):\n    def test_double(self):\n        self.assertEqual(dep.double(2), 4)\n",
+        );
+    });
+    // The agent's own .deps (ignored) would make everything pass: never seen.
+    write(&p.ws, ".deps/dep/__init__.py", "raise SystemExit(0)\n");
+    write(&p.ws, "src/calc.py", FIXED);
+    let run = |p: &Project| {
+        let (code, out, err) = p.t(&["goal", "check", "calc", "--session", "ses_proof", "--json"]);
+        let v: Value =
+            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+        (code, v, err)
+    };
+    let (code, first, err) = run(&p);
+    assert_eq!(code, 0, "{first:#}{err}");
+    assert_eq!(first["receipt"]["proof"], "red_green");
+    assert!(
+        err.contains("setup: running `sh tools/install.sh`"),
+        "{err}"
+    );
+    let digest = first["receipt"]["setup_digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let inputs = first["receipt"]["setup_inputs"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Again: the setup's outputs come from the cache, for both rooms.
+    let (code, second, err) = run(&p);
+    assert_eq!(code, 0, "{second:#}{err}");
+    assert!(!err.contains("setup: running"), "{err}");
+    assert_eq!(
+        err.matches("outputs taken from the cache").count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(second["receipt"]["setup_digest"], digest.as_str());
+    // The agent rewrites the cached dependency: the digest no longer matches the
+    // recorded one, so the setup runs again and the check still tests the real code.
+    let cached = p
+        .home
+        .join("cache/setup")
+        .join(&inputs)
+        .join(".deps/dep/__init__.py");
+    assert!(cached.exists(), "{}", cached.display());
+    std::fs::write(&cached, "def double(x):\n    return 4\n").unwrap();
+    write(&p.ws, "src/calc.py", BUGGY);
+    let (code, third, err) = run(&p);
+    assert_eq!(code, 1, "{third:#}");
+    assert!(err.contains("setup: running"), "{err}");
+    assert_eq!(third["receipt"]["setup_digest"], digest.as_str());
+    // A lockfile the installer cannot read: the setup fails, the check does not run.
+    write(&p.ws, "src/calc.py", FIXED);
+    write(&p.ws, "tools/install.sh", "exit 3\n");
+    write(&p.ws, "deps.lock", "dep==2\n");
+    let (code, fourth, _) = run(&p);
+    assert_eq!(code, 1);
+    assert!(
+        fourth["receipt"]["no_evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("setup `sh tools/install.sh` failed (exit 3)"),
+        "{fourth:#}"
+    );
+}
+
+/// What a helper that attacked this design found, kept as tests: a process of the
+/// user's that writes into the room while the check runs; configuration planted above
+/// the rooms that acts only when one room exists; a start snapshot's object replaced by
+/// another valid object; a deleted test under a contract without `changePaths`.
+#[test]
+fn attacks_on_the_rooms_and_the_start_snapshot_prove_nothing() {
+    let Some(bin) = pytest_bin() else { return };
+
+    // 1. A daemon copies the fix into the first room it sees.
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let rooms = p.home.join("cache/rooms");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let daemon = {
+        let (rooms, stop) = (rooms.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for e in std::fs::read_dir(&rooms).into_iter().flatten().flatten() {
+                    let f = e.path().join("repo/src/calc.py");
+                    if std::fs::read_to_string(&f).is_ok_and(|t| t == BUGGY) {
+                        let _ = std::fs::write(&f, FIXED);
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+    };
+    write(&p.ws, "README.md", "fixed\n");
+    let o = p.finish(&["calc"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    daemon.join().unwrap();
+    o.held("a daemon writing into the room");
+    let r = &o.receipts[0]["receipt"];
+    let why = format!(
+        "{} {}",
+        r["no_evidence"].as_str().unwrap_or_default(),
+        r["proof_note"].as_str().unwrap_or_default()
+    );
+    assert!(
+        why.contains("changed in the clean room while the check ran")
+            || why.contains("changed in the room without the change")
+            || r["exit_code"] != 0,
+        "{r:#}"
+    );
+
+    // 2. A pytest.ini and conftest.py above the rooms that flip failures only while a
+    // single room exists: there is one room at a time, so they act in both runs.
+    let p = Project::new(&one(PYTEST), &["src"], Some(&bin));
+    let rooms = p.home.join("cache/rooms");
+    std::fs::create_dir_all(&rooms).unwrap();
+    std::fs::write(rooms.join("pytest.ini"), "[pytest]\n").unwrap();
+    std::fs::write(
+        rooms.join("conftest.py"),
+        format!(
+            "import os\nONE = len([d for d in os.listdir({:?}) if d.startswith('room-')]) == 1\n{}",
+            rooms.display().to_string(),
+            FLIP.replace("if r.failed:", "if r.failed and ONE:")
+        ),
+    )
+    .unwrap();
+    write(&p.ws, "README.md", "fixed\n");
+    let o = p.finish(&["calc"]);
+    assert_eq!(o.proof(0), "unable_to_fail", "{:#}", o.receipts[0]);
+    o.held("configuration planted above the rooms");
+
+    // 3. The start snapshot's object of src/calc.py replaced by another valid object
+    // (which would crash the run without the change), with a visible conftest that
+    // flips failures (which alone is unable to fail).
+    let p = Project::new(&one(PYTEST), &["src"], Some(&bin));
+    let hash = |text: &str, write_to: Option<&Path>| {
+        let mut c = Command::new("git");
+        if let Some(dir) = write_to {
+            c.env("GIT_DIR", dir).args(["hash-object", "-w", "--stdin"]);
+        } else {
+            c.args(["hash-object", "--stdin"]);
+        }
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+        String::from_utf8(child.wait_with_output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let other = p._tmp.path().join("other.git");
+    git(
+        p._tmp.path(),
+        &["init", "-q", "--bare", other.to_str().unwrap()],
+    );
+    let swapped = hash("this is not python(\n", Some(&other));
+    let target = hash(BUGGY, None);
+    let obj = |root: &Path, id: &str| root.join("objects").join(&id[..2]).join(&id[2..]);
+    let store_obj = obj(&p.home.join("snapshots"), &target);
+    assert!(store_obj.exists(), "{}", store_obj.display());
+    let _ = std::fs::remove_file(&store_obj);
+    std::fs::copy(obj(&other, &swapped), &store_obj).unwrap();
+    write(&p.ws, "conftest.py", FLIP);
+    let o = p.finish(&["calc"]);
+    o.held("a swapped start snapshot object");
+    assert_eq!(o.proof(0), "unproven", "{:#}", o.receipts[0]);
+    assert!(
+        o.receipts[0]["receipt"]["proof_note"]
+            .as_str()
+            .unwrap()
+            .contains("the object was replaced or damaged"),
+        "{:#}",
+        o.receipts[0]
+    );
+
+    // 4. No changePaths, the test deleted: tests stay as they are now in both runs.
+    let p = Project::new(&one(UNITTEST), &[], None);
+    std::fs::remove_file(p.ws.join("tests/test_calc.py")).unwrap();
+    write(&p.ws, "tests/README", "tests moved\n");
+    let o = p.finish(&["calc"]);
+    assert_eq!(o.proof(0), "unable_to_fail", "{:#}", o.receipts[0]);
+    o.held("a deleted test without changePaths");
 }

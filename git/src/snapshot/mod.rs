@@ -351,13 +351,22 @@ impl SnapshotStore {
         Ok(out)
     }
 
-    /// The content of a blob.
+    /// The content of a blob, checked against its id: an object file replaced by another
+    /// (valid) object is refused, never read as the content the tree names.
     pub fn blob(&self, oid: ObjectId) -> Result<Vec<u8>, SnapshotError> {
         let repo = self.repo()?;
         let mut blob = repo
             .find_blob(oid)
             .map_err(|e| SnapshotError::git(format!("reading blob {oid}"), e))?;
-        Ok(blob.take_data())
+        let data = blob.take_data();
+        let actual = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, &data)
+            .map_err(|e| SnapshotError::git(format!("hashing blob {oid}"), e))?;
+        if actual != oid {
+            return Err(SnapshotError::Repository(format!(
+                "blob {oid} holds content whose id is {actual}: the object was replaced or damaged"
+            )));
+        }
+        Ok(data)
     }
 
     /// The ids of every snapshot the store keeps (its `refs/snapshots/*`).

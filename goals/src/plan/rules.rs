@@ -113,6 +113,45 @@ pub(super) fn check_assurance(
             ));
         }
     }
+    if let Some(setup) = &a.setup {
+        single_line("setup command", &setup.command)?;
+        if setup.command.trim().is_empty() {
+            return bad("the setup needs a command".into());
+        }
+        for (what, list) in [("inputs", &setup.inputs), ("outputs", &setup.outputs)] {
+            if list.is_empty() || list.len() > 8 {
+                return bad(format!(
+                    "setup {what} must list 1 to 8 paths, not {}",
+                    list.len()
+                ));
+            }
+            for p in list {
+                let p = p.trim_end_matches('/');
+                if p.is_empty()
+                    || p == "."
+                    || p.starts_with('/')
+                    || p.split('/')
+                        .any(|c| c.is_empty() || c == ".." || c == ".git")
+                {
+                    return bad(format!(
+                        "setup {what} entry {p:?} must be a path relative to the workspace, without `..` or `.git`"
+                    ));
+                }
+                single_line(&format!("setup {what} entry"), p)?;
+            }
+        }
+        for p in &setup.inputs {
+            if !a
+                .source_paths
+                .iter()
+                .any(|s| tacho_schema::path_within(p, s))
+            {
+                return bad(format!(
+                    "setup input {p:?} lies under no source path: the clean room would not hold it"
+                ));
+            }
+        }
+    }
     if a.sources.len() > 12 {
         return bad(format!("at most 12 sources, not {}", a.sources.len()));
     }
