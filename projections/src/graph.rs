@@ -236,6 +236,10 @@ pub struct GoalEventNode {
     /// For a revision: the goal it replaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revises: Option<String>,
+    /// For a receipt: files outside the goal's change edited since its plan was frozen
+    /// (`M`/`A`/`D PATH`, SPEC §12.2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_since_freeze: Vec<String>,
     /// The step open when it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
@@ -572,6 +576,7 @@ impl ExecutionGraph {
             check: None,
             command: None,
             revises: None,
+            changed_since_freeze: Vec::new(),
             step: self.state.open_step.map(|i| self.steps[i].number),
         };
         fill(&mut e);
@@ -872,6 +877,7 @@ impl ExecutionGraph {
                 check,
                 command,
                 passed,
+                changed_since_freeze,
             } => {
                 self.goals.receipts += 1;
                 if !passed {
@@ -885,6 +891,8 @@ impl ExecutionGraph {
                     };
                     e.check = Some(check.to_string());
                     e.command = Some(command.to_string());
+                    e.changed_since_freeze =
+                        changed_since_freeze.iter().map(str::to_owned).collect();
                 });
             }
             EventView::GoalUpdate {

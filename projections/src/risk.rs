@@ -630,6 +630,40 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             paths: Vec::new(),
         });
     }
+    // Goal assurance: files outside a goal's change (tests, fixtures, configuration,
+    // check scripts) edited since its plan was frozen, as each check's latest receipt
+    // found them: a weakened test is how a goal completes without the work.
+    let mut latest: std::collections::BTreeMap<(&str, &str), &Vec<String>> =
+        std::collections::BTreeMap::new();
+    for e in &g.goals.events {
+        if let Some(check) = &e.check {
+            latest.insert((e.goal.as_str(), check.as_str()), &e.changed_since_freeze);
+        }
+    }
+    let edited: BTreeSet<&str> = latest
+        .values()
+        .flat_map(|v| v.iter().map(String::as_str))
+        .collect();
+    if !edited.is_empty() {
+        let shown: Vec<String> = edited.iter().map(|p| p.to_string()).collect();
+        factors.push(RiskFactor {
+            id: "changed_after_freeze",
+            weight: (edited.len() as u32 * 5).min(15),
+            evidence: text(&|| {
+                format!(
+                    "{} file(s) outside the goal's change edited after its plan was frozen: {}",
+                    shown.len(),
+                    list(&shown.iter().collect::<Vec<_>>())
+                )
+            }),
+            mitigation: "Read the diff of each against the goal's start (tacho goal status): a weakened test or check script lets a goal complete without the work.",
+            paths: if detail {
+                edited.iter().filter_map(|p| p.get(2..)).map(str::to_owned).collect()
+            } else {
+                Vec::new()
+            },
+        });
+    }
     // Goal assurance: a refused completion that no later completion made good means
     // the goal's own checks say the work is not done.
     // Only current goals count: a goal replaced by a revision settles nothing (its

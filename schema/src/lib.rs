@@ -17,7 +17,7 @@ mod view;
 pub use goal::{Assurance, Check, Setup, Source, kind_makes_guards, path_within, test_like};
 pub use json::{JsonError, ParsedLine, parse_json_line, parse_rfc3339, parse_ts, time_to_rfc3339};
 pub use kinds::*;
-pub use view::EventView;
+pub use view::{EventView, Paths};
 
 /// Longest accepted session id, in bytes.
 pub const SESSION_ID_BYTES_MAX: usize = 128;

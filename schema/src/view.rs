@@ -122,6 +122,8 @@ pub enum EventView<'a> {
         /// The command the check ran.
         command: &'a str,
         passed: bool,
+        /// Files outside the change edited since the goal was frozen (`M`/`A`/`D PATH`).
+        changed_since_freeze: Paths<'a>,
     },
     /// `goal.update`: a completion attempt, a block or a pause.
     GoalUpdate {
@@ -225,6 +227,7 @@ impl EventBody {
                 check: &g.check,
                 command: &g.command,
                 passed: g.passed,
+                changed_since_freeze: Paths::Owned(&g.changed_since_freeze),
             },
             EventBody::GoalUpdate(g) => EventView::GoalUpdate {
                 goal: &g.goal,
@@ -275,6 +278,31 @@ macro_rules! access {
         })?
     };
 }
+
+/// A list of strings of an event, read in place (archived) or from a decoded event.
+#[derive(Debug, Clone, Copy)]
+pub enum Paths<'a> {
+    Archived(&'a rkyv::vec::ArchivedVec<rkyv::string::ArchivedString>),
+    Owned(&'a [String]),
+}
+
+impl<'a> Paths<'a> {
+    /// The strings, in order.
+    pub fn iter(self) -> Box<dyn Iterator<Item = &'a str> + 'a> {
+        match self {
+            Paths::Archived(v) => Box::new(v.iter().map(|s| s.as_str())),
+            Paths::Owned(v) => Box::new(v.iter().map(String::as_str)),
+        }
+    }
+}
+
+impl PartialEq for Paths<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Paths<'_> {}
 
 impl<'a> EventView<'a> {
     /// A view straight from a payload in a segment: validated (as
@@ -454,6 +482,7 @@ impl<'a> EventView<'a> {
                     check: s(&a.check),
                     command: s(&a.command),
                     passed: a.passed,
+                    changed_since_freeze: Paths::Archived(&a.changed_since_freeze),
                 }
             }
             20 => {

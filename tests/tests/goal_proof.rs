@@ -539,6 +539,16 @@ fn a_weakened_test_is_named_where_a_reviewer_looks() {
     );
     assert!(text.contains("unable to fail"), "{text}");
     assert!(o.ci_out.contains("M tests/test_calc.py"), "{}", o.ci_out);
+    // A risk factor names it, with its path, in the session's risk.
+    let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+    let risk: Value = serde_json::from_str(risk.trim()).unwrap();
+    let factor = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "changed_after_freeze")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    assert_eq!(factor["paths"], serde_json::json!(["tests/test_calc.py"]));
 }
 
 /// Honest work completes: a real fix (and a new real test), a guard that passes before
