@@ -248,6 +248,12 @@ impl Room {
                     "core.hooksPath=/dev/null",
                     "-c",
                     "init.defaultBranch=room",
+                    // No automatic gc or maintenance after the commit: it would pack the
+                    // room's new loose objects for nothing.
+                    "-c",
+                    "gc.auto=0",
+                    "-c",
+                    "maintenance.auto=false",
                 ])
                 .args(args)
                 .stdin(Stdio::null())

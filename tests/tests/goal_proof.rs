@@ -465,6 +465,24 @@ fn no_fake_gets_a_goal_done() {
         ("make -i", "make -i test", |_| {}, "unable_to_fail"),
         ("/bin/true", "/bin/true", |_| {}, "unable_to_fail"),
         (
+            "MAKEFLAGS=i",
+            "MAKEFLAGS=i make test",
+            |_| {},
+            "unable_to_fail",
+        ),
+        (
+            "perl -e wrapper",
+            "perl -e 'system(\"sh checks/run.sh\"); exit 0'",
+            |_| {},
+            "unable_to_fail",
+        ),
+        (
+            "a git ! alias in the project's config",
+            "git runtests",
+            |ws| git(ws, &["config", "alias.runtests", "!true"]),
+            "failed",
+        ),
+        (
             "a visible edit and nothing else",
             UNITTEST,
             |ws| {
@@ -509,7 +527,7 @@ fn no_fake_gets_a_goal_done() {
         }
         seen.push(case);
     }
-    assert!(seen.len() >= 15, "{seen:?}");
+    assert!(seen.len() >= 18, "{seen:?}");
 }
 
 /// What the reviewer sees: an edited test is named, with the goal refused.
