@@ -649,11 +649,9 @@ fn a_plan_without_change_paths_and_one_naming_the_tests() {
     );
 }
 
-/// A `.pth` file in the interpreter's own site-packages (outside the workspace, outside
-/// any room) that makes every unittest pass: it acts in both runs, so the check cannot
-/// fail and proves nothing.
-#[test]
-fn a_pth_file_in_the_interpreter_proves_nothing() {
+/// A virtual environment of the test's own (no pip: fast) and its site-packages, for a
+/// `.pth` file that must not reach any other test's interpreter.
+fn own_venv() -> (tempfile::TempDir, PathBuf) {
     let venv = tempfile::tempdir().unwrap();
     let st = Command::new("python3")
         .args(["-m", "venv", "--without-pip"])
@@ -661,7 +659,6 @@ fn a_pth_file_in_the_interpreter_proves_nothing() {
         .status()
         .unwrap();
     assert!(st.success());
-    let p = Project::new(&one(UNITTEST), &["src"], Some(&venv.path().join("bin")));
     let site = std::fs::read_dir(venv.path().join("lib"))
         .unwrap()
         .next()
@@ -669,6 +666,16 @@ fn a_pth_file_in_the_interpreter_proves_nothing() {
         .unwrap()
         .path()
         .join("site-packages");
+    (venv, site)
+}
+
+/// A `.pth` file in the interpreter's own site-packages (outside the workspace, outside
+/// any room) that makes every unittest pass: it acts in both runs, so the check cannot
+/// fail and proves nothing.
+#[test]
+fn a_pth_file_in_the_interpreter_proves_nothing() {
+    let (venv, site) = own_venv();
+    let p = Project::new(&one(UNITTEST), &["src"], Some(&venv.path().join("bin")));
     std::fs::write(
         site.join("zz_pass.pth"),
         "import unittest.case as c; c.TestCase.assertEqual = lambda *a, **k: None\n",
@@ -685,21 +692,8 @@ fn a_pth_file_in_the_interpreter_proves_nothing() {
 /// with CI's interpreter): the range fails, per check, in every format.
 #[test]
 fn ci_contradicts_a_receipt_the_agents_machine_faked() {
-    let venv = tempfile::tempdir().unwrap();
-    let st = Command::new("python3")
-        .args(["-m", "venv", "--without-pip"])
-        .arg(venv.path())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let (venv, site) = own_venv();
     let p = Project::new(&one(UNITTEST), &["src"], Some(&venv.path().join("bin")));
-    let site = std::fs::read_dir(venv.path().join("lib"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path()
-        .join("site-packages");
     // Patches unittest's assertEqual while the current directory's src/calc.py carries
     // the marker: the run with the change passes, the run without it fails.
     std::fs::write(
