@@ -101,8 +101,9 @@ impl Project {
             &ws,
             "git add -A && git -c user.name=b -c user.email=b@b commit -qm project",
         );
-        // The user's own installation, for the in-place run.
+        // The user's own installation and the fix, for the in-place run.
         sh(&ws, SETUP);
+        w("calc/__init__.py", "def add(a, b):\n    return a + b\n");
         let contract = serde_json::json!({"version": 1, "sourcePaths": ["."], "changePaths": ["calc"],
             "setup": {"command": SETUP, "inputs": ["package-lock.json", "vendor/pydep-1.0-py3-none-any.whl"], "outputs": [".deps", "node_modules"]},
             "checks": [{"id": "calc", "acceptanceIds": ["AC1"], "command": CHECK, "purpose": "add adds", "environment": "local"}]});
@@ -141,7 +142,8 @@ impl Project {
         c.env("TACHO_HOME", home)
             .args(["record", "--snapshots", "off"])
             .stdin(Stdio::piped())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         let mut child = c.spawn().unwrap();
         std::io::Write::write_all(
             &mut child.stdin.take().unwrap(),
