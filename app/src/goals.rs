@@ -341,9 +341,24 @@ pub struct GoalStatus {
     /// The snapshot taken when the goal was frozen (absent for a goal frozen before
     /// start snapshots, whose receipts cannot be proven able to fail).
     pub start_snapshot: Option<String>,
+    /// The diff of each file outside the change edited since the freeze (as the
+    /// checks' latest receipts list them) against the start snapshot, as the workspace
+    /// has it now: at most [`CHANGED_DIFFS_MAX`] files; `unified` is `None` for a file
+    /// that is not text.
+    pub changed_diffs: Vec<ChangedDiff>,
     /// For a session recorded by an agent whose stop cannot be refused (Cline): that
     /// the completion gate refused its stop and could only record it.
     pub stop_not_refusable: Option<String>,
+}
+
+/// How many files `goal status` shows the diff of (the rest are named).
+pub const CHANGED_DIFFS_MAX: usize = 20;
+
+/// A file outside a goal's change edited since the freeze, and its diff.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChangedDiff {
+    pub path: String,
+    pub unified: Option<String>,
 }
 
 /// The completion gate's answer.
@@ -708,6 +723,7 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
         programs: g.created.programs.clone(),
         change_paths: g.assurance().map(|a| a.change_paths).unwrap_or_default(),
         start_snapshot: g.created.start_snapshot.clone(),
+        changed_diffs: Vec::new(),
         stop_not_refusable: None,
     })
 }
@@ -1319,6 +1335,7 @@ impl Tacho {
     /// the completion gate refused a completion there: the agent stopped anyway.
     fn agent_status(&self, session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
         let mut st = status_of(session, g)?;
+        st.changed_diffs = self.changed_diffs(g);
         let refused = g
             .completions
             .iter()
@@ -1334,6 +1351,48 @@ impl Tacho {
             ));
         }
         Ok(st)
+    }
+
+    /// The diffs of the files outside the change that the checks' latest receipts found
+    /// edited since the freeze, against the start snapshot (SPEC §12.2).
+    fn changed_diffs(&self, g: &GoalState) -> Vec<ChangedDiff> {
+        let Some(start) = g.created.start_snapshot.as_deref() else {
+            return Vec::new();
+        };
+        let mut paths: Vec<&str> = g
+            .receipts
+            .values()
+            .flat_map(|(_, r)| r.changed_since_freeze.iter().filter_map(|l| l.get(2..)))
+            .collect();
+        paths.sort_unstable();
+        paths.dedup();
+        let ws = PathBuf::from(&g.created.workspace);
+        let Ok(store) = self.snapshots() else {
+            return Vec::new();
+        };
+        paths
+            .into_iter()
+            .take(CHANGED_DIFFS_MAX)
+            .map(|path| {
+                // Read as a snapshot reads a file: a regular file only, bounded.
+                let file = ws.join(path);
+                let now = tacho_git::snapshot::read_regular(
+                    &file,
+                    tacho_git::snapshot::LINE_DIFF_BYTES_MAX as u64,
+                )
+                .ok();
+                // There but unreadable as text (too large, not a regular file): no diff,
+                // never shown as deleted.
+                let unreadable = now.is_none() && std::fs::symlink_metadata(&file).is_ok();
+                ChangedDiff {
+                    path: path.to_owned(),
+                    unified: match unreadable {
+                        true => None,
+                        false => store.path_diff(start, path, now.as_deref()).ok().flatten(),
+                    },
+                }
+            })
+            .collect()
     }
 
     /// The completion gate, with the stall rule: attempts that bring no new passing

@@ -556,6 +556,14 @@ fn a_weakened_test_is_named_where_a_reviewer_looks() {
         "{text}"
     );
     assert!(text.contains("unable to fail"), "{text}");
+    // With its diff against the frozen state.
+    assert!(
+        text.contains("Changed since the freeze, outside the change: tests/test_calc.py")
+            && text.contains("-        self.assertEqual(add(2, 3), 5)")
+            && text.contains("+        self.assertIsNotNone(add(2, 3))"),
+        "{text}"
+    );
+    assert_eq!(o.status["changed_diffs"][0]["path"], "tests/test_calc.py");
     assert!(o.ci_out.contains("M tests/test_calc.py"), "{}", o.ci_out);
     // A risk factor names it, with its path, in the session's risk.
     let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);

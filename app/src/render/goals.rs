@@ -307,6 +307,23 @@ pub fn status(v: &GoalStatus) -> String {
     for w in &v.warnings {
         o.put(format!("Warning: {w}"));
     }
+    for d in &v.changed_diffs {
+        match &d.unified {
+            Some(u) => {
+                o.put(format!(
+                    "Changed since the freeze, outside the change: {}",
+                    d.path
+                ));
+                for l in u.lines() {
+                    o.put(format!("  {l}"));
+                }
+            }
+            None => o.put(format!(
+                "Changed since the freeze, outside the change: {} (not text)",
+                d.path
+            )),
+        }
+    }
     if let Some(n) = &v.stop_not_refusable {
         o.put(format!("Not enforced: {n}."));
     }

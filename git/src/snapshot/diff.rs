@@ -147,7 +147,53 @@ pub struct FileDiff {
     pub unified: Option<String>,
 }
 
+/// A unified diff of one file (`---`/`+++` headers, hunks with 3 lines of context).
+fn unified_text(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
+    similar::TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(500))
+        .diff_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(old_name, new_name)
+        .to_string()
+}
+
 impl SnapshotStore {
+    /// The unified diff of the workspace-relative `path` from its content in snapshot
+    /// `from` (absent there: `/dev/null`) to `now` (`None`: deleted since); `None` when
+    /// either side is not text (binary, over the line-diff limit) or a link.
+    pub fn path_diff(
+        &self,
+        from: &str,
+        path: &str,
+        now: Option<&[u8]>,
+    ) -> Result<Option<String>, SnapshotError> {
+        let files = self.files(self.resolve(from)?)?;
+        let old = match files.get(path) {
+            None => Some(String::new()),
+            Some(e) if e.kind == FileKind::Link => None,
+            Some(e) => text(&self.blob(e.oid)?).map(str::to_owned),
+        };
+        let new = match now {
+            None => Some(String::new()),
+            Some(b) => text(b).map(str::to_owned),
+        };
+        let old_name = if files.contains_key(path) {
+            format!("a/{path}")
+        } else {
+            "/dev/null".into()
+        };
+        let new_name = if now.is_some() {
+            format!("b/{path}")
+        } else {
+            "/dev/null".into()
+        };
+        Ok(match (old, new) {
+            (Some(o), Some(n)) => Some(unified_text(&o, &n, &old_name, &new_name)),
+            _ => None,
+        })
+    }
+
     /// What changed from snapshot `from` to snapshot `to`, with each text file's
     /// unified diff, in path order.
     pub fn unified_diff(&self, from: &str, to: &str) -> Result<Vec<FileDiff>, SnapshotError> {
@@ -178,15 +224,7 @@ impl SnapshotStore {
                             ChangeKind::Deleted => "/dev/null".to_string(),
                             _ => format!("b/{}", c.path),
                         };
-                        Some(
-                            similar::TextDiff::configure()
-                                .timeout(std::time::Duration::from_millis(500))
-                                .diff_lines(&old, &new)
-                                .unified_diff()
-                                .context_radius(3)
-                                .header(&old_name, &new_name)
-                                .to_string(),
-                        )
+                        Some(unified_text(&old, &new, &old_name, &new_name))
                     }
                     _ => None,
                 }
