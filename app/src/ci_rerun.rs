@@ -13,7 +13,6 @@ use tacho_git::fingerprint::{TreeFile, tree_files};
 use tacho_git::room::{RoomContent, RoomFile};
 use tacho_git::snapshot::relative_path;
 use tacho_projections::{GoalState, proof_holds};
-use tacho_schema::{path_within, test_like};
 
 use crate::checkenv;
 use crate::proof::{self, judge};
@@ -89,16 +88,9 @@ impl crate::Tacho {
             (Ok(g), Ok(b)) => (g, b),
             (Err(why), _) | (_, Err(why)) => return fail_all(why),
         };
-        let named = g.assurance().map(|a| a.change_paths).unwrap_or_default();
-        let baseline = named.is_empty();
-        let change = match baseline {
-            true => paths.iter().chain(&edited).cloned().collect::<Vec<_>>(),
-            false => named,
-        };
-        // As on the agent's machine (SPEC §12.2): without `changePaths`, tests and check
-        // scripts stay as committed in both runs.
-        let in_change =
-            |p: &str| change.iter().any(|c| path_within(p, c)) && !(baseline && test_like(p));
+        let roots: Vec<String> = paths.iter().chain(&edited).cloned().collect();
+        let change = proof::Change::of(g, &roots);
+        let in_change = |p: &str| change.holds(p);
         let mut red_files: Vec<TreeFile> = green_files
             .iter()
             .filter(|f| !in_change(&f.path))

@@ -74,6 +74,37 @@ pub(crate) struct RedPlan {
     pub files_digest: String,
 }
 
+/// What "the change" is for a goal (SPEC §12.2): its `changePaths` (`change_paths`),
+/// or, without them, every path the fingerprint covers but test-like ones (`baseline`):
+/// tests, fixtures and check scripts stay as they are now in both runs, since putting
+/// them back would let a deleted or weakened test look red/green.
+pub(crate) struct Change {
+    pub scope: &'static str,
+    paths: Vec<String>,
+}
+
+impl Change {
+    /// The change of `g`, whose fingerprint covers `roots`.
+    pub fn of(g: &GoalState, roots: &[String]) -> Change {
+        match g.assurance().map(|a| a.change_paths).unwrap_or_default() {
+            named if named.is_empty() => Change {
+                scope: "baseline",
+                paths: roots.to_vec(),
+            },
+            named => Change {
+                scope: "change_paths",
+                paths: named,
+            },
+        }
+    }
+
+    /// Whether `path` is put back in the run without the change.
+    pub fn holds(&self, path: &str) -> bool {
+        self.paths.iter().any(|c| path_within(path, c))
+            && (self.scope != "baseline" || !test_like(path))
+    }
+}
+
 /// What the fingerprint covers: the source paths and the files edit events reported,
 /// workspace-relative.
 fn covered_roots(g: &GoalState, ws: &Path) -> Vec<String> {
@@ -102,17 +133,9 @@ pub(crate) fn red_plan(
         .files(tree)
         .map_err(|e| format!("reading the goal's start snapshot {start}: {e}"))?;
     let roots = covered_roots(g, ws);
-    let change_paths = g.assurance().map(|a| a.change_paths).unwrap_or_default();
-    let (scope, change): (&'static str, Vec<String>) = if change_paths.is_empty() {
-        ("baseline", roots.clone())
-    } else {
-        ("change_paths", change_paths)
-    };
-    // Without `changePaths`, tests, fixtures and check scripts stay as they are now in
-    // both runs: putting them back would let a deleted or weakened test look red/green.
-    let in_change = |p: &str| {
-        change.iter().any(|c| path_within(p, c)) && (scope != "baseline" || !test_like(p))
-    };
+    let change = Change::of(g, &roots);
+    let scope = change.scope;
+    let in_change = |p: &str| change.holds(p);
     let covered = |p: &str| roots.iter().any(|r| path_within(p, r));
     let mut files = Vec::new();
     let mut digest_parts: BTreeMap<String, (bool, String)> = BTreeMap::new();
