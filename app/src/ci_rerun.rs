@@ -127,7 +127,13 @@ impl crate::Tacho {
                     agrees: false,
                 };
                 let run = |files: &[RoomFile]| -> Result<(Option<i64>, bool), String> {
-                    let room = match proof::make_room(&parent, files, git.as_ref()) {
+                    let room = match proof::make_room(
+                        &parent,
+                        ws,
+                        files,
+                        git.as_ref(),
+                        &proof::kept(setup.as_ref()),
+                    ) {
                         Ok(Ok(room)) => room,
                         Ok(Err(why)) => return Err(why),
                         Err(e) => return Err(e.to_string()),

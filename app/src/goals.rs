@@ -1183,10 +1183,11 @@ impl Tacho {
             let parent = proof::rooms_dir(self.data_dir());
             let git = proof::room_git(&ws);
             let green_files = proof::green_files(&ws, entries);
-            match proof::make_room(&parent, &green_files, git.as_ref())? {
+            let setup_plan = g.assurance().and_then(|a| a.setup);
+            let keep = proof::kept(setup_plan.as_ref());
+            match proof::make_room(&parent, &ws, &green_files, git.as_ref(), &keep)? {
                 Err(why) => no_evidence = Some(why),
                 Ok(room) => {
-                    let setup_plan = g.assurance().and_then(|a| a.setup);
                     let mut trusted = proof::recorded_setups(g);
                     if let Some(setup) = &setup_plan {
                         let run = self.provide_setup(setup, &room, &env, &mut trusted, timeout)?;

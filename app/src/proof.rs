@@ -113,14 +113,14 @@ fn covered_roots(g: &GoalState, ws: &Path) -> Vec<String> {
     roots
 }
 
-/// Plans the room without the change: the final `entries` (taken from the green room
-/// `green`), with every path under the change replaced by the goal's start snapshot.
+/// Plans the room without the change: the final `entries` (as the green room `green`
+/// holds them), with every path under the change replaced by the goal's start snapshot.
 /// `Err` says why no such room can be made (no start snapshot, a link in it).
 pub(crate) fn red_plan(
     g: &GoalState,
     ws: &Path,
     entries: &[Entry],
-    green: &Path,
+    green: &Room,
     store: &SnapshotStore,
 ) -> Result<RedPlan, String> {
     let Some(start) = g.created.start_snapshot.as_deref() else {
@@ -185,13 +185,11 @@ pub(crate) fn red_plan(
             }
         };
         if !in_change(path) {
-            // Outside the change only a comparison is needed: by blob id, reading the
-            // final file from the green room (never the snapshot's blob).
-            let same = finals.get(path.as_str()).map(|e| {
-                e.executable == executable
-                    && std::fs::read(green.join(path))
-                        .is_ok_and(|b| f.oid.to_hex() == tacho_git::room::blob_id(&b))
-            });
+            // Outside the change only a comparison is needed: by blob id, as the green
+            // room computed it for the file it placed (never the snapshot's blob).
+            let same = finals
+                .get(path.as_str())
+                .map(|e| e.executable == executable && green.blob_id(path) == Some(f.oid));
             match same {
                 None => changed.push(format!("D {path}")),
                 Some(false) => changed.push(format!("M {path}")),
@@ -316,13 +314,45 @@ pub(crate) fn run_in(
     Ok((ran, programs))
 }
 
-/// Makes a room, `Ok(Err(why))` when a file changed since it was fingerprinted.
+/// The warm room of workspace `ws` (one per workspace, SPEC §12.2).
+pub(crate) fn room_key(ws: &Path) -> String {
+    let h = blake3::Hasher::new_derive_key("tacho warm room v1")
+        .update(ws.as_os_str().as_encoded_bytes())
+        .finalize();
+    h.to_hex().get(..16).unwrap_or_default().to_owned()
+}
+
+/// What a setup leaves in a room: its outputs, kept in a warm room from one check to
+/// the next and checked against their digest before they are used.
+pub(crate) fn kept(setup: Option<&Setup>) -> Vec<String> {
+    setup.map(|s| s.outputs.clone()).unwrap_or_default()
+}
+
+/// Makes (or brings back) the warm room of `ws` holding `files`, `Ok(Err(why))` when a
+/// file changed since it was fingerprinted.
 pub(crate) fn make_room(
     parent: &Path,
+    ws: &Path,
     files: &[RoomFile],
     git: Option<&RoomGit>,
+    keep: &[String],
 ) -> Result<Result<Room, String>, RoomError> {
-    match Room::build(parent, files, git) {
+    changed_is_no_room(Room::warm(parent, &room_key(ws), files, git, keep))
+}
+
+/// Brings `room` to hold `files` instead, `Ok(Err(why))` when a file changed since it
+/// was fingerprinted.
+pub(crate) fn refill_room(
+    room: &mut Room,
+    files: &[RoomFile],
+    git: Option<&RoomGit>,
+    keep: &[String],
+) -> Result<Result<(), String>, RoomError> {
+    changed_is_no_room(room.refill(files, git, keep))
+}
+
+fn changed_is_no_room<T>(r: Result<T, RoomError>) -> Result<Result<T, String>, RoomError> {
+    match r {
         Ok(r) => Ok(Ok(r)),
         Err(RoomError::Changed(p)) => Ok(Err(format!(
             "{p}: changed while the clean room was made from it"
@@ -383,8 +413,8 @@ impl crate::Tacho {
     /// Runs the check without the change (or reuses an earlier run with the same
     /// inputs) and judges the pair.
     /// `green` is the room the check passed in: read for the comparison with the start
-    /// snapshot, then removed before the room without the change is made (one room at
-    /// a time, so a run cannot tell which it is by counting rooms).
+    /// snapshot, then brought to the files without the change (one room, so a run
+    /// cannot tell which it is by its place or by counting rooms).
     pub(crate) fn red_run(
         &self,
         r: &GreenRun<'_>,
@@ -397,8 +427,7 @@ impl crate::Tacho {
             ..ProofRun::default()
         };
         let ws = PathBuf::from(&r.g.created.workspace);
-        let plan = red_plan(r.g, &ws, r.entries, green.work(), self.snapshots()?);
-        drop(green);
+        let plan = red_plan(r.g, &ws, r.entries, &green, self.snapshots()?);
         let plan = match plan {
             Ok(p) => p,
             Err(why) => return Ok(unproven(why)),
@@ -426,11 +455,12 @@ impl crate::Tacho {
                 (e.red_exit_code, e.red_timed_out)
             }
             None => {
-                let parent = rooms_dir(self.data_dir());
-                let room = match make_room(&parent, &plan.files, r.git)? {
-                    Ok(room) => room,
-                    Err(why) => return Ok(unproven(why)),
-                };
+                // The same room, brought to the files without the change: a run cannot
+                // tell which it is by its directory, and only what differs is written.
+                let mut room = green;
+                if let Err(why) = refill_room(&mut room, &plan.files, r.git, &kept(r.setup))? {
+                    return Ok(unproven(why));
+                }
                 if let Some(setup) = r.setup {
                     let run = self.provide_setup(setup, &room, r.env, trusted, r.timeout)?;
                     if let Some(why) = run.failed {
@@ -549,34 +579,41 @@ pub(crate) fn tree_digest(root: &Path, paths: &[String]) -> std::io::Result<Stri
 }
 
 /// Copies the trees `paths` from `from` to `to` as they are: files with their
-/// executable bit, directories, links as links (never followed).
+/// executable bit, directories, links as links (never followed, on either side:
+/// nothing is written through a link found at `to`).
 fn copy_trees(from: &Path, to: &Path, paths: &[String]) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut stack: Vec<String> = paths
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut stack: Vec<(String, bool)> = paths
         .iter()
-        .map(|p| p.trim_end_matches('/').to_owned())
+        .map(|p| (p.trim_end_matches('/').to_owned(), true))
         .collect();
-    while let Some(rel) = stack.pop() {
+    while let Some((rel, top)) = stack.pop() {
         let (src, dst) = (from.join(&rel), to.join(&rel));
         let m = std::fs::symlink_metadata(&src)?;
-        if let Some(parent) = dst.parent() {
+        if top && let Some(parent) = dst.parent() {
             std::fs::create_dir_all(parent)?;
         }
         if m.is_symlink() {
             std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
         } else if m.is_dir() {
-            std::fs::create_dir_all(&dst)?;
+            std::fs::create_dir(&dst)?;
             for e in std::fs::read_dir(&src)? {
-                stack.push(format!("{rel}/{}", e?.file_name().to_string_lossy()));
+                stack.push((format!("{rel}/{}", e?.file_name().to_string_lossy()), false));
             }
         } else if m.is_file() {
-            std::fs::copy(&src, &dst)?;
             let mode = if m.permissions().mode() & 0o111 != 0 {
                 0o755
             } else {
                 0o644
             };
-            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode))?;
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(&dst)?;
+            std::io::copy(&mut std::fs::File::open(&src)?, &mut out)?;
+            out.set_permissions(std::fs::Permissions::from_mode(mode))?;
         }
     }
     Ok(())
@@ -621,6 +658,25 @@ impl crate::Tacho {
         if let Some((_, want)) = trusted.iter().find(|(k, _)| *k == key)
             && tree_digest(&cache, &setup.outputs).is_ok_and(|d| d == *want)
         {
+            // A warm room may hold them already, as the cache has them (checked, never
+            // assumed: the room is the user's to write).
+            if tree_digest(room.work(), &setup.outputs).is_ok_and(|d| d == *want) {
+                self.note(&format!(
+                    "setup `{}`: the room's outputs match the cache",
+                    setup.command
+                ));
+                return Ok(SetupRun {
+                    inputs: Some(key),
+                    digest: Some(want.clone()),
+                    failed: None,
+                });
+            }
+            if let Err(e) = room.remove(&setup.outputs) {
+                return Ok(io(
+                    "clearing its outputs",
+                    std::io::Error::other(e.to_string()),
+                ));
+            }
             if let Err(e) = copy_trees(&cache, room.work(), &setup.outputs) {
                 return Ok(io("copying its cached outputs", e));
             }
@@ -633,6 +689,12 @@ impl crate::Tacho {
                 digest: Some(want.clone()),
                 failed: None,
             });
+        }
+        if let Err(e) = room.remove(&setup.outputs) {
+            return Ok(io(
+                "clearing its outputs",
+                std::io::Error::other(e.to_string()),
+            ));
         }
         self.note(&format!(
             "setup: running `{}` in the clean room",

@@ -11,19 +11,19 @@
 //! files with the project's `HEAD` as parent: history (`{BASELINE}`, `git diff`) reads
 //! as in the project, and nothing is written into the project's `.git`.
 //!
-//! The room is removed when dropped.
+//! A fresh room is removed when dropped. A warm room (one per workspace, [`Room::warm`])
+//! stays between checks and is brought back to exactly the files given each time:
+//! every file checked, only what differs written, everything else removed.
 
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString};
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The Git blob id (hex) of `bytes`, as a snapshot's tree names a file's content.
-pub fn blob_id(bytes: &[u8]) -> String {
-    gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, bytes)
-        .map(|id| id.to_hex().to_string())
-        .unwrap_or_default()
-}
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 /// Where one file of the room comes from.
 #[derive(Debug, Clone)]
@@ -89,6 +89,480 @@ pub struct Room {
     work: PathBuf,
     /// The room's commit (hex), when it has a repository.
     commit: Option<String>,
+    /// A warm room's lock, held while the room is in use; `None` for a fresh room,
+    /// which is removed when dropped.
+    lock: Option<std::fs::File>,
+    /// The Git blob id of each file placed (workspace-relative path), computed as it
+    /// was checked or written.
+    ids: HashMap<String, gix::ObjectId>,
+}
+
+/// Flags of a directory opened to work in: never through a link.
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+fn cname(name: &str) -> std::io::Result<CString> {
+    CString::new(name).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+}
+
+/// Opens the directory `name` in `at`, never through a link, and makes it the owner's
+/// to change (a check may leave a directory read-only or unreadable).
+fn open_dir_at(at: BorrowedFd<'_>, name: &CStr) -> std::io::Result<OwnedFd> {
+    let fd = match rustix::fs::openat(at, name, dir_flags(), Mode::empty()) {
+        Err(rustix::io::Errno::ACCESS) => {
+            // Unreadable: opened as a path (no link followed), its mode changed through
+            // that descriptor's /proc name (which names the directory itself).
+            let p = rustix::fs::openat(
+                at,
+                name,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            std::fs::set_permissions(
+                format!("/proc/self/fd/{}", p.as_raw_fd()),
+                std::fs::Permissions::from_mode(0o700),
+            )?;
+            rustix::fs::openat(at, name, dir_flags(), Mode::empty())?
+        }
+        r => r?,
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if st.st_mode & 0o700 != 0o700 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))?;
+    }
+    Ok(fd)
+}
+
+/// The directory `name` in `at`, made if missing; anything else in its place removed.
+fn make_dir_at(at: BorrowedFd<'_>, name: &CStr) -> std::io::Result<OwnedFd> {
+    match rustix::fs::mkdirat(at, name, Mode::from_raw_mode(0o755)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match open_dir_at(at, name) {
+        Err(e) if not_a_dir(&e) => {
+            remove_at(at, name)?;
+            rustix::fs::mkdirat(at, name, Mode::from_raw_mode(0o755))?;
+            open_dir_at(at, name)
+        }
+        r => r,
+    }
+}
+
+/// Whether opening a directory failed because something else (a file, a link) is there.
+fn not_a_dir(e: &std::io::Error) -> bool {
+    [rustix::io::Errno::NOTDIR, rustix::io::Errno::LOOP]
+        .iter()
+        .any(|n| e.raw_os_error() == Some(n.raw_os_error()))
+}
+
+/// The entries of the directory `fd` (without `.` and `..`).
+fn entries(fd: BorrowedFd<'_>) -> std::io::Result<Vec<CString>> {
+    let mut names = Vec::new();
+    for e in rustix::fs::Dir::read_from(fd)? {
+        let e = e?;
+        let n = e.file_name();
+        if n.to_bytes() != b"." && n.to_bytes() != b".." {
+            names.push(n.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// Removes `name` from `at`, a directory with everything in it, never following a
+/// link (a link is removed, not what it names). Missing is fine.
+fn remove_at(at: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
+    let st = match rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        r => r?,
+    };
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        match open_dir_at(at, name) {
+            Ok(fd) => {
+                for n in entries(fd.as_fd())? {
+                    remove_at(fd.as_fd(), &n)?;
+                }
+                drop(fd);
+                return match rustix::fs::unlinkat(at, name, AtFlags::REMOVEDIR) {
+                    Err(rustix::io::Errno::NOENT) => Ok(()),
+                    r => r.map_err(Into::into),
+                };
+            }
+            // Replaced by something else meanwhile: removed below as a file.
+            Err(e) if not_a_dir(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match rustix::fs::unlinkat(at, name, AtFlags::empty()) {
+        Err(rustix::io::Errno::NOENT) => Ok(()),
+        r => r.map_err(Into::into),
+    }
+}
+
+/// The mode a room file has.
+fn file_mode(executable: bool) -> u32 {
+    if executable { 0o755 } else { 0o644 }
+}
+
+/// Hashes what `read` yields with BLAKE3 and as a Git blob of `size` bytes (`None`
+/// when it yields another number of bytes), writing each chunk to `out` too.
+fn hash_stream(
+    read: &mut dyn Read,
+    size: u64,
+    mut out: Option<&mut dyn Write>,
+) -> std::io::Result<(String, Option<gix::ObjectId>)> {
+    let mut b3 = blake3::Hasher::new();
+    let mut sha = gix::hash::hasher(gix::hash::Kind::Sha1);
+    sha.update(&gix::objs::encode::loose_header(
+        gix::objs::Kind::Blob,
+        size,
+    ));
+    let mut buf = vec![0u8; 1 << 16];
+    let mut n_total = 0u64;
+    loop {
+        let n = read.read(&mut buf)?;
+        let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
+            break;
+        };
+        n_total += n as u64;
+        b3.update(chunk);
+        sha.update(chunk);
+        if let Some(o) = out.as_mut() {
+            o.write_all(chunk)?;
+        }
+    }
+    let id = (n_total == size).then(|| sha.try_finalize().ok()).flatten();
+    Ok((b3.finalize().to_hex().to_string(), id))
+}
+
+/// One file the room must hold, at its path in the room's repository directory.
+struct Wanted<'a> {
+    file: &'a RoomFile,
+    blake3: String,
+    /// Its Git blob id, once it is in place.
+    id: Option<gix::ObjectId>,
+}
+
+/// `f` of each of `items`, on all cores; `None` for an item whose thread failed.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<Option<R>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len().div_ceil(64))
+        .max(1);
+    let per = items.len().div_ceil(threads).max(1);
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(per)
+            .map(|chunk| {
+                (
+                    chunk.len(),
+                    s.spawn(move || chunk.iter().map(f).collect::<Vec<_>>()),
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|(n, h)| match h.join() {
+                Ok(v) => v.into_iter().map(Some).collect(),
+                Err(_) => (0..n).map(|_| None).collect::<Vec<_>>(),
+            })
+            .collect()
+    })
+}
+
+/// A wanted file found in the room, to be checked: `name` in directory `fds[dir]`.
+struct Job {
+    dir: usize,
+    name: CString,
+    i: usize,
+    rel: String,
+}
+
+/// Brings a room's repository directory to hold exactly the wanted files (SPEC §12.2).
+struct Filler<'a> {
+    repo: PathBuf,
+    wanted: Vec<Wanted<'a>>,
+    by_path: HashMap<String, usize>,
+    /// Directories that hold wanted files ("" is the repository directory).
+    dirs: HashSet<String>,
+    /// Trees left as they are (a setup's outputs, checked by their caller).
+    keep: HashSet<String>,
+}
+
+impl<'a> Filler<'a> {
+    fn new(
+        repo: &Path,
+        prefix: &str,
+        files: &'a [RoomFile],
+        keep: &[String],
+    ) -> Result<Filler<'a>, RoomError> {
+        let mut f = Filler {
+            repo: repo.to_path_buf(),
+            wanted: Vec::with_capacity(files.len()),
+            by_path: HashMap::with_capacity(files.len()),
+            dirs: HashSet::new(),
+            keep: HashSet::new(),
+        };
+        let prefix = prefix.trim_end_matches('/');
+        let full = |p: &str| {
+            if prefix.is_empty() {
+                p.to_owned()
+            } else {
+                format!("{prefix}/{p}")
+            }
+        };
+        let mut d = String::new();
+        f.dirs.insert(String::new());
+        for c in prefix.split('/').filter(|c| !c.is_empty()) {
+            d = if d.is_empty() {
+                c.into()
+            } else {
+                format!("{d}/{c}")
+            };
+            f.dirs.insert(d.clone());
+        }
+        for file in files {
+            let ok = !file.path.is_empty()
+                && !file.path.starts_with('/')
+                && !file.path.contains('\0')
+                && file
+                    .path
+                    .split('/')
+                    .all(|c| !c.is_empty() && c != "." && c != ".." && c != ".git");
+            if !ok {
+                return Err(RoomError::BadPath(file.path.clone()));
+            }
+            let path = full(&file.path);
+            let mut dir = path.as_str();
+            while let Some((parent, _)) = dir.rsplit_once('/') {
+                f.dirs.insert(parent.to_owned());
+                dir = parent;
+            }
+            let blake3 = match &file.content {
+                RoomContent::Copy { blake3, .. } => blake3.clone(),
+                RoomContent::Bytes(b) => blake3::hash(b).to_hex().to_string(),
+            };
+            f.by_path.insert(path, f.wanted.len());
+            f.wanted.push(Wanted {
+                file,
+                blake3,
+                id: None,
+            });
+        }
+        for k in keep {
+            let k = full(k.trim_end_matches('/'));
+            // A tree that holds (or is) a wanted file or directory is never kept as
+            // it is: every wanted file is checked.
+            let holds =
+                f.by_path.keys().any(|p| within(p, &k)) || f.dirs.iter().any(|d| within(d, &k));
+            if !holds && !k.is_empty() {
+                f.keep.insert(k);
+            }
+        }
+        Ok(f)
+    }
+
+    fn io(&self, rel: &str) -> impl FnOnce(std::io::Error) -> RoomError + '_ {
+        let path = self.repo.join(rel);
+        move |source| RoomError::Io { path, source }
+    }
+
+    /// Walks the room's repository directory `root`, keeping wanted files whose
+    /// content is right and removing everything else. Files are checked on all cores.
+    fn sync(&mut self, root: &OwnedFd) -> Result<(), RoomError> {
+        let mut fds = vec![root.try_clone().map_err(self.io(""))?];
+        let mut jobs = Vec::new();
+        self.walk(&mut fds, 0, "", &mut jobs)?;
+        let fds_ref = &fds;
+        let found = par_map(&jobs, |j| {
+            fds_ref
+                .get(j.dir)
+                .and_then(|dir| self.verify(dir.as_fd(), &j.name, j.i))
+        });
+        for (j, id) in jobs.iter().zip(found) {
+            match (id.flatten(), self.wanted.get_mut(j.i)) {
+                (Some(id), Some(w)) => w.id = Some(id),
+                _ => {
+                    let Some(dir) = fds.get(j.dir) else { continue };
+                    remove_at(dir.as_fd(), &j.name).map_err(self.io(&j.rel))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Walks the directory `fds[at]` (at `rel`): removes what is neither wanted nor
+    /// kept, and lists the wanted files found in `jobs` to be checked.
+    fn walk(
+        &self,
+        fds: &mut Vec<OwnedFd>,
+        at: usize,
+        rel: &str,
+        jobs: &mut Vec<Job>,
+    ) -> Result<(), RoomError> {
+        let fd = match fds.get(at) {
+            Some(fd) => fd.try_clone().map_err(self.io(rel))?,
+            None => return Ok(()),
+        };
+        for name in entries(fd.as_fd()).map_err(self.io(rel))? {
+            let Ok(n) = name.to_str() else {
+                remove_at(fd.as_fd(), &name).map_err(self.io(rel))?;
+                continue;
+            };
+            let full = if rel.is_empty() {
+                n.to_owned()
+            } else {
+                format!("{rel}/{n}")
+            };
+            if self.keep.contains(&full) {
+                continue;
+            }
+            if let Some(&i) = self.by_path.get(&full) {
+                jobs.push(Job {
+                    dir: at,
+                    name,
+                    i,
+                    rel: full,
+                });
+                continue;
+            }
+            if self.dirs.contains(&full)
+                && let Ok(sub) = open_dir_at(fd.as_fd(), &name)
+            {
+                fds.push(sub);
+                self.walk(fds, fds.len() - 1, &full, jobs)?;
+                continue;
+            }
+            remove_at(fd.as_fd(), &name).map_err(self.io(&full))?;
+        }
+        Ok(())
+    }
+
+    /// The blob id of wanted file `i` as `name` in `fd` holds it, when that is a
+    /// regular file of its own (one link) with the wanted content; its mode is set.
+    fn verify(&self, fd: BorrowedFd<'_>, name: &CStr, i: usize) -> Option<gix::ObjectId> {
+        let w = self.wanted.get(i)?;
+        let f = rustix::fs::openat(
+            fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&f).ok()?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_nlink != 1 {
+            return None;
+        }
+        let mut file = std::fs::File::from(f);
+        let (b3, id) = hash_stream(&mut file, st.st_size as u64, None).ok()?;
+        if b3 != w.blake3 {
+            return None;
+        }
+        let mode = file_mode(w.file.executable);
+        if st.st_mode & 0o7777 != mode {
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).ok()?;
+        }
+        id
+    }
+
+    /// Places every wanted file not yet in the room.
+    fn place_missing(&mut self, root: BorrowedFd<'_>) -> Result<(), RoomError> {
+        let mut dirs: HashMap<String, OwnedFd> = HashMap::new();
+        let mut order: Vec<(String, usize)> = self
+            .by_path
+            .iter()
+            .filter(|(_, i)| self.wanted.get(**i).is_some_and(|w| w.id.is_none()))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        order.sort();
+        // The workspace's own directory exists even when it holds no file.
+        let mut all_dirs: Vec<&String> = self.dirs.iter().collect();
+        all_dirs.sort();
+        for d in all_dirs.into_iter().filter(|d| !d.is_empty()) {
+            let (parent, last) = d.rsplit_once('/').unwrap_or(("", d.as_str()));
+            let at = dirs.get(parent).map_or(root, |f| f.as_fd());
+            let fd = make_dir_at(at, &cname(last).map_err(self.io(d))?).map_err(self.io(d))?;
+            dirs.insert(d.clone(), fd);
+        }
+        for (path, i) in order {
+            let (parent, last) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
+            let at = dirs.get(parent).map_or(root, |f| f.as_fd());
+            let id = self.place(at, &cname(last).map_err(self.io(&path))?, i, &path)?;
+            if let Some(w) = self.wanted.get_mut(i) {
+                w.id = Some(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes wanted file `i` as `name` in `at` (never through a link).
+    fn place(
+        &self,
+        at: BorrowedFd<'_>,
+        name: &CStr,
+        i: usize,
+        path: &str,
+    ) -> Result<gix::ObjectId, RoomError> {
+        let Some(w) = self.wanted.get(i) else {
+            return Err(RoomError::BadPath(path.to_owned()));
+        };
+        let mode = file_mode(w.file.executable);
+        let create = || {
+            rustix::fs::openat(
+                at,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(mode),
+            )
+        };
+        let fd = match create() {
+            Err(rustix::io::Errno::EXIST) => {
+                remove_at(at, name).map_err(self.io(path))?;
+                create()
+            }
+            r => r,
+        }
+        .map_err(|e| self.io(path)(e.into()))?;
+        let mut out = std::fs::File::from(fd);
+        let changed = || RoomError::Changed(w.file.path.clone());
+        let id = match &w.file.content {
+            RoomContent::Bytes(b) => {
+                let (_, id) = hash_stream(&mut b.as_slice(), b.len() as u64, Some(&mut out))
+                    .map_err(self.io(path))?;
+                id
+            }
+            RoomContent::Copy { from, blake3 } => {
+                let mut src = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
+                    .open(from)
+                    .map_err(|_| changed())?;
+                let m = src.metadata().map_err(io(from))?;
+                if !m.is_file() {
+                    let _ = rustix::fs::unlinkat(at, name, AtFlags::empty());
+                    return Err(changed());
+                }
+                let (b3, id) =
+                    hash_stream(&mut src, m.len(), Some(&mut out)).map_err(self.io(path))?;
+                if b3 != *blake3 {
+                    let _ = rustix::fs::unlinkat(at, name, AtFlags::empty());
+                    return Err(changed());
+                }
+                id
+            }
+        };
+        // The mode asked for, whatever the umask made of it.
+        rustix::fs::fchmod(&out, Mode::from_raw_mode(mode)).map_err(|e| self.io(path)(e.into()))?;
+        id.ok_or_else(changed)
+    }
+}
+
+/// Whether `path` is `root` or lies under it (both relative, `/`-separated).
+fn within(path: &str, root: &str) -> bool {
+    path.strip_prefix(root)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 impl Room {
@@ -112,7 +586,35 @@ impl Room {
         self.commit.as_deref()
     }
 
-    /// Makes a room under `parent` (created if needed) holding exactly `files`.
+    /// The Git blob id of the file at `path` (workspace-relative) as it was placed:
+    /// valid while [`Room::changed`] finds nothing.
+    pub fn blob_id(&self, path: &str) -> Option<gix::ObjectId> {
+        self.ids.get(path).copied()
+    }
+
+    /// Whether this is a warm room (kept for the next check) rather than a fresh one.
+    pub fn is_warm(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    fn new(dir: PathBuf, git: Option<&RoomGit>, lock: Option<std::fs::File>) -> Room {
+        let prefix = git.map_or("", |g| g.prefix.as_str());
+        let repo = dir.join("repo");
+        let work = if prefix.is_empty() {
+            repo
+        } else {
+            repo.join(prefix.trim_end_matches('/'))
+        };
+        Room {
+            dir,
+            work,
+            commit: None,
+            lock,
+            ids: HashMap::new(),
+        }
+    }
+
+    /// Makes a fresh room under `parent` (created if needed) holding exactly `files`.
     pub fn build(
         parent: &Path,
         files: &[RoomFile],
@@ -125,114 +627,206 @@ impl Room {
             .tempdir_in(parent)
             .map_err(io(parent))?
             .keep();
-        let prefix = git.map_or("", |g| g.prefix.as_str());
-        let repo = dir.join("repo");
-        let work = if prefix.is_empty() {
-            repo.clone()
-        } else {
-            repo.join(prefix.trim_end_matches('/'))
-        };
         // Owned from here: dropped (and removed) on any error below.
-        let mut room = Room {
-            dir,
-            work,
-            commit: None,
-        };
-        for d in [room.home(), room.tmp(), room.work.clone()] {
-            std::fs::create_dir_all(&d).map_err(io(&d))?;
-        }
-        for f in files {
-            room.place(f)?;
-        }
-        if let Some(g) = git {
-            room.commit = Some(room.make_repository(&repo, g)?);
-        }
+        let mut room = Room::new(dir, git, None);
+        room.fill(files, git, &[])?;
         Ok(room)
+    }
+
+    /// The warm room `key` (hex) under `parent`, brought to hold exactly `files`: the
+    /// same directory from one check to the next, every file in it checked against
+    /// `files` (BLAKE3, one link, its mode) and rewritten when it differs, everything
+    /// else in it removed but the trees `keep` (workspace-relative; a setup's outputs,
+    /// which the caller checks against their digest). `HOME` and the temporary
+    /// directory are emptied and the repository made anew. Only what differs is
+    /// written, so a check on a large tree does not pay for writing it each time.
+    /// When another process holds the warm room, or it cannot be brought back, a
+    /// fresh room is made instead.
+    pub fn warm(
+        parent: &Path,
+        key: &str,
+        files: &[RoomFile],
+        git: Option<&RoomGit>,
+        keep: &[String],
+    ) -> Result<Room, RoomError> {
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(RoomError::BadPath(key.to_owned()));
+        }
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+        sweep(parent);
+        let lock_path = parent.join(format!("warm-{key}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Room::build(parent, files, git),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
+        }
+        let mut room = Room::new(parent.join(format!("warm-{key}")), git, Some(lock));
+        match room.fill(files, git, keep) {
+            Ok(()) => Ok(room),
+            // A warm room that cannot be brought back (something in it the walk cannot
+            // remove, descriptors exhausted by a deep tree): a fresh room instead.
+            Err(RoomError::Io { .. }) => {
+                drop(room);
+                Room::build(parent, files, git)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Brings the room to hold `files` instead (the run without the change, in the
+    /// room the check just ran in): only what differs is written.
+    pub fn refill(
+        &mut self,
+        files: &[RoomFile],
+        git: Option<&RoomGit>,
+        keep: &[String],
+    ) -> Result<(), RoomError> {
+        self.commit = None;
+        self.fill(files, git, keep)
+    }
+
+    fn fill(
+        &mut self,
+        files: &[RoomFile],
+        git: Option<&RoomGit>,
+        keep: &[String],
+    ) -> Result<(), RoomError> {
+        let parent = self.dir.parent().unwrap_or(Path::new("/"));
+        let name = self
+            .dir
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        let top = rustix::fs::open(parent, dir_flags(), Mode::empty())
+            .map_err(|e| io(parent)(e.into()))?;
+        let name = CString::new(name.into_encoded_bytes())
+            .map_err(|_| RoomError::BadPath(self.dir.display().to_string()))?;
+        let room = make_dir_at(top.as_fd(), &name).map_err(io(&self.dir))?;
+        // The owner's alone, as a fresh room is.
+        rustix::fs::fchmod(&room, Mode::from_raw_mode(0o700))
+            .map_err(|e| io(&self.dir)(e.into()))?;
+        for d in ["home", "tmp"] {
+            let c = cname(d).map_err(io(&self.dir))?;
+            remove_at(room.as_fd(), &c).map_err(io(&self.dir.join(d)))?;
+            make_dir_at(room.as_fd(), &c).map_err(io(&self.dir.join(d)))?;
+        }
+        let repo_path = self.dir.join("repo");
+        let repo = make_dir_at(room.as_fd(), &cname("repo").map_err(io(&repo_path))?)
+            .map_err(io(&repo_path))?;
+        let prefix = git.map_or("", |g| g.prefix.as_str());
+        let mut filler = Filler::new(&repo_path, prefix, files, keep)?;
+        // The repository is made anew: `.git` is not a wanted path, so it goes.
+        filler.sync(&repo)?;
+        filler.place_missing(repo.as_fd())?;
+        self.ids = filler
+            .wanted
+            .iter()
+            .filter_map(|w| Some((w.file.path.clone(), w.id?)))
+            .collect();
+        if let Some(g) = git {
+            let mut blobs: Vec<(String, bool, gix::ObjectId)> = Vec::new();
+            for (path, i) in &filler.by_path {
+                let w = filler.wanted.get(*i);
+                let Some((x, id)) = w.and_then(|w| Some((w.file.executable, w.id?))) else {
+                    return Err(RoomError::Changed(path.clone()));
+                };
+                blobs.push((path.clone(), x, id));
+            }
+            blobs.sort();
+            self.commit = Some(self.make_repository(&repo_path, g, &blobs)?);
+        }
+        Ok(())
+    }
+
+    /// Removes the trees `paths` (workspace-relative) from the room, never following a
+    /// link: a setup's outputs before it runs, or before its cached ones are put back.
+    pub fn remove(&self, paths: &[String]) -> Result<(), RoomError> {
+        let work = rustix::fs::open(&self.work, dir_flags(), Mode::empty())
+            .map_err(|e| io(&self.work)(e.into()))?;
+        for p in paths {
+            let p = p.trim_end_matches('/');
+            let parts: Vec<&str> = p.split('/').collect();
+            if p.is_empty()
+                || parts
+                    .iter()
+                    .any(|c| c.is_empty() || *c == "." || *c == "..")
+            {
+                return Err(RoomError::BadPath(p.to_owned()));
+            }
+            let (last, dirs) = parts
+                .split_last()
+                .ok_or_else(|| RoomError::BadPath(p.to_owned()))?;
+            let mut at = None::<OwnedFd>;
+            let mut missing = false;
+            for d in dirs {
+                let c = cname(d).map_err(io(&self.work.join(p)))?;
+                let base = at.as_ref().map_or(work.as_fd(), |f| f.as_fd());
+                match open_dir_at(base, &c) {
+                    Ok(fd) => at = Some(fd),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        missing = true;
+                        break;
+                    }
+                    Err(e) => return Err(io(&self.work.join(p))(e)),
+                }
+            }
+            if missing {
+                continue;
+            }
+            let base = at.as_ref().map_or(work.as_fd(), |f| f.as_fd());
+            let c = cname(last).map_err(io(&self.work.join(p)))?;
+            remove_at(base, &c).map_err(io(&self.work.join(p)))?;
+        }
+        Ok(())
     }
 
     /// The first of `files` whose content in the room is not what was placed there (a
     /// process that wrote into the room while a check ran), if any.
     pub fn changed(&self, files: &[RoomFile]) -> Option<String> {
-        files.iter().find_map(|f| {
+        let same = par_map(files, |f| {
             let want = match &f.content {
                 RoomContent::Copy { blake3, .. } => blake3.clone(),
                 RoomContent::Bytes(b) => blake3::hash(b).to_hex().to_string(),
             };
-            let ok = std::fs::OpenOptions::new()
+            std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(
-                    (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32,
-                )
+                .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
                 .open(self.work.join(&f.path))
                 .and_then(|mut file| {
                     let mut h = blake3::Hasher::new();
                     std::io::copy(&mut file, &mut h)?;
                     Ok(h.finalize().to_hex().to_string())
                 })
-                .is_ok_and(|got| got == want);
-            (!ok).then(|| f.path.clone())
-        })
+                .is_ok_and(|got| got == want)
+        });
+        files
+            .iter()
+            .zip(same)
+            .find(|(_, ok)| *ok != Some(true))
+            .map(|(f, _)| f.path.clone())
     }
 
-    /// Writes one file into the room.
-    fn place(&self, f: &RoomFile) -> Result<(), RoomError> {
-        let ok = !f.path.is_empty()
-            && !f.path.starts_with('/')
-            && f.path
-                .split('/')
-                .all(|c| !c.is_empty() && c != "." && c != ".." && c != ".git");
-        if !ok {
-            return Err(RoomError::BadPath(f.path.clone()));
-        }
-        let to = self.work.join(&f.path);
-        if let Some(parent) = to.parent() {
-            std::fs::create_dir_all(parent).map_err(io(parent))?;
-        }
-        let mode = if f.executable { 0o755 } else { 0o644 };
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&to)
-            .map_err(io(&to))?;
-        match &f.content {
-            RoomContent::Bytes(b) => out.write_all(b).map_err(io(&to))?,
-            RoomContent::Copy { from, blake3 } => {
-                let mut src = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(
-                        (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32,
-                    )
-                    .open(from)
-                    .map_err(|_| RoomError::Changed(f.path.clone()))?;
-                if !src.metadata().map_err(io(from))?.is_file() {
-                    return Err(RoomError::Changed(f.path.clone()));
-                }
-                let mut h = blake3::Hasher::new();
-                let mut buf = vec![0u8; 1 << 16];
-                loop {
-                    let n = src.read(&mut buf).map_err(io(from))?;
-                    let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
-                        break;
-                    };
-                    h.update(chunk);
-                    out.write_all(chunk).map_err(io(&to))?;
-                }
-                if h.finalize().to_hex().as_str() != blake3 {
-                    return Err(RoomError::Changed(f.path.clone()));
-                }
-            }
-        }
-        // The mode asked for, whatever the umask made of it.
-        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).map_err(io(&to))?;
-        Ok(())
-    }
-
-    /// Makes `repo` a repository borrowing the project's objects, commits the room's
-    /// files on top of the project's `HEAD`, and returns the commit.
-    fn make_repository(&self, repo: &Path, g: &RoomGit) -> Result<String, RoomError> {
-        let git = |args: &[&str]| -> Result<String, RoomError> {
-            let out = Command::new(&g.program)
+    /// Makes `repo` a repository borrowing the project's objects whose `HEAD` is a
+    /// commit of `blobs` (path, executable, blob id — computed as the files were
+    /// checked or written) on top of the project's `HEAD`, and returns the commit.
+    /// Git hashes nothing again: the index is given, and only blobs the project's
+    /// objects lack are written.
+    fn make_repository(
+        &self,
+        repo: &Path,
+        g: &RoomGit,
+        blobs: &[(String, bool, gix::ObjectId)],
+    ) -> Result<String, RoomError> {
+        let git = |args: &[&str], input: Option<Vec<u8>>| -> Result<String, RoomError> {
+            let mut child = Command::new(&g.program)
                 .current_dir(repo)
                 .env_clear()
                 .env("HOME", self.home())
@@ -248,17 +842,36 @@ impl Room {
                     "core.hooksPath=/dev/null",
                     "-c",
                     "init.defaultBranch=room",
-                    // No automatic gc or maintenance after the commit: it would pack the
-                    // room's new loose objects for nothing.
+                    // No automatic gc or maintenance: it would pack the room's new loose
+                    // objects for nothing.
                     "-c",
                     "gc.auto=0",
                     "-c",
                     "maintenance.auto=false",
                 ])
                 .args(args)
-                .stdin(Stdio::null())
-                .output()
+                .stdin(if input.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
                 .map_err(|e| RoomError::Git(format!("running {}: {e}", g.program.display())))?;
+            // Written from a thread: the output may fill its pipe before the input ends.
+            let writer = match (input, child.stdin.take()) {
+                (Some(bytes), Some(mut stdin)) => {
+                    Some(std::thread::spawn(move || stdin.write_all(&bytes)))
+                }
+                _ => None,
+            };
+            let out = child
+                .wait_with_output()
+                .map_err(|e| RoomError::Git(format!("running {}: {e}", g.program.display())))?;
+            if let Some(w) = writer {
+                let _ = w.join();
+            }
             if !out.status.success() {
                 return Err(RoomError::Git(format!(
                     "git {} failed: {}",
@@ -268,21 +881,79 @@ impl Room {
             }
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
         };
-        git(&["init", "-q"])?;
-        let alternates = repo.join(".git/objects/info/alternates");
+        git(&["init", "-q", "--template="], None)?;
+        let info = repo.join(".git/objects/info");
+        std::fs::create_dir_all(&info).map_err(io(&info))?;
+        let alternates = info.join("alternates");
         std::fs::write(&alternates, format!("{}\n", g.objects.display()))
             .map_err(io(&alternates))?;
-        git(&["update-ref", "HEAD", &g.head])?;
-        git(&["add", "-A"])?;
-        git(&[
-            "commit",
-            "-q",
-            "--no-verify",
-            "--allow-empty",
-            "-m",
-            "tacho clean room",
-        ])?;
-        git(&["rev-parse", "HEAD"])
+        let mut index = Vec::new();
+        for (path, x, id) in blobs {
+            index.extend_from_slice(
+                format!("{} {id}\t{path}\0", if *x { "100755" } else { "100644" }).as_bytes(),
+            );
+        }
+        git(&["update-index", "-z", "--index-info"], Some(index))?;
+        // The blobs the project's objects lack (files changed since its HEAD), written
+        // from the room's files as they are (no filter: the id computed is the id).
+        // What the project's HEAD holds is there; only the others are looked up.
+        let listed = git(&["ls-tree", "-r", "-z", "--full-tree", &g.head], None)?;
+        let in_head: HashSet<&str> = listed
+            .split('\0')
+            .filter_map(|l| l.split_once('\t')?.0.split(' ').nth(2))
+            .collect();
+        let ask: Vec<&(String, bool, gix::ObjectId)> = blobs
+            .iter()
+            .filter(|(_, _, id)| !in_head.contains(id.to_hex().to_string().as_str()))
+            .collect();
+        let mut missing: Vec<&str> = Vec::new();
+        if !ask.is_empty() {
+            let ids: Vec<u8> = ask
+                .iter()
+                .flat_map(|(_, _, id)| format!("{id}\n").into_bytes())
+                .collect();
+            let out = git(&["cat-file", "--batch-check"], Some(ids))?;
+            let absent: HashSet<&str> = out
+                .lines()
+                .filter_map(|l| l.strip_suffix(" missing"))
+                .collect();
+            missing = ask
+                .iter()
+                .filter(|(_, _, id)| absent.contains(id.to_hex().to_string().as_str()))
+                .map(|(p, _, _)| p.as_str())
+                .collect();
+        }
+        for chunk in missing.chunks(256) {
+            let mut args = vec!["hash-object", "-w", "--no-filters", "--"];
+            args.extend(chunk.iter().copied());
+            let written = git(&args, None)?;
+            let want: Vec<String> = chunk
+                .iter()
+                .filter_map(|p| blobs.iter().find(|(q, _, _)| q == p))
+                .map(|(_, _, id)| id.to_hex().to_string())
+                .collect();
+            if written.lines().map(str::trim).collect::<Vec<_>>() != want {
+                return Err(RoomError::Changed(
+                    chunk.first().map(|p| p.to_string()).unwrap_or_default(),
+                ));
+            }
+        }
+        // Every blob is known to be there (in HEAD, found, or just written): Git need
+        // not look each one up again through the alternates.
+        let tree = git(&["write-tree", "--missing-ok"], None)?;
+        let commit = git(
+            &[
+                "commit-tree",
+                &tree,
+                "-p",
+                &g.head,
+                "-m",
+                "tacho clean room",
+            ],
+            None,
+        )?;
+        git(&["update-ref", "HEAD", &commit], None)?;
+        Ok(commit)
     }
 }
 
@@ -309,27 +980,31 @@ pub fn sweep(parent: &Path) {
                 dir: e.path(),
                 work: PathBuf::new(),
                 commit: None,
+                lock: None,
+                ids: HashMap::new(),
             });
         }
     }
 }
 
+/// Removes `dir` and everything in it, never following a link.
+fn remove_tree(dir: &Path) {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return;
+    };
+    let Ok(top) = rustix::fs::open(parent, dir_flags(), Mode::empty()) else {
+        return;
+    };
+    if let Ok(name) = CString::new(name.as_encoded_bytes()) {
+        let _ = remove_at(top.as_fd(), &name);
+    }
+}
+
 impl Drop for Room {
     fn drop(&mut self) {
-        // A check may leave directories it made read-only: open them up first.
-        if std::fs::remove_dir_all(&self.dir).is_err() {
-            let mut stack = vec![self.dir.clone()];
-            while let Some(d) = stack.pop() {
-                let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
-                if let Ok(rd) = std::fs::read_dir(&d) {
-                    for e in rd.flatten() {
-                        if e.file_type().is_ok_and(|t| t.is_dir()) {
-                            stack.push(e.path());
-                        }
-                    }
-                }
-            }
-            let _ = std::fs::remove_dir_all(&self.dir);
+        // A warm room stays for the next check (its lock is released); a fresh one goes.
+        if self.lock.is_none() {
+            remove_tree(&self.dir);
         }
     }
 }
@@ -422,5 +1097,233 @@ mod tests {
                 RoomError::BadPath(_)
             ));
         }
+    }
+
+    fn listing(root: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![PathBuf::new()];
+        while let Some(rel) = stack.pop() {
+            for e in std::fs::read_dir(root.join(&rel)).unwrap() {
+                let e = e.unwrap();
+                let p = rel.join(e.file_name());
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(p.clone());
+                    out.push(format!("{}/", p.display()));
+                } else {
+                    out.push(p.display().to_string());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn copy(path: &str, from: &Path, bytes: &[u8]) -> RoomFile {
+        std::fs::write(from, bytes).unwrap();
+        RoomFile {
+            path: path.into(),
+            executable: false,
+            content: RoomContent::Copy {
+                from: from.to_path_buf(),
+                blake3: blake3::hash(bytes).to_hex().to_string(),
+            },
+        }
+    }
+
+    /// What an agent can leave in the warm room between two checks (it runs as the
+    /// same user): nothing of it survives, nothing outside the room is written, and
+    /// only the trees kept by the caller stay.
+    #[test]
+    fn a_warm_room_is_brought_back_to_exactly_its_files() {
+        use std::os::unix::ffi::OsStrExt;
+        let parent = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let files = vec![
+            copy("a.txt", &ws.path().join("a"), b"alpha"),
+            file("src/b.py", b"def add(a, b):\n    return a + b\n"),
+            file("src/deep/c.txt", b"gamma"),
+        ];
+        let keep = ["out".to_string()];
+        let room = Room::warm(parent.path(), "abc123", &files, None, &keep).unwrap();
+        assert!(room.is_warm());
+        let work = room.work().to_path_buf();
+        assert_eq!(
+            listing(&work),
+            ["a.txt", "src/", "src/b.py", "src/deep/", "src/deep/c.txt"]
+        );
+        std::fs::create_dir(work.join("out")).unwrap();
+        std::fs::write(work.join("out/dep.js"), b"kept").unwrap();
+        drop(room);
+        // Kept between checks.
+        assert!(work.join("src/b.py").is_file());
+
+        // The agent's turn.
+        std::fs::write(work.join("src/b.py"), b"def add(a, b):\n    return a - b\n").unwrap();
+        std::fs::write(work.join("conftest.py"), b"# turns failures into passes").unwrap();
+        std::fs::create_dir_all(work.join("src/__pycache__")).unwrap();
+        std::fs::write(work.join("src/__pycache__/b.cpython-311.pyc"), b"stale").unwrap();
+        std::fs::create_dir_all(work.join(".git/hooks")).unwrap();
+        std::fs::write(work.join(".git/config"), b"[core]\nfsmonitor = /bin/true\n").unwrap();
+        // A hard link to a file outside, with the right content: writing to it would
+        // write outside.
+        std::fs::write(outside.path().join("victim"), b"alpha").unwrap();
+        std::fs::remove_file(work.join("a.txt")).unwrap();
+        std::fs::hard_link(outside.path().join("victim"), work.join("a.txt")).unwrap();
+        // A directory swapped for a link to a lookalike outside.
+        std::fs::create_dir_all(outside.path().join("deep")).unwrap();
+        std::fs::write(outside.path().join("deep/c.txt"), b"gamma").unwrap();
+        std::fs::remove_dir_all(work.join("src/deep")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("deep"), work.join("src/deep")).unwrap();
+        // An unreadable directory, a read-only one, a name that is not UTF-8.
+        std::fs::create_dir_all(work.join("build/x")).unwrap();
+        std::fs::write(work.join("build/x/o"), b"o").unwrap();
+        std::fs::set_permissions(work.join("build/x"), std::fs::Permissions::from_mode(0o000))
+            .unwrap();
+        std::fs::set_permissions(work.join("src"), std::fs::Permissions::from_mode(0o555)).unwrap();
+        std::fs::write(work.join(std::ffi::OsStr::from_bytes(b"caf\xe9.py")), b"x").unwrap();
+        std::fs::write(room_home(parent.path()).join(".pydistutils.cfg"), b"x").unwrap();
+
+        let room = Room::warm(parent.path(), "abc123", &files, None, &keep).unwrap();
+        assert_eq!(room.work(), work);
+        assert_eq!(
+            listing(&work),
+            [
+                "a.txt",
+                "out/",
+                "out/dep.js",
+                "src/",
+                "src/b.py",
+                "src/deep/",
+                "src/deep/c.txt"
+            ]
+        );
+        assert_eq!(
+            std::fs::read(work.join("src/b.py")).unwrap(),
+            b"def add(a, b):\n    return a + b\n"
+        );
+        assert_eq!(room.changed(&files), None);
+        assert!(
+            !std::fs::symlink_metadata(work.join("src/deep"))
+                .unwrap()
+                .is_symlink()
+        );
+        std::fs::write(work.join("a.txt"), b"written by a check").unwrap();
+        std::fs::write(work.join("src/deep/c.txt"), b"written by a check").unwrap();
+        assert_eq!(
+            std::fs::read(outside.path().join("victim")).unwrap(),
+            b"alpha"
+        );
+        assert_eq!(
+            std::fs::read(outside.path().join("deep/c.txt")).unwrap(),
+            b"gamma"
+        );
+        assert_eq!(listing(&room.home()), Vec::<String>::new());
+
+        // The run without the change, in the same room: only what differs is written.
+        let mut room = room;
+        let red = vec![
+            files[0].clone(),
+            file("src/b.py", b"def add(a, b):\n    return a - b\n"),
+        ];
+        room.refill(&red, None, &[]).unwrap();
+        assert_eq!(listing(&work), ["a.txt", "src/", "src/b.py"]);
+        assert_eq!(std::fs::read(work.join("a.txt")).unwrap(), b"alpha");
+    }
+
+    fn room_home(parent: &Path) -> PathBuf {
+        parent.join("warm-abc123").join("home")
+    }
+
+    /// A warm room another process holds (a check running, or an agent holding its
+    /// lock) is not waited for: the check gets a fresh room, removed after.
+    #[test]
+    fn a_held_warm_room_gives_a_fresh_one() {
+        let parent = tempfile::tempdir().unwrap();
+        let files = vec![file("a.txt", b"alpha")];
+        let held = Room::warm(parent.path(), "beef", &files, None, &[]).unwrap();
+        let other = Room::warm(parent.path(), "beef", &files, None, &[]).unwrap();
+        assert!(held.is_warm() && !other.is_warm());
+        assert_ne!(held.work(), other.work());
+        assert_eq!(std::fs::read(other.work().join("a.txt")).unwrap(), b"alpha");
+        let dir = other.dir.clone();
+        drop(other);
+        assert!(!dir.exists());
+        drop(held);
+        assert!(
+            Room::warm(parent.path(), "beef", &files, None, &[])
+                .unwrap()
+                .is_warm()
+        );
+        assert!(matches!(
+            Room::warm(parent.path(), "../x", &files, None, &[]).unwrap_err(),
+            RoomError::BadPath(_)
+        ));
+    }
+
+    /// Inside a Git repository the room's `HEAD` is a commit of exactly its files on
+    /// top of the project's `HEAD`: Git reads the room as clean, and the change shows
+    /// against the project's history.
+    #[test]
+    fn a_room_in_a_repository_commits_its_files_on_the_projects_head() {
+        let Ok(program) = crate::remote::git_program() else {
+            eprintln!("skipped: no git");
+            return;
+        };
+        let project = tempfile::tempdir().unwrap();
+        let sh = |dir: &Path, args: &[&str]| {
+            let out = Command::new(program)
+                .current_dir(dir)
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        std::fs::create_dir_all(project.path().join("sub/src")).unwrap();
+        std::fs::write(project.path().join("sub/src/a.py"), b"old\n").unwrap();
+        std::fs::write(project.path().join("top.txt"), b"top\n").unwrap();
+        sh(project.path(), &["init", "-q"]);
+        sh(project.path(), &["add", "-A"]);
+        sh(project.path(), &["commit", "-qm", "base"]);
+        let head = sh(project.path(), &["rev-parse", "HEAD"])
+            .trim()
+            .to_string();
+        let g = RoomGit {
+            objects: project.path().join(".git/objects"),
+            head: head.clone(),
+            prefix: "sub/".into(),
+            program: program.into(),
+        };
+        let files = vec![
+            file("src/a.py", b"new\n"),
+            RoomFile {
+                path: "run.sh".into(),
+                executable: true,
+                content: RoomContent::Bytes(b"#!/bin/sh\n".to_vec()),
+            },
+        ];
+        let parent = tempfile::tempdir().unwrap();
+        for _ in 0..2 {
+            let room = Room::warm(parent.path(), "cafe", &files, Some(&g), &[]).unwrap();
+            let work = room.work().to_path_buf();
+            assert!(work.ends_with("repo/sub"));
+            assert_eq!(sh(&work, &["status", "--porcelain"]), "");
+            assert_eq!(sh(&work, &["rev-parse", "HEAD^"]).trim(), head);
+            assert_eq!(
+                sh(&work, &["diff", "--name-status", "HEAD^", "HEAD"]),
+                "A\tsub/run.sh\nM\tsub/src/a.py\nD\ttop.txt\n"
+            );
+            assert_eq!(sh(&work, &["show", "HEAD:sub/src/a.py"]), "new\n");
+            assert_eq!(
+                sh(&work, &["ls-files", "-s", "run.sh"]).split(' ').next(),
+                Some("100755")
+            );
+            assert_eq!(room.commit().map(str::len), Some(40));
+        }
+        // Nothing was written into the project's repository.
+        assert_eq!(sh(project.path(), &["status", "--porcelain"]), "");
+        assert_eq!(sh(project.path(), &["rev-parse", "HEAD"]).trim(), head);
     }
 }

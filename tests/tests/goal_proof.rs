@@ -814,6 +814,24 @@ fn the_setup_provides_dependencies_from_its_lockfile_and_a_changed_cache_is_not_
         "{err}"
     );
     assert_eq!(second["receipt"]["setup_digest"], digest.as_str());
+    // The agent rewrites the dependency the warm room holds (kept there between
+    // checks): it no longer matches the recorded digest and is put back from the cache.
+    let warm: Vec<PathBuf> = std::fs::read_dir(p.home.join("cache/rooms"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("repo/.deps/dep/__init__.py"))
+        .filter(|f| f.exists())
+        .collect();
+    assert_eq!(warm.len(), 1, "{warm:?}");
+    std::fs::write(&warm[0], "raise SystemExit(0)\n").unwrap();
+    write(&p.ws, "src/calc.py", BUGGY);
+    let (code, tampered, err) = run(&p);
+    assert_eq!(code, 1, "{tampered:#}");
+    assert!(err.contains("outputs taken from the cache"), "{err}");
+    assert_ne!(
+        std::fs::read_to_string(&warm[0]).unwrap(),
+        "raise SystemExit(0)\n"
+    );
     // The agent rewrites the cached dependency: the digest no longer matches the
     // recorded one, so the setup runs again and the check still tests the real code.
     let cached = p
@@ -888,7 +906,7 @@ fn attacks_on_the_rooms_and_the_start_snapshot_prove_nothing() {
     );
 
     // 2. A pytest.ini and conftest.py above the rooms that flip failures only while a
-    // single room exists: there is one room at a time, so they act in both runs.
+    // single room exists: both runs use the same room, so they act in both runs.
     let p = Project::new(&one(PYTEST), &["src"], Some(&bin));
     let rooms = p.home.join("cache/rooms");
     std::fs::create_dir_all(&rooms).unwrap();
@@ -896,7 +914,7 @@ fn attacks_on_the_rooms_and_the_start_snapshot_prove_nothing() {
     std::fs::write(
         rooms.join("conftest.py"),
         format!(
-            "import os\nONE = len([d for d in os.listdir({:?}) if d.startswith('room-')]) == 1\n{}",
+            "import os\nONE = len([d for d in os.listdir({:?}) if d.startswith(('room-', 'warm-')) and not d.endswith('.lock')]) == 1\n{}",
             rooms.display().to_string(),
             FLIP.replace("if r.failed:", "if r.failed and ONE:")
         ),
@@ -954,7 +972,56 @@ fn attacks_on_the_rooms_and_the_start_snapshot_prove_nothing() {
         o.receipts[0]
     );
 
-    // 4. No changePaths, the test deleted: tests stay as they are now in both runs.
+    // 4. The warm room, between two checks: the fix written into it, a conftest that
+    // flips failures, stale bytecode of the fix, a test made a link to a passing one.
+    // The second check runs on exactly the fingerprinted files again, and fails.
+    let p = Project::new(&one(PYTEST), &["src"], Some(&bin));
+    let (code, first) = p.check("calc");
+    assert_ne!(code, 0, "{first:#}");
+    let warm: Vec<PathBuf> = std::fs::read_dir(p.home.join("cache/rooms"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| d.is_dir())
+        .collect();
+    assert_eq!(warm.len(), 1, "{warm:?}");
+    let room = warm[0].join("repo");
+    std::fs::write(room.join("src/calc.py"), FIXED).unwrap();
+    std::fs::write(room.join("conftest.py"), FLIP).unwrap();
+    std::fs::create_dir_all(room.join("src/__pycache__")).unwrap();
+    std::fs::write(room.join("src/__pycache__/calc.cpython-311.pyc"), b"stale").unwrap();
+    std::fs::write(p._tmp.path().join("passing.py"), OTHER_TEST).unwrap();
+    std::fs::remove_file(room.join("tests/test_calc.py")).unwrap();
+    std::os::unix::fs::symlink(
+        p._tmp.path().join("passing.py"),
+        room.join("tests/test_calc.py"),
+    )
+    .unwrap();
+    write(&p.ws, "README.md", "fixed\n");
+    let o = p.finish(&["calc"]);
+    o.held("the warm room written between two checks");
+    assert_ne!(
+        o.receipts[0]["receipt"]["exit_code"], 0,
+        "{:#}",
+        o.receipts[0]
+    );
+    assert_eq!(
+        std::fs::read_to_string(room.join("src/calc.py")).unwrap(),
+        BUGGY
+    );
+    assert!(!room.join("conftest.py").exists());
+    // (The runs since may have compiled the module again: never the planted bytes.)
+    assert_ne!(
+        std::fs::read(room.join("src/__pycache__/calc.cpython-311.pyc")).ok(),
+        Some(b"stale".to_vec())
+    );
+    assert!(
+        !std::fs::symlink_metadata(room.join("tests/test_calc.py"))
+            .unwrap()
+            .is_symlink()
+    );
+
+    // 5. No changePaths, the test deleted: tests stay as they are now in both runs.
     let p = Project::new(&one(UNITTEST), &[], None);
     std::fs::remove_file(p.ws.join("tests/test_calc.py")).unwrap();
     write(&p.ws, "tests/README", "tests moved\n");
