@@ -32,6 +32,23 @@ pub const GATE_BLOCKS_MAX: u32 = 5;
 /// How long a hook waits for another hook of the same session.
 const STATE_LOCK_WAIT: Duration = Duration::from_secs(20);
 
+/// [`STATE_LOCK_WAIT`], or less when `TACHO_HOOK_LOCK_WAIT_MS` says so (tests): never
+/// more, and a shorter wait only makes more stops undecided, which fail closed.
+fn state_lock_wait() -> Duration {
+    std::env::var("TACHO_HOOK_LOCK_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .filter(|d| *d < STATE_LOCK_WAIT)
+        .unwrap_or(STATE_LOCK_WAIT)
+}
+
+/// Where a hook that could not take the state lock notes itself (`UNIX_NS EVENT` a
+/// line), for the next hook that holds the lock to record (SPEC §3.1).
+fn missed_path(state_path: &Path) -> PathBuf {
+    state_path.with_extension("missed")
+}
+
 /// What the hook process answers the agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HookAnswer {
@@ -139,13 +156,40 @@ impl Tacho {
             problem(&mut answer, format!("{}: {e}", dir.display()));
             return self.hook_ok(agent, &event, answer);
         }
-        let lock = match RealFs.lock(&state_path.with_extension("lock"), STATE_LOCK_WAIT) {
+        let lock_path = state_path.with_extension("lock");
+        let wait = state_lock_wait();
+        let lock = match RealFs.lock(&lock_path, wait) {
             Ok(l) => l,
             Err(e) => {
                 problem(
                     &mut answer,
                     format!("waiting for another hook of the session: {e}"),
                 );
+                // Recorded by the next hook that holds the lock: a hook that could not
+                // record is itself evidence (risk `recorder_obstructed`).
+                if let Ok(mut f) = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(missed_path(&state_path))
+                {
+                    let _ = writeln!(f, "{} {}", self.now(), clip_line(&event));
+                }
+                // A stop the gate cannot decide fails closed while the session has (or
+                // may have) an assured goal.
+                let stops = map_payload(agent, &payload, &mut HookState::default())
+                    .into_iter()
+                    .find_map(|a| match a {
+                        Action::Gate { session, .. } => Some(session),
+                        _ => None,
+                    });
+                if let Some(gated) = stops {
+                    let why = format!(
+                        "another process held the session's hook lock ({}) for the hook's whole budget of {} ms",
+                        lock_path.display(),
+                        wait.as_millis()
+                    );
+                    self.fail_closed(agent, &event, &gated, &why, &mut answer);
+                }
                 return self.hook_ok(agent, &event, answer);
             }
         };
@@ -178,6 +222,31 @@ impl Tacho {
         }
         for (s, head) in &state.observed_heads {
             ingest.knowing_head(s, head.clone());
+        }
+        // Hooks that gave up waiting for the lock, recorded now that it is free.
+        let missed = std::fs::read_to_string(missed_path(&state_path)).unwrap_or_default();
+        if !missed.is_empty() {
+            let main = if state.main.session.is_empty() {
+                session.clone()
+            } else {
+                state.main.session.clone()
+            };
+            for line in missed.lines().take(1_000) {
+                let (at, name) = line.split_once(' ').unwrap_or((line, "?"));
+                let at = at.parse::<i64>().unwrap_or_else(|_| self.now());
+                let body = EventBody::Error(tacho_schema::ErrorEvent {
+                    message: format!(
+                        "a {} hook waited out its budget for the session's hook lock, held by another process, and recorded nothing",
+                        clip_line(name)
+                    ),
+                    code: Some(tacho_projections::HOOK_LOCK_HELD.into()),
+                    source: Some("tacho".into()),
+                    fatal: false,
+                });
+                if let Err(e) = ingest.event(0, main.clone(), at, body) {
+                    problem(&mut answer, e.to_string());
+                }
+            }
         }
         // An agent whose hook payloads lack what its transcript holds (Codex: exit
         // codes): the transcript is read first, so that a tool result can be recorded
@@ -268,6 +337,9 @@ impl Tacho {
                 Err(e) => problem(&mut answer, format!("nothing recorded: {}", e.error)),
             }
         }
+        if !missed.is_empty() && answer.problems.is_empty() {
+            let _ = std::fs::remove_file(missed_path(&state_path));
+        }
         if let Some((session, already_blocked)) = gate {
             let blocked = match self.stop_gate(&session, &mut state, already_blocked) {
                 Ok(Some(reason)) => match agent.stop_block(&reason) {
@@ -290,7 +362,14 @@ impl Tacho {
                 Ok(None) => false,
                 Err(e) => {
                     problem(&mut answer, format!("completion gate: {e}"));
-                    false
+                    self.fail_closed(
+                        agent,
+                        &event,
+                        &session,
+                        &format!("completion gate: {e}"),
+                        &mut answer,
+                    );
+                    !answer.stdout.is_empty()
                 }
             };
             // An agent that reports no session end (Codex): a stop the gate lets
@@ -485,6 +564,58 @@ impl Tacho {
         }
     }
 
+    /// A stop the gate could not decide (`why`): refused while the session has, or may
+    /// have, an assured goal not completed (SPEC §3.1: where tacho cannot decide, the
+    /// gate fails closed), let go when it certainly has none.
+    fn fail_closed(
+        &self,
+        agent: Agent,
+        event: &str,
+        session: &str,
+        why: &str,
+        answer: &mut HookAnswer,
+    ) {
+        let open = match self.resolve_session(session) {
+            Err(tacho_store::StoreError::UnknownSession { .. }) => return,
+            Err(e) => Err(e.to_string()),
+            Ok(id) => match self.goal_status(&id, None) {
+                Err(crate::goals::GoalError::NoGoal { .. }) => return,
+                Err(e) => Err(e.to_string()),
+                Ok(s)
+                    if !s.assured
+                        || s.completed
+                        || s.paused.is_some()
+                        || s.blocked.is_some()
+                        || s.revised_by.is_some() =>
+                {
+                    return;
+                }
+                Ok(s) => Ok(format!(
+                    "goal {} \"{}\" is assured and not completed",
+                    s.goal, s.title
+                )),
+            },
+        };
+        let what = open.unwrap_or_else(|e| {
+            format!("the session may have an assured goal not completed (reading it: {e})")
+        });
+        let reason = format!(
+            "tacho: the completion gate could not decide: {why}; {what}. The stop is refused until it can: stop again (tacho goal status --session {session})."
+        );
+        match agent.stop_block(&reason) {
+            Some(stdout) => {
+                self.hook_log(agent, event, session, &format!("stop blocked: {reason}"));
+                answer.stdout = stdout;
+            }
+            None => self.hook_log(
+                agent,
+                event,
+                session,
+                &format!("stop not blocked ({agent} cannot be sent back): {reason}"),
+            ),
+        }
+    }
+
     /// The completion gate at a stop: when the session's latest goal is assured, not
     /// completed, paused, blocked or revised, a completion is attempted (and recorded);
     /// a refused one blocks the stop with the open checks. Returns the reason to block.
@@ -579,4 +710,9 @@ fn write_state(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         buf.resize(old, b' ');
     }
     f.write_all_at(&buf, 0)
+}
+
+/// One line of at most 60 characters, for an event name written into a note.
+fn clip_line(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(60).collect()
 }

@@ -109,6 +109,10 @@ pub struct ErrorNode {
     pub seq: u64,
     pub at_unix_ns: i64,
     pub message: String,
+    /// Its code, when the writer gave one (`hook_lock_held`: written by tacho for a
+    /// hook that could not record, SPEC §3.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     pub fatal: bool,
     pub step: Option<u64>,
 }
@@ -781,7 +785,11 @@ impl ExecutionGraph {
                     self.permission_denials += 1;
                 }
             }
-            EventView::Error { message, fatal } => {
+            EventView::Error {
+                message,
+                code,
+                fatal,
+            } => {
                 let step = self.state.open_step.map(|i| {
                     self.steps[i].errors += 1;
                     self.steps[i].number
@@ -790,6 +798,7 @@ impl ExecutionGraph {
                     seq,
                     at_unix_ns: at,
                     message: message.to_string(),
+                    code: code.map(str::to_owned),
                     fatal,
                     step,
                 });

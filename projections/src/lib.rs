@@ -27,7 +27,7 @@ pub use graph::{
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{
-    Confidence, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel,
+    Confidence, HOOK_LOCK_HELD, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel,
     VerificationEvidence, VerificationSource, assess, is_api_surface, is_security_sensitive,
     risk_score, verification_kind,
 };

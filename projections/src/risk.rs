@@ -406,6 +406,10 @@ pub fn risk_score(g: &ExecutionGraph) -> (u32, RiskLevel) {
 
 /// [`assess`], with the factors' evidence and paths only when `detail` (the weights,
 /// score, level and readiness are the same either way).
+/// The code of the `error` tacho writes for a hook that waited out its budget for a
+/// lock and recorded nothing.
+pub const HOOK_LOCK_HELD: &str = "hook_lock_held";
+
 fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
     let text = |f: &dyn Fn() -> String| if detail { f() } else { String::new() };
     let owned = |v: &[&String]| -> Vec<String> {
@@ -662,6 +666,30 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             } else {
                 Vec::new()
             },
+        });
+    }
+    // The recorder obstructed: hooks that waited out their budget for a lock another
+    // process held, and recorded nothing of what they saw (written by tacho once the
+    // lock freed, SPEC §3.1). What happened meanwhile is missing from this record.
+    let held: Vec<&crate::graph::ErrorNode> = g
+        .errors
+        .iter()
+        .filter(|e| e.code.as_deref() == Some(HOOK_LOCK_HELD))
+        .collect();
+    if !held.is_empty() {
+        factors.push(RiskFactor {
+            id: "recorder_obstructed",
+            weight: 20,
+            evidence: text(&|| {
+                format!(
+                    "{} hook(s) of the agent waited out their budget for a lock another process held and recorded nothing (first at #{}): {}",
+                    held.len(),
+                    held.first().map_or(0, |e| e.seq),
+                    held.first().map_or("", |e| e.message.as_str())
+                )
+            }),
+            mitigation: "Something held tacho's lock while the agent worked: what the agent did then is missing from the record. Look for a process of the agent's holding it (flock) and rerun the checks in CI (ci verify --rerun).",
+            paths: Vec::new(),
         });
     }
     // Goal assurance: a refused completion that no later completion made good means

@@ -63,6 +63,7 @@ pub enum EventView<'a> {
     },
     Error {
         message: &'a str,
+        code: Option<&'a str>,
         fatal: bool,
     },
     VerificationRun {
@@ -187,6 +188,7 @@ impl EventBody {
             },
             EventBody::Error(e) => EventView::Error {
                 message: &e.message,
+                code: e.code.as_deref(),
                 fatal: e.fatal,
             },
             EventBody::VerificationRun(v) => EventView::VerificationRun {
@@ -422,6 +424,7 @@ impl<'a> EventView<'a> {
                 let a = access!(ErrorEvent, kind, version, payload);
                 EventView::Error {
                     message: s(&a.message),
+                    code: os(&a.code),
                     fatal: a.fatal,
                 }
             }

@@ -185,6 +185,10 @@ impl Project {
     }
 
     fn hook_with(&self, event: &str, extra: Value) -> String {
+        self.hook_env(event, extra, &[])
+    }
+
+    fn hook_env(&self, event: &str, extra: Value, env: &[(&str, &str)]) -> String {
         let mut payload = serde_json::json!({"session_id": self.session, "transcript_path": self.transcript, "cwd": self.ws, "hook_event_name": event});
         if let (Some(m), Value::Object(x)) = (payload.as_object_mut(), extra) {
             m.extend(x);
@@ -194,6 +198,7 @@ impl Project {
         c.current_dir(&self.ws)
             .env("PATH", &self.path)
             .env("TACHO_NO_WATCH", "1")
+            .envs(env.iter().copied())
             .args(["hook", "claude-code"]);
         let (code, out, err) = tacho_tests::run_input(c, &payload);
         assert_eq!(code, 0, "hook {event}: {err}");
@@ -1028,4 +1033,89 @@ fn attacks_on_the_rooms_and_the_start_snapshot_prove_nothing() {
     let o = p.finish(&["calc"]);
     assert_eq!(o.proof(0), "unable_to_fail", "{:#}", o.receipts[0]);
     o.held("a deleted test without changePaths");
+}
+
+/// Issue 42 (2): the agent holds the session's hook lock from its shell (`flock
+/// <data>/agents/claude-code/SID.lock sleep 9999 &`). Every hook gives up waiting; the
+/// stop, which the gate cannot decide, is refused while the assured goal is open (it
+/// would be let go without a goal); once the lock frees, the hooks that recorded
+/// nothing are recorded, and `risk` shows it.
+#[test]
+fn a_held_hook_lock_does_not_let_the_agent_go() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let lock = p
+        .home
+        .join("agents/claude-code")
+        .join(format!("{}.lock", p.session));
+    let held = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .unwrap();
+    held.lock().unwrap();
+    let short = [("TACHO_HOOK_LOCK_WAIT_MS", "300")];
+    let stop = p.hook_env("Stop", serde_json::json!({}), &short);
+    assert!(stop.contains("\"decision\":\"block\""), "{stop}");
+    assert!(stop.contains("could not decide"), "{stop}");
+    assert!(stop.contains("is assured and not completed"), "{stop}");
+    // Again, as the agent keeps stopping: still refused.
+    let again = p.hook_env(
+        "Stop",
+        serde_json::json!({"stop_hook_active": true}),
+        &short,
+    );
+    assert!(again.contains("\"decision\":\"block\""), "{again}");
+    drop(held);
+    p.hook("UserPromptSubmit");
+    let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+    let risk: Value = serde_json::from_str(risk.trim()).unwrap();
+    let f = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "recorder_obstructed")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    assert!(
+        f["evidence"].as_str().unwrap().starts_with("2 hook(s)"),
+        "{f:#}"
+    );
+    // Recorded once: the next hook adds nothing more.
+    p.hook("UserPromptSubmit");
+    let (_, risk2, _) = p.t(&["risk", "ses_proof", "--json"]);
+    assert!(risk2.contains("2 hook(s)"), "{risk2}");
+
+    // A goal the user blocked holds nobody: let go even while the lock is held.
+    let q = Project::new(&one(UNITTEST), &["src"], None);
+    let (_, receipt) = q.check("calc");
+    let seq = receipt["seq"].to_string();
+    let (code, out, err) = q.t(&[
+        "goal",
+        "block",
+        "--session",
+        "ses_proof",
+        "--kind",
+        "user_input",
+        "--reason",
+        "which rounding rule applies",
+        "--required-change",
+        "the user picks one",
+        "--evidence",
+        &seq,
+        "--no-independent-work",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let held = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(
+            q.home
+                .join("agents/claude-code")
+                .join(format!("{}.lock", q.session)),
+        )
+        .unwrap();
+    held.lock().unwrap();
+    let stop = q.hook_env("Stop", serde_json::json!({}), &short);
+    assert!(!stop.contains("\"decision\":\"block\""), "{stop}");
 }
