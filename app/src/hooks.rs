@@ -578,22 +578,15 @@ impl Tacho {
         let open = match self.resolve_session(session) {
             Err(tacho_store::StoreError::UnknownSession { .. }) => return,
             Err(e) => Err(e.to_string()),
-            Ok(id) => match self.goal_status(&id, None) {
-                Err(crate::goals::GoalError::NoGoal { .. }) => return,
+            Ok(id) => match self.goals(&id) {
                 Err(e) => Err(e.to_string()),
-                Ok(s)
-                    if !s.assured
-                        || s.completed
-                        || s.paused.is_some()
-                        || s.blocked.is_some()
-                        || s.revised_by.is_some() =>
-                {
-                    return;
-                }
-                Ok(s) => Ok(format!(
-                    "goal {} \"{}\" is assured and not completed",
-                    s.goal, s.title
-                )),
+                Ok((_, gs)) => match open_assured(&gs).first() {
+                    None => return,
+                    Some(g) => Ok(format!(
+                        "goal {} \"{}\" is assured and not completed",
+                        g.created.goal, g.created.title
+                    )),
+                },
             },
         };
         let what = open.unwrap_or_else(|e| {
@@ -636,52 +629,47 @@ impl Tacho {
             Err(tacho_store::StoreError::UnknownSession { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let status = match self.goal_status(&session, None) {
-            Ok(s) => s,
-            Err(crate::goals::GoalError::NoGoal { .. }) => {
-                if main {
-                    state.goals = Some(false);
-                }
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
+        let (_, gs) = self.goals(&session)?;
         if main {
-            state.goals = Some(true);
+            state.goals = Some(!gs.goals.is_empty());
         }
-        if !status.assured
-            || status.completed
-            || status.paused.is_some()
-            || status.blocked.is_some()
-            || status.revised_by.is_some()
-        {
+        // Every open assured goal of the session holds the agent, not only the latest:
+        // a second goal without a contract releases nothing.
+        let open = open_assured(&gs);
+        if open.is_empty() || state.gate_blocks >= GATE_BLOCKS_MAX {
             return Ok(None);
         }
-        if state.gate_blocks >= GATE_BLOCKS_MAX {
-            return Ok(None);
+        let mut refused = Vec::new();
+        for g in open {
+            let done = self.complete_goal(&session, Some(&g.created.goal))?;
+            // A paused goal (the stall rule) no longer holds the agent.
+            if !done.accepted && done.stall != Some(crate::goals::Stall::Paused) {
+                refused.push((g, done));
+            }
         }
-        let done = self.complete_goal(&session, Some(&status.goal))?;
-        if done.accepted {
-            return Ok(None);
-        }
-        // A paused goal (the stall rule) no longer holds the agent.
-        if done.stall == Some(crate::goals::Stall::Paused) {
+        if refused.is_empty() {
             return Ok(None);
         }
         state.gate_blocks += 1;
-        let mut reason = format!(
-            "tacho: goal {} \"{}\" cannot complete: {}.",
-            status.goal, status.title, done.reason
-        );
-        for o in &done.open {
-            reason.push_str(&format!("\n- {o}"));
+        let mut reason = String::new();
+        for (g, done) in &refused {
+            if !reason.is_empty() {
+                reason.push('\n');
+            }
+            reason.push_str(&format!(
+                "tacho: goal {} \"{}\" cannot complete: {}.",
+                g.created.goal, g.created.title, done.reason
+            ));
+            for o in &done.open {
+                reason.push_str(&format!("\n- {o}"));
+            }
+            if let Some(n) = &done.note {
+                reason.push_str(&format!("\n{n}"));
+            }
         }
         reason.push_str(&format!(
             "\nRun each open check with `tacho goal check --session {session} CHECK` after fixing what it reports, then stop again."
         ));
-        if let Some(n) = &done.note {
-            reason.push_str(&format!("\n{n}"));
-        }
         if already_blocked {
             reason.push_str(&format!(
                 "\n(stop {} of at most {GATE_BLOCKS_MAX} this gate blocks)",
@@ -715,4 +703,19 @@ fn write_state(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// One line of at most 60 characters, for an event name written into a note.
 fn clip_line(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(60).collect()
+}
+
+/// The goals of a session that hold the agent at a stop: assured, and neither
+/// completed, paused, blocked nor replaced by a revision.
+fn open_assured(gs: &tacho_projections::Goals) -> Vec<&tacho_projections::GoalState> {
+    gs.goals
+        .iter()
+        .filter(|g| {
+            g.created.assured
+                && !g.completed
+                && g.paused.is_none()
+                && g.blocked.is_none()
+                && g.revised_by.is_none()
+        })
+        .collect()
 }

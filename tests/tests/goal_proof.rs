@@ -1119,3 +1119,45 @@ fn a_held_hook_lock_does_not_let_the_agent_go() {
     let stop = q.hook_env("Stop", serde_json::json!({}), &short);
     assert!(!stop.contains("\"decision\":\"block\""), "{stop}");
 }
+
+/// Issue 42 (6): a second goal without a contract, created from the agent's shell,
+/// does not release the gate: every open assured goal of the session holds the stop.
+#[test]
+fn a_second_goal_without_a_contract_releases_nothing() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let (_, status, _) = p.t(&["goal", "status", "--session", "ses_proof", "--json"]);
+    let first: Value = serde_json::from_str(status.trim()).unwrap();
+    let first = first["goal"].as_str().unwrap().to_string();
+    let weak = p._tmp.path().join("weak.md");
+    std::fs::write(
+        &weak,
+        "# tidy up\nGoal kind: chore\n\n## Acceptance criteria\n- AC1: tidy\n\n## Verification plan\nLook at it.\n\n## Non-goals\n- none\n\n## Assumed scope\ndocs/\n",
+    )
+    .unwrap();
+    let (code, out, err) = p.t(&[
+        "goal",
+        "create",
+        "--plan",
+        weak.to_str().unwrap(),
+        "--session",
+        "ses_proof",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let stop = p.hook("Stop");
+    assert!(stop.contains("\"decision\":\"block\""), "{stop}");
+    assert!(stop.contains("add adds"), "{stop}");
+    // Fixed for real: the assured goal completes and the stop is let go.
+    write(&p.ws, "src/calc.py", FIXED);
+    let (code, out, err) = p.t(&[
+        "goal",
+        "check",
+        "calc",
+        "--session",
+        "ses_proof",
+        "--goal",
+        &first,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let stop = p.hook_with("Stop", serde_json::json!({"stop_hook_active": true}));
+    assert!(!stop.contains("\"decision\":\"block\""), "{stop}");
+}
