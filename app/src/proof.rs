@@ -308,9 +308,9 @@ pub(crate) fn run_in(
     let programs = checkenv::resolve(
         &checkenv::program_names(command, runner::shell()),
         frozen,
-        room.work(),
+        &room.cwd(),
     );
-    let ran = run_command(command, room.work(), &env, timeout)?;
+    let ran = run_command(command, &room.cwd(), &env, timeout)?;
     Ok((ran, programs))
 }
 
@@ -458,8 +458,17 @@ impl crate::Tacho {
                 // The same room, brought to the files without the change: a run cannot
                 // tell which it is by its directory, and only what differs is written.
                 let mut room = green;
-                if let Err(why) = refill_room(&mut room, &plan.files, r.git, &kept(r.setup))? {
-                    return Ok(unproven(why));
+                match refill_room(&mut room, &plan.files, r.git, &kept(r.setup)) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => return Ok(unproven(why)),
+                    // Whatever the check left in the room that cannot be cleared away:
+                    // no run without the change, so no proof (never an error that
+                    // leaves the check without a receipt).
+                    Err(e) => {
+                        return Ok(unproven(format!(
+                            "the room without the change could not be made: {e}"
+                        )));
+                    }
                 }
                 if let Some(setup) = r.setup {
                     let run = self.provide_setup(setup, &room, r.env, trusted, r.timeout)?;
@@ -564,6 +573,12 @@ pub(crate) fn tree_digest(root: &Path, paths: &[String]) -> std::io::Result<Stri
             let mut h = blake3::Hasher::new();
             std::io::copy(&mut f, &mut h)?;
             entries.push((rel, kind, h.finalize().as_bytes().to_vec()));
+        } else {
+            // A FIFO, a socket, a device: nothing a setup's outputs may hold.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{rel}: neither a file, a directory nor a link"),
+            ));
         }
     }
     entries.sort();
@@ -576,6 +591,28 @@ pub(crate) fn tree_digest(root: &Path, paths: &[String]) -> std::io::Result<Stri
         h.update(content);
     }
     Ok(h.finalize().to_hex().to_string())
+}
+
+/// Whether the trees `paths` under `root` hold nothing but files of one link each,
+/// directories and links: a warm room's kept outputs with a hard link to a file
+/// elsewhere (which a check would write through) are put back from the cache.
+fn tree_intact(root: &Path, paths: &[String]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let mut stack: Vec<PathBuf> = paths.iter().map(|p| root.join(p)).collect();
+    while let Some(p) = stack.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            return false;
+        };
+        if m.is_dir() {
+            match std::fs::read_dir(&p) {
+                Ok(rd) => stack.extend(rd.flatten().map(|e| e.path())),
+                Err(_) => return false,
+            }
+        } else if !(m.is_symlink() || (m.is_file() && m.nlink() == 1)) {
+            return false;
+        }
+    }
+    true
 }
 
 /// Copies the trees `paths` from `from` to `to` as they are: files with their
@@ -650,7 +687,7 @@ impl crate::Tacho {
             failed: Some(format!("setup: {what}: {e}")),
             ..SetupRun::default()
         };
-        let key = match setup_inputs(room.work(), setup, &checkenv::digest(frozen)) {
+        let key = match setup_inputs(&room.cwd(), setup, &checkenv::digest(frozen)) {
             Ok(k) => k,
             Err(e) => return Ok(io("reading its inputs", e)),
         };
@@ -660,7 +697,9 @@ impl crate::Tacho {
         {
             // A warm room may hold them already, as the cache has them (checked, never
             // assumed: the room is the user's to write).
-            if tree_digest(room.work(), &setup.outputs).is_ok_and(|d| d == *want) {
+            if tree_intact(&room.cwd(), &setup.outputs)
+                && tree_digest(&room.cwd(), &setup.outputs).is_ok_and(|d| d == *want)
+            {
                 self.note(&format!(
                     "setup `{}`: the room's outputs match the cache",
                     setup.command
@@ -677,7 +716,7 @@ impl crate::Tacho {
                     std::io::Error::other(e.to_string()),
                 ));
             }
-            if let Err(e) = copy_trees(&cache, room.work(), &setup.outputs) {
+            if let Err(e) = copy_trees(&cache, &room.cwd(), &setup.outputs) {
                 return Ok(io("copying its cached outputs", e));
             }
             self.note(&format!(
@@ -701,7 +740,7 @@ impl crate::Tacho {
             setup.command
         ));
         let env = room_environment(frozen, room);
-        let ran = run_command(&setup.command, room.work(), &env, timeout)?;
+        let ran = run_command(&setup.command, &room.cwd(), &env, timeout)?;
         if ran.exit_code != Some(0) || ran.timed_out {
             return Ok(SetupRun {
                 inputs: Some(key),
@@ -717,7 +756,7 @@ impl crate::Tacho {
                 )),
             });
         }
-        let digest = match tree_digest(room.work(), &setup.outputs) {
+        let digest = match tree_digest(&room.cwd(), &setup.outputs) {
             Ok(d) => d,
             Err(e) => return Ok(io("its declared outputs after it ran", e)),
         };
@@ -725,7 +764,7 @@ impl crate::Tacho {
         let parent = self.data_dir().join("cache").join("setup");
         let stage = parent.join(format!(".new-{}-{}", std::process::id(), self.now()));
         let staged = std::fs::create_dir_all(&stage).and_then(|()| {
-            copy_trees(room.work(), &stage, &setup.outputs)?;
+            copy_trees(&room.cwd(), &stage, &setup.outputs)?;
             let _ = std::fs::remove_dir_all(&cache);
             std::fs::rename(&stage, &cache)
         });

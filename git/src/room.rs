@@ -95,6 +95,10 @@ pub struct Room {
     /// The Git blob id of each file placed (workspace-relative path), computed as it
     /// was checked or written.
     ids: HashMap<String, gix::ObjectId>,
+    /// The workspace's place in the room, held open: every later step (the check, the
+    /// setup, Git, the checks after the run) goes through it, never through the path,
+    /// which a process of the user's could swap for a link meanwhile.
+    work_fd: Option<OwnedFd>,
 }
 
 /// Flags of a directory opened to work in: never through a link.
@@ -170,18 +174,30 @@ fn entries(fd: BorrowedFd<'_>) -> std::io::Result<Vec<CString>> {
     Ok(names)
 }
 
+/// How deep [`remove_at`] descends before it gives up (the tree is then moved aside
+/// whole, [`Trash`]): a tree planted thousands of levels deep must not exhaust the
+/// stack or the descriptors of the check that meets it.
+const REMOVE_DEPTH: usize = 128;
+
 /// Removes `name` from `at`, a directory with everything in it, never following a
 /// link (a link is removed, not what it names). Missing is fine.
 fn remove_at(at: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
+    remove_depth(at, name, 0)
+}
+
+fn remove_depth(at: BorrowedFd<'_>, name: &CStr, depth: usize) -> std::io::Result<()> {
     let st = match rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW) {
         Err(rustix::io::Errno::NOENT) => return Ok(()),
         r => r?,
     };
     if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        if depth >= REMOVE_DEPTH {
+            return Err(std::io::Error::other("a tree too deep to remove"));
+        }
         match open_dir_at(at, name) {
             Ok(fd) => {
                 for n in entries(fd.as_fd())? {
-                    remove_at(fd.as_fd(), &n)?;
+                    remove_depth(fd.as_fd(), &n, depth + 1)?;
                 }
                 drop(fd);
                 return match rustix::fs::unlinkat(at, name, AtFlags::REMOVEDIR) {
@@ -198,6 +214,71 @@ fn remove_at(at: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
         Err(rustix::io::Errno::NOENT) => Ok(()),
         r => r.map_err(Into::into),
     }
+}
+
+/// Where what cannot be removed goes: `<rooms>/trash/`, outside every room, emptied
+/// as far as it can be by [`sweep`].
+/// (The rooms' directory, where `trash/` is made when first needed.)
+struct Trash(Option<OwnedFd>);
+
+impl Trash {
+    fn open(parent: &Path) -> Trash {
+        Trash(rustix::fs::open(parent, dir_flags(), Mode::empty()).ok())
+    }
+
+    /// Removes `name` from `at`, or, when that fails, moves it into the trash whole.
+    fn remove(&self, at: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
+        match remove_at(at, name) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let Some(trash) = self
+                    .0
+                    .as_ref()
+                    .and_then(|top| make_dir_at(top.as_fd(), c"trash").ok())
+                else {
+                    return Err(e);
+                };
+                static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let to = format!(
+                    "{}-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos())
+                );
+                rustix::fs::renameat(at, name, &trash, to.as_str()).map_err(|_| e)
+            }
+        }
+    }
+}
+
+/// Opens `rel` (a relative path) under the directory `root`, refusing every link on
+/// the way (`RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`): nothing outside `root` is ever
+/// reached, whatever was swapped in meanwhile. `""` is `root` itself.
+fn open_beneath(
+    root: BorrowedFd<'_>,
+    rel: &str,
+    flags: OFlags,
+    mode: Mode,
+) -> std::io::Result<OwnedFd> {
+    let rel = if rel.is_empty() { "." } else { rel };
+    rustix::fs::openat2(
+        root,
+        rel,
+        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        mode,
+        rustix::fs::ResolveFlags::NO_SYMLINKS
+            | rustix::fs::ResolveFlags::NO_MAGICLINKS
+            | rustix::fs::ResolveFlags::BENEATH,
+    )
+    .map_err(Into::into)
+}
+
+/// The `/proc` name of `fd` — the directory itself, wherever its path now leads: what
+/// a child process is given as its working directory, and Git as its work tree.
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// The mode a room file has.
@@ -272,10 +353,8 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<Opt
     })
 }
 
-/// A wanted file found in the room, to be checked: `name` in directory `fds[dir]`.
+/// A wanted file found in the room, to be checked: at `rel` under the repository.
 struct Job {
-    dir: usize,
-    name: CString,
     i: usize,
     rel: String,
 }
@@ -289,6 +368,7 @@ struct Filler<'a> {
     dirs: HashSet<String>,
     /// Trees left as they are (a setup's outputs, checked by their caller).
     keep: HashSet<String>,
+    trash: Trash,
 }
 
 impl<'a> Filler<'a> {
@@ -297,6 +377,7 @@ impl<'a> Filler<'a> {
         prefix: &str,
         files: &'a [RoomFile],
         keep: &[String],
+        trash: Trash,
     ) -> Result<Filler<'a>, RoomError> {
         let mut f = Filler {
             repo: repo.to_path_buf(),
@@ -304,6 +385,7 @@ impl<'a> Filler<'a> {
             by_path: HashMap::with_capacity(files.len()),
             dirs: HashSet::new(),
             keep: HashSet::new(),
+            trash,
         };
         let prefix = prefix.trim_end_matches('/');
         let full = |p: &str| {
@@ -370,45 +452,41 @@ impl<'a> Filler<'a> {
     }
 
     /// Walks the room's repository directory `root`, keeping wanted files whose
-    /// content is right and removing everything else. Files are checked on all cores.
-    fn sync(&mut self, root: &OwnedFd) -> Result<(), RoomError> {
-        let mut fds = vec![root.try_clone().map_err(self.io(""))?];
+    /// content is right and removing everything else. Files are checked on all cores,
+    /// each opened from `root` with no link on its way.
+    fn sync(&mut self, root: BorrowedFd<'_>) -> Result<(), RoomError> {
         let mut jobs = Vec::new();
-        self.walk(&mut fds, 0, "", &mut jobs)?;
-        let fds_ref = &fds;
-        let found = par_map(&jobs, |j| {
-            fds_ref
-                .get(j.dir)
-                .and_then(|dir| self.verify(dir.as_fd(), &j.name, j.i))
-        });
+        self.walk(root, "", &mut jobs)?;
+        let found = par_map(&jobs, |j| self.verify(root, &j.rel, j.i));
         for (j, id) in jobs.iter().zip(found) {
             match (id.flatten(), self.wanted.get_mut(j.i)) {
                 (Some(id), Some(w)) => w.id = Some(id),
                 _ => {
-                    let Some(dir) = fds.get(j.dir) else { continue };
-                    remove_at(dir.as_fd(), &j.name).map_err(self.io(&j.rel))?;
+                    let (parent, last) = j.rel.rsplit_once('/').unwrap_or(("", j.rel.as_str()));
+                    let dir = open_beneath(
+                        root,
+                        parent,
+                        OFlags::DIRECTORY | OFlags::RDONLY,
+                        Mode::empty(),
+                    )
+                    .map_err(self.io(&j.rel))?;
+                    let name = cname(last).map_err(self.io(&j.rel))?;
+                    self.trash
+                        .remove(dir.as_fd(), &name)
+                        .map_err(self.io(&j.rel))?;
                 }
             }
         }
         Ok(())
     }
 
-    /// Walks the directory `fds[at]` (at `rel`): removes what is neither wanted nor
-    /// kept, and lists the wanted files found in `jobs` to be checked.
-    fn walk(
-        &self,
-        fds: &mut Vec<OwnedFd>,
-        at: usize,
-        rel: &str,
-        jobs: &mut Vec<Job>,
-    ) -> Result<(), RoomError> {
-        let fd = match fds.get(at) {
-            Some(fd) => fd.try_clone().map_err(self.io(rel))?,
-            None => return Ok(()),
-        };
-        for name in entries(fd.as_fd()).map_err(self.io(rel))? {
+    /// Walks the directory `fd` (at `rel`): removes what is neither wanted nor kept,
+    /// and lists the wanted files found in `jobs` to be checked. It descends only
+    /// into wanted directories, one descriptor a level.
+    fn walk(&self, fd: BorrowedFd<'_>, rel: &str, jobs: &mut Vec<Job>) -> Result<(), RoomError> {
+        for name in entries(fd).map_err(self.io(rel))? {
             let Ok(n) = name.to_str() else {
-                remove_at(fd.as_fd(), &name).map_err(self.io(rel))?;
+                self.trash.remove(fd, &name).map_err(self.io(rel))?;
                 continue;
             };
             let full = if rel.is_empty() {
@@ -420,37 +498,25 @@ impl<'a> Filler<'a> {
                 continue;
             }
             if let Some(&i) = self.by_path.get(&full) {
-                jobs.push(Job {
-                    dir: at,
-                    name,
-                    i,
-                    rel: full,
-                });
+                jobs.push(Job { i, rel: full });
                 continue;
             }
             if self.dirs.contains(&full)
-                && let Ok(sub) = open_dir_at(fd.as_fd(), &name)
+                && let Ok(sub) = open_dir_at(fd, &name)
             {
-                fds.push(sub);
-                self.walk(fds, fds.len() - 1, &full, jobs)?;
+                self.walk(sub.as_fd(), &full, jobs)?;
                 continue;
             }
-            remove_at(fd.as_fd(), &name).map_err(self.io(&full))?;
+            self.trash.remove(fd, &name).map_err(self.io(&full))?;
         }
         Ok(())
     }
 
-    /// The blob id of wanted file `i` as `name` in `fd` holds it, when that is a
+    /// The blob id of wanted file `i` as `rel` under `root` holds it, when that is a
     /// regular file of its own (one link) with the wanted content; its mode is set.
-    fn verify(&self, fd: BorrowedFd<'_>, name: &CStr, i: usize) -> Option<gix::ObjectId> {
+    fn verify(&self, root: BorrowedFd<'_>, rel: &str, i: usize) -> Option<gix::ObjectId> {
         let w = self.wanted.get(i)?;
-        let f = rustix::fs::openat(
-            fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
+        let f = open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty()).ok()?;
         let st = rustix::fs::fstat(&f).ok()?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_nlink != 1 {
             return None;
@@ -467,9 +533,23 @@ impl<'a> Filler<'a> {
         id
     }
 
-    /// Places every wanted file not yet in the room.
+    /// Places every wanted file not yet in the room: directories first (each made in
+    /// its parent, opened from `root` with no link on the way), then the files, with
+    /// one directory open at a time.
     fn place_missing(&mut self, root: BorrowedFd<'_>) -> Result<(), RoomError> {
-        let mut dirs: HashMap<String, OwnedFd> = HashMap::new();
+        let mut all_dirs: Vec<&String> = self.dirs.iter().filter(|d| !d.is_empty()).collect();
+        all_dirs.sort();
+        for d in all_dirs {
+            let (parent, last) = d.rsplit_once('/').unwrap_or(("", d.as_str()));
+            let at = open_beneath(
+                root,
+                parent,
+                OFlags::DIRECTORY | OFlags::RDONLY,
+                Mode::empty(),
+            )
+            .map_err(self.io(d))?;
+            make_dir_at(at.as_fd(), &cname(last).map_err(self.io(d))?).map_err(self.io(d))?;
+        }
         let mut order: Vec<(String, usize)> = self
             .by_path
             .iter()
@@ -477,19 +557,21 @@ impl<'a> Filler<'a> {
             .map(|(p, i)| (p.clone(), *i))
             .collect();
         order.sort();
-        // The workspace's own directory exists even when it holds no file.
-        let mut all_dirs: Vec<&String> = self.dirs.iter().collect();
-        all_dirs.sort();
-        for d in all_dirs.into_iter().filter(|d| !d.is_empty()) {
-            let (parent, last) = d.rsplit_once('/').unwrap_or(("", d.as_str()));
-            let at = dirs.get(parent).map_or(root, |f| f.as_fd());
-            let fd = make_dir_at(at, &cname(last).map_err(self.io(d))?).map_err(self.io(d))?;
-            dirs.insert(d.clone(), fd);
-        }
+        let mut open: Option<(String, OwnedFd)> = None;
         for (path, i) in order {
             let (parent, last) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
-            let at = dirs.get(parent).map_or(root, |f| f.as_fd());
-            let id = self.place(at, &cname(last).map_err(self.io(&path))?, i, &path)?;
+            if open.as_ref().is_none_or(|(p, _)| p != parent) {
+                let fd = open_beneath(
+                    root,
+                    parent,
+                    OFlags::DIRECTORY | OFlags::RDONLY,
+                    Mode::empty(),
+                )
+                .map_err(self.io(&path))?;
+                open = Some((parent.to_owned(), fd));
+            }
+            let Some((_, at)) = &open else { continue };
+            let id = self.place(at.as_fd(), &cname(last).map_err(self.io(&path))?, i, &path)?;
             if let Some(w) = self.wanted.get_mut(i) {
                 w.id = Some(id);
             }
@@ -519,7 +601,7 @@ impl<'a> Filler<'a> {
         };
         let fd = match create() {
             Err(rustix::io::Errno::EXIST) => {
-                remove_at(at, name).map_err(self.io(path))?;
+                self.trash.remove(at, name).map_err(self.io(path))?;
                 create()
             }
             r => r,
@@ -571,6 +653,15 @@ impl Room {
         &self.work
     }
 
+    /// What a process is given as its working directory in the room (the setup, the
+    /// check): the workspace's place as the room holds it open (`/proc/self/fd/N`),
+    /// so a link swapped in for the room's path leads nowhere.
+    pub fn cwd(&self) -> PathBuf {
+        self.work_fd
+            .as_ref()
+            .map_or_else(|| self.work.clone(), fd_path)
+    }
+
     /// The room's `HOME`.
     pub fn home(&self) -> PathBuf {
         self.dir.join("home")
@@ -611,6 +702,7 @@ impl Room {
             commit: None,
             lock,
             ids: HashMap::new(),
+            work_fd: None,
         }
     }
 
@@ -661,13 +753,17 @@ impl Room {
             .create(true)
             .truncate(false)
             .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
-            .open(&lock_path)
-            .map_err(io(&lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Room::build(parent, files, git),
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
+            .open(&lock_path);
+        // Held by another process, or not a file one can lock (a directory, a link
+        // planted there): a fresh room instead.
+        let Ok(lock) = lock else {
+            return Room::build(parent, files, git);
+        };
+        if lock.try_lock().is_err() {
+            return Room::build(parent, files, git);
         }
+        // Nothing of anyone else's in it for a check to read.
+        let _ = lock.set_len(0);
         let mut room = Room::new(parent.join(format!("warm-{key}")), git, Some(lock));
         match room.fill(files, git, keep) {
             Ok(()) => Ok(room),
@@ -713,19 +809,32 @@ impl Room {
         // The owner's alone, as a fresh room is.
         rustix::fs::fchmod(&room, Mode::from_raw_mode(0o700))
             .map_err(|e| io(&self.dir)(e.into()))?;
-        for d in ["home", "tmp"] {
-            let c = cname(d).map_err(io(&self.dir))?;
-            remove_at(room.as_fd(), &c).map_err(io(&self.dir.join(d)))?;
-            make_dir_at(room.as_fd(), &c).map_err(io(&self.dir.join(d)))?;
+        let trash = Trash::open(parent);
+        // Nothing but `home/`, `tmp/` and `repo/`; the first two emptied.
+        for n in entries(room.as_fd()).map_err(io(&self.dir))? {
+            if !matches!(n.to_bytes(), b"repo") {
+                trash.remove(room.as_fd(), &n).map_err(io(&self.dir))?;
+            }
+        }
+        for d in [c"home", c"tmp"] {
+            make_dir_at(room.as_fd(), d).map_err(io(&self.dir))?;
         }
         let repo_path = self.dir.join("repo");
-        let repo = make_dir_at(room.as_fd(), &cname("repo").map_err(io(&repo_path))?)
-            .map_err(io(&repo_path))?;
+        let repo = make_dir_at(room.as_fd(), c"repo").map_err(io(&repo_path))?;
         let prefix = git.map_or("", |g| g.prefix.as_str());
-        let mut filler = Filler::new(&repo_path, prefix, files, keep)?;
+        let mut filler = Filler::new(&repo_path, prefix, files, keep, trash)?;
         // The repository is made anew: `.git` is not a wanted path, so it goes.
-        filler.sync(&repo)?;
+        filler.sync(repo.as_fd())?;
         filler.place_missing(repo.as_fd())?;
+        self.work_fd = Some(
+            open_beneath(
+                repo.as_fd(),
+                prefix.trim_end_matches('/'),
+                OFlags::DIRECTORY | OFlags::RDONLY,
+                Mode::empty(),
+            )
+            .map_err(io(&self.work))?,
+        );
         self.ids = filler
             .wanted
             .iter()
@@ -741,7 +850,7 @@ impl Room {
                 blobs.push((path.clone(), x, id));
             }
             blobs.sort();
-            self.commit = Some(self.make_repository(&repo_path, g, &blobs)?);
+            self.commit = Some(self.make_repository(&repo, g, &blobs)?);
         }
         Ok(())
     }
@@ -749,41 +858,30 @@ impl Room {
     /// Removes the trees `paths` (workspace-relative) from the room, never following a
     /// link: a setup's outputs before it runs, or before its cached ones are put back.
     pub fn remove(&self, paths: &[String]) -> Result<(), RoomError> {
-        let work = rustix::fs::open(&self.work, dir_flags(), Mode::empty())
-            .map_err(|e| io(&self.work)(e.into()))?;
+        let Some(work) = &self.work_fd else {
+            return Ok(());
+        };
+        let trash = Trash::open(self.dir.parent().unwrap_or(Path::new("/")));
         for p in paths {
             let p = p.trim_end_matches('/');
-            let parts: Vec<&str> = p.split('/').collect();
-            if p.is_empty()
-                || parts
-                    .iter()
-                    .any(|c| c.is_empty() || *c == "." || *c == "..")
-            {
+            if p.is_empty() || p.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
                 return Err(RoomError::BadPath(p.to_owned()));
             }
-            let (last, dirs) = parts
-                .split_last()
-                .ok_or_else(|| RoomError::BadPath(p.to_owned()))?;
-            let mut at = None::<OwnedFd>;
-            let mut missing = false;
-            for d in dirs {
-                let c = cname(d).map_err(io(&self.work.join(p)))?;
-                let base = at.as_ref().map_or(work.as_fd(), |f| f.as_fd());
-                match open_dir_at(base, &c) {
-                    Ok(fd) => at = Some(fd),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        missing = true;
-                        break;
-                    }
-                    Err(e) => return Err(io(&self.work.join(p))(e)),
-                }
-            }
-            if missing {
-                continue;
-            }
-            let base = at.as_ref().map_or(work.as_fd(), |f| f.as_fd());
+            let (parent, last) = p.rsplit_once('/').unwrap_or(("", p));
+            let at = match open_beneath(
+                work.as_fd(),
+                parent,
+                OFlags::DIRECTORY | OFlags::RDONLY,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(&self.work.join(p))(e)),
+            };
             let c = cname(last).map_err(io(&self.work.join(p)))?;
-            remove_at(base, &c).map_err(io(&self.work.join(p)))?;
+            trash
+                .remove(at.as_fd(), &c)
+                .map_err(io(&self.work.join(p)))?;
         }
         Ok(())
     }
@@ -796,16 +894,26 @@ impl Room {
                 RoomContent::Copy { blake3, .. } => blake3.clone(),
                 RoomContent::Bytes(b) => blake3::hash(b).to_hex().to_string(),
             };
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
-                .open(self.work.join(&f.path))
-                .and_then(|mut file| {
-                    let mut h = blake3::Hasher::new();
-                    std::io::copy(&mut file, &mut h)?;
-                    Ok(h.finalize().to_hex().to_string())
-                })
-                .is_ok_and(|got| got == want)
+            let Some(work) = &self.work_fd else {
+                return false;
+            };
+            open_beneath(
+                work.as_fd(),
+                &f.path,
+                OFlags::RDONLY | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+            .and_then(|fd| {
+                let st = rustix::fs::fstat(&fd)?;
+                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_nlink != 1
+                {
+                    return Ok(String::new());
+                }
+                let mut h = blake3::Hasher::new();
+                std::io::copy(&mut std::fs::File::from(fd), &mut h)?;
+                Ok(h.finalize().to_hex().to_string())
+            })
+            .is_ok_and(|got| got == want)
         });
         files
             .iter()
@@ -821,13 +929,14 @@ impl Room {
     /// objects lack are written.
     fn make_repository(
         &self,
-        repo: &Path,
+        repo_fd: &OwnedFd,
         g: &RoomGit,
         blobs: &[(String, bool, gix::ObjectId)],
     ) -> Result<String, RoomError> {
+        let repo = fd_path(repo_fd);
         let git = |args: &[&str], input: Option<Vec<u8>>| -> Result<String, RoomError> {
             let mut child = Command::new(&g.program)
-                .current_dir(repo)
+                .current_dir(&repo)
                 .env_clear()
                 .env("HOME", self.home())
                 .env("PATH", "/usr/bin:/bin")
@@ -882,11 +991,24 @@ impl Room {
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
         };
         git(&["init", "-q", "--template="], None)?;
-        let info = repo.join(".git/objects/info");
-        std::fs::create_dir_all(&info).map_err(io(&info))?;
-        let alternates = info.join("alternates");
-        std::fs::write(&alternates, format!("{}\n", g.objects.display()))
-            .map_err(io(&alternates))?;
+        let info = self.dir.join("repo/.git/objects/info");
+        let at = open_beneath(
+            repo_fd.as_fd(),
+            ".git/objects/info",
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .map_err(io(&info))?;
+        let alternates = rustix::fs::openat(
+            at,
+            c"alternates",
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| io(&info)(e.into()))?;
+        std::fs::File::from(alternates)
+            .write_all(format!("{}\n", g.objects.display()).as_bytes())
+            .map_err(io(&info))?;
         let mut index = Vec::new();
         for (path, x, id) in blobs {
             index.extend_from_slice(
@@ -960,6 +1082,15 @@ impl Room {
 /// Removes the rooms under `parent` whose process is gone (`room-PID-*`): a check
 /// killed before it cleaned up, or one whose leftover processes kept writing.
 pub fn sweep(parent: &Path) {
+    // What was moved aside goes as far as it can.
+    if let Ok(top) = rustix::fs::open(parent, dir_flags(), Mode::empty())
+        && let Ok(trash) = open_dir_at(top.as_fd(), c"trash")
+        && let Ok(names) = entries(trash.as_fd())
+    {
+        for n in names {
+            let _ = remove_at(trash.as_fd(), &n);
+        }
+    }
     let Ok(rd) = std::fs::read_dir(parent) else {
         return;
     };
@@ -982,6 +1113,7 @@ pub fn sweep(parent: &Path) {
                 commit: None,
                 lock: None,
                 ids: HashMap::new(),
+                work_fd: None,
             });
         }
     }
@@ -1325,5 +1457,59 @@ mod tests {
         // Nothing was written into the project's repository.
         assert_eq!(sh(project.path(), &["status", "--porcelain"]), "");
         assert_eq!(sh(project.path(), &["rev-parse", "HEAD"]).trim(), head);
+    }
+
+    /// Found by a helper that attacked the warm room: a process of the user's swaps
+    /// the room's `repo/` for a link to a lookalike with a planted `conftest.py` while
+    /// the check runs. Everything after the room is made goes through the directory it
+    /// holds open: the check runs in the real room, and what it wrote is checked there.
+    #[test]
+    fn a_room_swapped_for_a_link_is_not_followed() {
+        let parent = tempfile::tempdir().unwrap();
+        let decoy = tempfile::tempdir().unwrap();
+        let files = vec![file("a.txt", b"alpha")];
+        let room = Room::warm(parent.path(), "d00d", &files, None, &[]).unwrap();
+        let repo = parent.path().join("warm-d00d/repo");
+        std::fs::write(decoy.path().join("a.txt"), b"decoy").unwrap();
+        std::fs::write(decoy.path().join("conftest.py"), b"planted").unwrap();
+        std::fs::rename(&repo, parent.path().join("warm-d00d/away")).unwrap();
+        std::os::unix::fs::symlink(decoy.path(), &repo).unwrap();
+        let out = Command::new("/bin/sh")
+            .args(["-c", "cat a.txt; ls"])
+            .current_dir(room.cwd())
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), "alphaa.txt\n");
+        assert_eq!(room.changed(&files), None);
+        std::fs::write(parent.path().join("warm-d00d/away/a.txt"), b"fix").unwrap();
+        assert_eq!(room.changed(&files).as_deref(), Some("a.txt"));
+        drop(room);
+        // The next room replaces the link with a directory of its own; the lookalike is
+        // untouched.
+        let room = Room::warm(parent.path(), "d00d", &files, None, &[]).unwrap();
+        assert!(!std::fs::symlink_metadata(&repo).unwrap().is_symlink());
+        assert_eq!(std::fs::read(room.work().join("a.txt")).unwrap(), b"alpha");
+        assert_eq!(std::fs::read(decoy.path().join("a.txt")).unwrap(), b"decoy");
+        assert!(!parent.path().join("warm-d00d/away").exists());
+    }
+
+    /// A tree planted hundreds of levels deep in the warm room (or left there by a
+    /// check) neither overflows the stack nor exhausts the descriptors: it is moved
+    /// aside whole, and the room holds its files.
+    #[test]
+    fn a_tree_too_deep_to_remove_is_moved_aside() {
+        let parent = tempfile::tempdir().unwrap();
+        let files = vec![file("src/a.txt", b"alpha")];
+        let room = Room::warm(parent.path(), "dee9", &files, None, &[]).unwrap();
+        let mut at = rustix::fs::open(room.work(), dir_flags(), Mode::empty()).unwrap();
+        for _ in 0..300 {
+            rustix::fs::mkdirat(&at, c"d", Mode::from_raw_mode(0o755)).unwrap();
+            at = rustix::fs::openat(&at, c"d", dir_flags(), Mode::empty()).unwrap();
+        }
+        drop(at);
+        drop(room);
+        let room = Room::warm(parent.path(), "dee9", &files, None, &[]).unwrap();
+        assert_eq!(listing(room.work()), ["src/", "src/a.txt"]);
+        assert!(parent.path().join("trash").is_dir());
     }
 }

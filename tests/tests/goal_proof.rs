@@ -1161,3 +1161,34 @@ fn a_second_goal_without_a_contract_releases_nothing() {
     let stop = p.hook_with("Stop", serde_json::json!({"stop_hook_active": true}));
     assert!(!stop.contains("\"decision\":\"block\""), "{stop}");
 }
+
+/// A workspace of more directories than a process may hold descriptors (1024 is a
+/// common limit; 256 here): the room is made and checked with a few descriptors open
+/// at a time, so its check runs and gets its receipt.
+#[test]
+fn a_workspace_of_many_directories_is_checked_under_a_low_descriptor_limit() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        skip_without("prlimit (util-linux)");
+        return;
+    }
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    for i in 0..600 {
+        write(&p.ws, &format!("data/d{i}/x.txt"), "x\n");
+    }
+    git(&p.ws, &["add", "-A"]);
+    git(&p.ws, &["commit", "-q", "-m", "data"]);
+    write(&p.ws, "src/calc.py", FIXED);
+    let bin = tacho(&p.home).get_program().to_owned();
+    let mut c = Command::new("prlimit");
+    c.args(["--nofile=256:256", "--"])
+        .arg(bin)
+        .args(["goal", "check", "calc", "--session", "ses_proof", "--json"])
+        .current_dir(&p.ws)
+        .env("TACHO_HOME", &p.home)
+        .env("PATH", &p.path)
+        .env("TACHO_NO_WATCH", "1");
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["receipt"]["proof"], "red_green", "{v:#}");
+}
