@@ -1072,12 +1072,12 @@ impl Tacho {
     /// linked to the old one; the old receipts cannot satisfy it.
     pub fn revise_goal(
         &self,
-        session: &SessionId,
+        session_id: &SessionId,
         goal: Option<&str>,
         correction: &str,
         plan_path: &Path,
     ) -> Result<Revised, GoalError> {
-        let (session, gs) = self.goals(session)?;
+        let (session, gs) = self.goals(session_id)?;
         let old = pick(&gs, &session, goal)?;
         if old.completed {
             return Err(GoalError::Completed(old.created.goal.clone()));
@@ -1128,7 +1128,28 @@ impl Tacho {
             None => None,
         };
         let (goal, digest) = (created.goal.clone(), created.contract_digest.clone());
-        let seq = self.append_goal_event(&session, EventBody::GoalCreated(created))?;
+        // Revised only if no other revision (or completion) came first: read again
+        // under the session's writer, so that two revisions at once leave one.
+        let mut w = self.log().writer(&session)?;
+        let (_, gs_now) = self.goals(session_id)?;
+        let now = pick(&gs_now, &session, Some(&old.created.goal))?;
+        if let Some(n) = &now.revised_by {
+            return Err(GoalError::AlreadyRevised {
+                goal: old.created.goal.clone(),
+                by: n.clone(),
+            });
+        }
+        if now.completed {
+            return Err(GoalError::Completed(old.created.goal.clone()));
+        }
+        let seq = w
+            .append(
+                self.now(),
+                &EventBody::GoalCreated(created),
+                Durability::Sync,
+            )?
+            .last_seq;
+        drop(w);
         Ok(Revised {
             kind: "goal",
             goal,

@@ -1192,3 +1192,42 @@ fn a_workspace_of_many_directories_is_checked_under_a_low_descriptor_limit() {
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["receipt"]["proof"], "red_green", "{v:#}");
 }
+
+/// Issue 42 (16): two `goal revise` calls at once (the agent's shell racing the user,
+/// or itself) leave one revision: the other is refused, so no leftover revision can be
+/// checked and completed beside the real one.
+#[test]
+fn two_revisions_at_once_leave_one() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let plan = p._tmp.path().join("plan.md");
+    for round in 0..6 {
+        let spawn = |why: &str| {
+            let mut c = tacho(&p.home);
+            c.current_dir(&p.ws)
+                .env("PATH", &p.path)
+                .env("TACHO_NO_WATCH", "1")
+                .args(["goal", "revise", why, "--plan"])
+                .arg(&plan)
+                .args(["--session", "ses_proof"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        };
+        let (a, b) = (spawn("first"), spawn("second"));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let ok = [&a, &b].iter().filter(|o| o.status.success()).count();
+        assert_eq!(
+            ok,
+            1,
+            "round {round}: {}{}",
+            String::from_utf8_lossy(&a.stderr),
+            String::from_utf8_lossy(&b.stderr)
+        );
+        let refused = if a.status.success() { &b } else { &a };
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("already"),
+            "{}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
+}
