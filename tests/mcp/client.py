@@ -59,6 +59,13 @@ async def main(tacho, workspace, session):
             resumed = await client.call_tool("update_goal", {"session": session, "status": "resume"})
             out["resume_error"] = bool(resumed.is_error)
             out["resume"] = payload(resumed)
+            # Assurance is opt-in: a plan without a contract makes a plain goal.
+            plain_plan = "# tidy up\nGoal kind: chore\n\n## Acceptance criteria\n- AC1: tidy\n\n## Verification plan\nLook at it.\n\n## Non-goals\n- none\n\n## Assumed scope\nsrc/\n"
+            plain = await client.call_tool("create_goal", {"session": session, "plan": plain_plan})
+            out["plain_error"] = bool(plain.is_error)
+            out["plain"] = payload(plain)
+            required = await client.call_tool("create_goal", {"session": session, "plan": plain_plan, "assure": True})
+            out["required_error"] = bool(required.is_error)
     print(json.dumps(out))
 
 

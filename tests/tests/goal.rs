@@ -585,13 +585,26 @@ fn the_mcp_server_works_with_the_official_python_client() {
         "{}",
         v["resume"]
     );
+    // Assurance is opt-in (issue 42): a plan without a contract is a plain goal
+    // (no checks); `assure: true` requires a contract.
+    assert_eq!(v["plain_error"], false, "{}", v["plain"]);
+    assert!(v["plain"]["checks"].is_null(), "{}", v["plain"]);
+    assert_eq!(v["required_error"], true);
     // The same evidence as the CLI's: the receipt is in the session's log.
     let (code, out, _) = t(
         &home,
         &ws,
-        &["goal", "status", "--session", "ses_mcp", "--json"],
+        &[
+            "goal",
+            "status",
+            "--session",
+            "ses_mcp",
+            "--json",
+            "--goal",
+            v["created"]["goal"].as_str().unwrap(),
+        ],
     );
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "{out}");
     let s: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(s["completed"], true);
 }

@@ -27,7 +27,9 @@ pub struct CreateGoal {
     pub plan: String,
     #[serde(default)]
     pub objective: Option<String>,
-    /// Whether completion must be earned by the contract's checks (default true).
+    /// Whether the plan must carry an assurance contract (default false: assurance is
+    /// opt-in; a plan with a contract is assured either way, its checks deciding
+    /// completion).
     #[serde(default)]
     pub assure: Option<bool>,
 }
@@ -202,7 +204,7 @@ impl TachoMcp {
                 markdown: &p.plan,
                 source_name: "plan",
                 objective: p.objective,
-                assure: p.assure.unwrap_or(true),
+                assure: p.assure.unwrap_or(false),
                 workspace: None,
             })
         })
