@@ -33,6 +33,10 @@ pub struct GoalState {
     pub resumed: Option<u64>,
     /// Check id → the seqs of all its receipts, oldest first.
     pub receipt_history: BTreeMap<String, Vec<u64>>,
+    /// The last receipt that failed otherwise than its check's receipt before it (its
+    /// exit code, a timeout, why it was no evidence, or its proof changed): new
+    /// evidence, which restarts the stall count.
+    pub new_failing_evidence: Option<u64>,
 }
 
 impl GoalState {
@@ -51,8 +55,9 @@ impl GoalState {
         }
     }
 
-    /// Refused completion attempts since the last passing receipt (or the last resume):
-    /// attempts that produced no new successful evidence.
+    /// Refused completion attempts since the last passing receipt, the last receipt
+    /// that failed otherwise than before (new evidence of progress), or the last
+    /// resume: attempts that produced no new evidence.
     pub fn fruitless_attempts(&self) -> usize {
         let last_pass = self
             .receipts
@@ -61,7 +66,8 @@ impl GoalState {
             .map(|(s, _)| *s)
             .max()
             .unwrap_or(0)
-            .max(self.resumed.unwrap_or(0));
+            .max(self.resumed.unwrap_or(0))
+            .max(self.new_failing_evidence.unwrap_or(0));
         self.completions
             .iter()
             .filter(|(s, accepted)| *s > last_pass && !accepted)
@@ -140,6 +146,25 @@ impl Goals {
                     g.running.remove(&r.check);
                     if r.passed {
                         g.paused = None;
+                    } else {
+                        // Output is no measure (timings change it every run): the
+                        // outcome is — its exit code, a timeout, what made it no
+                        // evidence, its proof.
+                        let outcome = |x: &GoalCheckRun| {
+                            (
+                                x.exit_code,
+                                x.timed_out,
+                                x.no_evidence.is_some(),
+                                x.proof.clone(),
+                            )
+                        };
+                        let differs = g
+                            .receipts
+                            .get(&r.check)
+                            .is_none_or(|(_, before)| outcome(before) != outcome(r));
+                        if differs {
+                            g.new_failing_evidence = Some(seq);
+                        }
                     }
                     g.receipts.insert(r.check.clone(), (seq, r.clone()));
                     g.receipt_history
@@ -199,6 +224,7 @@ impl Goals {
             running: BTreeMap::new(),
             resumed: None,
             receipt_history: BTreeMap::new(),
+            new_failing_evidence: None,
         });
     }
 
@@ -525,6 +551,34 @@ mod tests {
         gs.apply(13, &call("c6", "bash", "cd web && npm test"));
         gs.apply(14, &result("c6", ToolStatus::Ok));
         assert_eq!(held(&gs), Some(Ok(())));
+    }
+
+    /// Issue 42 (16): a receipt that fails otherwise than the one before it (another
+    /// exit code, timeout, reason or proof: the agent is getting somewhere) restarts the
+    /// stall count; the same failure again does not, whatever its output.
+    #[test]
+    fn new_failing_evidence_restarts_the_stall_count() {
+        let mut gs = Goals::default();
+        gs.apply(1, &ev(EventBody::GoalCreated(created())));
+        gs.apply(2, &ev(EventBody::GoalCheckRun(receipt("a", 1, "f1"))));
+        for seq in 3..5 {
+            gs.apply(seq, &ev(update(GoalAction::Complete, false, "refused")));
+        }
+        assert_eq!(gs.find(None).unwrap().fruitless_attempts(), 2);
+        // The same failure again: no progress.
+        gs.apply(5, &ev(EventBody::GoalCheckRun(receipt("a", 1, "f1"))));
+        gs.apply(6, &ev(update(GoalAction::Complete, false, "refused")));
+        assert_eq!(gs.find(None).unwrap().fruitless_attempts(), 3);
+        // The same exit code with other output (timings): still the same failure.
+        let mut same = receipt("a", 1, "f2");
+        same.stdout_digest = "1 failed in 0.04s".into();
+        gs.apply(7, &ev(EventBody::GoalCheckRun(same)));
+        assert_eq!(gs.find(None).unwrap().fruitless_attempts(), 3);
+        // Another failure (another exit code): new evidence.
+        gs.apply(8, &ev(EventBody::GoalCheckRun(receipt("a", 2, "f2"))));
+        assert_eq!(gs.find(None).unwrap().fruitless_attempts(), 0);
+        gs.apply(9, &ev(update(GoalAction::Complete, false, "refused")));
+        assert_eq!(gs.find(None).unwrap().fruitless_attempts(), 1);
     }
 
     #[test]
