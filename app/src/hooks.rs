@@ -29,6 +29,9 @@ use tacho_git::snapshot::SnapshotError;
 /// second bound of the hook's own.)
 pub const GATE_BLOCKS_MAX: u32 = 5;
 
+/// How large `logs/hooks.log` grows before it is rotated (`hooks.log.1`).
+const HOOK_LOG_MAX: u64 = 4 << 20;
+
 /// How long a hook waits for another hook of the same session.
 const STATE_LOCK_WAIT: Duration = Duration::from_secs(20);
 
@@ -118,15 +121,39 @@ impl Tacho {
     fn hook_log(&self, agent: Agent, event: &str, session: &str, message: &str) {
         let dir = self.data_dir().join("logs");
         let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("hooks.log");
+        // Bounded: past HOOK_LOG_MAX bytes the log becomes `hooks.log.1` (the one
+        // before that goes), so a flood of bad payloads cannot fill the disk.
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() > HOOK_LOG_MAX) {
+            let _ = std::fs::rename(&path, dir.join("hooks.log.1"));
+        }
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(dir.join("hooks.log"))
+            .open(&path)
         {
             let now = tacho_schema::time_to_rfc3339(self.now());
-            // One line per entry, whatever the message holds.
-            let message = message.replace('\n', " | ");
-            let _ = writeln!(f, "{now} {agent} {event} {session}: {message}");
+            // One line per entry, whatever the message holds: no control bytes (a
+            // terminal that shows the log runs none), each part clipped.
+            let clean = |s: &str, max: usize| -> String {
+                let s = s.replace('\n', " | ");
+                let mut out: String = s
+                    .chars()
+                    .map(|c| if c.is_control() { '?' } else { c })
+                    .take(max)
+                    .collect();
+                if s.chars().count() > max {
+                    out.push('…');
+                }
+                out
+            };
+            let _ = writeln!(
+                f,
+                "{now} {agent} {} {}: {}",
+                clean(event, 80),
+                clean(session, 200),
+                clean(message, 4_000)
+            );
         }
     }
 
@@ -136,7 +163,11 @@ impl Tacho {
         let payload = match agent.parse_payload(input) {
             Ok(p) => p,
             Err(e) => {
-                let msg = format!("tacho: nothing recorded: {e}");
+                // (A parser's message may quote the payload: clipped.)
+                let e = e.to_string();
+                let clipped: String = e.chars().take(500).collect();
+                let more = if clipped.len() < e.len() { "…" } else { "" };
+                let msg = format!("tacho: nothing recorded: {clipped}{more}");
                 self.hook_log(agent, "-", "-", &msg);
                 answer.stderr = format!("{msg}\n");
                 answer.problems.push(msg);

@@ -429,3 +429,32 @@ fn every_agent_of_the_registry_is_on_the_command_line_and_in_hooks_status() {
         "an agent outside the registry: {status}"
     );
 }
+
+/// Issue 42 (15): payloads the agent pipes to `tacho hook` cannot grow
+/// `logs/hooks.log` without bound nor put terminal control bytes in it: a parser's
+/// message that quotes a 300 KB field is clipped, control characters replaced.
+#[test]
+fn the_hook_log_is_bounded_and_holds_no_control_bytes() {
+    let home = tempfile::tempdir().unwrap();
+    let field = format!("\u{1b}[2J\u{1b}]0;owned\u{7}{}", "A".repeat(300_000));
+    let payload = serde_json::json!({"session_id": "s1", "hook_event_name": "Stop", "stop_hook_active": field}).to_string();
+    for _ in 0..5 {
+        let (code, _, err) = tacho_tests::run_input(
+            {
+                let mut c = tacho(home.path());
+                c.args(["hook", "claude-code"]);
+                c
+            },
+            &payload,
+        );
+        assert_eq!(code, 0);
+        assert!(err.len() < 1_000, "{} bytes on stderr", err.len());
+    }
+    let log = std::fs::read(home.path().join("logs/hooks.log")).unwrap();
+    assert!(log.len() < 5 * 5_000, "{} bytes", log.len());
+    assert!(
+        !log.iter().any(|b| b.is_ascii_control() && *b != b'\n'),
+        "control bytes in the log"
+    );
+    assert_eq!(log.iter().filter(|b| **b == b'\n').count(), 5);
+}
