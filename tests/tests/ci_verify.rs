@@ -150,7 +150,7 @@ fn commits_are_linked_by_the_hooks_and_checked_with_exit_codes() {
         linked = env.commit("src/a.txt", "fixed\n", "fix: the agent's commit");
     });
     // A commit no session saw, then a commit whose message claims the session.
-    let outside = env.commit("src/b.txt", "b\n", "made by hand");
+    let outside = env.commit("src/b.txt", "b\n", "made by hand, cc @octocat");
     let claimed = env.commit(
         "src/c.txt",
         "c\n",
@@ -217,6 +217,9 @@ fn commits_are_linked_by_the_hooks_and_checked_with_exit_codes() {
     );
     assert!(md.contains(&format!("`{session}`")), "{md}");
     assert!(md.contains("| **unlinked** |"), "{md}");
+    // The agent's commit message mentions nobody in the comment (issue 42).
+    assert!(md.contains("cc @\u{200B}octocat"), "{md}");
+    assert!(!md.contains("@octocat"), "{md}");
     let parsed = python(
         "import sys, xml.etree.ElementTree as E\n\
          r = E.parse(sys.argv[1]).getroot()\n\

@@ -20,6 +20,9 @@ fn md(text: &str) -> String {
                 out.push(c);
             }
             c if c.is_control() => out.push(' '),
+            // No mention in a pull-request comment notifies anyone the agent named:
+            // a zero-width space after `@` keeps it from linking.
+            '@' => out.push_str("@\u{200B}"),
             c => out.push(c),
         }
     }
