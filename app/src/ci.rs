@@ -84,6 +84,9 @@ pub struct CiGoal {
     pub changed_since_freeze: Vec<String>,
     /// The contract's `changePaths` (what "without the change" put back).
     pub change_paths: Vec<String>,
+    /// Each revision or replacement of the goal's contract since it was first frozen,
+    /// newest first: its correction and what it weakened (SPEC §12.3).
+    pub revisions: Vec<String>,
     /// With `--rerun`: each check run again by CI, against its latest receipt.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rerun: Vec<crate::ci_rerun::CiRerun>,
@@ -308,6 +311,7 @@ impl Tacho {
                     .filter(|g| g.created.assured && g.revised_by.is_none())
                 {
                     let mut goal = ci_goal(ws, g, &newest);
+                    goal.revisions = revisions(&goals, g);
                     if let Some(base) = rerun {
                         goal.rerun = self.rerun_goal(ws, g, &newest, base);
                         let contradicted: Vec<&str> = goal
@@ -331,6 +335,38 @@ impl Tacho {
         }
         s
     }
+}
+
+/// The revisions that led to goal `g`, newest first: `REVISION of OLD: "CORRECTION"`,
+/// with what each weakened.
+fn revisions(gs: &tacho_projections::Goals, g: &tacho_projections::GoalState) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut now = g;
+    while let Some(old_id) = now.created.revises.as_deref() {
+        let Some(old) = gs.goals.iter().find(|x| x.created.goal == old_id) else {
+            break;
+        };
+        let weakened = tacho_projections::weakening(
+            old.created.assurance.as_deref(),
+            now.created.assurance.as_deref(),
+        );
+        out.push(format!(
+            "revision {} replaced {}: \"{}\"{}",
+            now.created.revision,
+            old.created.goal,
+            now.created.correction.as_deref().unwrap_or(""),
+            if weakened.is_empty() {
+                String::new()
+            } else {
+                format!("; weakened: {}", weakened.join("; "))
+            }
+        ));
+        now = old;
+        if out.len() > 100 {
+            break;
+        }
+    }
+    out
 }
 
 /// An assured goal against commit `commit`: completed, and each check's latest receipt
@@ -365,6 +401,7 @@ fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal 
             all
         },
         change_paths: g.assurance().map(|a| a.change_paths).unwrap_or_default(),
+        revisions: Vec::new(),
         rerun: Vec::new(),
         ok: false,
         reason: String::new(),

@@ -75,6 +75,69 @@ impl GoalState {
     }
 }
 
+/// What a revision (or replacement) changed in its goal's contract that lets less
+/// work pass, in words (SPEC §12.3): the contract dropped, checks removed or made
+/// guards, commands changed, acceptance criteria no longer checked, source paths
+/// dropped, `changePaths` or the setup changed. Empty when it weakened nothing seen.
+pub fn weakening(old: Option<&str>, new: Option<&str>) -> Vec<String> {
+    let Some(o) = old.and_then(Assurance::from_json) else {
+        return Vec::new();
+    };
+    let Some(n) = new.and_then(Assurance::from_json) else {
+        return vec!["the assurance contract was dropped".into()];
+    };
+    let mut out = Vec::new();
+    for c in &o.checks {
+        match n.checks.iter().find(|x| x.id == c.id) {
+            None => out.push(format!("check {} removed (`{}`)", c.id, c.command)),
+            Some(x) => {
+                if x.command != c.command {
+                    out.push(format!(
+                        "check {}: command `{}` became `{}`",
+                        c.id, c.command, x.command
+                    ));
+                }
+                if x.guard && !c.guard {
+                    out.push(format!(
+                        "check {} made a guard (need not fail before)",
+                        c.id
+                    ));
+                }
+            }
+        }
+    }
+    let covered = |a: &Assurance| -> std::collections::BTreeSet<String> {
+        a.checks
+            .iter()
+            .filter(|c| !c.guard)
+            .flat_map(|c| c.acceptance_ids.iter().cloned())
+            .collect()
+    };
+    for ac in covered(&o).difference(&covered(&n)) {
+        out.push(format!(
+            "acceptance criterion {ac} no longer checked red/green"
+        ));
+    }
+    for p in o
+        .source_paths
+        .iter()
+        .filter(|p| !n.source_paths.contains(p))
+    {
+        out.push(format!("source path {p} dropped"));
+    }
+    if !o.change_paths.is_empty() && o.change_paths != n.change_paths {
+        out.push(format!(
+            "changePaths [{}] became [{}]",
+            o.change_paths.join(", "),
+            n.change_paths.join(", ")
+        ));
+    }
+    if o.setup.is_some() && o.setup != n.setup {
+        out.push("the setup changed".into());
+    }
+    out
+}
+
 impl GoalState {
     /// The frozen assurance contract, typed (`None` without one, or when the recorded
     /// text is not a contract: such a goal has no checks that could pass).

@@ -237,9 +237,14 @@ pub struct GoalEventNode {
     pub check: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// For a revision: the goal it replaces.
+    /// For a revision: the goal it replaces, the correction given, and what it
+    /// changed in the contract that lets less work pass ([`crate::goals::weakening`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revises: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weakened: Vec<String>,
     /// For a receipt: files outside the goal's change edited since its plan was frozen
     /// (`M`/`A`/`D PATH`, SPEC §12.2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -416,6 +421,9 @@ pub struct FoldState {
     /// `path` or `from`): what claims a file's change (SPEC §8.1).
     #[serde(default)]
     edit_seqs: BTreeMap<String, Vec<u64>>,
+    /// goal id → its assurance contract (JSON text): what a revision is compared with.
+    #[serde(default)]
+    contracts: BTreeMap<String, String>,
 }
 
 impl ExecutionGraph {
@@ -580,6 +588,8 @@ impl ExecutionGraph {
             check: None,
             command: None,
             revises: None,
+            correction: None,
+            weakened: Vec::new(),
             changed_since_freeze: Vec::new(),
             step: self.state.open_step.map(|i| self.steps[i].number),
         };
@@ -937,16 +947,33 @@ impl ExecutionGraph {
                 };
                 self.goal_event(seq, at, goal, |e| e.mark = mark);
             }
-            EventView::Goal { goal, revises } => {
+            EventView::Goal {
+                goal,
+                revises,
+                assurance,
+                correction,
+            } => {
                 self.goals.by_goal.entry(goal.to_string()).or_default();
+                let mut weakened = Vec::new();
                 if let Some(old) = revises {
                     self.goals
                         .by_goal
                         .entry(old.to_string())
                         .or_default()
                         .revised_by = Some(goal.to_string());
+                    weakened = crate::goals::weakening(
+                        self.state.contracts.get(old).map(String::as_str),
+                        assurance,
+                    );
                 }
-                self.goal_event(seq, at, goal, |e| e.revises = own(revises));
+                if let Some(a) = assurance {
+                    self.state.contracts.insert(goal.to_string(), a.to_string());
+                }
+                self.goal_event(seq, at, goal, |e| {
+                    e.revises = own(revises);
+                    e.correction = own(correction);
+                    e.weakened = weakened;
+                });
             }
             EventView::GoalCheckStart { .. }
             | EventView::AgentNotice { .. }

@@ -19,6 +19,7 @@ pub use compare::{Comparison, Side, StepPair, align, compare};
 pub use goals::{
     CheckState, Current, GUARD, GUARD_FAILED, GoalState, Goals, RED_GREEN, UNABLE_TO_FAIL,
     UNPROVEN, check_states, environment_mismatch, proof_holds, proof_problem, proof_words,
+    weakening,
 };
 pub use graph::{
     BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, GoalActivity,

@@ -668,6 +668,43 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             },
         });
     }
+    // Goal contracts rewritten after the freeze (`goal revise`, `goal replace`, from
+    // the user or the agent's shell): each is shown, with what it weakened.
+    let revisions: Vec<&crate::graph::GoalEventNode> = g
+        .goals
+        .events
+        .iter()
+        .filter(|e| e.revises.is_some())
+        .collect();
+    if !revisions.is_empty() {
+        let weakened = revisions.iter().any(|e| !e.weakened.is_empty());
+        factors.push(RiskFactor {
+            id: "goal_revised",
+            weight: (revisions.len() as u32 * 5 + if weakened { 10 } else { 0 }).min(20),
+            evidence: text(&|| {
+                revisions
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "goal {} revised as {} at #{} ({}){}",
+                            e.revises.as_deref().unwrap_or("?"),
+                            e.goal,
+                            e.seq,
+                            e.correction.as_deref().unwrap_or("no correction given"),
+                            if e.weakened.is_empty() {
+                                String::new()
+                            } else {
+                                format!(": weakened — {}", e.weakened.join("; "))
+                            }
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+            mitigation: "Read each revision's correction and what it weakened (tacho goal status): a contract rewritten during the work can let the goal complete without it.",
+            paths: Vec::new(),
+        });
+    }
     // The recorder obstructed: hooks that waited out their budget for a lock another
     // process held, and recorded nothing of what they saw (written by tacho once the
     // lock freed, SPEC §3.1). What happened meanwhile is missing from this record.

@@ -111,6 +111,9 @@ pub enum EventView<'a> {
         goal: &'a str,
         /// The goal a `goal.created` revises (its replacement is the goal now).
         revises: Option<&'a str>,
+        /// Its assurance contract (JSON text), and the correction a revision gives.
+        assurance: Option<&'a str>,
+        correction: Option<&'a str>,
     },
     /// `goal.check_start`: a frozen check began to run.
     GoalCheckStart {
@@ -223,6 +226,8 @@ impl EventBody {
             EventBody::GoalCreated(g) => EventView::Goal {
                 goal: &g.goal,
                 revises: g.revises.as_deref(),
+                assurance: g.assurance.as_deref(),
+                correction: g.correction.as_deref(),
             },
             EventBody::GoalCheckRun(g) => EventView::GoalCheck {
                 goal: &g.goal,
@@ -476,6 +481,8 @@ impl<'a> EventView<'a> {
                 EventView::Goal {
                     goal: s(&a.goal),
                     revises: os(&a.revises),
+                    assurance: os(&a.assurance),
+                    correction: os(&a.correction),
                 }
             }
             19 => {

@@ -1231,3 +1231,58 @@ fn two_revisions_at_once_leave_one() {
         );
     }
 }
+
+/// Issue 42 (5): the agent rewrites the contract from its shell (`goal revise "flaky"
+/// --plan weak.md`): risk, `goal status`'s record and the CI summary show the revision,
+/// its correction and what it weakened.
+#[test]
+fn a_revised_contract_is_shown_with_what_it_weakened() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let plan = std::fs::read_to_string(p._tmp.path().join("plan.md")).unwrap();
+    let weak = plan.replace(UNITTEST, "python3 -m unittest discover -s docs -q");
+    assert_ne!(weak, plan);
+    let weak_path = p._tmp.path().join("weak.md");
+    std::fs::write(&weak_path, weak).unwrap();
+    let (code, out, err) = p.t(&[
+        "goal",
+        "revise",
+        "flaky",
+        "--plan",
+        weak_path.to_str().unwrap(),
+        "--session",
+        "ses_proof",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+    let risk: Value = serde_json::from_str(risk.trim()).unwrap();
+    let f = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "goal_revised")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(evidence.contains("(flaky)"), "{evidence}");
+    assert!(
+        evidence.contains(&format!(
+            "weakened — check calc: command `{UNITTEST}` became"
+        )),
+        "{evidence}"
+    );
+    assert_eq!(f["weight"], 15);
+    let o = p.finish(&["calc"]);
+    let ci: Value = serde_json::from_str(
+        o.ci_out
+            .get(..o.ci_out.rfind('}').map_or(0, |i| i + 1))
+            .unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {}", o.ci_out));
+    let revisions = &ci["sessions"][0]["goals"][0]["revisions"];
+    assert!(
+        revisions[0]
+            .as_str()
+            .unwrap()
+            .contains("\"flaky\"; weakened: check calc"),
+        "{ci:#}"
+    );
+}

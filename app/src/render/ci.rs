@@ -35,7 +35,17 @@ fn session_goals(s: &CiSession) -> String {
     }
     s.goals
         .iter()
-        .map(|g| format!("{} {}", if g.ok { "✅" } else { "❌" }, md(&g.title)))
+        .map(|g| {
+            format!(
+                "{} {}{}",
+                if g.ok { "✅" } else { "❌" },
+                md(&g.title),
+                match g.revisions.len() {
+                    0 => String::new(),
+                    n => format!(" (contract revised {n}×)"),
+                }
+            )
+        })
         .collect::<Vec<_>>()
         .join("<br>")
 }
@@ -114,12 +124,18 @@ pub fn markdown(r: &CiReport) -> String {
                     .collect::<Vec<_>>()
                     .join("<br>"),
             };
+            let revised = g
+                .revisions
+                .iter()
+                .map(|r| format!("<br>⚠️ {}", md(r)))
+                .collect::<String>();
             let _ = writeln!(
                 t,
-                "| {} | {} {} | {} | {} | {} |",
+                "| {} | {} {}{} | {} | {} | {} |",
                 md(&g.title),
                 if g.ok { "✅" } else { "❌" },
                 md(&g.reason),
+                revised,
                 if g.change_paths.is_empty() {
                     "none named (the whole baseline)".to_string()
                 } else {
@@ -235,6 +251,9 @@ pub fn text(r: &CiReport) -> String {
         );
         for g in &s.goals {
             let _ = writeln!(t, "    goal {}: {}", g.goal, g.reason);
+            for r in &g.revisions {
+                let _ = writeln!(t, "      {r}");
+            }
             if !g.proofs.is_empty() {
                 let _ = writeln!(t, "      proofs: {}", g.proofs.join(", "));
             }
