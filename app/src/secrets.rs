@@ -61,6 +61,10 @@ pub enum SecretsError {
         "event {seq} of session {session} holds no secret the scan finds: there is nothing to allow"
     )]
     NothingToAllow { session: String, seq: u64 },
+    #[error(
+        "session {session} is still running ({agent}'s hooks record it and it has not ended): a secret is allowed only once its session ended — an agent working in it could otherwise allow its own (end it first: tacho session end {session})"
+    )]
+    SessionRunning { session: String, agent: String },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -68,6 +72,7 @@ pub enum SecretsError {
 kinds!(SecretsError {
     SecretsError::NoSuchEvent { .. } => NotFound,
     SecretsError::NothingToAllow { .. } => Input,
+    SecretsError::SessionRunning { .. } => Input,
     SecretsError::Store(e) => e.kind(),
 });
 
@@ -190,11 +195,23 @@ impl Tacho {
     ) -> Result<SecretAllowance, SecretsError> {
         let id = session.as_str();
         let mut findings = Vec::new();
+        let mut ended = false;
         let end = self.for_each_event(id, |e| {
             if e.seq == seq {
                 scan_event(id, e.seq, &e.event.body, &mut findings);
             }
+            if matches!(e.event.body, EventBody::SessionEnd(_)) {
+                ended = true;
+            }
         })?;
+        // A session an agent's hooks record, not ended: the agent may be the one
+        // asking (issue 42: it allowed its own token, then the user's push sent it).
+        if !ended && let Some(agent) = self.hook_recorder(id) {
+            return Err(SecretsError::SessionRunning {
+                session: id.to_owned(),
+                agent: agent.to_string(),
+            });
+        }
         if seq >= end.next_seq {
             return Err(SecretsError::NoSuchEvent {
                 session: id.to_owned(),

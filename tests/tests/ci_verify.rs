@@ -306,10 +306,17 @@ fn the_secret_scan_refuses_a_token_until_an_allowance_is_recorded() {
     assert!(err.contains("not allowed"), "{err}");
     let seq = f["seq"].as_u64().unwrap().to_string();
 
+    // Not while the session runs: the agent in it could allow its own (issue 42).
+    let (code, _, err) = env.tacho(&["session", "secrets", &session, "--allow", &seq]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is still running"), "{err}");
+    let (code, _, err) = env.tacho(&["session", "end", &session]);
+    assert_eq!(code, 0, "{err}");
     // An event without a secret cannot be allowed; the one with it can, and the
     // allowance is an event of the session, under its hash chain.
     let (code, _, err) = env.tacho(&["session", "secrets", &session, "--allow", "0"]);
     assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nothing to allow"), "{err}");
     let (code, out, err) = env.tacho(&[
         "session",
         "secrets",
