@@ -52,6 +52,14 @@ pub enum RollbackError {
     WorkspaceMoved { recorded: PathBuf, now: PathBuf },
     #[error("a rollback of this workspace is in progress (session {0}); wait for it to finish")]
     InProgress(String),
+    #[error(
+        "session {session} was fetched from {remote}: its workspace path ({workspace}) is what that remote's record says, and a rollback writes only into a workspace this machine recorded; restore its files by hand from `tacho session rollback {session} --list`"
+    )]
+    Fetched {
+        session: String,
+        remote: String,
+        workspace: String,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -366,6 +374,15 @@ impl Tacho {
         allow_running: bool,
     ) -> Result<Prepared, RollbackError> {
         let graph = self.graph(session)?;
+        // A session fetched from a remote names whatever workspace that remote's
+        // record says (`~/.ssh`, another user's checkout): nothing is written there.
+        if let Some(origin) = self.origin(session) {
+            return Err(RollbackError::Fetched {
+                session: session.to_owned(),
+                remote: origin.remote,
+                workspace: graph.workspace.clone().unwrap_or_default(),
+            });
+        }
         let points = RollbackPoints::from_graph(&graph);
         // The change undone on its own: from its earlier snapshot to the one that
         // found it.

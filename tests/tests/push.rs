@@ -315,6 +315,19 @@ fn push_then_fetch_verifies_and_the_teammate_lists_rollback_points() {
         .bob
         .json(&["session", "rollback", "ses_push_a", "--list", "--json"]);
     assert_eq!(points["points"].as_array().unwrap().len(), 2, "{points}");
+    // Its workspace path is what the remote's record says (here, Alice's checkout,
+    // which exists on this machine): a rollback writes nothing there (issue 42).
+    let alice_ws = w.alice.clone.clone();
+    let before = tree_of(&alice_ws);
+    for args in [
+        vec!["session", "rollback", "ses_push_a", "--yes"],
+        vec!["session", "rollback", "ses_push_a", "--dry-run"],
+    ] {
+        let (code, out, err) = w.bob.tacho(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains("was fetched from origin"), "{err}");
+    }
+    assert_eq!(tree_of(&alice_ws), before);
     // The same record on both sides: events and chain head.
     let a = w.alice.json(&["session", "show", "ses_push_a", "--json"]);
     assert_eq!(a["events"], show["events"]);
