@@ -31,6 +31,10 @@ pub const FETCHED_PREFIX: &str = "refs/tacho-remotes/";
 pub const RECORD_FILE: &str = "record.tpkg";
 pub const SIGNED_FILE: &str = "signed";
 pub const SIGNATURE_FILE: &str = "signature";
+
+/// The largest session record a fetch reads (`record.tpkg`, 1 GiB): a larger one is
+/// refused from its object header, before anything of it is inflated.
+pub const MAX_RECORD_BYTES: u64 = 1 << 30;
 pub const SNAPSHOTS_DIR: &str = "snapshots";
 
 /// What a session commit holds.
@@ -412,7 +416,24 @@ impl SnapshotStore {
             let e = e.map_err(|e| bad(format!("the tree of commit {commit}: {e}")))?;
             let name = e.filename().to_str_lossy().into_owned();
             let oid = e.oid().to_owned();
+            // Each file's size is read from its header first: a remote's blob can
+            // be a gigabyte of zeros that compresses to a megabyte, and nothing of it
+            // is inflated into memory past what such a file can hold.
             let read = |oid: ObjectId| -> Result<Vec<u8>, RemoteError> {
+                let max = match name.as_str() {
+                    RECORD_FILE => MAX_RECORD_BYTES,
+                    SIGNATURE_FILE => 64 << 10,
+                    _ => 4 << 10,
+                };
+                let size = repo
+                    .find_header(oid)
+                    .map_err(|e| bad(format!("{name} ({oid}) of commit {commit}: {e}")))?
+                    .size();
+                if size > max {
+                    return Err(bad(format!(
+                        "{name} of commit {commit} is {size} bytes, more than such a file holds ({max})"
+                    )));
+                }
                 let mut b = repo
                     .find_blob(oid)
                     .map_err(|e| bad(format!("{name} ({oid}) of commit {commit}: {e}")))?;

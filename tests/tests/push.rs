@@ -366,8 +366,15 @@ fn rewrite_record_on_remote(w: &World, session: &str) {
         .update(&pkg[..body])
         .finalize();
     pkg[body..].copy_from_slice(digest.as_bytes());
-    let file = w.tmp.path().join("altered.tpkg");
-    std::fs::write(&file, &pkg).unwrap();
+    replace_on_remote(w, session, "record.tpkg", &pkg);
+}
+
+/// Replaces file `name` of `session`'s commit on the remote by `bytes` (a new commit).
+fn replace_on_remote(w: &World, session: &str, name: &str, bytes: &[u8]) {
+    let r = format!("refs/tacho/sessions/{session}");
+    let blob = git(&w.remote, &["rev-parse", &format!("{r}:{name}")]);
+    let file = w.tmp.path().join("altered.bin");
+    std::fs::write(&file, bytes).unwrap();
     let new_blob = git(&w.remote, &["hash-object", "-w", file.to_str().unwrap()]);
     let listing = git(&w.remote, &["ls-tree", &r]).replace(&blob, &new_blob);
     let mut mk = Command::new("git")
@@ -406,6 +413,28 @@ fn nothing_stored(p: &Person, session: &str) {
     assert!(!p.data.join(format!("remote/{session}.json")).exists());
     let listed = p.ok(&["session", "list"]);
     assert!(!listed.contains(session), "{listed}");
+}
+
+/// Issue 42 (14): a file of the remote's session commit far larger than such a file
+/// holds (here the signed head, 8 MB of zeros: 8 KB on the remote) is refused from its
+/// object header, before anything of it is inflated; nothing is stored.
+#[test]
+fn an_oversized_file_on_the_remote_is_refused_from_its_header() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_big");
+    w.alice.ok(&["push", "--all"]);
+    replace_on_remote(&w, "ses_big", "signed", &vec![0u8; 8 << 20]);
+    let (code, out, err) = w.bob.tacho(&["fetch"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("signed of commit")
+            && format!("{out}{err}").contains("is 8388608 bytes, more than such a file holds"),
+        "{out}{err}"
+    );
+    nothing_stored(&w.bob, "ses_big");
 }
 
 #[test]
