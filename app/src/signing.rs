@@ -233,7 +233,12 @@ pub fn verify(signed: &[u8], signature: &[u8], allowed: Option<&str>) -> Signatu
     }
     let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
     let principals = allowed
-        .map(|text| allowed_principals(text, &key))
+        .map(|text| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            allowed_principals(text, &key, now)
+        })
         .unwrap_or_default();
     if principals.is_empty() {
         SignatureStatus::UnknownKey {
@@ -250,9 +255,14 @@ pub fn verify(signed: &[u8], signature: &[u8], allowed: Option<&str>) -> Signatu
 }
 
 /// The principals an allowed signers file (ssh-keygen(1), "ALLOWED SIGNERS") gives
-/// `key` for tacho's namespace: lines `principals [options] keytype base64 [comment]`;
-/// a line whose `namespaces=` option leaves tacho's namespace out does not count.
-fn allowed_principals(text: &str, key: &PublicKey) -> Vec<String> {
+/// `key` for tacho's namespace at time `now` (Unix seconds), read as `ssh-keygen -Y
+/// verify` reads it: lines `principals [options] keytype base64 [comment]`; a line
+/// counts only when its `namespaces=` (if any) names tacho's namespace, `now` lies
+/// within its `valid-after=` and `valid-before=` (a time it cannot read: the line does
+/// not count), it is not `cert-authority` (which trusts certificates the key signs,
+/// not the key's own signatures), and its principals hold no negated pattern (`!…`,
+/// which ssh-keygen matches against a principal tacho is not given: fail closed).
+fn allowed_principals(text: &str, key: &PublicKey, now: i64) -> Vec<String> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.trim();
@@ -278,11 +288,62 @@ fn allowed_principals(text: &str, key: &PublicKey) -> Vec<String> {
         {
             continue;
         }
-        out.extend(words[0].trim_matches('"').split(',').map(str::to_owned));
+        if has_flag(&options, "cert-authority") {
+            continue;
+        }
+        let within = |name: &str, ok: &dyn Fn(i64) -> bool| match option_value(&options, name) {
+            None => true,
+            Some(v) => ssh_time(v).is_some_and(ok),
+        };
+        if !within("valid-after", &|t| now >= t) || !within("valid-before", &|t| now <= t) {
+            continue;
+        }
+        let principals: Vec<&str> = words[0].trim_matches('"').split(',').collect();
+        if principals.iter().any(|p| p.starts_with('!')) {
+            continue;
+        }
+        out.extend(principals.into_iter().map(str::to_owned));
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// Whether the options hold the bare flag `name` (e.g. `cert-authority`).
+fn has_flag(options: &str, name: &str) -> bool {
+    options
+        .split(',')
+        .any(|o| o.trim().eq_ignore_ascii_case(name))
+}
+
+/// A time of an allowed signer's `valid-after`/`valid-before` as ssh-keygen(1) takes
+/// it — `YYYYMMDD`, `YYYYMMDDHHMM` or `YYYYMMDDHHMMSS`, with an optional `Z` — as Unix
+/// seconds (read as UTC: with or without the `Z`, which ssh-keygen reads as local time,
+/// the same on a machine that runs in UTC as CI does). `None` for anything else.
+fn ssh_time(v: &str) -> Option<i64> {
+    let v = v.strip_suffix(['Z', 'z']).unwrap_or(v);
+    if !v.bytes().all(|b| b.is_ascii_digit()) || ![8, 12, 14].contains(&v.len()) {
+        return None;
+    }
+    let n = |a: usize, b: usize| v.get(a..b).and_then(|x| x.parse::<i64>().ok());
+    let (y, m, d) = (n(0, 4)?, n(4, 6)?, n(6, 8)?);
+    let (h, mi, s) = (
+        n(8, 10).unwrap_or(0),
+        n(10, 12).unwrap_or(0),
+        n(12, 14).unwrap_or(0),
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    // Days from the civil date (proleptic Gregorian), after Howard Hinnant.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3_600 + mi * 60 + s)
 }
 
 /// The value of `name="…"` (or `name=…`) among an allowed signer's options.
@@ -327,5 +388,84 @@ mod tests {
         );
         assert_eq!(option_value("namespaces=git", "namespaces"), Some("git"));
         assert_eq!(option_value("valid-after=1", "namespaces"), None);
+    }
+
+    /// Issue 42 (12): an allowed signers file is read as `ssh-keygen -Y verify` reads
+    /// it — the reference reader decides each case, and tacho must agree: expiry
+    /// (`valid-before`, `valid-after`), `cert-authority`, a negated principal,
+    /// `namespaces`.
+    #[test]
+    fn allowed_signers_mean_what_ssh_keygen_says() {
+        let Some(keygen) = SSH_KEYGEN_PATHS
+            .iter()
+            .copied()
+            .find(|p| Path::new(p).is_file())
+        else {
+            eprintln!("skipped: no ssh-keygen");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k");
+        let st = std::process::Command::new(keygen)
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let public: Vec<&str> = public.split_whitespace().take(2).collect();
+        let public = public.join(" ");
+        let head = SignedHead {
+            session: "ses_sig".into(),
+            events: 4,
+            head: "cd".repeat(32),
+        };
+        let sig = sign(key.to_str().unwrap(), &head, dir.path()).unwrap();
+        let sig_file = dir.path().join("sig");
+        std::fs::write(&sig_file, &sig).unwrap();
+        let p = "alice@example.invalid";
+        let cases = [
+            (format!("{p} {public}"), true),
+            (format!("{p} namespaces=\"tacho-session\" {public}"), true),
+            (format!("{p} namespaces=\"git\" {public}"), false),
+            (format!("{p} valid-before=\"20200101\" {public}"), false),
+            (format!("{p} valid-after=\"29990101\" {public}"), false),
+            (
+                format!("{p} valid-after=\"20200101\",valid-before=\"29991231\" {public}"),
+                true,
+            ),
+            (format!("{p} valid-before=\"20200101Z\" {public}"), false),
+            (format!("{p} cert-authority {public}"), false),
+            (format!("!{p},* {public}"), false),
+        ];
+        for (line, want) in cases {
+            let allowed = dir.path().join("allowed");
+            std::fs::write(&allowed, format!("{line}\n")).unwrap();
+            let mut c = std::process::Command::new(keygen);
+            c.args(["-Y", "verify", "-n", NAMESPACE, "-I", p, "-f"])
+                .arg(&allowed)
+                .arg("-s")
+                .arg(&sig_file)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let mut child = c.spawn().unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(head.text().as_bytes())
+                .unwrap();
+            let reference = child.wait().unwrap().success();
+            let ours = matches!(
+                verify(head.text().as_bytes(), &sig, Some(&format!("{line}\n"))),
+                SignatureStatus::Signed { .. }
+            );
+            assert_eq!(reference, want, "ssh-keygen on {line}");
+            assert_eq!(ours, reference, "tacho against ssh-keygen on {line}");
+        }
+        assert_eq!(ssh_time("19700101"), Some(0));
+        assert_eq!(ssh_time("20000301120000Z"), Some(951_912_000));
+        assert_eq!(ssh_time("2000-03-01"), None);
     }
 }
