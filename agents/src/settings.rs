@@ -431,6 +431,68 @@ pub fn installed(settings: &Map<String, Value>, agent: Agent) -> Vec<(String, St
     out
 }
 
+/// Why tacho's handlers in `settings` cannot record what they should, as the agent
+/// reads the file: all hooks disabled, a tool event's matcher that no longer matches
+/// every tool, a timeout shorter than tacho's (the hook is killed before it records),
+/// an event left without tacho's handler. Empty when they can fire (or when none is
+/// installed here).
+pub fn firing_problems(settings: &Map<String, Value>, agent: Agent) -> Vec<String> {
+    let mut out = Vec::new();
+    if settings.get("disableAllHooks").and_then(Value::as_bool) == Some(true) {
+        out.push("`disableAllHooks` is true: the agent runs no hook".into());
+    }
+    let found = installed(settings, agent);
+    if found.is_empty() {
+        return out;
+    }
+    let hooks = settings.get("hooks").and_then(Value::as_object);
+    for (event, matcher, timeout) in events(agent) {
+        let mut ours = 0;
+        for g in hooks
+            .and_then(|h| h.get(*event))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for h in g
+                .get("hooks")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|h| {
+                    h.get("command")
+                        .and_then(Value::as_str)
+                        .and_then(|c| tacho_command(c, agent))
+                        .is_some()
+                })
+            {
+                ours += 1;
+                let m = g.get("matcher").and_then(Value::as_str);
+                if let Some(want) = matcher
+                    && !matches!(m, None | Some("") | Some("*"))
+                    && m != Some(*want)
+                {
+                    out.push(format!(
+                        "{event}: matcher `{}` (tacho's: `{want}`): calls of other tools are not recorded",
+                        m.unwrap_or_default()
+                    ));
+                }
+                if let Some(t) = h.get("timeout").and_then(Value::as_f64)
+                    && t < *timeout as f64
+                {
+                    out.push(format!(
+                        "{event}: timeout {t} (tacho's: {timeout}): the hook is killed before it records"
+                    ));
+                }
+            }
+        }
+        if ours == 0 {
+            out.push(format!("{event}: no tacho handler"));
+        }
+    }
+    out
+}
+
 /// The text written back: two-space indented JSON with a final newline.
 pub fn render(settings: &Map<String, Value>) -> Result<String, SettingsError> {
     let v = Value::Object(settings.clone());

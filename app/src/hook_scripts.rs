@@ -166,6 +166,7 @@ pub(crate) fn status(
         commands: Vec::new(),
         points_here: false,
         programs_exist: false,
+        cannot_fire: Vec::new(),
         problem: None,
     };
     match read_all(places, agent, scope, &file) {

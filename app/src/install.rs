@@ -140,6 +140,10 @@ pub struct HookStatus {
     pub points_here: bool,
     /// Whether every installed program exists.
     pub programs_exist: bool,
+    /// Why the handlers installed cannot record what they should, as the agent reads
+    /// its settings (all hooks disabled here or in another of its files, a matcher
+    /// narrowed, a timeout shortened, an event without tacho's handler).
+    pub cannot_fire: Vec<String>,
     pub problem: Option<String>,
 }
 
@@ -395,6 +399,7 @@ fn uninstall_plugin(
 /// hooks should run: [`this_tacho`]).
 pub fn hooks_status(places: &Places, tacho: &str) -> HooksStatus {
     let mut out = Vec::new();
+    let mut disabled: Vec<(&'static str, String)> = Vec::new();
     for &agent in Agent::ALL {
         for &scope in agent.scopes() {
             let Ok(file) = settings_file(places, agent, scope) else {
@@ -422,14 +427,25 @@ pub fn hooks_status(places: &Places, tacho: &str) -> HooksStatus {
                         commands: Vec::new(),
                         points_here: false,
                         programs_exist: false,
+                        cannot_fire: Vec::new(),
                         problem: Some(e.to_string()),
                     });
                     continue;
                 }
             };
+            let mut cannot_fire = Vec::new();
             let (found, problem) = match agent.installation() {
                 Installation::HooksObject => match settings::parse(&name, &text) {
-                    Ok(s) => (settings::installed(&s, agent), None),
+                    Ok(s) => {
+                        cannot_fire = settings::firing_problems(&s, agent);
+                        if s.get("disableAllHooks")
+                            .and_then(serde_json::Value::as_bool)
+                            == Some(true)
+                        {
+                            disabled.push((agent.name(), name.clone()));
+                        }
+                        (settings::installed(&s, agent), None)
+                    }
                     Err(e) => (Vec::new(), Some(e.to_string())),
                 },
                 // (Reported by `hook_scripts::status` above.)
@@ -462,8 +478,22 @@ pub fn hooks_status(places: &Places, tacho: &str) -> HooksStatus {
                 points_here: !commands.is_empty() && commands.iter().all(|c| c == tacho),
                 programs_exist: commands.iter().all(|c| Path::new(c).is_file()),
                 commands,
+                cannot_fire,
                 problem,
             });
+        }
+    }
+    // All hooks disabled in one of an agent's files (a cloned project's
+    // `settings.local.json`, say) silences its handlers in every other.
+    for f in out.iter_mut().filter(|f| !f.events.is_empty()) {
+        for (agent, file) in &disabled {
+            let why = format!("`disableAllHooks` is true in {file}: the agent runs no hook");
+            if *agent == f.agent
+                && *file != f.file.display().to_string()
+                && !f.cannot_fire.contains(&why)
+            {
+                f.cannot_fire.push(why);
+            }
         }
     }
     HooksStatus {

@@ -252,6 +252,41 @@ pub fn is_security_sensitive(path: &str) -> bool {
             .is_some_and(|b| b.eq_ignore_ascii_case(b".env."))
 }
 
+/// Where the agents tacho records keep their hook and plugin files (any file there,
+/// not only tacho's): an edit of one in a session can switch the recorder off
+/// (`disableAllHooks`, a narrowed matcher, a plugin removed). A test checks that every
+/// settings file `tacho hooks status` lists is among them.
+const AGENT_HOOK_FILES: &[&str] = &[
+    "/.claude/settings.json",
+    "/.claude/settings.local.json",
+    "/.codex/hooks.json",
+    "/.codex/config.toml",
+    "/.factory/settings.json",
+    "/.qwen/settings.json",
+    "/.gemini/settings.json",
+    "/.github/hooks/",
+    "/.copilot/hooks/",
+    "/.clinerules/hooks/",
+    "/.cline/hooks/",
+    "/.opencode/plugin/",
+    "/opencode/plugin/",
+    "/.kilo/plugin/",
+    "/kilo/plugin/",
+];
+
+/// Whether `path` (workspace-relative or absolute) is one of an agent's hook or
+/// plugin files ([`AGENT_HOOK_FILES`]).
+pub fn is_agent_hook_file(path: &str) -> bool {
+    let p = format!("/{}", path.trim_start_matches('/'));
+    AGENT_HOOK_FILES.iter().any(|f| {
+        if f.ends_with('/') {
+            p.contains(f)
+        } else {
+            p.ends_with(f)
+        }
+    })
+}
+
 /// Whether a path looks like part of an API surface.
 pub fn is_api_surface(path: &str) -> bool {
     static FRAGMENTS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| fragments(API));
@@ -610,6 +645,25 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             evidence: text(&|| format!("security-sensitive path(s) touched: {}", list(&sensitive))),
             mitigation: "Ask for a security review of these files.",
             paths: owned(&sensitive),
+        });
+    }
+    let hook_files: Vec<&String> = files
+        .iter()
+        .copied()
+        .filter(|f| is_agent_hook_file(f))
+        .collect();
+    if !hook_files.is_empty() {
+        factors.push(RiskFactor {
+            id: "agent_hooks_edited",
+            weight: 20,
+            evidence: text(&|| {
+                format!(
+                    "an agent's hook or plugin file changed in the session: {}",
+                    list(&hook_files)
+                )
+            }),
+            mitigation: "Read the change (tacho hooks status says whether the hooks can still fire): an agent that edits its hook files can switch its own recording off.",
+            paths: owned(&hook_files),
         });
     }
     let ending = match g.end_reason {

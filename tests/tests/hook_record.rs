@@ -458,3 +458,109 @@ fn the_hook_log_is_bounded_and_holds_no_control_bytes() {
     );
     assert_eq!(log.iter().filter(|b| **b == b'\n').count(), 5);
 }
+
+/// Issue 42 (8): hook files that never run. The agent narrows the matcher of a tool
+/// event to `NoSuchTool`, shortens Stop's timeout to 0.001 s, and a cloned project's
+/// `settings.local.json` sets `disableAllHooks`: `hooks status` no longer says
+/// "installed" but why each handler cannot fire.
+#[test]
+fn hooks_status_says_when_installed_hooks_cannot_fire() {
+    let e = Env::new();
+    let home = e.home.join("user");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = |args: &[&str]| {
+        let mut c = tacho(&e.home);
+        c.current_dir(&e.ws).env("HOME", &home).args(args);
+        run(c)
+    };
+    let (code, out, err) = run(&["hooks", "install", "claude-code", "--scope", "project"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let file = e.ws.join(".claude/settings.json");
+    let status = |scope: &str| {
+        let (code, out, err) = run(&["hooks", "status", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["agent"] == "claude-code" && f["scope"] == scope)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(status("project")["cannot_fire"], serde_json::json!([]));
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    v["hooks"]["PreToolUse"][0]["matcher"] = "NoSuchTool".into();
+    v["hooks"]["Stop"][0]["hooks"][0]["timeout"] = 0.001.into();
+    std::fs::write(&file, v.to_string()).unwrap();
+    std::fs::write(
+        e.ws.join(".claude/settings.local.json"),
+        r#"{"disableAllHooks": true}"#,
+    )
+    .unwrap();
+    let s = status("project");
+    let why: Vec<&str> = s["cannot_fire"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    assert!(
+        why.iter()
+            .any(|w| w.starts_with("PreToolUse: matcher `NoSuchTool`")),
+        "{why:?}"
+    );
+    assert!(
+        why.iter().any(|w| w.starts_with("Stop: timeout 0.001")),
+        "{why:?}"
+    );
+    assert!(
+        why.iter().any(
+            |w| w.contains("`disableAllHooks` is true in") && w.contains("settings.local.json")
+        ),
+        "{why:?}"
+    );
+    let (_, text, _) = run(&["hooks", "status"]);
+    assert!(text.contains("installed, but cannot fire"), "{text}");
+    // Every agent's hook file, of every scope, is one risk names when a session edits
+    // it (`agent_hooks_edited`).
+    let (_, out, _) = run(&["hooks", "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for f in v["files"].as_array().unwrap() {
+        let path = f["file"].as_str().unwrap();
+        let probe = if path.ends_with("hooks") {
+            format!("{path}/any")
+        } else {
+            path.to_owned()
+        };
+        assert!(
+            tacho_projections::is_agent_hook_file(&probe),
+            "{} {}: {probe} is not among risk's agent hook files",
+            f["agent"],
+            f["scope"]
+        );
+    }
+    assert!(!tacho_projections::is_agent_hook_file("src/settings.json"));
+    // A session whose agent edited its hook file from its shell is flagged.
+    let session = "ses_hookedit";
+    let lines = [
+        serde_json::json!({"type": "session.start", "session": session, "workspace": e.ws}),
+        serde_json::json!({"type": "file.edit", "session": session, "path": ".claude/settings.local.json", "op": "create"}),
+    ];
+    let mut c = tacho(&e.home);
+    c.args(["record"]);
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let (code, _, err) = tacho_tests::run_input(c, &input);
+    assert_eq!(code, 0, "{err}");
+    let (_, risk, _) = run(&["risk", session, "--json"]);
+    let risk: serde_json::Value = serde_json::from_str(risk.trim()).unwrap();
+    assert!(
+        risk["factors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "agent_hooks_edited"),
+        "{risk:#}"
+    );
+}

@@ -80,6 +80,8 @@ pub fn status(s: &HooksStatus) -> String {
                 r.agent,
                 scope_name(r.scope)
             )
+        } else if !r.cannot_fire.is_empty() {
+            format!("installed, but cannot fire: {}", r.cannot_fire.join("; "))
         } else if !r.points_here {
             format!(
                 "installed, running {} (not this tacho, {})",
