@@ -303,35 +303,40 @@ impl Tacho {
             Err(e) => s.findings.push(e.to_string()),
         }
         let newest = s.commits.first().cloned().unwrap_or_default();
-        match self.goals(&id) {
-            Ok((_, goals)) => {
-                for g in goals
-                    .goals
-                    .iter()
-                    .filter(|g| g.created.assured && g.revised_by.is_none())
-                {
-                    let mut goal = ci_goal(ws, g, &newest);
-                    goal.revisions = revisions(&goals, g);
-                    if let Some(base) = rerun {
-                        goal.rerun = self.rerun_goal(ws, g, &newest, base);
-                        let contradicted: Vec<&str> = goal
-                            .rerun
-                            .iter()
-                            .filter(|r| !r.agrees)
-                            .map(|r| r.check.as_str())
-                            .collect();
-                        if !contradicted.is_empty() {
-                            goal.ok = false;
-                            goal.reason = format!(
-                                "CI contradicts the receipts of {}, whatever the agent's machine said",
-                                contradicted.join(", ")
-                            );
+        // The session's goals and those of the sessions it continues: an agent that
+        // ended its session from its shell leaves its goals to the continuation.
+        for part in self.continued_chain(id.as_str()) {
+            let part = crate::SessionId::resolved(part);
+            match self.goals(&part) {
+                Ok((_, goals)) => {
+                    for g in goals
+                        .goals
+                        .iter()
+                        .filter(|g| g.created.assured && g.revised_by.is_none())
+                    {
+                        let mut goal = ci_goal(ws, g, &newest);
+                        goal.revisions = revisions(&goals, g);
+                        if let Some(base) = rerun {
+                            goal.rerun = self.rerun_goal(ws, g, &newest, base);
+                            let contradicted: Vec<&str> = goal
+                                .rerun
+                                .iter()
+                                .filter(|r| !r.agrees)
+                                .map(|r| r.check.as_str())
+                                .collect();
+                            if !contradicted.is_empty() {
+                                goal.ok = false;
+                                goal.reason = format!(
+                                    "CI contradicts the receipts of {}, whatever the agent's machine said",
+                                    contradicted.join(", ")
+                                );
+                            }
                         }
+                        s.goals.push(goal);
                     }
-                    s.goals.push(goal);
                 }
+                Err(e) => s.findings.push(e.to_string()),
             }
-            Err(e) => s.findings.push(e.to_string()),
         }
         s
     }

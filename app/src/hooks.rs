@@ -609,16 +609,31 @@ impl Tacho {
         let open = match self.resolve_session(session) {
             Err(tacho_store::StoreError::UnknownSession { .. }) => return,
             Err(e) => Err(e.to_string()),
-            Ok(id) => match self.goals(&id) {
-                Err(e) => Err(e.to_string()),
-                Ok((_, gs)) => match open_assured(&gs).first() {
-                    None => return,
-                    Some(g) => Ok(format!(
-                        "goal {} \"{}\" is assured and not completed",
-                        g.created.goal, g.created.title
-                    )),
-                },
-            },
+            Ok(id) => {
+                let mut found = Ok(None);
+                for s in self.continued_chain(&id) {
+                    match self.goals(&crate::SessionId::resolved(s)) {
+                        Err(e) => {
+                            found = Err(e.to_string());
+                            break;
+                        }
+                        Ok((_, gs)) => {
+                            if let Some(g) = open_assured(&gs).first() {
+                                found = Ok(Some(format!(
+                                    "goal {} \"{}\" is assured and not completed",
+                                    g.created.goal, g.created.title
+                                )));
+                                break;
+                            }
+                        }
+                    }
+                }
+                match found {
+                    Ok(None) => return,
+                    Ok(Some(w)) => Ok(w),
+                    Err(e) => Err(e),
+                }
+            }
         };
         let what = open.unwrap_or_else(|e| {
             format!("the session may have an assured goal not completed (reading it: {e})")
@@ -660,19 +675,28 @@ impl Tacho {
             Err(tacho_store::StoreError::UnknownSession { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let (_, gs) = self.goals(&session)?;
-        if main {
-            state.goals = Some(!gs.goals.is_empty());
+        // The session and those it continues (`<id>` before `<id>.2`): a session the
+        // agent ended from its shell leaves its goals to the continuation.
+        let mut chain = Vec::new();
+        for s in self.continued_chain(&session) {
+            let id = crate::SessionId::resolved(s.clone());
+            chain.push((id.clone(), self.goals(&id)?.1));
         }
-        // Every open assured goal of the session holds the agent, not only the latest:
-        // a second goal without a contract releases nothing.
-        let open = open_assured(&gs);
+        if main {
+            state.goals = Some(chain.iter().any(|(_, gs)| !gs.goals.is_empty()));
+        }
+        // Every open assured goal holds the agent, not only the latest: a second goal
+        // without a contract releases nothing.
+        let open: Vec<(&crate::SessionId, &tacho_projections::GoalState)> = chain
+            .iter()
+            .flat_map(|(id, gs)| open_assured(gs).into_iter().map(move |g| (id, g)))
+            .collect();
         if open.is_empty() || state.gate_blocks >= GATE_BLOCKS_MAX {
             return Ok(None);
         }
         let mut refused = Vec::new();
-        for g in open {
-            let done = self.complete_goal(&session, Some(&g.created.goal))?;
+        for (owner, g) in open {
+            let done = self.complete_goal(owner, Some(&g.created.goal))?;
             // A paused goal (the stall rule) no longer holds the agent.
             if !done.accepted && done.stall != Some(crate::goals::Stall::Paused) {
                 refused.push((g, done));
@@ -734,6 +758,44 @@ fn write_state(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// One line of at most 60 characters, for an event name written into a note.
 fn clip_line(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(60).collect()
+}
+
+impl Tacho {
+    /// `session` and the sessions it continues, newest first: a continuation
+    /// `<id>.N` (a conversation resumed after its session ended) has the session
+    /// before it as parent, back to `<id>`. A parent that is not an earlier part of
+    /// the same conversation (a delegating agent's session) ends the chain.
+    pub(crate) fn continued_chain(&self, session: &str) -> Vec<String> {
+        let mut out = vec![session.to_owned()];
+        let mut cur = session.to_owned();
+        while out.len() < 1_000 {
+            let Some(parent) = self.graph(&cur).ok().and_then(|g| g.parent) else {
+                break;
+            };
+            if !continues(&cur, &parent) || out.contains(&parent) {
+                break;
+            }
+            out.push(parent.clone());
+            cur = parent;
+        }
+        out
+    }
+}
+
+/// Whether `child` is a continuation of `parent`: `<id>.N` (N a number) after `<id>`
+/// or `<id>.M`.
+fn continues(child: &str, parent: &str) -> bool {
+    let Some((base, n)) = child.rsplit_once('.') else {
+        return false;
+    };
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    parent == base
+        || parent
+            .strip_prefix(base)
+            .and_then(|r| r.strip_prefix('.'))
+            .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The goals of a session that hold the agent at a stop: assured, and neither

@@ -1286,3 +1286,22 @@ fn a_revised_contract_is_shown_with_what_it_weakened() {
         "{ci:#}"
     );
 }
+
+/// Issue 42 (1): the agent ends its own session from its shell (`tacho session end
+/// SID`); the next payload starts `SID.2`, which continues it. The continuation carries
+/// the open goal: its stop is refused, and commits after it do not pass `ci verify`.
+#[test]
+fn ending_its_own_session_does_not_escape_the_goal() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let (code, out, err) = p.t(&["session", "end", "ses_proof"]);
+    assert_eq!(code, 0, "{out}{err}");
+    p.hook("UserPromptSubmit");
+    let (_, list, _) = p.t(&["session", "list"]);
+    assert!(list.contains("ses_proof.2"), "{list}");
+    let stop = p.hook("Stop");
+    assert!(stop.contains("\"decision\":\"block\""), "{stop}");
+    assert!(stop.contains("add adds"), "{stop}");
+    write(&p.ws, "README.md", "done\n");
+    let o = p.finish(&[]);
+    assert!(!o.ci_passed, "{}", o.ci_out);
+}
