@@ -403,7 +403,12 @@ fn command_kind(words: &[&str]) -> Option<&'static str> {
 /// runs a known test runner, build, linter or type checker. (Whether it counts, and
 /// as passed or failed, is its result's status: see [`shell_run_passed`].)
 pub fn shell_verification<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
-    shell_command(tool, target).filter(|c| verification_kind(c).is_some())
+    // A run whose command can mask its status (`pytest || true`, `pytest | tee log`,
+    // `pytest; echo done`: the agent's shell has no errexit or pipefail) says nothing
+    // either way, whatever its exit code: read by the parser goal checks are frozen
+    // under.
+    shell_command(tool, target)
+        .filter(|c| verification_kind(c).is_some() && tacho_shell::masks_status(c).is_none())
 }
 
 /// What a shell verification run's result says: passed, failed, or (denied,
@@ -1040,6 +1045,22 @@ mod tests {
         let r = assess(&graph(b));
         assert!(has(&r, "edited_after_verification"));
         assert_eq!(r.readiness, Readiness::NeedsValidation);
+    }
+
+    /// Issue 42 (9): a run whose command can mask its status is no verification,
+    /// whatever its exit code (the agent's shell has no errexit or pipefail).
+    #[test]
+    fn a_run_that_masks_its_status_is_no_evidence() {
+        for masked in ["pytest || true", "pytest | tail -3", "npm test; echo done"] {
+            let mut b = vec![edit("src/a.rs")];
+            b.extend(shell("c1", masked, ToolStatus::Ok));
+            let r = assess(&graph(b));
+            assert!(has(&r, "unverified"), "{masked}: {:?}", r.factors);
+            assert!(r.verification_runs.is_empty(), "{masked}");
+        }
+        let mut b = vec![edit("src/a.rs")];
+        b.extend(shell("c1", "cd src && pytest -q", ToolStatus::Ok));
+        assert!(!has(&assess(&graph(b)), "unverified"));
     }
 
     #[test]

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use tacho_schema::Assurance;
 
 mod digest;
-mod failure;
 mod markdown;
 mod rules;
 

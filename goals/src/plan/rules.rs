@@ -3,7 +3,7 @@
 
 use tacho_projections::shell::commands;
 
-use super::failure::hides_failure;
+use tacho_shell::hides_failure;
 
 use super::*;
 

@@ -1,3 +1,7 @@
+//! Whether a bash command can end with a status that is not its commands' own: a goal
+//! check's command ([`hides_failure`], run with errexit and pipefail) and a shell
+//! command an agent ran ([`masks_status`], run without them), read by one parser.
+//!
 //! Whether a check command can turn a failure into success.
 //!
 //! Checks run as `bash -p -o errexit -o pipefail -O inherit_errexit -c COMMAND`
@@ -73,6 +77,20 @@ pub fn hides_failure(command: &str) -> Option<String> {
     let ctx = Ctx {
         errexit: true,
         pipefail: true,
+        within: String::new(),
+        depth: 0,
+    };
+    script(command, true, &ctx).err()
+}
+
+/// Why `command`, run as an agent's shell runs it (bash without errexit or pipefail),
+/// can end with a status that is not its commands' own — a failure turned into
+/// success (`|| true`, `; echo done`, `| tee log`) or lost; `None` when its status is
+/// theirs. A run that can mask its status never counts as verification.
+pub fn masks_status(command: &str) -> Option<String> {
+    let ctx = Ctx {
+        errexit: false,
+        pipefail: false,
         within: String::new(),
         depth: 0,
     };
@@ -840,5 +858,33 @@ mod tests {
         let why = hides_failure("bash -c 'make\nmake test'").unwrap_or_default();
         assert!(why.starts_with("`;` before the command at line 2, column 1 (in the script of `bash -c` at column 1)"), "{why}");
         assert_eq!(hides_failure("make &&\nmake test"), None);
+    }
+
+    /// An agent's shell runs without errexit and pipefail: what the status of a test
+    /// run there is, and what hides it (issue 42: `pytest || true` counted as a
+    /// passing verification).
+    #[test]
+    fn an_agent_shell_run_masks_its_status_or_not() {
+        for honest in [
+            "pytest -q",
+            "cd web && npm test",
+            "python3 -m pytest tests/ -x",
+            "CI=1 cargo test --workspace",
+            "cd a && cd b && go test ./...",
+        ] {
+            assert_eq!(super::masks_status(honest), None, "{honest}");
+        }
+        for masked in [
+            "pytest || true",
+            "pytest; echo done",
+            "pytest | tee log.txt",
+            "! pytest",
+            "pytest & wait",
+            "pytest\ntrue",
+            "npm test && echo ok; exit 0",
+            "sh -c 'pytest; true'",
+        ] {
+            assert!(super::masks_status(masked).is_some(), "{masked}");
+        }
     }
 }
