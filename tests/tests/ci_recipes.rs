@@ -267,7 +267,7 @@ fn the_recipes_pass_a_branch_of_linked_signed_commits_and_fail_an_unlinked_one()
         assert_eq!(code, 0, "{file}: {out}");
         let md = check_reports(&dir, true);
         // The session is named, signed by the key the base branch allows.
-        assert!(md.contains("signed by dev@example.invalid"), "{md}");
+        assert!(md.contains("signed by dev@\u{200B}example.invalid"), "{md}");
     }
 
     // A commit made outside any recorded session, pushed with the branch.
