@@ -692,36 +692,34 @@ impl crate::Tacho {
             Err(e) => return Ok(io("reading its inputs", e)),
         };
         let cache = setup_cache(self.data_dir(), &key);
+        // The room's outputs go before the setup runs or the cache's are put back.
+        let clear = || {
+            room.remove(&setup.outputs)
+                .map_err(|e| io("clearing its outputs", std::io::Error::other(e.to_string())))
+        };
         if let Some((_, want)) = trusted.iter().find(|(k, _)| *k == key)
             && tree_digest(&cache, &setup.outputs).is_ok_and(|d| d == *want)
         {
             // A warm room may hold them already, as the cache has them (checked, never
             // assumed: the room is the user's to write).
-            if tree_intact(&room.cwd(), &setup.outputs)
-                && tree_digest(&room.cwd(), &setup.outputs).is_ok_and(|d| d == *want)
-            {
-                self.note(&format!(
-                    "setup `{}`: the room's outputs match the cache",
-                    setup.command
-                ));
-                return Ok(SetupRun {
-                    inputs: Some(key),
-                    digest: Some(want.clone()),
-                    failed: None,
-                });
-            }
-            if let Err(e) = room.remove(&setup.outputs) {
-                return Ok(io(
-                    "clearing its outputs",
-                    std::io::Error::other(e.to_string()),
-                ));
-            }
-            if let Err(e) = copy_trees(&cache, &room.cwd(), &setup.outputs) {
-                return Ok(io("copying its cached outputs", e));
+            let kept = tree_intact(&room.cwd(), &setup.outputs)
+                && tree_digest(&room.cwd(), &setup.outputs).is_ok_and(|d| d == *want);
+            if !kept {
+                if let Err(e) = clear() {
+                    return Ok(e);
+                }
+                if let Err(e) = copy_trees(&cache, &room.cwd(), &setup.outputs) {
+                    return Ok(io("copying its cached outputs", e));
+                }
             }
             self.note(&format!(
-                "setup `{}`: outputs taken from the cache",
-                setup.command
+                "setup `{}`: {}",
+                setup.command,
+                if kept {
+                    "the room's outputs match the cache"
+                } else {
+                    "outputs taken from the cache"
+                }
             ));
             return Ok(SetupRun {
                 inputs: Some(key),
@@ -729,11 +727,8 @@ impl crate::Tacho {
                 failed: None,
             });
         }
-        if let Err(e) = room.remove(&setup.outputs) {
-            return Ok(io(
-                "clearing its outputs",
-                std::io::Error::other(e.to_string()),
-            ));
+        if let Err(e) = clear() {
+            return Ok(e);
         }
         self.note(&format!(
             "setup: running `{}` in the clean room",
