@@ -371,6 +371,25 @@ impl Tacho {
         if !missed.is_empty() && answer.problems.is_empty() {
             let _ = std::fs::remove_file(missed_path(&state_path));
         }
+        // A stop while a tool call is still running is no stop of the agent's own: its
+        // hooks report every call's end before it stops, so this is a payload piped to
+        // `tacho hook` from that call (issue 42: five of them paused the goal as five
+        // fruitless stops). It attempts no completion and counts for nothing; while an
+        // assured goal is open it is refused all the same. (Agents whose failed calls
+        // end only in their transcript are left out: a call may look open there.)
+        let in_flight: Vec<String> = state.main.open.keys().cloned().collect();
+        let piped = !in_flight.is_empty()
+            && agent.failed_calls_fire_post_hook()
+            && !agent.results_from_transcript();
+        if piped && let Some((session, _)) = &gate {
+            let why = format!(
+                "a stop arrived while tool call(s) {} were still running, so it is not a stop of the agent's own and counts for nothing",
+                in_flight.join(", ")
+            );
+            problem(&mut answer, why.clone());
+            self.fail_closed(agent, &event, session, &why, &mut answer);
+            gate = None;
+        }
         if let Some((session, already_blocked)) = gate {
             let blocked = match self.stop_gate(&session, &mut state, already_blocked) {
                 Ok(Some(reason)) => match agent.stop_block(&reason) {

@@ -1305,3 +1305,33 @@ fn ending_its_own_session_does_not_escape_the_goal() {
     let o = p.finish(&[]);
     assert!(!o.ci_passed, "{}", o.ci_out);
 }
+
+/// Issue 42 (6): five `Stop` payloads the agent pipes to `tacho hook` from one Bash
+/// call are no stops of its own: each is refused while the goal is open, none counts
+/// towards the stall pause, and the agent's real stop is still held.
+#[test]
+fn stops_piped_from_a_tool_call_count_for_nothing() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let input = serde_json::json!({"command": "for i in 1 2 3 4 5; do tacho hook claude-code < stop.json; done"});
+    p.hook_with(
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_use_id": "pipe", "tool_input": input}),
+    );
+    for _ in 0..5 {
+        let stop = p.hook("Stop");
+        assert!(stop.contains("\"decision\":\"block\""), "{stop}");
+        assert!(stop.contains("still running"), "{stop}");
+    }
+    p.hook_with(
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_use_id": "pipe", "tool_input": input,
+            "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
+    );
+    let (_, status, _) = p.t(&["goal", "status", "--session", "ses_proof", "--json"]);
+    let status: Value = serde_json::from_str(status.trim()).unwrap();
+    assert!(status["paused"].is_null(), "{status:#}");
+    // The real stop: a completion attempt, refused, the agent held.
+    let stop = p.hook("Stop");
+    assert!(stop.contains("\"decision\":\"block\""), "{stop}");
+    assert!(stop.contains("cannot complete"), "{stop}");
+}
