@@ -307,6 +307,20 @@ impl Tacho {
         // ended its session from its shell leaves its goals to the continuation.
         for part in self.continued_chain(id.as_str()) {
             let part = crate::SessionId::resolved(part);
+            // Who made each act on a goal (the agent from inside a call, or not).
+            let graph = self.graph(part.as_str()).ok();
+            let by = |seq: u64| -> String {
+                let Some(g) = &graph else {
+                    return "by whom unknown (the session's graph cannot be read)".into();
+                };
+                let call = g
+                    .goals
+                    .events
+                    .iter()
+                    .find(|e| e.seq == seq)
+                    .and_then(|e| e.during_call);
+                tacho_projections::asked_by(g, call)
+            };
             match self.goals(&part) {
                 Ok((_, goals)) => {
                     for g in goals
@@ -315,7 +329,10 @@ impl Tacho {
                         .filter(|g| g.created.assured && g.revised_by.is_none())
                     {
                         let mut goal = ci_goal(ws, g, &newest);
-                        goal.revisions = revisions(&goals, g);
+                        goal.revisions = revisions(&goals, g, &by);
+                        if !g.completed {
+                            goal.reason = not_completed(g, &by);
+                        }
                         if let Some(base) = rerun {
                             goal.rerun = self.rerun_goal(ws, g, &newest, base);
                             let contradicted: Vec<&str> = goal
@@ -344,7 +361,11 @@ impl Tacho {
 
 /// The revisions that led to goal `g`, newest first: `REVISION of OLD: "CORRECTION"`,
 /// with what each weakened.
-fn revisions(gs: &tacho_projections::Goals, g: &tacho_projections::GoalState) -> Vec<String> {
+fn revisions(
+    gs: &tacho_projections::Goals,
+    g: &tacho_projections::GoalState,
+    by: &dyn Fn(u64) -> String,
+) -> Vec<String> {
     let mut out = Vec::new();
     let mut now = g;
     while let Some(old_id) = now.created.revises.as_deref() {
@@ -356,9 +377,10 @@ fn revisions(gs: &tacho_projections::Goals, g: &tacho_projections::GoalState) ->
             now.created.assurance.as_deref(),
         );
         out.push(format!(
-            "revision {} replaced {}: \"{}\"{}",
+            "revision {} replaced {} {}: \"{}\"{}",
             now.created.revision,
             old.created.goal,
+            by(now.created_seq),
             now.created.correction.as_deref().unwrap_or(""),
             if weakened.is_empty() {
                 String::new()
@@ -372,6 +394,21 @@ fn revisions(gs: &tacho_projections::Goals, g: &tacho_projections::GoalState) ->
         }
     }
     out
+}
+
+/// Why a goal is not completed, in words: paused as stalled, blocked (and who asked
+/// for the block), or just not completed.
+fn not_completed(g: &tacho_projections::GoalState, by: &dyn Fn(u64) -> String) -> String {
+    if let Some(p) = &g.paused {
+        format!("not completed: paused as stalled ({p})")
+    } else if let Some(b) = &g.blocked {
+        format!(
+            "not completed: marked blocked {} ({b})",
+            by(g.blocked_seq.unwrap_or(0))
+        )
+    } else {
+        "not completed".into()
+    }
 }
 
 /// An assured goal against commit `commit`: completed, and each check's latest receipt

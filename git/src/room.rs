@@ -179,6 +179,10 @@ fn entries(fd: BorrowedFd<'_>) -> std::io::Result<Vec<CString>> {
 /// stack or the descriptors of the check that meets it.
 const REMOVE_DEPTH: usize = 128;
 
+/// How many times (5 ms apart) a warm room's lock is tried before a fresh room is
+/// made instead.
+const WARM_LOCK_TRIES: u32 = 20;
+
 /// Removes `name` from `at`, a directory with everything in it, never following a
 /// link (a link is removed, not what it names). Missing is fine.
 fn remove_at(at: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
@@ -759,8 +763,16 @@ impl Room {
         let Ok(lock) = lock else {
             return Room::build(parent, files, git);
         };
-        if lock.try_lock().is_err() {
-            return Room::build(parent, files, git);
+        // Held by another check, or for an instant by a child process forked (by any
+        // thread of this process) between its fork and its exec, which shares the
+        // lock until its descriptors close: a short wait tells the two apart.
+        let mut tries = 0;
+        while lock.try_lock().is_err() {
+            tries += 1;
+            if tries > WARM_LOCK_TRIES {
+                return Room::build(parent, files, git);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
         // Nothing of anyone else's in it for a check to read.
         let _ = lock.set_len(0);

@@ -21,6 +21,8 @@ pub struct GoalState {
     pub completed: bool,
     /// Blocked (with the reason), paused (stalled), or replaced by a revision.
     pub blocked: Option<String>,
+    /// The block's `goal.update` (its seq).
+    pub blocked_seq: Option<u64>,
     pub paused: Option<String>,
     pub revised_by: Option<String>,
     /// The plain rule's inputs (goals without a contract): the last passing
@@ -243,7 +245,10 @@ impl Goals {
                             g.completions.push((seq, u.accepted));
                             g.completed |= u.accepted;
                         }
-                        GoalAction::Block if u.accepted => g.blocked = u.reason.clone(),
+                        GoalAction::Block if u.accepted => {
+                            g.blocked = u.reason.clone();
+                            g.blocked_seq = Some(seq);
+                        }
                         GoalAction::Pause if u.accepted => g.paused = u.reason.clone(),
                         // A resume: the pause no longer holds.
                         GoalAction::Pause => {
@@ -281,6 +286,7 @@ impl Goals {
             completions: Vec::new(),
             completed: false,
             blocked: None,
+            blocked_seq: None,
             paused: None,
             revised_by: None,
             last_passing_verification: None,

@@ -252,6 +252,11 @@ pub struct GoalEventNode {
     /// The step open when it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
+    /// The agent's tool call (its `tool.call` seq) that was running when it was
+    /// recorded: an act made from inside that call — the agent's shell or its MCP
+    /// client — rather than by the user between calls ([`ExecutionGraph::running_call`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub during_call: Option<u64>,
 }
 
 /// What one goal's events say.
@@ -369,6 +374,12 @@ pub struct ExecutionGraph {
     pub ended_unix_ns: Option<i64>,
     pub last_event_unix_ns: Option<i64>,
     pub end_reason: Option<EndReason>,
+    /// The agent's tool call (its `tool.call` seq) that had not returned when the
+    /// session ended: ended from inside it (`tacho session end`, or a `SessionEnd`
+    /// payload piped to `tacho hook` from the agent's shell), or the agent quit while
+    /// it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_during_call: Option<u64>,
     /// Agents in the order they first appear.
     pub agents: Vec<String>,
     pub tokens: Tokens,
@@ -529,6 +540,7 @@ impl ExecutionGraph {
             ended_unix_ns: None,
             last_event_unix_ns: None,
             end_reason: None,
+            ended_during_call: None,
             agents: Vec::new(),
             tokens: Tokens::default(),
             model_calls: 0,
@@ -592,9 +604,25 @@ impl ExecutionGraph {
             weakened: Vec::new(),
             changed_since_freeze: Vec::new(),
             step: self.state.open_step.map(|i| self.steps[i].number),
+            during_call: self.running_call(),
         };
         fill(&mut e);
         self.goals.events.push(e);
+    }
+
+    /// The first tool call still running now, as the record has it: its `tool.call`
+    /// is folded in, its result is not, and the step it belongs to is still open (a
+    /// step ends with its last call, or where the next one starts). Anything tacho
+    /// records meanwhile happened inside that call.
+    pub fn running_call(&self) -> Option<u64> {
+        let open = self.state.open_step?;
+        self.state
+            .open_calls
+            .values()
+            .filter(|(si, _)| *si == open)
+            .filter_map(|(si, ti)| self.steps.get(*si)?.tools.get(*ti))
+            .map(|t| t.seq)
+            .min()
     }
 
     fn note_agent(&mut self, agent: Option<&str>) {
@@ -674,6 +702,17 @@ impl ExecutionGraph {
                 self.note_agent(agent);
             }
             EventView::SessionEnd { reason } => {
+                // A call of the last step with no result: the session ended inside
+                // it (hooks finish the steps a `SessionEnd` interrupts just before).
+                let last = self.steps.len().checked_sub(1);
+                self.ended_during_call = self
+                    .state
+                    .open_calls
+                    .values()
+                    .filter(|(si, _)| Some(*si) == last)
+                    .filter_map(|(si, ti)| self.steps.get(*si)?.tools.get(*ti))
+                    .map(|t| t.seq)
+                    .min();
                 self.ended_unix_ns = Some(at);
                 self.end_reason = Some(reason);
                 if let Some(i) = self.state.open_step.take() {

@@ -745,11 +745,12 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
                     .iter()
                     .map(|e| {
                         format!(
-                            "goal {} revised as {} at #{} ({}){}",
+                            "goal {} revised as {} at #{} ({}), {}{}",
                             e.revises.as_deref().unwrap_or("?"),
                             e.goal,
                             e.seq,
                             e.correction.as_deref().unwrap_or("no correction given"),
+                            asked_by(g, e.during_call),
                             if e.weakened.is_empty() {
                                 String::new()
                             } else {
@@ -761,6 +762,42 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
                     .join("; ")
             }),
             mitigation: "Read each revision's correction and what it weakened (tacho goal status): a contract rewritten during the work can let the goal complete without it.",
+            paths: Vec::new(),
+        });
+    }
+    // The agent acting on tacho from inside its own tool calls (its shell, or tacho's
+    // MCP server): a contract revised, a goal blocked or resumed, the session ended
+    // while one of its calls ran. The record's order proves it: tacho wrote these
+    // between that call's start and its result (SPEC §3.1).
+    let mut acts: Vec<String> = g
+        .goals
+        .events
+        .iter()
+        .filter_map(|e| {
+            let what = match e.mark {
+                GoalMark::Created if e.revises.is_some() => "revised",
+                GoalMark::Blocked => "marked blocked",
+                GoalMark::Resumed => "resumed from its pause",
+                _ => return None,
+            };
+            let call = e.during_call?;
+            Some(format!(
+                "goal {} {what} at #{} {}",
+                e.goal,
+                e.seq,
+                asked_by(g, Some(call))
+            ))
+        })
+        .collect();
+    if let Some(call) = g.ended_during_call {
+        acts.push(format!("the session ended {}", asked_by(g, Some(call))));
+    }
+    if !acts.is_empty() {
+        factors.push(RiskFactor {
+            id: "agent_acted_on_tacho",
+            weight: (acts.len() as u32 * 10).min(25),
+            evidence: text(&|| acts.join("; ")),
+            mitigation: "The agent changed what tacho holds it to, from inside its own tool calls: read each act (tacho session show), undo what you did not ask for, and rerun the checks in CI (ci verify --rerun).",
             paths: Vec::new(),
         });
     }
@@ -917,6 +954,19 @@ fn verification_runs(g: &ExecutionGraph) -> Vec<VerificationEvidence> {
     }
     runs.sort_by_key(|r| r.seq);
     runs
+}
+
+/// Who a goal act or a session end came from, in words: from inside the agent's
+/// tool call `call` (its `tool.call` seq) while it ran, or between the agent's calls
+/// (the user, or a process of theirs: the record cannot tell which).
+pub fn asked_by(g: &ExecutionGraph, call: Option<u64>) -> String {
+    match call {
+        Some(seq) => match g.tools().find(|(_, t)| t.seq == seq) {
+            Some((_, t)) => format!("from inside the agent's {} call #{seq}", t.tool),
+            None => format!("from inside the agent's call #{seq}"),
+        },
+        None => "between the agent's tool calls".into(),
+    }
 }
 
 #[cfg(test)]

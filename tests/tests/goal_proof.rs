@@ -1335,3 +1335,138 @@ fn stops_piped_from_a_tool_call_count_for_nothing() {
     assert!(stop.contains("\"decision\":\"block\""), "{stop}");
     assert!(stop.contains("cannot complete"), "{stop}");
 }
+
+/// Issue 42 (1, 5, 6): acts on tacho made from inside the agent's own tool call — a
+/// contract revised, a goal blocked, the session ended with `tacho session end` or a
+/// forged `SessionEnd` payload — are shown as the agent's: risk names each with its
+/// call, and `ci verify` says who revised and who blocked. The same revision made
+/// between the agent's calls is not the agent's act.
+#[test]
+fn acts_from_inside_a_tool_call_are_shown_as_the_agents() {
+    let in_call = |p: &Project, id: &str, command: &str, act: &dyn Fn()| {
+        let input = serde_json::json!({ "command": command });
+        p.hook_with(
+            "PreToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
+        );
+        act();
+        p.hook_with(
+            "PostToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
+                "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
+        );
+    };
+    let factor = |p: &Project, session: &str| -> Option<String> {
+        let (_, risk, _) = p.t(&["risk", session, "--json"]);
+        let risk: Value = serde_json::from_str(risk.trim()).unwrap();
+        risk["factors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == "agent_acted_on_tacho")
+            .map(|f| f["evidence"].as_str().unwrap().to_owned())
+    };
+
+    // A revision between calls (the user's) is no act of the agent's.
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let plan = std::fs::read_to_string(p._tmp.path().join("plan.md")).unwrap();
+    let weak = p._tmp.path().join("weak.md");
+    std::fs::write(
+        &weak,
+        plan.replace(UNITTEST, "python3 -m unittest discover -s docs -q"),
+    )
+    .unwrap();
+    let revise = |reason: &str| {
+        let (code, out, err) = p.t(&[
+            "goal",
+            "revise",
+            reason,
+            "--plan",
+            weak.to_str().unwrap(),
+            "--session",
+            "ses_proof",
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+    };
+    revise("the user's");
+    assert_eq!(factor(&p, "ses_proof"), None);
+    // The same from the agent's shell, then a block from it.
+    in_call(&p, "rev", "tacho goal revise flaky --plan weak.md", &|| {
+        revise("flaky")
+    });
+    let (_, receipt) = p.check("calc");
+    let seq = receipt["receipts"][0]["seq"]
+        .as_u64()
+        .or_else(|| receipt["seq"].as_u64())
+        .unwrap_or_else(|| panic!("{receipt:#}"));
+    in_call(&p, "blk", "tacho goal block ...", &|| {
+        let (code, out, err) = p.t(&[
+            "goal",
+            "block",
+            "--session",
+            "ses_proof",
+            "--kind",
+            "external_dependency",
+            "--reason",
+            "staging is down",
+            "--required-change",
+            "bring staging up",
+            "--evidence",
+            &seq.to_string(),
+            "--no-independent-work",
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+    });
+    let evidence = factor(&p, "ses_proof").unwrap();
+    assert!(evidence.contains("revised at #"), "{evidence}");
+    assert!(evidence.contains("marked blocked at #"), "{evidence}");
+    assert!(
+        evidence.contains("from inside the agent's Bash call #"),
+        "{evidence}"
+    );
+    assert!(!evidence.contains("session ended"), "{evidence}");
+    let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+    assert!(risk.contains("between the agent's tool calls"), "{risk}");
+    let o = p.finish(&[]);
+    assert!(!o.ci_passed, "{}", o.ci_out);
+    let ci: Value = serde_json::from_str(
+        o.ci_out
+            .get(..o.ci_out.rfind('}').map_or(0, |i| i + 1))
+            .unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {}", o.ci_out));
+    let goal = &ci["sessions"][0]["goals"][0];
+    let revisions = goal["revisions"].to_string();
+    assert!(
+        revisions.contains("from inside the agent's Bash call #"),
+        "{ci:#}"
+    );
+    assert!(
+        revisions.contains("between the agent's tool calls"),
+        "{ci:#}"
+    );
+    let reason = goal["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("not completed: marked blocked from inside the agent's Bash call #"),
+        "{reason}"
+    );
+
+    // Ending its own session from inside a call, by command or by a forged payload.
+    for forged in [false, true] {
+        let p = Project::new(&one(UNITTEST), &["src"], None);
+        assert_eq!(factor(&p, "ses_proof"), None);
+        in_call(&p, "end", "tacho session end ses_proof", &|| {
+            if forged {
+                p.hook("SessionEnd");
+            } else {
+                let (code, out, err) = p.t(&["session", "end", "ses_proof"]);
+                assert_eq!(code, 0, "{out}{err}");
+            }
+        });
+        let evidence = factor(&p, "ses_proof").unwrap_or_else(|| panic!("forged {forged}"));
+        assert!(
+            evidence.contains("the session ended from inside the agent's Bash call #"),
+            "{evidence}"
+        );
+    }
+}
