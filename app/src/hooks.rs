@@ -90,6 +90,21 @@ impl Tacho {
             .find(|a| mains.iter().any(|m| self.hook_state_path(*a, m).is_file()))
     }
 
+    /// The id the hooks record an agent session under whose id (`raw`) names a
+    /// session fetched from a remote: `<id>.local`, or `<id>.localN` when that one was
+    /// fetched too.
+    fn local_session_id(&self, raw: &str) -> String {
+        let id = session_id_from(raw);
+        let mut candidate = format!("{id}.local");
+        for n in 2..100 {
+            if self.origin(&candidate).is_none() {
+                break;
+            }
+            candidate = format!("{id}.local{n}");
+        }
+        candidate
+    }
+
     /// Removes the hooks' state of `session` (a main session's id), for a session
     /// removed from the log: a later payload of the same agent session then starts
     /// recording it afresh. Taken under the state lock; a hook holding it now is left
@@ -174,6 +189,16 @@ impl Tacho {
                 return self.hook_ok(agent, "", answer);
             }
         };
+        // A session fetched from a remote is never appended to: an agent whose session
+        // id names one (reused, or chosen with the agent's `--session-id`) records as
+        // `<id>.local` instead (SPEC §3.1).
+        let mut payload = payload;
+        let fetched = self
+            .origin(&session_id_from(&payload.session_id))
+            .map(|o| (session_id_from(&payload.session_id), o.remote));
+        if fetched.is_some() {
+            payload.session_id = self.local_session_id(&payload.session_id);
+        }
         let session = session_id_from(&payload.session_id);
         let event = payload.hook_event_name.clone();
         let problem = |answer: &mut HookAnswer, msg: String| {
@@ -295,7 +320,27 @@ impl Tacho {
                 Err(e) => problem(&mut answer, format!("rollout {t}: {e}")),
             }
         }
-        let actions = map_payload(agent, &payload, &mut state);
+        let mut actions = map_payload(agent, &payload, &mut state);
+        if let Some((fetched, remote)) = &fetched
+            && let Some(i) = actions.iter().position(|a| {
+                matches!(a, Action::Event { body: EventBody::SessionStart(_), session } if *session == state.main.session)
+            })
+        {
+            actions.insert(
+                i + 1,
+                Action::Event {
+                    session: state.main.session.clone(),
+                    body: EventBody::AgentNotice(tacho_schema::AgentNotice {
+                        notice: "tacho:fetched_session_id".into(),
+                        message: Some(format!(
+                            "the agent's session id names session {fetched}, fetched from remote {remote}: recorded as {} instead",
+                            state.main.session
+                        )),
+                        agent: None,
+                    }),
+                },
+            );
+        }
         let mut gate = None;
         {
             for action in actions {

@@ -584,3 +584,57 @@ fn a_session_holding_a_token_is_refused_until_its_event_is_let_through() {
     assert!(after.contains("refs/tacho/sessions/ses_leaky"), "{after}");
     assert!(after.contains("refs/tacho/sessions/ses_clean"), "{after}");
 }
+
+/// Issue 42 (15): a local agent whose session id names a fetched session (reused, or
+/// chosen with `--session-id`) never appends to it: its hooks record it as
+/// `<id>.local`, with a notice saying why, and the fetched session keeps its head.
+#[test]
+fn hooks_never_append_to_a_fetched_session() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("ses_shared");
+    w.alice.ok(&["push", "--all"]);
+    w.bob.ok(&["fetch"]);
+    let before = w.bob.json(&["session", "show", "ses_shared", "--json"]);
+    let hook = |event: &str| {
+        let payload = serde_json::json!({"session_id": "ses_shared", "cwd": w.bob.clone,
+            "hook_event_name": event, "prompt": "hello"});
+        let mut c = tacho(&w.bob.data);
+        c.current_dir(&w.bob.clone)
+            .env("HOME", &w.bob.home)
+            .env("TACHO_NO_WATCH", "1")
+            .args(["hook", "claude-code"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(payload.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    hook("UserPromptSubmit");
+    hook("Stop");
+    let after = w.bob.json(&["session", "show", "ses_shared", "--json"]);
+    assert_eq!(
+        before["summary"]["events"], after["summary"]["events"],
+        "{after:#}"
+    );
+    let local = w.bob.ok(&["audit", "export", "ses_shared.local"]);
+    assert!(
+        local.contains("names session ses_shared, fetched from remote"),
+        "{local}"
+    );
+    let (code, out, err) = w.bob.tacho(&["log", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+}
