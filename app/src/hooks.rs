@@ -759,18 +759,40 @@ impl Tacho {
             return Ok(None);
         }
         let mut refused = Vec::new();
+        let mut paused = Vec::new();
         for (owner, g) in open {
             let done = self.complete_goal(owner, Some(&g.created.goal))?;
-            // A paused goal (the stall rule) no longer holds the agent.
-            if !done.accepted && done.stall != Some(crate::goals::Stall::Paused) {
+            // A goal paused now (the stall rule) no longer holds the agent: it is
+            // told so once, with the unfinished work, to tell the user.
+            if done.stall == Some(crate::goals::Stall::Paused) {
+                paused.push((g, done));
+            } else if !done.accepted {
                 refused.push((g, done));
             }
         }
-        if refused.is_empty() {
+        if refused.is_empty() && paused.is_empty() {
             return Ok(None);
         }
         state.gate_blocks += 1;
         let mut reason = String::new();
+        for (g, done) in &paused {
+            if !reason.is_empty() {
+                reason.push('\n');
+            }
+            reason.push_str(&format!(
+                "tacho: goal {} \"{}\" is paused: {}. Unfinished work:",
+                g.created.goal,
+                g.created.title,
+                done.note.as_deref().unwrap_or("stalled")
+            ));
+            for o in &done.open {
+                reason.push_str(&format!("\n- {o}"));
+            }
+            reason.push_str("\nTell the user what is unfinished and why; this goal no longer holds your stop (a passing check or `tacho goal resume` lifts the pause).");
+        }
+        if refused.is_empty() {
+            return Ok(Some(reason));
+        }
         for (g, done) in &refused {
             if !reason.is_empty() {
                 reason.push('\n');

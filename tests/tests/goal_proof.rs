@@ -1470,3 +1470,40 @@ fn acts_from_inside_a_tool_call_are_shown_as_the_agents() {
         );
     }
 }
+
+/// Issue 42 (16): when the Stop hook pauses a stalled goal, the agent is told once —
+/// the goal, why it paused and the unfinished work, to tell the user — and the record
+/// holds the pause; its next stop is let through.
+#[test]
+fn a_goal_the_stop_hook_pauses_is_told_to_the_agent_once() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        p.hook("UserPromptSubmit");
+        answers.push(p.hook("Stop"));
+    }
+    assert!(answers[0].contains("cannot complete"), "{}", answers[0]);
+    assert!(answers[1].contains("cannot complete"), "{}", answers[1]);
+    let told = &answers[2];
+    assert!(told.contains("\"decision\":\"block\""), "{told}");
+    assert!(
+        told.contains("is paused: goal paused (stalled: 3 completion attempts"),
+        "{told}"
+    );
+    assert!(told.contains("Tell the user what is unfinished"), "{told}");
+    assert!(!told.contains("cannot complete"), "{told}");
+    assert!(
+        !answers[3].contains("\"decision\":\"block\""),
+        "{}",
+        answers[3]
+    );
+    let (_, status, _) = p.t(&["goal", "status", "--session", "ses_proof", "--json"]);
+    let status: Value = serde_json::from_str(status.trim()).unwrap();
+    assert!(
+        status["paused"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("stalled"),
+        "{status:#}"
+    );
+}
