@@ -61,6 +61,16 @@ pub struct CiCommit {
     pub summary: String,
     /// The sessions whose `git.commits` list this commit (with this tree).
     pub sessions: Vec<String>,
+    /// Why a session of `sessions` does not link it (SPEC §17.3): the commit was not
+    /// made while one of its steps ran (it arrived by a fast-forward, a reset or from
+    /// another work tree), or `tacho record` wrote the session for an agent whose
+    /// sessions tacho's hooks record. Empty when every one links it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_linked_by: Vec<String>,
+    /// Some session links it.
+    pub linked: bool,
+    #[serde(skip)]
+    committed_unix: Option<i64>,
 }
 
 /// One assured goal of a linked session, against the newest commit it made.
@@ -111,6 +121,13 @@ pub struct CiSession {
     pub goals: Vec<CiGoal>,
     /// The commits of the range it made, newest first.
     pub commits: Vec<String>,
+    /// `tacho record` wrote it (its `session.start`'s source): what the agent reported,
+    /// not what tacho's hooks saw.
+    pub agent_reported: bool,
+    /// When its steps ran (ns since the epoch, start and end): the times a commit it
+    /// made falls in.
+    #[serde(skip)]
+    windows: Vec<(i64, i64)>,
 }
 
 /// One rule the range breaks, and the commit or session it is about.
@@ -160,7 +177,7 @@ impl CiReport {
     }
 
     pub fn unlinked(&self) -> impl Iterator<Item = &CiCommit> {
-        self.commits.iter().filter(|c| c.sessions.is_empty())
+        self.commits.iter().filter(|c| !c.linked)
     }
 }
 
@@ -231,13 +248,28 @@ impl Tacho {
                 commit: c.commit,
                 tree: c.tree,
                 summary: c.summary,
+                linked: !sessions.is_empty(),
                 sessions,
+                not_linked_by: Vec::new(),
+                committed_unix: c.committed_unix,
             });
         }
         for (session, made) in by_session {
             let rerun = policy.rerun.then_some(report.baseline.as_str());
             let s = self.ci_session(&ws, session, made, rerun);
             report.sessions.push(s);
+        }
+        for c in &mut report.commits {
+            for s in report
+                .sessions
+                .iter()
+                .filter(|s| c.sessions.contains(&s.session))
+            {
+                if let Some(why) = not_made_by(c, s) {
+                    c.not_linked_by.push(why);
+                }
+            }
+            c.linked = c.sessions.len() > c.not_linked_by.len();
         }
         // A damaged log may hide the links it held: the commits it made would show as
         // unlinked. Tampered evidence fails the range whichever commits it made.
@@ -274,7 +306,30 @@ impl Tacho {
             risk_score: None,
             goals: Vec::new(),
             commits,
+            agent_reported: false,
+            windows: Vec::new(),
         };
+        if let Ok(Some(first)) = self.log().first_event(&s.session)
+            && let tacho_schema::EventBody::SessionStart(start) = &first.body
+        {
+            s.agent_reported = start
+                .source
+                .as_deref()
+                .is_some_and(|src| src.starts_with(crate::ingest::RECORD_SOURCE));
+        }
+        if let Ok(g) = self.graph(&s.session) {
+            let last = g.ended_unix_ns.or(g.last_event_unix_ns).unwrap_or(i64::MAX);
+            s.windows = g
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, st)| {
+                    let next = g.steps.get(i + 1).map(|n| n.started_unix_ns);
+                    let end = st.finished_unix_ns.or(next).unwrap_or(last);
+                    (st.started_unix_ns, end.max(st.started_unix_ns))
+                })
+                .collect();
+        }
         match self.log().verify_session(&s.session, true) {
             Ok(r) => {
                 s.findings = r.findings.iter().map(|f| f.message.clone()).collect();
@@ -330,7 +385,14 @@ impl Tacho {
                     {
                         let mut goal = ci_goal(ws, g, &newest);
                         goal.revisions = revisions(&goals, g, &by);
-                        if !g.completed {
+                        if let Some((why, seq)) = &g.cleared {
+                            // The user's act, once the session ended (SPEC §12.3): no
+                            // receipt is owed, and the summary says so.
+                            goal.ok = true;
+                            goal.reason = format!(
+                                "cleared by the user at #{seq} ({why}): its receipts are not checked"
+                            );
+                        } else if !g.completed {
                             goal.reason = not_completed(g, &by);
                         }
                         if let Some(base) = rerun {
@@ -488,6 +550,48 @@ fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal 
     goal
 }
 
+/// How far a commit's time may lie outside a step of the session that saw it: Git
+/// keeps whole seconds.
+const COMMIT_TIME_SLACK_NS: i64 = 2_000_000_000;
+
+/// Why session `s` does not link commit `c` (SPEC §17.3), if so: `tacho record` wrote
+/// it for an agent whose sessions tacho's hooks record, or the commit was not made
+/// while one of its steps ran (it arrived: a fast-forward, a reset, another work tree,
+/// or a commit made between its steps).
+fn not_made_by(c: &CiCommit, s: &CiSession) -> Option<String> {
+    if s.agent_reported
+        && let Some(agent) = s.agent.as_deref()
+        && tacho_agents::Agent::parse(agent).is_some()
+    {
+        return Some(format!(
+            "session {} names {agent}, whose sessions tacho's hooks record, but `tacho record` wrote it: what an agent reports links no commit",
+            s.session
+        ));
+    }
+    let Some(t) = c.committed_unix.map(|t| t.saturating_mul(1_000_000_000)) else {
+        return Some(format!(
+            "commit {} has no committer time to place in session {}",
+            short_id(&c.commit),
+            s.session
+        ));
+    };
+    let during = s.windows.iter().any(|(a, b)| {
+        t >= a.saturating_sub(COMMIT_TIME_SLACK_NS) && t <= b.saturating_add(COMMIT_TIME_SLACK_NS)
+    });
+    (!during).then(|| {
+        format!(
+            "commit {} ({}) was not made while a step of session {} ran: it arrived by a fast-forward, a reset or from another work tree, or was made between its steps",
+            short_id(&c.commit),
+            tacho_schema::time_to_rfc3339(t),
+            s.session
+        )
+    })
+}
+
+fn short_id(c: &str) -> &str {
+    c.get(..12).unwrap_or(c)
+}
+
 /// The rules the report breaks: unverified sessions and assured goals always; unlinked
 /// commits and unsigned sessions when the policy requires them.
 fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
@@ -531,7 +635,15 @@ fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
             f.push(CiFailure {
                 commit: Some(c.commit.clone()),
                 session: None,
-                reason: format!("commit {} is linked to no session", c.commit),
+                reason: if c.not_linked_by.is_empty() {
+                    format!("commit {} is linked to no session", c.commit)
+                } else {
+                    format!(
+                        "commit {} is linked to no session: {}",
+                        c.commit,
+                        c.not_linked_by.join("; ")
+                    )
+                },
             });
         }
     }

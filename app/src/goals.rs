@@ -99,6 +99,8 @@ pub enum GoalError {
     ChangedMeanwhile { goal: String, what: &'static str },
     #[error("goal {0} is completed: a completed goal is not replaced; create a new goal")]
     CompletedNotReplaced(String),
+    #[error("goal {goal} is not cleared: {why}")]
+    NotCleared { goal: String, why: String },
     #[error("goal {goal} is not paused{}; there is nothing to resume", why.map(|w| format!(" ({w})")).unwrap_or_default())]
     NotPaused {
         goal: String,
@@ -311,6 +313,9 @@ pub struct GoalStatus {
     pub completed: bool,
     pub blocked: Option<String>,
     pub paused: Option<String>,
+    /// Set aside by the user (`goal clear`): the reason and where.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cleared: Option<String>,
     pub revised_by: Option<String>,
     pub revises: Option<String>,
     pub correction: Option<String>,
@@ -540,6 +545,12 @@ fn decide(g: &GoalState, states: &[(String, CheckState)], open: &[String]) -> (b
             format!("replaced by revision {by}: its calls cannot complete this goal"),
         );
     }
+    if let Some((why, seq)) = &g.cleared {
+        return (
+            false,
+            format!("cleared by the user at #{seq} ({why}): a cleared goal does not complete"),
+        );
+    }
     if !g.created.assured {
         // No contract: the plain rule, and the answer says so.
         return match g.plain_rule() {
@@ -691,6 +702,10 @@ fn status_of(session: String, g: &GoalState) -> Result<GoalStatus, GoalError> {
         completed: g.completed,
         blocked: g.blocked.clone(),
         paused: g.paused.clone(),
+        cleared: g
+            .cleared
+            .as_ref()
+            .map(|(why, seq)| format!("{why} (#{seq})")),
         revised_by: g.revised_by.clone(),
         revises: g.created.revises.clone(),
         correction: g.created.correction.clone(),
@@ -1510,6 +1525,18 @@ pub struct Replaced {
     pub advisory: Option<String>,
 }
 
+/// A goal set aside by the user (`goal clear`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Cleared {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub goal: String,
+    pub session: String,
+    pub reason: String,
+    /// The `goal.update` recorded.
+    pub seq: u64,
+}
+
 /// A paused goal, resumed.
 #[derive(Debug, Clone, Serialize)]
 pub struct Resumed {
@@ -1639,6 +1666,81 @@ impl Tacho {
                 .unwrap_or_default(),
             seq,
             advisory: plan_advisory(&plan.markdown),
+        })
+    }
+
+    /// Sets a goal aside (`tacho goal clear`): records a `goal.update` `clear` with the
+    /// reason, after which the goal holds no one and every view says it was cleared
+    /// (SPEC §12.3). The user's act, never the agent's: refused while the agent's hooks
+    /// still record the conversation, and for a session the agent ended from inside
+    /// one of its own tool calls. A completed, replaced or cleared goal is not cleared.
+    pub fn clear_goal(
+        &self,
+        session: &SessionId,
+        goal: Option<&str>,
+        reason: &str,
+    ) -> Result<Cleared, GoalError> {
+        let (session, gs) = self.goals(session)?;
+        let g = pick(&gs, &session, goal)?;
+        let id = g.created.goal.clone();
+        let refuse = |why: String| GoalError::NotCleared {
+            goal: id.clone(),
+            why,
+        };
+        if reason.trim().is_empty() {
+            return Err(GoalError::Empty(Field::Reason));
+        }
+        if let Some(by) = &g.revised_by {
+            return Err(refuse(format!("it was replaced by {by}")));
+        }
+        if g.completed {
+            return Err(refuse("it is completed".into()));
+        }
+        if let Some((_, seq)) = &g.cleared {
+            return Err(refuse(format!("it was cleared already (#{seq})")));
+        }
+        // The agent may be the one asking while its hooks record the conversation: the
+        // session, or the continuation its next payload started.
+        let graph = self.graph(session.as_str())?;
+        if graph.ended_unix_ns.is_none()
+            && let Some(agent) = self.hook_recorder(session.as_str())
+        {
+            return Err(refuse(format!(
+                "{agent}'s hooks still record session {session} (it has not ended): the agent working in it could be the one asking — end it first (tacho session end {session}), or give the goal a new contract with tacho goal replace"
+            )));
+        }
+        if let Some(call) = graph.ended_during_call {
+            return Err(refuse(format!(
+                "session {session} was ended {}: the agent ended it, so its goal stays",
+                tacho_projections::asked_by(&graph, Some(call))
+            )));
+        }
+        let next = crate::hooks::next_continuation(session.as_str());
+        if self.log().has_session(&next)
+            && self.graph(&next)?.ended_unix_ns.is_none()
+            && self.hook_recorder(&next).is_some()
+        {
+            return Err(refuse(format!(
+                "the conversation goes on as session {next}, which has not ended: end it first"
+            )));
+        }
+        let seq = self.append_goal_event(
+            &session,
+            EventBody::GoalUpdate(GoalUpdate {
+                goal: id.clone(),
+                revision: g.created.revision,
+                action: GoalAction::Clear,
+                accepted: true,
+                reason: Some(reason.trim().to_owned()),
+                ..GoalUpdate::default()
+            }),
+        )?;
+        Ok(Cleared {
+            kind: "goal_cleared",
+            goal: id,
+            session,
+            reason: reason.trim().to_owned(),
+            seq,
         })
     }
 

@@ -402,6 +402,19 @@ impl Tacho {
                     problem(&mut answer, msg);
                 }
             }
+            // A process that posed as the workspace's watcher (none of its answers was
+            // used: the snapshots read the workspace themselves) is evidence.
+            for why in tacho_git::snapshot::watch::take_impostors() {
+                let body = EventBody::Error(tacho_schema::ErrorEvent {
+                    message: format!("not believed: {why}"),
+                    code: Some(tacho_projections::WATCHER_IMPOSTOR.into()),
+                    source: Some("tacho".into()),
+                    fatal: false,
+                });
+                if let Err(e) = ingest.event(0, state.main.session.clone(), self.now(), body) {
+                    problem(&mut answer, e.to_string());
+                }
+            }
             let observed = ingest.observed_heads().clone();
             match ingest.finish() {
                 Ok(done) => {
@@ -868,6 +881,16 @@ impl Tacho {
     }
 }
 
+/// The id a continuation of `session` takes: `<id>.N+1` after `<id>.N`, else `<id>.2`.
+pub(crate) fn next_continuation(session: &str) -> String {
+    if let Some((base, n)) = session.rsplit_once('.')
+        && let Ok(n) = n.parse::<u32>()
+    {
+        return format!("{base}.{}", n.saturating_add(1));
+    }
+    format!("{session}.2")
+}
+
 /// Whether `child` is a continuation of `parent`: `<id>.N` (N a number) after `<id>`
 /// or `<id>.M`.
 fn continues(child: &str, parent: &str) -> bool {
@@ -894,6 +917,7 @@ fn open_assured(gs: &tacho_projections::Goals) -> Vec<&tacho_projections::GoalSt
                 && !g.completed
                 && g.paused.is_none()
                 && g.blocked.is_none()
+                && g.cleared.is_none()
                 && g.revised_by.is_none()
         })
         .collect()

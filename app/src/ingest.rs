@@ -78,6 +78,10 @@ pub struct IngestOptions {
     pub outside: bool,
 }
 
+/// The `source` of a session `tacho record` started (its `session.start`): the
+/// agent's own report, never what tacho's hooks saw.
+pub const RECORD_SOURCE: &str = "tacho-record";
+
 impl IngestOptions {
     /// What tacho records itself (a hook's events, imported transcripts, ends): every
     /// event given to the ingest in one batch, synced, named by `source`, without
@@ -787,6 +791,20 @@ impl<'t> Ingest<'t> {
             });
         }
         let mut body = body;
+        if let EventBody::SessionStart(s) = &mut body
+            && self.opts.outside
+        {
+            // What produced the events is tacho's to say: an outside input is agent-
+            // reported, whatever it calls itself (SPEC §17.3: its links do not stand
+            // for an agent tacho's hooks record).
+            s.source = Some(match s.source.take() {
+                Some(said) if said != RECORD_SOURCE => {
+                    let said: String = said.chars().filter(|c| !c.is_control()).take(60).collect();
+                    format!("{RECORD_SOURCE} (it said: {said})")
+                }
+                _ => RECORD_SOURCE.to_owned(),
+            });
+        }
         if let EventBody::SessionStart(s) = &mut body {
             // One spelling of the workspace for everything that follows (snapshots,
             // edits, receipts): canonical — links resolved, no `.` or trailing slash —

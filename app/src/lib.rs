@@ -60,8 +60,8 @@ pub use end::{EndError, Ended, EndedSession};
 pub use error::{ErrorKind, Kind};
 pub use goals::{
     BLOCK_KINDS, BlockRequest, Blocked, CHANGED_DIFFS_MAX, ChangedDiff, CheckCommand, CheckStatus,
-    Completion, CreateRequest, Frozen, GoalError, GoalStatus, Receipt, ReplaceRequest, Replaced,
-    Resumed, Revised, Stall, read_plan,
+    Cleared, Completion, CreateRequest, Frozen, GoalError, GoalStatus, Receipt, ReplaceRequest,
+    Replaced, Resumed, Revised, Stall, read_plan,
 };
 pub use hooks::{GATE_BLOCKS_MAX, HookAnswer};
 pub use id::SessionId;

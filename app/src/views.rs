@@ -251,6 +251,7 @@ fn trace_row(
                 // A pause not accepted is a resume (`tacho goal resume`).
                 (GoalAction::Pause, false) => ("resume", reason, false),
                 (GoalAction::Block, _) => ("block", reason, true),
+                (GoalAction::Clear, _) => ("clear", reason, false),
             }
         }
         EventBody::SessionEnd(en) => match en.reason {

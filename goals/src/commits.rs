@@ -107,6 +107,9 @@ pub struct RangeCommit {
     pub parents: Vec<String>,
     /// The first line of its message.
     pub summary: String,
+    /// When it was committed (its committer's time, seconds since the epoch), as
+    /// the commit says: what whoever made it chose.
+    pub committed_unix: Option<i64>,
 }
 
 /// The commits of `baseline..head` (git's meaning), newest first, or why the range
@@ -147,6 +150,11 @@ pub fn commit_range(
             tree: tree.to_string(),
             parents: c.parent_ids().map(|p| p.to_string()).collect(),
             summary,
+            committed_unix: c
+                .committer()
+                .ok()
+                .and_then(|s| s.time().ok())
+                .map(|t| t.seconds),
         });
     }
     Ok(CommitRange {

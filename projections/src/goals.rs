@@ -24,6 +24,9 @@ pub struct GoalState {
     /// The block's `goal.update` (its seq).
     pub blocked_seq: Option<u64>,
     pub paused: Option<String>,
+    /// Set aside by the user (`goal clear`): the reason, and the clear's seq. A
+    /// cleared goal holds no one (SPEC §12.3).
+    pub cleared: Option<(String, u64)>,
     pub revised_by: Option<String>,
     /// The plain rule's inputs (goals without a contract): the last passing
     /// verification run since the goal was created (a `verification.run`, or a shell
@@ -245,6 +248,9 @@ impl Goals {
                             g.completions.push((seq, u.accepted));
                             g.completed |= u.accepted;
                         }
+                        GoalAction::Clear if u.accepted => {
+                            g.cleared = Some((u.reason.clone().unwrap_or_default(), seq));
+                        }
                         GoalAction::Block if u.accepted => {
                             g.blocked = u.reason.clone();
                             g.blocked_seq = Some(seq);
@@ -288,6 +294,7 @@ impl Goals {
             blocked: None,
             blocked_seq: None,
             paused: None,
+            cleared: None,
             revised_by: None,
             last_passing_verification: None,
             running: BTreeMap::new(),

@@ -165,6 +165,9 @@ pub struct GoalActivity {
     /// Goals paused by the stall rule, and goals marked blocked.
     pub paused: u64,
     pub blocked: u64,
+    /// Goals set aside by the user (`goal clear`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cleared: u64,
     /// The same, per goal id: readiness comes from the goals that are current (not
     /// replaced by a revision), so an earlier goal's events never settle its
     /// replacement.
@@ -174,6 +177,10 @@ pub struct GoalActivity {
     /// risk assessment weighs as verification runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<GoalEventNode>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a goal event was.
@@ -193,6 +200,8 @@ pub enum GoalMark {
     Resumed,
     /// Marked blocked.
     Blocked,
+    /// Set aside by the user (`goal clear`).
+    Cleared,
 }
 
 impl GoalMark {
@@ -207,6 +216,7 @@ impl GoalMark {
             GoalMark::Paused => "paused",
             GoalMark::Resumed => "resumed",
             GoalMark::Blocked => "blocked",
+            GoalMark::Cleared => "cleared",
         }
     }
 
@@ -221,6 +231,7 @@ impl GoalMark {
             GoalMark::Paused => "goal paused",
             GoalMark::Resumed => "goal resumed",
             GoalMark::Blocked => "goal blocked",
+            GoalMark::Cleared => "goal cleared",
         }
     }
 }
@@ -266,15 +277,21 @@ pub struct GoalTally {
     pub completions_refused: u64,
     pub paused: u64,
     pub blocked: u64,
+    /// Set aside by the user (`goal clear`): holds no one any more.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cleared: u64,
     /// Replaced by a revision (this goal id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revised_by: Option<String>,
 }
 
 impl GoalTally {
-    /// Not completed, and the gate refused it, it stalled or it was blocked.
+    /// Not completed nor cleared, and the gate refused it, it stalled or it was
+    /// blocked.
     pub fn is_open(&self) -> bool {
-        !self.completed && (self.completions_refused > 0 || self.paused > 0 || self.blocked > 0)
+        !self.completed
+            && self.cleared == 0
+            && (self.completions_refused > 0 || self.paused > 0 || self.blocked > 0)
     }
 }
 
@@ -983,6 +1000,12 @@ impl ExecutionGraph {
                     }
                     // A block the gate did not take is no state of the goal.
                     (GoalAction::Block, false) => return,
+                    (GoalAction::Clear, true) => {
+                        self.goals.cleared += 1;
+                        t.cleared += 1;
+                        GoalMark::Cleared
+                    }
+                    (GoalAction::Clear, false) => return,
                 };
                 self.goal_event(seq, at, goal, |e| e.mark = mark);
             }

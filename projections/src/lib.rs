@@ -29,8 +29,8 @@ pub use graph::{
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{
     Confidence, HOOK_LOCK_HELD, RISK_DISCLAIMER, Readiness, RiskAssessment, RiskFactor, RiskLevel,
-    VerificationEvidence, VerificationSource, asked_by, assess, is_agent_hook_file, is_api_surface,
-    is_security_sensitive, risk_score, verification_kind,
+    VerificationEvidence, VerificationSource, WATCHER_IMPOSTOR, asked_by, assess,
+    is_agent_hook_file, is_api_surface, is_security_sensitive, risk_score, verification_kind,
 };
 pub use rollback::{RollbackPoint, RollbackPoints, UnclaimedPoint};
 pub use summary::{SessionStatus, SessionSummary};

@@ -450,6 +450,11 @@ pub fn risk_score(g: &ExecutionGraph) -> (u32, RiskLevel) {
 /// lock and recorded nothing.
 pub const HOOK_LOCK_HELD: &str = "hook_lock_held";
 
+/// The `error` code of a process that answered on a workspace's watcher socket and
+/// was not tacho's watcher (SPEC §10.6): written by tacho, which then read the
+/// workspace itself.
+pub const WATCHER_IMPOSTOR: &str = "watcher_impostor";
+
 fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
     let text = |f: &dyn Fn() -> String| if detail { f() } else { String::new() };
     let owned = |v: &[&String]| -> Vec<String> {
@@ -778,6 +783,7 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
                 GoalMark::Created if e.revises.is_some() => "revised",
                 GoalMark::Blocked => "marked blocked",
                 GoalMark::Resumed => "resumed from its pause",
+                GoalMark::Cleared => "cleared",
                 _ => return None,
             };
             let call = e.during_call?;
@@ -801,6 +807,28 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             paths: Vec::new(),
         });
     }
+    // Goals set aside by the user (`goal clear`): never silent.
+    let cleared: Vec<&crate::graph::GoalEventNode> = g
+        .goals
+        .events
+        .iter()
+        .filter(|e| e.mark == GoalMark::Cleared)
+        .collect();
+    if !cleared.is_empty() {
+        factors.push(RiskFactor {
+            id: "goal_cleared",
+            weight: (cleared.len() as u32 * 5).min(15),
+            evidence: text(&|| {
+                cleared
+                    .iter()
+                    .map(|e| format!("goal {} cleared at #{}", e.goal, e.seq))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+            mitigation: "A cleared goal was set aside without its work being proven: read why (tacho goal status --goal ID) and make sure the work it asked for is not needed.",
+            paths: Vec::new(),
+        });
+    }
     // The recorder obstructed: hooks that waited out their budget for a lock another
     // process held, and recorded nothing of what they saw (written by tacho once the
     // lock freed, SPEC §3.1). What happened meanwhile is missing from this record.
@@ -809,6 +837,27 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
         .iter()
         .filter(|e| e.code.as_deref() == Some(HOOK_LOCK_HELD))
         .collect();
+    let impostors: Vec<&crate::graph::ErrorNode> = g
+        .errors
+        .iter()
+        .filter(|e| e.code.as_deref() == Some(WATCHER_IMPOSTOR))
+        .collect();
+    if !impostors.is_empty() {
+        factors.push(RiskFactor {
+            id: "watcher_impostor",
+            weight: 20,
+            evidence: text(&|| {
+                format!(
+                    "{} time(s) a process posed as tacho's watcher of the workspace (first at #{}): {}",
+                    impostors.len(),
+                    impostors.first().map_or(0, |e| e.seq),
+                    impostors.first().map_or("", |e| e.message.as_str())
+                )
+            }),
+            mitigation: "Something answered on the watcher's socket in tacho's place: tacho read the workspace itself, so the record holds, but look for the process (it may be the agent's) and rerun the checks in CI (ci verify --rerun).",
+            paths: Vec::new(),
+        });
+    }
     if !held.is_empty() {
         factors.push(RiskFactor {
             id: "recorder_obstructed",

@@ -371,11 +371,13 @@ record_struct!(
 );
 
 string_enum!(
-    /// What a `goal.update` asks for.
+    /// What a `goal.update` asks for. `clear` (goal.update v2): the goal set aside by
+    /// the user (`tacho goal clear`); it holds no one any more, and every view says so.
     GoalAction {
         Complete = "complete",
         Block = "block",
         Pause = "pause",
+        Clear = "clear",
     }
 );
 
@@ -858,7 +860,7 @@ kinds! {
     SessionBranch(SessionBranch) = 17, "session.branch", v 1, by Tacho;
     GoalCreated(GoalCreated) = 18, "goal.created", v 3, by Tacho;
     GoalCheckRun(GoalCheckRun) = 19, "goal.check", v 3, by Tacho;
-    GoalUpdate(GoalUpdate) = 20, "goal.update", v 1, by Tacho;
+    GoalUpdate(GoalUpdate) = 20, "goal.update", v 2, by Tacho;
     GoalCheckStart(GoalCheckStart) = 21, "goal.check_start", v 1, by Tacho;
     AgentNotice(AgentNotice) = 22, "agent.notice", v 1, by Agent;
     SecretAllowed(SecretAllowed) = 23, "secret.allowed", v 1, by Tacho;
@@ -942,8 +944,23 @@ pub fn old_versions(kind: u16) -> &'static [OldVersion<EventBody>] {
                 validate: validate_v1::<GoalCheckRunV2>,
             },
         ],
+        20 => &[OldVersion {
+            version: 1,
+            decode: goal_update_v1,
+            validate: validate_v1::<GoalUpdate>,
+        }],
         _ => &[],
     }
+}
+
+/// `goal.update` v1: the same layout; its action is never `clear` (added in v2, the
+/// enum's tag the next value).
+fn goal_update_v1(p: &[u8]) -> Result<EventBody, String> {
+    let u = rkyv::from_bytes::<GoalUpdate, rkyv::rancor::Error>(p).map_err(|e| e.to_string())?;
+    if u.action == GoalAction::Clear {
+        return Err("goal.update v1 has no action clear".into());
+    }
+    Ok(EventBody::GoalUpdate(u))
 }
 
 fn validate_v1<T>(p: &[u8]) -> Result<(), String>

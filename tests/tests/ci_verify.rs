@@ -430,3 +430,137 @@ fn an_assured_goal_passes_only_when_its_receipts_saw_the_committed_tree() {
         "{reason}"
     );
 }
+
+impl Env {
+    /// `tacho record` of one JSON line (exit 0).
+    fn record(&self, session: &str, line: &str) {
+        let mut c = tacho(&self.home);
+        c.current_dir(&self.ws)
+            .args(["record", "--session", session])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), line.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Issue 42 (4): links come only from what tacho saw made. A session `tacho record`
+/// wrote in the name of Claude Code (whose sessions the hooks record) links nothing;
+/// a commit made before the session and brought in by `git merge --ff-only` while a
+/// made-up session watched is not linked by it. A commit an agent-reported session
+/// saw made during its step is linked, and shown as agent-reported.
+#[test]
+fn only_commits_made_during_a_session_are_linked_by_it() {
+    if !have_git() {
+        return;
+    }
+    let e = Env::new();
+    let base = git(&e.ws, &["rev-parse", "HEAD"]).trim().to_owned();
+    let ws = e.ws.display().to_string();
+    let ci = |e: &Env| {
+        let head = git(&e.ws, &["rev-parse", "HEAD"]).trim().to_owned();
+        let (code, out, err) = e.tacho(&[
+            "ci",
+            "verify",
+            &format!("{base}..{head}"),
+            "--require-session",
+            "--json",
+        ]);
+        (
+            code,
+            serde_json::from_str::<serde_json::Value>(out.trim())
+                .unwrap_or_else(|x| panic!("{x}: {out}{err}")),
+        )
+    };
+    // A branch made an hour before any session.
+    git(&e.ws, &["checkout", "-q", "-b", "out"]);
+    std::fs::write(e.ws.join("src/out.txt"), "made outside\n").unwrap();
+    git(&e.ws, &["add", "-A"]);
+    let mut c = std::process::Command::new("git");
+    c.current_dir(&e.ws)
+        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+        .args(["commit", "-q", "-m", "outside"]);
+    assert!(c.status().unwrap().success());
+    git(&e.ws, &["checkout", "-q", "main"]);
+    // A made-up session watches the fast-forward.
+    e.record(
+        "ses_made_up",
+        &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"coder"}}"#),
+    );
+    git(&e.ws, &["merge", "-q", "--ff-only", "out"]);
+    e.record("ses_made_up", r#"{"type":"step.start","step":1}"#);
+    e.record("ses_made_up", r#"{"type":"step.finish","step":1}"#);
+    let (code, v) = ci(&e);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(v["commits"][0]["sessions"][0], "ses_made_up", "{v:#}");
+    assert_eq!(v["commits"][0]["linked"], false, "{v:#}");
+    let why = v["commits"][0]["not_linked_by"][0].as_str().unwrap();
+    assert!(
+        why.contains("was not made while a step of session ses_made_up ran"),
+        "{why}"
+    );
+    assert!(v["failures"].to_string().contains("fast-forward"), "{v:#}");
+
+    // A session recorded in Claude Code's name, whose commit was made in its step.
+    e.record("ses_claimed", &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"claude-code","source":"claude-code"}}"#));
+    e.record("ses_claimed", r#"{"type":"step.start","step":1}"#);
+    std::fs::write(e.ws.join("src/b.txt"), "b\n").unwrap();
+    git(&e.ws, &["add", "-A"]);
+    git(&e.ws, &["commit", "-q", "-m", "claimed"]);
+    e.record("ses_claimed", r#"{"type":"step.finish","step":1}"#);
+    e.record(
+        "ses_claimed",
+        r#"{"type":"session.end","reason":"completed"}"#,
+    );
+    let (_, v) = ci(&e);
+    let claimed = &v["commits"][0];
+    assert_eq!(claimed["linked"], false, "{v:#}");
+    assert!(
+        claimed["not_linked_by"][0].as_str().unwrap().contains(
+            "names claude-code, whose sessions tacho's hooks record, but `tacho record` wrote it"
+        ),
+        "{v:#}"
+    );
+    let s = v["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session"] == "ses_claimed")
+        .unwrap();
+    assert_eq!(s["agent_reported"], true, "{v:#}");
+
+    // An agent-reported session of an agent tacho has no hooks for links the commit
+    // made during its step; the range still fails for the fast-forwarded one.
+    e.record(
+        "ses_coder",
+        &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"coder"}}"#),
+    );
+    e.record("ses_coder", r#"{"type":"step.start","step":1}"#);
+    std::fs::write(e.ws.join("src/c.txt"), "c\n").unwrap();
+    git(&e.ws, &["add", "-A"]);
+    git(&e.ws, &["commit", "-q", "-m", "coder"]);
+    e.record("ses_coder", r#"{"type":"step.finish","step":1}"#);
+    e.record(
+        "ses_coder",
+        r#"{"type":"session.end","reason":"completed"}"#,
+    );
+    let (code, v) = ci(&e);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(v["commits"][0]["linked"], true, "{v:#}");
+    assert_eq!(v["commits"][0]["sessions"][0], "ses_coder", "{v:#}");
+    let (_, md, _) = e.tacho(&[
+        "ci",
+        "verify",
+        &format!("{base}..HEAD"),
+        "--require-session",
+    ]);
+    assert!(md.contains("agent-reported"), "{md}");
+}

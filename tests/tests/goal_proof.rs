@@ -1507,3 +1507,86 @@ fn a_goal_the_stop_hook_pauses_is_told_to_the_agent_once() {
         "{status:#}"
     );
 }
+
+/// Issue 42 (16): a refused goal the user no longer wants is cleared — recorded and
+/// shown (goal status, risk, ci verify), never silent — so it no longer holds the
+/// session as blocked. Clearing is the user's act: refused while the agent's hooks
+/// record the session, and for a session the agent ended from inside its own call.
+#[test]
+fn a_goal_is_cleared_by_the_user_once_the_session_ended_and_shown() {
+    let clear = |p: &Project| {
+        p.t(&[
+            "goal",
+            "clear",
+            "--session",
+            "ses_proof",
+            "--reason",
+            "not needed after all",
+        ])
+    };
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let stop = p.hook("Stop");
+    assert!(stop.contains("cannot complete"), "{stop}");
+    let (code, _, err) = clear(&p);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("hooks still record session ses_proof"),
+        "{err}"
+    );
+    let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+    assert!(risk.contains("\"goal_not_completed\""), "{risk}");
+    // The user ends the session (the agent is gone), then clears the goal.
+    let (code, out, err) = p.t(&["session", "end", "ses_proof"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = clear(&p);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("cleared (not needed after all)"), "{out}");
+    let (code, _, err) = clear(&p);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cleared already"), "{err}");
+    let (_, status, _) = p.t(&["goal", "status", "--session", "ses_proof", "--json"]);
+    let status: Value = serde_json::from_str(status.trim()).unwrap();
+    assert!(
+        status["cleared"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("not needed after all (#"),
+        "{status:#}"
+    );
+    let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+    let risk: Value = serde_json::from_str(risk.trim()).unwrap();
+    let ids: Vec<&str> = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"goal_cleared"), "{risk:#}");
+    assert!(!ids.contains(&"goal_not_completed"), "{risk:#}");
+    assert_ne!(risk["readiness"], "blocked", "{risk:#}");
+    let (_, trace, _) = p.t(&["session", "trace", "ses_proof"]);
+    assert!(trace.to_lowercase().contains("clear"), "{trace}");
+    write(&p.ws, "README.md", "later\n");
+    let o = p.finish(&[]);
+    assert!(
+        o.ci_out.contains("cleared by the user at #"),
+        "{}",
+        o.ci_out
+    );
+
+    // The agent ends its own session from inside a call: the goal stays.
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let input = serde_json::json!({"command": "tacho session end ses_proof"});
+    p.hook_with(
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_use_id": "end", "tool_input": input}),
+    );
+    let (code, out, err) = p.t(&["session", "end", "ses_proof"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = clear(&p);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("was ended from inside the agent's Bash call #"),
+        "{err}"
+    );
+}

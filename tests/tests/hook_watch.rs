@@ -230,3 +230,84 @@ fn hooks_install_no_watch() {
         .env("CLAUDE_CONFIG_DIR", &cfg);
     assert_ne!(run(c).0, 0, "--watch and --no-watch together are refused");
 }
+
+/// Issue 42 (3): a process of the user binds the watcher's socket and answers every
+/// snapshot with the session's first tree. It is not tacho's watcher (another
+/// executable), so nothing it says is used: the shell's edit is in the record, and
+/// the record says something posed as the watcher.
+#[test]
+fn a_fake_watcher_is_not_believed_and_is_recorded() {
+    let Some(e) = Env::new() else { return };
+    let Ok(python) = which_python() else { return };
+    let none = [("TACHO_NO_WATCH", "1")];
+    e.hook(&["hook", "claude-code"], &none, "fake-1", "SessionStart");
+    let mut c = tacho(&e.home);
+    c.args(["audit", "export", "fake-1"]);
+    let (_, export, _) = run(c);
+    let first = export
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v["event"]["snapshot"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("{export}"));
+    let key = blake3::hash(e.ws.as_os_str().as_encoded_bytes()).to_hex();
+    let dir = e.home.join("cache/snapshots/watch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join(format!("{}.sock", &key[..32]));
+    let reply = serde_json::json!({"token": {"instance": 7, "generation": 1},
+        "snapshot": {"tree": first, "files": FILES, "bytes": 1, "files_read": 0,
+        "bytes_read": 0, "objects_written": 0, "excluded": []}, "paths": []});
+    let script = format!(
+        "import socket,os,sys\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen(8)\nprint('ready',flush=True)\nwhile True:\n  c,_=s.accept()\n  c.makefile().readline()\n  c.sendall(b'{}\\n')\n  c.close()\n",
+        reply.to_string().replace('\\', "\\\\").replace('\'', "\\'")
+    );
+    let mut fake = std::process::Command::new(python)
+        .args(["-c", &script])
+        .arg(&sock)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(fake.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    e.hook(&["hook", "claude-code"], &none, "fake-1", "PreToolUse");
+    std::fs::write(e.ws.join("d1/f1.txt"), "changed by the shell\n").unwrap();
+    e.hook(&["hook", "claude-code"], &none, "fake-1", "PostToolUse");
+    let _ = fake.kill();
+    let _ = fake.wait();
+    let mut c = tacho(&e.home);
+    c.args(["risk", "fake-1", "--json"]);
+    let (_, risk, _) = run(c);
+    let risk: serde_json::Value = serde_json::from_str(risk.trim()).unwrap();
+    let ids: Vec<&str> = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"watcher_impostor"), "{risk:#}");
+    let mut c = tacho(&e.home);
+    c.args(["session", "show", "fake-1", "--json"]);
+    let (_, show, _) = run(c);
+    assert!(
+        show.contains("d1/f1.txt"),
+        "the shell's edit is recorded: {show}"
+    );
+}
+
+fn which_python() -> Result<&'static str, ()> {
+    let ok = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok("python3")
+    } else {
+        tacho_tests::skip_without("python3");
+        Err(())
+    }
+}

@@ -169,14 +169,15 @@ pub fn timeline(g: &ExecutionGraph) -> String {
 
 /// One goal event on the goals' row, centred at (`cx`, `cy`): a circle for the goal's
 /// creation and its receipts, a diamond for the gate's decisions, a square for pauses,
-/// resumes and blocks; green for what passed or was accepted, red for what failed, was
-/// refused or blocked, amber for a pause. Its title says what it was.
+/// resumes, blocks and clears; green for what passed or was accepted, red for what
+/// failed, was refused or blocked, amber for a pause, grey for a goal cleared. Its title says what it was.
 fn goal_mark(o: &mut String, e: &GoalEventNode, cx: f64, cy: f64) {
     let fill = match e.mark {
         GoalMark::Created | GoalMark::Resumed => "#0969da",
         GoalMark::CheckPassed | GoalMark::Accepted => "#2da44e",
         GoalMark::CheckFailed | GoalMark::Refused | GoalMark::Blocked => "#cf222e",
         GoalMark::Paused => "#bf8700",
+        GoalMark::Cleared => "#6e7781",
     };
     let shape = match e.mark {
         GoalMark::Created | GoalMark::CheckPassed | GoalMark::CheckFailed => {
@@ -189,7 +190,7 @@ fn goal_mark(o: &mut String, e: &GoalEventNode, cx: f64, cy: f64) {
             cy + 5.5,
             cx - 5.5
         ),
-        GoalMark::Paused | GoalMark::Resumed | GoalMark::Blocked => format!(
+        GoalMark::Paused | GoalMark::Resumed | GoalMark::Blocked | GoalMark::Cleared => format!(
             r##"<rect x="{:.1}" y="{:.1}" width="9" height="9" fill="{fill}"/>"##,
             cx - 4.5,
             cy - 4.5

@@ -51,14 +51,21 @@ fn session_goals(s: &CiSession) -> String {
 }
 
 fn commit_sessions(c: &CiCommit) -> String {
-    if c.sessions.is_empty() {
-        "**unlinked**".into()
-    } else {
-        c.sessions
-            .iter()
-            .map(|s| format!("`{}`", md(s)))
-            .collect::<Vec<_>>()
-            .join(", ")
+    let seen = c
+        .sessions
+        .iter()
+        .map(|s| format!("`{}`", md(s)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let why = c
+        .not_linked_by
+        .iter()
+        .map(|w| format!("<br>⚠️ {}", md(w)))
+        .collect::<String>();
+    match (c.sessions.is_empty(), c.linked) {
+        (true, _) => "**unlinked**".into(),
+        (false, true) => format!("{seen}{why}"),
+        (false, false) => format!("**unlinked** (seen by {seen}){why}"),
     }
 }
 
@@ -90,7 +97,11 @@ pub fn markdown(r: &CiReport) -> String {
                 t,
                 "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
                 md(&s.session),
-                md(s.agent.as_deref().unwrap_or("—")),
+                match (s.agent.as_deref(), s.agent_reported) {
+                    (a, true) =>
+                        format!("{} (agent-reported: `tacho record`)", md(a.unwrap_or("—"))),
+                    (a, false) => md(a.unwrap_or("—")),
+                },
                 md(s.title.as_deref().unwrap_or("—")),
                 if s.verified {
                     "verified"
@@ -223,10 +234,10 @@ pub fn text(r: &CiReport) -> String {
         r.unlinked().count()
     );
     for c in &r.commits {
-        let sessions = if c.sessions.is_empty() {
-            "unlinked".to_string()
-        } else {
-            c.sessions.join(", ")
+        let sessions = match (c.sessions.is_empty(), c.linked) {
+            (true, _) => "unlinked".to_string(),
+            (false, true) => c.sessions.join(", "),
+            (false, false) => format!("unlinked (seen by {})", c.sessions.join(", ")),
         };
         let summary: String = c
             .summary
@@ -235,12 +246,20 @@ pub fn text(r: &CiReport) -> String {
             .take(72)
             .collect();
         let _ = writeln!(t, "  {} {summary}: {sessions}", short(&c.commit));
+        for w in &c.not_linked_by {
+            let _ = writeln!(t, "    {w}");
+        }
     }
     for s in &r.sessions {
         let _ = writeln!(
             t,
-            "  session {}: {}, {}, risk {}",
+            "  session {}{}: {}, {}, risk {}",
             s.session,
+            if s.agent_reported {
+                " (agent-reported: tacho record)"
+            } else {
+                ""
+            },
             if s.verified {
                 "verified"
             } else {

@@ -2,7 +2,8 @@
 //! `revise`, `replace` and `resume`.
 
 use crate::{
-    BlockRequest, Blocked, Completion, Frozen, GoalStatus, Receipt, Replaced, Resumed, Revised,
+    BlockRequest, Blocked, Cleared, Completion, Frozen, GoalStatus, Receipt, Replaced, Resumed,
+    Revised,
 };
 
 use super::prefix;
@@ -91,6 +92,14 @@ pub fn revised(v: &Revised) -> String {
     ));
     o.advisory(v.advisory.as_ref());
     o.0
+}
+
+/// `goal clear`.
+pub fn cleared(v: &Cleared) -> String {
+    format!(
+        "goal {} cleared ({}): it holds no one any more; the record keeps it (#{})\n",
+        v.goal, v.reason, v.seq
+    )
 }
 
 /// `goal resume`.
@@ -297,6 +306,9 @@ pub fn status(v: &GoalStatus) -> String {
         o.put(format!(
             "Replaced by revision {n}: its receipts do not count here."
         ));
+    }
+    if let Some(c) = &v.cleared {
+        o.put(format!("Cleared by the user: {c}"));
     }
     if let Some(b) = &v.blocked {
         o.put(format!("Blocked: {b}"));

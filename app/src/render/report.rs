@@ -312,11 +312,13 @@ fn body(r: &Report, o: &mut String) {
     );
 }
 
-/// A goal's state in words: completed, blocked, paused, or not completed with the
+/// A goal's state in words: completed, cleared, blocked, paused, or not completed with the
 /// reason the completion gate would give now (`completion_reason`).
 fn goal_state(gs: &crate::GoalStatus) -> String {
     if gs.completed {
         "completed".to_string()
+    } else if let Some(c) = &gs.cleared {
+        format!("cleared by the user ({})", md(c))
     } else if let Some(b) = &gs.blocked {
         format!("blocked ({})", md(b))
     } else if let Some(p) = &gs.paused {

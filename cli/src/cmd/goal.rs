@@ -36,6 +36,23 @@ pub enum GoalCommand {
     Replace(ReplaceArgs),
     /// Resume a paused goal: it holds the agent again and the stall count starts over.
     Resume(StatusArgs),
+    /// Set a goal aside for good (the user's act, once its session ended): it holds no
+    /// one any more, and every view says it was cleared.
+    Clear(ClearArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClearArgs {
+    #[arg(long)]
+    pub session: String,
+    /// The goal cleared (id or unique prefix; default the session's latest).
+    #[arg(long)]
+    pub goal: Option<String>,
+    /// Why it is set aside.
+    #[arg(long)]
+    pub reason: String,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -151,7 +168,21 @@ pub fn run(c: GoalCommand) -> Result<(), CliError> {
         GoalCommand::Revise(a) => revise(a),
         GoalCommand::Replace(a) => replace(a),
         GoalCommand::Resume(a) => resume(a),
+        GoalCommand::Clear(a) => clear(a),
     }
+}
+
+fn clear(a: ClearArgs) -> Result<(), CliError> {
+    let tacho = crate::open()?;
+    let session = tacho.resolve_session(&a.session)?;
+    let v = tacho.clear_goal(&session, a.goal.as_deref(), &a.reason)?;
+    let mut out = Out::new();
+    if a.json {
+        out.json(&v)?;
+    } else {
+        out.line(goals::cleared(&v).trim_end())?;
+    }
+    out.finish()
 }
 
 fn replace(a: ReplaceArgs) -> Result<(), CliError> {

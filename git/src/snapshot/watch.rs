@@ -189,9 +189,111 @@ fn socket_addr(socket: &Path) -> std::io::Result<SocketAddr> {
 fn connect(socket: &Path, wait: Duration) -> std::io::Result<UnixStream> {
     let addr = socket_addr(socket)?;
     let s = UnixStream::connect(&addr.path)?;
+    // Any process of the user can bind the socket and answer with an old tree (issue
+    // 42): only a process running this very executable, unaltered, is believed.
+    if let Err(why) = check_peer(&s) {
+        if why.impostor {
+            note_impostor(&why.reason);
+        }
+        return Err(std::io::Error::other(why.reason));
+    }
     s.set_read_timeout(Some(wait))?;
     s.set_write_timeout(Some(ANSWER_WAIT))?;
     Ok(s)
+}
+
+/// Why the process behind a watcher socket is not believed: `impostor` when it is
+/// something else than a watcher of an older tacho (replaced on disk by an upgrade,
+/// which is no one's act against tacho).
+struct Untrusted {
+    reason: String,
+    impostor: bool,
+}
+
+/// Whether the process at the other end of `s` is a watcher tacho started: it runs
+/// the same executable file as this process (the same device and inode behind
+/// `/proc/PID/exe`), with no library preloaded into it and no tracer attached.
+fn check_peer(s: &UnixStream) -> Result<(), Untrusted> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |reason: String| Untrusted {
+        reason,
+        impostor: true,
+    };
+    let cred = rustix::net::sockopt::socket_peercred(s)
+        .map_err(|e| bad(format!("the watcher socket names no process: {e}")))?;
+    let pid = cred.pid.as_raw_nonzero().get();
+    if cred.uid != rustix::process::geteuid() {
+        return Err(bad(format!(
+            "the process answering on the watcher socket (pid {pid}) runs as another user"
+        )));
+    }
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let own = std::fs::metadata("/proc/self/exe")
+        .map_err(|e| bad(format!("this process's executable: {e}")))?;
+    let theirs = std::fs::metadata(proc.join("exe"));
+    let same = theirs
+        .as_ref()
+        .is_ok_and(|m| m.dev() == own.dev() && m.ino() == own.ino());
+    if !same {
+        let own_path = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+        let their_path = std::fs::read_link(proc.join("exe")).unwrap_or_default();
+        // A watcher of the tacho this one replaced: not used, and no one's act.
+        let upgraded = their_path.as_os_str().as_encoded_bytes()
+            == [own_path.as_os_str().as_encoded_bytes(), b" (deleted)"].concat();
+        return Err(Untrusted {
+            reason: format!(
+                "the process answering on the watcher socket (pid {pid}) runs {}, not this tacho ({})",
+                their_path.display(),
+                own_path.display()
+            ),
+            impostor: !upgraded,
+        });
+    }
+    if let Ok(env) = std::fs::read(proc.join("environ")) {
+        for var in env.split(|b| *b == 0) {
+            for name in [&b"LD_PRELOAD="[..], b"LD_AUDIT=", b"LD_LIBRARY_PATH="] {
+                if var.starts_with(name) && var.len() > name.len() {
+                    return Err(bad(format!(
+                        "the watcher (pid {pid}) runs with {} set",
+                        String::from_utf8_lossy(&name[..name.len() - 1])
+                    )));
+                }
+            }
+        }
+    }
+    if let Ok(status) = std::fs::read_to_string(proc.join("status"))
+        && let Some(t) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .map(str::trim)
+        && t != "0"
+    {
+        return Err(bad(format!(
+            "the watcher (pid {pid}) is traced by process {t}"
+        )));
+    }
+    Ok(())
+}
+
+/// Impostors met by this process (each described once), for the caller to record.
+static IMPOSTORS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn note_impostor(reason: &str) {
+    if let Ok(mut v) = IMPOSTORS.lock()
+        && !v.iter().any(|r| r == reason)
+        && v.len() < 16
+    {
+        v.push(reason.to_owned());
+    }
+}
+
+/// The processes that posed as a workspace's watcher since this was last asked (none
+/// of their answers was used): evidence for the session being recorded (SPEC §10.6).
+pub fn take_impostors() -> Vec<String> {
+    IMPOSTORS
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default()
 }
 
 fn ask<R: for<'de> Deserialize<'de>>(socket: &Path, req: &Request) -> std::io::Result<R> {
