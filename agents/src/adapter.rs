@@ -261,6 +261,14 @@ pub trait Adapter: Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether its transcript names every tool call it makes by the id its hooks
+    /// report (Claude Code's `tool_use` blocks): then a call the hooks reported that
+    /// the transcript never names — a payload piped to `tacho hook` from its shell —
+    /// is recorded as unconfirmed at its stop, and never counts as verification.
+    fn transcript_confirms_calls(&self) -> bool {
+        false
+    }
+
     /// Whether a failing tool fires its post-tool hook. One whose failures fire none
     /// (Factory Droid) has them read from its transcript ([`Adapter::read_transcript`]'s
     /// `outputs`, keyed by the hook's call ids): an open call whose output it holds is

@@ -30,6 +30,10 @@ impl Adapter for ClaudeCode {
         &["claude"]
     }
 
+    fn transcript_confirms_calls(&self) -> bool {
+        true
+    }
+
     fn env_vars(&self) -> &'static [&'static str] {
         &[CONFIG_DIR_VAR]
     }

@@ -140,6 +140,9 @@ pub struct Track {
     /// tools in parallel) share it, and it finishes with the last of them.
     #[serde(default)]
     pub open_step: Option<u64>,
+    /// The calls still open when the session ended (ids).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open_at_end: Vec<String>,
     /// Whether a call of the open step failed.
     #[serde(default)]
     pub open_step_failed: bool,
@@ -182,6 +185,7 @@ impl Track {
             EventBody::SessionStart(_) => self.started = true,
             EventBody::SessionEnd(_) => {
                 self.ended = true;
+                self.open_at_end = self.open.keys().cloned().collect();
                 self.open.clear();
                 self.open_step = None;
             }
@@ -269,9 +273,48 @@ pub struct HookState {
     /// the log.
     #[serde(default)]
     pub observed_heads: BTreeMap<String, Option<String>>,
+    /// For an agent whose transcript names its calls
+    /// ([`crate::Adapter::transcript_confirms_calls`]): the main session's calls the
+    /// hooks recorded that its transcript has not named yet, call id → `TOOL: TARGET`.
+    #[serde(default)]
+    pub unconfirmed: BTreeMap<String, String>,
+    /// Its transcript has named at least one call (so a call it does not name is
+    /// missing from it, not a transcript of another shape).
+    #[serde(default)]
+    pub transcript_names_calls: bool,
+    /// The call ids its transcript named lately (the most recent
+    /// [`NAMED_CALLS_KEPT`]): a call whose hook comes after the line that names it
+    /// (parallel calls of one message) is confirmed by it.
+    #[serde(default)]
+    pub named_calls: std::collections::VecDeque<String>,
 }
 
+/// How many call ids a hook state keeps of those its transcript named.
+pub const NAMED_CALLS_KEPT: usize = 4_096;
+
 impl HookState {
+    /// A call the hooks recorded for the main session (`TOOL: TARGET` in `what`): to
+    /// be confirmed by the transcript, unless it named it already.
+    pub fn call_reported(&mut self, call_id: &str, what: String) {
+        if !self.named_calls.iter().any(|c| c == call_id) {
+            self.unconfirmed.insert(call_id.to_owned(), what);
+        }
+    }
+
+    /// Calls the main session's transcript named (read just now).
+    pub fn calls_named(&mut self, ids: &[String]) {
+        for id in ids {
+            self.unconfirmed.remove(id);
+            if !self.named_calls.iter().any(|c| c == id) {
+                self.named_calls.push_back(id.clone());
+            }
+        }
+        while self.named_calls.len() > NAMED_CALLS_KEPT {
+            self.named_calls.pop_front();
+        }
+        self.transcript_names_calls |= !ids.is_empty();
+    }
+
     /// The track recording `session`, if this state has one.
     pub fn track_mut(&mut self, session: &str) -> Option<&mut Track> {
         if self.main.session == session {
@@ -636,6 +679,13 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
     let event = p.hook_event_name.as_str();
     // A conversation resumed after its session ended continues as a new session.
     if state.main.ended && event != "SessionEnd" {
+        // A payload of a call that was running when the session ended: the call went
+        // on, so the end came from inside it, not from the agent's exit.
+        let mid_call = p
+            .tool_use_id
+            .as_ref()
+            .filter(|id| state.main.open_at_end.contains(id))
+            .cloned();
         state.continuations += 1;
         let parent = state.main.session.clone();
         let id = session_id_from(&format!("{main_id}.{}", state.continuations + 1));
@@ -643,7 +693,20 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
             session: id,
             ..Track::default()
         };
-        start(agent, p, &mut state.main, Some(parent), &mut out);
+        start(agent, p, &mut state.main, Some(parent.clone()), &mut out);
+        if let Some(call) = mid_call {
+            out.push(Action::Event {
+                session: state.main.session.clone(),
+                body: EventBody::Error(tacho_schema::ErrorEvent {
+                    message: format!(
+                        "session {parent} was ended while call {call} ran, and the call went on: it was ended from inside that call (tacho session end, or a SessionEnd payload piped to tacho hook)"
+                    ),
+                    code: Some(tacho_schema::SESSION_ENDED_MID_CALL.into()),
+                    source: Some("tacho".into()),
+                    fatal: false,
+                }),
+            });
+        }
     }
     if !state.main.started {
         let caller = p.calling_session_id.as_deref().map(session_id_from);
@@ -816,6 +879,7 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
         });
     }
     if event == "SessionEnd" {
+        state.main.open_at_end = state.main.open.keys().cloned().collect();
         finish_open_steps(&mut state.main, &mut out);
         for track in state
             .subagents

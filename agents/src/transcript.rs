@@ -227,6 +227,22 @@ pub struct Caught {
     pub rewritten: bool,
     /// Bytes of the transcript left unread by this call ([`READ_BYTES_MAX`]).
     pub behind: u64,
+    /// The ids of the tool calls the messages read make (Claude Code's `tool_use`
+    /// blocks): what confirms that a call the hooks reported was the agent's.
+    pub call_ids: Vec<String>,
+}
+
+/// The ids of the tool calls an assistant message of a transcript makes (Claude
+/// Code's `{"type":"assistant","message":{"content":[{"type":"tool_use","id":…}]}}`).
+pub fn tool_use_ids(entry: &serde_json::Value) -> impl Iterator<Item = String> + '_ {
+    entry
+        .get("message")
+        .and_then(|m| m.get("content"))
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .filter(|b| b.get("type").and_then(|t| t.as_str()) == Some("tool_use"))
+        .filter_map(|b| b.get("id").and_then(|i| i.as_str()).map(str::to_owned))
 }
 
 /// Reads Codex's text of a command's output: "Process exited with code N" and what
@@ -380,6 +396,12 @@ impl Cursor {
 
     /// Feeds one complete line; returns a response that is now complete.
     pub fn line(&mut self, line: &[u8]) -> Option<Usage> {
+        self.line_calls(line, &mut Vec::new())
+    }
+
+    /// [`Cursor::line`], with the ids of the tool calls the line's message makes
+    /// (Claude Code's `tool_use` blocks) added to `calls`.
+    fn line_calls(&mut self, line: &[u8], calls: &mut Vec<String>) -> Option<Usage> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
@@ -387,6 +409,7 @@ impl Cursor {
             self.bad_lines += 1;
             return None;
         };
+        calls.extend(tool_use_ids(&entry));
         let u = usage_of(&entry)?;
         match &mut self.pending {
             Some(p) if p.message_id == u.message_id => {
@@ -509,7 +532,7 @@ impl Cursor {
             let (u, o) = self.codex_line(line);
             out.usages.extend(u);
             out.outputs.extend(o);
-        } else if let Some(u) = self.line(line) {
+        } else if let Some(u) = self.line_calls(line, &mut out.call_ids) {
             out.usages.push(u);
         }
     }

@@ -1709,20 +1709,25 @@ impl Tacho {
                 "{agent}'s hooks still record session {session} (it has not ended): the agent working in it could be the one asking — end it first (tacho session end {session}), or give the goal a new contract with tacho goal replace"
             )));
         }
-        if let Some(call) = graph.ended_during_call {
-            return Err(refuse(format!(
-                "session {session} was ended {}: the agent ended it, so its goal stays",
-                tacho_projections::asked_by(&graph, Some(call))
-            )));
-        }
         let next = crate::hooks::next_continuation(session.as_str());
-        if self.log().has_session(&next)
-            && self.graph(&next)?.ended_unix_ns.is_none()
-            && self.hook_recorder(&next).is_some()
-        {
-            return Err(refuse(format!(
-                "the conversation goes on as session {next}, which has not ended: end it first"
-            )));
+        if self.log().has_session(&next) {
+            let cont = self.graph(&next)?;
+            // The agent's call went on after the end: the end came from inside it.
+            if let Some(e) = cont
+                .errors
+                .iter()
+                .find(|e| e.code.as_deref() == Some(tacho_schema::SESSION_ENDED_MID_CALL))
+            {
+                return Err(refuse(format!(
+                    "{}: the agent ended it, so its goal stays",
+                    e.message
+                )));
+            }
+            if cont.ended_unix_ns.is_none() && self.hook_recorder(&next).is_some() {
+                return Err(refuse(format!(
+                    "the conversation goes on as session {next}, which has not ended: end it first"
+                )));
+            }
         }
         let seq = self.append_goal_event(
             &session,

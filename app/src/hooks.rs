@@ -343,11 +343,25 @@ impl Tacho {
         }
         let mut gate = None;
         {
+            let confirms = agent.transcript_confirms_calls();
+            let mut read_to_end = false;
             for action in actions {
                 let r = match action {
-                    Action::Event { session, body } => ingest
-                        .event(0, session, self.now(), body)
-                        .map_err(|e| e.to_string()),
+                    Action::Event { session, body } => {
+                        if confirms
+                            && session == state.main.session
+                            && let EventBody::ToolCall(c) = &body
+                        {
+                            let what = match &c.target {
+                                Some(t) => format!("{}: {}", c.tool, clip_line(t)),
+                                None => c.tool.clone(),
+                            };
+                            state.call_reported(&c.call_id, what);
+                        }
+                        ingest
+                            .event(0, session, self.now(), body)
+                            .map_err(|e| e.to_string())
+                    }
                     Action::Snapshot {
                         session,
                         paths,
@@ -366,6 +380,10 @@ impl Tacho {
                         };
                         match agent.read_transcript(cursor, Path::new(&transcript), finish) {
                             Ok(c) => {
+                                if subagent.is_none() {
+                                    state.calls_named(&c.call_ids);
+                                    read_to_end = finish && c.behind == 0;
+                                }
                                 state.call_outputs.extend(c.outputs);
                                 let usages = self.not_recorded(&session, c.rewritten, c.usages);
                                 let first = if subagent.is_none() {
@@ -400,6 +418,22 @@ impl Tacho {
                 };
                 if let Err(msg) = r {
                     problem(&mut answer, msg);
+                }
+            }
+            // At its stop, the agent's transcript (read to its end) names every call
+            // it made: one it does not name was piped to `tacho hook` from its shell,
+            // and is recorded as such (it never counts as verification, SPEC §3.1).
+            if confirms && read_to_end && state.transcript_names_calls {
+                for (id, what) in std::mem::take(&mut state.unconfirmed) {
+                    let body = EventBody::Error(tacho_schema::ErrorEvent {
+                        message: tacho_projections::unconfirmed_call_message(&id, &what),
+                        code: Some(tacho_projections::CALL_UNCONFIRMED.into()),
+                        source: Some("tacho".into()),
+                        fatal: false,
+                    });
+                    if let Err(e) = ingest.event(0, state.main.session.clone(), self.now(), body) {
+                        problem(&mut answer, e.to_string());
+                    }
                 }
             }
             // A process that posed as the workspace's watcher (none of its answers was

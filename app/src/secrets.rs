@@ -3,6 +3,7 @@
 //! shared with the plan rule.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -165,12 +166,30 @@ impl Tacho {
         let id = session.as_str();
         let mut findings = Vec::new();
         let mut allowed = std::collections::BTreeSet::new();
+        // The snapshots a push publishes with the session, by the event naming each.
+        let mut snaps: Vec<(u64, &'static str, String)> = Vec::new();
+        let mut workspace = None;
         let end = self.for_each_event(id, |e| match &e.event.body {
             EventBody::SecretAllowed(a) => {
                 allowed.insert(a.seq);
             }
-            body => scan_event(id, e.seq, body, &mut findings),
+            body => {
+                match body {
+                    EventBody::SessionStart(s) if workspace.is_none() => {
+                        workspace = s.workspace.clone();
+                    }
+                    EventBody::SnapshotTaken(t) => {
+                        snaps.push((e.seq, "snapshot.taken", t.snapshot.clone()));
+                    }
+                    EventBody::RollbackApplied(r) => {
+                        snaps.push((e.seq, "rollback.applied", r.to_snapshot.clone()));
+                    }
+                    _ => {}
+                }
+                scan_event(id, e.seq, body, &mut findings)
+            }
         })?;
+        self.scan_snapshots(id, workspace.as_deref(), &snaps, &mut findings)?;
         for f in &mut findings {
             f.allowed = allowed.contains(&f.seq);
         }
@@ -181,6 +200,64 @@ impl Tacho {
             findings,
             blocking,
         })
+    }
+
+    /// The files of the session's snapshots (`snaps`: the event naming each, its kind,
+    /// the snapshot) that a push would publish, scanned like events (issue 42: a token
+    /// in an untracked `.env.production` went into every snapshot unseen). Each blob is
+    /// read once, under the first snapshot that holds it; a blob of the tree HEAD names
+    /// in the workspace's repository is not read (its history holds it already). A
+    /// finding's `field` is `snapshot SNAP file PATH`; allowing it is allowing that
+    /// snapshot's event. A snapshot the store no longer holds is not published, nor
+    /// scanned.
+    fn scan_snapshots(
+        &self,
+        session: &str,
+        workspace: Option<&str>,
+        snaps: &[(u64, &'static str, String)],
+        out: &mut Vec<SecretFinding>,
+    ) -> Result<(), StoreError> {
+        if snaps.is_empty() {
+            return Ok(());
+        }
+        let fail = |e: tacho_git::snapshot::SnapshotError| StoreError::Io {
+            path: self.data_dir().join("snapshots"),
+            source: std::io::Error::other(format!("the secret scan of the snapshots: {e}")),
+        };
+        let store = self.snapshots().map_err(fail)?;
+        let mut skip = workspace.map_or_else(Default::default, |w| {
+            tacho_git::snapshot::scan::head_blobs(Path::new(w))
+        });
+        for (seq, event, snap) in snaps {
+            let Ok(tree) = store.resolve(snap) else {
+                continue;
+            };
+            let short = snap.get(..12).unwrap_or(snap);
+            store
+                .for_each_new_blob(tree, &mut skip, &mut |path, bytes| {
+                    // Binary content (a NUL in its first 8 KiB) is not text to scan.
+                    if bytes.iter().take(8 << 10).any(|b| *b == 0) {
+                        return;
+                    }
+                    let text = String::from_utf8_lossy(bytes);
+                    for found in secrets::scan(&text) {
+                        out.push(SecretFinding {
+                            session: session.to_owned(),
+                            seq: *seq,
+                            event,
+                            kind: found.kind.name(),
+                            what: found.kind.words(),
+                            field: format!("snapshot {short} file {path}"),
+                            line: found.line,
+                            column: found.column,
+                            hint: found.hint,
+                            allowed: false,
+                        });
+                    }
+                })
+                .map_err(fail)?;
+        }
+        Ok(())
     }
 
     /// Lets event `seq` of `session` leave the machine despite the secrets the scan
@@ -194,12 +271,8 @@ impl Tacho {
         reason: Option<String>,
     ) -> Result<SecretAllowance, SecretsError> {
         let id = session.as_str();
-        let mut findings = Vec::new();
         let mut ended = false;
         let end = self.for_each_event(id, |e| {
-            if e.seq == seq {
-                scan_event(id, e.seq, &e.event.body, &mut findings);
-            }
             if matches!(e.event.body, EventBody::SessionEnd(_)) {
                 ended = true;
             }
@@ -219,6 +292,13 @@ impl Tacho {
                 events: end.next_seq,
             });
         }
+        // What the scan finds in the event: its text, or the snapshot it names.
+        let findings: Vec<SecretFinding> = self
+            .secret_scan(session)?
+            .findings
+            .into_iter()
+            .filter(|f| f.seq == seq)
+            .collect();
         if findings.is_empty() {
             return Err(SecretsError::NothingToAllow {
                 session: id.to_owned(),

@@ -196,10 +196,10 @@ fn log_verify_stats_and_dump() {
         expect![[r#"
             exit: 0
             --- stdout
-            session ses_01jdemo8xk4rate1imit0000a head: 48 events, chain ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a
+            session ses_01jdemo8xk4rate1imit0000a head: 48 events, chain 5bef8f2828c7149cbcdc5012c11d8793f38cbca528dfe1dae35d098d4e37dcd5
             session ses_01jdemo8xk4rate1imit0000a: unsigned
-            checked 1 session(s), 1 segment(s), 48 events, 6.7 KiB: every checksum, chain step, sequence number and payload is intact
-            store digest: 73efab69e5587c63398d33ecc6e0820d231e6a28cfb5620940a2dc37dbed43a6
+            checked 1 session(s), 1 segment(s), 48 events, 6.8 KiB: every checksum, chain step, sequence number and payload is intact
+            store digest: 1a1939f9e212ffaa4747673414e3cd9b332faab3c56c0f42de6b67ff58868cc4
             keep the digest elsewhere: the chain detects edits inside the log, a digest kept outside it also detects a rewrite of the whole log
             --- stderr
         "#]],
@@ -210,7 +210,7 @@ fn log_verify_stats_and_dump() {
         expect![[r#"
             exit: 0
             --- stdout
-            {"type":"stats","sessions":1,"segments":1,"sealed_segments":0,"events":48,"batches":1,"bytes":6904,"free_bytes":0,"events_by_kind":{"session.start":1,"session.end":1,"agent.route":1,"llm.request":5,"llm.response":6,"step.start":4,"step.finish":4,"tool.call":9,"tool.result":9,"permission.ask":1,"permission.reply":1,"verification.run":2,"file.edit":4},"snapshot_store":null}
+            {"type":"stats","sessions":1,"segments":1,"sealed_segments":0,"events":48,"batches":1,"bytes":6928,"free_bytes":0,"events_by_kind":{"session.start":1,"session.end":1,"agent.route":1,"llm.request":5,"llm.response":6,"step.start":4,"step.finish":4,"tool.call":9,"tool.result":9,"permission.ask":1,"permission.reply":1,"verification.run":2,"file.edit":4},"snapshot_store":null}
             --- stderr
         "#]],
     );
@@ -219,14 +219,14 @@ fn log_verify_stats_and_dump() {
     expect![[r#"
         exit: 0
         --- stdout
-        {"type":"segment","segment":"$TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg","pack_offset":null,"format_version":1,"segment_index":0,"first_seq":0,"prev_chain":"0000000000000000000000000000000000000000000000000000000000000000","first_time_unix_ns":1795166043120000000,"first_time":"2026-11-20T09:14:03.12Z","bytes":6904}
-        {"type":"event","offset":128,"seq":0,"kind":"session.start","kind_version":1,"len":220,"crc":"a9bfbf76","event":{"type":"session.start","session":"ses_01jdemo8xk4rate1imit0000a","ts":"2026-11-20T09:14:03.12Z","agent":"architect","model":"claude-sonnet-4-5","workspace":"/home/dev/shop-api","project":"shop-api","title":"Add per-client rate limiting to the public API","source":"claude-code"},"error":null}"#]]
+        {"type":"segment","segment":"$TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg","pack_offset":null,"format_version":1,"segment_index":0,"first_seq":0,"prev_chain":"0000000000000000000000000000000000000000000000000000000000000000","first_time_unix_ns":1795166043120000000,"first_time":"2026-11-20T09:14:03.12Z","bytes":6928}
+        {"type":"event","offset":128,"seq":0,"kind":"session.start","kind_version":1,"len":244,"crc":"bfa123e8","event":{"type":"session.start","session":"ses_01jdemo8xk4rate1imit0000a","ts":"2026-11-20T09:14:03.12Z","agent":"architect","model":"claude-sonnet-4-5","workspace":"/home/dev/shop-api","project":"shop-api","title":"Add per-client rate limiting to the public API","source":"tacho-record (it said: claude-code)"},"error":null}"#]]
     .assert_eq(&lines[..4].join("\n"));
     // The last frame of the open segment is the commit of the only batch.
     let stderr_at = lines.iter().position(|l| *l == "--- stderr").unwrap();
     assert!(
         lines[stderr_at - 1].starts_with(
-            "{\"type\":\"commit\",\"offset\":6816,\"last_seq\":47,\"first_seq\":0,\"events\":48,"
+            "{\"type\":\"commit\",\"offset\":6840,\"last_seq\":47,\"first_seq\":0,\"events\":48,"
         ),
         "{dump}"
     );
@@ -243,10 +243,10 @@ fn verify_locates_an_edit_and_fails() {
         expect![[r#"
             exit: 1
             --- stdout
-            error: session ses_01jdemo8xk4rate1imit0000a: $TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg at offset 6816: hash chain broken at the commit frame at offset 6816: stored ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a, computed e78f792886b50fc47da410c93fc981cb75360fe8697e9c17f7e1ee1ae1792e91 (bytes of this batch were changed)
+            error: session ses_01jdemo8xk4rate1imit0000a: $TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg at offset 6840: hash chain broken at the commit frame at offset 6840: stored 5bef8f2828c7149cbcdc5012c11d8793f38cbca528dfe1dae35d098d4e37dcd5, computed 7f59e63375a8bd44e9217c5ce160317b2f63c37425348018728628223c210b6f (bytes of this batch were changed)
             session ses_01jdemo8xk4rate1imit0000a: 0 events verified before the first error
             session ses_01jdemo8xk4rate1imit0000a: unsigned
-            checked 1 session(s), 1 segment(s), 0 events, 6.7 KiB: 1 error(s)
+            checked 1 session(s), 1 segment(s), 0 events, 6.8 KiB: 1 error(s)
             no store digest: the log has errors
             --- stderr
             error: verification failed with 1 error(s)
@@ -638,7 +638,7 @@ fn replay_modes() {
               tool results paired with their calls: ok (all 9 results checked, none skipped)
               steps balanced, one start, nothing after the end: ok
               stored projections: none stored, so none to compare with a rebuild
-              head: 48 events, chain ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a
+              head: 48 events, chain 5bef8f2828c7149cbcdc5012c11d8793f38cbca528dfe1dae35d098d4e37dcd5
               last event: 2026-11-20T09:15:01.12Z
             Result: the record is intact and consistent
             --- stderr
@@ -733,7 +733,7 @@ fn replay_modes() {
               interrupted: call a (read) at event 2 has no result
               steps balanced, one start, nothing after the end: FAILED
               stored projections: none stored, so none to compare with a rebuild
-              head: 6 events, chain 415ddaf6f1296aabfe50d24caa24a0787375d621a5c1c98107c50b1e20e830af
+              head: 6 events, chain 9a08543a6cb63d9e633e40ea8f903358e4af2034a6b323e663d7649845bb3a00
               last event: 1970-01-01T00:00:01.005Z
             Result: 2 finding(s)
             --- stderr
@@ -981,7 +981,7 @@ fn exported_packages_verify_without_the_store() {
               tool results paired with their calls: ok (all 9 results checked, none skipped)
               steps balanced, one start, nothing after the end: ok
               stored projections: none stored, so none to compare with a rebuild
-              head: 48 events, chain ee83ff59a8a214e1a02b69d1826540743d74281332dbec34e8a5b7433ef2d23a
+              head: 48 events, chain 5bef8f2828c7149cbcdc5012c11d8793f38cbca528dfe1dae35d098d4e37dcd5
               last event: 2026-11-20T09:15:01.12Z
             Result: the record is intact and consistent
             --- stderr
@@ -1231,7 +1231,7 @@ fn empty_store_running_session_and_corrupt_segment() {
         exit: 1
         --- stdout
         --- stderr
-        error: corruption in $TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg at offset 352: frame at offset 352: frame checksum mismatch: stored 0xd0e2225c, computed 0xa57de4c1
+        error: corruption in $TACHO_HOME/log/streams/ses_01jdemo8xk4rate1imit0000a/00000000000000000000.tseg at offset 376: frame at offset 376: frame checksum mismatch: stored 0xd0e2225c, computed 0xa4e4d8c9
     "#]]);
 }
 

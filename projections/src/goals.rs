@@ -173,6 +173,9 @@ pub struct Goals {
     /// Shell calls of known test runners, builds and linters waiting for their result
     /// (call ids): a passing one is a verification run, as the risk assessment counts.
     shell_runs: std::collections::BTreeSet<String>,
+    /// Every passing verification run: its seq, and the call id of a shell run (which
+    /// a later `call_unconfirmed` error takes back).
+    passes: Vec<(u64, Option<String>)>,
 }
 
 impl Goals {
@@ -195,7 +198,22 @@ impl Goals {
             EventBody::VerificationRun(v)
                 if v.status == tacho_schema::VerificationStatus::Passed =>
             {
-                self.verification_passed(seq);
+                self.verification_passed(seq, None);
+            }
+            // A call the agent's transcript never named was not the agent's: its run
+            // counts for nothing (SPEC §3.1).
+            EventBody::Error(e) if e.code.as_deref() == Some(crate::risk::CALL_UNCONFIRMED) => {
+                if let Some(id) = crate::risk::unconfirmed_call_id(&e.message) {
+                    self.passes.retain(|(_, c)| c.as_deref() != Some(id));
+                    for g in &mut self.goals {
+                        g.last_passing_verification = self
+                            .passes
+                            .iter()
+                            .map(|(s, _)| *s)
+                            .filter(|s| *s > g.created_seq)
+                            .max();
+                    }
+                }
             }
             EventBody::ToolCall(c)
                 if crate::risk::shell_verification(&c.tool, c.target.as_deref()).is_some() =>
@@ -206,7 +224,7 @@ impl Goals {
                 // Every result ends its call's wait, whatever it says.
                 let shell_run = self.shell_runs.remove(&r.call_id);
                 if shell_run && crate::risk::shell_run_passed(r.status) == Some(true) {
-                    self.verification_passed(seq);
+                    self.verification_passed(seq, Some(r.call_id.clone()));
                 }
             }
             EventBody::GoalCheckRun(r) => {
@@ -277,7 +295,8 @@ impl Goals {
     }
 
     /// A verification run passed at `seq`: the plain rule's input of every goal.
-    fn verification_passed(&mut self, seq: u64) {
+    fn verification_passed(&mut self, seq: u64, call: Option<String>) {
+        self.passes.push((seq, call));
         for g in &mut self.goals {
             g.last_passing_verification = Some(seq);
         }

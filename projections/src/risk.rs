@@ -450,6 +450,32 @@ pub fn risk_score(g: &ExecutionGraph) -> (u32, RiskLevel) {
 /// lock and recorded nothing.
 pub const HOOK_LOCK_HELD: &str = "hook_lock_held";
 
+/// The `error` code of a tool call the hooks reported that the agent's own transcript
+/// never named by the turn's end (SPEC §3.1): a payload piped to `tacho hook`, not a
+/// call the agent made. Its message is [`unconfirmed_call_message`].
+pub const CALL_UNCONFIRMED: &str = "call_unconfirmed";
+
+/// The message of a [`CALL_UNCONFIRMED`] error: `call ID (WHAT) …`.
+pub fn unconfirmed_call_message(call_id: &str, what: &str) -> String {
+    format!(
+        "call {call_id} ({what}) was reported to tacho's hooks but is not in the agent's transcript: not a call the agent made; it never counts as verification"
+    )
+}
+
+/// The call id a [`CALL_UNCONFIRMED`] error names.
+pub fn unconfirmed_call_id(message: &str) -> Option<&str> {
+    message.strip_prefix("call ")?.split(' ').next()
+}
+
+/// The call ids the session's `error`s mark unconfirmed.
+pub fn unconfirmed_calls(g: &ExecutionGraph) -> BTreeSet<&str> {
+    g.errors
+        .iter()
+        .filter(|e| e.code.as_deref() == Some(CALL_UNCONFIRMED))
+        .filter_map(|e| unconfirmed_call_id(&e.message))
+        .collect()
+}
+
 /// The `error` code of a process that answered on a workspace's watcher socket and
 /// was not tacho's watcher (SPEC §10.6): written by tacho, which then read the
 /// workspace itself.
@@ -795,9 +821,14 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             ))
         })
         .collect();
-    if let Some(call) = g.ended_during_call {
-        acts.push(format!("the session ended {}", asked_by(g, Some(call))));
-    }
+    // The session before this continuation was ended from inside a call of the
+    // agent's that went on (written by tacho as the continuation started).
+    acts.extend(
+        g.errors
+            .iter()
+            .filter(|e| e.code.as_deref() == Some(tacho_schema::SESSION_ENDED_MID_CALL))
+            .map(|e| e.message.clone()),
+    );
     if !acts.is_empty() {
         factors.push(RiskFactor {
             id: "agent_acted_on_tacho",
@@ -837,6 +868,27 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
         .iter()
         .filter(|e| e.code.as_deref() == Some(HOOK_LOCK_HELD))
         .collect();
+    let made_up: Vec<&crate::graph::ErrorNode> = g
+        .errors
+        .iter()
+        .filter(|e| e.code.as_deref() == Some(CALL_UNCONFIRMED))
+        .collect();
+    if !made_up.is_empty() {
+        factors.push(RiskFactor {
+            id: "calls_unconfirmed",
+            weight: 20,
+            evidence: text(&|| {
+                made_up
+                    .iter()
+                    .take(5)
+                    .map(|e| e.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+            mitigation: "Tool calls were reported to tacho that the agent's own transcript does not hold: payloads piped to tacho hook from its shell. None counts as verification; look for the command that piped them.",
+            paths: Vec::new(),
+        });
+    }
     let impostors: Vec<&crate::graph::ErrorNode> = g
         .errors
         .iter()
@@ -964,10 +1016,14 @@ fn verification_runs(g: &ExecutionGraph) -> Vec<VerificationEvidence> {
             check: None,
         })
         .collect();
+    let unconfirmed = unconfirmed_calls(g);
     for (s, t) in g.tools() {
         let Some(passed) = t.status.and_then(shell_run_passed) else {
             continue;
         };
+        if unconfirmed.contains(t.call_id.as_str()) {
+            continue;
+        }
         if let (Some(cmd), Some(res)) = (
             shell_verification(&t.tool, t.target.as_deref()),
             t.result_seq,

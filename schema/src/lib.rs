@@ -22,6 +22,13 @@ pub use view::{EventView, Paths};
 /// Longest accepted session id, in bytes.
 pub const SESSION_ID_BYTES_MAX: usize = 128;
 
+/// The `error` code tacho writes (source `tacho`) at the start of a continuation
+/// (`<id>.N`) when the payload that started it belongs to a tool call that was still
+/// running when the session before it ended: that session was ended from inside the
+/// call — `tacho session end`, or a `SessionEnd` payload piped to `tacho hook` from the
+/// agent's shell — since a call that goes on was not cut by the agent's own exit.
+pub const SESSION_ENDED_MID_CALL: &str = "session_ended_mid_call";
+
 /// One recorded event: which session, when, and what.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {

@@ -1463,9 +1463,13 @@ fn acts_from_inside_a_tool_call_are_shown_as_the_agents() {
                 assert_eq!(code, 0, "{out}{err}");
             }
         });
-        let evidence = factor(&p, "ses_proof").unwrap_or_else(|| panic!("forged {forged}"));
+        // The call goes on after the end: its result starts the continuation, which
+        // says so.
+        assert_eq!(factor(&p, "ses_proof"), None);
+        let evidence = factor(&p, "ses_proof.2").unwrap_or_else(|| panic!("forged {forged}"));
         assert!(
-            evidence.contains("the session ended from inside the agent's Bash call #"),
+            evidence
+                .contains("session ses_proof was ended while call end ran, and the call went on"),
             "{evidence}"
         );
     }
@@ -1583,10 +1587,74 @@ fn a_goal_is_cleared_by_the_user_once_the_session_ended_and_shown() {
     );
     let (code, out, err) = p.t(&["session", "end", "ses_proof"]);
     assert_eq!(code, 0, "{out}{err}");
+    p.hook_with(
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_use_id": "end", "tool_input": input,
+            "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
+    );
+    p.hook("SessionEnd");
     let (code, _, err) = clear(&p);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("was ended from inside the agent's Bash call #"),
+        err.contains("session ses_proof was ended while call end ran, and the call went on"),
         "{err}"
     );
+}
+
+/// Issue 42 (9): a Pre/PostToolUse pair the agent pipes to `tacho hook` for a test run
+/// that never happened is not in the agent's transcript: at its stop it is recorded as
+/// unconfirmed, never counts as verification, and risk says so. The calls the
+/// transcript names count.
+#[test]
+fn a_made_up_call_the_transcript_does_not_name_never_counts() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let call = |id: &str, command: &str| {
+        let input = serde_json::json!({ "command": command });
+        p.hook_with(
+            "PreToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
+        );
+        p.hook_with(
+            "PostToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
+                "tool_response": {"stdout": "1 passed", "stderr": "", "interrupted": false}}),
+        );
+    };
+    // The agent's transcript names the calls it made (Claude Code's tool_use blocks).
+    let line = serde_json::json!({"type": "assistant", "uuid": "u1", "message": {"id": "msg_1",
+        "role": "assistant", "model": "claude", "content": [
+            {"type": "tool_use", "id": "toolu_real", "name": "Bash", "input": {"command": "python3 -m pytest -q"}}],
+        "usage": {"input_tokens": 10, "output_tokens": 5}}});
+    std::fs::write(&p.transcript, format!("{line}\n")).unwrap();
+    call("toolu_real", "python3 -m pytest -q");
+    // Piped from its shell: a pair for a run that never happened.
+    call("toolu_fake", "python3 -m pytest -q tests");
+    p.hook("Stop");
+    let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+    let risk: Value = serde_json::from_str(risk.trim()).unwrap();
+    let f = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "calls_unconfirmed")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    assert!(
+        f["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("call toolu_fake (Bash: python3 -m pytest -q tests)"),
+        "{f}"
+    );
+    assert!(
+        !f["evidence"].as_str().unwrap().contains("toolu_real"),
+        "{f}"
+    );
+    let shell: Vec<&str> = risk["verification_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["source"] == "shell")
+        .map(|r| r["command"].as_str().unwrap())
+        .collect();
+    assert_eq!(shell, ["python3 -m pytest -q"], "{risk:#}");
 }

@@ -638,3 +638,57 @@ fn hooks_never_append_to_a_fetched_session() {
     let (code, out, err) = w.bob.tacho(&["log", "verify"]);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// Issue 42 (10): a token in an untracked file of the workspace goes into the
+/// session's snapshots, which a push publishes: the scan reads every file of them
+/// that the repository's HEAD does not hold, names the file, and the push is refused
+/// until that snapshot's event is let through. Committed files are not read again.
+#[test]
+fn a_token_in_an_untracked_file_of_a_snapshot_stops_the_push() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    let token = format!("ghp_{}", "Zy8xW7vU6tS5rQ4pO3nM2lK1jI0hG9fE8dC7");
+    std::fs::write(
+        w.alice.clone.join(".env.production"),
+        format!("GITHUB_TOKEN={token}\n"),
+    )
+    .unwrap();
+    w.alice.session("ses_env");
+    let before = remote_refs(&w);
+    let (code, out, err) = w.alice.tacho(&["push", "origin", "--all"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(!err.contains(&token) && !out.contains(&token), "{err}");
+    assert_eq!(remote_refs(&w), before);
+    let (code, scan, _) = w.alice.tacho(&["session", "secrets", "ses_env", "--json"]);
+    assert_eq!(code, 1, "{scan}");
+    let scan: serde_json::Value = serde_json::from_str(scan.lines().next().unwrap()).unwrap();
+    let findings = scan["findings"].as_array().unwrap();
+    // Once, under the first snapshot holding it, whatever later snapshots hold it too.
+    assert_eq!(findings.len(), 1, "{scan:#}");
+    let f = &findings[0];
+    assert_eq!(f["event"], "snapshot.taken", "{scan:#}");
+    assert!(
+        f["field"]
+            .as_str()
+            .unwrap()
+            .ends_with("file .env.production"),
+        "{scan:#}"
+    );
+    assert!(!scan.to_string().contains(&token));
+    // The app's own committed file is never read: one finding only, and allowing the
+    // snapshot's event lets the push through.
+    let seq = f["seq"].as_u64().unwrap().to_string();
+    w.alice.ok(&[
+        "session",
+        "secrets",
+        "ses_env",
+        "--allow",
+        &seq,
+        "--reason",
+        "a revoked token",
+    ]);
+    w.alice.ok(&["push", "origin", "--all"]);
+    assert!(remote_refs(&w).contains("refs/tacho/sessions/ses_env"));
+}

@@ -351,6 +351,24 @@ impl SnapshotStore {
         Ok(out)
     }
 
+    /// Calls `f` with the path and bytes of each regular file or link of snapshot
+    /// `tree` whose blob is not in `skip`, adding it there (each blob once, whichever
+    /// snapshot holds it first): what a push publishes that a scan must read.
+    pub fn for_each_new_blob(
+        &self,
+        tree: ObjectId,
+        skip: &mut std::collections::HashSet<ObjectId>,
+        f: &mut dyn FnMut(&str, &[u8]),
+    ) -> Result<(), SnapshotError> {
+        for (path, entry) in self.files(tree)? {
+            if skip.insert(entry.oid) {
+                let bytes = self.blob(entry.oid)?;
+                f(&path, &bytes);
+            }
+        }
+        Ok(())
+    }
+
     /// The content of a blob, checked against its id: an object file replaced by another
     /// (valid) object is refused, never read as the content the tree names.
     pub fn blob(&self, oid: ObjectId) -> Result<Vec<u8>, SnapshotError> {

@@ -60,6 +60,27 @@ pub(crate) fn dot_git(workspace: &Path) -> Option<std::path::PathBuf> {
         .find(|g| g.exists())
 }
 
+/// The blob ids of the tree HEAD names in the repository holding `workspace` (empty
+/// without one, or with an unborn HEAD): content the repository's own history holds.
+pub fn head_blobs(workspace: &Path) -> std::collections::HashSet<gix::ObjectId> {
+    let mut out = std::collections::HashSet::new();
+    let Ok(Some(ctx)) = git_context(workspace) else {
+        return out;
+    };
+    let Ok(tree) = ctx.repo.head_tree() else {
+        return out;
+    };
+    if let Ok(records) = tree.traverse().breadthfirst.files() {
+        out.extend(
+            records
+                .into_iter()
+                .filter(|r| !r.mode.is_tree())
+                .map(|r| r.oid),
+        );
+    }
+    out
+}
+
 /// Opens the Git repository that holds `workspace`, if any. A repository found above
 /// the workspace counts; the workspace is then a prefix inside it.
 pub fn git_context(workspace: &Path) -> Result<Option<GitContext>, SnapshotError> {

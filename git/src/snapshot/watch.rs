@@ -212,7 +212,8 @@ struct Untrusted {
 
 /// Whether the process at the other end of `s` is a watcher tacho started: it runs
 /// the same executable file as this process (the same device and inode behind
-/// `/proc/PID/exe`), with no library preloaded into it and no tracer attached.
+/// `/proc/PID/exe`), with the dynamic loader's variables this process has (no library
+/// preloaded into it that this process does not have) and no tracer attached.
 fn check_peer(s: &UnixStream) -> Result<(), Untrusted> {
     use std::os::unix::fs::MetadataExt;
     let bad = |reason: String| Untrusted {
@@ -249,19 +250,34 @@ fn check_peer(s: &UnixStream) -> Result<(), Untrusted> {
             impostor: !upgraded,
         });
     }
-    if let Ok(env) = std::fs::read(proc.join("environ")) {
-        for var in env.split(|b| *b == 0) {
-            for name in [&b"LD_PRELOAD="[..], b"LD_AUDIT=", b"LD_LIBRARY_PATH="] {
-                if var.starts_with(name) && var.len() > name.len() {
-                    return Err(bad(format!(
-                        "the watcher (pid {pid}) runs with {} set",
-                        String::from_utf8_lossy(&name[..name.len() - 1])
-                    )));
-                }
+    // What the dynamic loader reads, as this process has it: a watcher this tacho
+    // started inherited it; another value loads other code into the same executable.
+    // (A value this process has too was the asker's own already.)
+    if pid != std::process::id() as i32
+        && let Ok(env) = std::fs::read(proc.join("environ"))
+    {
+        for name in ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"] {
+            let prefix = format!("{name}=");
+            let theirs = env
+                .split(|b| *b == 0)
+                .find_map(|v| v.strip_prefix(prefix.as_bytes()))
+                .filter(|v| !v.is_empty());
+            let ours = std::env::var_os(name).filter(|v| !v.is_empty());
+            if theirs != ours.as_ref().map(|v| v.as_encoded_bytes()) {
+                // A library path differs between environments of the user's own (a
+                // toolchain's shell): the watcher is not used, and that is no one's
+                // act. A library preloaded or audited is.
+                return Err(Untrusted {
+                    reason: format!(
+                        "the watcher (pid {pid}) runs with another {name} than this process"
+                    ),
+                    impostor: name != "LD_LIBRARY_PATH" && theirs.is_some(),
+                });
             }
         }
     }
-    if let Ok(status) = std::fs::read_to_string(proc.join("status"))
+    if pid != std::process::id() as i32
+        && let Ok(status) = std::fs::read_to_string(proc.join("status"))
         && let Some(t) = status
             .lines()
             .find_map(|l| l.strip_prefix("TracerPid:"))
