@@ -133,6 +133,9 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         .map(|f| f["id"].as_str().unwrap_or(""))
         .collect();
     assert!(factors.contains(&"tool_failures"), "{risk}");
+    // Every call the hooks saw is one the real agent's transcript names (issue 42 (9)).
+    assert!(!factors.contains(&"calls_unconfirmed"), "{risk}");
+    assert!(factors.iter().all(|f| *f != "agent_acted_on_tacho"), "{risk}");
 
     // The real agent's record through the exporters: the report names the completed
     // goal, the trace export carries every tool call and the graph's output tokens, the
