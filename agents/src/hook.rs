@@ -287,6 +287,11 @@ pub struct HookState {
     /// (parallel calls of one message) is confirmed by it.
     #[serde(default)]
     pub named_calls: std::collections::VecDeque<String>,
+    /// The main session's transcript, as its first payload named it: only that file
+    /// confirms calls (a payload piped with another `transcript_path` could name a
+    /// file made to confirm a made-up call).
+    #[serde(default)]
+    pub confirming_transcript: Option<String>,
 }
 
 /// How many call ids a hook state keeps of those its transcript named.

@@ -380,7 +380,12 @@ impl Tacho {
                         };
                         match agent.read_transcript(cursor, Path::new(&transcript), finish) {
                             Ok(c) => {
-                                if subagent.is_none() {
+                                if subagent.is_none()
+                                    && *state
+                                        .confirming_transcript
+                                        .get_or_insert_with(|| transcript.clone())
+                                        == transcript
+                                {
                                     state.calls_named(&c.call_ids);
                                     read_to_end = finish && c.behind == 0;
                                 }

@@ -135,7 +135,10 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     assert!(factors.contains(&"tool_failures"), "{risk}");
     // Every call the hooks saw is one the real agent's transcript names (issue 42 (9)).
     assert!(!factors.contains(&"calls_unconfirmed"), "{risk}");
-    assert!(factors.iter().all(|f| *f != "agent_acted_on_tacho"), "{risk}");
+    assert!(
+        factors.iter().all(|f| *f != "agent_acted_on_tacho"),
+        "{risk}"
+    );
 
     // The real agent's record through the exporters: the report names the completed
     // goal, the trace export carries every tool call and the graph's output tokens, the
@@ -1219,4 +1222,91 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         QWEN_SESSION,
     );
     assert_eq!(graph_tokens(&g), (input, cached, output), "imported: {g}");
+}
+
+/// Issue 42 (1, 6) with the real Claude Code CLI: the agent ends its own session from
+/// its shell (`tacho session end`), then pipes five `Stop` payloads to `tacho hook`
+/// from one Bash call. The continuation carries the open goal and says the session was
+/// ended from inside a call; the piped stops count for nothing (no pause); the agent's
+/// real stop is refused.
+#[test]
+fn claude_code_cannot_end_its_session_or_pipe_stops_to_escape_the_gate() {
+    let Some(claude) = npm_bin("claude") else {
+        return;
+    };
+    let e = Env::new();
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assured_session(&e, SESSION, "claude-code");
+    let tacho_path = tacho_bin().display().to_string();
+    let stop = e.dir.join("stop.json");
+    std::fs::write(
+        &stop,
+        serde_json::json!({"session_id": SESSION, "cwd": e.ws, "hook_event_name": "Stop",
+            "transcript_path": "/dev/null"})
+        .to_string(),
+    )
+    .unwrap();
+    let script = serde_json::json!([
+        [{"tool": "Bash", "input": {"command": format!("'{tacho_path}' session end {SESSION}"), "description": "end my session"}}],
+        [{"tool": "Bash", "input": {"command": format!("for i in 1 2 3 4 5; do '{tacho_path}' hook claude-code < '{}'; done", stop.display()), "description": "stop five times"}}],
+        [{"text": "Done."}],
+        {"until_text": "cannot complete",
+         "then": [{"text": "Still not done."}],
+         "else": [{"text": "the gate did not block"}]},
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    let _ = e.claude(&claude, &mock, SESSION, "Make the value the answer");
+    drop(mock);
+
+    let cont = format!("{SESSION}.2");
+    let risk = e.json(&["risk", &cont, "--json"]);
+    let acted = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "agent_acted_on_tacho")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    assert!(
+        acted["evidence"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("session {SESSION} was ended while call")),
+        "{acted}"
+    );
+    // The goal holds: not completed; the five piped stops were refused as no stops of
+    // the agent's and counted for nothing, so its first real stop was refused as a
+    // completion attempt (not paused as a fourth fruitless one), and only its real
+    // stops (three, then the pause it is told of) count towards the stall rule.
+    let st = e.json(&["goal", "status", "--session", SESSION, "--json"]);
+    assert_eq!(st["completed"], false, "{st}");
+    let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
+    let piped = |l: &&str| l.contains("a stop arrived while tool call(s)");
+    assert_eq!(
+        log.lines()
+            .filter(|l| piped(l) && !l.contains("stop blocked"))
+            .count(),
+        5,
+        "{log}"
+    );
+    let real: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("stop blocked") && !piped(l))
+        .collect();
+    assert!(
+        real.first().is_some_and(|l| l.contains("cannot complete")),
+        "{log}"
+    );
+    let (_, trace, _) = e.tacho(&["session", "replay", SESSION, "--mode", "summary"]);
+    let (_, trace2, _) = e.tacho(&["session", "replay", &cont, "--mode", "summary"]);
+    let refused = format!("{trace}{trace2}")
+        .lines()
+        .filter(|l| l.contains("goal.update") && l.contains("complete") && l.contains("refused"))
+        .count();
+    assert!((1..=3).contains(&refused), "{trace}{trace2}");
+    // The real agent's own calls are all confirmed by its transcript.
+    for s in [SESSION, cont.as_str()] {
+        let risk = e.json(&["risk", s, "--json"]);
+        assert!(!risk.to_string().contains("calls_unconfirmed"), "{risk:#}");
+    }
 }

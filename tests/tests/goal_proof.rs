@@ -1627,8 +1627,13 @@ fn a_made_up_call_the_transcript_does_not_name_never_counts() {
         "usage": {"input_tokens": 10, "output_tokens": 5}}});
     std::fs::write(&p.transcript, format!("{line}\n")).unwrap();
     call("toolu_real", "python3 -m pytest -q");
-    // Piped from its shell: a pair for a run that never happened.
+    // Piped from its shell: a pair for a run that never happened, and a stop naming
+    // a transcript of its own making that names the made-up call.
     call("toolu_fake", "python3 -m pytest -q tests");
+    let forged = p._tmp.path().join("forged.jsonl");
+    let named = line.to_string().replace("toolu_real", "toolu_fake");
+    std::fs::write(&forged, format!("{named}\n")).unwrap();
+    p.hook_with("Stop", serde_json::json!({ "transcript_path": forged }));
     p.hook("Stop");
     let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
     let risk: Value = serde_json::from_str(risk.trim()).unwrap();

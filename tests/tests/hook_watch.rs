@@ -311,3 +311,53 @@ fn which_python() -> Result<&'static str, ()> {
         Err(())
     }
 }
+
+/// Issue 42 (3): the real tacho binary as the watcher, with a library of the user's
+/// preloaded into it (code the asking tacho does not run): not believed either, and
+/// recorded. The same watcher without it is believed.
+#[test]
+fn a_watcher_with_a_preloaded_library_is_not_believed() {
+    let Some(e) = Env::new() else { return };
+    let gcc = std::process::Command::new("gcc").arg("--version").output();
+    if !gcc.is_ok_and(|o| o.status.success()) {
+        tacho_tests::skip_without("gcc");
+        return;
+    }
+    let lib = e.home.parent().unwrap().join("evil.so");
+    let src = e.home.parent().unwrap().join("evil.c");
+    std::fs::write(&src, "int tacho_test_evil(void) { return 42; }\n").unwrap();
+    let built = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let none = [("TACHO_NO_WATCH", "1")];
+    e.hook(&["hook", "claude-code"], &none, "pre-1", "SessionStart");
+    let mut c = tacho(&e.home);
+    c.args(["watch", "start"])
+        .arg(&e.ws)
+        .env("LD_PRELOAD", &lib);
+    // (`watch start` itself runs preloaded too: it answers its own status.)
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    e.hook(&["hook", "claude-code"], &none, "pre-1", "PreToolUse");
+    std::fs::write(e.ws.join("d2/f2.txt"), "changed by the shell\n").unwrap();
+    e.hook(&["hook", "claude-code"], &none, "pre-1", "PostToolUse");
+    let mut c = tacho(&e.home);
+    c.args(["watch", "stop"]).arg(&e.ws).env("LD_PRELOAD", &lib);
+    let _ = run(c);
+    let mut c = tacho(&e.home);
+    c.args(["risk", "pre-1", "--json"]);
+    let (_, risk, _) = run(c);
+    assert!(risk.contains("\"watcher_impostor\""), "{risk}");
+    assert!(risk.contains("runs code this process does not"), "{risk}");
+    let mut c = tacho(&e.home);
+    c.args(["session", "show", "pre-1", "--json"]);
+    let (_, show, _) = run(c);
+    assert!(
+        show.contains("d2/f2.txt"),
+        "the shell's edit is recorded: {show}"
+    );
+}

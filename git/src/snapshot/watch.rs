@@ -212,8 +212,8 @@ struct Untrusted {
 
 /// Whether the process at the other end of `s` is a watcher tacho started: it runs
 /// the same executable file as this process (the same device and inode behind
-/// `/proc/PID/exe`), with the dynamic loader's variables this process has (no library
-/// preloaded into it that this process does not have) and no tracer attached.
+/// `/proc/PID/exe`), with no code mapped that this process does not run and the user
+/// could have written, and no tracer attached.
 fn check_peer(s: &UnixStream) -> Result<(), Untrusted> {
     use std::os::unix::fs::MetadataExt;
     let bad = |reason: String| Untrusted {
@@ -250,29 +250,49 @@ fn check_peer(s: &UnixStream) -> Result<(), Untrusted> {
             impostor: !upgraded,
         });
     }
-    // What the dynamic loader reads, as this process has it: a watcher this tacho
-    // started inherited it; another value loads other code into the same executable.
-    // (A value this process has too was the asker's own already.)
-    if pid != std::process::id() as i32
-        && let Ok(env) = std::fs::read(proc.join("environ"))
-    {
-        for name in ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"] {
-            let prefix = format!("{name}=");
-            let theirs = env
-                .split(|b| *b == 0)
-                .find_map(|v| v.strip_prefix(prefix.as_bytes()))
-                .filter(|v| !v.is_empty());
-            let ours = std::env::var_os(name).filter(|v| !v.is_empty());
-            if theirs != ours.as_ref().map(|v| v.as_encoded_bytes()) {
-                // A library path differs between environments of the user's own (a
-                // toolchain's shell): the watcher is not used, and that is no one's
-                // act. A library preloaded or audited is.
+    // The code it runs: every executable mapping of the peer is one this process has
+    // too (the same device and inode), or a file the user cannot have written (owned
+    // by root, not writable by group or others, when this process is not root). A
+    // library preloaded, audited or found through another `LD_LIBRARY_PATH` is code
+    // of the user's choosing; the same libraries found through another path are not.
+    if pid != std::process::id() as i32 {
+        let ours = exec_maps("/proc/self/maps");
+        let theirs = exec_maps(&format!("/proc/{pid}/maps"));
+        let (Some(ours), Some(theirs)) = (ours, theirs) else {
+            return Err(bad(format!(
+                "the watcher's mappings (pid {pid}) cannot be read"
+            )));
+        };
+        let root = rustix::process::geteuid().is_root();
+        for (dev, ino, path) in theirs {
+            if ours.iter().any(|(d, i, _)| *d == dev && *i == ino) {
+                continue;
+            }
+            // A library an upgrade replaced on disk since the watcher started: it is
+            // not used, and that is no one's act.
+            if path.ends_with(" (deleted)") {
                 return Err(Untrusted {
                     reason: format!(
-                        "the watcher (pid {pid}) runs with another {name} than this process"
+                        "the watcher (pid {pid}) runs a library since replaced: {path}"
                     ),
-                    impostor: name != "LD_LIBRARY_PATH" && theirs.is_some(),
+                    impostor: false,
                 });
+            }
+            let system = !root
+                && std::fs::metadata(&path).is_ok_and(|m| {
+                    format!(
+                        "{:x}:{:x}",
+                        rustix::fs::major(m.dev()),
+                        rustix::fs::minor(m.dev())
+                    ) == dev
+                        && m.ino() == ino
+                        && m.uid() == 0
+                        && m.mode() & 0o022 == 0
+                });
+            if !system {
+                return Err(bad(format!(
+                    "the watcher (pid {pid}) runs code this process does not: {path}"
+                )));
             }
         }
     }
@@ -289,6 +309,43 @@ fn check_peer(s: &UnixStream) -> Result<(), Untrusted> {
         )));
     }
     Ok(())
+}
+
+/// The executable file mappings of a process's `maps` file: (device as `major:minor`
+/// in hex, inode, path). `None` when it cannot be read.
+fn exec_maps(maps: &str) -> Option<Vec<(String, u64, String)>> {
+    let text = std::fs::read_to_string(maps).ok()?;
+    let mut out: Vec<(String, u64, String)> = Vec::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(_), Some(perms), Some(_), Some(dev), Some(ino)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let path: Vec<&str> = f.collect();
+        let Ok(ino) = ino.parse::<u64>() else {
+            continue;
+        };
+        if ino == 0 || !perms.contains('x') {
+            continue;
+        }
+        // `08:01` as the kernel prints it; normalised to no leading zeros.
+        let dev = dev
+            .split_once(':')
+            .and_then(|(a, b)| {
+                Some(format!(
+                    "{:x}:{:x}",
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?
+                ))
+            })
+            .unwrap_or_default();
+        if !out.iter().any(|(d, i, _)| *d == dev && *i == ino) {
+            out.push((dev, ino, path.join(" ")));
+        }
+    }
+    Some(out)
 }
 
 /// Impostors met by this process (each described once), for the caller to record.
