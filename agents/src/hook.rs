@@ -287,6 +287,10 @@ pub struct HookState {
     /// (parallel calls of one message) is confirmed by it.
     #[serde(default)]
     pub named_calls: std::collections::VecDeque<String>,
+    /// Calls that were running when an earlier session of the conversation ended (id
+    /// → that session): the next payload of one says the end came from inside it.
+    #[serde(default)]
+    pub cut_calls: BTreeMap<String, String>,
     /// The main session's transcript, as its first payload named it: only that file
     /// confirms calls (a payload piped with another `transcript_path` could name a
     /// file made to confirm a made-up call).
@@ -684,34 +688,35 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
     let event = p.hook_event_name.as_str();
     // A conversation resumed after its session ended continues as a new session.
     if state.main.ended && event != "SessionEnd" {
-        // A payload of a call that was running when the session ended: the call went
-        // on, so the end came from inside it, not from the agent's exit.
-        let mid_call = p
-            .tool_use_id
-            .as_ref()
-            .filter(|id| state.main.open_at_end.contains(id))
-            .cloned();
         state.continuations += 1;
         let parent = state.main.session.clone();
+        for call in std::mem::take(&mut state.main.open_at_end) {
+            state.cut_calls.insert(call, parent.clone());
+        }
         let id = session_id_from(&format!("{main_id}.{}", state.continuations + 1));
         state.main = Track {
             session: id,
             ..Track::default()
         };
-        start(agent, p, &mut state.main, Some(parent.clone()), &mut out);
-        if let Some(call) = mid_call {
-            out.push(Action::Event {
-                session: state.main.session.clone(),
-                body: EventBody::Error(tacho_schema::ErrorEvent {
-                    message: format!(
-                        "session {parent} was ended while call {call} ran, and the call went on: it was ended from inside that call (tacho session end, or a SessionEnd payload piped to tacho hook)"
-                    ),
-                    code: Some(tacho_schema::SESSION_ENDED_MID_CALL.into()),
-                    source: Some("tacho".into()),
-                    fatal: false,
-                }),
-            });
-        }
+        start(agent, p, &mut state.main, Some(parent), &mut out);
+    }
+    // A payload of a call that was running when an earlier session of the
+    // conversation ended: the call went on, so the end came from inside it, not from
+    // the agent's exit — whatever payloads were piped in between.
+    if let Some(id) = &p.tool_use_id
+        && let Some(parent) = state.cut_calls.remove(id)
+    {
+        out.push(Action::Event {
+            session: state.main.session.clone(),
+            body: EventBody::Error(tacho_schema::ErrorEvent {
+                message: format!(
+                    "session {parent} was ended while call {id} ran, and the call went on: it was ended from inside that call (tacho session end, or a SessionEnd payload piped to tacho hook)"
+                ),
+                code: Some(tacho_schema::SESSION_ENDED_MID_CALL.into()),
+                source: Some("tacho".into()),
+                fatal: false,
+            }),
+        });
     }
     if !state.main.started {
         let caller = p.calling_session_id.as_deref().map(session_id_from);

@@ -386,11 +386,13 @@ impl Tacho {
                         let mut goal = ci_goal(ws, g, &newest);
                         goal.revisions = revisions(&goals, g, &by);
                         if let Some((why, seq)) = &g.cleared {
-                            // The user's act, once the session ended (SPEC §12.3): no
-                            // receipt is owed, and the summary says so.
-                            goal.ok = true;
+                            // Set aside, its work never proven: CI cannot tell who
+                            // cleared it (an agent's background job can run `goal
+                            // clear` after ending its session), so it fails closed.
+                            goal.ok = false;
                             goal.reason = format!(
-                                "cleared by the user at #{seq} ({why}): its receipts are not checked"
+                                "cleared at #{seq} ({why}), {}: an assured goal set aside is not proven, whoever cleared it",
+                                by(*seq)
                             );
                         } else if !g.completed {
                             goal.reason = not_completed(g, &by);
@@ -561,7 +563,7 @@ const COMMIT_TIME_SLACK_NS: i64 = 2_000_000_000;
 fn not_made_by(c: &CiCommit, s: &CiSession) -> Option<String> {
     if s.agent_reported
         && let Some(agent) = s.agent.as_deref()
-        && tacho_agents::Agent::parse(agent).is_some()
+        && hooked_agent(agent)
     {
         return Some(format!(
             "session {} names {agent}, whose sessions tacho's hooks record, but `tacho record` wrote it: what an agent reports links no commit",
@@ -586,6 +588,23 @@ fn not_made_by(c: &CiCommit, s: &CiSession) -> Option<String> {
             s.session
         )
     })
+}
+
+/// Whether `name` names an agent tacho's hooks record, however it is spelled (case,
+/// `_` or spaces for `-`, spaces around).
+fn hooked_agent(name: &str) -> bool {
+    let norm: String = name
+        .trim()
+        .chars()
+        .map(|c| match c {
+            '_' | ' ' | '.' => '-',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect();
+    tacho_agents::Agent::parse(&norm).is_some()
+        || tacho_agents::Agent::ALL
+            .iter()
+            .any(|a| norm.contains(a.name()) || a.aliases().iter().any(|x| norm.contains(x)))
 }
 
 fn short_id(c: &str) -> &str {

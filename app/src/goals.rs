@@ -1701,16 +1701,25 @@ impl Tacho {
         }
         // The agent may be the one asking while its hooks record the conversation: the
         // session, or the continuation its next payload started.
+        // (Read from the log, not from the hooks' state file, which the agent can
+        // delete: a session not ended is running, whoever records it.)
         let graph = self.graph(session.as_str())?;
-        if graph.ended_unix_ns.is_none()
-            && let Some(agent) = self.hook_recorder(session.as_str())
-        {
+        if graph.ended_unix_ns.is_none() {
+            let who = match self.hook_recorder(session.as_str()) {
+                Some(agent) => format!("{agent}'s hooks still record session {session}"),
+                None => format!("session {session} has not ended"),
+            };
             return Err(refuse(format!(
-                "{agent}'s hooks still record session {session} (it has not ended): the agent working in it could be the one asking — end it first (tacho session end {session}), or give the goal a new contract with tacho goal replace"
+                "{who}: the agent working in it could be the one asking — end it first (tacho session end {session}), or give the goal a new contract with tacho goal replace"
             )));
         }
-        let next = crate::hooks::next_continuation(session.as_str());
-        if self.log().has_session(&next) {
+        // Every continuation after it (`<id>.N`, …): none may still run, and none may
+        // say an end of the conversation came from inside a call.
+        let mut next = crate::hooks::next_continuation(session.as_str());
+        for _ in 0..1_000 {
+            if !self.log().has_session(&next) {
+                break;
+            }
             let cont = self.graph(&next)?;
             // The agent's call went on after the end: the end came from inside it.
             if let Some(e) = cont
@@ -1723,11 +1732,12 @@ impl Tacho {
                     e.message
                 )));
             }
-            if cont.ended_unix_ns.is_none() && self.hook_recorder(&next).is_some() {
+            if cont.ended_unix_ns.is_none() {
                 return Err(refuse(format!(
                     "the conversation goes on as session {next}, which has not ended: end it first"
                 )));
             }
+            next = crate::hooks::next_continuation(&next);
         }
         let seq = self.append_goal_event(
             &session,

@@ -358,6 +358,18 @@ impl Tacho {
                             };
                             state.call_reported(&c.call_id, what);
                         }
+                        // The session's end takes no event after it: its unconfirmed
+                        // calls are recorded just before.
+                        if confirms
+                            && session == state.main.session
+                            && matches!(body, EventBody::SessionEnd(_))
+                        {
+                            for b in unconfirmed_events(&mut state, read_to_end) {
+                                if let Err(e) = ingest.event(0, session.clone(), self.now(), b) {
+                                    problem(&mut answer, e.to_string());
+                                }
+                            }
+                        }
                         ingest
                             .event(0, session, self.now(), body)
                             .map_err(|e| e.to_string())
@@ -425,17 +437,12 @@ impl Tacho {
                     problem(&mut answer, msg);
                 }
             }
-            // At its stop, the agent's transcript (read to its end) names every call
-            // it made: one it does not name was piped to `tacho hook` from its shell,
-            // and is recorded as such (it never counts as verification, SPEC §3.1).
-            if confirms && read_to_end && state.transcript_names_calls {
-                for (id, what) in std::mem::take(&mut state.unconfirmed) {
-                    let body = EventBody::Error(tacho_schema::ErrorEvent {
-                        message: tacho_projections::unconfirmed_call_message(&id, &what),
-                        code: Some(tacho_projections::CALL_UNCONFIRMED.into()),
-                        source: Some("tacho".into()),
-                        fatal: false,
-                    });
+            // At its stop, the agent's transcript names every call it made: one it does
+            // not name was piped to `tacho hook` from its shell, and is recorded as
+            // such (it never counts as verification, SPEC §3.1) — also when the
+            // transcript could not be read to its end (gone, replaced, padded).
+            if confirms && event == "Stop" {
+                for body in unconfirmed_events(&mut state, read_to_end) {
                     if let Err(e) = ingest.event(0, state.main.session.clone(), self.now(), body) {
                         problem(&mut answer, e.to_string());
                     }
@@ -918,6 +925,31 @@ impl Tacho {
         }
         out
     }
+}
+
+/// The `call_unconfirmed` errors of the main session's calls its transcript has not
+/// named (taken from `state`), at a stop: none while the transcript never named a call
+/// (a transcript of another shape). `read_to_end` says whether this stop's read
+/// reached the transcript's end; when it did not, the message says so.
+fn unconfirmed_events(state: &mut HookState, read_to_end: bool) -> Vec<EventBody> {
+    if !state.transcript_names_calls {
+        return Vec::new();
+    }
+    std::mem::take(&mut state.unconfirmed)
+        .into_iter()
+        .map(|(id, what)| {
+            let mut message = tacho_projections::unconfirmed_call_message(&id, &what);
+            if !read_to_end {
+                message.push_str(" (the transcript could not be read to its end at the stop)");
+            }
+            EventBody::Error(tacho_schema::ErrorEvent {
+                message,
+                code: Some(tacho_projections::CALL_UNCONFIRMED.into()),
+                source: Some("tacho".into()),
+                fatal: false,
+            })
+        })
+        .collect()
 }
 
 /// The id a continuation of `session` takes: `<id>.N+1` after `<id>.N`, else `<id>.2`.

@@ -144,6 +144,32 @@ fn scan_event(session: &str, seq: u64, body: &EventBody, out: &mut Vec<SecretFin
     });
 }
 
+/// The text of a blob for the scan: UTF-16 (little or big endian) when it starts with
+/// its byte-order mark, else UTF-8 read leniently.
+fn blob_text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    let utf16 = |le: bool| -> String {
+        let units = bytes.get(2..).unwrap_or_default().chunks_exact(2).map(|c| {
+            let pair = [
+                c.first().copied().unwrap_or(0),
+                c.get(1).copied().unwrap_or(0),
+            ];
+            if le {
+                u16::from_le_bytes(pair)
+            } else {
+                u16::from_be_bytes(pair)
+            }
+        });
+        char::decode_utf16(units)
+            .map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER))
+            .collect()
+    };
+    match bytes {
+        [0xFF, 0xFE, ..] => std::borrow::Cow::Owned(utf16(true)),
+        [0xFE, 0xFF, ..] => std::borrow::Cow::Owned(utf16(false)),
+        _ => String::from_utf8_lossy(bytes),
+    }
+}
+
 impl Tacho {
     /// Every secret the scan finds in `session`'s events, in event order, each marked
     /// `allowed` when a `secret.allowed` of the session names its event. The check a
@@ -226,7 +252,7 @@ impl Tacho {
         };
         let store = self.snapshots().map_err(fail)?;
         let mut skip = workspace.map_or_else(Default::default, |w| {
-            tacho_git::snapshot::scan::head_blobs(Path::new(w))
+            tacho_git::snapshot::scan::published_blobs(Path::new(w))
         });
         for (seq, event, snap) in snaps {
             let Ok(tree) = store.resolve(snap) else {
@@ -235,11 +261,9 @@ impl Tacho {
             let short = snap.get(..12).unwrap_or(snap);
             store
                 .for_each_new_blob(tree, &mut skip, &mut |path, bytes| {
-                    // Binary content (a NUL in its first 8 KiB) is not text to scan.
-                    if bytes.iter().take(8 << 10).any(|b| *b == 0) {
-                        return;
-                    }
-                    let text = String::from_utf8_lossy(bytes);
+                    // Every blob, binary ones too (a NUL byte hides nothing): as UTF-16
+                    // when it says so, else as UTF-8 with what is not replaced.
+                    let text = blob_text(bytes);
                     for found in secrets::scan(&text) {
                         out.push(SecretFinding {
                             session: session.to_owned(),

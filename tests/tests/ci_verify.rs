@@ -513,7 +513,7 @@ fn only_commits_made_during_a_session_are_linked_by_it() {
     assert!(v["failures"].to_string().contains("fast-forward"), "{v:#}");
 
     // A session recorded in Claude Code's name, whose commit was made in its step.
-    e.record("ses_claimed", &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"claude-code","source":"claude-code"}}"#));
+    e.record("ses_claimed", &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"Claude_Code ","source":"claude-code"}}"#));
     e.record("ses_claimed", r#"{"type":"step.start","step":1}"#);
     std::fs::write(e.ws.join("src/b.txt"), "b\n").unwrap();
     git(&e.ws, &["add", "-A"]);
@@ -528,7 +528,7 @@ fn only_commits_made_during_a_session_are_linked_by_it() {
     assert_eq!(claimed["linked"], false, "{v:#}");
     assert!(
         claimed["not_linked_by"][0].as_str().unwrap().contains(
-            "names claude-code, whose sessions tacho's hooks record, but `tacho record` wrote it"
+            "names Claude_Code , whose sessions tacho's hooks record, but `tacho record` wrote it"
         ),
         "{v:#}"
     );

@@ -1571,9 +1571,12 @@ fn a_goal_is_cleared_by_the_user_once_the_session_ended_and_shown() {
     let (_, trace, _) = p.t(&["session", "trace", "ses_proof"]);
     assert!(trace.to_lowercase().contains("clear"), "{trace}");
     write(&p.ws, "README.md", "later\n");
+    // CI cannot tell who cleared it: an assured goal set aside fails the range.
     let o = p.finish(&[]);
+    assert!(!o.ci_passed, "{}", o.ci_out);
     assert!(
-        o.ci_out.contains("cleared by the user at #"),
+        o.ci_out
+            .contains("an assured goal set aside is not proven, whoever cleared it"),
         "{}",
         o.ci_out
     );
@@ -1662,4 +1665,94 @@ fn a_made_up_call_the_transcript_does_not_name_never_counts() {
         .map(|r| r["command"].as_str().unwrap())
         .collect();
     assert_eq!(shell, ["python3 -m pytest -q"], "{risk:#}");
+}
+
+/// Issue 42 (9), as the red team tried it: the transcript replaced by a link to
+/// `/dev/null` before the stop, or the session ended with a made-up call pending — the
+/// made-up call is recorded unconfirmed all the same, and the end is recorded.
+#[test]
+fn a_made_up_call_is_unconfirmed_when_the_transcript_is_gone_or_the_session_ends() {
+    for end in [false, true] {
+        let p = Project::new(&one(UNITTEST), &["src"], None);
+        let call = |id: &str| {
+            let input = serde_json::json!({ "command": "python3 -m pytest -q" });
+            p.hook_with(
+                "PreToolUse",
+                serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
+            );
+            p.hook_with(
+                "PostToolUse",
+                serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
+                    "tool_response": {"stdout": "1 passed", "stderr": "", "interrupted": false}}),
+            );
+        };
+        let line = serde_json::json!({"type": "assistant", "uuid": "u1", "message": {"id": "msg_1",
+            "role": "assistant", "content": [{"type": "tool_use", "id": "toolu_real", "name": "Bash",
+            "input": {}}], "usage": {"input_tokens": 1, "output_tokens": 1}}});
+        std::fs::write(&p.transcript, format!("{line}\n")).unwrap();
+        call("toolu_real");
+        call("toolu_fake");
+        if end {
+            p.hook("SessionEnd");
+        } else {
+            std::fs::remove_file(&p.transcript).unwrap();
+            std::os::unix::fs::symlink("/dev/null", &p.transcript).unwrap();
+            p.hook("Stop");
+        }
+        let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+        assert!(risk.contains("call toolu_fake (Bash"), "end {end}: {risk}");
+        assert!(!risk.contains("call toolu_real"), "end {end}: {risk}");
+        if end {
+            let (_, show, _) = p.t(&["session", "show", "ses_proof", "--json"]);
+            assert!(!show.contains("\"status\":\"running\""), "{show}");
+        }
+    }
+}
+
+/// Issue 42 (1), as the red team tried it: the agent ends its session from inside a
+/// call and pipes a prompt before the call returns, so that the continuation starts
+/// with another payload. The call's result still says the end came from inside it,
+/// and the goal cannot be cleared afterwards.
+#[test]
+fn an_end_from_inside_a_call_is_told_whatever_payloads_come_first() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let input = serde_json::json!({"command": "tacho session end ses_proof; tacho hook claude-code < prompt.json"});
+    p.hook_with(
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_use_id": "end", "tool_input": input}),
+    );
+    let (code, out, err) = p.t(&["session", "end", "ses_proof"]);
+    assert_eq!(code, 0, "{out}{err}");
+    p.hook_with("UserPromptSubmit", serde_json::json!({"prompt": "go on"}));
+    p.hook_with("SessionStart", serde_json::json!({"source": "startup"}));
+    p.hook_with(
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_use_id": "end", "tool_input": input,
+            "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
+    );
+    let (_, risk, _) = p.t(&["risk", "ses_proof.2", "--json"]);
+    assert!(
+        risk.contains("session ses_proof was ended while call end ran, and the call went on"),
+        "{risk}"
+    );
+    let (code, out, err) = p.t(&["session", "end", "ses_proof.2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = p.t(&["goal", "clear", "--session", "ses_proof", "--reason", "x"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the call went on"), "{err}");
+}
+
+/// Issue 42 (16), as the red team tried it: the agent deletes the hooks' state file of
+/// its session, then clears its goal. The log says the session has not ended: the
+/// clear is refused.
+#[test]
+fn deleting_the_hooks_state_does_not_let_the_agent_clear_its_goal() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    p.hook("UserPromptSubmit");
+    let state = p.home.join("agents/claude-code/ses_proof.json");
+    assert!(state.is_file());
+    std::fs::remove_file(&state).unwrap();
+    let (code, _, err) = p.t(&["goal", "clear", "--session", "ses_proof", "--reason", "x"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("has not ended"), "{err}");
 }

@@ -691,4 +691,33 @@ fn a_token_in_an_untracked_file_of_a_snapshot_stops_the_push() {
     ]);
     w.alice.ok(&["push", "origin", "--all"]);
     assert!(remote_refs(&w).contains("refs/tacho/sessions/ses_env"));
+
+    // A token committed to a local branch only (never pushed), and one in a binary
+    // file (NUL bytes first): both are read, both stop the push.
+    let other = format!("glpat-{}", "Qw3Er5Ty7Ui9Op1As3Df");
+    std::fs::write(
+        w.alice.clone.join("fixture.txt"),
+        format!("TOKEN={token}\n"),
+    )
+    .unwrap();
+    let mut bin = vec![0u8; 64];
+    bin.extend_from_slice(format!("\nGITLAB_TOKEN={other}\n").as_bytes());
+    std::fs::write(w.alice.clone.join("blob.bin"), bin).unwrap();
+    git(&w.alice.clone, &["add", "fixture.txt"]);
+    git(&w.alice.clone, &["commit", "-qm", "local only"]);
+    w.alice.session("ses_local");
+    let (code, scan, _) = w
+        .alice
+        .tacho(&["session", "secrets", "ses_local", "--json"]);
+    assert_eq!(code, 1, "{scan}");
+    let scan: serde_json::Value = serde_json::from_str(scan.lines().next().unwrap()).unwrap();
+    let fields: Vec<&str> = scan["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    for file in ["file fixture.txt", "file blob.bin", "file .env.production"] {
+        assert!(fields.iter().any(|f| f.ends_with(file)), "{file}: {scan:#}");
+    }
 }

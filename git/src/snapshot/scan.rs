@@ -60,26 +60,47 @@ pub(crate) fn dot_git(workspace: &Path) -> Option<std::path::PathBuf> {
         .find(|g| g.exists())
 }
 
-/// The blob ids of the tree HEAD names in the repository holding `workspace` (empty
-/// without one, or with an unborn HEAD): content the repository's own history holds.
-pub fn head_blobs(workspace: &Path) -> std::collections::HashSet<gix::ObjectId> {
+/// The blob ids of the trees the repository holding `workspace` has from its remotes
+/// (the tips of `refs/remotes/*`, at most [`PUBLISHED_REFS_MAX`]): content a remote
+/// already holds. Empty without a repository or a remote-tracking ref. (Not HEAD's
+/// tree: a local commit may never be pushed.)
+pub fn published_blobs(workspace: &Path) -> std::collections::HashSet<gix::ObjectId> {
     let mut out = std::collections::HashSet::new();
     let Ok(Some(ctx)) = git_context(workspace) else {
         return out;
     };
-    let Ok(tree) = ctx.repo.head_tree() else {
+    let Ok(refs) = ctx.repo.references() else {
         return out;
     };
-    if let Ok(records) = tree.traverse().breadthfirst.files() {
-        out.extend(
-            records
-                .into_iter()
-                .filter(|r| !r.mode.is_tree())
-                .map(|r| r.oid),
-        );
+    let Ok(remotes) = refs.prefixed("refs/remotes/") else {
+        return out;
+    };
+    let mut trees = std::collections::HashSet::new();
+    for r in remotes.flatten().take(PUBLISHED_REFS_MAX) {
+        let mut r = r;
+        let Ok(commit) = r.peel_to_commit() else {
+            continue;
+        };
+        let Ok(tree) = commit.tree() else {
+            continue;
+        };
+        if !trees.insert(tree.id) {
+            continue;
+        }
+        if let Ok(records) = tree.traverse().breadthfirst.files() {
+            out.extend(
+                records
+                    .into_iter()
+                    .filter(|r| !r.mode.is_tree())
+                    .map(|r| r.oid),
+            );
+        }
     }
     out
 }
+
+/// How many remote-tracking refs [`published_blobs`] reads.
+pub const PUBLISHED_REFS_MAX: usize = 64;
 
 /// Opens the Git repository that holds `workspace`, if any. A repository found above
 /// the workspace counts; the workspace is then a prefix inside it.
