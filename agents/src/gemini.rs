@@ -250,7 +250,11 @@ fn shell_failure(text: &str) -> Option<String> {
         if let Some(code) = l.strip_prefix("Exit Code: ") {
             return (code.trim() != "0").then(|| l.to_owned());
         }
-        if l.starts_with("Signal: ") {
+        // `Signal: 0` (or `(none)`), as Gemini CLI prints it since January 2026 for
+        // every command, says no signal came: a trailer line like the others.
+        if let Some(sig) = l.strip_prefix("Signal: ")
+            && !matches!(sig.trim(), "0" | "(none)")
+        {
             return Some(l.to_owned());
         }
         if !TRAILER.iter().any(|t| l.starts_with(t)) {
@@ -840,6 +844,19 @@ mod tests {
             serde_json::json!({"llmContent": "<untrusted_context>\nOutput: ok\nProcess Group PGID: 5\n</untrusted_context>"}),
         );
         assert_eq!((p.hook_event_name.as_str(), p.error), ("PostToolUse", None));
+        // Gemini CLI of January 2026: every command ends `Exit Code: 0`, `Signal: 0`
+        // (issue 43: six of six successful calls were recorded failed).
+        for ok in [
+            "Output: fine\nError: (none)\nExit Code: 0\nSignal: 0\nBackground PIDs: (none)\nProcess Group PGID: 4242",
+            "Output: fine\nExit Code: 0\nSignal: (none)",
+            "Output: fine\nSignal: 0\nExit Code: 0",
+        ] {
+            assert_eq!(shell_failure(ok), None, "{ok}");
+        }
+        assert_eq!(
+            shell_failure("Output: x\nExit Code: 1\nSignal: 0").as_deref(),
+            Some("Exit Code: 1")
+        );
         // A command printing "Exit Code: 3" itself, then succeeding: no failure.
         let p = after(
             serde_json::json!({"llmContent": "Output: Exit Code: 3\nExit Code: 3\nfine\nProcess Group PGID: 5"}),

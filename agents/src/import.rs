@@ -132,9 +132,17 @@ pub(crate) fn text_of(content: &Value) -> String {
 /// The complete lines of a transcript parsed as JSON, each with its time (the last
 /// `timestamp` seen so far, in ns since the epoch), counting into `t` the lines, those
 /// that are not JSON, and the bytes of a last line without its newline (left for the
-/// next import).
+/// next import) — unless that line is a whole JSON value, which a line still being
+/// written is not: it is read (issue 43: a cut rollout lost its last response; events
+/// keep their keys, so an import that reads it again adds nothing).
 pub(crate) fn json_lines<'b>(bytes: &'b [u8], t: &mut Transcript) -> Vec<(&'b [u8], Value, i64)> {
-    let body_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    let mut body_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    if bytes
+        .get(body_end..)
+        .is_some_and(|tail| !tail.is_empty() && serde_json::from_slice::<Value>(tail).is_ok())
+    {
+        body_end = bytes.len();
+    }
     t.partial_tail = (bytes.len() - body_end) as u64;
     let mut out = Vec::new();
     let mut time = 0i64;
@@ -330,6 +338,37 @@ mod tests {
         assert_eq!(t.skipped.get("attachment"), Some(&1));
         assert_eq!(t.unknown.get("brand-new-thing"), Some(&1));
         assert_eq!(t.unknown.len(), 1);
+    }
+
+    /// Issue 43: a last line complete but for its newline (a cut rollout's last
+    /// response) is read; a line still being written is left for the next import.
+    #[test]
+    fn a_whole_last_line_without_its_newline_is_read() {
+        let head = r#"{"type":"user","sessionId":"abc","cwd":"/w","timestamp":"2026-11-20T09:00:00Z","message":{"role":"user","content":"Fix it"}}"#;
+        let last = r#"{"type":"assistant","sessionId":"abc","timestamp":"2026-11-20T09:00:01Z","message":{"id":"m9","model":"x","usage":{"input_tokens":5,"output_tokens":3},"content":[{"type":"text","text":"done"}]}}"#;
+        let t = read_claude_transcript(
+            Path::new("/p/abc.jsonl"),
+            format!("{head}\n{last}").as_bytes(),
+        );
+        assert_eq!(t.partial_tail, 0);
+        assert!(
+            t.events
+                .iter()
+                .any(|(_, b)| matches!(b, EventBody::LlmResponse(r) if r.tokens_out == 3)),
+            "{:?}",
+            t.events
+        );
+        let cut = &last[..last.len() - 5];
+        let t = read_claude_transcript(
+            Path::new("/p/abc.jsonl"),
+            format!("{head}\n{cut}").as_bytes(),
+        );
+        assert_eq!(t.partial_tail, cut.len() as u64);
+        assert!(
+            !t.events
+                .iter()
+                .any(|(_, b)| matches!(b, EventBody::LlmResponse(_)))
+        );
     }
 
     #[test]

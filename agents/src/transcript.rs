@@ -248,9 +248,14 @@ pub fn tool_use_ids(entry: &serde_json::Value) -> impl Iterator<Item = String> +
 /// Reads Codex's text of a command's output: "Process exited with code N" and what
 /// follows "Output:".
 pub fn codex_call_output(text: &str) -> CallOutput {
-    let exit_code = text.lines().find_map(|l| {
-        l.trim()
-            .strip_prefix("Process exited with code ")
+    // The header before `Output:` only: what the command printed says nothing. Codex
+    // says `Process exited with code N` (`exec_command`) or, from 0.118 on,
+    // `Exit code: N` (`shell_command`, issue 43: fifteen failed runs read as passed).
+    let header = text.split("\nOutput:\n").next().unwrap_or(text);
+    let exit_code = header.lines().find_map(|l| {
+        let l = l.trim();
+        l.strip_prefix("Process exited with code ")
+            .or_else(|| l.strip_prefix("Exit code: "))
             .and_then(|n| n.trim().parse().ok())
     });
     let output = match text.find("\nOutput:\n") {
@@ -511,6 +516,19 @@ impl Cursor {
                 line.extend_from_slice(rest);
             }
         }
+        // At the end (a session's stop, an import), a last line complete but for its
+        // newline is read too (issue 43: a cut rollout lost its last response): a
+        // whole JSON value, which a line still being written is not.
+        if finish
+            && !self.skipping
+            && !line.is_empty()
+            && self.offset + line.len() as u64 == len
+            && serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_ok()
+        {
+            self.feed(&line, codex, &mut out);
+            self.offset += line.len() as u64;
+            line.clear();
+        }
         out.behind = len.saturating_sub(self.offset + line.len() as u64);
         self.tail = self.tail_hash(&f)?;
         if self.offset >= self.recheck_until {
@@ -660,6 +678,39 @@ mod tests {
                 }
             ))
         );
+        // Codex 0.118's `shell_command` header; a line the command printed is no header.
+        let o = codex_call_output("Exit code: 1\nWall time: 0.2 seconds\nOutput:\nFAILED\n");
+        assert_eq!((o.exit_code, o.output.as_str()), (Some(1), "FAILED\n"));
+        let o = codex_call_output("Exit code: 0\nWall time: 0 seconds\nOutput:\nExit code: 9\n");
+        assert_eq!(o.exit_code, Some(0));
+        let o =
+            codex_call_output("Process exited with code 0\nOutput:\nProcess exited with code 4\n");
+        assert_eq!(o.exit_code, Some(0));
+    }
+
+    /// Issue 43: at a session's end, a last line complete but for its newline is read
+    /// (once); before the end it waits for its newline.
+    #[test]
+    fn a_whole_last_line_is_read_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let line = |id: &str, out: u64| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"{id}","usage":{{"input_tokens":1,"output_tokens":{out}}}}}}}"#
+            )
+        };
+        std::fs::write(&path, format!("{}\n{}", line("a", 1), line("b", 2))).unwrap();
+        let mut c = Cursor::default();
+        let early = c.catch_up(&path, false, false).unwrap();
+        assert_eq!(
+            early.usages.len(),
+            0,
+            "a is held back, b has no newline yet"
+        );
+        let end = c.catch_up(&path, true, false).unwrap();
+        let outs: Vec<u64> = end.usages.iter().map(|u| u.output_tokens).collect();
+        assert_eq!(outs, [1, 2]);
+        assert_eq!(c.catch_up(&path, true, false).unwrap().usages.len(), 0);
     }
 
     /// Runs `f` on a thread of its own; `None` when it has not returned after 5 s
