@@ -13,11 +13,13 @@
 //!
 //! Aim (issue 41): the cached clean-room check within 1.5× of the in-place run plus
 //! the check's own time. The ratio to the in-place run, and the aim read that way, are
-//! printed after the groups. (Measured 2026-12-07: in place 363 ms, cached 646 ms,
-//! 1.78×; first 7.07 s. Of the overhead, about 110 ms are the fingerprints before and
-//! after the run and 47 ms the digest of the `node` program, which a check in place
-//! paid as well; the room itself — checked, repository made, checked again after — is
-//! about 120 ms.)
+//! printed after the groups. (Measured 2026-12-07 on the final tree, release build,
+//! 2-core VM: in place 218 ms, cached 364 ms, 1.67× (145 ms of overhead); first
+//! 2.56 s. Earlier the same day, before the warm room was hardened: in place 363 ms,
+//! cached 646 ms, 1.78×; first 7.07 s. Of the overhead then, about 110 ms were the
+//! fingerprints before and after the run and 47 ms the digest of the `node` program,
+//! which a check in place paid as well; the room itself — checked, repository made,
+//! checked again after — about 120 ms.)
 //!
 //! `cargo bench -p tacho-benches --bench clean_room` (build the binary first: `cargo
 //! build --release -p tacho-cli`; `TACHO_BIN` overrides). Under `cargo test` each case
