@@ -179,6 +179,21 @@ impl Project {
         run(c)
     }
 
+    /// One Bash call of the agent's as its hooks report it: `PreToolUse`, then
+    /// `PostToolUse` with `stdout`.
+    fn shell_call(&self, id: &str, command: &str, stdout: &str) {
+        let input = serde_json::json!({ "command": command });
+        self.hook_with(
+            "PreToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
+        );
+        self.hook_with(
+            "PostToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
+                "tool_response": {"stdout": stdout, "stderr": "", "interrupted": false}}),
+        );
+    }
+
     /// A Claude Code hook payload; returns the hook's stdout.
     fn hook(&self, event: &str) -> String {
         self.hook_with(event, serde_json::json!({}))
@@ -1611,18 +1626,7 @@ fn a_goal_is_cleared_by_the_user_once_the_session_ended_and_shown() {
 #[test]
 fn a_made_up_call_the_transcript_does_not_name_never_counts() {
     let p = Project::new(&one(UNITTEST), &["src"], None);
-    let call = |id: &str, command: &str| {
-        let input = serde_json::json!({ "command": command });
-        p.hook_with(
-            "PreToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
-        );
-        p.hook_with(
-            "PostToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
-                "tool_response": {"stdout": "1 passed", "stderr": "", "interrupted": false}}),
-        );
-    };
+    let call = |id: &str, command: &str| p.shell_call(id, command, "1 passed");
     // The agent's transcript names the calls it made (Claude Code's tool_use blocks).
     let line = serde_json::json!({"type": "assistant", "uuid": "u1", "message": {"id": "msg_1",
         "role": "assistant", "model": "claude", "content": [
@@ -1674,18 +1678,7 @@ fn a_made_up_call_the_transcript_does_not_name_never_counts() {
 fn a_made_up_call_is_unconfirmed_when_the_transcript_is_gone_or_the_session_ends() {
     for end in [false, true] {
         let p = Project::new(&one(UNITTEST), &["src"], None);
-        let call = |id: &str| {
-            let input = serde_json::json!({ "command": "python3 -m pytest -q" });
-            p.hook_with(
-                "PreToolUse",
-                serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
-            );
-            p.hook_with(
-                "PostToolUse",
-                serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
-                    "tool_response": {"stdout": "1 passed", "stderr": "", "interrupted": false}}),
-            );
-        };
+        let call = |id: &str| p.shell_call(id, "python3 -m pytest -q", "1 passed");
         let line = serde_json::json!({"type": "assistant", "uuid": "u1", "message": {"id": "msg_1",
             "role": "assistant", "content": [{"type": "tool_use", "id": "toolu_real", "name": "Bash",
             "input": {}}], "usage": {"input_tokens": 1, "output_tokens": 1}}});

@@ -605,23 +605,9 @@ fn hooks_never_append_to_a_fetched_session() {
         c.current_dir(&w.bob.clone)
             .env("HOME", &w.bob.home)
             .env("TACHO_NO_WATCH", "1")
-            .args(["hook", "claude-code"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(payload.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .args(["hook", "claude-code"]);
+        let (code, _, err) = tacho_tests::run_input(c, &payload.to_string());
+        assert_eq!(code, 0, "{err}");
     };
     hook("UserPromptSubmit");
     hook("Stop");
