@@ -303,6 +303,15 @@ pub trait Adapter: Sync + std::fmt::Debug {
         path.extension().is_some_and(|e| e == "jsonl")
     }
 
+    /// A file of this agent's that tacho does not read, with the format it reads
+    /// instead (issue 43: Cline's VS Code task folders were imported as "1 unchanged"):
+    /// `tacho import` reports it as a failure and reads nothing of it. `listed`: the
+    /// file was found under a directory (one file per unread folder is enough), not
+    /// named.
+    fn unread_format(&self, _path: &Path, _listed: bool) -> Option<String> {
+        None
+    }
+
     /// One whole transcript, read for `tacho import` (each event with its dedup key).
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript;
 

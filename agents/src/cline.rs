@@ -161,6 +161,23 @@ impl Adapter for Cline {
             .is_some_and(|n| n.ends_with(MESSAGES_SUFFIX) && n.len() > MESSAGES_SUFFIX.len())
     }
 
+    fn unread_format(&self, path: &Path, listed: bool) -> Option<String> {
+        let name = path.file_name()?.to_str()?;
+        let task_file = match listed {
+            true => name == "api_conversation_history.json",
+            false => matches!(
+                name,
+                "api_conversation_history.json" | "ui_messages.json" | "task_metadata.json"
+            ),
+        };
+        task_file.then(|| {
+            format!(
+                "{} is a file of a Cline VS Code extension task folder, which tacho does not read: it reads the Cline CLI's sessions (`<id>{MESSAGES_SUFFIX}` beside `<id>.json`, under ~/.cline/data/sessions)",
+                path.display()
+            )
+        })
+    }
+
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
         // The session file beside it gives the workspace; without it (or unreadable)
         // the session imports without one.

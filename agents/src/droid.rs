@@ -445,6 +445,7 @@ pub fn read_droid_transcript(
         t.events
             .insert(0, (time, start_event(Agent::Droid, None, None, None)));
     }
+    crate::import::backfill_times(&mut t);
     if let Some((totals, model)) = totals.filter(|(n, _)| n.sum() > 0) {
         let id = format!("{USAGE_ID_PREFIX}{}", totals.sum());
         t.events.push((
@@ -521,6 +522,28 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Issue 43: Droid's `session_start` carries no `timestamp`; the session starts
+    /// at its first timed line, not on 1970-01-01.
+    #[test]
+    fn a_session_without_a_start_time_starts_at_its_first_timed_line() {
+        let text = concat!(
+            r#"{"type":"session_start","id":"d1","cwd":"/w"}"#,
+            "\n",
+            r#"{"type":"message","timestamp":"2026-11-20T09:00:01Z","message":{"role":"user","content":[{"type":"text","text":"go"}]}}"#,
+            "\n"
+        );
+        let t = read_droid_transcript(Path::new("/p/d1.jsonl"), text.as_bytes(), None);
+        let start = t
+            .events
+            .iter()
+            .find(|(_, b)| matches!(b, EventBody::SessionStart(_)))
+            .map(|(at, _)| *at);
+        assert_eq!(
+            start,
+            tacho_schema::parse_ts(&Value::String("2026-11-20T09:00:01Z".into())).ok()
+        );
     }
 
     #[test]

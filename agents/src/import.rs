@@ -129,6 +129,21 @@ pub(crate) fn text_of(content: &Value) -> String {
     }
 }
 
+/// Gives the events read before any line carried a time (time 0: Factory Droid's
+/// `session_start` has no `timestamp`) the time of the first event after them that
+/// has one, so that a session does not start on 1970-01-01 (issue 43). Events of a
+/// transcript with no time at all keep 0.
+pub(crate) fn backfill_times(t: &mut Transcript) {
+    let mut next = 0i64;
+    for (time, _) in t.events.iter_mut().rev() {
+        if *time > 0 {
+            next = *time;
+        } else {
+            *time = next;
+        }
+    }
+}
+
 /// The complete lines of a transcript parsed as JSON, each with its time (the last
 /// `timestamp` seen so far, in ns since the epoch), counting into `t` the lines, those
 /// that are not JSON, and the bytes of a last line without its newline (left for the

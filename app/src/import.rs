@@ -128,7 +128,9 @@ pub fn transcripts_under(agent: Agent, dir: &Path) -> std::io::Result<Vec<PathBu
             let p = entry.path();
             if ft.is_dir() {
                 stack.push(p);
-            } else if ft.is_file() && agent.is_transcript(&p) {
+            } else if ft.is_file()
+                && (agent.is_transcript(&p) || agent.unread_format(&p, true).is_some())
+            {
                 out.push(p);
             }
         }
@@ -199,6 +201,13 @@ impl Tacho {
         for (i, file) in files.iter().enumerate() {
             progress(i, files.len());
             report.files += 1;
+            if let Some(why) = agent.unread_format(file, false) {
+                report.failed.push(ImportFailure {
+                    file: file.clone(),
+                    error: why,
+                });
+                continue;
+            }
             // Opened without blocking, and only a regular file: a FIFO or a device
             // named as a transcript is reported, never waited on. One file may hold
             // many sessions (OpenCode's database).

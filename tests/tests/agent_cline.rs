@@ -387,3 +387,42 @@ fn a_repositorys_linked_hooks_directory_is_refused() {
         "nothing written through it"
     );
 }
+
+/// Issue 43: the data the Cline VS Code extension keeps — task folders of
+/// `api_conversation_history.json`, `ui_messages.json`, `task_metadata.json` — is a
+/// format tacho does not read: `tacho import cline` names it and the format it reads,
+/// and fails (never "unchanged", exit 0).
+#[test]
+fn a_vs_code_task_folder_is_named_as_a_format_not_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let task = tmp.path().join("tasks/1733000000000");
+    std::fs::create_dir_all(&task).unwrap();
+    std::fs::write(
+        task.join("api_conversation_history.json"),
+        r#"[{"role":"user","content":[{"type":"text","text":"hi"}]}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        task.join("ui_messages.json"),
+        r#"[{"ts":1733000000000,"type":"say","say":"text","text":"hi"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        task.join("task_metadata.json"),
+        r#"{"files_in_context":[]}"#,
+    )
+    .unwrap();
+    let home = tmp.path().join("home");
+    for target in [tmp.path().join("tasks"), task.join("ui_messages.json")] {
+        let mut c = tacho(&home);
+        c.args(["import", "cline", "--json"]).arg(&target);
+        let (code, out, err) = run(c);
+        assert_ne!(code, 0, "{out}{err}");
+        assert!(
+            format!("{out}{err}")
+                .contains("Cline VS Code extension task folder, which tacho does not read"),
+            "{out}{err}"
+        );
+        assert!(!out.contains("\"sessions_unchanged\":1"), "{out}");
+    }
+}
