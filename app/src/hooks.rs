@@ -935,8 +935,24 @@ fn unconfirmed_events(state: &mut HookState, read_to_end: bool) -> Vec<EventBody
     if !state.transcript_names_calls {
         return Vec::new();
     }
-    std::mem::take(&mut state.unconfirmed)
+    // A call still running (a stop piped from it, the session ended inside it) may
+    // not be in the transcript yet: Claude Code writes a call's message after its
+    // `PreToolUse`. It waits for a later stop.
+    let running: Vec<String> = state
+        .main
+        .open
+        .keys()
+        .chain(state.main.open_at_end.iter())
+        .cloned()
+        .collect();
+    let (later, now): (
+        std::collections::BTreeMap<_, _>,
+        std::collections::BTreeMap<_, _>,
+    ) = std::mem::take(&mut state.unconfirmed)
         .into_iter()
+        .partition(|(id, _)| running.contains(id));
+    state.unconfirmed = later;
+    now.into_iter()
         .map(|(id, what)| {
             let mut message = tacho_projections::unconfirmed_call_message(&id, &what);
             if !read_to_end {
