@@ -521,6 +521,15 @@ mod tests {
             (lines.join("\n") + "\n").as_bytes(),
         );
         assert_eq!(edits(&t), [("src/x.rs".into(), Some(2), Some(1))]);
+        // A patch Codex refused: a failed result, and no edit (issue 43).
+        let mut refused = lines.clone();
+        refused[2] = r#"{"timestamp":"2026-11-20T09:00:02Z","type":"response_item","payload":{"type":"custom_tool_call_output","call_id":"p1","output":"apply_patch verification failed: Failed to find expected lines in src/x.rs"}}"#.to_owned();
+        let t = read_codex_rollout(
+            Path::new("/s/rollout-x.jsonl"),
+            (refused.join("\n") + "\n").as_bytes(),
+        );
+        assert!(edits(&t).is_empty(), "{:?}", t.events);
+        assert!(t.events.iter().any(|(_, b)| matches!(b, EventBody::ToolResult(r) if r.status == tacho_schema::ToolStatus::Error)));
     }
 
     #[test]

@@ -264,6 +264,13 @@ pub fn codex_call_output(text: &str) -> CallOutput {
         }
         _ => text.to_owned(),
     };
+    // A patch Codex refused says so in words, with no exit code of its own (issue 43:
+    // fourteen phantom edits of patches never applied): it failed.
+    let exit_code = exit_code.or_else(|| {
+        text.trim_start()
+            .starts_with("apply_patch verification failed")
+            .then_some(1)
+    });
     CallOutput { exit_code, output }
 }
 
@@ -678,6 +685,11 @@ mod tests {
                 }
             ))
         );
+        // A patch Codex refused to apply: failed, so it edits nothing.
+        let o = codex_call_output(
+            "apply_patch verification failed: Failed to find expected lines in src/x.rs",
+        );
+        assert_eq!(o.exit_code, Some(1));
         // Codex 0.118's `shell_command` header; a line the command printed is no header.
         let o = codex_call_output("Exit code: 1\nWall time: 0.2 seconds\nOutput:\nFAILED\n");
         assert_eq!((o.exit_code, o.output.as_str()), (Some(1), "FAILED\n"));
