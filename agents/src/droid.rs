@@ -75,6 +75,7 @@ impl Adapter for Droid {
         match tool {
             "Create" | "Edit" | "MultiEdit" => str_field(input, "file_path")
                 .map_or(ToolKind::Anything, |p| ToolKind::Files(vec![p.to_owned()])),
+            "ApplyPatch" => crate::hook::tool_kind(tool, input),
             t if READ_ONLY.contains(&t) => ToolKind::ReadOnly,
             _ => ToolKind::Anything,
         }

@@ -471,6 +471,16 @@ pub(crate) fn str_field<'a>(input: Option<&'a Value>, key: &str) -> Option<&'a s
     input?.get(key)?.as_str()
 }
 
+/// Codex's `apply_patch` under the names other agents give the same tool (Factory
+/// Droid's `ApplyPatch`, OpenCode's `apply_patch` and `patch`): one rule for the files
+/// a patch touches (issue 43: their patches recorded no file).
+fn patch_tool_name(tool: &str) -> &str {
+    match tool {
+        "ApplyPatch" | "patch" => "apply_patch",
+        t => t,
+    }
+}
+
 /// The patch text of an `apply_patch` input: a string input, or the first string
 /// field that holds a patch.
 fn patch_text(input: Option<&Value>) -> Option<&str> {
@@ -487,7 +497,7 @@ fn patch_text(input: Option<&Value>) -> Option<&str> {
 /// What a tool can change, by the names Claude Code and Codex give their tools (the
 /// default of [`crate::Adapter::tool_kind`]).
 pub fn tool_kind(tool: &str, input: Option<&Value>) -> ToolKind {
-    match tool {
+    match patch_tool_name(tool) {
         "Edit" | "Write" | "MultiEdit" => str_field(input, "file_path")
             .map_or(ToolKind::Anything, |p| ToolKind::Files(vec![p.to_owned()])),
         "NotebookEdit" => str_field(input, "notebook_path")
@@ -527,7 +537,7 @@ fn clip(s: &str, chars: usize) -> String {
 
 /// What a tool call is about: its file, command, pattern or address.
 pub(crate) fn tool_target(tool: &str, input: Option<&Value>) -> Option<String> {
-    if tool == "apply_patch" {
+    if patch_tool_name(tool) == "apply_patch" {
         let files = patch_text(input).and_then(patch_files)?;
         return Some(
             files
@@ -1286,6 +1296,7 @@ pub fn edits_of(
     cwd: Option<&str>,
     call_id: &str,
 ) -> Vec<FileEdit> {
+    let tool = patch_tool_name(tool);
     // Paths inside the workspace are recorded relative to it, as snapshots see them.
     let relative = |path: String| match cwd.map(std::path::Path::new) {
         Some(cwd) => match std::path::Path::new(&path).strip_prefix(cwd) {

@@ -737,6 +737,13 @@ fn tool_part(part: &Value, workspace: Option<&str>, time: i64, t: &mut Transcrip
             file_edit_event(path, created, tool, id, (added, removed)),
         ));
     }
+    // OpenCode ≥ 1.4 edits with patches (issue 43: 19 patches, no file recorded).
+    if !failed && matches!(tool, "apply_patch" | "patch") {
+        for edit in crate::hook::edits_of(tool, input, None, workspace, id) {
+            t.events
+                .push((at("end").unwrap_or(time), EventBody::FileEdit(edit)));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1098,6 +1105,47 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(from_db.len(), 1);
         assert_eq!(from_db[0].session, sid);
+    }
+
+    /// Issue 43: OpenCode's (and Droid's) patch tools edit the files their patch
+    /// names; a patch that failed edits nothing.
+    #[test]
+    fn a_patch_edits_the_files_it_names() {
+        let patch = "*** Begin Patch\n*** Add File: src/new.ts\n+a\n+b\n*** Update File: src/old.ts\n@@\n-x\n+y\n*** End Patch";
+        let edits = |t: &Transcript| -> Vec<(String, EditOp)> {
+            t.events
+                .iter()
+                .filter_map(|(_, b)| match b {
+                    EventBody::FileEdit(f) => Some((f.path.clone(), f.op)),
+                    _ => None,
+                })
+                .collect()
+        };
+        for (status, want) in [("completed", 2), ("error", 0)] {
+            let part = serde_json::json!({"type": "tool", "tool": "apply_patch", "callID": "c9",
+                "state": {"status": status, "input": {"patchText": patch}, "output": "ok"}});
+            let mut t = Transcript::default();
+            tool_part(&part, Some("/w"), 1, &mut t);
+            let got = edits(&t);
+            assert_eq!(got.len(), want, "{status}: {got:?}");
+            if want > 0 {
+                assert_eq!(
+                    got,
+                    [
+                        ("src/new.ts".to_string(), EditOp::Create),
+                        ("src/old.ts".to_string(), EditOp::Modify)
+                    ]
+                );
+            }
+        }
+        let droid = crate::hook::edits_of(
+            "ApplyPatch",
+            Some(&serde_json::json!({ "input": patch })),
+            None,
+            Some("/w"),
+            "c1",
+        );
+        assert_eq!(droid.len(), 2);
     }
 
     #[test]
