@@ -574,8 +574,9 @@ pub fn read_cline_session(path: &Path, bytes: &[u8], session: Option<&Value>) ->
     let mut t = Transcript::default();
     let doc: Value = match serde_json::from_slice(bytes) {
         Ok(d) => d,
-        Err(_) => {
+        Err(e) => {
             t.bad_lines += 1;
+            t.broken = Some(format!("not a whole JSON document: {e}"));
             return t;
         }
     };

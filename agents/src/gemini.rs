@@ -379,7 +379,14 @@ pub fn read_gemini_transcript(path: &Path, bytes: &[u8], workspace: Option<Strin
         t.lines = 1;
         match serde_json::from_slice::<Value>(bytes) {
             Ok(Value::Object(doc)) => c.metadata(&doc),
-            _ => t.bad_lines = 1,
+            Ok(_) => {
+                t.bad_lines = 1;
+                t.broken = Some("a JSON document, but not a conversation object".into());
+            }
+            Err(e) => {
+                t.bad_lines = 1;
+                t.broken = Some(format!("not a whole JSON document: {e}"));
+            }
         }
     } else {
         for (_, record, time) in json_lines(bytes, &mut t) {

@@ -45,6 +45,14 @@ pub struct Transcript {
     /// says is new, decided here, not by reading the labels of `skipped`.
     pub unknown: BTreeMap<String, u64>,
     pub bad_lines: u64,
+    /// A single-document transcript (Gemini's `.json`, an OpenCode export, Cline's
+    /// `messages.json`) that is not a whole JSON document: why, with where. Nothing of
+    /// it is read; `tacho import` reports the file as failed (issue 43: such a session
+    /// was lost with exit 0 and "unchanged").
+    pub broken: Option<String>,
+    /// Where the first [`DAMAGE_KEPT`] damaged lines are: 1-based line number, byte
+    /// offset of the line, and why it was not read.
+    pub damage: Vec<(u64, u64, String)>,
     /// Bytes of a last line without its newline, left unread.
     pub partial_tail: u64,
     pub lines: u64,
@@ -129,6 +137,17 @@ pub(crate) fn text_of(content: &Value) -> String {
     }
 }
 
+/// How many damaged lines a transcript locates (all are counted).
+pub const DAMAGE_KEPT: usize = 20;
+
+/// Counts a damaged line into `t`, located while fewer than [`DAMAGE_KEPT`] are.
+pub(crate) fn damaged(t: &mut Transcript, line: u64, offset: u64, why: String) {
+    t.bad_lines += 1;
+    if t.damage.len() < DAMAGE_KEPT {
+        t.damage.push((line, offset, why));
+    }
+}
+
 /// Gives the events read before any line carried a time (time 0: Factory Droid's
 /// `session_start` has no `timestamp`) the time of the first event after them that
 /// has one, so that a session does not start on 1970-01-01 (issue 43). Events of a
@@ -161,11 +180,15 @@ pub(crate) fn json_lines<'b>(bytes: &'b [u8], t: &mut Transcript) -> Vec<(&'b [u
     t.partial_tail = (bytes.len() - body_end) as u64;
     let mut out = Vec::new();
     let mut time = 0i64;
-    for raw in bytes
+    let mut offset = 0u64;
+    for (n, raw) in bytes
         .get(..body_end)
         .unwrap_or_default()
         .split(|&b| b == b'\n')
+        .enumerate()
     {
+        let at = offset;
+        offset += raw.len() as u64 + 1;
         if raw.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -180,7 +203,7 @@ pub(crate) fn json_lines<'b>(bytes: &'b [u8], t: &mut Transcript) -> Vec<(&'b [u
                 }
                 out.push((raw, v, time));
             }
-            Err(_) => t.bad_lines += 1,
+            Err(e) => damaged(t, n as u64 + 1, at, format!("not JSON: {e}")),
         }
     }
     out

@@ -271,12 +271,13 @@ impl Adapter for OpenCode {
                     .unwrap_or_default();
                 read_session(self.agent(), &info, messages)
             }
-            Err(_) => {
+            Err(e) => {
                 let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
                 Transcript {
                     session: session_id_from(&stem.unwrap_or_default()),
                     events: vec![(0, start_event(self.agent(), None, None, None))],
                     bad_lines: 1,
+                    broken: Some(format!("not a whole JSON document: {e}")),
                     lines: 1,
                     ..Transcript::default()
                 }

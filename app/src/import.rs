@@ -51,6 +51,11 @@ pub struct ImportReport {
     pub bad_lines: u64,
     /// Files whose last line had no newline yet (left for the next import).
     pub partial_lines: u64,
+    /// Where damaged lines are (the first [`tacho_agents::import::DAMAGE_KEPT`] of
+    /// each file, at most [`DAMAGE_LISTED`] in all): file, 1-based line, byte offset,
+    /// why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub damage: Vec<ImportDamage>,
     /// Entries not recorded, by type (known noise and unknown types).
     pub skipped_entries: BTreeMap<String, u64>,
     /// Of those, the entry types this tacho does not know, by type.
@@ -107,6 +112,18 @@ pub fn whole_duration(s: &str) -> Option<Duration> {
         .ok()?
         .checked_mul(secs)
         .map(Duration::from_secs)
+}
+
+/// How many damaged lines an import report lists (all are counted in `bad_lines`).
+pub const DAMAGE_LISTED: usize = 100;
+
+/// One damaged line of a transcript.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportDamage {
+    pub file: PathBuf,
+    pub line: u64,
+    pub offset: u64,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -225,7 +242,27 @@ impl Tacho {
             // as stale as the file.)
             let stale = self.stale(file, opts);
             for mut t in transcripts {
+                // A document that is not whole is a failure of its file, never a
+                // session read as empty.
+                if let Some(why) = t.broken.take() {
+                    report.bad_lines += t.bad_lines;
+                    report.failed.push(ImportFailure {
+                        file: file.clone(),
+                        error: why,
+                    });
+                    continue;
+                }
                 t.in_time_order();
+                for (line, offset, reason) in std::mem::take(&mut t.damage) {
+                    if report.damage.len() < DAMAGE_LISTED {
+                        report.damage.push(ImportDamage {
+                            file: file.clone(),
+                            line,
+                            offset,
+                            reason,
+                        });
+                    }
+                }
                 report.bad_lines += t.bad_lines;
                 report.partial_lines += u64::from(t.partial_tail > 0);
                 for (k, n) in &t.skipped {

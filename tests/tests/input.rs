@@ -251,3 +251,47 @@ fn a_long_input_is_one_batch_and_a_late_bad_line_leaves_the_stream_as_it_was() {
     let (code, out, err) = run(c);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// Issue 43: damage in a transcript is located — file, line, byte offset, why — in
+/// text and `--json`; a single-document transcript that is not whole (Gemini's
+/// `.json`) fails its file instead of importing as "unchanged".
+#[test]
+fn damaged_transcripts_are_located_and_a_broken_document_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let good = r#"{"type":"user","sessionId":"dmg1","cwd":"/w","timestamp":"2026-11-20T09:00:00Z","message":{"role":"user","content":"Fix it"}}"#;
+    let file = tmp.path().join("dmg1.jsonl");
+    std::fs::write(&file, format!("{good}\n{{\"type\": oops\n{good}\n")).unwrap();
+    let mut c = tacho(&home);
+    c.args(["import", "claude-code"]).arg(&file);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = format!("{out}{err}");
+    assert!(
+        text.contains(&format!(
+            "{}:2 (byte {}): not JSON",
+            file.display(),
+            good.len() + 1
+        )),
+        "{text}"
+    );
+    let mut c = tacho(&home);
+    c.args(["import", "claude-code", "--json"]).arg(&file);
+    let (_, out, _) = run(c);
+    assert!(out.contains("\"damage\":[{"), "{out}");
+
+    let doc = tmp.path().join("session-2026-01-01T00-00-dmg2.json");
+    std::fs::write(
+        &doc,
+        r#"{"sessionId":"dmg2","messages":[{"id":"m1","type":"user","con"#,
+    )
+    .unwrap();
+    let mut c = tacho(&home);
+    c.args(["import", "gemini"]).arg(&doc);
+    let (code, out, err) = run(c);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("not a whole JSON document"),
+        "{out}{err}"
+    );
+}

@@ -137,6 +137,15 @@ pub fn imported(r: &crate::import::ImportReport) -> String {
             r.bad_lines, r.partial_lines
         ));
     }
+    for d in &r.damage {
+        o.push_str(&format!(
+            "  {}:{} (byte {}): {}\n",
+            d.file.display(),
+            d.line,
+            d.offset,
+            d.reason
+        ));
+    }
     let unknown: Vec<String> = r
         .unknown_entries
         .iter()
