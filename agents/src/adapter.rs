@@ -296,6 +296,13 @@ pub trait Adapter: Sync + std::fmt::Debug {
     /// Where `tacho import <agent>` looks without paths (every `*.jsonl` under it).
     fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError>;
 
+    /// Every place `tacho import <agent>` looks without paths: its
+    /// [`Adapter::import_root`], and others the agent keeps sessions in (Codex's
+    /// `archived_sessions`); the caller skips those that do not exist.
+    fn import_roots(&self, places: &Places) -> Result<Vec<PathBuf>, PlaceError> {
+        Ok(vec![self.import_root(places)?])
+    }
+
     /// Whether a file found under a directory given to `tacho import` (or under
     /// [`Adapter::import_root`]) is one of its transcripts: `*.jsonl` by default (an
     /// agent that also wrote whole JSON documents, like Gemini CLI once, says so).

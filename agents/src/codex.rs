@@ -73,6 +73,13 @@ impl Adapter for Codex {
         Ok(places.config_dir(HOME_VAR, ".codex")?.join("sessions"))
     }
 
+    /// Its sessions, and the rollouts it archived (`archived_sessions/`, which
+    /// ccusage reads too: issue 43).
+    fn import_roots(&self, places: &Places) -> Result<Vec<PathBuf>, PlaceError> {
+        let home = places.config_dir(HOME_VAR, ".codex")?;
+        Ok(vec![home.join("sessions"), home.join("archived_sessions")])
+    }
+
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
         read_codex_rollout(path, bytes)
     }

@@ -220,7 +220,10 @@ pub fn usage_record(entry: &Value) -> Option<Usage> {
         message_id: s(entry.get("id")).or_else(|| s(u.get("apiCallId")))?,
         request_id: s(u.get("apiCallId")),
         model: s(u.get("model")),
-        input_tokens: n("inputTokens").saturating_sub(cache_read),
+        // Copilot's input count holds the cache's reads and writes alike.
+        input_tokens: n("inputTokens")
+            .saturating_sub(cache_read)
+            .saturating_sub(n("cacheWriteTokens")),
         output_tokens: n("outputTokens"),
         cache_read,
         cache_write: n("cacheWriteTokens"),
@@ -253,6 +256,10 @@ struct Call {
     id: String,
     tool: String,
     started: i64,
+    /// Copilot's own name of the tool (`edit`, `create`) and its arguments: the file
+    /// an edit changed when its result names none (before `fileEdits`).
+    own: String,
+    path: Option<String>,
 }
 
 /// Reads a Copilot session (`~/.copilot/session-state/<id>/events.jsonl`):
@@ -276,6 +283,12 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
     let mut subagents: BTreeMap<String, String> = BTreeMap::new();
     // The type of the subagent started last (whose prompt comes next).
     let mut started_last: Option<String> = None;
+    // Before `session.usage_record` (Copilot CLI up to 1.0.8x): the usage of each
+    // `session.shutdown`'s `modelMetrics`, and each message's `outputTokens` for a
+    // session that never shut down (issue 43: every such session imported 0 tokens).
+    let mut usage_records = false;
+    let mut shutdowns: Vec<(i64, String, Value)> = Vec::new();
+    let mut outputs: Vec<(i64, String, u64)> = Vec::new();
     for (_, entry, at) in json_lines(bytes, &mut t) {
         time = at;
         let kind = entry
@@ -350,12 +363,18 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
                         agent: agent.clone(),
                     }),
                 ));
+                let path = data
+                    .pointer("/arguments/path")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
                 calls.insert(
                     model_id.to_owned(),
                     Call {
                         id,
                         tool,
                         started: time,
+                        own: name.to_owned(),
+                        path,
                     },
                 );
             }
@@ -367,11 +386,35 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
                 subagents.remove(s("toolCallId").unwrap_or_default());
                 push_result(&mut t, &data, &call, time);
             }
+            "session.shutdown" => {
+                if let Some(m) = data.get("modelMetrics") {
+                    let id = entry
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or("shutdown")
+                        .to_owned();
+                    shutdowns.push((time, id, m.clone()));
+                }
+                *t.skipped.entry(kind.to_owned()).or_default() += 1;
+            }
+            "assistant.message" => {
+                if let (Some(id), Some(n)) = (
+                    s("messageId"),
+                    data.get("outputTokens").and_then(Value::as_u64),
+                ) && n > 0
+                {
+                    outputs.push((time, id.to_owned(), n));
+                }
+                *t.skipped.entry(kind.to_owned()).or_default() += 1;
+            }
             "session.usage_record" => match usage_of(&entry) {
-                Some(u) => t.events.push((
-                    u.time_unix_ns.unwrap_or(time),
-                    EventBody::LlmResponse(u.event()),
-                )),
+                Some(u) => {
+                    usage_records = true;
+                    t.events.push((
+                        u.time_unix_ns.unwrap_or(time),
+                        EventBody::LlmResponse(u.event()),
+                    ));
+                }
                 None => *t.skipped.entry(format!("{kind} (no usage)")).or_default() += 1,
             },
             k if NOISE.contains(&k) => *t.skipped.entry(k.to_owned()).or_default() += 1,
@@ -380,6 +423,9 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
                 *t.skipped.entry(format!("{other} (unknown)")).or_default() += 1;
             }
         }
+    }
+    if !usage_records {
+        usage_before_records(&mut t, &shutdowns, &outputs);
     }
     if t.session.is_empty() {
         // No `session.start` (a cut file): the session is its directory's name.
@@ -393,6 +439,65 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
             .insert(0, (time, start_event(Agent::Copilot, None, None, None)));
     }
     t
+}
+
+/// The usage of a session whose Copilot CLI wrote no `session.usage_record`: one model
+/// response per model of each `session.shutdown`'s `modelMetrics` (a resumed session
+/// shuts down once per run; input without the cache's reads and writes, which its
+/// `inputTokens` includes), named `<shutdown id>:<model>`; without any shutdown (the
+/// process was killed), each message's `outputTokens`, output only.
+fn usage_before_records(
+    t: &mut Transcript,
+    shutdowns: &[(i64, String, Value)],
+    outputs: &[(i64, String, u64)],
+) {
+    let response = |id: String, model: Option<String>, (i, o, r, w): (u64, u64, u64, u64)| {
+        EventBody::LlmResponse(tacho_schema::LlmResponse {
+            request_id: id.clone(),
+            response_id: Some(id),
+            model,
+            tokens_in: i,
+            tokens_out: o,
+            cache_read: r,
+            cache_write: w,
+            latency_ms: None,
+            stop_reason: None,
+            error: None,
+        })
+    };
+    for (time, id, metrics) in shutdowns {
+        for (model, m) in metrics.as_object().into_iter().flatten() {
+            let n = |k: &str| {
+                m.pointer(&format!("/usage/{k}"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+            };
+            let (input, read, write) = (
+                n("inputTokens"),
+                n("cacheReadTokens"),
+                n("cacheWriteTokens"),
+            );
+            let tokens = (
+                input.saturating_sub(read).saturating_sub(write),
+                n("outputTokens"),
+                read,
+                write,
+            );
+            if tokens == (0, 0, 0, 0) {
+                continue;
+            }
+            t.events.push((
+                *time,
+                response(format!("{id}:{model}"), Some(model.clone()), tokens),
+            ));
+        }
+    }
+    if shutdowns.is_empty() {
+        for (time, id, out) in outputs {
+            t.events
+                .push((*time, response(id.clone(), None, (0, *out, 0, 0))));
+        }
+    }
 }
 
 /// A `tool.execution_complete`'s result, and the files it says it edited.
@@ -435,6 +540,29 @@ fn push_result(t: &mut Transcript, data: &Value, call: &Call, time: i64) {
         }),
     ));
     if failed {
+        return;
+    }
+    // Before `fileEdits` (Copilot CLI up to 1.0.8x): an `edit` or `create` changed the
+    // file its arguments name (issue 43: no file in 8 real sessions, 5 of which edited).
+    if data.get("fileEdits").is_none()
+        && let ("edit" | "create", Some(path)) = (call.own.as_str(), &call.path)
+    {
+        t.events.push((
+            time,
+            EventBody::FileEdit(FileEdit {
+                path: path.clone(),
+                op: if call.own == "create" {
+                    EditOp::Create
+                } else {
+                    EditOp::Modify
+                },
+                from: None,
+                tool: Some(call.tool.clone()),
+                call_id: Some(call.id.clone()),
+                lines_added: None,
+                lines_removed: None,
+            }),
+        ));
         return;
     }
     for edit in data
@@ -661,6 +789,63 @@ mod tests {
                 .any(|e| matches!(e, EventBody::AgentNotice(n) if n.notice.starts_with("hook:"))),
             "{events:?}"
         );
+    }
+
+    /// Issue 43: Copilot CLI before `session.usage_record` and `fileEdits` (shapes of
+    /// real 1.0.2 and 1.0.75 files): usage from `session.shutdown`'s `modelMetrics`
+    /// (input without cache reads and writes), from messages' `outputTokens` when it
+    /// never shut down; an `edit`/`create` changed the file its arguments name.
+    #[test]
+    fn sessions_before_usage_records_and_file_edits_are_read() {
+        let head = [
+            r#"{"type":"session.start","data":{"sessionId":"old1","copilotVersion":"1.0.2","context":{"cwd":"/w"}},"id":"e0","timestamp":"2026-03-07T15:20:00.000Z"}"#,
+            r#"{"type":"user.message","data":{"content":"fix it"},"id":"e1","timestamp":"2026-03-07T15:20:01.000Z"}"#,
+            r#"{"type":"assistant.message","data":{"messageId":"dca91a42","content":"x","toolRequests":[],"outputTokens":373},"id":"e2","timestamp":"2026-03-07T15:23:45.175Z"}"#,
+            r#"{"type":"tool.execution_start","data":{"toolCallId":"tc1","toolName":"edit","arguments":{"path":"/w/src/a.py","old_str":"a","new_str":"b"}},"id":"e3","timestamp":"2026-03-07T15:23:46.000Z"}"#,
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"tc1","success":true,"result":{"content":"File /w/src/a.py updated with changes."}},"id":"e4","timestamp":"2026-03-07T15:23:47.000Z"}"#,
+            r#"{"type":"tool.execution_start","data":{"toolCallId":"tc2","toolName":"create","arguments":{"path":"/w/src/b.py","file_text":"x"}},"id":"e5","timestamp":"2026-03-07T15:23:48.000Z"}"#,
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"tc2","success":false,"error":{"message":"exists"}},"id":"e6","timestamp":"2026-03-07T15:23:49.000Z"}"#,
+        ]
+        .join("\n");
+        let shutdown = r#"{"type":"session.shutdown","data":{"shutdownType":"routine","modelMetrics":{"claude-opus-4.6-1m":{"requests":{"count":53,"cost":24},"usage":{"inputTokens":1627935,"outputTokens":16655,"cacheReadTokens":1424086,"cacheWriteTokens":0}},"claude-sonnet-5":{"requests":{"count":1,"cost":1},"usage":{"inputTokens":24210,"outputTokens":4,"cacheReadTokens":0,"cacheWriteTokens":24208}}}},"id":"sd1","timestamp":"2026-03-07T15:30:00.000Z"}"#;
+        let responses = |t: &Transcript| -> Vec<(u64, u64, u64, u64)> {
+            t.events
+                .iter()
+                .filter_map(|(_, b)| match b {
+                    EventBody::LlmResponse(r) => {
+                        Some((r.tokens_in, r.tokens_out, r.cache_read, r.cache_write))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        let t = read_copilot_events(
+            Path::new("/c/old1/events.jsonl"),
+            format!("{head}\n{shutdown}\n").as_bytes(),
+        );
+        assert_eq!(
+            responses(&t),
+            [(203_849, 16_655, 1_424_086, 0), (2, 4, 0, 24_208)]
+        );
+        let edits: Vec<(&str, EditOp)> = t
+            .events
+            .iter()
+            .filter_map(|(_, b)| match b {
+                EventBody::FileEdit(f) => Some((f.path.as_str(), f.op)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            edits,
+            [("/w/src/a.py", EditOp::Modify)],
+            "the failed create edits nothing"
+        );
+        // Killed before it shut down: its messages' output tokens.
+        let t = read_copilot_events(
+            Path::new("/c/old1/events.jsonl"),
+            format!("{head}\n").as_bytes(),
+        );
+        assert_eq!(responses(&t), [(0, 373, 0, 0)]);
     }
 
     #[test]
