@@ -295,3 +295,37 @@ fn damaged_transcripts_are_located_and_a_broken_document_fails() {
         "{out}{err}"
     );
 }
+
+/// Issue 43: `tacho import codex` without paths reads the rollouts Codex archived
+/// (`archived_sessions/`, which ccusage reads too) beside its sessions.
+#[test]
+fn codex_archived_rollouts_are_imported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let codex = tmp.path().join("codex");
+    let rollout = |id: &str| {
+        format!(
+            "{}\n{}\n",
+            serde_json::json!({"timestamp": "2026-11-20T09:00:00Z", "type": "session_meta", "payload": {"id": id, "cwd": "/w"}}),
+            serde_json::json!({"timestamp": "2026-11-20T09:00:01Z", "type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}})
+        )
+    };
+    let live = codex.join("sessions/2026/11/20");
+    let archived = codex.join("archived_sessions");
+    std::fs::create_dir_all(&live).unwrap();
+    std::fs::create_dir_all(&archived).unwrap();
+    std::fs::write(live.join("rollout-a.jsonl"), rollout("cx-live")).unwrap();
+    std::fs::write(archived.join("rollout-b.jsonl"), rollout("cx-archived")).unwrap();
+    let home = tmp.path().join("home");
+    let mut c = tacho(&home);
+    c.args(["import", "codex", "--json"])
+        .env("CODEX_HOME", &codex);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut c = tacho(&home);
+    c.args(["session", "list"]);
+    let (_, list, _) = run(c);
+    assert!(
+        list.contains("cx-live") && list.contains("cx-archived"),
+        "{list}"
+    );
+}

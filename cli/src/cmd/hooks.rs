@@ -269,12 +269,18 @@ pub fn import(a: ImportArgs) -> Result<(), CliError> {
     let opts = tacho_app::import::ImportOptions { stale_after };
     let mut roots = a.paths.clone();
     if roots.is_empty() {
-        let base = a
+        let bases = a
             .agent
             .agent()
-            .import_root(&places()?)
+            .import_roots(&places()?)
             .map_err(|_| CliError::input("no home directory: give transcript paths"))?;
-        roots.push(base);
+        // The first is where the agent keeps its sessions (its absence is said); the
+        // others (Codex's archived sessions) are read when they exist.
+        for (i, b) in bases.into_iter().enumerate() {
+            if i == 0 || b.exists() {
+                roots.push(b);
+            }
+        }
     }
     let mut files = Vec::new();
     for r in &roots {
