@@ -13,7 +13,7 @@ use tacho_store::{ReadEnd, Store, StoreError, hex, stream_dir_name};
 /// (v2: the graph counts goal events; v3: per goal, with revisions; v4: lists every
 /// goal event, receipts with their commands; v5: a step's `finish_seq`, which the
 /// rule of unclaimed changes reads; an older file is rebuilt.)
-pub const STORED_FORMAT: &str = "tacho.projections.v7";
+pub const STORED_FORMAT: &str = "tacho.projections.v8";
 
 #[derive(Serialize, Deserialize)]
 struct Stored {

@@ -397,6 +397,12 @@ pub struct ExecutionGraph {
     /// it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_during_call: Option<u64>,
+    /// Results reported again for a call that already had one: (the repeated
+    /// `tool.result`'s seq, the call's `tool.call` seq). The agent's hooks report one
+    /// result per call; an earlier one was piped to `tacho hook` from inside the call,
+    /// so what tacho recorded between the two came from inside it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeated_results: Vec<(u64, u64)>,
     /// Agents in the order they first appear.
     pub agents: Vec<String>,
     pub tokens: Tokens,
@@ -452,6 +458,10 @@ pub struct FoldState {
     /// goal id → its assurance contract (JSON text): what a revision is compared with.
     #[serde(default)]
     contracts: BTreeMap<String, String>,
+    /// call id → (its `tool.call` seq, its first result's seq): a second result for
+    /// it is a repeated one ([`ExecutionGraph::repeated_results`]).
+    #[serde(default)]
+    results_seen: BTreeMap<String, (u64, u64)>,
 }
 
 impl ExecutionGraph {
@@ -558,6 +568,7 @@ impl ExecutionGraph {
             last_event_unix_ns: None,
             end_reason: None,
             ended_during_call: None,
+            repeated_results: Vec::new(),
             agents: Vec::new(),
             tokens: Tokens::default(),
             model_calls: 0,
@@ -835,7 +846,12 @@ impl ExecutionGraph {
                 duration_ms,
                 error,
             } => {
-                if let Some((si, ti)) = self.state.open_calls.remove(call_id) {
+                if let Some((si, ti)) = self.state.open_calls.get(call_id).copied() {
+                    self.state.open_calls.remove(call_id);
+                    let call_seq = self.steps[si].tools[ti].seq;
+                    self.state
+                        .results_seen
+                        .insert(call_id.to_string(), (call_seq, seq));
                     let t = &mut self.steps[si].tools[ti];
                     t.status = Some(status);
                     t.result_seq = Some(seq);
@@ -843,6 +859,17 @@ impl ExecutionGraph {
                     t.duration_ms = duration_ms.or_else(|| {
                         Some((at.saturating_sub(t.started_unix_ns) / 1_000_000).max(0) as u64)
                     });
+                } else if let Some((call_seq, first)) =
+                    self.state.results_seen.get(call_id).copied()
+                {
+                    // A second result: the first was piped from inside the call, so
+                    // what tacho recorded after it came from inside the call too.
+                    self.repeated_results.push((seq, call_seq));
+                    for e in self.goals.events.iter_mut() {
+                        if e.seq > first && e.during_call.is_none() {
+                            e.during_call = Some(call_seq);
+                        }
+                    }
                 }
             }
             EventView::PermissionAsk => self.permission_asks += 1,

@@ -1749,3 +1749,54 @@ fn deleting_the_hooks_state_does_not_let_the_agent_clear_its_goal() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("has not ended"), "{err}");
 }
+
+/// Issue 42 (5), as the red team tried it: the agent pipes its own call's
+/// `PostToolUse` early, revises the goal, and the real `PostToolUse` follows. The call
+/// reported two results: the revision between them came from inside it.
+#[test]
+fn a_result_piped_early_does_not_hide_an_act_from_inside_the_call() {
+    let p = Project::new(&one(UNITTEST), &["src"], None);
+    let plan = std::fs::read_to_string(p._tmp.path().join("plan.md")).unwrap();
+    let weak = p._tmp.path().join("weak.md");
+    std::fs::write(
+        &weak,
+        plan.replace(UNITTEST, "python3 -m unittest discover -s docs -q"),
+    )
+    .unwrap();
+    let input = serde_json::json!({"command": "./x.sh"});
+    let post = || {
+        p.hook_with(
+            "PostToolUse",
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": "c1", "tool_input": input,
+                "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
+        );
+    };
+    p.hook_with(
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_use_id": "c1", "tool_input": input}),
+    );
+    post();
+    let (code, out, err) = p.t(&[
+        "goal",
+        "revise",
+        "flaky",
+        "--plan",
+        weak.to_str().unwrap(),
+        "--session",
+        "ses_proof",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    post();
+    let (_, risk, _) = p.t(&["risk", "ses_proof", "--json"]);
+    let risk: Value = serde_json::from_str(risk.trim()).unwrap();
+    let acted = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "agent_acted_on_tacho")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    assert!(
+        acted["evidence"].as_str().unwrap().contains("revised at #"),
+        "{acted}"
+    );
+}
