@@ -542,16 +542,12 @@ fn push_result(t: &mut Transcript, data: &Value, call: &Call, time: i64) {
     if failed {
         return;
     }
-    // Before `fileEdits` (Copilot CLI up to 1.0.8x): an `edit` or `create` changed the
-    // file its arguments name (issue 43: no file in 8 real sessions, 5 of which edited).
-    if data.get("fileEdits").is_none()
-        && let ("edit" | "create", Some(path)) = (call.own.as_str(), &call.path)
-    {
+    let mut edited = |path: &str, create: bool| {
         t.events.push((
             time,
             EventBody::FileEdit(FileEdit {
-                path: path.clone(),
-                op: if call.own == "create" {
+                path: path.to_owned(),
+                op: if create {
                     EditOp::Create
                 } else {
                     EditOp::Modify
@@ -563,33 +559,26 @@ fn push_result(t: &mut Transcript, data: &Value, call: &Call, time: i64) {
                 lines_removed: None,
             }),
         ));
-        return;
-    }
-    for edit in data
-        .get("fileEdits")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(file) = edit.get("path").and_then(Value::as_str) else {
-            continue;
-        };
-        t.events.push((
-            time,
-            EventBody::FileEdit(FileEdit {
-                path: file.to_owned(),
-                op: if edit.get("kind").and_then(Value::as_str) == Some("create") {
-                    EditOp::Create
-                } else {
-                    EditOp::Modify
-                },
-                from: None,
-                tool: Some(call.tool.clone()),
-                call_id: Some(call.id.clone()),
-                lines_added: None,
-                lines_removed: None,
-            }),
-        ));
+    };
+    match data.get("fileEdits") {
+        // Before `fileEdits` (Copilot CLI up to 1.0.8x): an `edit` or `create` changed
+        // the file its arguments name (issue 43: no file in 8 real sessions, 5 of
+        // which edited).
+        None => {
+            if let ("edit" | "create", Some(path)) = (call.own.as_str(), &call.path) {
+                edited(path, call.own == "create");
+            }
+        }
+        Some(edits) => {
+            for edit in edits.as_array().into_iter().flatten() {
+                if let Some(file) = edit.get("path").and_then(Value::as_str) {
+                    edited(
+                        file,
+                        edit.get("kind").and_then(Value::as_str) == Some("create"),
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -643,11 +643,16 @@ impl ExecutionGraph {
     /// step ends with its last call, or where the next one starts). Anything tacho
     /// records meanwhile happened inside that call.
     pub fn running_call(&self) -> Option<u64> {
-        let open = self.state.open_step?;
+        self.first_open_call(self.state.open_step?)
+    }
+
+    /// The first call of step `step` (its index) with no result yet: its `tool.call`
+    /// seq.
+    fn first_open_call(&self, step: usize) -> Option<u64> {
         self.state
             .open_calls
             .values()
-            .filter(|(si, _)| *si == open)
+            .filter(|(si, _)| *si == step)
             .filter_map(|(si, ti)| self.steps.get(*si)?.tools.get(*ti))
             .map(|t| t.seq)
             .min()
@@ -732,15 +737,11 @@ impl ExecutionGraph {
             EventView::SessionEnd { reason } => {
                 // A call of the last step with no result: the session ended inside
                 // it (hooks finish the steps a `SessionEnd` interrupts just before).
-                let last = self.steps.len().checked_sub(1);
                 self.ended_during_call = self
-                    .state
-                    .open_calls
-                    .values()
-                    .filter(|(si, _)| Some(*si) == last)
-                    .filter_map(|(si, ti)| self.steps.get(*si)?.tools.get(*ti))
-                    .map(|t| t.seq)
-                    .min();
+                    .steps
+                    .len()
+                    .checked_sub(1)
+                    .and_then(|last| self.first_open_call(last));
                 self.ended_unix_ns = Some(at);
                 self.end_reason = Some(reason);
                 if let Some(i) = self.state.open_step.take() {

@@ -182,16 +182,27 @@ impl Project {
     /// One Bash call of the agent's as its hooks report it: `PreToolUse`, then
     /// `PostToolUse` with `stdout`.
     fn shell_call(&self, id: &str, command: &str, stdout: &str) {
-        let input = serde_json::json!({ "command": command });
+        self.bash_pre(id, command);
+        self.bash_post(id, command, stdout);
+    }
+
+    /// The `PreToolUse` of the agent's Bash call `id`; returns the hook's stdout.
+    fn bash_pre(&self, id: &str, command: &str) -> String {
         self.hook_with(
             "PreToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
-        );
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id,
+                "tool_input": { "command": command }}),
+        )
+    }
+
+    /// The `PostToolUse` of the agent's Bash call `id`, which printed `stdout`.
+    fn bash_post(&self, id: &str, command: &str, stdout: &str) -> String {
         self.hook_with(
             "PostToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
+            serde_json::json!({"tool_name": "Bash", "tool_use_id": id,
+                "tool_input": { "command": command },
                 "tool_response": {"stdout": stdout, "stderr": "", "interrupted": false}}),
-        );
+        )
     }
 
     /// A Claude Code hook payload; returns the hook's stdout.
@@ -237,18 +248,11 @@ impl Project {
         let (_, status, _) = self.t(&["goal", "status", "--session", "ses_proof", "--json"]);
         let status: Value = serde_json::from_str(status.trim()).unwrap();
         // The agent commits through its shell: the hook after the call links the commit.
-        let input = serde_json::json!({"command": "git commit -am done"});
-        self.hook_with(
-            "PreToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": "commit", "tool_input": input}),
-        );
+        let command = "git commit -am done";
+        self.bash_pre("commit", command);
         git(&self.ws, &["add", "-A"]);
         git(&self.ws, &["commit", "-q", "--allow-empty", "-m", "done"]);
-        self.hook_with(
-            "PostToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": "commit", "tool_input": input,
-                "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
-        );
+        self.bash_post("commit", command, "");
         let (ci, ci_out, ci_err) = self.t(&[
             "ci",
             "verify",
@@ -1327,21 +1331,14 @@ fn ending_its_own_session_does_not_escape_the_goal() {
 #[test]
 fn stops_piped_from_a_tool_call_count_for_nothing() {
     let p = Project::new(&one(UNITTEST), &["src"], None);
-    let input = serde_json::json!({"command": "for i in 1 2 3 4 5; do tacho hook claude-code < stop.json; done"});
-    p.hook_with(
-        "PreToolUse",
-        serde_json::json!({"tool_name": "Bash", "tool_use_id": "pipe", "tool_input": input}),
-    );
+    let command = "for i in 1 2 3 4 5; do tacho hook claude-code < stop.json; done";
+    p.bash_pre("pipe", command);
     for _ in 0..5 {
         let stop = p.hook("Stop");
         assert!(stop.contains("\"decision\":\"block\""), "{stop}");
         assert!(stop.contains("still running"), "{stop}");
     }
-    p.hook_with(
-        "PostToolUse",
-        serde_json::json!({"tool_name": "Bash", "tool_use_id": "pipe", "tool_input": input,
-            "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
-    );
+    p.bash_post("pipe", command, "");
     let (_, status, _) = p.t(&["goal", "status", "--session", "ses_proof", "--json"]);
     let status: Value = serde_json::from_str(status.trim()).unwrap();
     assert!(status["paused"].is_null(), "{status:#}");
@@ -1359,17 +1356,9 @@ fn stops_piped_from_a_tool_call_count_for_nothing() {
 #[test]
 fn acts_from_inside_a_tool_call_are_shown_as_the_agents() {
     let in_call = |p: &Project, id: &str, command: &str, act: &dyn Fn()| {
-        let input = serde_json::json!({ "command": command });
-        p.hook_with(
-            "PreToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input}),
-        );
+        p.bash_pre(id, command);
         act();
-        p.hook_with(
-            "PostToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": id, "tool_input": input,
-                "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
-        );
+        p.bash_post(id, command, "");
     };
     let factor = |p: &Project, session: &str| -> Option<String> {
         let (_, risk, _) = p.t(&["risk", session, "--json"]);
@@ -1598,18 +1587,11 @@ fn a_goal_is_cleared_by_the_user_once_the_session_ended_and_shown() {
 
     // The agent ends its own session from inside a call: the goal stays.
     let p = Project::new(&one(UNITTEST), &["src"], None);
-    let input = serde_json::json!({"command": "tacho session end ses_proof"});
-    p.hook_with(
-        "PreToolUse",
-        serde_json::json!({"tool_name": "Bash", "tool_use_id": "end", "tool_input": input}),
-    );
+    let command = "tacho session end ses_proof";
+    p.bash_pre("end", command);
     let (code, out, err) = p.t(&["session", "end", "ses_proof"]);
     assert_eq!(code, 0, "{out}{err}");
-    p.hook_with(
-        "PostToolUse",
-        serde_json::json!({"tool_name": "Bash", "tool_use_id": "end", "tool_input": input,
-            "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
-    );
+    p.bash_post("end", command, "");
     p.hook("SessionEnd");
     let (code, _, err) = clear(&p);
     assert_eq!(code, 2, "{err}");
@@ -1709,20 +1691,13 @@ fn a_made_up_call_is_unconfirmed_when_the_transcript_is_gone_or_the_session_ends
 #[test]
 fn an_end_from_inside_a_call_is_told_whatever_payloads_come_first() {
     let p = Project::new(&one(UNITTEST), &["src"], None);
-    let input = serde_json::json!({"command": "tacho session end ses_proof; tacho hook claude-code < prompt.json"});
-    p.hook_with(
-        "PreToolUse",
-        serde_json::json!({"tool_name": "Bash", "tool_use_id": "end", "tool_input": input}),
-    );
+    let command = "tacho session end ses_proof; tacho hook claude-code < prompt.json";
+    p.bash_pre("end", command);
     let (code, out, err) = p.t(&["session", "end", "ses_proof"]);
     assert_eq!(code, 0, "{out}{err}");
     p.hook_with("UserPromptSubmit", serde_json::json!({"prompt": "go on"}));
     p.hook_with("SessionStart", serde_json::json!({"source": "startup"}));
-    p.hook_with(
-        "PostToolUse",
-        serde_json::json!({"tool_name": "Bash", "tool_use_id": "end", "tool_input": input,
-            "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
-    );
+    p.bash_post("end", command, "");
     let (_, risk, _) = p.t(&["risk", "ses_proof.2", "--json"]);
     assert!(
         risk.contains("session ses_proof was ended while call end ran, and the call went on"),
@@ -1763,18 +1738,11 @@ fn a_result_piped_early_does_not_hide_an_act_from_inside_the_call() {
         plan.replace(UNITTEST, "python3 -m unittest discover -s docs -q"),
     )
     .unwrap();
-    let input = serde_json::json!({"command": "./x.sh"});
+    let command = "./x.sh";
     let post = || {
-        p.hook_with(
-            "PostToolUse",
-            serde_json::json!({"tool_name": "Bash", "tool_use_id": "c1", "tool_input": input,
-                "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
-        );
+        p.bash_post("c1", command, "");
     };
-    p.hook_with(
-        "PreToolUse",
-        serde_json::json!({"tool_name": "Bash", "tool_use_id": "c1", "tool_input": input}),
-    );
+    p.bash_pre("c1", command);
     post();
     let (code, out, err) = p.t(&[
         "goal",

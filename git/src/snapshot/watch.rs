@@ -256,7 +256,10 @@ fn check_peer(s: &UnixStream) -> Result<(), Untrusted> {
     // library preloaded, audited or found through another `LD_LIBRARY_PATH` is code
     // of the user's choosing; the same libraries found through another path are not.
     if pid != std::process::id() as i32 {
-        let ours = exec_maps("/proc/self/maps");
+        // This process's mappings, read once (a hook asks its watcher more than once).
+        static OURS: std::sync::OnceLock<Option<Vec<(String, u64, String)>>> =
+            std::sync::OnceLock::new();
+        let ours = OURS.get_or_init(|| exec_maps("/proc/self/maps"));
         let theirs = exec_maps(&format!("/proc/{pid}/maps"));
         let (Some(ours), Some(theirs)) = (ours, theirs) else {
             return Err(bad(format!(
