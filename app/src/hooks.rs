@@ -448,6 +448,14 @@ impl Tacho {
                     }
                 }
             }
+            // At each turn's end, with a watcher serving the workspace, the record holds
+            // a scan of tacho's own, and what the watcher had not seen is evidence
+            // (SPEC §10.6: a write through a hard link raises no event in the workspace).
+            if event == "Stop"
+                && let Err(msg) = self.turn_end_check(&mut ingest, &state.main.session)
+            {
+                problem(&mut answer, msg);
+            }
             // A process that posed as the workspace's watcher (none of its answers was
             // used: the snapshots read the workspace themselves) is evidence.
             for why in tacho_git::snapshot::watch::take_impostors() {
@@ -671,6 +679,53 @@ impl Tacho {
         // response twice in one call (its id left the cursor's recent ones).
         usages.retain(|u| held.insert(u.message_id.clone()));
         usages
+    }
+
+    /// The turn's end of `session` with a watcher running: a full snapshot read by this
+    /// process, checked against the watcher's; paths it missed are recorded as an error.
+    fn turn_end_check(&self, ingest: &mut Ingest<'_>, session: &str) -> Result<(), String> {
+        let Some(ws) = ingest.workspace(session).map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        if !self.watcher_runs(&ws) {
+            return Ok(());
+        }
+        let missed = match ingest.checked_snapshot(session, &ws, self.now()) {
+            Ok(m) => m,
+            Err(IngestError::Snapshot { error, .. })
+                if matches!(
+                    *error,
+                    SnapshotOpError::Snapshot(SnapshotError::RefusedWorkspace { .. })
+                ) =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        if missed.is_empty() {
+            return Ok(());
+        }
+        const LISTED: usize = 20;
+        let mut list: Vec<&str> = missed.iter().take(LISTED).map(String::as_str).collect();
+        let more = missed.len().saturating_sub(LISTED);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        list.sort_unstable();
+        let body = EventBody::Error(tacho_schema::ErrorEvent {
+            message: format!(
+                "the watcher's snapshot at the turn's end left out changes made before it was asked, which tacho's own scan read: {}{more}",
+                list.join(", ")
+            ),
+            code: Some(tacho_projections::WATCHER_MISSED.into()),
+            source: Some("tacho".into()),
+            fatal: false,
+        });
+        ingest
+            .event(0, session.to_owned(), self.now(), body)
+            .map_err(|e| e.to_string())
     }
 
     /// A snapshot around a tool call: paths the agent gave absolute are made relative

@@ -745,18 +745,7 @@ impl<'t> Ingest<'t> {
             line,
             session: session.clone(),
         })?;
-        if self.guard.is_none() {
-            self.guard =
-                Some(
-                    self.tacho
-                        .snapshot_guard()
-                        .map_err(|error| IngestError::Snapshot {
-                            source_name: source_name.clone(),
-                            line,
-                            error: Box::new(error),
-                        })?,
-                );
-        }
+        self.hold_snapshots(line)?;
         let (snap, ws) =
             self.tacho
                 .take_snapshot(&ws, paths)
@@ -772,6 +761,50 @@ impl<'t> Ingest<'t> {
             body: taken_event(&snap, &ws, reason, before_step),
         });
         Ok(())
+    }
+
+    /// From the first snapshot until the ingest ends, gc waits.
+    fn hold_snapshots(&mut self, line: usize) -> Result<(), IngestError> {
+        if self.guard.is_none() {
+            self.guard =
+                Some(
+                    self.tacho
+                        .snapshot_guard()
+                        .map_err(|error| IngestError::Snapshot {
+                            source_name: self.opts.source.clone(),
+                            line,
+                            error: Box::new(error),
+                        })?,
+                );
+        }
+        Ok(())
+    }
+
+    /// A full snapshot of `workspace` that tacho reads itself, checked against its
+    /// watcher's (SPEC.md §10.6), queued as a step snapshot of `session`; the paths
+    /// the watcher missed.
+    pub fn checked_snapshot(
+        &mut self,
+        session: &str,
+        workspace: &Path,
+        time_unix_ns: i64,
+    ) -> Result<Vec<String>, IngestError> {
+        self.hold_snapshots(0)?;
+        let (checked, ws) = self
+            .tacho
+            .take_checked_snapshot(workspace)
+            .map_err(|error| IngestError::Snapshot {
+                source_name: self.opts.source.clone(),
+                line: 0,
+                error: Box::new(error),
+            })?;
+        self.batch.push(Pending {
+            line: 0,
+            session: session.to_owned(),
+            time_unix_ns,
+            body: taken_event(&checked.snapshot, &ws, SnapshotReason::Step, None),
+        });
+        Ok(checked.missed)
     }
 
     /// One typed event from outside, with the snapshots automatic mode takes around

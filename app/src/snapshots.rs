@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use tacho_agents::settings::HookWatch;
 use tacho_git::snapshot::watch::{WatchError, WatchStatus};
 use tacho_git::snapshot::{
-    GcReport, MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, StoreUsage, WriteGuard,
+    Checked, GcReport, MAX_LISTED_EXCLUSIONS, Scope, Snapshot, SnapshotError, StoreUsage,
+    WriteGuard,
 };
 use tacho_schema::{EventBody, EventView, ExcludedPath, SnapshotReason, SnapshotTaken};
 use tacho_store::{Durability, StoreError};
@@ -353,6 +354,30 @@ impl Tacho {
             *last = Some((ws.clone(), snap.files));
         }
         Ok((snap, ws))
+    }
+
+    /// A full snapshot of `workspace` (canonicalized) read by this process whatever
+    /// the workspace's watcher says, with what the watcher missed, and the path used.
+    pub(crate) fn take_checked_snapshot(
+        &self,
+        workspace: &Path,
+    ) -> Result<(Checked, PathBuf), SnapshotOpError> {
+        let ws = workspace
+            .canonicalize()
+            .map_err(|source| SnapshotOpError::Workspace {
+                path: workspace.to_path_buf(),
+                source,
+            })?;
+        let checked = self.snapshots()?.take_checked(&ws)?;
+        Ok((checked, ws))
+    }
+
+    /// Whether a watcher of `workspace` runs.
+    pub(crate) fn watcher_runs(&self, workspace: &Path) -> bool {
+        self.snapshots()
+            .ok()
+            .and_then(|s| s.watch_running(workspace).ok())
+            .unwrap_or(false)
     }
 
     /// `tacho snapshot`: stores the workspace's files now, and records it in a session

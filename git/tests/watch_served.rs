@@ -137,6 +137,8 @@ fn a_watcher_that_takes_no_snapshots_is_asked_what_changed() {
     let socket = watch::socket_path(&s.root.join("cache"), &s.ws);
     std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
     let listener = UnixListener::bind(&socket).unwrap();
+    // It names what it watches, as every watcher's answer does.
+    let (ws, cache) = (s.ws.clone(), s.root.join("cache").canonicalize().unwrap());
     let server = std::thread::spawn(move || {
         let mut ops = Vec::new();
         for _ in 0..2 {
@@ -146,7 +148,8 @@ fn a_watcher_that_takes_no_snapshots_is_asked_what_changed() {
             let req: serde_json::Value = serde_json::from_str(&line).unwrap();
             let op = req["op"].as_str().unwrap().to_owned();
             let reply = if op == "since" {
-                serde_json::json!({"token": {"instance": 7, "generation": 2}, "paths": null})
+                serde_json::json!({"token": {"instance": 7, "generation": 2}, "paths": null,
+                    "workspace": ws, "cache_dir": cache})
             } else {
                 serde_json::json!({"error": format!("unknown variant `{op}`")})
             };
@@ -204,4 +207,107 @@ fn a_file_written_again_after_the_watcher_hashed_it_is_read_again() {
     s.assert_complete();
     assert!(s.store().watch_stop(&s.ws).unwrap());
     watcher.join().unwrap();
+}
+
+/// Issue 42 (3): tacho's own watcher of another workspace, its socket moved into this
+/// workspace's place, passes every check of the process behind it (it is this very
+/// program): it is told apart by what it says it watches, not believed, and recorded.
+#[test]
+fn a_watcher_of_another_workspace_on_this_ones_socket_is_not_believed() {
+    if !have_git() {
+        return;
+    }
+    let s = Setup::new();
+    let first = s.take();
+    let other = s.ws.parent().unwrap().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let other = other.canonicalize().unwrap();
+    for i in 0..100 {
+        write(
+            &other,
+            &format!("src/m{}/f{i}.rs", i % 5),
+            &format!("fn f{i}() {{}}\n"),
+        );
+    }
+    let (tx, rx) = mpsc::channel();
+    let (root, o) = (s.root.clone(), other.clone());
+    let _watcher = std::thread::spawn(move || {
+        let store = SnapshotStore::open(root.join("snapshots"), root.join("cache")).unwrap();
+        store.watch(&o, None, || tx.send(()).unwrap()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    let cache = s.root.join("cache");
+    std::fs::rename(
+        watch::socket_path(&cache, &other),
+        watch::socket_path(&cache, &s.ws),
+    )
+    .unwrap();
+    let _ = watch::take_impostors();
+    write(&s.ws, "src/m1/f1.rs", "fn changed() {}\n");
+    let snap = s.take();
+    assert!(!snap.watched, "{snap:?}");
+    assert_ne!(snap.id, first.id, "the change is in the snapshot");
+    let said = watch::take_impostors();
+    assert!(
+        said.iter()
+            .any(|w| w.contains("watches") && w.contains("other")),
+        "{said:?}"
+    );
+    let _ = watch::stop(&cache, &s.ws);
+}
+
+/// Issue 42 (3), red team F: a file of the workspace written through a hard link from
+/// outside it raises no event where the watcher looks, so the watcher's snapshot keeps
+/// the old content. The check at a turn's end reads the workspace itself: its snapshot
+/// holds the new content, and the path is named as missed. A change made while the
+/// check runs is not.
+#[test]
+fn a_write_through_a_hard_link_from_outside_is_caught_by_the_checked_snapshot() {
+    if !have_git() {
+        return;
+    }
+    let s = Setup::new();
+    let _first = s.take();
+    let _watcher = s.start_watcher();
+    s.take();
+    let served = s.take();
+    assert!(served.watched, "{served:?}");
+    let outside = s.ws.parent().unwrap().join("outside.rs");
+    std::fs::hard_link(s.ws.join("src/m2/f2.rs"), &outside).unwrap();
+    std::fs::write(&outside, "fn through_the_link() {}\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let store = s.store();
+    let again = {
+        let _guard = store.write_guard().unwrap();
+        store.take(&s.ws, &Scope::Full).unwrap()
+    };
+    assert!(again.watched, "{again:?}");
+    assert_eq!(again.id, served.id, "the watcher never learnt of the write");
+    let checked = store.take_checked(&s.ws).unwrap();
+    assert_eq!(checked.served.as_deref(), Some(served.id.as_str()));
+    assert_eq!(checked.missed, ["src/m2/f2.rs"]);
+    assert_ne!(checked.snapshot.id, served.id);
+    let files = store.files(checked.snapshot.tree).unwrap();
+    let now = Command::new("git")
+        .arg("hash-object")
+        .arg(s.ws.join("src/m2/f2.rs"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        files["src/m2/f2.rs"].oid.to_string(),
+        String::from_utf8_lossy(&now.stdout).trim(),
+        "the checked snapshot holds what the file holds now"
+    );
+    // Nothing missed when the watcher saw everything.
+    write(&s.ws, "src/m3/f3.rs", "fn seen() {}\n");
+    settle();
+    let checked = store.take_checked(&s.ws).unwrap();
+    assert!(checked.served.is_some());
+    assert!(checked.missed.is_empty(), "{:?}", checked.missed);
+    // The check leaves the watcher's token in place: the next snapshot is its again.
+    write(&s.ws, "src/m4/f4.rs", "fn later() {}\n");
+    let after = s.take();
+    assert!(after.watched, "{after:?}");
+    assert_ne!(after.id, checked.snapshot.id, "{after:?}");
+    let _ = watch::stop(&s.root.join("cache"), &s.ws);
 }

@@ -481,6 +481,11 @@ pub fn unconfirmed_calls(g: &ExecutionGraph) -> BTreeSet<&str> {
 /// workspace itself.
 pub const WATCHER_IMPOSTOR: &str = "watcher_impostor";
 
+/// The `error` code of a turn's end at which the workspace's watcher served a snapshot
+/// that left out changes made before it was asked, which a scan of tacho's own read
+/// (SPEC §10.6): written by tacho, whose record holds the scan's snapshot.
+pub const WATCHER_MISSED: &str = "watcher_missed";
+
 fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
     let text = |f: &dyn Fn() -> String| if detail { f() } else { String::new() };
     let owned = |v: &[&String]| -> Vec<String> {
@@ -886,6 +891,27 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
                     .join("; ")
             }),
             mitigation: "Tool calls were reported to tacho that the agent's own transcript does not hold: payloads piped to tacho hook from its shell. None counts as verification; look for the command that piped them.",
+            paths: Vec::new(),
+        });
+    }
+    let missed: Vec<&crate::graph::ErrorNode> = g
+        .errors
+        .iter()
+        .filter(|e| e.code.as_deref() == Some(WATCHER_MISSED))
+        .collect();
+    if !missed.is_empty() {
+        factors.push(RiskFactor {
+            id: "watcher_missed",
+            weight: 15,
+            evidence: text(&|| {
+                format!(
+                    "{} turn end(s) where the watcher had not seen changes a scan found (first at #{}): {}",
+                    missed.len(),
+                    missed.first().map_or(0, |e| e.seq),
+                    missed.first().map_or("", |e| e.message.as_str())
+                )
+            }),
+            mitigation: "Files changed without a change event in the workspace (written through a hard link from outside it, or a shared mapping): the turn's end snapshot holds them, but the snapshots between may not; find what wrote them and rerun the checks in CI (ci verify --rerun).",
             paths: Vec::new(),
         });
     }

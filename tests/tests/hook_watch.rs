@@ -53,7 +53,7 @@ impl Env {
 
     /// Runs `tacho ARGS` with `env` and an event of `session` on stdin.
     fn hook(&self, args: &[&str], env: &[(&str, &str)], session: &str, event: &str) {
-        let payload = serde_json::json!({"session_id": session, "transcript_path": "/nonexistent", "cwd": self.ws, "hook_event_name": event, "tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": format!("{session}-{event}")});
+        let payload = serde_json::json!({"session_id": session, "transcript_path": "/nonexistent", "cwd": self.ws, "hook_event_name": event, "tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": format!("{session}-call")});
         let mut c = tacho(&self.home);
         c.args(args)
             .current_dir(&self.ws)
@@ -359,5 +359,47 @@ fn a_watcher_with_a_preloaded_library_is_not_believed() {
     assert!(
         show.contains("d2/f2.txt"),
         "the shell's edit is recorded: {show}"
+    );
+}
+
+/// Issue 42 (3), red team F: with tacho's own watcher serving the workspace, the shell
+/// writes a file of it through a hard link made outside it: no event reaches the
+/// watcher, and its snapshots keep the old content. At the turn's end (Stop) the hook
+/// reads the workspace itself: the record holds the change, and risk shows that the
+/// watcher missed it.
+#[test]
+fn a_write_the_watcher_never_saw_is_caught_at_the_turns_end() {
+    let Some(e) = Env::new() else { return };
+    e.watch("start");
+    e.wait_for_watcher();
+    e.session(&["hook", "claude-code"], &[], "link-1");
+    let outside = e.home.parent().unwrap().join("outside.txt");
+    std::fs::hard_link(e.ws.join("d3/f3.txt"), &outside).unwrap();
+    e.hook(&["hook", "claude-code"], &[], "link-1", "PreToolUse");
+    std::fs::write(&outside, "written through the link\n").unwrap();
+    e.hook(&["hook", "claude-code"], &[], "link-1", "PostToolUse");
+    std::thread::sleep(Duration::from_millis(100));
+    let mut c = tacho(&e.home);
+    c.args(["session", "show", "link-1", "--json"]);
+    let (_, show, _) = run(c);
+    assert!(
+        !show.contains("d3/f3.txt"),
+        "the watcher's snapshots miss the write: {show}"
+    );
+    e.hook(&["hook", "claude-code"], &[], "link-1", "Stop");
+    assert_eq!(e.watch("stop"), 0);
+    let mut c = tacho(&e.home);
+    c.args(["risk", "link-1", "--json"]);
+    let (_, risk, _) = run(c);
+    assert!(risk.contains("\"watcher_missed\""), "{risk}");
+    assert!(risk.contains("d3/f3.txt"), "{risk}");
+    // Seen first at the turn's end, after the call: a change no tool call made.
+    let mut c = tacho(&e.home);
+    c.args(["graph", "link-1", "--json"]);
+    let (_, graph, _) = run(c);
+    let graph: serde_json::Value = serde_json::from_str(graph.trim()).unwrap();
+    assert_eq!(
+        graph["unclaimed"][0]["files"][0]["path"], "d3/f3.txt",
+        "the write is recorded: {graph:#}"
     );
 }

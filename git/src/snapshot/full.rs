@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// What a full scan does with the workspace's watcher.
+pub(super) enum WatcherUse {
+    /// Ask it (it takes the snapshot, or says what changed).
+    Ask,
+    /// Ask nothing: the scan checks what the watcher answered with this token.
+    Checking(Option<watch::Token>),
+}
+
 impl SnapshotStore {
     pub(super) fn take_full(
         &self,
@@ -10,13 +18,22 @@ impl SnapshotStore {
         ws_text: &str,
         skip: Option<&str>,
         cache_paths: &cache::CachePaths,
+        watcher: WatcherUse,
     ) -> Result<Snapshot, SnapshotError> {
         let scan_start_ns = now_ns();
         let trace = Trace::new();
         // With a watcher running, it takes the snapshot itself: it holds the stat cache
         // in memory and knows what changed. When it cannot (only a walk can tell), this
-        // scan stores its token. (No socket, no watcher: nothing is asked.)
-        let watcher = watch::socket_path(&self.cache_dir, workspace).exists();
+        // scan stores its token. (No socket, no watcher: nothing is asked.) A scan that
+        // checks the watcher reads every file's status itself, and stores the token of
+        // the watcher's answer it checks (this scan is newer than it).
+        let (watcher, checked_token) = match watcher {
+            WatcherUse::Ask => (
+                watch::socket_path(&self.cache_dir, workspace).exists(),
+                None,
+            ),
+            WatcherUse::Checking(token) => (false, token),
+        };
         let served = watcher
             .then(|| watch::served_snapshot(&self.cache_dir, workspace, self.max_file_bytes))
             .flatten();
@@ -26,7 +43,7 @@ impl SnapshotStore {
                 Some(snap) => return Ok(snap),
                 None => Some(r.token),
             },
-            None => None,
+            None => checked_token,
         };
         let loaded = cache::Loaded::read(&cache_paths.stat);
         let archived = loaded.as_ref().and_then(|l| l.get(ws_text));

@@ -219,10 +219,71 @@ impl SnapshotStore {
                 {
                     self.take_paths(&workspace, head, paths, skip.as_deref(), &cache_paths)
                 }
-                _ => self.take_full(&workspace, &ws_text, skip.as_deref(), &cache_paths),
+                _ => self.take_full(
+                    &workspace,
+                    &ws_text,
+                    skip.as_deref(),
+                    &cache_paths,
+                    full::WatcherUse::Ask,
+                ),
             },
-            Scope::Full => self.take_full(&workspace, &ws_text, skip.as_deref(), &cache_paths),
+            Scope::Full => self.take_full(
+                &workspace,
+                &ws_text,
+                skip.as_deref(),
+                &cache_paths,
+                full::WatcherUse::Ask,
+            ),
         }
+    }
+
+    /// A full snapshot of `workspace` that this process reads itself whatever the
+    /// workspace's watcher says, with the watcher's own snapshot of the same moment
+    /// compared with it: the paths the watcher's left as they were though they had
+    /// changed before it was asked are [`Checked::missed`] (SPEC.md §10.6). A watcher
+    /// learns only what inotify reports, and a write through a hard link from outside
+    /// the workspace or through a shared mapping raises no event there: a check at each
+    /// turn's end keeps the record true all the same, and makes such a write evidence.
+    /// Without a watcher it is a full scan and nothing more.
+    pub fn take_checked(&self, workspace: &Path) -> Result<Checked, SnapshotError> {
+        let _guard = self.write_guard()?;
+        let workspace = snapshot_workspace(workspace)?;
+        let ws_text = workspace
+            .to_str()
+            .ok_or_else(|| SnapshotError::NotUtf8(workspace.clone()))?
+            .to_owned();
+        let cache_paths = cache::paths(&self.cache_dir, &workspace);
+        let skip = self.own_dir_inside(&workspace);
+        let asked_ns = now_ns();
+        let reply = watch::socket_path(&self.cache_dir, &workspace)
+            .exists()
+            .then(|| watch::served_snapshot(&self.cache_dir, &workspace, self.max_file_bytes))
+            .flatten();
+        let token = reply.as_ref().map(|r| r.token);
+        let served = reply
+            .and_then(|r| r.snapshot)
+            .and_then(watch::ServedSnapshot::into_snapshot);
+        let own = self.take_full(
+            &workspace,
+            &ws_text,
+            skip.as_deref(),
+            &cache_paths,
+            full::WatcherUse::Checking(token),
+        )?;
+        let missed = match &served {
+            Some(s) if s.tree != own.tree => self
+                .diff(&s.id, &own.id)?
+                .into_iter()
+                .filter(|c| changed_before(&workspace, &c.path, asked_ns))
+                .map(|c| c.path)
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok(Checked {
+            served: served.map(|s| s.id),
+            snapshot: own,
+            missed,
+        })
     }
 
     /// Runs a watcher of `workspace` in this thread until it is asked to stop, the
@@ -434,6 +495,30 @@ impl Trace {
             t.set(now);
         }
     }
+}
+
+/// Whether the change at `rel` in `workspace` (a path a watcher's snapshot and a scan
+/// disagree on) was made before `asked_ns`: its status (or, for a path gone, its
+/// directory's) changed before then. A change made while the two were taken is no one's
+/// miss. The kernel stamps changes with a clock that lags by up to a tick: a change this
+/// close before the watcher was asked counts as made during it.
+fn changed_before(workspace: &Path, rel: &str, asked_ns: i64) -> bool {
+    const TICK_NS: i64 = 20_000_000;
+    let mut at = workspace.join(rel);
+    let meta = loop {
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) => break Some(m),
+            Err(_) if at.pop() && at.starts_with(workspace) => continue,
+            Err(_) => break None,
+        }
+    };
+    use std::os::unix::fs::MetadataExt;
+    meta.is_some_and(|m| {
+        m.ctime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(m.ctime_nsec())
+            < asked_ns - TICK_NS
+    })
 }
 
 fn now_ns() -> i64 {

@@ -64,7 +64,13 @@ impl SnapshotStore {
                 // A directory appeared where the edit happened: only a full scan knows
                 // what is inside it and which of it is ignored.
                 let ws_text = workspace.to_str().unwrap_or_default().to_owned();
-                return self.take_full(workspace, &ws_text, skip, cache_paths);
+                return self.take_full(
+                    workspace,
+                    &ws_text,
+                    skip,
+                    cache_paths,
+                    full::WatcherUse::Ask,
+                );
             }
             if !rules.is_listed(&rel)? {
                 removed.push(rel);

@@ -171,6 +171,18 @@ pub struct Snapshot {
     pub watched: bool,
 }
 
+/// A snapshot read by this process itself, and what the workspace's watcher said
+/// (see [`SnapshotStore::take_checked`]).
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub snapshot: Snapshot,
+    /// The watcher's snapshot of the same moment; `None` when no watcher served one.
+    pub served: Option<String>,
+    /// Paths the watcher's snapshot has as they were before a change made before it
+    /// was asked (a change it never learnt of), in path order.
+    pub missed: Vec<String>,
+}
+
 /// One file of a snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileEntry {

@@ -97,6 +97,21 @@ struct SinceReply {
     paths: Option<Vec<String>>,
 }
 
+/// An answer about a workspace's files, with the workspace and store the watcher
+/// serves: the asker believes it only for its own (SPEC.md §10.6).
+#[derive(Debug, Serialize, Deserialize)]
+struct Named<R> {
+    workspace: PathBuf,
+    cache_dir: PathBuf,
+    #[serde(flatten)]
+    reply: R,
+}
+
+/// `path` made canonical, or as it is when it cannot be.
+fn canonical_or_same(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// The watcher's answer to [`Request::Snapshot`].
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct SnapshotReply {
@@ -398,9 +413,13 @@ pub(crate) fn changes_since(
     since: Option<Token>,
     relist: bool,
 ) -> Option<Answer> {
-    let socket = socket_path(cache_dir, workspace);
     // No socket, no watcher: one failed `connect` costs a few microseconds.
-    let r: SinceReply = ask(&socket, &Request::Since { since, relist }).ok()?;
+    let r: SinceReply = ask_own(
+        cache_dir,
+        workspace,
+        &Request::Since { since, relist },
+        ANSWER_WAIT,
+    )?;
     Some(Answer {
         token: r.token,
         paths: r.paths,
@@ -415,8 +434,36 @@ pub(crate) fn served_snapshot(
     workspace: &Path,
     max_file_bytes: u64,
 ) -> Option<SnapshotReply> {
+    ask_own(
+        cache_dir,
+        workspace,
+        &Request::Snapshot { max_file_bytes },
+        SERVE_WAIT,
+    )
+}
+
+/// Asks `workspace`'s watcher about its files; `None` when none answers, or when the
+/// one answering watches another workspace or store (a socket moved into this one's
+/// place: an impostor, recorded as one).
+fn ask_own<R: for<'de> Deserialize<'de>>(
+    cache_dir: &Path,
+    workspace: &Path,
+    req: &Request,
+    wait: Duration,
+) -> Option<R> {
     let socket = socket_path(cache_dir, workspace);
-    ask_within(&socket, &Request::Snapshot { max_file_bytes }, SERVE_WAIT).ok()
+    let named: Named<R> = ask_within(&socket, req, wait).ok()?;
+    let own_cache = canonical_or_same(cache_dir);
+    if named.workspace != workspace || named.cache_dir != own_cache {
+        note_impostor(&format!(
+            "the watcher answering on the socket of {} watches {} for the store of {}",
+            workspace.display(),
+            named.workspace.display(),
+            named.cache_dir.display()
+        ));
+        return None;
+    }
+    Some(named.reply)
 }
 
 /// The status of `workspace`'s watcher, `None` when none answers.
@@ -515,6 +562,9 @@ pub(crate) fn never_snapshotted(rel: &str, skip: Option<&str>) -> bool {
 /// The watcher's state.
 struct Watcher {
     workspace: PathBuf,
+    /// The snapshot cache directory of its store (canonical): with the workspace, what
+    /// it names itself by in every answer.
+    cache_dir: PathBuf,
     skip: Option<String>,
     fd: std::os::fd::OwnedFd,
     /// Watch descriptor → workspace-relative directory.
@@ -885,6 +935,16 @@ impl Watcher {
         self.mark(rel);
     }
 
+    /// `reply`, with what this watcher watches and for which store: a socket moved
+    /// from another watcher's place is told apart by it.
+    fn named<R: Serialize>(&self, reply: R) -> Named<R> {
+        Named {
+            workspace: self.workspace.clone(),
+            cache_dir: self.cache_dir.clone(),
+            reply,
+        }
+    }
+
     /// Takes a full snapshot for a scan that asked (with the asker's size limit).
     fn snapshot(&mut self, max_file_bytes: u64) -> SnapshotReply {
         self.take(max_file_bytes, false)
@@ -1021,6 +1081,7 @@ pub(crate) fn serve(
     let started = super::now_ns();
     let mut w = Watcher {
         workspace: workspace.to_path_buf(),
+        cache_dir: canonical_or_same(&store.cache_dir),
         skip,
         fd,
         dirs: HashMap::new(),
@@ -1152,10 +1213,12 @@ fn serve_one(w: &mut Watcher, stream: UnixStream) -> bool {
     }
     let (reply, stop) = match serde_json::from_str::<Request>(&line) {
         Ok(Request::Since { since, relist }) => {
-            (serde_json::to_vec(&w.since(since, relist)), false)
+            let r = w.since(since, relist);
+            (serde_json::to_vec(&w.named(r)), false)
         }
         Ok(Request::Snapshot { max_file_bytes }) => {
-            (serde_json::to_vec(&w.snapshot(max_file_bytes)), false)
+            let r = w.snapshot(max_file_bytes);
+            (serde_json::to_vec(&w.named(r)), false)
         }
         Ok(Request::Status) => (serde_json::to_vec(&w.status()), false),
         Ok(Request::Stop) => (
