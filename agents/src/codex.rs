@@ -69,6 +69,11 @@ impl Adapter for Codex {
         cursor.catch_up(path, finish, true)
     }
 
+    /// Its rollout names every call by the `call_id` its hooks report.
+    fn transcript_confirms_calls(&self) -> bool {
+        true
+    }
+
     fn import_root(&self, places: &Places) -> Result<PathBuf, PlaceError> {
         Ok(places.config_dir(HOME_VAR, ".codex")?.join("sessions"))
     }

@@ -310,8 +310,22 @@ impl HookState {
         }
     }
 
+    /// Calls the main session's transcript `transcript` named (read just now): counted
+    /// when it is the transcript that confirms calls (the first the main session's
+    /// payloads named, never one a later payload names instead); whether it is.
+    pub fn calls_named_in(&mut self, transcript: &str, ids: &[String]) -> bool {
+        let confirming = *self
+            .confirming_transcript
+            .get_or_insert_with(|| transcript.to_owned())
+            == transcript;
+        if confirming {
+            self.calls_named(ids);
+        }
+        confirming
+    }
+
     /// Calls the main session's transcript named (read just now).
-    pub fn calls_named(&mut self, ids: &[String]) {
+    fn calls_named(&mut self, ids: &[String]) {
         for id in ids {
             self.unconfirmed.remove(id);
             if !self.named_calls.iter().any(|c| c == id) {

@@ -228,7 +228,8 @@ pub struct Caught {
     /// Bytes of the transcript left unread by this call ([`READ_BYTES_MAX`]).
     pub behind: u64,
     /// The ids of the tool calls the messages read make (Claude Code's `tool_use`
-    /// blocks): what confirms that a call the hooks reported was the agent's.
+    /// blocks, Codex's call items): what confirms that a call the hooks reported was
+    /// the agent's.
     pub call_ids: Vec<String>,
 }
 
@@ -331,6 +332,17 @@ impl Cursor {
     /// inside output; tacho's input excludes cache reads, as Anthropic's does), tool
     /// outputs are returned by call id.
     pub fn codex_line(&mut self, line: &[u8]) -> (Option<Usage>, Option<(String, CallOutput)>) {
+        self.codex_line_calls(line, &mut Vec::new())
+    }
+
+    /// [`Cursor::codex_line`], with the id of the tool call the line makes (a
+    /// `function_call`, `custom_tool_call` or `local_shell_call` item's `call_id`, the
+    /// id Codex's hooks report) added to `calls`.
+    fn codex_line_calls(
+        &mut self,
+        line: &[u8],
+        calls: &mut Vec<String>,
+    ) -> (Option<Usage>, Option<(String, CallOutput)>) {
         if line.iter().all(u8::is_ascii_whitespace) {
             return (None, None);
         }
@@ -384,6 +396,18 @@ impl Cursor {
                         .and_then(|t| tacho_schema::parse_ts(t).ok()),
                 };
                 (Some(usage), None)
+            }
+            (
+                Some("response_item"),
+                Some("function_call" | "custom_tool_call" | "local_shell_call"),
+            ) => {
+                if let Some(id) = payload
+                    .and_then(|p| p.get("call_id"))
+                    .and_then(|c| c.as_str())
+                {
+                    calls.push(id.to_owned());
+                }
+                (None, None)
             }
             (Some("response_item"), Some("function_call_output" | "custom_tool_call_output")) => {
                 let Some(p) = payload else {
@@ -554,7 +578,7 @@ impl Cursor {
     /// Feeds one complete line into what this call gained.
     fn feed(&mut self, line: &[u8], codex: bool, out: &mut Caught) {
         if codex {
-            let (u, o) = self.codex_line(line);
+            let (u, o) = self.codex_line_calls(line, &mut out.call_ids);
             out.usages.extend(u);
             out.outputs.extend(o);
         } else if let Some(u) = self.line_calls(line, &mut out.call_ids) {

@@ -313,6 +313,7 @@ impl Tacho {
         {
             match agent.read_transcript(&mut state.transcript, Path::new(t), false) {
                 Ok(c) => {
+                    state.calls_named_in(t, &c.call_ids);
                     early = self.not_recorded(&session, c.rewritten, c.usages);
                     state.call_outputs.extend(c.outputs);
                 }
@@ -393,12 +394,8 @@ impl Tacho {
                         match agent.read_transcript(cursor, Path::new(&transcript), finish) {
                             Ok(c) => {
                                 if subagent.is_none()
-                                    && *state
-                                        .confirming_transcript
-                                        .get_or_insert_with(|| transcript.clone())
-                                        == transcript
+                                    && state.calls_named_in(&transcript, &c.call_ids)
                                 {
-                                    state.calls_named(&c.call_ids);
                                     read_to_end = finish && c.behind == 0;
                                 }
                                 state.call_outputs.extend(c.outputs);

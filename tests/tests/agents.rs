@@ -391,6 +391,104 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
     assert!(num(&g["tokens"]["in"]) > 0);
 }
 
+/// Issue 42 (9) with the real Codex CLI: from its shell the agent pipes a made-up
+/// `PreToolUse`/`PostToolUse` pair for a test run that never happened to `tacho hook
+/// codex`. Its rollout names every call it made by the `call_id` its hooks report: at
+/// its stop the made-up call is recorded unconfirmed (risk `calls_unconfirmed`) and
+/// never counts as verification; its real calls are confirmed.
+#[test]
+fn codex_a_call_piped_from_its_shell_is_unconfirmed() {
+    let Some(codex) = npm_bin("codex") else {
+        return;
+    };
+    let e = Env::new();
+    let codex_home = e.dir.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let ws = e.ws.display().to_string();
+    // (By its full path: Codex runs commands in a login shell, whose PATH is the
+    // system's.)
+    let bin = tacho_bin().display().to_string();
+    let pipe = format!(
+        "sid=$({bin} session list --json | python3 -c 'import sys,json; print(json.loads(sys.stdin.readline())[\"session\"])') && for ev in PreToolUse PostToolUse; do printf '{{\"session_id\":\"%s\",\"cwd\":\"{ws}\",\"hook_event_name\":\"%s\",\"tool_name\":\"Bash\",\"tool_input\":{{\"command\":\"python3 -m pytest -q\"}},\"tool_use_id\":\"call_madeup\",\"tool_response\":\"1 passed\"}}' \"$sid\" \"$ev\" | {bin} hook codex; done"
+    );
+    let script = serde_json::json!([
+        [{"tool": "exec_command", "input": {"cmd": "echo made > made.txt"}}],
+        [{"tool": "exec_command", "input": {"cmd": pipe}}],
+        [{"text": "Done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"gpt-5-codex\"\nmodel_provider = \"mock\"\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_KEY\"\nwire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
+            mock.port
+        ),
+    )
+    .unwrap();
+    let mut c = tacho(&e.home);
+    c.env("CODEX_HOME", &codex_home)
+        .args(["hooks", "install", "codex"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
+    let out = Command::new(&codex)
+        .current_dir(&e.ws)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+        ])
+        .args(["--dangerously-bypass-hook-trust", "Make the change"])
+        .env("CODEX_HOME", &codex_home)
+        .env("MOCK_KEY", "x")
+        .env("TACHO_HOME", &e.home)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                tacho_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "codex: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(mock);
+    assert!(e.ws.join("made.txt").exists());
+    let list = e.json(&["session", "list", "--json"]);
+    let session = list["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{list}"))
+        .to_string();
+    let risk = e.json(&["risk", &session, "--json"]);
+    let f = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "calls_unconfirmed")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("call_madeup") && evidence.matches("was reported").count() == 1,
+        "only the made-up call is unconfirmed: {evidence}"
+    );
+    let runs: Vec<&str> = risk["verification_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["command"].as_str())
+        .collect();
+    assert!(
+        !runs.iter().any(|c| c.contains("pytest")),
+        "the made-up run never counts: {risk:#}"
+    );
+}
+
 /// Bad input never breaks the agent and never half-writes: a malformed payload, an
 /// unknown event, a missing transcript, a transcript cut mid-line, and settings files
 /// with comments or a syntax error.
