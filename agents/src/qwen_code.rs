@@ -73,6 +73,12 @@ impl Adapter for QwenCode {
         ]
     }
 
+    /// Its transcript names every call by the model's call id (`functionCall.id`),
+    /// which its hooks report as `tool_call_id`.
+    fn transcript_confirms_calls(&self) -> bool {
+        true
+    }
+
     /// The model's call id (`tool_call_id`, the transcript's) pairs a call with its
     /// result; a shell's response is its `llmContent` text.
     fn parse_payload(&self, bytes: &[u8]) -> Result<HookPayload, PayloadError> {

@@ -234,16 +234,24 @@ pub struct Caught {
 }
 
 /// The ids of the tool calls an assistant message of a transcript makes (Claude
-/// Code's `{"type":"assistant","message":{"content":[{"type":"tool_use","id":…}]}}`).
+/// Code's `{"type":"assistant","message":{"content":[{"type":"tool_use","id":…}]}}`,
+/// Qwen Code's `{"message":{"parts":[{"functionCall":{"id":…}}]}}`).
 pub fn tool_use_ids(entry: &serde_json::Value) -> impl Iterator<Item = String> + '_ {
-    entry
-        .get("message")
-        .and_then(|m| m.get("content"))
-        .and_then(|c| c.as_array())
-        .into_iter()
-        .flatten()
+    let message = entry.get("message");
+    let blocks = |key: &str| {
+        message
+            .and_then(|m| m.get(key))
+            .and_then(|c| c.as_array())
+            .into_iter()
+            .flatten()
+    };
+    let claude = blocks("content")
         .filter(|b| b.get("type").and_then(|t| t.as_str()) == Some("tool_use"))
-        .filter_map(|b| b.get("id").and_then(|i| i.as_str()).map(str::to_owned))
+        .filter_map(|b| b.get("id"));
+    let qwen = blocks("parts").filter_map(|b| b.get("functionCall")?.get("id"));
+    claude
+        .chain(qwen)
+        .filter_map(|i| i.as_str().map(str::to_owned))
 }
 
 /// Reads Codex's text of a command's output: "Process exited with code N" and what

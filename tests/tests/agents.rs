@@ -1320,6 +1320,69 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         QWEN_SESSION,
     );
     assert_eq!(graph_tokens(&g), (input, cached, output), "imported: {g}");
+    // Every call was the agent's: its transcript names them all.
+    let risk = e.json(&["risk", QWEN_SESSION, "--json"]);
+    assert!(!risk.to_string().contains("calls_unconfirmed"), "{risk:#}");
+}
+
+/// Issue 42 (9) with the real Qwen Code CLI: from its shell the agent pipes a made-up
+/// `PreToolUse`/`PostToolUse` pair for a test run that never happened to `tacho hook
+/// qwen-code`. Its transcript names every call it made by the model's call id (what
+/// its hooks report as `tool_call_id`): the made-up call is unconfirmed and never
+/// counts as verification; the real one is confirmed.
+#[test]
+fn qwen_code_a_call_piped_from_its_shell_is_unconfirmed() {
+    let Some(qwen) = npm_bin("qwen") else {
+        return;
+    };
+    let e = Env::new();
+    let qhome = e.dir.join("qwen-home");
+    std::fs::create_dir_all(qhome.join(".qwen")).unwrap();
+    let (code, out, err) =
+        tacho_in_home(&e.home, &qhome, &e.ws, &["hooks", "install", "qwen-code"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let bin = tacho_bin().display().to_string();
+    let ws = e.ws.display().to_string();
+    let pipe = format!(
+        "for ev in PreToolUse PostToolUse; do printf '{{\"session_id\":\"{QWEN_SESSION}\",\"cwd\":\"{ws}\",\"hook_event_name\":\"%s\",\"tool_name\":\"run_shell_command\",\"tool_input\":{{\"command\":\"python3 -m pytest -q\"}},\"tool_call_id\":\"call_madeup\",\"tool_response\":{{\"llmContent\":\"1 passed\"}}}}' \"$ev\" | '{bin}' hook qwen-code; done"
+    );
+    let script = serde_json::json!([
+        [{"tool": "run_shell_command", "input": {"command": "echo made > made.txt", "description": "write"}}],
+        [{"tool": "run_shell_command", "input": {"command": pipe, "description": "pipe"}}],
+        [{"text": "Done."}]
+    ]);
+    let Some(out) = qwen_run_offline(&qwen, &e.dir, &e.ws, &qhome, &e.home, &script) else {
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "qwen: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(e.ws.join("made.txt").exists());
+    let risk = e.json(&["risk", QWEN_SESSION, "--json"]);
+    let f = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "calls_unconfirmed")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("call_madeup") && evidence.matches("was reported").count() == 1,
+        "only the made-up call is unconfirmed: {evidence}"
+    );
+    let runs: Vec<&str> = risk["verification_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["command"].as_str())
+        .collect();
+    assert!(
+        !runs.iter().any(|c| c.contains("pytest")),
+        "the made-up run never counts: {risk:#}"
+    );
 }
 
 /// Issue 42 (1, 6) with the real Claude Code CLI: the agent ends its own session from
