@@ -506,13 +506,24 @@ fn push_result(t: &mut Transcript, data: &Value, call: &Call, time: i64) {
         .get("success")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let exit_code = data
-        .pointer("/shellExecution/exitCode")
-        .and_then(Value::as_i64);
     let output = data
         .pointer("/result/content")
         .and_then(Value::as_str)
         .map(str::to_owned);
+    // Where a version says how a shell command exited: `shellExecution.exitCode`, else
+    // `toolTelemetry.metrics.exit_code` (1.0.2x–1.0.6x, issue 43: real failures read
+    // as successes), else the `<shellId: N completed with exit code K>` line that ends
+    // its text, as the hooks read it. Copilot reports all of them as `success`.
+    let shell = matches!(call.tool.as_str(), "Bash" | "bash");
+    let exit_code = data
+        .pointer("/shellExecution/exitCode")
+        .or_else(|| data.pointer("/toolTelemetry/metrics/exit_code"))
+        .and_then(Value::as_i64)
+        .or_else(|| {
+            shell
+                .then(|| output.as_deref().and_then(shell_exit_code))
+                .flatten()
+        });
     let failure = data
         .pointer("/error/message")
         .and_then(Value::as_str)
@@ -1087,6 +1098,45 @@ mod tests {
             .unwrap_or_default();
         assert_eq!((p.hook_event_name.as_str(), p.error), ("PostToolUse", None));
         assert!(Copilot.parse_payload(b"{\"hookName\": \"x\"}").is_err());
+    }
+
+    /// Issue 43, found in the real-transcript corpus (1.0.64): a shell command that
+    /// exited 1 or 128 is `success: true`; its exit code is in `toolTelemetry` (or
+    /// only in the `<shellId …>` line of its text). Both are failures.
+    #[test]
+    fn a_shell_exit_code_from_telemetry_or_text_fails_the_call() {
+        let start = |id: &str| {
+            format!(
+                r#"{{"type":"tool.execution_start","data":{{"toolCallId":"{id}","toolName":"bash","arguments":{{"command":"git -C x branch"}}}},"id":"s{id}","timestamp":"2026-06-25T02:00:01.000Z"}}"#
+            )
+        };
+        let lines = [
+            r#"{"type":"session.start","data":{"sessionId":"s1","copilotVersion":"1.0.64","context":{"cwd":"/w"}},"id":"e0","timestamp":"2026-06-25T02:00:00.000Z"}"#.to_owned(),
+            start("t1"),
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"t1","success":true,"result":{"content":"\n<shellId: 51 completed with exit code 128>"},"toolTelemetry":{"properties":{"shell_error_category":"command_nonzero_exit"},"metrics":{"exit_code":128}}},"id":"c1","timestamp":"2026-06-25T02:00:03.000Z"}"#.to_owned(),
+            start("t2"),
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"t2","success":true,"result":{"content":"oops\n<shellId: 50 completed with exit code 1>"}},"id":"c2","timestamp":"2026-06-25T02:00:04.000Z"}"#.to_owned(),
+            start("t3"),
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"t3","success":true,"result":{"content":"main\n<shellId: 52 completed with exit code 0>"},"toolTelemetry":{"metrics":{"exit_code":0}}},"id":"c3","timestamp":"2026-06-25T02:00:05.000Z"}"#.to_owned(),
+        ]
+        .join("\n");
+        let t = read_copilot_events(Path::new("/c/s1/events.jsonl"), lines.as_bytes());
+        let results: Vec<(ToolStatus, Option<i64>)> = t
+            .events
+            .iter()
+            .filter_map(|(_, b)| match b {
+                EventBody::ToolResult(r) => Some((r.status, r.exit_code)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            results,
+            [
+                (ToolStatus::Error, Some(128)),
+                (ToolStatus::Error, Some(1)),
+                (ToolStatus::Ok, Some(0))
+            ]
+        );
     }
 
     #[test]
