@@ -100,7 +100,7 @@ impl Tacho {
                     lines_added: c.lines_added,
                     lines_removed: c.lines_removed,
                     seq,
-                    step: step.map(|s| s.number),
+                    step_start_seq: step.map(|s| s.start_seq),
                 });
             }
             if !unclaimed.is_empty() {

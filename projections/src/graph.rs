@@ -321,8 +321,9 @@ pub struct ObservedChange {
     pub lines_removed: u64,
     /// The event the change is attributed to (for "edited after the last verification").
     pub seq: u64,
-    /// The step it happened in, when it happened in one.
-    pub step: Option<u64>,
+    /// The step it happened in, when it happened in one: the sequence number of the
+    /// step's start (an implicit step's number may repeat a recorded step's).
+    pub step_start_seq: Option<u64>,
 }
 
 /// A change between two consecutive snapshots of the session's workspace that no tool
@@ -545,8 +546,8 @@ impl ExecutionGraph {
             f.deleted = c.deleted;
             f.mode_changed |= c.mode_only;
             f.last_edit_seq = f.last_edit_seq.max(c.seq);
-            if let Some(step) = c.step
-                && let Some(s) = self.steps.iter_mut().find(|s| s.number == step)
+            if let Some(start) = c.step_start_seq
+                && let Some(s) = self.steps.iter_mut().find(|s| s.start_seq == start)
                 && !s.edits.contains(&c.key)
             {
                 s.edits.push(c.key.clone());

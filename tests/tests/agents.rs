@@ -1309,6 +1309,16 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
     let st = e.json(&["goal", "status", "--session", QWEN_SESSION, "--json"]);
     assert_eq!(st["completed"], true, "{st}");
 
+    // Each step lists the files it changed: the edit's (after a read, issue 43).
+    let points = e.json(&["session", "rollback", QWEN_SESSION, "--list", "--json"]);
+    let files: Vec<&serde_json::Value> = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["files"])
+        .collect();
+    assert_eq!(files[0], &serde_json::json!(["src/value.txt"]), "{points}");
+    assert_eq!(files[2], &serde_json::json!(["hello.txt"]), "{points}");
     // Roll back the shell command's step: its files come back, the edit before stays.
     roll_back_the_shell_step(&e, QWEN_SESSION);
 

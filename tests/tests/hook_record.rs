@@ -564,3 +564,36 @@ fn hooks_status_says_when_installed_hooks_cannot_fire() {
         "{risk:#}"
     );
 }
+
+/// Issue 43: a read-only call before the session's first step (Claude Code's `Read`,
+/// Qwen Code's `read_file`) lands in an implicit step numbered 1, like the first
+/// recorded step after it. What the shell then changed in step 1 belongs to the
+/// recorded step — its rollback point lists the files — never to the read.
+#[test]
+fn changes_of_the_first_step_after_a_read_are_that_steps() {
+    let e = Env::new();
+    let s = "read-1";
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let file = e.ws.join("src/a.txt").display().to_string();
+    let read = serde_json::json!({"file_path": file});
+    e.send(s, "PreToolUse", pre("Read", "r1", read.clone()));
+    e.send(s, "PostToolUse", post("Read", "r1", read));
+    let shell = serde_json::json!({"command": "echo more >> src/a.txt"});
+    e.send(s, "PreToolUse", pre("Bash", "b1", shell.clone()));
+    std::fs::write(e.ws.join("src/a.txt"), "a\nmore\n").unwrap();
+    e.send(s, "PostToolUse", post("Bash", "b1", shell));
+    let points = e.json(&["session", "rollback", s, "--list", "--json"]);
+    let text = points.to_string();
+    let steps: Vec<&serde_json::Value> = points["points"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{text}"))
+        .iter()
+        .collect();
+    assert_eq!(steps.len(), 1, "{text}");
+    assert_eq!(steps[0]["step"], 1, "{text}");
+    assert_eq!(
+        steps[0]["files"],
+        serde_json::json!(["src/a.txt"]),
+        "{text}"
+    );
+}
