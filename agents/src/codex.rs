@@ -45,6 +45,11 @@ impl Adapter for Codex {
             ("UserPromptSubmit", None, 10),
             ("PreToolUse", Some("*"), 30),
             ("PostToolUse", Some("*"), 30),
+            ("PermissionRequest", Some("*"), 10),
+            ("PreCompact", None, 10),
+            ("PostCompact", None, 10),
+            ("SubagentStart", None, 10),
+            ("SubagentStop", None, 30),
             ("Stop", None, 60),
         ]
     }
@@ -166,14 +171,32 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
                     .or_else(|| payload.get("session_id"))
                     .and_then(Value::as_str)
                     .unwrap_or("");
-                t.session = session_id_from(id);
+                // A subagent's rollout (`source: {"subagent": {"thread_spawn":
+                // {"parent_thread_id": …}}}`) is a child session of its parent's,
+                // named as the hooks name it: `<parent>.<its thread id>`.
+                let spawn = payload.pointer("/source/subagent/thread_spawn");
+                let parent = spawn
+                    .and_then(|s| s.get("parent_thread_id"))
+                    .and_then(Value::as_str)
+                    .map(session_id_from);
+                t.session = match &parent {
+                    Some(p) => session_id_from(&format!("{p}.{id}")),
+                    None => session_id_from(id),
+                };
                 t.workspace = payload
                     .get("cwd")
                     .and_then(Value::as_str)
                     .map(str::to_owned);
+                let role = parent.as_ref().map(|_| {
+                    spawn
+                        .and_then(|s| s.get("agent_role").or_else(|| s.get("agent_nickname")))
+                        .and_then(Value::as_str)
+                        .unwrap_or("subagent")
+                        .to_owned()
+                });
                 t.events.push((
                     time,
-                    start_event(Agent::Codex, None, t.workspace.clone(), None),
+                    start_event(Agent::Codex, role, t.workspace.clone(), parent),
                 ));
             }
             ("response_item", "message") => {

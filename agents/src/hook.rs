@@ -850,6 +850,11 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
             let how = p.trigger.as_deref().unwrap_or("auto");
             notice(&mut out, &main, "compaction", Some(how.to_owned()));
         }
+        // (Codex: after the compaction its `PreCompact` announced.)
+        "PostCompact" => {
+            let how = p.trigger.as_deref().unwrap_or("auto");
+            notice(&mut out, &main, "compacted", Some(how.to_owned()));
+        }
         "SubagentStart" => {
             if let Some(a) = p.agent_id.as_deref() {
                 subagent(agent, p, state, a, &mut out);

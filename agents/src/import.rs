@@ -409,6 +409,34 @@ mod tests {
         );
     }
 
+    /// Issue 43: a subagent's rollout (Codex marks it in `session_meta.source`) is a
+    /// child session of its parent's, named as the hooks name a subagent's track.
+    /// (The shape is Codex's `SessionSource::SubAgent(ThreadSpawn)` as it serializes;
+    /// no real subagent rollout was found in the corpus.)
+    #[test]
+    fn a_codex_subagent_rollout_is_a_child_session() {
+        let line = r#"{"timestamp":"2026-11-20T09:00:00Z","type":"session_meta","payload":{"id":"child-1","cwd":"/w","source":{"subagent":{"thread_spawn":{"parent_thread_id":"parent-1","depth":1,"agent_role":"explorer"}}}}}"#;
+        let t = read_codex_rollout(
+            Path::new("/s/rollout-c.jsonl"),
+            format!("{line}\n").as_bytes(),
+        );
+        assert_eq!(t.session, "parent-1.child-1");
+        match &t.events[0].1 {
+            EventBody::SessionStart(s) => {
+                assert_eq!(s.parent.as_deref(), Some("parent-1"));
+                assert_eq!(s.agent.as_deref(), Some("explorer"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A rollout of the user's own session has none.
+        let line = r#"{"timestamp":"2026-11-20T09:00:00Z","type":"session_meta","payload":{"id":"main-1","cwd":"/w","source":"cli"}}"#;
+        let t = read_codex_rollout(
+            Path::new("/s/rollout-m.jsonl"),
+            format!("{line}\n").as_bytes(),
+        );
+        assert_eq!(t.session, "main-1");
+    }
+
     #[test]
     fn a_codex_rollout_joins_calls_and_outputs_and_counts_usage_increases() {
         let lines = [
