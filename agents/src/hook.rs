@@ -291,11 +291,16 @@ pub struct HookState {
     /// → that session): the next payload of one says the end came from inside it.
     #[serde(default)]
     pub cut_calls: BTreeMap<String, String>,
-    /// The main session's transcript, as its first payload named it: only that file
-    /// confirms calls (a payload piped with another `transcript_path` could name a
-    /// file made to confirm a made-up call).
+    /// The main session's transcript, as its first payload named it: the only file
+    /// read for the main session (its usage, its calls' outputs, the calls it names).
+    /// A payload piped with another `transcript_path` could name a file made to
+    /// confirm a made-up call or to give a real one another exit code (issue 42).
     #[serde(default)]
     pub confirming_transcript: Option<String>,
+    /// Other transcripts payloads named for the main session (not read), each
+    /// recorded once.
+    #[serde(default)]
+    pub transcripts_elsewhere: Vec<String>,
 }
 
 /// How many call ids a hook state keeps of those its transcript named.
@@ -310,22 +315,26 @@ impl HookState {
         }
     }
 
-    /// Calls the main session's transcript `transcript` named (read just now): counted
-    /// when it is the transcript that confirms calls (the first the main session's
-    /// payloads named, never one a later payload names instead); whether it is.
-    pub fn calls_named_in(&mut self, transcript: &str, ids: &[String]) -> bool {
-        let confirming = *self
+    /// The main session's transcript for a payload that named `named`: the one its
+    /// first payload named; and, when `named` is another not met before, `named`
+    /// (to be recorded: a transcript of the agent's choosing is never read).
+    pub fn session_transcript(&mut self, named: &str) -> (String, Option<String>) {
+        let own = self
             .confirming_transcript
-            .get_or_insert_with(|| transcript.to_owned())
-            == transcript;
-        if confirming {
-            self.calls_named(ids);
-        }
-        confirming
+            .get_or_insert_with(|| named.to_owned())
+            .clone();
+        let elsewhere = (own != named
+            && !self.transcripts_elsewhere.iter().any(|t| t == named)
+            && self.transcripts_elsewhere.len() < ELSEWHERE_KEPT)
+            .then(|| {
+                self.transcripts_elsewhere.push(named.to_owned());
+                named.to_owned()
+            });
+        (own, elsewhere)
     }
 
     /// Calls the main session's transcript named (read just now).
-    fn calls_named(&mut self, ids: &[String]) {
+    pub fn calls_named(&mut self, ids: &[String]) {
         for id in ids {
             self.unconfirmed.remove(id);
             if !self.named_calls.iter().any(|c| c == id) {
@@ -410,6 +419,9 @@ fn call_fingerprint(tool: &str, input: Option<&Value>) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// How many other transcripts named for the main session a state records.
+const ELSEWHERE_KEPT: usize = 16;
 
 /// How many rollout outputs a state keeps waiting for their `PostToolUse`.
 const CALL_OUTPUTS_KEPT: usize = 256;

@@ -9,6 +9,7 @@
 //! read and written under a lock of its own, so concurrent hooks of one session
 //! (parallel tool calls) take turns.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -308,12 +309,18 @@ impl Tacho {
         // codes): the transcript is read first, so that a tool result can be recorded
         // with what the call returned.
         let mut early = Vec::new();
+        // Transcripts a payload named for the main session that are not its own: never
+        // read, recorded (an act of whoever piped the payload).
+        let mut elsewhere: Vec<String> = Vec::new();
         if (agent.results_from_transcript() || !agent.failed_calls_fire_post_hook())
-            && let Some(t) = &payload.transcript_path
+            && let Some(named) = &payload.transcript_path
+            && payload.agent_id.is_none()
         {
-            match agent.read_transcript(&mut state.transcript, Path::new(t), false) {
+            let (t, other) = state.session_transcript(named);
+            elsewhere.extend(other);
+            match agent.read_transcript(&mut state.transcript, Path::new(&t), false) {
                 Ok(c) => {
-                    state.calls_named_in(t, &c.call_ids);
+                    state.calls_named(&c.call_ids);
                     early = self.not_recorded(&session, c.rewritten, c.usages);
                     state.call_outputs.extend(c.outputs);
                 }
@@ -365,7 +372,7 @@ impl Tacho {
                             && session == state.main.session
                             && matches!(body, EventBody::SessionEnd(_))
                         {
-                            for b in unconfirmed_events(&mut state, read_to_end) {
+                            for b in self.unconfirmed_events(agent, &mut state, read_to_end) {
                                 if let Err(e) = ingest.event(0, session.clone(), self.now(), b) {
                                     problem(&mut answer, e.to_string());
                                 }
@@ -387,15 +394,26 @@ impl Tacho {
                         subagent,
                         finish,
                     } => {
+                        // The main session's own transcript, whatever the payload named.
+                        let transcript = match &subagent {
+                            Some(_) => transcript,
+                            None => {
+                                let (own, other) = state.session_transcript(&transcript);
+                                // (A subagent's payload may name its own transcript.)
+                                if payload.agent_id.is_none() {
+                                    elsewhere.extend(other);
+                                }
+                                own
+                            }
+                        };
                         let cursor = match &subagent {
                             Some(a) => state.subagent_transcripts.entry(a.clone()).or_default(),
                             None => &mut state.transcript,
                         };
                         match agent.read_transcript(cursor, Path::new(&transcript), finish) {
                             Ok(c) => {
-                                if subagent.is_none()
-                                    && state.calls_named_in(&transcript, &c.call_ids)
-                                {
+                                if subagent.is_none() {
+                                    state.calls_named(&c.call_ids);
                                     read_to_end = finish && c.behind == 0;
                                 }
                                 state.call_outputs.extend(c.outputs);
@@ -439,7 +457,7 @@ impl Tacho {
             // such (it never counts as verification, SPEC §3.1) — also when the
             // transcript could not be read to its end (gone, replaced, padded).
             if confirms && event == "Stop" {
-                for body in unconfirmed_events(&mut state, read_to_end) {
+                for body in self.unconfirmed_events(agent, &mut state, read_to_end) {
                     if let Err(e) = ingest.event(0, state.main.session.clone(), self.now(), body) {
                         problem(&mut answer, e.to_string());
                     }
@@ -452,6 +470,20 @@ impl Tacho {
                 && let Err(msg) = self.turn_end_check(&mut ingest, &state.main.session)
             {
                 problem(&mut answer, msg);
+            }
+            for named in std::mem::take(&mut elsewhere) {
+                let body = EventBody::Error(tacho_schema::ErrorEvent {
+                    message: format!(
+                        "a payload named the transcript {named} for this session, whose transcript is {}: not read",
+                        state.confirming_transcript.as_deref().unwrap_or("?")
+                    ),
+                    code: Some(tacho_projections::TRANSCRIPT_ELSEWHERE.into()),
+                    source: Some("tacho".into()),
+                    fatal: false,
+                });
+                if let Err(e) = ingest.event(0, state.main.session.clone(), self.now(), body) {
+                    problem(&mut answer, e.to_string());
+                }
             }
             // A process that posed as the workspace's watcher (none of its answers was
             // used: the snapshots read the workspace themselves) is evidence.
@@ -979,45 +1011,94 @@ impl Tacho {
     }
 }
 
-/// The `call_unconfirmed` errors of the main session's calls its transcript has not
-/// named (taken from `state`), at a stop: none while the transcript never named a call
-/// (a transcript of another shape). `read_to_end` says whether this stop's read
-/// reached the transcript's end; when it did not, the message says so.
-fn unconfirmed_events(state: &mut HookState, read_to_end: bool) -> Vec<EventBody> {
-    if !state.transcript_names_calls {
-        return Vec::new();
-    }
-    // A call still running (a stop piped from it, the session ended inside it) may
-    // not be in the transcript yet: Claude Code writes a call's message after its
-    // `PreToolUse`. It waits for a later stop.
-    let running: Vec<String> = state
-        .main
-        .open
-        .keys()
-        .chain(state.main.open_at_end.iter())
-        .cloned()
-        .collect();
-    let (later, now): (
-        std::collections::BTreeMap<_, _>,
-        std::collections::BTreeMap<_, _>,
-    ) = std::mem::take(&mut state.unconfirmed)
-        .into_iter()
-        .partition(|(id, _)| running.contains(id));
-    state.unconfirmed = later;
-    now.into_iter()
-        .map(|(id, what)| {
-            let mut message = tacho_projections::unconfirmed_call_message(&id, &what);
-            if !read_to_end {
-                message.push_str(" (the transcript could not be read to its end at the stop)");
+impl Tacho {
+    /// The main session's calls its transcript has not named, as `call_unconfirmed`
+    /// errors to record at a stop (or just before the session's end). Taken from what
+    /// the log holds and what the session's transcript, read whole, names — not from
+    /// the hook state, a file the agent can edit or delete (issue 42). A call with no
+    /// result yet that the state holds as running waits for a later stop (Claude Code
+    /// writes a call's message after its `PreToolUse`); one already recorded as
+    /// unconfirmed is not recorded again. Nothing when the transcript never named a
+    /// call (a transcript of another shape).
+    fn unconfirmed_events(
+        &self,
+        agent: Agent,
+        state: &mut HookState,
+        read_to_end: bool,
+    ) -> Vec<EventBody> {
+        let session = state.main.session.clone();
+        let mut calls: Vec<(String, String)> = Vec::new();
+        let mut answered: HashSet<String> = HashSet::new();
+        let mut flagged: HashSet<String> = HashSet::new();
+        let _ = self.log().read_session(&session, |e| match &e.event.body {
+            EventBody::ToolCall(c) => {
+                let what = match &c.target {
+                    Some(t) => format!("{}: {}", c.tool, clip_line(t)),
+                    None => c.tool.clone(),
+                };
+                calls.push((c.call_id.clone(), what));
             }
-            EventBody::Error(tacho_schema::ErrorEvent {
-                message,
-                code: Some(tacho_projections::CALL_UNCONFIRMED.into()),
-                source: Some("tacho".into()),
-                fatal: false,
+            EventBody::ToolResult(r) => {
+                answered.insert(r.call_id.clone());
+            }
+            EventBody::Error(x)
+                if x.code.as_deref() == Some(tacho_projections::CALL_UNCONFIRMED) =>
+            {
+                if let Some(id) = tacho_projections::unconfirmed_call_id(&x.message) {
+                    flagged.insert(id.to_owned());
+                }
+            }
+            _ => {}
+        });
+        let mut named: HashSet<String> = HashSet::new();
+        if let Some(t) = state.confirming_transcript.clone() {
+            let mut cursor = tacho_agents::transcript::Cursor::default();
+            // (Each read takes at most READ_BYTES_MAX: a transcript of any size in a
+            // bounded number of reads.)
+            for _ in 0..4096 {
+                match agent.read_transcript(&mut cursor, Path::new(&t), true) {
+                    Ok(c) => {
+                        named.extend(c.call_ids);
+                        if c.behind == 0 {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        state.calls_named(&named.iter().cloned().collect::<Vec<_>>());
+        if !state.transcript_names_calls && named.is_empty() {
+            return Vec::new();
+        }
+        let running: HashSet<&String> = state
+            .main
+            .open
+            .keys()
+            .chain(state.main.open_at_end.iter())
+            .collect();
+        let mut seen: HashSet<String> = HashSet::new();
+        let out = calls
+            .into_iter()
+            .filter(|(id, _)| seen.insert(id.clone()))
+            .filter(|(id, _)| !named.contains(id) && !flagged.contains(id))
+            .filter(|(id, _)| answered.contains(id) || !running.contains(id))
+            .map(|(id, what)| {
+                let mut message = tacho_projections::unconfirmed_call_message(&id, &what);
+                if !read_to_end {
+                    message.push_str(" (the transcript could not be read to its end at the stop)");
+                }
+                EventBody::Error(tacho_schema::ErrorEvent {
+                    message,
+                    code: Some(tacho_projections::CALL_UNCONFIRMED.into()),
+                    source: Some("tacho".into()),
+                    fatal: false,
+                })
             })
-        })
-        .collect()
+            .collect();
+        state.unconfirmed.clear();
+        out
+    }
 }
 
 /// The id a continuation of `session` takes: `<id>.N+1` after `<id>.N`, else `<id>.2`.

@@ -423,12 +423,27 @@ pub fn shell_run_passed(status: ToolStatus) -> Option<bool> {
 
 /// The command a tool call ran, when it is a shell call: its target.
 fn shell_command<'a>(tool: &str, target: Option<&'a str>) -> Option<&'a str> {
-    // (Compared without a lowercased copy: every tool call of a session asks.)
-    ["bash", "shell", "sh", "exec", "run", "terminal", "command"]
-        .iter()
-        .any(|n| tool.eq_ignore_ascii_case(n))
-        .then_some(target)
-        .flatten()
+    // (Compared without a lowercased copy: every tool call of a session asks.) The
+    // shells of the agents tacho records: Claude Code's, Codex's, Copilot CLI's and
+    // OpenCode's `Bash`/`bash`, Gemini CLI's and Qwen Code's `run_shell_command`,
+    // Factory Droid's `Execute`, Cline's `execute_command`.
+    [
+        "bash",
+        "shell",
+        "sh",
+        "exec",
+        "run",
+        "terminal",
+        "command",
+        "run_shell_command",
+        "execute",
+        "execute_command",
+        "powershell",
+    ]
+    .iter()
+    .any(|n| tool.eq_ignore_ascii_case(n))
+    .then_some(target)
+    .flatten()
 }
 
 /// Assesses a session from its execution graph.
@@ -454,6 +469,11 @@ pub const HOOK_LOCK_HELD: &str = "hook_lock_held";
 /// never named by the turn's end (SPEC §3.1): a payload piped to `tacho hook`, not a
 /// call the agent made. Its message is [`unconfirmed_call_message`].
 pub const CALL_UNCONFIRMED: &str = "call_unconfirmed";
+
+/// The `error` code of a payload that named another transcript for the main session
+/// than the one its first payload named (SPEC §3.1): written by tacho, which read the
+/// session's own; an act of whoever piped the payload.
+pub const TRANSCRIPT_ELSEWHERE: &str = "transcript_elsewhere";
 
 /// The message of a [`CALL_UNCONFIRMED`] error: `call ID (WHAT) …`.
 pub fn unconfirmed_call_message(call_id: &str, what: &str) -> String {
@@ -831,7 +851,12 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
     acts.extend(
         g.errors
             .iter()
-            .filter(|e| e.code.as_deref() == Some(tacho_schema::SESSION_ENDED_MID_CALL))
+            .filter(|e| {
+                matches!(
+                    e.code.as_deref(),
+                    Some(tacho_schema::SESSION_ENDED_MID_CALL | TRANSCRIPT_ELSEWHERE)
+                )
+            })
             .map(|e| e.message.clone()),
     );
     if !acts.is_empty() {
@@ -1216,6 +1241,23 @@ mod tests {
         assert!(!has(&r, "unverified"));
         assert_eq!(r.readiness, Readiness::Ready);
         assert_eq!(r.level, RiskLevel::Low);
+    }
+
+    /// Every agent's shell runs verification (issue 42, red team: Gemini CLI's and
+    /// Qwen Code's `run_shell_command`, Droid's `Execute` and Cline's
+    /// `execute_command` never counted, while a piped payload naming `Bash` did).
+    #[test]
+    fn every_agents_shell_runs_verification() {
+        for tool in ["Bash", "run_shell_command", "Execute", "execute_command"] {
+            let mut b = vec![edit("src/a.rs")];
+            let mut run = shell("c1", "pytest -q", ToolStatus::Ok);
+            if let Some(EventBody::ToolCall(c)) = run.first_mut() {
+                c.tool = tool.into();
+            }
+            b.extend(run);
+            let r = assess(&graph(b));
+            assert!(r.verified, "{tool}: {:?}", r.factors);
+        }
     }
 
     #[test]

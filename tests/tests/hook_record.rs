@@ -597,3 +597,178 @@ fn changes_of_the_first_step_after_a_read_are_that_steps() {
         "{text}"
     );
 }
+
+/// A Codex session driven through `tacho hook codex`, with its rollout written by the
+/// test as Codex writes it.
+struct Codex {
+    e: Env,
+    session: &'static str,
+    rollout: PathBuf,
+}
+
+impl Codex {
+    fn new(session: &'static str) -> Codex {
+        let e = Env::new();
+        let rollout = e.transcript.clone();
+        let c = Codex {
+            e,
+            session,
+            rollout,
+        };
+        c.send("SessionStart", serde_json::json!({"source": "startup"}));
+        c
+    }
+
+    fn send(&self, event: &str, extra: serde_json::Value) {
+        let (code, _, err) = self.e.tacho_in(
+            &["hook", "codex"],
+            &self.e.payload(self.session, event, extra),
+        );
+        assert_eq!(code, 0, "{event}: {err}");
+    }
+
+    fn roll(&self, path: &std::path::Path, item: serde_json::Value) {
+        let line = serde_json::json!({"timestamp": "2026-12-07T00:00:00Z", "type": "response_item", "payload": item});
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()).unwrap();
+    }
+
+    fn call_line(&self, id: &str, cmd: &str) {
+        let args = serde_json::json!({"cmd": cmd}).to_string();
+        self.roll(
+            &self.rollout,
+            serde_json::json!({"type": "function_call", "name": "exec_command", "arguments": args, "call_id": id}),
+        );
+    }
+
+    fn output_line(&self, path: &std::path::Path, id: &str, code: i32) {
+        self.roll(
+            path,
+            serde_json::json!({"type": "function_call_output", "call_id": id, "output": format!("Process exited with code {code}\nOutput:\n")}),
+        );
+    }
+
+    fn bash(&self, event: &str, id: &str, cmd: &str, extra: serde_json::Value) {
+        let mut v = serde_json::json!({"tool_name": "Bash", "tool_input": {"command": cmd}, "tool_use_id": id, "tool_response": ""});
+        if let (Some(m), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
+            m.extend(x);
+        }
+        self.send(event, v);
+    }
+
+    fn risk(&self) -> serde_json::Value {
+        self.e.json(&["risk", self.session, "--json"])
+    }
+}
+
+fn factor<'a>(risk: &'a serde_json::Value, id: &str) -> Option<&'a str> {
+    risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .map(|f| f["evidence"].as_str().unwrap_or(""))
+}
+
+/// Issue 42 (9), red team: the agent forges a real call's result. Its real test run
+/// fails; from inside it, it pipes a payload naming a rollout of its own that says the
+/// run exited 0 (Codex's results come from its rollout, written after the hook). Only
+/// the session's own rollout is read: the run is recorded failed, and the payload that
+/// named another is shown.
+#[test]
+fn a_forged_rollout_named_by_a_piped_payload_is_never_read() {
+    let c = Codex::new("cx-forge");
+    c.call_line("call_3", "python3 -m pytest -q");
+    c.bash(
+        "PreToolUse",
+        "call_3",
+        "python3 -m pytest -q",
+        serde_json::json!({}),
+    );
+    let fake = c.e.home.parent().unwrap().join("fake-rollout.jsonl");
+    c.output_line(&fake, "call_3", 0);
+    c.send(
+        "UserPromptSubmit",
+        serde_json::json!({"prompt": "", "transcript_path": fake.display().to_string()}),
+    );
+    c.bash(
+        "PostToolUse",
+        "call_3",
+        "python3 -m pytest -q",
+        serde_json::json!({}),
+    );
+    c.output_line(&c.rollout, "call_3", 1);
+    c.send("Stop", serde_json::json!({"stop_hook_active": false}));
+    let risk = c.risk();
+    assert_eq!(risk["verified"], false, "{risk:#}");
+    assert!(factor(&risk, "verification_failed").is_some(), "{risk:#}");
+    let acted = factor(&risk, "agent_acted_on_tacho").unwrap_or_else(|| panic!("{risk:#}"));
+    assert!(acted.contains("fake-rollout.jsonl"), "{acted}");
+}
+
+/// Issue 42 (9), red team: the agent pipes a made-up passing test run, then edits the
+/// hook state file (or deletes it) so that nothing is left waiting for confirmation.
+/// At the stop the calls are taken from the log and the rollout read whole: the
+/// made-up call is unconfirmed all the same.
+#[test]
+fn a_made_up_call_is_unconfirmed_whatever_the_hook_state_says() {
+    for tamper in ["edit", "delete"] {
+        let c = Codex::new(if tamper == "edit" {
+            "cx-edit"
+        } else {
+            "cx-delete"
+        });
+        c.call_line("call_1", "echo hi");
+        c.bash("PreToolUse", "call_1", "echo hi", serde_json::json!({}));
+        c.output_line(&c.rollout, "call_1", 0);
+        c.bash("PostToolUse", "call_1", "echo hi", serde_json::json!({}));
+        c.call_line("call_2", "sh pipe.sh");
+        c.bash("PreToolUse", "call_2", "sh pipe.sh", serde_json::json!({}));
+        // From inside call_2: a made-up pair with a result of its own.
+        c.bash(
+            "PreToolUse",
+            "call_fake",
+            "python3 -m pytest -q",
+            serde_json::json!({}),
+        );
+        c.bash(
+            "PostToolUse",
+            "call_fake",
+            "python3 -m pytest -q",
+            serde_json::json!({"tool_response": "1 passed"}),
+        );
+        let state = c.e.home.join(format!("agents/codex/{}.json", c.session));
+        assert!(state.exists(), "{}", state.display());
+        if tamper == "edit" {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+            v["unconfirmed"] = serde_json::json!({});
+            v["named_calls"] = serde_json::json!(["call_fake"]);
+            std::fs::write(&state, v.to_string()).unwrap();
+        } else {
+            std::fs::remove_file(&state).unwrap();
+        }
+        c.output_line(&c.rollout, "call_2", 0);
+        c.bash("PostToolUse", "call_2", "sh pipe.sh", serde_json::json!({}));
+        c.send("Stop", serde_json::json!({"stop_hook_active": false}));
+        let risk = c.risk();
+        assert_eq!(risk["verified"], false, "{tamper}: {risk:#}");
+        if tamper == "delete" {
+            // The state held the made-up call's result, waiting for the rollout: lost
+            // with it, so the call never ended and counts for nothing.
+            let runs = risk["verification_runs"].to_string();
+            assert!(!runs.contains("pytest"), "{risk:#}");
+            continue;
+        }
+        let f = factor(&risk, "calls_unconfirmed").unwrap_or_else(|| panic!("{tamper}: {risk:#}"));
+        assert!(f.contains("call_fake"), "{tamper}: {f}");
+        assert!(
+            !f.contains("call_1") && !f.contains("call_2"),
+            "{tamper}: {f}"
+        );
+    }
+}
