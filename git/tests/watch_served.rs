@@ -311,3 +311,64 @@ fn a_write_through_a_hard_link_from_outside_is_caught_by_the_checked_snapshot() 
     assert_ne!(after.id, checked.snapshot.id, "{after:?}");
     let _ = watch::stop(&s.root.join("cache"), &s.ws);
 }
+
+/// Red team: a file written through a shared writable mapping, twice — once to have
+/// its new times read by a scan, then again through the still-dirty page, which the
+/// kernel does not stamp until the page is written back (about 30 s) and which raises
+/// no inotify event. The check at a turn's end reads again every file changed within
+/// that window: its snapshot holds what the file holds now.
+#[test]
+fn a_write_through_a_shared_mapping_is_read_by_the_checked_snapshot() {
+    if !have_git() {
+        return;
+    }
+    let python = Command::new("python3").arg("-c").arg("pass").status();
+    if !python.is_ok_and(|s| s.success()) {
+        tacho_tests::skip_without("python3");
+        return;
+    }
+    let s = Setup::new();
+    let _first = s.take();
+    let _watcher = s.start_watcher();
+    s.take();
+    let path = s.ws.join("src/m3/f3.rs");
+    let script = "import mmap,sys,os\nf=open(sys.argv[1],'r+b')\nm=mmap.mmap(f.fileno(),0)\nm[0:1]=m[0:1]\nprint('dirty',flush=True)\nsys.stdin.readline()\nm[0:6]=b'PWNED!'\nprint('again',flush=True)\nsys.stdin.readline()\n";
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "dirty");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // A scan records the file's new times (and its unchanged content).
+    let store = s.store();
+    let before = store.take_checked(&s.ws).unwrap();
+    writeln!(stdin).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "again");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let checked = store.take_checked(&s.ws).unwrap();
+    writeln!(stdin).unwrap();
+    let _ = child.wait();
+    let files = store.files(checked.snapshot.tree).unwrap();
+    let now = Command::new("git")
+        .arg("hash-object")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        files["src/m3/f3.rs"].oid.to_string(),
+        String::from_utf8_lossy(&now.stdout).trim(),
+        "the checked snapshot holds what the mapping wrote"
+    );
+    assert_ne!(checked.snapshot.id, before.snapshot.id);
+    let _ = watch::stop(&s.root.join("cache"), &s.ws);
+}

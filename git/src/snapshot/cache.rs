@@ -15,6 +15,27 @@ pub(crate) const CACHE_VERSION: u32 = 4;
 /// inside this window are read again (Git's "racy" check).
 pub(crate) const RACY_NS: i64 = 100_000_000;
 
+/// How long a file written through a shared writable mapping may hold writes its times
+/// do not show: the kernel stamps a mapped file's times at the first write to a page
+/// after it was written back, and writes back dirty pages only after
+/// `vm.dirty_expire_centisecs`, checked every `vm.dirty_writeback_centisecs` (30 s and
+/// 5 s by default); 5 s more for the writeback itself. Read from `/proc/sys/vm` (the
+/// defaults when it cannot be), at most two minutes.
+pub(crate) fn mapped_write_window_ns() -> i64 {
+    static WINDOW: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *WINDOW.get_or_init(|| {
+        let centis = |name: &str, default: i64| {
+            std::fs::read_to_string(format!("/proc/sys/vm/{name}"))
+                .ok()
+                .and_then(|s| s.trim().parse::<i64>().ok())
+                .filter(|v| *v >= 0)
+                .unwrap_or(default)
+        };
+        let cs = centis("dirty_expire_centisecs", 3000) + centis("dirty_writeback_centisecs", 500);
+        (cs.saturating_mul(10_000_000) + 5_000_000_000).min(120_000_000_000)
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub(crate) struct CacheEntry {
     pub path: String,

@@ -27,12 +27,19 @@ impl SnapshotStore {
         // scan stores its token. (No socket, no watcher: nothing is asked.) A scan that
         // checks the watcher reads every file's status itself, and stores the token of
         // the watcher's answer it checks (this scan is newer than it).
-        let (watcher, checked_token) = match watcher {
+        let checking = matches!(watcher, WatcherUse::Checking(_));
+        let (watcher, checked_token) = match &watcher {
             WatcherUse::Ask => (
                 watch::socket_path(&self.cache_dir, workspace).exists(),
                 None,
             ),
-            WatcherUse::Checking(token) => (false, token),
+            WatcherUse::Checking(token) => (false, *token),
+        };
+        // A checking scan reads again every file changed lately enough that a shared
+        // writable mapping of it may hold writes its times do not show yet.
+        let mapped_before = match checking {
+            true => scan_start_ns.saturating_sub(cache::mapped_write_window_ns()),
+            false => i64::MAX,
         };
         let served = watcher
             .then(|| watch::served_snapshot(&self.cache_dir, workspace, self.max_file_bytes))
@@ -150,6 +157,7 @@ impl SnapshotStore {
             if let Some(c) = cached
                 && same_stat(c, &stat)
                 && c.mtime_ns < trusted_before
+                && c.ctime_ns < mapped_before
                 && (base_ok || repo.has_object(ObjectId::from_bytes_or_panic(&c.oid)))
             {
                 stat.git_mode = c.git_mode;
