@@ -206,6 +206,11 @@ pub struct Cursor {
     /// hook's (`call-<n>`).
     #[serde(default)]
     pub open_calls: std::collections::BTreeMap<String, String>,
+    /// Claude Code: the request each recent response id came with, first seen (the
+    /// most recent [`RECENT_IDS`]): a line of the same response id from another
+    /// request is a replay the API billed again (`/btw`).
+    #[serde(default)]
+    pub requests: Vec<(String, String)>,
 }
 
 /// What a Codex tool call returned, from its rollout.
@@ -454,7 +459,25 @@ impl Cursor {
             return None;
         };
         calls.extend(tool_use_ids(&entry));
-        let u = usage_of(&entry)?;
+        let mut u = usage_of(&entry)?;
+        // A side question (`/btw`) replays a response: the same message id from another
+        // request, which the API billed again. It is a response of its own,
+        // `<message id>@<request id>` (ccusage counts the message once).
+        if let Some(req) = u.request_id.clone() {
+            match self.requests.iter().find(|(id, _)| *id == u.message_id) {
+                Some((_, first)) if *first != req => {
+                    u.message_id = format!("{}@{req}", u.message_id);
+                }
+                Some(_) => {}
+                None => {
+                    self.requests.push((u.message_id.clone(), req));
+                    if self.requests.len() > RECENT_IDS {
+                        let extra = self.requests.len() - RECENT_IDS;
+                        self.requests.drain(..extra);
+                    }
+                }
+            }
+        }
         match &mut self.pending {
             Some(p) if p.message_id == u.message_id => {
                 // A later line of the same response: its usage is the final one.
@@ -631,6 +654,32 @@ mod tests {
         format!(
             r#"{{"type":"assistant","timestamp":"2026-11-20T09:00:00Z","requestId":"req_{id}","message":{{"id":"{id}","model":"m","usage":{{"input_tokens":10,"output_tokens":{out},"cache_read_input_tokens":3,"cache_creation_input_tokens":2}}}}}}"#
         )
+    }
+
+    /// Issue 43: a side question (`/btw`) replays a response — the same message id,
+    /// another request id — and the API bills the request again: it is counted as a
+    /// response of its own; a later line of either request is not counted again.
+    #[test]
+    fn a_replay_from_another_request_is_billed_again() {
+        let with_request =
+            |id: &str, req: &str, out: u64| line(id, out).replace(&format!("req_{id}"), req);
+        let mut c = Cursor::default();
+        let mut got = Vec::new();
+        for l in [
+            with_request("msg_a", "req_1", 5),
+            with_request("msg_a", "req_1", 9),
+            with_request("msg_a", "req_2", 7),
+            with_request("msg_a", "req_1", 9),
+            with_request("msg_b", "req_3", 2),
+        ] {
+            got.extend(c.line(l.as_bytes()));
+        }
+        got.extend(c.finish());
+        let ids: Vec<(&str, u64)> = got
+            .iter()
+            .map(|u| (u.message_id.as_str(), u.output_tokens))
+            .collect();
+        assert_eq!(ids, [("msg_a", 9), ("msg_a@req_2", 7), ("msg_b", 2)]);
     }
 
     #[test]
