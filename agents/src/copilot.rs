@@ -387,6 +387,8 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
                 push_result(&mut t, &data, &call, time);
             }
             "session.shutdown" => {
+                let how = s("shutdownType").unwrap_or("shutdown");
+                t.ended_by_agent = Some((time, format!("session.shutdown ({how})")));
                 if let Some(m) = data.get("modelMetrics") {
                     let id = entry
                         .get("id")
@@ -437,6 +439,12 @@ pub fn read_copilot_events(path: &Path, bytes: &[u8]) -> Transcript {
         t.session = session_id_from(&dir);
         t.events
             .insert(0, (time, start_event(Agent::Copilot, None, None, None)));
+    }
+    // Its end only when nothing came after it (a resumed session shuts down again).
+    if let Some((at, _)) = &t.ended_by_agent
+        && t.events.iter().any(|(time, _)| time > at)
+    {
+        t.ended_by_agent = None;
     }
     t
 }

@@ -56,6 +56,10 @@ pub struct Transcript {
     /// Bytes of a last line without its newline, left unread.
     pub partial_tail: u64,
     pub lines: u64,
+    /// The agent wrote its session's end as the transcript's last entry (Copilot CLI's
+    /// `session.shutdown`): when, and what it said. An import ends the session there
+    /// unless its hooks keep it (SPEC §13.4).
+    pub ended_by_agent: Option<(i64, String)>,
 }
 
 impl Transcript {
@@ -113,6 +117,16 @@ pub fn inferred_end(unanswered_calls: bool, idle_since: &str, stale_after: &str)
         message: Some(format!(
             "{INFERRED_END}the transcript has not grown since {idle_since} (stale after {stale_after})"
         )),
+    })
+}
+
+/// The `session.end` an import records where the transcript's last entry is the
+/// agent's own end (`what` it wrote): an inferred end (a later import that finds the
+/// transcript grown continues the session as `<id>.2`), `completed`.
+pub fn end_the_agent_wrote(what: &str) -> EventBody {
+    EventBody::SessionEnd(tacho_schema::SessionEnd {
+        reason: tacho_schema::EndReason::Completed,
+        message: Some(format!("{INFERRED_END}the transcript ends with {what}")),
     })
 }
 

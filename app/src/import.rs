@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tacho_agents::Agent;
-use tacho_agents::import::{Transcript, dedup_key, inferred_end, is_inferred_end};
+use tacho_agents::import::{
+    Transcript, dedup_key, end_the_agent_wrote, inferred_end, is_inferred_end,
+};
 use tacho_agents::session_id_from;
 use tacho_schema::EventBody;
 
@@ -439,8 +441,13 @@ impl Tacho {
         }
         // A session whose hooks keep its state is theirs to end (the agent may be
         // waiting on its user); `tacho session end` ends one whose agent died.
-        let stale = stale.filter(|_| self.hook_recorder(&session).is_none());
-        if let Some(stale) = stale {
+        let hooked = self.hook_recorder(&session).is_some();
+        let stale = stale.filter(|_| !hooked);
+        if let Some((at, what)) = t.ended_by_agent.as_ref().filter(|_| !hooked) {
+            // The agent wrote its own end (Copilot CLI's `session.shutdown`).
+            fresh.push((latest.max(*at), end_the_agent_wrote(what)));
+            report.sessions_ended_inferred += 1;
+        } else if let Some(stale) = stale {
             // At its last event, the transcript's or one recorded otherwise.
             let last = t
                 .events

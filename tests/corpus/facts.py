@@ -402,6 +402,9 @@ def expect(agent, version, f, transcript):
         # Its last line may be bookkeeping after the last event (Codex's task_complete,
         # Copilot's session.shutdown): the session ends no later.
         exp['last_at_most'] = f.get('last')
+    if agent == 'copilot' and f.get('has_shutdown'):
+        # It shut down: the session ended.
+        exp['ended'] = True
     if agent == 'opencode' and 'REDACTED' in (f.get('failed_ids') or []):
         exp['tool_failures'] = None
         notes.append("a failed call's id was redacted: calls sharing the id REDACTED are one, and which of their results is kept cannot be told")

@@ -82,6 +82,8 @@ struct Got {
     files: BTreeSet<String>,
     first: Option<String>,
     last: Option<String>,
+    /// Every session it holds has ended.
+    ended: bool,
 }
 
 /// Instants of RFC 3339 times, so that `…39.22Z` and `…39.220Z` are one.
@@ -115,7 +117,10 @@ fn import(e: &Entry, root: &Path) -> Result<Got, String> {
     let mut c = tacho(&home);
     c.args(["session", "list", "--json", "--limit", "1000"]);
     let (_, list, _) = run(c);
-    let mut got = Got::default();
+    let mut got = Got {
+        ended: true,
+        ..Got::default()
+    };
     for line in list.lines() {
         let Ok(s) = serde_json::from_str::<Value>(line) else {
             continue;
@@ -134,6 +139,7 @@ fn import(e: &Entry, root: &Path) -> Result<Got, String> {
         {
             got.tokens[i] += n(k);
         }
+        got.ended &= s["status"] != "running";
         got.tool_calls += n("tool_calls");
         got.tool_failures += n("tool_failures");
         for f in s["files"].as_array().into_iter().flatten() {
@@ -187,6 +193,9 @@ fn differences(e: &Entry, got: &Result<Got, String>) -> Vec<String> {
     same("tool calls", got.tool_calls, &x["tool_calls"]);
     same("failed calls", got.tool_failures, &x["tool_failures"]);
     same("files edited", got.files.len() as u64, &x["files_edited"]);
+    if x["ended"] == true && !got.ended {
+        out.push("the agent wrote its end, and the session is still running".into());
+    }
     let at = |t: &Option<String>| t.as_deref().map(instant);
     if let Some(first) = x["first"].as_str()
         && at(&got.first) != Some(instant(first))
