@@ -323,6 +323,16 @@ fn no_watch_env() -> bool {
     std::env::var_os("TACHO_NO_WATCH").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
+/// `workspace` made canonical, as snapshots name it.
+fn canonical(workspace: &Path) -> Result<PathBuf, SnapshotOpError> {
+    workspace
+        .canonicalize()
+        .map_err(|source| SnapshotOpError::Workspace {
+            path: workspace.to_path_buf(),
+            source,
+        })
+}
+
 impl Tacho {
     /// Takes a snapshot of `workspace` (canonicalized), returning it with the path used.
     /// A hold on the snapshot store until what is taken under it is recorded.
@@ -335,12 +345,7 @@ impl Tacho {
         workspace: &Path,
         paths: &[String],
     ) -> Result<(Snapshot, PathBuf), SnapshotOpError> {
-        let ws = workspace
-            .canonicalize()
-            .map_err(|source| SnapshotOpError::Workspace {
-                path: workspace.to_path_buf(),
-                source,
-            })?;
+        let ws = canonical(workspace)?;
         let scope = if paths.is_empty() {
             Scope::Full
         } else {
@@ -362,12 +367,7 @@ impl Tacho {
         &self,
         workspace: &Path,
     ) -> Result<(Checked, PathBuf), SnapshotOpError> {
-        let ws = workspace
-            .canonicalize()
-            .map_err(|source| SnapshotOpError::Workspace {
-                path: workspace.to_path_buf(),
-                source,
-            })?;
+        let ws = canonical(workspace)?;
         let checked = self.snapshots()?.take_checked(&ws)?;
         Ok((checked, ws))
     }

@@ -265,20 +265,12 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 /// with tacho's hooks installed by `tacho hooks install codex` (the test passes
 /// `--dangerously-bypass-hook-trust`; a user approves the hooks once in Codex). Its
 /// hook payloads carry no exit code: the result waits for the rollout's.
-#[test]
-fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
-    let Some(codex) = npm_bin("codex") else {
-        return;
-    };
-    let e = Env::new();
+/// Runs `codex exec` offline against the mock serving `script`, with tacho's hooks
+/// installed (and trusted for the run) in a `CODEX_HOME` of its own, which it returns.
+fn codex_exec(codex: &Path, e: &Env, script: &serde_json::Value) -> PathBuf {
     let codex_home = e.dir.join("codex-home");
     std::fs::create_dir_all(&codex_home).unwrap();
-    let script = serde_json::json!([
-        [{"tool": "exec_command", "input": {"cmd": "echo made > made.txt && rm gone.txt"}}],
-        [{"tool": "exec_command", "input": {"cmd": "false"}}],
-        [{"text": "Done."}]
-    ]);
-    let mock = Mock::start(&e.dir, &script);
+    let mock = Mock::start(&e.dir, script);
     std::fs::write(
         codex_home.join("config.toml"),
         format!(
@@ -293,9 +285,8 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
     let (code, out, err) = run(c);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("trust"), "the trust step is named: {out}");
-
     let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
-    let out = Command::new(&codex)
+    let out = Command::new(codex)
         .current_dir(&e.ws)
         .args([
             "exec",
@@ -323,6 +314,21 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
         String::from_utf8_lossy(&out.stderr)
     );
     drop(mock);
+    codex_home
+}
+
+#[test]
+fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
+    let Some(codex) = npm_bin("codex") else {
+        return;
+    };
+    let e = Env::new();
+    let script = serde_json::json!([
+        [{"tool": "exec_command", "input": {"cmd": "echo made > made.txt && rm gone.txt"}}],
+        [{"tool": "exec_command", "input": {"cmd": "false"}}],
+        [{"text": "Done."}]
+    ]);
+    let codex_home = codex_exec(&codex, &e, &script);
     assert!(e.ws.join("made.txt").exists() && !e.ws.join("gone.txt").exists());
     let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
     assert!(log.is_empty(), "hook problems:\n{log}");
@@ -402,8 +408,6 @@ fn codex_a_call_piped_from_its_shell_is_unconfirmed() {
         return;
     };
     let e = Env::new();
-    let codex_home = e.dir.join("codex-home");
-    std::fs::create_dir_all(&codex_home).unwrap();
     let ws = e.ws.display().to_string();
     // (By its full path: Codex runs commands in a login shell, whose PATH is the
     // system's.)
@@ -416,49 +420,7 @@ fn codex_a_call_piped_from_its_shell_is_unconfirmed() {
         [{"tool": "exec_command", "input": {"cmd": pipe}}],
         [{"text": "Done."}]
     ]);
-    let mock = Mock::start(&e.dir, &script);
-    std::fs::write(
-        codex_home.join("config.toml"),
-        format!(
-            "model = \"gpt-5-codex\"\nmodel_provider = \"mock\"\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_KEY\"\nwire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
-            mock.port
-        ),
-    )
-    .unwrap();
-    let mut c = tacho(&e.home);
-    c.env("CODEX_HOME", &codex_home)
-        .args(["hooks", "install", "codex"]);
-    let (code, out, err) = run(c);
-    assert_eq!(code, 0, "{out}{err}");
-    let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
-    let out = Command::new(&codex)
-        .current_dir(&e.ws)
-        .args([
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-        ])
-        .args(["--dangerously-bypass-hook-trust", "Make the change"])
-        .env("CODEX_HOME", &codex_home)
-        .env("MOCK_KEY", "x")
-        .env("TACHO_HOME", &e.home)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                tacho_dir.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "codex: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    drop(mock);
+    codex_exec(&codex, &e, &script);
     assert!(e.ws.join("made.txt").exists());
     let list = e.json(&["session", "list", "--json"]);
     let session = list["session"]

@@ -20,7 +20,6 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 use tacho_tests::{run, tacho};
@@ -230,19 +229,7 @@ fn ccusage_totals(ccusage: &Path, e: &Entry, root: &Path) -> Option<[u64; 4]> {
         "copilot" => (&["copilot", "session"], "HOME", dir),
         _ => return None,
     };
-    let out = Command::new(ccusage)
-        .args(args)
-        .args(["--json", "--offline"])
-        .env(var, &at)
-        .env("TZ", "UTC")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::ccusage_json(ccusage, args, var, &at);
     let mut t = [0u64; 4];
     // (`sessions` for the other agents, `session` for Claude Code's.)
     let rows = v["sessions"].as_array().or(v["session"].as_array());

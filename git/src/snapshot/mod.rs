@@ -190,19 +190,33 @@ impl SnapshotStore {
         format!("refs/snapshots/{id}")
     }
 
+    /// What a scan of `workspace` works with.
+    fn scanning(&self, workspace: &Path) -> Result<Scanning, SnapshotError> {
+        let workspace = snapshot_workspace(workspace)?;
+        let ws_text = workspace
+            .to_str()
+            .ok_or_else(|| SnapshotError::NotUtf8(workspace.clone()))?
+            .to_owned();
+        Ok(Scanning {
+            cache_paths: cache::paths(&self.cache_dir, &workspace),
+            skip: self.own_dir_inside(&workspace),
+            ws_text,
+            workspace,
+        })
+    }
+
     /// Takes a snapshot of `workspace`. `skip` names a directory inside it (relative)
     /// that is never snapshotted, such as tacho's own data directory.
     pub fn take(&self, workspace: &Path, scope: &Scope) -> Result<Snapshot, SnapshotError> {
         // gc waits while objects are written and the ref is made (callers hold their
         // own guard on top, until the snapshot is recorded).
         let _guard = self.write_guard()?;
-        let workspace = snapshot_workspace(workspace)?;
-        let ws_text = workspace
-            .to_str()
-            .ok_or_else(|| SnapshotError::NotUtf8(workspace.clone()))?
-            .to_owned();
-        let cache_paths = cache::paths(&self.cache_dir, &workspace);
-        let skip = self.own_dir_inside(&workspace);
+        let Scanning {
+            workspace,
+            ws_text,
+            cache_paths,
+            skip,
+        } = self.scanning(workspace)?;
         // Named paths are checked whatever scan follows: a bad one is an error even when
         // there is no earlier snapshot to update and a full scan is taken instead.
         if let Scope::Paths(paths) = scope {
@@ -247,13 +261,12 @@ impl SnapshotStore {
     /// Without a watcher it is a full scan and nothing more.
     pub fn take_checked(&self, workspace: &Path) -> Result<Checked, SnapshotError> {
         let _guard = self.write_guard()?;
-        let workspace = snapshot_workspace(workspace)?;
-        let ws_text = workspace
-            .to_str()
-            .ok_or_else(|| SnapshotError::NotUtf8(workspace.clone()))?
-            .to_owned();
-        let cache_paths = cache::paths(&self.cache_dir, &workspace);
-        let skip = self.own_dir_inside(&workspace);
+        let Scanning {
+            workspace,
+            ws_text,
+            cache_paths,
+            skip,
+        } = self.scanning(workspace)?;
         let asked_ns = now_ns();
         let reply = watch::socket_path(&self.cache_dir, &workspace)
             .exists()
@@ -495,6 +508,15 @@ impl Trace {
             t.set(now);
         }
     }
+}
+
+/// A workspace as a scan takes it: its path as snapshots name it, that path as text,
+/// its cache files, and tacho's own directory inside it (never snapshotted).
+struct Scanning {
+    workspace: PathBuf,
+    ws_text: String,
+    cache_paths: cache::CachePaths,
+    skip: Option<String>,
 }
 
 /// Whether the change at `rel` in `workspace` (a path a watcher's snapshot and a scan
