@@ -269,6 +269,14 @@ pub trait Adapter: Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether it writes its last replies to its transcript after its last hook
+    /// (Copilot CLI buffers the file until it exits; Qwen Code writes the reply it
+    /// stops after concurrently with its `Stop` hook): then the session's end waits
+    /// until the transcript stopped growing, so that their usage is counted.
+    fn writes_transcript_late(&self) -> bool {
+        false
+    }
+
     /// Whether a failing tool fires its post-tool hook. One whose failures fire none
     /// (Factory Droid) has them read from its transcript ([`Adapter::read_transcript`]'s
     /// `outputs`, keyed by the hook's call ids): an open call whose output it holds is

@@ -163,6 +163,12 @@ impl Adapter for Copilot {
         path.file_name().is_some_and(|n| n == "events.jsonl")
     }
 
+    /// It buffers `events.jsonl` and writes it as it exits, after its `SessionEnd`
+    /// hook (issue 43: a fast run recorded no token at all).
+    fn writes_transcript_late(&self) -> bool {
+        true
+    }
+
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
         read_copilot_events(path, bytes)
     }

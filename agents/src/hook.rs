@@ -301,6 +301,12 @@ pub struct HookState {
     /// recorded once.
     #[serde(default)]
     pub transcripts_elsewhere: Vec<String>,
+    /// The main session's end, held back: its agent writes its last replies to its
+    /// transcript after its last hook ([`crate::Adapter::writes_transcript_late`]).
+    /// Recorded, after the usage those replies hold, by `tacho hook AGENT --finish`
+    /// once the transcript stopped growing, or by the session's next hook.
+    #[serde(default)]
+    pub end_pending: Option<tacho_schema::SessionEnd>,
 }
 
 /// How many call ids a hook state keeps of those its transcript named.

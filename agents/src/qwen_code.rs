@@ -131,6 +131,11 @@ impl Adapter for QwenCode {
     }
 
     /// `-p` runs fire no `SessionEnd`: a stop the gate lets through ends the session.
+    /// Its last replies reach its transcript after its last hook (issue 43).
+    fn writes_transcript_late(&self) -> bool {
+        true
+    }
+
     fn reports_session_end(&self) -> bool {
         false
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tacho_agents::hook::{Action, HookState, map_payload};
 use tacho_agents::{Agent, session_id_from};
-use tacho_schema::{EventBody, SnapshotReason};
+use tacho_schema::{EventBody, EventView, SnapshotReason};
 use tacho_store::Durability;
 use tacho_store::vfs::{RealFs, Vfs};
 
@@ -64,6 +64,10 @@ pub struct HookAnswer {
     /// The session the payload belongs to, while it goes on (not ended): whose
     /// workspace `tacho hook --watch` keeps a watcher of.
     pub session: Option<String>,
+    /// A session whose end waits for its transcript to stop growing: the frontend
+    /// starts `tacho hook AGENT --finish SESSION` after answering
+    /// ([`Tacho::hook_finish`]).
+    pub finish_later: Option<String>,
 }
 
 impl Tacho {
@@ -328,6 +332,13 @@ impl Tacho {
                 Err(e) => problem(&mut answer, format!("rollout {t}: {e}")),
             }
         }
+        // An end held back for late replies (the finisher has not come yet): the
+        // session's usage and its end are recorded first.
+        if state.end_pending.is_some()
+            && let Err(e) = self.finish_pending(agent, &mut state, &mut ingest)
+        {
+            problem(&mut answer, e);
+        }
         let mut actions = map_payload(agent, &payload, &mut state);
         if let Some((fetched, remote)) = &fetched
             && let Some(i) = actions.iter().position(|a| {
@@ -378,9 +389,20 @@ impl Tacho {
                                 }
                             }
                         }
-                        ingest
-                            .event(0, session, self.now(), body)
-                            .map_err(|e| e.to_string())
+                        // Late replies are still to come: the end waits for them.
+                        if let EventBody::SessionEnd(end) = &body
+                            && agent.writes_transcript_late()
+                            && session == state.main.session
+                        {
+                            state.end_pending = Some(end.clone());
+                            state.main.ended = false;
+                            answer.finish_later = Some(session);
+                            Ok(())
+                        } else {
+                            ingest
+                                .event(0, session, self.now(), body)
+                                .map_err(|e| e.to_string())
+                        }
                     }
                     Action::Snapshot {
                         session,
@@ -568,21 +590,28 @@ impl Tacho {
             // (`<id>.2`, whose parent this is) — so that it can be rolled back once the
             // agent stopped.
             if !agent.reports_session_end() && !blocked && !state.main.ended {
-                let end = EventBody::SessionEnd(tacho_schema::SessionEnd {
+                let end = tacho_schema::SessionEnd {
                     reason: tacho_schema::EndReason::Completed,
                     message: Some(format!(
                         "{agent}: the turn ended (a later turn continues as a new session)"
                     )),
-                });
-                match self.log().writer(&session).and_then(|mut w| {
-                    w.append(self.now(), &end, Durability::Sync)?;
-                    Ok(w.next_seq())
-                }) {
-                    Ok(next) => {
-                        state.main.ended = true;
-                        state.heads.insert(session.clone(), next);
+                };
+                if agent.writes_transcript_late() {
+                    // Its last reply is still to come: the end waits for it.
+                    state.end_pending = Some(end);
+                    answer.finish_later = Some(session.clone());
+                } else {
+                    let end = EventBody::SessionEnd(end);
+                    match self.log().writer(&session).and_then(|mut w| {
+                        w.append(self.now(), &end, Durability::Sync)?;
+                        Ok(w.next_seq())
+                    }) {
+                        Ok(next) => {
+                            state.main.ended = true;
+                            state.heads.insert(session.clone(), next);
+                        }
+                        Err(e) => problem(&mut answer, format!("ending the session: {e}")),
                     }
-                    Err(e) => problem(&mut answer, format!("ending the session: {e}")),
                 }
             }
         }
@@ -708,6 +737,105 @@ impl Tacho {
         // response twice in one call (its id left the cursor's recent ones).
         usages.retain(|u| held.insert(u.message_id.clone()));
         usages
+    }
+
+    /// Records a held-back end ([`HookState::end_pending`]): the usage the main
+    /// session's transcript gained since its last read (each response once, whatever
+    /// an import added meanwhile), then the end.
+    fn finish_pending(
+        &self,
+        agent: Agent,
+        state: &mut HookState,
+        ingest: &mut Ingest<'_>,
+    ) -> Result<(), String> {
+        let Some(end) = state.end_pending.take() else {
+            return Ok(());
+        };
+        let session = state.main.session.clone();
+        if let Some(t) = state.confirming_transcript.clone() {
+            match agent.read_transcript(&mut state.transcript, Path::new(&t), true) {
+                Ok(c) => {
+                    for u in self.not_recorded(&session, true, c.usages) {
+                        let at = u.time_unix_ns.unwrap_or_else(|| self.now());
+                        ingest
+                            .event(0, session.clone(), at, EventBody::LlmResponse(u.event()))
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("transcript {t}: {e}")),
+            }
+        }
+        ingest
+            .event(0, session, self.now(), EventBody::SessionEnd(end))
+            .map_err(|e| e.to_string())?;
+        state.main.ended = true;
+        Ok(())
+    }
+
+    /// `tacho hook AGENT --finish SESSION`: started by the hook that held back the
+    /// session's end, once it answered the agent. Waits until the session's transcript
+    /// has not grown for [`FINISH_QUIET`] (at most [`FINISH_WAIT`]) without holding the
+    /// hooks' lock, then records the usage of the replies the agent wrote after its
+    /// last hook, and the end (nothing when the session's next hook did it first).
+    pub fn hook_finish(&self, agent: Agent, session: &str) -> HookAnswer {
+        let mut answer = HookAnswer::default();
+        let state_path = self.hook_state_path(agent, session);
+        let read_state = || -> Option<HookState> {
+            serde_json::from_slice(&std::fs::read(&state_path).ok()?).ok()
+        };
+        let Some(state) = read_state().filter(|s| s.end_pending.is_some()) else {
+            return answer;
+        };
+        if let Some(t) = &state.confirming_transcript {
+            wait_until_quiet(Path::new(t));
+        }
+        let lock = match RealFs.lock(&state_path.with_extension("lock"), state_lock_wait()) {
+            Ok(l) => l,
+            Err(e) => {
+                answer.problems.push(format!("finishing the session: {e}"));
+                return answer;
+            }
+        };
+        let Some(mut state) = read_state().filter(|s| s.end_pending.is_some()) else {
+            return answer;
+        };
+        let opts = IngestOptions::one_batch(format!("{agent} hook finish"));
+        let mut ingest = match Ingest::new(self, opts, |_| Ok(())) {
+            Ok(i) => i,
+            Err(e) => {
+                answer.problems.push(e.to_string());
+                return answer;
+            }
+        };
+        if let Err(e) = self.catch_up(agent, session, &mut state, &mut ingest) {
+            answer
+                .problems
+                .push(format!("catching up with the log: {e}"));
+        }
+        if let Err(e) = self.finish_pending(agent, &mut state, &mut ingest) {
+            answer.problems.push(e);
+        }
+        match ingest.finish() {
+            Ok(done) => {
+                for (s, t) in done.totals {
+                    state.heads.insert(s, t.last_seq.saturating_add(1));
+                }
+            }
+            Err(e) => answer
+                .problems
+                .push(format!("nothing recorded: {}", e.error)),
+        }
+        if let Err(e) = write_state(&state_path, &serde_json::to_vec(&state).unwrap_or_default()) {
+            answer
+                .problems
+                .push(format!("{}: {e}", state_path.display()));
+        }
+        drop(lock);
+        for p in &answer.problems {
+            self.hook_log(agent, "finish", session, p);
+        }
+        answer
     }
 
     /// The turn's end of `session` with a watcher running: a full snapshot read by this
@@ -1027,29 +1155,40 @@ impl Tacho {
         read_to_end: bool,
     ) -> Vec<EventBody> {
         let session = state.main.session.clone();
+        // The session's calls as the log holds them, read once (borrowed views: no
+        // output is copied), with those recorded unconfirmed already.
         let mut calls: Vec<(String, String)> = Vec::new();
         let mut answered: HashSet<String> = HashSet::new();
         let mut flagged: HashSet<String> = HashSet::new();
-        let _ = self.log().read_session(&session, |e| match &e.event.body {
-            EventBody::ToolCall(c) => {
-                let what = match &c.target {
-                    Some(t) => format!("{}: {}", c.tool, clip_line(t)),
-                    None => c.tool.clone(),
-                };
-                calls.push((c.call_id.clone(), what));
-            }
-            EventBody::ToolResult(r) => {
-                answered.insert(r.call_id.clone());
-            }
-            EventBody::Error(x)
-                if x.code.as_deref() == Some(tacho_projections::CALL_UNCONFIRMED) =>
-            {
-                if let Some(id) = tacho_projections::unconfirmed_call_id(&x.message) {
-                    flagged.insert(id.to_owned());
+        let _ = self
+            .log()
+            .read_session_views(&session, 0, |_, _, v| match v {
+                EventView::ToolCall {
+                    call_id,
+                    tool,
+                    target,
+                    ..
+                } => {
+                    let what = match target {
+                        Some(t) => format!("{tool}: {}", clip_line(t)),
+                        None => tool.to_string(),
+                    };
+                    calls.push(((*call_id).to_owned(), what));
                 }
-            }
-            _ => {}
-        });
+                EventView::ToolResult { call_id, .. } => {
+                    answered.insert((*call_id).to_owned());
+                }
+                EventView::Error {
+                    message,
+                    code: Some(code),
+                    ..
+                } if *code == tacho_projections::CALL_UNCONFIRMED => {
+                    if let Some(id) = tacho_projections::unconfirmed_call_id(message) {
+                        flagged.insert(id.to_owned());
+                    }
+                }
+                _ => {}
+            });
         let mut named: HashSet<String> = HashSet::new();
         if let Some(t) = state.confirming_transcript.clone() {
             let mut cursor = tacho_agents::transcript::Cursor::default();
@@ -1098,6 +1237,32 @@ impl Tacho {
             .collect();
         state.unconfirmed.clear();
         out
+    }
+}
+
+/// How long a transcript must not grow before a held-back end is recorded.
+const FINISH_QUIET: Duration = Duration::from_millis(1500);
+
+/// The longest a held-back end waits for its transcript to stop growing.
+const FINISH_WAIT: Duration = Duration::from_secs(15);
+
+/// Waits until `path` (its size and modification time) has not changed for
+/// [`FINISH_QUIET`], at most [`FINISH_WAIT`].
+fn wait_until_quiet(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let look = || {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.len(), m.mtime(), m.mtime_nsec()))
+    };
+    let started = std::time::Instant::now();
+    let (mut last, mut since) = (look(), std::time::Instant::now());
+    while started.elapsed() < FINISH_WAIT && since.elapsed() < FINISH_QUIET {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = look();
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        }
     }
 }
 

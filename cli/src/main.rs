@@ -141,6 +141,7 @@ fn main() -> ExitCode {
             agent,
             watch: mode == HookWatch::Always,
             no_watch: mode == HookWatch::Never,
+            finish: None,
         };
         return match cmd::hooks::hook(args) {
             Ok(()) => ExitCode::SUCCESS,

@@ -169,15 +169,16 @@ fn copilot_recorded_through_hooks_with_rollback_tokens_and_the_stop_gate() {
         ],
         "{g}"
     );
-    // Tokens: what the mock served, perhaps but the last reply: Copilot writes
-    // `events.jsonl` behind a buffer it does not flush while a hook runs, and the last
-    // reply's usage record comes right before the stop hook (then the session's end,
-    // whose hook sees no more), so the hooks count it only when a flush came between.
-    // The import below counts every request, as ccusage does.
+    // Tokens: what the mock served, the last reply too. Copilot writes `events.jsonl`
+    // behind a buffer it does not flush while a hook runs, and the last reply's usage
+    // record comes right before the stop hook: the session's end waits until the file
+    // stopped growing (issue 43). The import below counts every request, as ccusage
+    // does.
     let log = e.dir.join("requests.log");
     let (input, cached, output) = chat_served(&log);
     assert!(cached > 0);
-    assert_live_tokens_served_but_perhaps_the_last(&g["tokens"], &log);
+    let ended = graph_once_ended(&e, SESSION);
+    assert_live_tokens_served(&ended["tokens"], &log);
     // ccusage's view of the same session (compared with the import below).
     let cc = ccusage_json(&ccusage, &["copilot", "session"], "HOME", &chome);
     let row = cc["sessions"]
@@ -347,7 +348,8 @@ fn copilot_subagent_is_a_child_session_rolled_back_with_its_caller() {
         graph_tools(&child),
         [("Bash".to_string(), "ok".to_string())]
     );
-    let g = e.json(&["graph", &main, "--format", "json"]);
+    // (Its end waits until Copilot's buffered file stopped growing.)
+    let g = graph_once_ended(&e, &main);
     assert_eq!(graph_tools(&g), [("Agent".to_string(), "ok".to_string())]);
     let (code, out, err) = e.tacho(&["session", "rollback", &main, "--yes"]);
     assert_eq!(code, 0, "{out}{err}");

@@ -1260,13 +1260,14 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         ],
         "{g}"
     );
-    // Tokens: what the mock served, perhaps but the last reply: Qwen Code writes the
-    // reply after which it stops to its transcript concurrently with the `Stop` hook
-    // (most runs after it), and `-p` runs fire no `SessionEnd`, so the hooks see it only
-    // when the transcript won that race (the import below always counts it).
+    // Tokens: what the mock served, the last reply too. Qwen Code writes the reply
+    // after which it stops to its transcript concurrently with the `Stop` hook (most
+    // runs after it): the session's end waits until the transcript stopped growing
+    // (issue 43).
     let log = e.dir.join("requests.log");
     let (input, cached, output) = chat_served(&log);
-    assert_live_tokens_served_but_perhaps_the_last(&g["tokens"], &log);
+    let ended = graph_once_ended(&e, QWEN_SESSION);
+    assert_live_tokens_served(&ended["tokens"], &log);
     // The gate sent it back once; the check then ran and completion was accepted.
     let st = e.json(&["goal", "status", "--session", QWEN_SESSION, "--json"]);
     assert_eq!(st["completed"], true, "{st}");
@@ -1292,6 +1293,15 @@ fn qwen_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
         QWEN_SESSION,
     );
     assert_eq!(graph_tokens(&g), (input, cached, output), "imported: {g}");
+    // Importing into the store the hooks recorded completes the session's usage: the
+    // last reply the hooks may have missed, once (issue 43).
+    for _ in 0..2 {
+        let (code, out, err) =
+            tacho_in_home(&e.home, &qhome, &e.ws, &["import", "qwen-code", "--json"]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let g = e.json(&["graph", QWEN_SESSION, "--format", "json"]);
+    assert_eq!(graph_tokens(&g), (input, cached, output), "completed: {g}");
     // Every call was the agent's: its transcript names them all.
     let risk = e.json(&["risk", QWEN_SESSION, "--json"]);
     assert!(!risk.to_string().contains("calls_unconfirmed"), "{risk:#}");

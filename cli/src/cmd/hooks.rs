@@ -86,6 +86,10 @@ pub struct HookArgs {
     /// Never start a watcher (also `TACHO_NO_WATCH=1`).
     #[arg(long)]
     pub no_watch: bool,
+    /// Record the end a hook held back for SESSION, once its transcript stopped
+    /// growing (started by that hook; reads no payload).
+    #[arg(long, value_name = "SESSION", hide = true)]
+    pub finish: Option<String>,
 }
 
 /// What `--watch` and `--no-watch` (clap keeps them apart) ask of the hooks.
@@ -103,6 +107,14 @@ const HOOK_WATCH_IDLE: std::time::Duration = std::time::Duration::from_secs(3600
 /// Reads one payload, records it, and answers the agent. Exit 0 always (a recording
 /// failure is logged, never breaks the agent); a blocked stop is JSON on stdout.
 pub fn hook(a: HookArgs) -> Result<(), CliError> {
+    if let Some(session) = &a.finish {
+        let tacho = crate::open()?;
+        let answer = tacho.hook_finish(a.agent.agent(), session);
+        for p in &answer.problems {
+            eprintln!("tacho: {p}");
+        }
+        return Ok(());
+    }
     let mut input = Vec::new();
     let limit = LINE_BYTES_MAX as u64;
     let read = std::io::stdin()
@@ -129,7 +141,12 @@ pub fn hook(a: HookArgs) -> Result<(), CliError> {
     use std::io::Write;
     let _ = std::io::stdout().write_all(answer.stdout.as_bytes());
     let _ = std::io::stderr().write_all(answer.stderr.as_bytes());
-    // After the answer: the agent does not wait for this.
+    // After the answer: the agent does not wait for these.
+    if let Some(session) = &answer.finish_later
+        && let Err(e) = spawn_finish(&a, session)
+    {
+        eprintln!("tacho: the session's end waits for its next hook: {e}");
+    }
     if let Some(ws) =
         tacho.hook_watch_wanted(watch_mode(a.watch, a.no_watch), answer.session.as_deref())
     {
@@ -140,6 +157,24 @@ pub fn hook(a: HookArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// Starts `tacho hook AGENT --finish SESSION` as a process of its own (its own process
+/// group, no terminal), not waited for.
+fn spawn_finish(a: &HookArgs, session: &str) -> std::io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe()?;
+    std::process::Command::new(exe)
+        .arg("hook")
+        .arg(a.agent.agent().name())
+        .arg("--finish")
+        .arg(session)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map(drop)
 }
 
 #[derive(Debug, Subcommand)]
