@@ -223,10 +223,22 @@ fn differences(e: &Entry, got: &Result<Got, String>) -> Vec<String> {
 /// ccusage reads the agent.
 fn ccusage_totals(ccusage: &Path, e: &Entry, root: &Path) -> Option<[u64; 4]> {
     let dir = root.join(&e.path);
+    // (An OpenCode session is given as its export, under its home's `export/`.)
+    let home: PathBuf = root.join(e.path.split('/').take(4).collect::<Vec<_>>().join("/"));
     let (args, var, at): (&[&str], &str, PathBuf) = match e.agent.as_str() {
         "claude-code" => (&["session"], "CLAUDE_CONFIG_DIR", dir.join(".claude")),
         "codex" => (&["codex", "session"], "CODEX_HOME", dir.join(".codex")),
         "copilot" => (&["copilot", "session"], "HOME", dir),
+        "gemini" => (
+            &["gemini", "session"],
+            "GEMINI_DATA_DIR",
+            dir.join(".gemini"),
+        ),
+        "opencode" => (
+            &["opencode", "session"],
+            "OPENCODE_DATA_DIR",
+            home.join(".local/share/opencode"),
+        ),
         _ => return None,
     };
     let v = common::ccusage_json(ccusage, args, var, &at);
