@@ -26,7 +26,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
+use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, Installation, PlaceError, Places, Scope};
 use crate::hook::{HookPayload, PayloadError, ToolKind, exit_code_of, str_field, tool_target};
@@ -155,30 +155,48 @@ impl Adapter for Cline {
         sessions_dir(places)
     }
 
+    /// The CLI's `<id>.messages.json`, and a VS Code extension task folder's
+    /// `ui_messages.json` (issue 43: the data its users have).
     fn is_transcript(&self, path: &Path) -> bool {
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.ends_with(MESSAGES_SUFFIX) && n.len() > MESSAGES_SUFFIX.len())
+        path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+            (n.ends_with(MESSAGES_SUFFIX) && n.len() > MESSAGES_SUFFIX.len())
+                || n == TASK_UI_MESSAGES
+        })
     }
 
+    /// A task folder's other files, given by name: the folder is read through its
+    /// `ui_messages.json`.
     fn unread_format(&self, path: &Path, listed: bool) -> Option<String> {
         let name = path.file_name()?.to_str()?;
-        let task_file = match listed {
-            true => name == "api_conversation_history.json",
-            false => matches!(
-                name,
-                "api_conversation_history.json" | "ui_messages.json" | "task_metadata.json"
-            ),
-        };
-        task_file.then(|| {
+        let other =
+            !listed && matches!(name, "api_conversation_history.json" | "task_metadata.json");
+        other.then(|| {
             format!(
-                "{} is a file of a Cline VS Code extension task folder, which tacho does not read: it reads the Cline CLI's sessions (`<id>{MESSAGES_SUFFIX}` beside `<id>.json`, under ~/.cline/data/sessions)",
+                "{} is a file of a Cline VS Code extension task folder: tacho reads the folder through its {TASK_UI_MESSAGES} (give the folder or that file)",
                 path.display()
             )
         })
     }
 
+    /// The CLI's sessions, and the VS Code extension's task folders (Linux and macOS
+    /// places of VS Code's global storage; those that exist).
+    fn import_roots(&self, places: &Places) -> Result<Vec<PathBuf>, PlaceError> {
+        let mut roots = vec![self.import_root(places)?];
+        if let Some(home) = &places.home {
+            for code in [".config/Code/User", "Library/Application Support/Code/User"] {
+                roots.push(
+                    home.join(code)
+                        .join("globalStorage/saoudrizwan.claude-dev/tasks"),
+                );
+            }
+        }
+        Ok(roots)
+    }
+
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
+        if path.file_name().is_some_and(|n| n == TASK_UI_MESSAGES) {
+            return read_cline_task(path, bytes);
+        }
         // The session file beside it gives the workspace; without it (or unreadable)
         // the session imports without one.
         let session = read_session_file(&session_file_of(path)).ok();
@@ -192,6 +210,232 @@ impl Adapter for Cline {
     fn reports_session_end(&self) -> bool {
         false
     }
+}
+
+/// The file of a VS Code extension task folder (`tasks/<id>/`) tacho reads: what the
+/// extension showed, with each model request's usage.
+pub const TASK_UI_MESSAGES: &str = "ui_messages.json";
+
+/// Reads a Cline VS Code extension task folder through its `ui_messages.json`: the
+/// session is the folder's name (the task id), started at its first message. Each
+/// `api_req_started` is one model request (`tokensIn`, `tokensOut`, `cacheReads`,
+/// `cacheWrites`, its model from `modelInfo`); each `tool` (`readFile`,
+/// `editedExistingFile`, `newFileCreated`, …) a call with its result, an edit for the
+/// two that write; each `command` a shell call whose result is the next
+/// `command_output`; a `diff_error` or `error` fails the call before it; the first
+/// `text` is the prompt. The workspace is what a tool's absolute `content` path adds
+/// to its relative `path`.
+pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
+    let mut t = Transcript::default();
+    let ui: Vec<Value> = match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Array(a)) => a,
+        Ok(_) => {
+            t.broken = Some("not a list of messages".into());
+            return t;
+        }
+        Err(e) => {
+            t.bad_lines += 1;
+            t.broken = Some(format!("not a whole JSON document: {e}"));
+            return t;
+        }
+    };
+    t.lines = 1;
+    let id = path
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    t.session = session_id_from(&id);
+    let ts = |m: &Value| m.get("ts").and_then(Value::as_i64).map(|ms| ms * 1_000_000);
+    let json_text = |m: &Value| -> Option<Value> {
+        serde_json::from_str(m.get("text").and_then(Value::as_str)?).ok()
+    };
+    t.workspace = ui.iter().filter_map(json_text).find_map(|j| {
+        let rel = j.get("path")?.as_str()?;
+        let abs = j.get("content")?.as_str()?;
+        let ws = abs.strip_suffix(rel)?.strip_suffix('/')?;
+        (abs.starts_with('/') && !rel.is_empty()).then(|| ws.to_owned())
+    });
+    let start = ui.iter().find_map(ts).unwrap_or(0);
+    t.events.push((
+        start,
+        start_event(Agent::Cline, None, t.workspace.clone(), None),
+    ));
+    let mut time = start;
+    let mut n = 0u64;
+    // The shell call waiting for its output; the tool call whose result waits for the
+    // next message (a `diff_error` or `error` fails it), with the edit it makes if not.
+    let mut command: Option<String> = None;
+    let mut tool_open: Option<(String, i64, Option<FileEdit>)> = None;
+    let mut prompted = false;
+    for m in &ui {
+        time = ts(m).unwrap_or(time);
+        let kind = m
+            .get("say")
+            .or_else(|| m.get("ask"))
+            .and_then(Value::as_str)
+            .unwrap_or("(none)");
+        let text = m.get("text").and_then(Value::as_str).unwrap_or("");
+        let failure = matches!(kind, "diff_error" | "error")
+            .then(|| text.lines().next().unwrap_or(kind).to_owned());
+        if let Some((id, at, edit)) = tool_open.take() {
+            let failed = failure.is_some();
+            task_result(&mut t, &id, at, failure.clone(), None);
+            if let (false, Some(e)) = (failed, edit) {
+                t.events.push((at, EventBody::FileEdit(e)));
+            }
+            if failed {
+                continue;
+            }
+        }
+        let mut call = |t: &mut Transcript, tool: &str, target: Option<String>, input: String| {
+            n += 1;
+            let id = format!("task-call-{n}");
+            t.events.push((
+                time,
+                EventBody::ToolCall(ToolCall {
+                    call_id: id.clone(),
+                    tool: tool.to_owned(),
+                    target,
+                    input: Some(input),
+                    agent: None,
+                }),
+            ));
+            id
+        };
+        match kind {
+            "text" if !prompted && !text.trim().is_empty() => {
+                prompted = true;
+                t.events.push((
+                    time,
+                    EventBody::AgentNotice(AgentNotice {
+                        notice: "prompt".into(),
+                        message: Some(text.to_owned()),
+                        agent: None,
+                    }),
+                ));
+            }
+            "api_req_started" => {
+                let Some(j) = json_text(m) else {
+                    *t.skipped
+                        .entry("api_req_started (no usage)".into())
+                        .or_default() += 1;
+                    continue;
+                };
+                let u = |k: &str| j.get(k).and_then(Value::as_u64).unwrap_or(0);
+                let rid = format!(
+                    "cline-task-{}",
+                    m.get("ts").and_then(Value::as_i64).unwrap_or(0)
+                );
+                t.events.push((
+                    time,
+                    EventBody::LlmResponse(tacho_schema::LlmResponse {
+                        request_id: rid.clone(),
+                        response_id: Some(rid),
+                        model: m
+                            .pointer("/modelInfo/modelId")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                        tokens_in: u("tokensIn"),
+                        tokens_out: u("tokensOut"),
+                        cache_read: u("cacheReads"),
+                        cache_write: u("cacheWrites"),
+                        latency_ms: None,
+                        stop_reason: None,
+                        error: None,
+                    }),
+                ));
+            }
+            "tool" if m.get("partial") != Some(&Value::Bool(true)) => {
+                let Some(j) = json_text(m) else {
+                    *t.skipped.entry("tool (not JSON)".into()).or_default() += 1;
+                    continue;
+                };
+                let tool = j.get("tool").and_then(Value::as_str).unwrap_or("tool");
+                let file = j
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .map(|r| match &t.workspace {
+                        Some(ws) if !r.starts_with('/') => format!("{ws}/{r}"),
+                        _ => r.to_owned(),
+                    });
+                let id = call(&mut t, tool, file.clone(), j.to_string());
+                let create = tool == "newFileCreated";
+                let edit = file
+                    .filter(|_| create || tool == "editedExistingFile")
+                    .map(|f| FileEdit {
+                        path: f,
+                        op: if create {
+                            EditOp::Create
+                        } else {
+                            EditOp::Modify
+                        },
+                        from: None,
+                        tool: Some(tool.to_owned()),
+                        call_id: Some(id.clone()),
+                        lines_added: None,
+                        lines_removed: None,
+                    });
+                tool_open = Some((id, time, edit));
+            }
+            "command" if !text.is_empty() => {
+                let id = call(
+                    &mut t,
+                    "execute_command",
+                    Some(text.to_owned()),
+                    text.to_owned(),
+                );
+                if let Some(open) = command.replace(id) {
+                    task_result(&mut t, &open, time, None, None);
+                }
+            }
+            "command_output" => match command.take() {
+                Some(id) => task_result(&mut t, &id, time, None, Some(text.to_owned())),
+                None => {
+                    *t.skipped
+                        .entry("command_output (no command)".into())
+                        .or_default() += 1
+                }
+            },
+            "diff_error" | "error" => {
+                *t.skipped.entry(format!("{kind} (no call)")).or_default() += 1;
+            }
+            other => *t.skipped.entry(other.to_owned()).or_default() += 1,
+        }
+    }
+    if let Some((id, at, edit)) = tool_open {
+        task_result(&mut t, &id, at, None, None);
+        if let Some(e) = edit {
+            t.events.push((at, EventBody::FileEdit(e)));
+        }
+    }
+    // (A command whose output never came stays without a result.)
+    t
+}
+
+/// A task folder's tool result: failed with `failed`'s message, else ok.
+fn task_result(
+    t: &mut Transcript,
+    id: &str,
+    time: i64,
+    failed: Option<String>,
+    output: Option<String>,
+) {
+    t.events.push((
+        time,
+        EventBody::ToolResult(ToolResult {
+            call_id: id.to_owned(),
+            status: if failed.is_some() {
+                ToolStatus::Error
+            } else {
+                ToolStatus::Ok
+            },
+            duration_ms: None,
+            exit_code: None,
+            error: failed,
+            output,
+        }),
+    ));
 }
 
 /// What names a session's messages file: `<id>.messages.json`.

@@ -615,7 +615,8 @@ impl Tacho {
                 }
             }
         }
-        if !state.main.ended {
+        // (A session whose end waits for its late replies goes on no more.)
+        if !state.main.ended && state.end_pending.is_none() {
             answer.session = Some(session.clone());
         }
         // Heads are kept for the sessions the state still records.

@@ -382,8 +382,7 @@ def expect(agent, version, f, transcript):
     if agent == 'codex' and version == '0.141.0':
         notes.append("a request of an interrupted turn is only in the running total (token_count total_token_usage): tacho counts it, ccusage 20.0.24 sums each request's last_token_usage and misses it")
     if agent == 'cline':
-        notes.append("a VS Code extension task folder: tacho import cline says it does not read that format (the CLI's messages.json is what it reads); ccusage has no Cline reader")
-        return {'unread_format': True}, notes
+        notes.append("a VS Code extension task folder, read through its ui_messages.json; ccusage has no Cline reader")
     exp = {}
     if t is not None:
         for k in ('input', 'output', 'cache_read', 'cache_write'):

@@ -389,40 +389,91 @@ fn a_repositorys_linked_hooks_directory_is_refused() {
 }
 
 /// Issue 43: the data the Cline VS Code extension keeps — task folders of
-/// `api_conversation_history.json`, `ui_messages.json`, `task_metadata.json` — is a
-/// format tacho does not read: `tacho import cline` names it and the format it reads,
-/// and fails (never "unchanged", exit 0).
+/// `api_conversation_history.json`, `ui_messages.json`, `task_metadata.json` — is
+/// imported through its `ui_messages.json`: the task is a session, each request's
+/// usage a response, each tool and command a call, the two edit tools edits, a diff
+/// error a failed call. (Lines shaped as the 3.51.0 task folder of the corpus, which
+/// may not be committed; `TACHO_CORPUS` runs that one, tests/corpus/README.md.) The
+/// folder's other files, given by name, are named as what they are.
 #[test]
-fn a_vs_code_task_folder_is_named_as_a_format_not_read() {
+fn a_vs_code_task_folder_is_imported() {
     let tmp = tempfile::tempdir().unwrap();
     let task = tmp.path().join("tasks/1733000000000");
     std::fs::create_dir_all(&task).unwrap();
     std::fs::write(
         task.join("api_conversation_history.json"),
-        r#"[{"role":"user","content":[{"type":"text","text":"hi"}]}]"#,
+        r#"[{"role":"user","content":[{"type":"text","text":"fix it"}]}]"#,
     )
     .unwrap();
-    std::fs::write(
-        task.join("ui_messages.json"),
-        r#"[{"ts":1733000000000,"type":"say","say":"text","text":"hi"}]"#,
-    )
-    .unwrap();
+    let tool = |t: &str, path: &str, content: &str| {
+        serde_json::json!({"tool": t, "path": path, "content": content, "operationIsLocatedInWorkspace": true}).to_string()
+    };
+    let req = |i: u64, o: u64| {
+        serde_json::json!({"request": "…", "tokensIn": i, "tokensOut": o, "cacheWrites": 5, "cacheReads": 100, "cost": 0.01}).to_string()
+    };
+    let model = serde_json::json!({"providerId": "anthropic", "modelId": "claude-sonnet-4-5-20250929", "mode": "act"});
+    let ui = serde_json::json!([
+        {"ts": 1733000000000u64, "type": "say", "say": "text", "text": "fix it"},
+        {"ts": 1733000000100u64, "type": "say", "say": "api_req_started", "text": req(10, 20), "modelInfo": model},
+        {"ts": 1733000000200u64, "type": "say", "say": "tool", "text": tool("readFile", "src/a.rs", "/w/src/a.rs"), "partial": false},
+        {"ts": 1733000000300u64, "type": "say", "say": "api_req_started", "text": req(3, 40), "modelInfo": model},
+        {"ts": 1733000000400u64, "type": "say", "say": "tool", "text": tool("editedExistingFile", "src/a.rs", "@@ -1 +1 @@"), "partial": false},
+        {"ts": 1733000000500u64, "type": "say", "say": "diff_error", "text": "src/a.rs: no match"},
+        {"ts": 1733000000600u64, "type": "say", "say": "tool", "text": tool("newFileCreated", "src/b.rs", "fn b() {}"), "partial": false},
+        {"ts": 1733000000700u64, "type": "say", "say": "command", "text": "cargo test"},
+        {"ts": 1733000000800u64, "type": "ask", "ask": "command_output", "text": "test result: ok"},
+        {"ts": 1733000000900u64, "type": "say", "say": "completion_result", "text": "done"}
+    ]);
+    std::fs::write(task.join("ui_messages.json"), ui.to_string()).unwrap();
     std::fs::write(
         task.join("task_metadata.json"),
         r#"{"files_in_context":[]}"#,
     )
     .unwrap();
     let home = tmp.path().join("home");
-    for target in [tmp.path().join("tasks"), task.join("ui_messages.json")] {
-        let mut c = tacho(&home);
-        c.args(["import", "cline", "--json"]).arg(&target);
-        let (code, out, err) = run(c);
-        assert_ne!(code, 0, "{out}{err}");
-        assert!(
-            format!("{out}{err}")
-                .contains("Cline VS Code extension task folder, which tacho does not read"),
-            "{out}{err}"
-        );
-        assert!(!out.contains("\"sessions_unchanged\":1"), "{out}");
-    }
+    let mut c = tacho(&home);
+    c.args(["import", "cline", "--json"])
+        .arg(tmp.path().join("tasks"));
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut c = tacho(&home);
+    c.args(["session", "show", "1733000000000", "--json"]);
+    let (code, show, err) = run(c);
+    assert_eq!(code, 0, "{show}{err}");
+    let s: serde_json::Value = serde_json::from_str(show.trim()).unwrap();
+    let n = |k: &str| s[k].as_u64().unwrap();
+    assert_eq!(
+        (
+            n("tokens_in"),
+            n("tokens_out"),
+            n("cache_read"),
+            n("cache_write")
+        ),
+        (13, 60, 200, 10),
+        "{s}"
+    );
+    // (The edit the diff error failed edits nothing.)
+    assert_eq!(
+        (n("tool_calls"), n("tool_failures"), n("files_edited")),
+        (4, 1, 1),
+        "{s}"
+    );
+    assert_eq!(s["files"], serde_json::json!(["/w/src/b.rs"]), "{s}");
+    assert_eq!(s["workspace"], "/w", "{s}");
+    // Again: nothing added.
+    let mut c = tacho(&home);
+    c.args(["import", "cline", "--json"])
+        .arg(task.join("ui_messages.json"));
+    let (_, out, _) = run(c);
+    assert!(out.contains("\"events_added\":0"), "{out}");
+    // Its other files, given by name.
+    let mut c = tacho(&home);
+    c.args(["import", "cline", "--json"])
+        .arg(task.join("api_conversation_history.json"));
+    let (code, out, err) = run(c);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("reads the folder through its ui_messages.json"),
+        "{out}{err}"
+    );
 }
