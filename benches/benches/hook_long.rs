@@ -4,7 +4,8 @@
 //! as Claude Code sends them), against the same hooks in a fresh session — the
 //! baseline, measured in the same run. Target: a long session's hook within 1.3× of
 //! the fresh session's, with no read that grows with the session (what a hook reads
-//! is counted by `app/tests/hook_reads.rs`).
+//! is counted by `app/tests/hook_reads.rs`). The `Stop` hook is measured too: it
+//! reads the session once, to confirm its calls from the log (not held to the target).
 //!
 //! `cargo bench -p tacho-benches --bench hook_long` (build the binary first:
 //! `cargo build --release -p tacho-cli`; `TACHO_BIN` overrides it). Under `cargo test`
@@ -158,6 +159,16 @@ fn benches(c: &mut Criterion) {
                     );
                 }
                 spent
+            })
+        });
+    }
+    // The stop: it confirms the session's calls from the log (SPEC §3.1), one pass
+    // over the session's events, once a turn. Measured, not held to the target.
+    for (name, id) in &sessions {
+        group.bench_function(format!("Stop (calls confirmed from the log), {name}"), |b| {
+            b.iter(|| {
+                let p = json!({"stop_hook_active": false, "last_assistant_message": format!("s{}", next())});
+                run_hook(&bin, "claude-code", &home, &ws, &payload(id, &ws, "Stop", p))
             })
         });
     }
