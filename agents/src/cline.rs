@@ -221,8 +221,9 @@ pub const TASK_UI_MESSAGES: &str = "ui_messages.json";
 /// `api_req_started` is one model request (`tokensIn`, `tokensOut`, `cacheReads`,
 /// `cacheWrites`, its model from `modelInfo`); each `tool` (`readFile`,
 /// `editedExistingFile`, `newFileCreated`, …) a call with its result, an edit for the
-/// two that write; each `command` a shell call whose result is the next
-/// `command_output`; a `diff_error` or `error` fails the call before it; the first
+/// two that write; each `command` a shell call with no result (the folder does not say
+/// how it ended; its `command_output` is a notice); a `diff_error` or `error` fails the
+/// tool call before it; the first
 /// `text` is the prompt. The workspace is what a tool's absolute `content` path adds
 /// to its relative `path`.
 pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
@@ -322,6 +323,13 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
                         .or_default() += 1;
                     continue;
                 };
+                // A request still running has no usage yet: left for a later import.
+                if j.get("tokensIn").is_none() && j.get("tokensOut").is_none() {
+                    *t.skipped
+                        .entry("api_req_started (running)".into())
+                        .or_default() += 1;
+                    continue;
+                }
                 let u = |k: &str| j.get(k).and_then(Value::as_u64).unwrap_or(0);
                 let rid = format!(
                     "cline-task-{}",
@@ -378,6 +386,9 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
                     });
                 tool_open = Some((id, time, edit));
             }
+            // A command: a call. The folder does not say how it ended (its output has
+            // no exit status): it gets no result, so it never counts as a passing (or
+            // failing) run; its output is kept as a notice.
             "command" if !text.is_empty() => {
                 let id = call(
                     &mut t,
@@ -385,12 +396,17 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
                     Some(text.to_owned()),
                     text.to_owned(),
                 );
-                if let Some(open) = command.replace(id) {
-                    task_result(&mut t, &open, time, None, None);
-                }
+                command = Some(id);
             }
-            "command_output" => match command.take() {
-                Some(id) => task_result(&mut t, &id, time, None, Some(text.to_owned())),
+            "command_output" => match &command {
+                Some(id) => t.events.push((
+                    time,
+                    EventBody::AgentNotice(AgentNotice {
+                        notice: "command_output".into(),
+                        message: Some(format!("{id}: {}", clip_output(text))),
+                        agent: None,
+                    }),
+                )),
                 None => {
                     *t.skipped
                         .entry("command_output (no command)".into())
@@ -403,14 +419,19 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
             other => *t.skipped.entry(other.to_owned()).or_default() += 1,
         }
     }
-    if let Some((id, at, edit)) = tool_open {
-        task_result(&mut t, &id, at, None, None);
-        if let Some(e) = edit {
-            t.events.push((at, EventBody::FileEdit(e)));
-        }
-    }
-    // (A command whose output never came stays without a result.)
+    // The last tool's result waits for what follows it (a task still running): a
+    // later import records it.
+    let _ = tool_open;
     t
+}
+
+/// At most 2,000 characters of a command's output, for its notice.
+fn clip_output(text: &str) -> String {
+    let mut out: String = text.chars().take(2_000).collect();
+    if out.len() < text.len() {
+        out.push('…');
+    }
+    out
 }
 
 /// A task folder's tool result: failed with `failed`'s message, else ok.

@@ -198,6 +198,13 @@ impl Tacho {
         // id names one (reused, or chosen with the agent's `--session-id`) records as
         // `<id>.local` instead (SPEC §3.1).
         let mut payload = payload;
+        // A call id is one word (the record of an unconfirmed call names it as such):
+        // whitespace in one a payload gives is made `_`.
+        if let Some(id) = payload.tool_use_id.as_mut()
+            && id.contains(char::is_whitespace)
+        {
+            *id = id.split_whitespace().collect::<Vec<_>>().join("_");
+        }
         let fetched = self
             .origin(&session_id_from(&payload.session_id))
             .map(|o| (session_id_from(&payload.session_id), o.remote));
@@ -205,6 +212,9 @@ impl Tacho {
             payload.session_id = self.local_session_id(&payload.session_id);
         }
         let session = session_id_from(&payload.session_id);
+        // What the hook state is kept under (a continuation's events go to `<id>.2`,
+        // its state stays under the payload's id): what `--finish` is given.
+        let state_key = session.clone();
         let event = payload.hook_event_name.clone();
         let problem = |answer: &mut HookAnswer, msg: String| {
             self.hook_log(agent, &event, &session, &msg);
@@ -396,7 +406,7 @@ impl Tacho {
                         {
                             state.end_pending = Some(end.clone());
                             state.main.ended = false;
-                            answer.finish_later = Some(session);
+                            answer.finish_later = Some(state_key.clone());
                             Ok(())
                         } else {
                             ingest
@@ -599,7 +609,7 @@ impl Tacho {
                 if agent.writes_transcript_late() {
                     // Its last reply is still to come: the end waits for it.
                     state.end_pending = Some(end);
-                    answer.finish_later = Some(session.clone());
+                    answer.finish_later = Some(state_key.clone());
                 } else {
                     let end = EventBody::SessionEnd(end);
                     match self.log().writer(&session).and_then(|mut w| {
@@ -749,7 +759,12 @@ impl Tacho {
         state: &mut HookState,
         ingest: &mut Ingest<'_>,
     ) -> Result<(), String> {
-        let Some(end) = state.end_pending.take() else {
+        // (An end recorded meanwhile, by `tacho session end`: nothing more after it.)
+        if state.main.ended {
+            state.end_pending = None;
+            return Ok(());
+        }
+        let Some(end) = state.end_pending.clone() else {
             return Ok(());
         };
         let session = state.main.session.clone();
@@ -770,6 +785,7 @@ impl Tacho {
         ingest
             .event(0, session, self.now(), EventBody::SessionEnd(end))
             .map_err(|e| e.to_string())?;
+        state.end_pending = None;
         state.main.ended = true;
         Ok(())
     }
@@ -823,9 +839,13 @@ impl Tacho {
                     state.heads.insert(s, t.last_seq.saturating_add(1));
                 }
             }
-            Err(e) => answer
-                .problems
-                .push(format!("nothing recorded: {}", e.error)),
+            // Nothing recorded: the state keeps the end held back, for the next hook.
+            Err(e) => {
+                answer
+                    .problems
+                    .push(format!("nothing recorded: {}", e.error));
+                return answer;
+            }
         }
         if let Err(e) = write_state(&state_path, &serde_json::to_vec(&state).unwrap_or_default()) {
             answer
