@@ -101,6 +101,10 @@ pub struct HookPayload {
 pub enum PayloadError {
     #[error("the hook payload is not JSON: {0}")]
     Json(#[source] serde_json::Error),
+    /// Whole JSON, but not of a hook payload's shape (a field missing or of another
+    /// type): issue 47, once said "not JSON".
+    #[error("the hook payload is JSON but not a hook payload: {0}")]
+    Shape(#[source] serde_json::Error),
     #[error("the hook payload has no {0}")]
     Missing(&'static str),
 }
@@ -109,7 +113,10 @@ impl HookPayload {
     pub fn parse(bytes: &[u8]) -> Result<HookPayload, PayloadError> {
         let p: HookPayload = serde_json::from_slice(bytes).map_err(|e| {
             // serde names a missing field in its message; keep it.
-            PayloadError::Json(e)
+            match e.classify() {
+                serde_json::error::Category::Data => PayloadError::Shape(e),
+                _ => PayloadError::Json(e),
+            }
         })?;
         if p.session_id.trim().is_empty() {
             return Err(PayloadError::Missing("session_id"));

@@ -468,6 +468,9 @@ fn bad_hook_input_is_named_and_nothing_is_half_written() {
     let (code, _, err) = hook("claude-code", r#"{"hook_event_name":"Stop"}"#);
     assert_eq!(code, 0);
     assert!(err.contains("session_id"), "{err}");
+    // Whole JSON without a session id is named as such, never "not JSON" (issue 47).
+    assert!(err.contains("is JSON but not a hook payload"), "{err}");
+    assert!(!err.contains("is not JSON"), "{err}");
     let (_, out, _) = e.tacho(&["session", "list", "--json"]);
     assert!(!out.contains("\"session\":"), "nothing recorded: {out}");
     let log = std::fs::read_to_string(e.home.join("logs/hooks.log")).unwrap_or_default();
