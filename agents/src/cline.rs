@@ -26,11 +26,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tacho_schema::{AgentNotice, EditOp, EventBody, FileEdit, ToolCall, ToolResult, ToolStatus};
+use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
 
 use crate::adapter::{Adapter, HookEvent, Installation, PlaceError, Places, Scope};
 use crate::hook::{HookPayload, PayloadError, ToolKind, exit_code_of, str_field, tool_target};
-use crate::import::{Transcript, start_event};
+use crate::import::{Transcript, file_edit_event, prompt_event, start_event};
 use crate::transcript::{Caught, Cursor, READ_BYTES_MAX, Usage, open_transcript};
 use crate::{Agent, session_id_from};
 
@@ -267,7 +267,7 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
     // The shell call waiting for its output; the tool call whose result waits for the
     // next message (a `diff_error` or `error` fails it), with the edit it makes if not.
     let mut command: Option<String> = None;
-    let mut tool_open: Option<(String, i64, Option<FileEdit>)> = None;
+    let mut tool_open: Option<(String, i64, Option<EventBody>)> = None;
     let mut prompted = false;
     for m in &ui {
         time = ts(m).unwrap_or(time);
@@ -283,7 +283,7 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
             let failed = failure.is_some();
             task_result(&mut t, &id, at, failure.clone(), None);
             if let (false, Some(e)) = (failed, edit) {
-                t.events.push((at, EventBody::FileEdit(e)));
+                t.events.push((at, e));
             }
             if failed {
                 continue;
@@ -307,14 +307,7 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
         match kind {
             "text" if !prompted && !text.trim().is_empty() => {
                 prompted = true;
-                t.events.push((
-                    time,
-                    EventBody::AgentNotice(AgentNotice {
-                        notice: "prompt".into(),
-                        message: Some(text.to_owned()),
-                        agent: None,
-                    }),
-                ));
+                t.events.push((time, prompt_event(text.to_owned())));
             }
             "api_req_started" => {
                 let Some(j) = json_text(m) else {
@@ -371,19 +364,7 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
                 let create = tool == "newFileCreated";
                 let edit = file
                     .filter(|_| create || tool == "editedExistingFile")
-                    .map(|f| FileEdit {
-                        path: f,
-                        op: if create {
-                            EditOp::Create
-                        } else {
-                            EditOp::Modify
-                        },
-                        from: None,
-                        tool: Some(tool.to_owned()),
-                        call_id: Some(id.clone()),
-                        lines_added: None,
-                        lines_removed: None,
-                    });
+                    .map(|f| file_edit_event(f, create, tool, &id, (None, None)));
                 tool_open = Some((id, time, edit));
             }
             // A command: a call. The folder does not say how it ended (its output has
@@ -419,9 +400,8 @@ pub fn read_cline_task(path: &Path, bytes: &[u8]) -> Transcript {
             other => *t.skipped.entry(other.to_owned()).or_default() += 1,
         }
     }
-    // The last tool's result waits for what follows it (a task still running): a
-    // later import records it.
-    let _ = tool_open;
+    // (A last tool still open waits for what follows it, a task still running: a
+    // later import records its result.)
     t
 }
 

@@ -281,19 +281,12 @@ pub struct HookState {
     #[serde(default)]
     pub observed_heads: BTreeMap<String, Option<String>>,
     /// For an agent whose transcript names its calls
-    /// ([`crate::Adapter::transcript_confirms_calls`]): the main session's calls the
-    /// hooks recorded that its transcript has not named yet, call id → `TOOL: TARGET`.
-    #[serde(default)]
-    pub unconfirmed: BTreeMap<String, String>,
-    /// Its transcript has named at least one call (so a call it does not name is
-    /// missing from it, not a transcript of another shape).
+    /// ([`crate::Adapter::transcript_confirms_calls`]): its transcript has named at
+    /// least one call (so a call it does not name is missing from it, not a transcript
+    /// of another shape). Which calls it named is read again at each stop, with the
+    /// calls from the log: nothing of it is kept here.
     #[serde(default)]
     pub transcript_names_calls: bool,
-    /// The call ids its transcript named lately (the most recent
-    /// [`NAMED_CALLS_KEPT`]): a call whose hook comes after the line that names it
-    /// (parallel calls of one message) is confirmed by it.
-    #[serde(default)]
-    pub named_calls: std::collections::VecDeque<String>,
     /// Calls that were running when an earlier session of the conversation ended (id
     /// → that session): the next payload of one says the end came from inside it.
     #[serde(default)]
@@ -316,18 +309,7 @@ pub struct HookState {
     pub end_pending: Option<tacho_schema::SessionEnd>,
 }
 
-/// How many call ids a hook state keeps of those its transcript named.
-pub const NAMED_CALLS_KEPT: usize = 4_096;
-
 impl HookState {
-    /// A call the hooks recorded for the main session (`TOOL: TARGET` in `what`): to
-    /// be confirmed by the transcript, unless it named it already.
-    pub fn call_reported(&mut self, call_id: &str, what: String) {
-        if !self.named_calls.iter().any(|c| c == call_id) {
-            self.unconfirmed.insert(call_id.to_owned(), what);
-        }
-    }
-
     /// The main session's transcript for a payload that named `named`: the one its
     /// first payload named; and, when `named` is another not met before, `named`
     /// (to be recorded: a transcript of the agent's choosing is never read).
@@ -348,15 +330,6 @@ impl HookState {
 
     /// Calls the main session's transcript named (read just now).
     pub fn calls_named(&mut self, ids: &[String]) {
-        for id in ids {
-            self.unconfirmed.remove(id);
-            if !self.named_calls.iter().any(|c| c == id) {
-                self.named_calls.push_back(id.clone());
-            }
-        }
-        while self.named_calls.len() > NAMED_CALLS_KEPT {
-            self.named_calls.pop_front();
-        }
         self.transcript_names_calls |= !ids.is_empty();
     }
 

@@ -377,16 +377,6 @@ impl Tacho {
             for action in actions {
                 let r = match action {
                     Action::Event { session, body } => {
-                        if confirms
-                            && session == state.main.session
-                            && let EventBody::ToolCall(c) = &body
-                        {
-                            let what = match &c.target {
-                                Some(t) => format!("{}: {}", c.tool, clip_line(t)),
-                                None => c.tool.clone(),
-                            };
-                            state.call_reported(&c.call_id, what);
-                        }
                         // The session's end takes no event after it: its unconfirmed
                         // calls are recorded just before.
                         if confirms
@@ -1227,7 +1217,7 @@ impl Tacho {
                 }
             }
         }
-        state.calls_named(&named.iter().cloned().collect::<Vec<_>>());
+        state.transcript_names_calls |= !named.is_empty();
         if !state.transcript_names_calls && named.is_empty() {
             return Vec::new();
         }
@@ -1238,7 +1228,7 @@ impl Tacho {
             .chain(state.main.open_at_end.iter())
             .collect();
         let mut seen: HashSet<String> = HashSet::new();
-        let out = calls
+        calls
             .into_iter()
             .filter(|(id, _)| seen.insert(id.clone()))
             .filter(|(id, _)| !named.contains(id) && !flagged.contains(id))
@@ -1255,9 +1245,7 @@ impl Tacho {
                     fatal: false,
                 })
             })
-            .collect();
-        state.unconfirmed.clear();
-        out
+            .collect()
     }
 }
 

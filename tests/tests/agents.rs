@@ -428,27 +428,7 @@ fn codex_a_call_piped_from_its_shell_is_unconfirmed() {
         .unwrap_or_else(|| panic!("{list}"))
         .to_string();
     let risk = e.json(&["risk", &session, "--json"]);
-    let f = risk["factors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "calls_unconfirmed")
-        .unwrap_or_else(|| panic!("{risk:#}"));
-    let evidence = f["evidence"].as_str().unwrap();
-    assert!(
-        evidence.contains("call_madeup") && evidence.matches("was reported").count() == 1,
-        "only the made-up call is unconfirmed: {evidence}"
-    );
-    let runs: Vec<&str> = risk["verification_runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r["command"].as_str())
-        .collect();
-    assert!(
-        !runs.iter().any(|c| c.contains("pytest")),
-        "the made-up run never counts: {risk:#}"
-    );
+    assert_only_the_made_up_call_is_unconfirmed(&risk, "call_madeup");
 }
 
 /// Bad input never breaks the agent and never half-writes: a malformed payload, an
@@ -1347,27 +1327,7 @@ fn qwen_code_a_call_piped_from_its_shell_is_unconfirmed() {
     );
     assert!(e.ws.join("made.txt").exists());
     let risk = e.json(&["risk", QWEN_SESSION, "--json"]);
-    let f = risk["factors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "calls_unconfirmed")
-        .unwrap_or_else(|| panic!("{risk:#}"));
-    let evidence = f["evidence"].as_str().unwrap();
-    assert!(
-        evidence.contains("call_madeup") && evidence.matches("was reported").count() == 1,
-        "only the made-up call is unconfirmed: {evidence}"
-    );
-    let runs: Vec<&str> = risk["verification_runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r["command"].as_str())
-        .collect();
-    assert!(
-        !runs.iter().any(|c| c.contains("pytest")),
-        "the made-up run never counts: {risk:#}"
-    );
+    assert_only_the_made_up_call_is_unconfirmed(&risk, "call_madeup");
 }
 
 /// Issue 42 (1, 6) with the real Claude Code CLI: the agent ends its own session from

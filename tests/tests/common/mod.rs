@@ -483,3 +483,30 @@ pub fn tacho_in_home(
     c.current_dir(ws).env("HOME", agent_home).args(args);
     run(c)
 }
+
+/// A session's risk (`tacho risk --json`): the call `made_up` (a pair piped to `tacho
+/// hook` from the agent's shell, running `pytest`) is the one call its transcript does
+/// not confirm, and no `pytest` run counts as verification.
+pub fn assert_only_the_made_up_call_is_unconfirmed(risk: &serde_json::Value, made_up: &str) {
+    let f = risk["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "calls_unconfirmed")
+        .unwrap_or_else(|| panic!("{risk:#}"));
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains(made_up) && evidence.matches("was reported").count() == 1,
+        "only the made-up call is unconfirmed: {evidence}"
+    );
+    let runs: Vec<&str> = risk["verification_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["command"].as_str())
+        .collect();
+    assert!(
+        !runs.iter().any(|c| c.contains("pytest")),
+        "the made-up run never counts: {risk:#}"
+    );
+}
