@@ -14,6 +14,7 @@ use tacho_store::StoreError;
 
 use crate::Tacho;
 use crate::error::kinds;
+use crate::findings::CiRule;
 use crate::signing::SignatureStatus;
 
 /// What a pipeline requires beyond verified sessions.
@@ -97,12 +98,47 @@ pub struct CiGoal {
     /// Each revision or replacement of the goal's contract since it was first frozen,
     /// newest first: its correction and what it weakened (SPEC §12.3).
     pub revisions: Vec<String>,
+    /// Each check's latest receipt, against the committed tree.
+    pub checks: Vec<CiCheck>,
     /// With `--rerun`: each check run again by CI, against its latest receipt.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rerun: Vec<crate::ci_rerun::CiRerun>,
     /// Completed, and every check's receipt matches the committed tree.
     pub ok: bool,
     pub reason: String,
+}
+
+/// One check of an assured goal: its latest receipt, and whether it holds for the
+/// committed tree.
+#[derive(Debug, Clone, Serialize)]
+pub struct CiCheck {
+    pub check: String,
+    /// The command the receipt ran (the frozen contract's).
+    pub command: String,
+    /// The event that holds the receipt.
+    pub receipt_seq: u64,
+    pub passed: bool,
+    pub exit_code: Option<i64>,
+    /// What the receipt proves (SPEC §12.2): `red_green`, `guard`, `unable_to_fail`,
+    /// `guard_failed`, `unproven`, or none (a receipt from before clean rooms).
+    pub proof: Option<String>,
+    /// The exit code of the run without the change, when there was one.
+    pub red_exit_code: Option<i64>,
+    /// Why the receipt proves nothing, when it does not.
+    pub problem: Option<String>,
+    /// The fingerprint of the files it ran on.
+    pub fingerprint: Option<String>,
+    /// That fingerprint is the committed tree's.
+    pub matches_commit: bool,
+    pub contract_digest: String,
+}
+
+impl CiCheck {
+    /// The receipt holds for the committed tree: passed, proves something, and ran on
+    /// exactly the committed files.
+    pub fn holds(&self) -> bool {
+        self.passed && self.problem.is_none() && self.matches_commit
+    }
 }
 
 /// One linked session.
@@ -118,6 +154,13 @@ pub struct CiSession {
     pub signature: SignatureStatus,
     pub risk_level: Option<String>,
     pub risk_score: Option<u32>,
+    /// The factors of its risk assessment, with the paths each is about.
+    pub risk_factors: Vec<tacho_projections::RiskFactor>,
+    /// Its workspace: what the factors' paths are relative to.
+    pub workspace: Option<String>,
+    /// Its log's head when verified: how many events, and the chain value after them.
+    pub events: u64,
+    pub chain_head: Option<String>,
     pub goals: Vec<CiGoal>,
     /// The commits of the range it made, newest first.
     pub commits: Vec<String>,
@@ -133,6 +176,8 @@ pub struct CiSession {
 /// One rule the range breaks, and the commit or session it is about.
 #[derive(Debug, Clone, Serialize)]
 pub struct CiFailure {
+    /// Which rule it breaks.
+    pub rule: CiRule,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -143,14 +188,16 @@ pub struct CiFailure {
 impl CiFailure {
     fn range(reason: String) -> Self {
         CiFailure {
+            rule: CiRule::Range,
             commit: None,
             session: None,
             reason,
         }
     }
 
-    fn session(session: &str, reason: String) -> Self {
+    fn session(rule: CiRule, session: &str, reason: String) -> Self {
         CiFailure {
+            rule,
             commit: None,
             session: Some(session.to_owned()),
             reason,
@@ -276,6 +323,7 @@ impl Tacho {
         for (session, why) in read.damaged {
             if !report.sessions.iter().any(|s| s.session == session) {
                 report.failures.push(CiFailure::session(
+                    CiRule::SessionDamaged,
                     &session,
                     format!("session {session} does not verify (its commits may show as unlinked): {why}"),
                 ));
@@ -304,6 +352,10 @@ impl Tacho {
             findings: Vec::new(),
             risk_level: None,
             risk_score: None,
+            risk_factors: Vec::new(),
+            workspace: None,
+            events: 0,
+            chain_head: None,
             goals: Vec::new(),
             commits,
             agent_reported: false,
@@ -334,6 +386,8 @@ impl Tacho {
             Ok(r) => {
                 s.findings = r.findings.iter().map(|f| f.message.clone()).collect();
                 s.verified = s.findings.is_empty();
+                s.events = r.next_seq;
+                s.chain_head = Some(tacho_store::hex(&r.chain));
             }
             Err(e) => s.findings.push(e.to_string()),
         }
@@ -354,6 +408,8 @@ impl Tacho {
                 s.title = d.summary.title.clone();
                 s.risk_level = Some(d.risk.level.as_str().to_owned());
                 s.risk_score = Some(d.risk.score);
+                s.risk_factors = d.risk.factors;
+                s.workspace = d.summary.workspace;
             }
             Err(e) => s.findings.push(e.to_string()),
         }
@@ -508,6 +564,26 @@ fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal 
         },
         change_paths: g.assurance().map(|a| a.change_paths).unwrap_or_default(),
         revisions: Vec::new(),
+        checks: g
+            .receipts
+            .iter()
+            .map(|(check, (seq, r))| CiCheck {
+                check: check.clone(),
+                command: r.command.clone(),
+                receipt_seq: *seq,
+                passed: r.passed,
+                exit_code: r.exit_code,
+                proof: r.proof.clone(),
+                red_exit_code: r.red_exit_code,
+                problem: tacho_projections::proof_problem(&g.created, r),
+                fingerprint: r
+                    .fingerprint_after
+                    .clone()
+                    .or_else(|| r.fingerprint_before.clone()),
+                matches_commit: false,
+                contract_digest: r.contract_digest.clone(),
+            })
+            .collect(),
         rerun: Vec::new(),
         ok: false,
         reason: String::new(),
@@ -523,16 +599,12 @@ fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal 
             return goal;
         }
     };
-    for (check, (_, receipt)) in &g.receipts {
-        let bound = receipt
-            .fingerprint_after
-            .as_deref()
-            .or(receipt.fingerprint_before.as_deref());
-        // A receipt that proves nothing (unable to fail, from before clean rooms for a
-        // goal with a start snapshot) counts as not passed, whatever it recorded.
-        let proven = tacho_projections::proof_problem(&g.created, receipt).is_none();
-        if !receipt.passed || !proven || bound != Some(fp.as_str()) {
-            goal.mismatched_checks.push(check.clone());
+    // A receipt that proves nothing (unable to fail, from before clean rooms for a goal
+    // with a start snapshot) counts as not passed, whatever it recorded.
+    for c in &mut goal.checks {
+        c.matches_commit = c.fingerprint.as_deref() == Some(fp.as_str());
+        if !c.holds() {
+            goal.mismatched_checks.push(c.check.clone());
         }
     }
     goal.committed_fingerprint = Some(fp);
@@ -618,6 +690,7 @@ fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
     for s in &r.sessions {
         if !s.verified {
             f.push(CiFailure::session(
+                CiRule::SessionUnverified,
                 &s.session,
                 format!(
                     "session {} does not verify: {}",
@@ -631,6 +704,7 @@ fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
         }
         if policy.require_signature && !matches!(s.signature, SignatureStatus::Signed { .. }) {
             f.push(CiFailure::session(
+                CiRule::SessionUnsigned,
                 &s.session,
                 format!(
                     "session {} is not signed by an allowed key: {}",
@@ -641,6 +715,7 @@ fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
         }
         for g in s.goals.iter().filter(|g| !g.ok) {
             f.push(CiFailure::session(
+                CiRule::GoalNotProven,
                 &s.session,
                 format!(
                     "assured goal {} of session {}: {}",
@@ -652,6 +727,7 @@ fn policy_failures(r: &CiReport, policy: CiPolicy) -> Vec<CiFailure> {
     if policy.require_session {
         for c in r.unlinked() {
             f.push(CiFailure {
+                rule: CiRule::CommitUnlinked,
                 commit: Some(c.commit.clone()),
                 session: None,
                 reason: if c.not_linked_by.is_empty() {

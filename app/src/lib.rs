@@ -13,6 +13,7 @@
 //! [`SessionId`], which the frontend resolved once from what its user gave.
 //! [`render`] turns results into text.
 
+mod attest;
 mod branch;
 mod changes;
 mod checkenv;
@@ -22,6 +23,7 @@ mod context;
 mod demo;
 mod end;
 pub mod error;
+mod findings;
 mod goals;
 mod hook_scripts;
 mod hooks;
@@ -51,13 +53,15 @@ pub mod userfile;
 mod verifiers;
 mod views;
 
+pub use attest::{AttestError, AttestKey, Attestation, AttestingKey, Envelope, attestation};
 pub use branch::{BranchError, Branched};
-pub use ci::{CiCommit, CiError, CiFailure, CiGoal, CiPolicy, CiReport, CiSession};
+pub use ci::{CiCheck, CiCommit, CiError, CiFailure, CiGoal, CiPolicy, CiReport, CiSession};
 pub use ci_rerun::CiRerun;
 pub use context::{Clock, Config, Ids, Notes, OpenError, StderrNotes, SystemClock, Tacho, UlidIds};
 pub use demo::{Demo, DemoError};
 pub use end::{EndError, Ended, EndedSession};
 pub use error::{ErrorKind, Kind};
+pub use findings::{CiFinding, CiFindings, CiRule, FindingLevel, FindingRule};
 pub use goals::{
     BLOCK_KINDS, BlockRequest, Blocked, CHANGED_DIFFS_MAX, ChangedDiff, CheckCommand, CheckStatus,
     Cleared, Completion, CreateRequest, Frozen, GoalError, GoalStatus, Receipt, ReplaceRequest,

@@ -357,6 +357,204 @@ fn option_value<'a>(options: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// A raw Ed25519 signer for DSSE envelopes (SPEC §17.5): the signature is Ed25519 over
+/// the bytes given (DSSE's PAE), as securesystemslib and every DSSE verifier check it,
+/// not SSHSIG. The key is given as git's `user.signingkey` is: an unencrypted OpenSSH
+/// private key file signs in process; `key::<public key>`, a public key file or an
+/// encrypted private key file sign through ssh-agent (`SSH_AUTH_SOCK`), whose answer
+/// is checked against the public key before it is used.
+pub struct RawSigner {
+    public: ssh_key::PublicKey,
+    raw: [u8; 32],
+    private: Option<ssh_key::PrivateKey>,
+    /// The ssh-agent socket that signs when `private` is `None`.
+    agent: Option<PathBuf>,
+}
+
+/// Key files larger than this are no key.
+const KEY_FILE_BYTES_MAX: u64 = 1 << 20;
+
+impl RawSigner {
+    /// The signer for `key` (see [`RawSigner`]): Ed25519 keys only; the agent is
+    /// `SSH_AUTH_SOCK`'s.
+    pub fn open(key: &str) -> Result<RawSigner, SignError> {
+        Self::open_with_agent(key, std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from))
+    }
+
+    /// [`RawSigner::open`] with the ssh-agent at `agent`.
+    pub fn open_with_agent(key: &str, agent: Option<PathBuf>) -> Result<RawSigner, SignError> {
+        let failed = |detail: String| SignError::Failed {
+            key: key.to_owned(),
+            detail,
+        };
+        let (public, private) = match key.strip_prefix("key::") {
+            Some(line) => (
+                ssh_key::PublicKey::from_openssh(line.trim())
+                    .map_err(|e| failed(format!("not an OpenSSH public key: {e}")))?,
+                None,
+            ),
+            None => {
+                let path = match key.strip_prefix("~/") {
+                    Some(rest) => std::env::var_os("HOME")
+                        .map(|h| PathBuf::from(h).join(rest))
+                        .unwrap_or_else(|| PathBuf::from(key)),
+                    None => PathBuf::from(key),
+                };
+                let io = |e: std::io::Error| SignError::Io {
+                    path: path.clone(),
+                    source: e,
+                };
+                let len = std::fs::metadata(&path).map_err(io)?.len();
+                if len > KEY_FILE_BYTES_MAX {
+                    return Err(failed(format!("{len} bytes: no key file is that large")));
+                }
+                let text = std::fs::read_to_string(&path).map_err(io)?;
+                if text
+                    .trim_start()
+                    .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----")
+                {
+                    let k = ssh_key::PrivateKey::from_openssh(text.as_bytes())
+                        .map_err(|e| failed(format!("not an OpenSSH private key: {e}")))?;
+                    let public = k.public_key().clone();
+                    (public, (!k.is_encrypted()).then_some(k))
+                } else {
+                    (
+                        ssh_key::PublicKey::from_openssh(text.trim()).map_err(|e| {
+                            failed(format!("neither an OpenSSH private nor public key: {e}"))
+                        })?,
+                        None,
+                    )
+                }
+            }
+        };
+        let raw = public.key_data().ed25519().map(|k| k.0).ok_or_else(|| {
+            failed(format!(
+                "a {} key: DSSE envelopes are signed with Ed25519 keys only",
+                public.algorithm()
+            ))
+        })?;
+        Ok(RawSigner {
+            public,
+            raw,
+            private,
+            agent,
+        })
+    }
+
+    /// The key's id as securesystemslib computes it: SHA-256 of the canonical JSON of
+    /// `{"keytype":"ed25519","keyval":{"public":HEX},"scheme":"ed25519"}`, in hex.
+    pub fn keyid(&self) -> String {
+        use ssh_key::sha2::{Digest, Sha256};
+        let canonical = format!(
+            r#"{{"keytype":"ed25519","keyval":{{"public":"{}"}},"scheme":"ed25519"}}"#,
+            tacho_store::hex(&self.raw)
+        );
+        tacho_store::hex(&Sha256::digest(canonical.as_bytes()))
+    }
+
+    /// The public key, as an `authorized_keys` line without comment.
+    pub fn public_openssh(&self) -> String {
+        let mut p = self.public.clone();
+        p.set_comment("");
+        p.to_openssh().unwrap_or_default()
+    }
+
+    /// The SSH fingerprint of the key (`SHA256:…`).
+    pub fn fingerprint(&self) -> String {
+        self.public.fingerprint(HashAlg::Sha256).to_string()
+    }
+
+    /// Signs `message`: 64 bytes of Ed25519.
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, SignError> {
+        use signature::{Signer, Verifier};
+        let failed = |detail: String| SignError::Failed {
+            key: self.fingerprint(),
+            detail,
+        };
+        let sig = match &self.private {
+            Some(k) => k
+                .try_sign(message)
+                .map_err(|e| failed(format!("signing in process: {e}")))?,
+            None => {
+                let wire = self
+                    .public
+                    .to_bytes()
+                    .map_err(|e| failed(format!("encoding the public key: {e}")))?;
+                let sock = self.agent.as_deref().ok_or_else(|| {
+                    failed("its private half is not in the key file, and SSH_AUTH_SOCK names no ssh-agent".into())
+                })?;
+                let raw = agent_sign(sock, &wire, message).map_err(failed)?;
+                ssh_key::Signature::new(ssh_key::Algorithm::Ed25519, raw)
+                    .map_err(|e| failed(format!("ssh-agent's signature: {e}")))?
+            }
+        };
+        // Whatever answered on the agent's socket, the signature must be the key's.
+        self.public
+            .key_data()
+            .verify(message, &sig)
+            .map_err(|_| failed("the signature made does not verify with the key".into()))?;
+        Ok(sig.as_bytes().to_vec())
+    }
+}
+
+/// How long ssh-agent may take to answer (it may ask the user to confirm).
+const AGENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Asks the ssh-agent at `sock` to sign `data` with the key whose wire
+/// encoding is `key` (SSH_AGENTC_SIGN_REQUEST, no flags): the raw Ed25519 signature.
+fn agent_sign(sock: &Path, key: &[u8], data: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut s = std::os::unix::net::UnixStream::connect(sock)
+        .map_err(|e| format!("connecting to ssh-agent at {}: {e}", sock.display()))?;
+    let _ = s.set_read_timeout(Some(AGENT_TIMEOUT));
+    let _ = s.set_write_timeout(Some(AGENT_TIMEOUT));
+    let string = |out: &mut Vec<u8>, b: &[u8]| -> Result<(), String> {
+        let n = u32::try_from(b.len()).map_err(|_| "too much to sign".to_owned())?;
+        out.extend_from_slice(&n.to_be_bytes());
+        out.extend_from_slice(b);
+        Ok(())
+    };
+    let mut body = vec![13u8]; // SSH_AGENTC_SIGN_REQUEST
+    string(&mut body, key)?;
+    string(&mut body, data)?;
+    body.extend_from_slice(&0u32.to_be_bytes());
+    let mut msg = Vec::with_capacity(body.len() + 4);
+    string(&mut msg, &body)?;
+    s.write_all(&msg)
+        .map_err(|e| format!("writing to ssh-agent: {e}"))?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)
+        .map_err(|e| format!("reading ssh-agent's answer: {e}"))?;
+    let len = u32::from_be_bytes(len);
+    if len == 0 || len > 1 << 16 {
+        return Err(format!("ssh-agent answered with a message of {len} bytes"));
+    }
+    let mut answer = vec![0u8; len as usize];
+    s.read_exact(&mut answer)
+        .map_err(|e| format!("reading ssh-agent's answer: {e}"))?;
+    let (kind, rest) = answer.split_first().ok_or("an empty answer")?;
+    match kind {
+        14 => {} // SSH_AGENT_SIGN_RESPONSE
+        5 => return Err("ssh-agent refused to sign (is the key added? ssh-add -l)".into()),
+        k => return Err(format!("ssh-agent answered message type {k}")),
+    }
+    let take = |b: &[u8]| -> Option<(Vec<u8>, usize)> {
+        let n = u32::from_be_bytes(b.get(..4)?.try_into().ok()?) as usize;
+        Some((b.get(4..4usize.checked_add(n)?)?.to_vec(), 4 + n))
+    };
+    let (blob, _) = take(rest).ok_or("a malformed signature")?;
+    let (alg, used) = take(&blob).ok_or("a malformed signature")?;
+    let (sig, _) = take(blob.get(used..).unwrap_or_default()).ok_or("a malformed signature")?;
+    if alg != b"ssh-ed25519" || sig.len() != 64 {
+        return Err(format!(
+            "ssh-agent signed with {} ({} bytes), not ssh-ed25519",
+            String::from_utf8_lossy(&alg),
+            sig.len()
+        ));
+    }
+    Ok(sig)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,5 +665,53 @@ mod tests {
         assert_eq!(ssh_time("19700101"), Some(0));
         assert_eq!(ssh_time("20000301120000Z"), Some(951_912_000));
         assert_eq!(ssh_time("2000-03-01"), None);
+    }
+
+    /// Whatever listens on the agent's socket (the watched agent can bind it), a
+    /// signature that is not the key's is refused, never written to an envelope.
+    #[test]
+    fn an_agent_that_signs_with_another_key_is_refused() {
+        use std::io::{Read, Write};
+        let seed = |b: u8| {
+            ssh_key::PrivateKey::from(ssh_key::private::Ed25519Keypair::from_seed(&[b; 32]))
+        };
+        let (ours, theirs) = (seed(1), seed(2));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().expect("accept");
+            let mut len = [0u8; 4];
+            c.read_exact(&mut len).expect("read");
+            let mut req = vec![0u8; u32::from_be_bytes(len) as usize];
+            c.read_exact(&mut req).expect("read");
+            // The data to sign is the request's second string.
+            let klen = u32::from_be_bytes(req[1..5].try_into().expect("len")) as usize;
+            let at = 5 + klen;
+            let dlen = u32::from_be_bytes(req[at..at + 4].try_into().expect("len")) as usize;
+            let data = &req[at + 4..at + 4 + dlen];
+            use signature::Signer;
+            let sig = theirs.try_sign(data).expect("sign");
+            let mut blob = Vec::new();
+            for part in [b"ssh-ed25519".as_slice(), sig.as_bytes()] {
+                blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
+                blob.extend_from_slice(part);
+            }
+            let mut body = vec![14u8];
+            body.extend_from_slice(&(blob.len() as u32).to_be_bytes());
+            body.extend_from_slice(&blob);
+            c.write_all(&(body.len() as u32).to_be_bytes())
+                .expect("write");
+            c.write_all(&body).expect("write");
+        });
+        let public = ours.public_key().to_openssh().expect("openssh");
+        let signer =
+            RawSigner::open_with_agent(&format!("key::{public}"), Some(sock)).expect("open");
+        let err = signer.sign(b"statement").expect_err("refused");
+        assert!(
+            err.to_string().contains("does not verify with the key"),
+            "{err}"
+        );
+        server.join().expect("server");
     }
 }

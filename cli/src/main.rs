@@ -80,6 +80,10 @@ enum Command {
     /// sessions that made it and checks them (Markdown, JUnit, exit codes).
     #[command(subcommand_required = true, arg_required_else_help = true)]
     Ci(Group<cmd::ci::CiCommand>),
+    /// A commit range's evidence as in-toto statements in DSSE envelopes (JSON Lines),
+    /// signed with your SSH Ed25519 key: the sessions that made it and their goals'
+    /// receipts, for a policy engine to check without tacho.
+    Attest(cmd::attest::AttestArgs),
     /// A stdio MCP server exposing goal assurance (create_goal, get_goal,
     /// verify_project, update_goal).
     Mcp,
@@ -166,6 +170,7 @@ fn main() -> ExitCode {
         Command::Goal(Group { command: c }) => cmd::goal::run(c),
         Command::VerifyCommits(a) => cmd::verify_commits::run(a),
         Command::Ci(Group { command: c }) => cmd::ci::run(c),
+        Command::Attest(a) => cmd::attest::run(a),
         Command::Mcp => cmd::mcp::run(),
         Command::Review(Group { command: c }) => cmd::review::run(c),
         Command::Hook(a) => cmd::hooks::hook(a),

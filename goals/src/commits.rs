@@ -165,6 +165,80 @@ pub fn commit_range(
     })
 }
 
+/// One file that differs from a range's baseline to its head, repository-relative.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RangeChange {
+    pub path: String,
+    /// Not in the head's tree.
+    pub deleted: bool,
+    /// The head's lines that differ, as 1-based inclusive ranges; empty for a
+    /// deleted, binary or too large file.
+    pub lines: Vec<(u32, u32)>,
+}
+
+/// The files that differ from `baseline` to `head` (commits of the repository holding
+/// `workspace`), in path order, and the repository's work tree (what the paths are
+/// relative to).
+pub fn range_changes(
+    workspace: &Path,
+    baseline: &str,
+    head: &str,
+) -> Result<(std::path::PathBuf, Vec<RangeChange>), CommitsError> {
+    let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
+    let ctx = scan::git_context(&ws)?.ok_or_else(|| SnapshotError::Workspace {
+        path: ws.clone(),
+        reason: "not inside a Git repository".into(),
+    })?;
+    let repo = ctx.repo;
+    let top = repo
+        .workdir()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| ws.clone());
+    let tree_of = |rev: &str| -> Result<BTreeMap<String, (u32, ObjectId)>, CommitsError> {
+        let id = repo
+            .rev_parse_single(rev)
+            .map_err(|_| CommitsError::BadRevision(rev.to_owned()))?;
+        let commit = id
+            .object()
+            .and_then(|o| o.peel_to_commit())
+            .map_err(|_| CommitsError::BadRevision(rev.to_owned()))?;
+        let tree = commit.tree_id().map_err(|e| git("reading a commit", e))?;
+        Ok(files(&repo, tree.detach())?)
+    };
+    let (old, new) = (tree_of(baseline)?, tree_of(head)?);
+    let blob = |id: ObjectId| -> Result<Vec<u8>, CommitsError> {
+        Ok(repo
+            .find_object(id)
+            .map_err(|e| git("reading a blob", e))?
+            .detach()
+            .data)
+    };
+    let mut out = Vec::new();
+    for (path, (mode, id)) in &new {
+        let before = match old.get(path) {
+            Some((m, o)) if o == id && m == mode => continue,
+            Some((_, o)) => blob(*o)?,
+            None => Vec::new(),
+        };
+        let lines =
+            tacho_git::snapshot::changed_line_ranges(&before, &blob(*id)?).unwrap_or_default();
+        out.push(RangeChange {
+            path: path.clone(),
+            deleted: false,
+            lines,
+        });
+    }
+    for path in old.keys().filter(|p| !new.contains_key(*p)) {
+        out.push(RangeChange {
+            path: path.clone(),
+            deleted: true,
+            lines: Vec::new(),
+        });
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((top, out))
+}
+
 /// A range walked: its ends resolved, its commits newest first, or its problem.
 struct Walked {
     baseline: String,

@@ -242,6 +242,22 @@ fn ready() -> bool {
 }
 
 fn check_reports(dir: &Path, must_pass: bool) -> String {
+    // SARIF and the attestation are written beside the other reports.
+    let sarif: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tacho.sarif")).unwrap()).unwrap();
+    assert_eq!(sarif["version"], "2.1.0", "{sarif}");
+    let errors = sarif["runs"][0]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["level"] == "error")
+        .count();
+    assert_eq!(errors == 0, must_pass, "{sarif}");
+    let attested = std::fs::read_to_string(dir.join("tacho.intoto.jsonl")).unwrap();
+    assert!(
+        attested.lines().count() >= 1 && attested.contains("application/vnd.in-toto+json"),
+        "{attested}"
+    );
     let md = std::fs::read_to_string(dir.join("tacho.md")).unwrap();
     let junit = std::fs::read_to_string(dir.join("tacho-junit.xml")).unwrap();
     assert!(junit.contains("<testsuite"), "{junit}");

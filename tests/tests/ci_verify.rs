@@ -567,3 +567,275 @@ fn only_commits_made_during_a_session_are_linked_by_it() {
     ]);
     assert!(md.contains("agent-reported"), "{md}");
 }
+
+/// `tests/standards/.venv`'s python (`.ci/run` makes it), or why not.
+fn standards_python() -> Option<PathBuf> {
+    let python = tacho_tests::repo_root().join("tests/standards/.venv/bin/python");
+    if python.exists() {
+        Some(python)
+    } else {
+        tacho_tests::skip_without(
+            "the standards' readers need tests/standards/.venv (securesystemslib, in-toto-attestation, jsonschema; .ci/run installs them)",
+        );
+        None
+    }
+}
+
+/// `tests/standards/check.py ARGS`: (exit code, stdout as JSON, stderr).
+fn standards_check(python: &Path, args: &[&Path]) -> (i32, serde_json::Value, String) {
+    let out = std::process::Command::new(python)
+        .arg(tacho_tests::repo_root().join("tests/standards/check.py"))
+        .args(args)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 44 (1, 4): a range's evidence as the standards' own readers take it. `tacho
+/// attest` signs in-toto statements in DSSE envelopes with an SSH Ed25519 key:
+/// securesystemslib verifies each against the public key, in-toto's model parses the
+/// statements (the Test Result PASSED while the receipts hold for the committed tree,
+/// FAILED once a commit changed what they saw), and a byte changed in a predicate
+/// fails verification. `ci verify --format sarif` validates against the OASIS schema
+/// and GitHub's rules, each finding at the file and lines the range changed.
+#[test]
+fn a_ranges_evidence_reads_as_in_toto_and_sarif_by_their_own_readers() {
+    if !have_git() {
+        return tacho_tests::skip_without("git");
+    }
+    let Some(python) = standards_python() else {
+        return;
+    };
+    let keygen = Path::new("/usr/bin/ssh-keygen");
+    if !keygen.exists() {
+        return tacho_tests::skip_without("ssh-keygen");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, ws) = tacho_tests::parity_workspace(tmp.path(), "ses_att");
+    git(&ws, &["init", "-q", "-b", "main"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "base"]);
+    let base = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_att", "c0");
+    let t = |args: &[&str]| {
+        let mut c = tacho(&home);
+        c.current_dir(&ws).args(args);
+        run(c)
+    };
+    let (code, out, err) = t(&[
+        "goal",
+        "create",
+        "--assure",
+        "--plan",
+        "plan.md",
+        "--session",
+        "ses_att",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let goal = serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()["goal"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::fs::write(ws.join("src/value.txt"), "42\n").unwrap();
+    let (code, _, err) = t(&["goal", "check", "parity", "--session", "ses_att"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = t(&["goal", "complete", "--session", "ses_att"]);
+    assert_eq!(code, 0, "{out}{err}");
+    git(&ws, &["commit", "-q", "-am", "fix the value"]);
+    let fixed = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_att", "c1");
+
+    let key = tmp.path().join("id_ed25519");
+    let made = std::process::Command::new(keygen)
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let public = tmp.path().join("id_ed25519.pub");
+    let attest = |range: &str, extra: &[&str], file: &str| -> PathBuf {
+        let mut args = vec!["attest", range];
+        args.extend_from_slice(extra);
+        let (code, out, err) = t(&args);
+        assert_eq!(code, 0, "{err}");
+        let path = tmp.path().join(file);
+        std::fs::write(&path, out).unwrap();
+        path
+    };
+
+    // The receipts hold for the committed tree: PASSED, the check by name, its
+    // receipt held to the commit's tree; the subjects are the commit and its tree.
+    let k = key.to_str().unwrap();
+    let good = attest(&format!("{base}..{fixed}"), &["--key", k], "good.jsonl");
+    let (code, v, err) = standards_check(&python, &[Path::new("attest"), &good, &public]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["envelopes"], 2, "{v}");
+    let st = &v["statements"];
+    assert_eq!(
+        st[0]["type"],
+        "https://tacho.invalid/attestation/ci-sessions/v1"
+    );
+    assert_eq!(
+        st[1]["type"],
+        "https://in-toto.io/attestation/test-result/v0.1"
+    );
+    assert_eq!(st[1]["result"], "PASSED", "{v}");
+    assert_eq!(
+        st[1]["passed"],
+        serde_json::json!([format!("{goal}/parity")])
+    );
+    let tree = git(&ws, &["rev-parse", &format!("{fixed}^{{tree}}")]);
+    assert_eq!(
+        st[1]["configuration"][0]["digest"],
+        serde_json::json!({"gitTree": tree})
+    );
+    assert_eq!(
+        st[0]["subjects"],
+        serde_json::json!([{"gitCommit": fixed}, {"gitTree": tree}])
+    );
+    // A byte changed in a predicate: every envelope fails securesystemslib.
+    let (code, v, err) = standards_check(&python, &[Path::new("tamper"), &good, &public]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (v["envelopes"].as_u64(), v["rejected"].as_u64()),
+        (Some(2), Some(2)),
+        "{v}"
+    );
+    // Another key's public half does not verify them.
+    let other = tmp.path().join("other");
+    assert!(
+        std::process::Command::new(keygen)
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&other)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, _, err) = standards_check(
+        &python,
+        &[Path::new("attest"), &good, &tmp.path().join("other.pub")],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("VerificationError"), "{err}");
+
+    // A commit after the check: the receipts no longer hold, FAILED. Unsigned
+    // statements (for a pipeline that signs them itself) read the same.
+    std::fs::write(ws.join("src/value.txt"), "42\n# after the check\n").unwrap();
+    git(&ws, &["commit", "-q", "-am", "a change after the check"]);
+    let later = git(&ws, &["rev-parse", "HEAD"]);
+    shell_call(&home, "ses_att", "c2");
+    let range = format!("{base}..{later}");
+    let bad = attest(&range, &["--unsigned"], "bad.jsonl");
+    assert!(
+        std::fs::read_to_string(&bad)
+            .unwrap()
+            .contains("\"signatures\":[]")
+    );
+    let (code, v, err) = standards_check(&python, &[Path::new("attest-unsigned"), &bad]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["statements"][1]["result"], "FAILED", "{v}");
+    assert_eq!(
+        v["statements"][1]["failed"],
+        serde_json::json!([format!("{goal}/parity")])
+    );
+    // Without --key or --unsigned, and no git signing key: refused, naming both.
+    let (code, _, err) = t(&["attest", &range]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--key") && err.contains("--unsigned"), "{err}");
+
+    // SARIF: valid for the schema and GitHub; the check that no longer holds and the
+    // goal it fails are placed at the lines the range changed.
+    let sarif = tmp.path().join("ci.sarif");
+    let attested = tmp.path().join("ci.jsonl");
+    let (code, out, err) = t(&[
+        "ci",
+        "verify",
+        &range,
+        "--format",
+        "sarif",
+        "--sarif",
+        sarif.to_str().unwrap(),
+        "--attest",
+        attested.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(out.trim(), std::fs::read_to_string(&sarif).unwrap().trim());
+    assert!(err.contains("unsigned"), "{err}");
+    let (code, v, err) = standards_check(&python, &[Path::new("sarif"), &sarif]);
+    assert_eq!(code, 0, "{err}");
+    let results = v["results"].as_array().unwrap();
+    for rule in ["tacho/ci/goal_not_proven", "tacho/ci/check_not_holding"] {
+        let r = results
+            .iter()
+            .find(|r| r["rule"] == rule)
+            .unwrap_or_else(|| panic!("no {rule}: {v}"));
+        assert_eq!(
+            (
+                r["level"].as_str(),
+                r["uri"].as_str(),
+                r["startLine"].as_u64()
+            ),
+            (Some("error"), Some("src/value.txt"), Some(1)),
+            "{v}"
+        );
+    }
+    let (code, v, err) = standards_check(&python, &[Path::new("attest-unsigned"), &attested]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["statements"][1]["result"], "FAILED", "{v}");
+    // The validator can fail: a level SARIF does not have.
+    let text = std::fs::read_to_string(&sarif).unwrap().replacen(
+        "\"level\": \"error\"",
+        "\"level\": \"fatal\"",
+        1,
+    );
+    std::fs::write(&sarif, text).unwrap();
+    let (code, _, err) = standards_check(&python, &[Path::new("sarif"), &sarif]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("fatal"), "{err}");
+
+    // A risk factor about a file the range changed is placed at that file's lines:
+    // a security-sensitive file the session edited, committed.
+    std::fs::create_dir_all(ws.join("src/auth")).unwrap();
+    std::fs::write(ws.join("src/auth/token.txt"), "one\ntwo\n").unwrap();
+    let edit = format!(
+        "{{\"type\":\"file.edit\",\"session\":\"ses_att\",\"path\":\"{}/src/auth/token.txt\",\"op\":\"create\"}}\n",
+        ws.display()
+    );
+    let (code, _, err) = tacho_tests::run_with_stdin(&home, &["record"], &edit);
+    assert_eq!(code, 0, "{err}");
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "a token"]);
+    shell_call(&home, "ses_att", "c3");
+    let (_, out, err) = t(&[
+        "ci",
+        "verify",
+        &format!("{base}..HEAD"),
+        "--format",
+        "sarif",
+    ]);
+    std::fs::write(&sarif, out).unwrap();
+    let (code, v, err2) = standards_check(&python, &[Path::new("sarif"), &sarif]);
+    assert_eq!(code, 0, "{err}{err2}");
+    let r = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == "tacho/risk/security_sensitive")
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone();
+    assert_eq!(
+        (
+            r["uri"].as_str(),
+            r["startLine"].as_u64(),
+            r["level"].as_str()
+        ),
+        (Some("src/auth/token.txt"), Some(1), Some("warning")),
+        "{v}"
+    );
+}

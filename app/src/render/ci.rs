@@ -430,3 +430,138 @@ pub fn junit(r: &CiReport) -> String {
     let _ = writeln!(t, "  </testsuite>\n</testsuites>");
     t
 }
+
+/// The official schema of what [`sarif`] writes (SARIF 2.1.0, errata 01).
+pub const SARIF_SCHEMA: &str =
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json";
+
+/// The findings as SARIF 2.1.0 (GitHub code scanning, GitLab, any SARIF viewer): one
+/// run of tool `tacho`, a rule per kind of finding, a result per finding at its file
+/// and lines (repository-relative, under `%SRCROOT%`). Text from the agent goes into
+/// plain-text messages only.
+pub fn sarif(f: &crate::findings::CiFindings) -> String {
+    use serde_sarif::sarif as s;
+    let text = |t: &str| s::MultiformatMessageString::builder().text(t).build();
+    let rules: Vec<s::ReportingDescriptor> = f
+        .rules
+        .iter()
+        .map(|r| {
+            s::ReportingDescriptor::builder()
+                .id(&r.id)
+                .name(r.id.rsplit('/').next().unwrap_or(&r.id))
+                .short_description(text(&r.title))
+                .full_description(text(&r.title))
+                .help(text(&r.help))
+                .build()
+        })
+        .collect();
+    let results: Vec<s::Result> = f
+        .findings
+        .iter()
+        .map(|x| {
+            let mut properties = std::collections::BTreeMap::new();
+            if let Some(v) = &x.session {
+                properties.insert("session".to_owned(), serde_json::json!(v));
+            }
+            if let Some(v) = &x.commit {
+                properties.insert("commit".to_owned(), serde_json::json!(v));
+            }
+            if x.placed {
+                properties.insert("placedAtFirstChangedFile".to_owned(), true.into());
+            }
+            let level = match x.level {
+                crate::findings::FindingLevel::Error => s::ResultLevel::Error,
+                crate::findings::FindingLevel::Warning => s::ResultLevel::Warning,
+                crate::findings::FindingLevel::Note => s::ResultLevel::Note,
+            };
+            let locations: Vec<s::Location> = x
+                .path
+                .iter()
+                .map(|p| {
+                    let (start, end) = x.lines.unwrap_or((1, 1));
+                    let physical = s::PhysicalLocation::builder()
+                        .artifact_location(
+                            s::ArtifactLocation::builder()
+                                .uri(uri_path(p))
+                                .uri_base_id("%SRCROOT%")
+                                .build(),
+                        )
+                        .region(
+                            s::Region::builder()
+                                .start_line(i64::from(start))
+                                .end_line(i64::from(end))
+                                .build(),
+                        )
+                        .build();
+                    s::Location::builder().physical_location(physical).build()
+                })
+                .collect();
+            let fingerprint = blake3::hash(
+                format!(
+                    "{}\n{}\n{}\n{}\n{}",
+                    x.rule,
+                    x.path.as_deref().unwrap_or(""),
+                    x.session.as_deref().unwrap_or(""),
+                    x.commit.as_deref().unwrap_or(""),
+                    x.message
+                )
+                .as_bytes(),
+            );
+            s::Result::builder()
+                .rule_id(&x.rule)
+                .rule_index(
+                    f.rules
+                        .iter()
+                        .position(|r| r.id == x.rule)
+                        .map_or(-1, |i| i as i64),
+                )
+                .level(level)
+                .message(s::Message::builder().text(&x.message).build())
+                .locations(locations)
+                .partial_fingerprints(std::collections::BTreeMap::from([(
+                    "tacho/v1".to_owned(),
+                    fingerprint.to_hex().to_string(),
+                )]))
+                .properties(
+                    s::PropertyBag::builder()
+                        .additional_properties(properties)
+                        .build(),
+                )
+                .build()
+        })
+        .collect();
+    let driver = s::ToolComponent::builder()
+        .name("tacho")
+        .version(env!("CARGO_PKG_VERSION"))
+        .rules(rules)
+        .build();
+    let run = s::Run::builder()
+        .tool(s::Tool::builder().driver(driver).build())
+        .results(results)
+        .build();
+    let log = s::Sarif::builder()
+        .schema(SARIF_SCHEMA)
+        .version(serde_json::json!("2.1.0"))
+        .runs(vec![run])
+        .build();
+    serde_json::to_string_pretty(&log).unwrap_or_default()
+}
+
+/// A repository-relative path as a relative URI reference: each segment
+/// percent-encoded but for RFC 3986's unreserved characters.
+fn uri_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for (i, seg) in p.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        for b in seg.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                out.push(b as char);
+            } else {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    out
+}

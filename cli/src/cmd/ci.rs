@@ -15,7 +15,8 @@ use crate::output::Out;
 pub enum CiCommand {
     /// For each commit of BASE..HEAD, the sessions tacho saw make it — verified,
     /// signed, their risk and assured goals — as text, Markdown (a pull-request
-    /// comment), JUnit XML or JSON. Exits 1 when a rule is broken.
+    /// comment), JUnit XML, SARIF (code scanning: each finding at its file and lines)
+    /// or JSON. Exits 1 when a rule is broken.
     Verify(VerifyArgs),
 }
 
@@ -24,6 +25,7 @@ pub enum Format {
     Text,
     Markdown,
     Junit,
+    Sarif,
     Json,
 }
 
@@ -54,6 +56,14 @@ pub struct VerifyArgs {
     /// Also write JUnit XML to this file.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Also write SARIF 2.1.0 to this file.
+    #[arg(long, value_name = "FILE")]
+    pub sarif: Option<PathBuf>,
+    /// Also write the range's attestation (`tacho attest`: DSSE envelopes, JSON Lines)
+    /// to this file, signed with git's user.signingkey when one is set, unsigned
+    /// otherwise (for a pipeline that signs it itself).
+    #[arg(long, value_name = "FILE")]
+    pub attest: Option<PathBuf>,
     /// The repository's work tree (default: the current directory).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
@@ -87,9 +97,48 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
     if let Some(path) = &a.junit {
         write_file(path, &ci::junit(&r))?;
     }
+    let wants_sarif = a.sarif.is_some() || (!a.json && matches!(a.format, Format::Sarif));
+    let findings = match wants_sarif {
+        true => Some(tacho.ci_findings(&r, a.workspace.as_deref())?),
+        false => None,
+    };
+    if let (Some(path), Some(f)) = (&a.sarif, &findings) {
+        write_file(path, &ci::sarif(f))?;
+    }
+    if let Some(path) = &a.attest {
+        let key = match tacho.attest_signer(a.workspace.as_deref(), tacho_app::AttestKey::Git) {
+            Ok(k) => k,
+            Err(tacho_app::AttestError::NoKey) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let att = tacho_app::attestation(&r, key.as_ref())?;
+        let mut lines = String::new();
+        for e in &att.envelopes {
+            lines.push_str(
+                &serde_json::to_string(e).map_err(|e| CliError::from(std::io::Error::other(e)))?,
+            );
+            lines.push('\n');
+        }
+        write_file(path, &lines)?;
+        match &att.key {
+            Some(k) => eprintln!(
+                "attestation written to {}, signed by {}",
+                path.display(),
+                k.fingerprint
+            ),
+            None => eprintln!(
+                "attestation written to {}, unsigned (no user.signingkey with gpg.format ssh)",
+                path.display()
+            ),
+        }
+    }
     let mut out = Out::new();
     match (a.json, a.format) {
         (true, _) | (_, Format::Json) => out.typed("ci_report", &r)?,
+        (_, Format::Sarif) => match &findings {
+            Some(f) => out.line(ci::sarif(f))?,
+            None => out.typed("ci_report", &r)?,
+        },
         (_, Format::Text) => out.line(ci::text(&r).trim_end())?,
         (_, Format::Markdown) => out.line(ci::markdown(&r).trim_end())?,
         (_, Format::Junit) => out.line(ci::junit(&r).trim_end())?,

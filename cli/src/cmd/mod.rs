@@ -1,3 +1,4 @@
+pub mod attest;
 pub mod audit;
 pub mod branch;
 pub mod ci;

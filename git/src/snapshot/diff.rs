@@ -60,6 +60,33 @@ fn line_counts(old: &str, new: &str) -> (u64, u64) {
     (added, removed)
 }
 
+/// The lines of `new` that differ from `old`, as 1-based inclusive ranges in order
+/// (SARIF regions, line attribution). A deletion shows as the line after it (the last
+/// line when it removed the end); `None` when either side is binary or too large.
+pub fn changed_line_ranges(old: &[u8], new: &[u8]) -> Option<Vec<(u32, u32)>> {
+    use similar::{DiffTag, TextDiff};
+    let (old, new) = (text(old)?, text(new)?);
+    let last = u32::try_from(lines(new)).unwrap_or(u32::MAX).max(1);
+    let diff = TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(500))
+        .diff_lines(old, new);
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for op in diff.ops() {
+        let r = op.new_range();
+        let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX).saturating_add(1);
+        let range = match op.tag() {
+            DiffTag::Equal => continue,
+            DiffTag::Delete => (at(r.start).min(last), at(r.start).min(last)),
+            DiffTag::Insert | DiffTag::Replace => (at(r.start), at(r.end.saturating_sub(1))),
+        };
+        match out.last_mut() {
+            Some(prev) if range.0 <= prev.1.saturating_add(1) => prev.1 = prev.1.max(range.1),
+            _ => out.push(range),
+        }
+    }
+    Some(out)
+}
+
 fn lines(s: &str) -> u64 {
     s.lines().count() as u64
 }
@@ -238,5 +265,34 @@ impl SnapshotStore {
             });
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_line_ranges;
+
+    #[test]
+    fn changed_lines_are_the_new_sides_hunks() {
+        let old = b"a\nb\nc\nd\ne\n";
+        // b replaced, a line inserted after d, e deleted.
+        let new = b"a\nB\nc\nd\nx\n";
+        assert_eq!(changed_line_ranges(old, new), Some(vec![(2, 2), (5, 5)]));
+        // Adjacent hunks merge; a new file is changed throughout.
+        assert_eq!(changed_line_ranges(b"", b"1\n2\n3\n"), Some(vec![(1, 3)]));
+        // A deletion in the middle points at the line after it.
+        assert_eq!(
+            changed_line_ranges(b"1\n2\n3\n", b"1\n3\n"),
+            Some(vec![(2, 2)])
+        );
+        // A deletion at the end points at the last line; deleting everything, at line 1.
+        assert_eq!(
+            changed_line_ranges(b"1\n2\n3\n", b"1\n2\n"),
+            Some(vec![(2, 2)])
+        );
+        assert_eq!(changed_line_ranges(b"1\n", b""), Some(vec![(1, 1)]));
+        assert_eq!(changed_line_ranges(b"same\n", b"same\n"), Some(vec![]));
+        // Binary content has no lines.
+        assert_eq!(changed_line_ranges(b"a\n", b"a\0b\n"), None);
     }
 }

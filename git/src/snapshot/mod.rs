@@ -34,7 +34,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gix::ObjectId;
 use gix::object::tree::EntryKind;
 
-pub use diff::{ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange};
+pub use diff::{ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange, changed_line_ranges};
 pub(crate) use gc::reach as reach_tree;
 pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
 pub(crate) use mounts::{pseudo_fs_of, pseudo_mounts_under, under_mount};
