@@ -25,6 +25,37 @@ fn change_name(c: ChangeKind) -> &'static str {
 
 use crate::Tacho;
 
+/// Who made the changes between two consecutive snapshots (seqs `a`, `b`) of a
+/// session: whether a tool call claims them (`ExecutionGraph::claimed_between`), the
+/// step that started between them (the last), and that step's last tool call before
+/// `b` that is not a verification run (the call that most plausibly made them), else
+/// `b` itself.
+pub(crate) struct PairOrigin<'g> {
+    pub claimed: bool,
+    pub step: Option<&'g tacho_projections::StepNode>,
+    pub seq: u64,
+}
+
+pub(crate) fn pair_origin(g: &ExecutionGraph, a: u64, b: u64) -> PairOrigin<'_> {
+    let claimed = g.claimed_between(a, b);
+    let step = g.steps.iter().rfind(|s| s.start_seq > a && s.start_seq < b);
+    let seq = step
+        .and_then(|s| {
+            s.tools
+                .iter()
+                .filter(|t| t.seq < b)
+                .filter(|t| {
+                    t.target
+                        .as_deref()
+                        .is_none_or(|c| verification_kind(c).is_none())
+                })
+                .map(|t| t.seq)
+                .next_back()
+        })
+        .unwrap_or(b);
+    PairOrigin { claimed, step, seq }
+}
+
 impl Tacho {
     /// The changes between consecutive snapshots of the session's workspace, each
     /// attributed to the step it happened in and to that step's last tool call that is
@@ -58,28 +89,8 @@ impl Tacho {
             if a.id == b.id {
                 continue;
             }
-            let claimed = g.claimed_between(a.seq, b.seq);
+            let PairOrigin { claimed, step, seq } = pair_origin(g, a.seq, b.seq);
             let mut unclaimed = Vec::new();
-            // The steps that started between the two snapshots; the changes belong to
-            // the last of them.
-            let step = g
-                .steps
-                .iter()
-                .rfind(|s| s.start_seq > a.seq && s.start_seq < b.seq);
-            let seq = step
-                .and_then(|s| {
-                    s.tools
-                        .iter()
-                        .filter(|t| t.seq < b.seq)
-                        .filter(|t| {
-                            t.target
-                                .as_deref()
-                                .is_none_or(|c| verification_kind(c).is_none())
-                        })
-                        .map(|t| t.seq)
-                        .next_back()
-                })
-                .unwrap_or(b.seq);
             for c in store.diff(&a.id, &b.id)? {
                 let key = keys.get(&c.path).cloned().unwrap_or_else(|| c.path.clone());
                 // Nothing running claims it, and no edit event named the file then.

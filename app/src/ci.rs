@@ -71,7 +71,7 @@ pub struct CiCommit {
     /// Some session links it.
     pub linked: bool,
     #[serde(skip)]
-    committed_unix: Option<i64>,
+    pub(crate) committed_unix: Option<i64>,
 }
 
 /// One assured goal of a linked session, against the newest commit it made.

@@ -181,7 +181,7 @@ impl Tacho {
         let (top, changes) = if report.commits.is_empty() {
             (ws.clone(), Vec::new())
         } else {
-            range_changes(&ws, &report.baseline, &report.head)?
+            range_changes(&ws, Some(&report.baseline), &report.head)?
         };
         Ok(findings(report, &top, &changes))
     }

@@ -14,6 +14,7 @@
 //! [`render`] turns results into text.
 
 mod attest;
+mod attribution;
 mod branch;
 mod changes;
 mod checkenv;
@@ -54,6 +55,9 @@ mod verifiers;
 mod views;
 
 pub use attest::{AttestError, AttestKey, Attestation, AttestingKey, Envelope, attestation};
+pub use attribution::{
+    AGENT_TRACE_VERSION, AttributedFile, AttributedRange, CommitAttribution, LineOrigin,
+};
 pub use branch::{BranchError, Branched};
 pub use ci::{CiCheck, CiCommit, CiError, CiFailure, CiGoal, CiPolicy, CiReport, CiSession};
 pub use ci_rerun::CiRerun;

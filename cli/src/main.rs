@@ -84,6 +84,10 @@ enum Command {
     /// signed with your SSH Ed25519 key: the sessions that made it and their goals'
     /// receipts, for a policy engine to check without tacho.
     Attest(cmd::attest::AttestArgs),
+    /// Who wrote each line the commits of a range changed — a step of a recorded
+    /// session, the user between tool calls, or unknown — followed through the
+    /// sessions' snapshots, as Agent Trace records (JSON Lines, one per commit).
+    Attribution(cmd::attribution::AttributionArgs),
     /// A stdio MCP server exposing goal assurance (create_goal, get_goal,
     /// verify_project, update_goal).
     Mcp,
@@ -171,6 +175,7 @@ fn main() -> ExitCode {
         Command::VerifyCommits(a) => cmd::verify_commits::run(a),
         Command::Ci(Group { command: c }) => cmd::ci::run(c),
         Command::Attest(a) => cmd::attest::run(a),
+        Command::Attribution(a) => cmd::attribution::run(a),
         Command::Mcp => cmd::mcp::run(),
         Command::Review(Group { command: c }) => cmd::review::run(c),
         Command::Hook(a) => cmd::hooks::hook(a),

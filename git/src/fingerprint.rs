@@ -496,6 +496,41 @@ pub fn tree_fingerprint(
     Ok(Ok(digest(&entries)))
 }
 
+/// The content of `path` (repository-relative) in commit `commit` of the repository
+/// holding `workspace`: one lookup along the path, no walk of the tree. `None` when
+/// the commit has no regular file there.
+pub fn file_at(
+    workspace: &Path,
+    commit: &str,
+    path: &str,
+) -> Result<Option<Vec<u8>>, SnapshotError> {
+    let git = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| SnapshotError::git(what, e);
+    let ctx = scan::git_context(workspace)?.ok_or_else(|| SnapshotError::Workspace {
+        path: workspace.to_path_buf(),
+        reason: "not inside a Git repository".into(),
+    })?;
+    let repo = &ctx.repo;
+    let id = gix::ObjectId::from_hex(commit.as_bytes()).map_err(|e| git("commit id", e.into()))?;
+    let tree = repo
+        .find_commit(id)
+        .map_err(|e| git("reading a commit", e.into()))?
+        .tree()
+        .map_err(|e| git("reading a commit's tree", e.into()))?;
+    let Some(entry) = tree
+        .lookup_entry_by_path(path)
+        .map_err(|e| git("looking up a path", e.into()))?
+    else {
+        return Ok(None);
+    };
+    if !entry.mode().is_blob() {
+        return Ok(None);
+    }
+    let blob = repo
+        .find_object(entry.object_id())
+        .map_err(|e| git("reading a blob", e.into()))?;
+    Ok(Some(blob.detach().data))
+}
+
 /// One file of a commit's tree, workspace-relative.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeFile {

@@ -176,12 +176,12 @@ pub struct RangeChange {
     pub lines: Vec<(u32, u32)>,
 }
 
-/// The files that differ from `baseline` to `head` (commits of the repository holding
-/// `workspace`), in path order, and the repository's work tree (what the paths are
-/// relative to).
+/// The files that differ from `baseline` (`None`: the empty tree) to `head` (commits
+/// of the repository holding `workspace`), in path order, and the repository's work
+/// tree (what the paths are relative to).
 pub fn range_changes(
     workspace: &Path,
-    baseline: &str,
+    baseline: Option<&str>,
     head: &str,
 ) -> Result<(std::path::PathBuf, Vec<RangeChange>), CommitsError> {
     let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
@@ -205,7 +205,11 @@ pub fn range_changes(
         let tree = commit.tree_id().map_err(|e| git("reading a commit", e))?;
         Ok(files(&repo, tree.detach())?)
     };
-    let (old, new) = (tree_of(baseline)?, tree_of(head)?);
+    let old = match baseline {
+        Some(b) => tree_of(b)?,
+        None => BTreeMap::new(),
+    };
+    let new = tree_of(head)?;
     let blob = |id: ObjectId| -> Result<Vec<u8>, CommitsError> {
         Ok(repo
             .find_object(id)

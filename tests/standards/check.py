@@ -11,6 +11,11 @@
   check.py tamper ENVELOPES.jsonl PUBLIC_KEY_FILE
       Changes one byte of each statement's predicate and says whether securesystemslib
       still accepts it (it must not): prints the number rejected.
+  check.py agent-trace RECORDS.jsonl
+      Each line an Agent Trace record, validated against the specification's JSON
+      Schema (agent-trace-0.1.0.schema.json, draft 2020-12, formats checked). Prints a
+      JSON summary: per record, per file, each range's contributor type; exits 1 on
+      the first invalid record.
   check.py sarif SARIF_FILE
       Validates against the OASIS SARIF 2.1.0 schema (sarif-schema-2.1.0.json, next
       to this file) with jsonschema, and against what GitHub code scanning requires on
@@ -161,8 +166,44 @@ def sarif(path):
     print(json.dumps({"validator": cls.__name__, "results": results}))
 
 
+def agent_trace(path):
+    from jsonschema.validators import validator_for
+
+    schema = json.load(open(os.path.join(HERE, "agent-trace-0.1.0.schema.json"), encoding="utf-8"))
+    cls = validator_for(schema)
+    cls.check_schema(schema)
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    records = []
+    for n, line in enumerate(open(path, encoding="utf-8"), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        problems = [
+            "/" + "/".join(map(str, e.absolute_path)) + ": " + e.message
+            for e in validator.iter_errors(record)
+        ]
+        if problems:
+            fail(f"{path}:{n}: " + "; ".join(problems))
+        records.append(
+            {
+                "revision": record.get("vcs", {}).get("revision"),
+                "files": {
+                    f["path"]: sorted(
+                        (r["start_line"], r["end_line"], c.get("contributor", {}).get("type"))
+                        for c in f["conversations"]
+                        for r in c["ranges"]
+                    )
+                    for f in record["files"]
+                },
+            }
+        )
+    print(json.dumps({"validator": cls.__name__, "records": records}))
+
+
 def main(argv):
-    if len(argv) >= 2 and argv[0] == "sarif":
+    if len(argv) >= 2 and argv[0] == "agent-trace":
+        agent_trace(argv[1])
+    elif len(argv) >= 2 and argv[0] == "sarif":
         sarif(argv[1])
     elif len(argv) >= 3 and argv[0] == "attest":
         attest(argv[1], key_of(argv[2]))

@@ -1,5 +1,6 @@
 //! Renderers: pure functions from results to text. No I/O, no clock.
 
+pub mod attribution;
 pub mod ci;
 pub mod compare;
 pub mod event;

@@ -1,4 +1,5 @@
 pub mod attest;
+pub mod attribution;
 pub mod audit;
 pub mod branch;
 pub mod ci;

@@ -87,6 +87,31 @@ pub fn changed_line_ranges(old: &[u8], new: &[u8]) -> Option<Vec<(u32, u32)>> {
     Some(out)
 }
 
+/// Per-line values of `old` (`values`, one per line) carried to `new`: a line the
+/// diff keeps keeps its value, a line it adds or rewrites gets `fresh` (line
+/// attribution follows authors through later changes this way).
+pub fn carry_lines<T: Clone>(old: &str, new: &str, values: &[T], fresh: &T, missing: &T) -> Vec<T> {
+    use similar::{DiffTag, TextDiff};
+    let diff = TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(500))
+        .diff_lines(old, new);
+    let mut out = Vec::with_capacity(new.lines().count());
+    for op in diff.ops() {
+        match op.tag() {
+            DiffTag::Equal => {
+                for i in op.old_range() {
+                    out.push(values.get(i).unwrap_or(missing).clone());
+                }
+            }
+            DiffTag::Delete => {}
+            DiffTag::Insert | DiffTag::Replace => {
+                out.extend(std::iter::repeat_n(fresh.clone(), op.new_range().len()));
+            }
+        }
+    }
+    out
+}
+
 fn lines(s: &str) -> u64 {
     s.lines().count() as u64
 }

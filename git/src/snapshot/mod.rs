@@ -34,7 +34,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gix::ObjectId;
 use gix::object::tree::EntryKind;
 
-pub use diff::{ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange, changed_line_ranges};
+pub use diff::{
+    ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange, carry_lines, changed_line_ranges,
+};
 pub(crate) use gc::reach as reach_tree;
 pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
 pub(crate) use mounts::{pseudo_fs_of, pseudo_mounts_under, under_mount};
@@ -423,6 +425,25 @@ impl SnapshotStore {
             out.insert(path, FileEntry { kind, oid: r.oid });
         }
         Ok(out)
+    }
+
+    /// What snapshot `snapshot` holds at `path` (workspace-relative, `/`-separated): one
+    /// lookup along the path, not a walk of the tree.
+    pub fn entry(&self, snapshot: &str, path: &str) -> Result<Option<FileEntry>, SnapshotError> {
+        let tree = self.resolve(snapshot)?;
+        let repo = self.repo()?;
+        let tree = repo
+            .find_tree(tree)
+            .map_err(|_| SnapshotError::Missing(tree.to_hex().to_string()))?;
+        let found = tree
+            .lookup_entry_by_path(path)
+            .map_err(|e| SnapshotError::git(format!("looking up {path} in tree {}", tree.id), e))?;
+        Ok(found.and_then(|e| {
+            FileKind::from_git_mode(e.mode().value() as u32).map(|kind| FileEntry {
+                kind,
+                oid: e.object_id(),
+            })
+        }))
     }
 
     /// Calls `f` with the path and bytes of each regular file or link of snapshot
