@@ -1357,3 +1357,63 @@ fn a_command_group_without_its_subcommand_shows_its_help() {
         "{unknown}"
     );
 }
+
+/// Issue 47 (4): the README's usage block names every command of `tacho --help`, and
+/// each agent argument there names every agent the command accepts.
+#[test]
+fn the_readmes_usage_block_names_every_command_and_agent() {
+    let env = Env::new();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let block = readme
+        .split("```sh\ntacho demo")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .map(|b| format!("tacho demo{b}"))
+        .unwrap();
+    let help = env.run(&["--help"], None);
+    let commands: Vec<&str> = help
+        .split("Commands:\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() > 20, "{help}");
+    for c in &commands {
+        assert!(
+            block.lines().any(|l| l.starts_with(&format!("tacho {c} "))
+                || l == format!("tacho {c}")
+                || l.starts_with(&format!("tacho {c}  "))),
+            "the README's usage block has no line for `tacho {c}`"
+        );
+    }
+    let import = env.run(&["import", "--help"], None);
+    let agents: Vec<&str> = import
+        .split("[possible values: ")
+        .nth(1)
+        .and_then(|s| s.split(']').next())
+        .unwrap()
+        .split(", ")
+        .collect();
+    assert_eq!(agents.len(), 9, "{import}");
+    for prefix in ["tacho hooks install", "tacho hook ", "tacho import "] {
+        let line = block
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line"));
+        let named = if line.contains("AGENT") {
+            block
+                .lines()
+                .find(|l| l.contains("AGENT:"))
+                .unwrap_or(line)
+        } else {
+            line
+        };
+        for a in &agents {
+            assert!(named.contains(a), "`{prefix}` in the README does not name {a}: {named}");
+        }
+    }
+}

@@ -9,7 +9,7 @@ use crate::output::Out;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
-    /// List recorded sessions, oldest first.
+    /// List recorded sessions, newest first.
     List(ListArgs),
     /// One session's headline: who, where, when, how it ended, tokens, files, risk.
     Show(ShowArgs),
