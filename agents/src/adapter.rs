@@ -73,6 +73,9 @@ pub struct Places {
     pub home: Option<PathBuf>,
     /// The project: the Git work tree holding the current directory, else it.
     pub project: PathBuf,
+    /// No Git work tree holds the current directory: `project` is only the current
+    /// directory, no project's settings.
+    pub outside_work_tree: bool,
     /// The (non-empty) values of the variables the adapters name
     /// ([`Adapter::env_vars`], like `CLAUDE_CONFIG_DIR` or `CODEX_HOME`).
     pub vars: BTreeMap<String, PathBuf>,
@@ -83,10 +86,12 @@ impl Places {
     /// variable an agent of the registry names.
     pub fn from_env() -> std::io::Result<Places> {
         let cwd = std::env::current_dir()?;
-        let project = cwd
+        let work_tree = cwd
             .ancestors()
             .find(|d| d.join(".git").exists())
-            .map_or_else(|| cwd.clone(), Path::to_path_buf);
+            .map(Path::to_path_buf);
+        let outside_work_tree = work_tree.is_none();
+        let project = work_tree.unwrap_or_else(|| cwd.clone());
         let var = |k: &str| {
             std::env::var_os(k)
                 .filter(|v| !v.is_empty())
@@ -100,6 +105,7 @@ impl Places {
         Ok(Places {
             home: var("HOME").or_else(dirs::home_dir),
             project,
+            outside_work_tree,
             vars,
         })
     }

@@ -456,6 +456,7 @@ fn env_places() -> Places {
     Places {
         home: var("HOME").or_else(dirs::home_dir),
         project: PathBuf::new(),
+        outside_work_tree: true,
         vars: ENV_VARS
             .iter()
             .filter_map(|k| Some(((*k).to_owned(), var(k)?)))

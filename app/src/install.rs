@@ -25,6 +25,12 @@ pub use tacho_agents::adapter::{Places, Scope};
 
 /// The settings file of `agent` at `scope`.
 pub fn settings_file(places: &Places, agent: Agent, scope: Scope) -> Result<PathBuf, InstallError> {
+    if scope != Scope::User && places.outside_work_tree {
+        return Err(InstallError::NoWorkTree {
+            dir: places.project.clone(),
+            scope,
+        });
+    }
     agent.settings_file(places, scope).map_err(|e| match e {
         PlaceError::NoHome => InstallError::NoHome,
         PlaceError::NoScope => InstallError::NoScope { agent, scope },
@@ -48,6 +54,13 @@ pub enum InstallError {
     },
     #[error("the path of this tacho is not UTF-8: {0}")]
     ExePath(PathBuf),
+    /// A project's settings asked for outside any Git work tree.
+    #[error(
+        "{} is in no Git work tree: --scope {} writes a repository's settings; run it in the repository, or use --scope user",
+        dir.display(),
+        scope.name()
+    )]
+    NoWorkTree { dir: PathBuf, scope: Scope },
     #[error(transparent)]
     File(#[from] UserFileError),
 }
@@ -55,7 +68,9 @@ pub enum InstallError {
 impl Kind for InstallError {
     fn kind(&self) -> ErrorKind {
         match self {
-            InstallError::Settings(_) | InstallError::NoScope { .. } => ErrorKind::Input,
+            InstallError::Settings(_)
+            | InstallError::NoScope { .. }
+            | InstallError::NoWorkTree { .. } => ErrorKind::Input,
             InstallError::NoHome | InstallError::Io { .. } | InstallError::ExePath(_) => {
                 ErrorKind::Io
             }

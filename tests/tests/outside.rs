@@ -402,3 +402,36 @@ fn outputs_write_into_a_device_in_place() {
         );
     }
 }
+
+/// Issue 47 (3): a project's settings outside any Git work tree are refused, naming the
+/// directory, and nothing is written; `hooks status` lists no project settings there.
+#[test]
+fn project_settings_outside_a_work_tree_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().canonicalize().unwrap().join("not-a-repo");
+    std::fs::create_dir_all(&dir).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let t = |args: &[&str]| {
+        let mut c = tacho(&tmp.path().join("data"));
+        c.current_dir(&dir).env("HOME", &home).args(args);
+        run(c)
+    };
+    for scope in ["project", "local"] {
+        let (code, _, err) = t(&["hooks", "install", "claude-code", "--scope", scope]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&dir.display().to_string()) && err.contains("no Git work tree"),
+            "{err}"
+        );
+    }
+    assert!(!dir.join(".claude").exists());
+    let (code, out, err) = t(&["hooks", "status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("\"scope\":\"project\""), "{out}");
+    assert!(out.contains("\"scope\":\"user\""), "{out}");
+    // The user's own settings still install from there.
+    let (code, _, err) = t(&["hooks", "install", "claude-code"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(home.join(".claude/settings.json").exists());
+}
