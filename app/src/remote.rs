@@ -73,6 +73,10 @@ pub enum PushError {
     NotARepository(PathBuf),
     #[error("no session named: name the sessions to push, or ask for all the sessions of {0}")]
     NothingNamed(String),
+    #[error(
+        "{0:?} is neither a remote of this repository (git remote) nor a session: give the remote first, then the sessions"
+    )]
+    NeitherRemoteNorSession(String),
     #[error("session {session} was recorded in {workspace}, not in this repository ({repo})")]
     OtherWorkspace {
         session: String,
@@ -130,6 +134,7 @@ impl Kind for PushError {
         match self {
             PushError::NotARepository(_)
             | PushError::NothingNamed(_)
+            | PushError::NeitherRemoteNorSession(_)
             | PushError::OtherWorkspace { .. }
             | PushError::Fetched(..) => ErrorKind::Input,
             PushError::Unverified(_) | PushError::Secrets(_) => ErrorKind::Findings,
@@ -367,6 +372,42 @@ impl Tacho {
             return Err(PushError::Secrets(secrets));
         }
         Ok(heads)
+    }
+
+    /// `tacho push [REMOTE] [SESSION...]`'s words: the first is the remote when it is
+    /// one of the repository's remotes or a URL or path (holds `:` or `/`), else a
+    /// session when it names one (`tacho push SESSION` pushes it to the default
+    /// remote), else neither (an input error). The rest are sessions.
+    pub fn push_words(
+        &self,
+        cwd: &Path,
+        words: &[String],
+    ) -> Result<(Option<String>, Vec<SessionId>), PushError> {
+        let Some((first, rest)) = words.split_first() else {
+            return Ok((None, Vec::new()));
+        };
+        let resolve = |v: &[String]| -> Result<Vec<SessionId>, PushError> {
+            v.iter()
+                .map(|s| self.resolve_session(s).map_err(PushError::from))
+                .collect()
+        };
+        let is_remote = first.contains(':') || first.contains('/') || {
+            let top = toplevel(cwd)?;
+            tacho_git::remote::remote_names(&top)
+                .map(|names| names.iter().any(|n| n == first))
+                .unwrap_or(false)
+        };
+        if is_remote {
+            return Ok((Some(first.clone()), resolve(rest)?));
+        }
+        match self.resolve_session(first) {
+            Ok(id) => {
+                let mut all = vec![id];
+                all.extend(resolve(rest)?);
+                Ok((None, all))
+            }
+            Err(_) => Err(PushError::NeitherRemoteNorSession(first.clone())),
+        }
     }
 
     /// `tacho push`: publishes sessions of the repository's workspace to a remote

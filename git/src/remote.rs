@@ -135,6 +135,18 @@ fn run(mut c: Command, what: &str) -> Result<String, RemoteError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The names of the project's remotes (`git remote`).
+pub fn remote_names(project: &Path) -> Result<Vec<String>, RemoteError> {
+    let mut c = git_command(project)?;
+    c.arg("remote");
+    Ok(run(c, "remote")?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
 /// The remote's URL as the project's `git` resolves it (`insteadOf` applied).
 pub fn remote_url(project: &Path, remote: &str) -> Result<String, RemoteError> {
     let mut c = git_command(project)?;

@@ -707,3 +707,23 @@ fn a_token_in_an_untracked_file_of_a_snapshot_stops_the_push() {
         assert!(fields.iter().any(|f| f.ends_with(file)), "{file}: {scan:#}");
     }
 }
+
+/// Issue 47 (5): `tacho push SESSION` (the natural first try) pushes the session to
+/// `origin`; a first word that is no remote and no session is refused naming both.
+#[test]
+fn a_first_word_that_is_a_session_is_pushed_to_origin() {
+    if !ready() {
+        return;
+    }
+    let w = world();
+    w.alice.session("sec1");
+    let pushed = w.alice.json(&["push", "sec1", "--dry-run", "--json"]);
+    assert_eq!(pushed["remote"], "origin", "{pushed}");
+    assert!(pushed.to_string().contains("sec1"), "{pushed}");
+    // The remote first, then the session: the same.
+    let pushed = w.alice.json(&["push", "origin", "sec1", "--dry-run", "--json"]);
+    assert_eq!(pushed["remote"], "origin", "{pushed}");
+    let (code, _, err) = w.alice.tacho(&["push", "nonesuch"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("neither a remote") && err.contains("nonesuch"), "{err}");
+}

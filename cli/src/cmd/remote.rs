@@ -9,12 +9,13 @@ use crate::output::Out;
 
 #[derive(Debug, Args)]
 pub struct PushArgs {
-    /// The remote (a name of the repository's remotes, or a URL); default `origin`.
-    pub remote: Option<String>,
-    /// Sessions (ids or unique prefixes) of this repository's workspace.
-    pub sessions: Vec<String>,
+    /// The remote (a name of the repository's remotes, or a URL; default `origin`),
+    /// then sessions (ids or unique prefixes) of this repository's workspace. A first
+    /// word that is no remote but a session is a session, pushed to `origin`.
+    #[arg(value_name = "REMOTE|SESSION")]
+    pub words: Vec<String>,
     /// Every session recorded in this repository's workspace.
-    #[arg(long, conflicts_with = "sessions")]
+    #[arg(long)]
     pub all: bool,
     /// Say what would be pushed; the remote is not changed.
     #[arg(long)]
@@ -37,14 +38,16 @@ fn cwd() -> Result<std::path::PathBuf, CliError> {
 
 pub fn push(a: PushArgs) -> Result<(), CliError> {
     let tacho = crate::open()?;
-    let sessions = a
-        .sessions
-        .iter()
-        .map(|s| tacho.resolve_session(s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let cwd = cwd()?;
+    let (remote, sessions) = tacho.push_words(&cwd, &a.words)?;
+    if a.all && !sessions.is_empty() {
+        return Err(CliError::input(
+            "--all pushes every session of the workspace: name sessions or give --all, not both",
+        ));
+    }
     let o = tacho.push(&PushOptions {
-        cwd: cwd()?,
-        remote: a.remote,
+        cwd,
+        remote,
         sessions,
         all: a.all,
         dry_run: a.dry_run,
