@@ -417,6 +417,8 @@ pub struct Ingest<'t> {
     ended: BTreeMap<String, bool>,
     /// Automatic snapshots that could not be taken (the events were recorded).
     missed_snapshots: u64,
+    /// Why (the gravest: an I/O error over a refused workspace).
+    missed_kind: Option<crate::ErrorKind>,
     /// Sessions this ingest has seen whole from their first event, folded as their
     /// batches are appended: their facts go to the session index when their writer
     /// closes, so that the first listing after a large import need not read them all.
@@ -468,6 +470,9 @@ pub struct Ingested {
     /// Automatic snapshots that could not be taken (each reported as a note): the
     /// events were recorded, but those points of the workspace are not protected.
     pub missed_snapshots: u64,
+    /// Why they could not: `Input` when each workspace was refused (the home
+    /// directory, a path that is no directory), else the error's kind (`Io`).
+    pub missed_kind: Option<crate::ErrorKind>,
 }
 
 impl<'t> Ingest<'t> {
@@ -496,6 +501,7 @@ impl<'t> Ingest<'t> {
             guard: None,
             ended: BTreeMap::new(),
             missed_snapshots: 0,
+            missed_kind: None,
             folds: BTreeMap::new(),
             folded: 0,
             fold_budget: FOLD_EVENTS_MAX,
@@ -924,6 +930,17 @@ impl<'t> Ingest<'t> {
         Ok(w)
     }
 
+    /// Counts an automatic snapshot that could not be taken, and keeps the gravest
+    /// reason: an I/O error over a refused workspace.
+    fn missed(&mut self, kind: crate::ErrorKind) {
+        use crate::ErrorKind;
+        self.missed_snapshots += 1;
+        self.missed_kind = Some(match (self.missed_kind, kind) {
+            (Some(ErrorKind::Input) | None, k) => k,
+            (Some(k), _) => k,
+        });
+    }
+
     /// Takes an automatic snapshot and queues its event. A snapshot that cannot be
     /// taken never costs the events: it is reported as a note and left out.
     fn auto_snapshot(
@@ -939,7 +956,7 @@ impl<'t> Ingest<'t> {
             match self.tacho.snapshot_guard() {
                 Ok(g) => self.guard = Some(g),
                 Err(e) => {
-                    self.missed_snapshots += 1;
+                    self.missed(e.kind());
                     self.tacho.note(&format!(
                         "note: line {line}: no {reason} snapshot of {} for session {session}: {e}",
                         ws.display()
@@ -956,7 +973,7 @@ impl<'t> Ingest<'t> {
                 body: taken_event(&snap, &path, reason, step),
             }),
             Err(e) => {
-                self.missed_snapshots += 1;
+                self.missed(e.kind());
                 self.tacho.note(&format!(
                     "note: line {line}: no {reason} snapshot of {} for session {session}: {e}",
                     ws.display()
@@ -1435,6 +1452,7 @@ impl<'t> Ingest<'t> {
             Ok(()) => Ok(Ingested {
                 totals: std::mem::take(&mut self.totals),
                 missed_snapshots: self.missed_snapshots,
+                missed_kind: self.missed_kind,
             }),
             Err(error) => Err(RecordError {
                 error,

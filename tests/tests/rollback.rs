@@ -437,8 +437,9 @@ fn a_snapshot_that_cannot_be_taken_never_costs_the_events() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    // The events are recorded; the missed snapshots are an error the user sees.
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The events are recorded; the missed snapshots are an error the user sees, of
+    // its kind: the store cannot be written, an I/O error (exit 5).
+    assert_eq!(out.status.code(), Some(5), "{err}");
     assert!(
         err.contains("note: line 1: no baseline snapshot of"),
         "{err}"
@@ -1372,4 +1373,35 @@ fn undoing_an_unclaimed_change_refuses_a_file_changed_since() {
     ]);
     assert_eq!(forced["applied"]["done"], 1, "{forced}");
     assert_eq!(e.read("notes.txt").as_deref(), Some("mine\n"));
+}
+
+/// Issue 47 (6): a workspace tacho refuses to snapshot (the home directory) costs no
+/// event, and the exit code says bad input (2), not a verification error (1).
+#[test]
+fn a_refused_workspace_records_the_events_and_exits_as_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().canonicalize().unwrap().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut c = tacho(&tmp.path().join("data"));
+    c.env("HOME", &home)
+        .args(["record", "--session", "ses_home"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{{\"type\":\"session.start\",\"workspace\":\"{}\"}}\n", home.display()).as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("home directory") && err.contains("recorded 1 event(s)"), "{err}");
+    let mut c = tacho(&tmp.path().join("data"));
+    c.args(["session", "list", "--json"]);
+    let (code, list, _) = run(c);
+    assert_eq!(code, 0);
+    assert!(list.contains("ses_home"), "{list}");
 }

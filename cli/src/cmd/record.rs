@@ -112,7 +112,7 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
         }) => return Err(ack_error.unwrap_or(CliError::BrokenPipe)),
         Err(e) => return Err(e.into()),
     };
-    let missed = missed_error(done.missed_snapshots);
+    let missed = missed_error(done.missed_snapshots, done.missed_kind);
     if let Some(out) = acks.take() {
         out.finish()?;
         return missed;
@@ -135,12 +135,17 @@ pub fn run(a: RecordArgs) -> Result<(), CliError> {
 }
 
 /// Events are recorded even when an automatic snapshot cannot be taken, but the user
-/// must see that those points of the workspace are not protected: exit 1.
-fn missed_error(missed: u64) -> Result<(), CliError> {
+/// must see that those points of the workspace are not protected: a refused workspace
+/// (the home directory, ...) is bad input (exit 2), anything else the error's own kind
+/// (an I/O error: exit 5).
+fn missed_error(missed: u64, kind: Option<tacho_app::ErrorKind>) -> Result<(), CliError> {
     if missed == 0 {
         return Ok(());
     }
-    Err(CliError::findings(format!(
-        "{missed} automatic snapshot(s) could not be taken (see the notes above): the events were recorded, but those points of the workspace cannot be restored"
-    )))
+    Err(CliError::Said {
+        kind: kind.unwrap_or(tacho_app::ErrorKind::Io),
+        text: format!(
+            "{missed} automatic snapshot(s) could not be taken (see the notes above): the events were recorded, but those points of the workspace cannot be restored"
+        ),
+    })
 }
