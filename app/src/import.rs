@@ -169,6 +169,9 @@ struct Planned {
     session: String,
     exists: bool,
     fresh: Vec<(i64, EventBody)>,
+    /// Of `fresh`, the events tacho adds itself (an end inferred or written by the
+    /// agent's shutdown record): counted apart from the transcript's.
+    own: u64,
 }
 
 /// Since when a transcript has not grown, when that is longer than the stale time.
@@ -402,6 +405,7 @@ impl Tacho {
         for (time, body) in &t.events {
             if let EventBody::SessionStart(start) = body {
                 if exists {
+                    report.events_already_recorded += 1;
                     continue;
                 }
                 let mut start = start.clone();
@@ -443,10 +447,12 @@ impl Tacho {
         // waiting on its user); `tacho session end` ends one whose agent died.
         let hooked = self.hook_recorder(&session).is_some();
         let stale = stale.filter(|_| !hooked);
+        let mut own = 0;
         if let Some((at, what)) = t.ended_by_agent.as_ref().filter(|_| !hooked) {
             // The agent wrote its own end (Copilot CLI's `session.shutdown`).
             fresh.push((latest.max(*at), end_the_agent_wrote(what)));
             report.sessions_ended_inferred += 1;
+            own += 1;
         } else if let Some(stale) = stale {
             // At its last event, the transcript's or one recorded otherwise.
             let last = t
@@ -458,6 +464,7 @@ impl Tacho {
                 inferred_end(t.has_unanswered_calls(), &stale.since, &stale.after),
             ));
             report.sessions_ended_inferred += 1;
+            own += 1;
         } else if fresh.is_empty() {
             report.sessions_unchanged += 1;
             return Ok(None);
@@ -469,6 +476,7 @@ impl Tacho {
             session,
             exists,
             fresh,
+            own,
         }))
     }
 
@@ -496,7 +504,9 @@ impl Tacho {
 /// Counts what `planned` added, once it is recorded.
 fn count_added(planned: &[Planned], report: &mut ImportReport) {
     for p in planned {
-        report.events_added += p.fresh.len() as u64;
+        // The transcript's events; an end tacho infers is said apart ("given an
+        // inferred end"), so that a second import's "already recorded" is this count.
+        report.events_added += (p.fresh.len() as u64).saturating_sub(p.own);
         if p.exists {
             report.sessions_extended += 1;
         } else {

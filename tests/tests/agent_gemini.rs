@@ -236,6 +236,8 @@ fn gemini_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 #[test]
 fn gemini_settings_places_and_repository_links() {
     let e = Env::new();
+    // A project's settings live in a Git work tree (outside one they are refused).
+    tacho_tests::git::git(&e.ws, &["init", "-q"]);
     let home = e.dir.join("home-dir");
     let gch = e.dir.join("gemini-cli-home");
     std::fs::create_dir_all(&home).unwrap();

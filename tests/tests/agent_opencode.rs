@@ -326,6 +326,8 @@ fn kilo_recorded_through_its_plugin_with_rollback_and_tokens_as_served() {
 #[test]
 fn the_plugin_file_is_tachos_own() {
     let e = Env::new();
+    // A project's settings live in a Git work tree (outside one they are refused).
+    tacho_tests::git::git(&e.ws, &["init", "-q"]);
     let home = e.dir.join("agent-home");
     let user_plugins = home.join(".config/opencode/plugin");
     std::fs::create_dir_all(&user_plugins).unwrap();

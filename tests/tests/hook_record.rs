@@ -354,6 +354,8 @@ fn long_session_ids_work_and_derived_ids_stay_apart() {
 fn every_agent_of_the_registry_is_on_the_command_line_and_in_hooks_status() {
     use tacho_app::agents::Agent;
     let e = Env::new();
+    // A project's settings live in a Git work tree (outside one they are refused).
+    tacho_tests::git::git(&e.ws, &["init", "-q"]);
     // Settings files under a home of the test's own.
     let home = e.home.join("user");
     std::fs::create_dir_all(&home).unwrap();
@@ -466,6 +468,8 @@ fn the_hook_log_is_bounded_and_holds_no_control_bytes() {
 #[test]
 fn hooks_status_says_when_installed_hooks_cannot_fire() {
     let e = Env::new();
+    // A project's settings live in a Git work tree (outside one they are refused).
+    tacho_tests::git::git(&e.ws, &["init", "-q"]);
     let home = e.home.join("user");
     std::fs::create_dir_all(&home).unwrap();
     let run = |args: &[&str]| {
