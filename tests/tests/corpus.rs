@@ -362,3 +362,27 @@ fn real_transcripts_import_as_the_files_say() {
         assert!(versions.len() >= at_least, "{agent}: {versions:?}");
     }
 }
+
+/// Issue 47 (7): importing a real transcript twice — what the first import added is
+/// what the second finds already recorded, and the inferred end is said apart.
+#[test]
+fn a_second_import_finds_what_the_first_added() {
+    let file = corpus_dir().join(
+        "files/claude-code/2.1.62/f6b7329a/.claude/projects/-home-christso-projects-agentv/f6b7329a-914c-4f62-8090-4e29b032b173.jsonl",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let import = || {
+        let mut c = tacho(&tmp.path().join("home"));
+        c.args(["import", "claude-code", "--json"]).arg(&file);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(out.lines().next().unwrap()).unwrap()
+    };
+    let first = import();
+    let second = import();
+    let added = first["events_added"].as_u64().unwrap();
+    assert!(added > 40, "{first}");
+    assert_eq!(first["sessions_ended_inferred"], 1, "{first}");
+    assert_eq!(second["events_added"], 0, "{second}");
+    assert_eq!(second["events_already_recorded"].as_u64(), Some(added), "{first}\n{second}");
+}
