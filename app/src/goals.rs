@@ -1470,7 +1470,12 @@ impl Tacho {
         let mut stall = None;
         if fruitless == 2 {
             stall = Some(Stall::Hint);
-            note = Some("hint: a completion attempt needs new passing evidence: run the checks listed (tacho goal check ID) after fixing what they report".to_string());
+            let checks = g.assurance().is_some_and(|a| !a.checks.is_empty());
+            note = Some(if checks {
+                "hint: a completion attempt needs new passing evidence: run the checks listed (tacho goal check ID) after fixing what they report"
+            } else {
+                "hint: a completion attempt needs new passing evidence: this goal has no checks, so run the project's tests or build (a verification run) after the last edit, and fix what they report"
+            }.to_string());
         } else if fruitless >= 3 && g.paused.is_none() {
             let why =
                 format!("stalled: {fruitless} completion attempts without new passing evidence");

@@ -632,6 +632,11 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
     assert_eq!(code, 0, "{err}");
     let (_, out, _) = t(&home, &ws, &["goal", "status", "--session", "ses_plain"]);
     assert!(out.contains("No assurance contract"), "{out}");
+    // Issue 47 (8): no receipt binds its source: no fingerprint of it is shown.
+    assert!(
+        !out.contains("Source now") && !out.contains("Also fingerprinted"),
+        "{out}"
+    );
     // Status and completion never disagree: status says what complete would decide.
     let agrees = |accepted: bool| {
         let (_, out, _) = t(
@@ -672,11 +677,17 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
     };
     record(r#"{"type":"verification.run","command":"cargo test","status":"passed"}"#);
     record(r#"{"type":"file.edit","path":"src/value.txt","op":"modify"}"#);
-    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
+    let (code, out, err) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
     assert_eq!(code, 1);
     assert!(
         out.contains("files were edited after the last passing verification run"),
         "{out}"
+    );
+    // The second fruitless attempt's hint names what this goal needs: it has no
+    // checks to run.
+    assert!(
+        format!("{out}{err}").contains("this goal has no checks"),
+        "{out}{err}"
     );
     agrees(false);
     record(r#"{"type":"verification.run","command":"cargo test","status":"passed"}"#);

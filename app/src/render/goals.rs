@@ -233,7 +233,10 @@ pub fn status(v: &GoalStatus) -> String {
         o.put("No assurance contract: this goal's completion is not earned by checks.");
     }
     o.put(format!("Contract: {}", v.contract_digest));
+    // A goal without checks binds no receipt to its source: no fingerprint to show.
+    let fingerprinted = v.assured || !v.checks.is_empty();
     match &v.fingerprint {
+        _ if !fingerprinted => {}
         Some(fp) => o.put(format!("Source now: {}", prefix(fp, 16))),
         None => o.put(format!(
             "Source now: no fresh evidence ({})",
@@ -287,14 +290,16 @@ pub fn status(v: &GoalStatus) -> String {
             o.put(format!("Source ({}): {}", s.role, s.reference));
         }
     }
-    o.disclose(
-        &v.additional_paths,
-        &v.external_paths_left_out,
-        [
-            "Also fingerprinted (reported by edits)",
-            "Left out (outside the workspace)",
-        ],
-    );
+    if fingerprinted {
+        o.disclose(
+            &v.additional_paths,
+            &v.external_paths_left_out,
+            [
+                "Also fingerprinted (reported by edits)",
+                "Left out (outside the workspace)",
+            ],
+        );
+    }
     if let Some(r) = &v.revises {
         o.put(format!(
             "Revision {} of {r} (correction: {})",
