@@ -1417,3 +1417,30 @@ fn the_readmes_usage_block_names_every_command_and_agent() {
         }
     }
 }
+
+/// Issue 47 (10): arguments a command would ignore are refused, and a missing choice
+/// names both of its forms.
+#[test]
+fn arguments_a_command_would_ignore_are_refused() {
+    let env = Env::new();
+    let trace = env.run(&["session", "trace", "s1", "--logs", "/nonexistent"], None);
+    assert!(
+        trace.starts_with("exit: 2\n") && trace.contains("cannot be used with '--logs"),
+        "{trace}"
+    );
+    let export = env.run(&["audit", "export", "s1", "--since", "7d"], None);
+    assert!(
+        export.starts_with("exit: 2\n") && export.contains("cannot be used with '--since"),
+        "{export}"
+    );
+    let export = env.run(&["audit", "export", "s1", "--risk", "high"], None);
+    assert!(export.starts_with("exit: 2\n"), "{export}");
+    let none = env.run(&["audit", "export"], None);
+    assert!(
+        none.starts_with("exit: 2\n") && none.contains("<SESSION|--all>"),
+        "{none}"
+    );
+    // With --all the filters hold.
+    let all = env.run(&["audit", "export", "--all", "--since", "7d"], None);
+    assert!(all.starts_with("exit: 0\n"), "{all}");
+}

@@ -74,21 +74,27 @@ pub struct ReportArgs {
     pub output: Option<PathBuf>,
 }
 
-/// Which sessions: one, or every session that passes the filters.
+/// Which sessions: one, or every session that passes the filters (the filters go
+/// with `--all` only: a session named is that session, whatever they say).
 #[derive(Debug, Args)]
 pub struct Selection {
-    /// The session (its id, or any unique prefix of it).
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    /// The session (its id, or any unique prefix of it); or --all.
+    #[arg(
+        required_unless_present = "all",
+        conflicts_with = "all",
+        value_name = "SESSION|--all"
+    )]
     pub session: Option<String>,
     /// Every session that passes the filters, oldest first.
     #[arg(long)]
     pub all: bool,
     /// Only sessions started at or after this time (RFC 3339, a date like
-    /// 2026-08-01, or an age like 7d).
-    #[arg(long, requires = "all")]
+    /// 2026-08-01, or an age like 7d). With --all.
+    #[arg(long, conflicts_with = "session")]
     pub since: Option<String>,
-    /// Only sessions at or above this risk level (low, medium, high, critical).
-    #[arg(long, requires = "all")]
+    /// Only sessions at or above this risk level (low, medium, high, critical). With
+    /// --all.
+    #[arg(long, conflicts_with = "session")]
     pub risk: Option<String>,
 }
 

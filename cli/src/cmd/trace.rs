@@ -11,8 +11,8 @@ use crate::output::Out;
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
-    /// The session (its id, or any unique prefix of it).
-    #[arg(required_unless_present = "logs")]
+    /// The session (its id, or any unique prefix of it); or --logs.
+    #[arg(required_unless_present = "logs", conflicts_with = "logs")]
     pub session: Option<String>,
     /// Analyse log files (JSON Lines or text; a file or a directory) instead of events.
     #[arg(long)]
