@@ -169,8 +169,9 @@ impl Prepared {
 #[derive(Debug)]
 pub struct Done {
     pub applied: Applied,
-    /// The session that records the rollback (roll it back to undo this one).
-    pub session: String,
+    /// The session that records the rollback (roll it back to undo this one); `None`
+    /// when the plan changed nothing: nothing was done, so nothing is recorded.
+    pub session: Option<String>,
     /// The workspace after the rollback.
     pub post: String,
 }
@@ -221,8 +222,9 @@ pub struct AppliedView {
     pub failed: Vec<Conflict>,
     /// Directories removed because the rollback emptied them.
     pub removed_dirs: Vec<String>,
-    /// The session that records the rollback (roll it back to undo this one).
-    pub recorded_session: String,
+    /// The session that records the rollback (roll it back to undo this one); `None`:
+    /// the plan changed nothing, and nothing was recorded.
+    pub recorded_session: Option<String>,
     /// The workspace after the rollback.
     pub post_snapshot: String,
 }
@@ -580,6 +582,15 @@ impl Tacho {
     /// is the workspace before the rollback, so rolling that session back undoes this
     /// one.
     pub fn apply_rollback(&self, p: &Prepared) -> Result<Done, RollbackError> {
+        // A plan with nothing to change changes nothing: no session records it (it
+        // would only add a rollback to undo and a risk badge to the list).
+        if p.plan.items.is_empty() {
+            return Ok(Done {
+                applied: Applied::default(),
+                session: None,
+                post: p.pre.id.clone(),
+            });
+        }
         let snaps = self.snapshots()?;
         let id = self.new_session_id();
         let ws = p.workspace.display().to_string();
@@ -663,7 +674,7 @@ impl Tacho {
         w.append_batch(&events, Durability::Sync)?;
         Ok(Done {
             applied,
-            session: id,
+            session: Some(id),
             post: post.id,
         })
     }

@@ -192,6 +192,13 @@ fn record_snapshots_steps_and_rollback_restores_and_is_undoable() {
     // The whole session back to its baseline.
     e.json(&["session", "rollback", "ses_rb", "--yes", "--json"]);
     assert_eq!(e.read("app.rs").as_deref(), Some("fn main() {}\n"));
+    // Issue 47 (12): the same rollback again changes nothing, and records nothing.
+    let listed = |e: &Env| e.tacho(&["session", "list", "--json"]).1.lines().count();
+    let before = listed(&e);
+    let (code, out, err) = e.tacho(&["session", "rollback", "ses_rb", "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Nothing to change: nothing was done, and nothing was recorded"), "{out}");
+    assert_eq!(listed(&e), before, "no session records a rollback that did nothing");
     assert_eq!(e.read("notes.txt").as_deref(), Some("notes\n"));
     let (code, out, _) = e.tacho(&["session", "replay", &undo_id, "--mode", "verify"]);
     assert_eq!(code, 0, "{out}");

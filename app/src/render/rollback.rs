@@ -221,13 +221,16 @@ pub fn plan(h: &RollbackView) -> String {
                     h.conflicts.len()
                 )
             };
-            o.push_str(&format!(
-                "Applied {} of {} change(s){left}. Recorded as session {} (undo: tacho session rollback {} --yes).\n",
-                d.done,
-                h.plan.len(),
-                d.recorded_session,
-                d.recorded_session
-            ));
+            match &d.recorded_session {
+                Some(id) => o.push_str(&format!(
+                    "Applied {} of {} change(s){left}. Recorded as session {id} (undo: tacho session rollback {id} --yes).\n",
+                    d.done,
+                    h.plan.len(),
+                )),
+                None => o.push_str(&format!(
+                    "Nothing to change{left}: nothing was done, and nothing was recorded.\n"
+                )),
+            }
         }
     }
     o
@@ -329,7 +332,7 @@ Files changed outside the session before its last snapshot, and files never snap
                 forceable: false,
             }],
             removed_dirs: Vec::new(),
-            recorded_session: "ses_r".into(),
+            recorded_session: Some("ses_r".into()),
             post_snapshot: "0".into(),
         });
         assert!(plan(&v).ends_with(
