@@ -222,6 +222,12 @@ pub trait Adapter: Sync + std::fmt::Debug {
         Installation::HooksObject
     }
 
+    /// The settings file is tacho's own (a file of the agent's hooks directory named
+    /// for tacho): an uninstall that leaves it empty removes it, backup and all.
+    fn settings_file_is_tachos(&self) -> bool {
+        false
+    }
+
     /// The hook events tacho registers.
     fn hook_events(&self) -> &'static [HookEvent];
 

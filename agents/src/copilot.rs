@@ -86,6 +86,10 @@ impl Adapter for Copilot {
         &[HOME_VAR]
     }
 
+    fn settings_file_is_tachos(&self) -> bool {
+        true
+    }
+
     /// A hooks file of tacho's own: Copilot reads every `*.json` of its hooks
     /// directories, so nothing of the user's is rewritten.
     fn settings_file(&self, places: &Places, scope: Scope) -> Result<PathBuf, PlaceError> {

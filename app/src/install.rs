@@ -221,7 +221,13 @@ fn edit_settings(
     let mut s = settings::parse(&name, current.text())?;
     let changed = edit(&name, &mut s)?;
     let text = settings::render(&s)?;
-    let backup = if changed && !dry_run {
+    // tacho's own hooks file (Copilot's `tacho.json`) left empty is removed, not kept
+    // as `{}` with a backup of tacho's hooks beside it.
+    let own_and_empty = s.is_empty() && agent.settings_file_is_tachos();
+    let backup = if changed && !dry_run && own_and_empty {
+        current.remove_own()?;
+        None
+    } else if changed && !dry_run {
         current.replace(&text)?
     } else {
         None

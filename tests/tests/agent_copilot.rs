@@ -107,6 +107,12 @@ fn copilot_recorded_through_hooks_with_rollback_tokens_and_the_stop_gate() {
         &["hooks", "uninstall", "copilot", "--scope", "project"],
     );
     assert_eq!(code, 0, "{out}{err}");
+    // tacho's own hooks file, left empty, is gone, with no backup of it (issue 47, 15).
+    let left: Vec<_> = std::fs::read_dir(repo.join(".github/hooks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 
     // The session exists before the agent starts (Copilot takes its id), with an
     // assured goal whose check has not run.

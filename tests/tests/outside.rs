@@ -435,3 +435,41 @@ fn project_settings_outside_a_work_tree_are_refused() {
     assert_eq!(code, 0, "{err}");
     assert!(home.join(".claude/settings.json").exists());
 }
+
+/// Issue 47 (15): uninstalling Copilot's hooks removes tacho's own hooks file when
+/// nothing else is in it, and leaves no backup of it; a file with the user's hooks in
+/// it too keeps them.
+#[test]
+fn copilot_uninstall_removes_tachos_own_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().canonicalize().unwrap().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let t = |args: &[&str]| {
+        let mut c = tacho(&tmp.path().join("data"));
+        c.current_dir(&home).env("HOME", &home).args(args);
+        run(c)
+    };
+    let hooks = home.join(".copilot/hooks");
+    let (code, _, err) = t(&["hooks", "install", "copilot"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = t(&["hooks", "uninstall", "copilot"]);
+    assert_eq!(code, 0, "{err}");
+    let left: Vec<_> = std::fs::read_dir(&hooks)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // A key of the user's in the file: kept, the file stays.
+    let (code, _, err) = t(&["hooks", "install", "copilot"]);
+    assert_eq!(code, 0, "{err}");
+    let file = hooks.join("tacho.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    v["mine"] = serde_json::json!(true);
+    std::fs::write(&file, v.to_string()).unwrap();
+    let (code, _, err) = t(&["hooks", "uninstall", "copilot"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(v["mine"], true, "{v}");
+}
