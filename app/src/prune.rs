@@ -179,6 +179,23 @@ impl Tacho {
                 }
             }
         }
+        // Each candidate read through, in the dry run as in the real one: the index
+        // says what it knew when the session was folded, and damage since (a changed
+        // byte) keeps a session as it keeps one the index knows damaged.
+        let candidates: Vec<String> = prune.keys().cloned().collect();
+        for session in candidates {
+            let damage = match self.log().verify_session(&session, true) {
+                Ok(r) => r.findings.first().map(|f| f.message.clone()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(why) = damage {
+                prune.remove(&session);
+                kept.insert(
+                    session,
+                    format!("damaged: it does not verify ({why}), and pruning would remove the evidence"),
+                );
+            }
+        }
         // A kept session's ancestors stay, with it.
         let mut stack: Vec<String> = young.into_iter().chain(kept.keys().cloned()).collect();
         let mut seen = BTreeSet::new();

@@ -1027,3 +1027,57 @@ fn export_of_many_sessions_in_parallel_equals_exporting_them_one_by_one() {
         "the big output is in a span"
     );
 }
+
+/// Issue 47 (14): a session damaged after the index folded it (a byte changed in its
+/// log) is kept by the dry run and the real prune alike, which then removes the rest.
+#[test]
+fn prune_keeps_a_session_damaged_since_it_was_indexed_in_the_dry_run_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = prune_store(tmp.path());
+    // One more old session, alone: a stream of its own (not in a pack).
+    let ex = tacho_tests::example_session();
+    let old = {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            - 30 * 86_400;
+        tacho_schema::time_to_rfc3339(t * 1_000_000_000)
+            .get(..10)
+            .unwrap()
+            .to_string()
+    };
+    let lines = ex.replace(EXAMPLE, "ses_old_x").replace("2026-11-20", &old);
+    let (code, _, err) = run_with_stdin(&home, &["record"], &lines);
+    assert_eq!(code, 0, "{err}");
+    let mut c = tacho(&home);
+    c.args(["session", "list", "--json"]);
+    assert_eq!(run(c).0, 0, "the index folds it");
+    let dir = home.join("log/streams/ses_old_x");
+    let seg = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "tseg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[128 + 40] ^= 1;
+    std::fs::write(&seg, &bytes).unwrap();
+    let kept_damaged = |v: &Value| {
+        v["kept"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["session"] == "ses_old_x" && k["reason"].as_str().unwrap().contains("damaged"))
+    };
+    let (code, out, err) = audit(&home, &["prune", "--days", "7", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let dry: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(kept_damaged(&dry), "{dry}");
+    let (code, out, err) = audit(&home, &["prune", "--days", "7", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let done: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(kept_damaged(&done), "{done}");
+    assert_eq!(dry["removed"], done["removed"]);
+    assert!(!done["removed"].as_array().unwrap().is_empty(), "{done}");
+    assert!(dir.exists(), "the damaged session is still there");
+}
