@@ -285,7 +285,8 @@ impl Tacho {
     /// Session `id`'s graph and where its workspace is under `top`; `None` when it
     /// cannot be read or its workspace is not in that repository.
     fn session_files(&self, id: &str, top: &Path) -> Option<SessionFiles> {
-        let graph = self.graph(id).ok()?;
+        // Folded from the log, never from a stored projection the agent could rewrite.
+        let graph = self.evidence_graph(id).ok()?;
         let first = graph.snapshots.first()?;
         let ws = PathBuf::from(&first.workspace);
         let mut parts = Vec::new();

@@ -63,7 +63,13 @@ impl Tacho {
     /// later snapshot. A change between two snapshots no tool call claims
     /// (`ExecutionGraph::claimed_between`) is not attributed: it is returned apart.
     /// Sessions without two snapshots have nothing to add.
-    pub(crate) fn observed_changes(&self, g: &ExecutionGraph) -> Result<Observed, SnapshotError> {
+    /// `fresh`: diffs computed from the snapshot objects, never read from the cache
+    /// (evidence for others).
+    pub(crate) fn observed_changes(
+        &self,
+        g: &ExecutionGraph,
+        fresh: bool,
+    ) -> Result<Observed, SnapshotError> {
         let Some(first) = g.snapshots.first() else {
             return Ok(Observed::default());
         };
@@ -91,7 +97,12 @@ impl Tacho {
             }
             let PairOrigin { claimed, step, seq } = pair_origin(g, a.seq, b.seq);
             let mut unclaimed = Vec::new();
-            for c in store.diff(&a.id, &b.id)? {
+            let diff = if fresh {
+                store.diff_uncached(&a.id, &b.id)?
+            } else {
+                store.diff(&a.id, &b.id)?
+            };
+            for c in diff {
                 let key = keys.get(&c.path).cloned().unwrap_or_else(|| c.path.clone());
                 // Nothing running claims it, and no edit event named the file then.
                 if !claimed && !g.edited_between(&key, a.seq, b.seq) {

@@ -369,7 +369,10 @@ impl Tacho {
                 .as_deref()
                 .is_some_and(|src| src.starts_with(crate::ingest::RECORD_SOURCE));
         }
-        if let Ok(g) = self.graph(&s.session) {
+        // Evidence for others: folded from the log itself, never from a stored
+        // projection or cached diff the watched agent could have rewritten.
+        let evidence = self.evidence_graph(&s.session).ok();
+        if let Some(g) = &evidence {
             let last = g.ended_unix_ns.or(g.last_event_unix_ns).unwrap_or(i64::MAX);
             s.windows = g
                 .steps
@@ -402,16 +405,18 @@ impl Tacho {
                 return s;
             }
         };
-        match self.show_session(&id) {
-            Ok(d) => {
-                s.agent = d.summary.agent.clone();
-                s.title = d.summary.title.clone();
-                s.risk_level = Some(d.risk.level.as_str().to_owned());
-                s.risk_score = Some(d.risk.score);
-                s.risk_factors = d.risk.factors;
-                s.workspace = d.summary.workspace;
+        match evidence {
+            Some(g) => {
+                let summary = tacho_projections::SessionSummary::from_graph(&g);
+                let crate::SessionGraph { risk, .. } = crate::SessionGraph::of(g);
+                s.agent = summary.agent;
+                s.title = summary.title;
+                s.risk_level = Some(risk.level.as_str().to_owned());
+                s.risk_score = Some(risk.score);
+                s.risk_factors = risk.factors;
+                s.workspace = summary.workspace;
             }
-            Err(e) => s.findings.push(e.to_string()),
+            None => s.findings.push(format!("session {}: its graph cannot be read", s.session)),
         }
         let newest = s.commits.first().cloned().unwrap_or_default();
         // The session's goals and those of the sessions it continues: an agent that
@@ -419,7 +424,7 @@ impl Tacho {
         for part in self.continued_chain(id.as_str()) {
             let part = crate::SessionId::resolved(part);
             // Who made each act on a goal (the agent from inside a call, or not).
-            let graph = self.graph(part.as_str()).ok();
+            let graph = self.evidence_graph(part.as_str()).ok();
             let by = |seq: u64| -> String {
                 let Some(g) = &graph else {
                     return "by whom unknown (the session's graph cannot be read)".into();

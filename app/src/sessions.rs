@@ -268,9 +268,23 @@ impl Tacho {
         Ok((g, end))
     }
 
+    /// The graph of a session folded from its log alone, with the changes its
+    /// snapshots show computed from their objects: never a stored projection or a
+    /// cached diff (files of the data directory the watched agent can rewrite). What
+    /// evidence for others (`ci verify`, `attest`, `attribution`) is built on.
+    pub(crate) fn evidence_graph(&self, session: &str) -> Result<ExecutionGraph, StoreError> {
+        let mut g = crate::projection::rebuild(self.log(), session, u64::MAX)?;
+        self.merge_observed_with(&mut g, true);
+        Ok(g)
+    }
+
     /// Merges what the snapshots show into a graph folded from the events.
     pub(crate) fn merge_observed(&self, g: &mut ExecutionGraph) {
-        match self.observed_changes(g) {
+        self.merge_observed_with(g, false);
+    }
+
+    fn merge_observed_with(&self, g: &mut ExecutionGraph, fresh: bool) {
+        match self.observed_changes(g, fresh) {
             Ok(changes) => {
                 g.merge_observed(&changes.claimed);
                 g.merge_unclaimed(changes.unclaimed);

@@ -960,3 +960,51 @@ fn each_line_of_a_commit_is_attributed_to_the_call_or_the_user_that_wrote_it() {
     assert!(summary.contains("line 5: user"), "{summary}");
     assert!(summary.contains("line 1: agent"), "{summary}");
 }
+
+/// Red team (issue 44): the stored projection is derived data in the data directory,
+/// which the watched agent can rewrite. A commit dated outside every step is not
+/// linked; widening the stored projection's step so that it covers the commit changes
+/// nothing: `ci verify` and `attest` fold the log itself.
+#[test]
+fn an_edited_stored_projection_links_nothing() {
+    if !have_git() {
+        return tacho_tests::skip_without("git");
+    }
+    let env = Env::new();
+    let base = git(&env.ws, &["rev-parse", "HEAD"]);
+    env.send("s1", "SessionStart", serde_json::json!({"source": "startup"}));
+    env.bash("s1", "t1", "git commit -am old", "[main] old", || {
+        std::fs::write(env.ws.join("src/a.txt"), "changed\n").unwrap();
+        // Committed with a date a day before the session: made outside its steps.
+        let out = std::process::Command::new("git")
+            .current_dir(&env.ws)
+            .env("GIT_COMMITTER_DATE", "2001-01-01T00:00:00Z")
+            .args(["commit", "-q", "-am", "dated before the session"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    });
+    env.send("s1", "Stop", serde_json::json!({"stop_hook_active": false}));
+    let session = env.session();
+    let range = format!("{base}..HEAD");
+    let (code, r, err) = env.ci(&[&range, "--require-session"]);
+    assert_eq!(code, 1, "{err}{r}");
+    assert_eq!(r["commits"][0]["linked"], false, "{r}");
+    // The stored projection, written by a query, then widened to every time.
+    let (code, _, err) = env.tacho(&["graph", &session]);
+    assert_eq!(code, 0, "{err}");
+    let file = env.home.join(format!("log/projections/{session}.json"));
+    let mut p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    for step in p["graph"]["steps"].as_array_mut().unwrap() {
+        step["started_unix_ns"] = serde_json::json!(0);
+    }
+    std::fs::write(&file, p.to_string()).unwrap();
+    let (code, r, err) = env.ci(&[&range, "--require-session"]);
+    assert_eq!(code, 1, "{err}{r}");
+    assert_eq!(r["commits"][0]["linked"], false, "{r}");
+    let (code, out, err) = env.tacho(&["attest", &range, "--unsigned", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let a: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(a["statements"][0]["predicate"]["commits"][0]["linked"], false, "{a}");
+}

@@ -117,15 +117,33 @@ fn lines(s: &str) -> u64 {
 }
 
 impl SnapshotStore {
-    /// What changed from snapshot `from` to snapshot `to`, in path order.
+    /// What changed from snapshot `from` to snapshot `to`, in path order (from the
+    /// cache when it holds the pair).
     pub fn diff(&self, from: &str, to: &str) -> Result<Vec<PathChange>, SnapshotError> {
+        self.diff_with(from, to, true)
+    }
+
+    /// [`SnapshotStore::diff`] computed from the objects, whatever the cache holds (a
+    /// file of the data directory anyone of the user's can rewrite): what evidence
+    /// for others is built on. The cache is written with the answer.
+    pub fn diff_uncached(&self, from: &str, to: &str) -> Result<Vec<PathChange>, SnapshotError> {
+        self.diff_with(from, to, false)
+    }
+
+    fn diff_with(
+        &self,
+        from: &str,
+        to: &str,
+        use_cache: bool,
+    ) -> Result<Vec<PathChange>, SnapshotError> {
         let cached = self
             .cache_dir
             .join("diffs")
             .join(format!("{from}-{to}.json"));
-        if let Some(c) = std::fs::read(&cached)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
+        if use_cache
+            && let Some(c) = std::fs::read(&cached)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
         {
             return Ok(c);
         }
