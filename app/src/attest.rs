@@ -103,6 +103,9 @@ impl Tacho {
     ) -> Result<Attestation, AttestError> {
         let signer = self.attest_signer(workspace, key)?;
         let report = self.ci_verify(range, workspace, CiPolicy::default())?;
+        if let Some(e) = report.no_range() {
+            return Err(e.into());
+        }
         attestation(&report, signer.as_ref())
     }
 

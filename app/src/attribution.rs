@@ -48,6 +48,9 @@ pub enum LineOrigin {
     /// In the file before the session's first snapshot of it, or in the commit but in
     /// no snapshot: nothing tacho saw says who wrote it.
     Unknown,
+    /// Two sessions that link the commit say different things of the line: each is
+    /// listed (a second session can be made up to claim a commit).
+    Mixed { origins: Vec<LineOrigin> },
 }
 
 impl LineOrigin {
@@ -57,13 +60,14 @@ impl LineOrigin {
             LineOrigin::Ai { .. } => "ai",
             LineOrigin::Human { .. } => "human",
             LineOrigin::Unknown => "unknown",
+            LineOrigin::Mixed { .. } => "mixed",
         }
     }
 
     fn session(&self) -> Option<&str> {
         match self {
             LineOrigin::Ai { session, .. } | LineOrigin::Human { session, .. } => Some(session),
-            LineOrigin::Unknown => None,
+            LineOrigin::Unknown | LineOrigin::Mixed { .. } => None,
         }
     }
 }
@@ -236,6 +240,17 @@ impl Tacho {
         workspace: Option<&Path>,
     ) -> Result<Vec<CommitAttribution>, CiError> {
         let report = self.ci_verify(range, workspace, CiPolicy::default())?;
+        if let Some(e) = report.no_range() {
+            return Err(e);
+        }
+        // Only sessions whose logs verify are followed: nothing a damaged log says is
+        // evidence.
+        let verified: std::collections::BTreeSet<&str> = report
+            .sessions
+            .iter()
+            .filter(|s| s.verified)
+            .map(|s| s.session.as_str())
+            .collect();
         let ws = match workspace {
             Some(w) => w.to_path_buf(),
             None => std::env::current_dir().map_err(CiError::CurrentDir)?,
@@ -249,7 +264,11 @@ impl Tacho {
                 r => r?,
             };
             let linked: Vec<String> = if c.linked {
-                c.sessions.clone()
+                c.sessions
+                    .iter()
+                    .filter(|s| verified.contains(s.as_str()))
+                    .cloned()
+                    .collect()
             } else {
                 Vec::new()
             };
@@ -318,15 +337,33 @@ impl Tacho {
             return Ok(None);
         };
         let committed_lines = lines_of(&committed);
-        let mut origins = vec![LineOrigin::Unknown; committed_lines.len()];
+        // Every linked session's account of each line: one that explains it, or a
+        // `mixed` line when two disagree.
+        let mut accounts: Vec<Vec<LineOrigin>> = Vec::new();
         if let Ok(store) = self.snapshots() {
             for s in followed {
                 if let Some(o) = follow(store, s, &change.path, &committed, c.committed_unix) {
-                    origins = o;
-                    break;
+                    accounts.push(o);
                 }
             }
         }
+        let origins: Vec<LineOrigin> = (0..committed_lines.len())
+            .map(|i| {
+                let mut said: Vec<LineOrigin> = Vec::new();
+                for a in &accounts {
+                    match a.get(i) {
+                        Some(LineOrigin::Unknown) | None => {}
+                        Some(o) if said.contains(o) => {}
+                        Some(o) => said.push(o.clone()),
+                    }
+                }
+                match said.len() {
+                    0 => LineOrigin::Unknown,
+                    1 => said.swap_remove(0),
+                    _ => LineOrigin::Mixed { origins: said },
+                }
+            })
+            .collect();
         let mut ranges = Vec::new();
         for &(start, end) in &change.lines {
             let mut line = start;

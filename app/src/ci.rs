@@ -35,6 +35,9 @@ pub struct CiPolicy {
 pub enum CiError {
     #[error("{0:?}: give the range as BASE..HEAD")]
     BadRange(String),
+    /// The range names no commits to state anything about (`attest`, `attribution`).
+    #[error("nothing to state about the range: {0}")]
+    NoRange(String),
     #[error("the current directory: {0}")]
     CurrentDir(#[source] std::io::Error),
     #[error(transparent)]
@@ -46,7 +49,7 @@ pub enum CiError {
 }
 
 kinds!(CiError {
-    CiError::BadRange(_) => Input,
+    CiError::BadRange(_) | CiError::NoRange(_) => Input,
     CiError::CurrentDir(_) => Io,
     CiError::Commits(CommitsError::BadBaseline(_) | CommitsError::BadRevision(_)) => Input,
     CiError::Commits(CommitsError::Repository(e)) => e.kind(),
@@ -221,6 +224,22 @@ pub struct CiReport {
 impl CiReport {
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
+    }
+
+    /// Why the range holds no commit to state anything about (a revision that names no
+    /// commit, a BASE that is not an ancestor, an empty range), if so.
+    pub fn no_range(&self) -> Option<CiError> {
+        let why = self
+            .failures
+            .iter()
+            .find(|f| f.rule == CiRule::Range)
+            .map(|f| f.reason.clone())
+            .or_else(|| {
+                self.commits
+                    .is_empty()
+                    .then(|| "it holds no commit".to_owned())
+            })?;
+        Some(CiError::NoRange(why))
     }
 
     pub fn unlinked(&self) -> impl Iterator<Item = &CiCommit> {
@@ -416,7 +435,9 @@ impl Tacho {
                 s.risk_factors = risk.factors;
                 s.workspace = summary.workspace;
             }
-            None => s.findings.push(format!("session {}: its graph cannot be read", s.session)),
+            None => s
+                .findings
+                .push(format!("session {}: its graph cannot be read", s.session)),
         }
         let newest = s.commits.first().cloned().unwrap_or_default();
         // The session's goals and those of the sessions it continues: an agent that

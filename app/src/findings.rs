@@ -183,7 +183,18 @@ impl Tacho {
         } else {
             range_changes(&ws, Some(&report.baseline), &report.head)?
         };
-        Ok(findings(report, &top, &changes))
+        let mut f = findings(report, &top, &changes);
+        // GitHub refuses a whole upload in which one result has no location: findings
+        // of a range that changed no file go to the first file of the repository.
+        if f.findings.iter().any(|x| x.path.is_none())
+            && let Some(first) = tacho_goals::commits::first_file(&ws, "HEAD")
+        {
+            for x in f.findings.iter_mut().filter(|x| x.path.is_none()) {
+                x.path = Some(first.clone());
+                x.lines = Some((1, 1));
+            }
+        }
+        Ok(f)
     }
 }
 

@@ -192,7 +192,9 @@ impl Tacho {
                 prune.remove(&session);
                 kept.insert(
                     session,
-                    format!("damaged: it does not verify ({why}), and pruning would remove the evidence"),
+                    format!(
+                        "damaged: it does not verify ({why}), and pruning would remove the evidence"
+                    ),
                 );
             }
         }

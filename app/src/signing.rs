@@ -400,15 +400,27 @@ impl RawSigner {
                         .unwrap_or_else(|| PathBuf::from(key)),
                     None => PathBuf::from(key),
                 };
-                let io = |e: std::io::Error| SignError::Io {
-                    path: path.clone(),
-                    source: e,
-                };
-                let len = std::fs::metadata(&path).map_err(io)?.len();
-                if len > KEY_FILE_BYTES_MAX {
-                    return Err(failed(format!("{len} bytes: no key file is that large")));
+                // The key file is named by git's configuration, which the repository's
+                // `.git/config` can set: a regular file of sane size, read with a limit
+                // (a FIFO would block, a device never end).
+                let meta = std::fs::metadata(&path)
+                    .map_err(|e| failed(format!("{}: {e}", path.display())))?;
+                if !meta.is_file() {
+                    return Err(failed(format!("{} is not a regular file", path.display())));
                 }
-                let text = std::fs::read_to_string(&path).map_err(io)?;
+                if meta.len() > KEY_FILE_BYTES_MAX {
+                    return Err(failed(format!(
+                        "{} bytes: no key file is that large",
+                        meta.len()
+                    )));
+                }
+                let mut text = String::new();
+                {
+                    use std::io::Read;
+                    std::fs::File::open(&path)
+                        .and_then(|f| f.take(KEY_FILE_BYTES_MAX).read_to_string(&mut text))
+                        .map_err(|e| failed(format!("{}: {e}", path.display())))?;
+                }
                 if text
                     .trim_start()
                     .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----")
@@ -506,7 +518,9 @@ fn agent_sign(sock: &Path, key: &[u8], data: &[u8]) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let mut s = std::os::unix::net::UnixStream::connect(sock)
         .map_err(|e| format!("connecting to ssh-agent at {}: {e}", sock.display()))?;
-    let _ = s.set_read_timeout(Some(AGENT_TIMEOUT));
+    // One deadline for the whole exchange: a peer that answers a byte at a time does
+    // not keep tacho waiting past it.
+    let deadline = std::time::Instant::now() + AGENT_TIMEOUT;
     let _ = s.set_write_timeout(Some(AGENT_TIMEOUT));
     let string = |out: &mut Vec<u8>, b: &[u8]| -> Result<(), String> {
         let n = u32::try_from(b.len()).map_err(|_| "too much to sign".to_owned())?;
@@ -522,16 +536,34 @@ fn agent_sign(sock: &Path, key: &[u8], data: &[u8]) -> Result<Vec<u8>, String> {
     string(&mut msg, &body)?;
     s.write_all(&msg)
         .map_err(|e| format!("writing to ssh-agent: {e}"))?;
+    let mut read_all = |buf: &mut [u8]| -> Result<(), String> {
+        let mut at = 0;
+        while at < buf.len() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "ssh-agent did not answer within {} s",
+                    AGENT_TIMEOUT.as_secs()
+                ));
+            }
+            let _ = s.set_read_timeout(Some(left));
+            match s.read(buf.get_mut(at..).unwrap_or_default()) {
+                Ok(0) => return Err("ssh-agent closed the connection".into()),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading ssh-agent's answer: {e}")),
+            }
+        }
+        Ok(())
+    };
     let mut len = [0u8; 4];
-    s.read_exact(&mut len)
-        .map_err(|e| format!("reading ssh-agent's answer: {e}"))?;
+    read_all(&mut len)?;
     let len = u32::from_be_bytes(len);
     if len == 0 || len > 1 << 16 {
         return Err(format!("ssh-agent answered with a message of {len} bytes"));
     }
     let mut answer = vec![0u8; len as usize];
-    s.read_exact(&mut answer)
-        .map_err(|e| format!("reading ssh-agent's answer: {e}"))?;
+    read_all(&mut answer)?;
     let (kind, rest) = answer.split_first().ok_or("an empty answer")?;
     match kind {
         14 => {} // SSH_AGENT_SIGN_RESPONSE

@@ -1364,7 +1364,8 @@ fn a_command_group_without_its_subcommand_shows_its_help() {
 fn the_readmes_usage_block_names_every_command_and_agent() {
     let env = Env::new();
     let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
     let block = readme
         .split("```sh\ntacho demo")
         .nth(1)
@@ -1405,15 +1406,15 @@ fn the_readmes_usage_block_names_every_command_and_agent() {
             .find(|l| l.starts_with(prefix))
             .unwrap_or_else(|| panic!("no `{prefix}` line"));
         let named = if line.contains("AGENT") {
-            block
-                .lines()
-                .find(|l| l.contains("AGENT:"))
-                .unwrap_or(line)
+            block.lines().find(|l| l.contains("AGENT:")).unwrap_or(line)
         } else {
             line
         };
         for a in &agents {
-            assert!(named.contains(a), "`{prefix}` in the README does not name {a}: {named}");
+            assert!(
+                named.contains(a),
+                "`{prefix}` in the README does not name {a}: {named}"
+            );
         }
     }
 }

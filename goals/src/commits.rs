@@ -217,22 +217,30 @@ pub fn range_changes(
             .detach()
             .data)
     };
+    // A gitlink (a submodule's commit) has no blob here; its lines are the submodule's.
+    let is_blob = |mode: u32| mode & 0o170000 != 0o160000;
+    // A tree can name anything: `..` or `.` is no path of a work tree, and none is
+    // reported (a SARIF location or attribution path must stay in the repository).
+    let plain = |p: &str| p.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
     let mut out = Vec::new();
-    for (path, (mode, id)) in &new {
+    for (path, (mode, id)) in new.iter().filter(|(p, _)| plain(p)) {
         let before = match old.get(path) {
             Some((m, o)) if o == id && m == mode => continue,
-            Some((_, o)) => blob(*o)?,
-            None => Vec::new(),
+            Some((m, o)) if is_blob(*m) => blob(*o)?,
+            _ => Vec::new(),
         };
-        let lines =
-            tacho_git::snapshot::changed_line_ranges(&before, &blob(*id)?).unwrap_or_default();
+        let lines = if is_blob(*mode) {
+            tacho_git::snapshot::changed_line_ranges(&before, &blob(*id)?).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         out.push(RangeChange {
             path: path.clone(),
             deleted: false,
             lines,
         });
     }
-    for path in old.keys().filter(|p| !new.contains_key(*p)) {
+    for path in old.keys().filter(|p| !new.contains_key(*p) && plain(p)) {
         out.push(RangeChange {
             path: path.clone(),
             deleted: true,
@@ -241,6 +249,23 @@ pub fn range_changes(
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((top, out))
+}
+
+/// The first file (in path order) of revision `rev`'s tree in the repository holding
+/// `workspace`: where a finding about no file can still be placed. `None` when the
+/// revision or its tree holds none.
+pub fn first_file(workspace: &Path, rev: &str) -> Option<String> {
+    let ws = tacho_git::snapshot::canonical_workspace(workspace).ok()?;
+    let repo = scan::git_context(&ws).ok()??.repo;
+    let commit = repo
+        .rev_parse_single(rev)
+        .ok()?
+        .object()
+        .ok()?
+        .peel_to_commit()
+        .ok()?;
+    let tree = commit.tree_id().ok()?.detach();
+    files(&repo, tree).ok()?.into_keys().next()
 }
 
 /// A range walked: its ends resolved, its commits newest first, or its problem.

@@ -1063,11 +1063,9 @@ fn prune_keeps_a_session_damaged_since_it_was_indexed_in_the_dry_run_too() {
     bytes[128 + 40] ^= 1;
     std::fs::write(&seg, &bytes).unwrap();
     let kept_damaged = |v: &Value| {
-        v["kept"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|k| k["session"] == "ses_old_x" && k["reason"].as_str().unwrap().contains("damaged"))
+        v["kept"].as_array().unwrap().iter().any(|k| {
+            k["session"] == "ses_old_x" && k["reason"].as_str().unwrap().contains("damaged")
+        })
     };
     let (code, out, err) = audit(&home, &["prune", "--days", "7", "--dry-run", "--json"]);
     assert_eq!(code, 0, "{err}");

@@ -972,7 +972,11 @@ fn an_edited_stored_projection_links_nothing() {
     }
     let env = Env::new();
     let base = git(&env.ws, &["rev-parse", "HEAD"]);
-    env.send("s1", "SessionStart", serde_json::json!({"source": "startup"}));
+    env.send(
+        "s1",
+        "SessionStart",
+        serde_json::json!({"source": "startup"}),
+    );
     env.bash("s1", "t1", "git commit -am old", "[main] old", || {
         std::fs::write(env.ws.join("src/a.txt"), "changed\n").unwrap();
         // Committed with a date a day before the session: made outside its steps.
@@ -1006,5 +1010,127 @@ fn an_edited_stored_projection_links_nothing() {
     let (code, out, err) = env.tacho(&["attest", &range, "--unsigned", "--json"]);
     assert_eq!(code, 0, "{err}");
     let a: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(a["statements"][0]["predicate"]["commits"][0]["linked"], false, "{a}");
+    assert_eq!(
+        a["statements"][0]["predicate"]["commits"][0]["linked"], false,
+        "{a}"
+    );
+}
+
+/// Red team (issue 44): a second session, made up from the agent's shell by piping
+/// hook payloads (its id sorting first), that saw the commit too does not take the
+/// agent's lines away: every linked session is followed, and the real one explains
+/// them. A range of a submodule, an empty commit and no range at all: exit codes and
+/// SARIF locations a reader can use; a key file that is a FIFO is refused at once.
+#[test]
+fn attribution_and_evidence_hold_against_the_agents_tricks() {
+    if !have_git() {
+        return tacho_tests::skip_without("git");
+    }
+    let env = Env::new();
+    let base = git(&env.ws, &["rev-parse", "HEAD"]);
+    env.send(
+        "s1",
+        "SessionStart",
+        serde_json::json!({"source": "startup"}),
+    );
+    env.bash("s1", "t1", "echo more >> src/a.txt", "", || {
+        std::fs::write(env.ws.join("src/a.txt"), "a\nmore\nand more\n").unwrap();
+    });
+    // The made-up session starts, then the commit happens inside its "call".
+    env.send(
+        "0000",
+        "SessionStart",
+        serde_json::json!({"source": "startup"}),
+    );
+    env.bash("0000", "x1", "git commit -am work", "", || {
+        git(&env.ws, &["commit", "-q", "-am", "work"]);
+    });
+    env.bash("s1", "t2", "true", "", || {});
+    let head = git(&env.ws, &["rev-parse", "HEAD"]);
+    let range = format!("{base}..{head}");
+    let (code, r, err) = env.ci(&[&range]);
+    assert_eq!(code, 0, "{err}");
+    let mut linked: Vec<&str> = r["commits"][0]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    linked.sort_unstable();
+    assert_eq!(linked.len(), 2, "both saw it: {r}");
+    let (code, out, err) = env.tacho(&["attribution", &range, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let a: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let origins: Vec<(u64, &str)> = a["files"][0]["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["start_line"].as_u64().unwrap(),
+                x["origin"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(origins, vec![(2, "ai")], "{a}");
+
+    // No range: nothing to attest or attribute (exit 2), never an empty subject.
+    for cmd in ["attest", "attribution"] {
+        let mut args = vec![cmd, "HEAD..HEAD"];
+        if cmd == "attest" {
+            args.push("--unsigned");
+        }
+        let (code, out, err) = env.tacho(&args);
+        assert_eq!(code, 2, "{cmd}: {out}{err}");
+        assert!(err.contains("nothing to state about the range"), "{err}");
+    }
+
+    // A submodule added and an empty commit: SARIF and attribution still answer, and
+    // every SARIF result has a location.
+    let sub = git(&env.ws, &["rev-parse", "HEAD"]);
+    git(
+        &env.ws,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{sub},vendor/lib"),
+        ],
+    );
+    git(&env.ws, &["commit", "-q", "-m", "a submodule"]);
+    git(&env.ws, &["commit", "-q", "--allow-empty", "-m", "nothing"]);
+    let range = format!("{head}..HEAD");
+    let (code, _, err) = env.tacho(&["attribution", &range]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = env.tacho(&[
+        "ci",
+        "verify",
+        &range,
+        "--require-session",
+        "--format",
+        "sarif",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let sarif: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let results = sarif["runs"][0]["results"].as_array().unwrap();
+    assert!(!results.is_empty(), "{sarif}");
+    for r in results {
+        let loc = &r["locations"][0]["physicalLocation"];
+        assert!(loc["artifactLocation"]["uri"].is_string(), "{r}");
+        assert!(loc["region"]["startLine"].as_u64().is_some(), "{r}");
+    }
+
+    // A key file that is a FIFO (a repository's .git/config can name one): refused
+    // at once, not waited on.
+    let fifo = env.dir.join("key.fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, _, err) = env.tacho(&["attest", &range, "--key", fifo.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
 }

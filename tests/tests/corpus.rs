@@ -384,5 +384,9 @@ fn a_second_import_finds_what_the_first_added() {
     assert!(added > 40, "{first}");
     assert_eq!(first["sessions_ended_inferred"], 1, "{first}");
     assert_eq!(second["events_added"], 0, "{second}");
-    assert_eq!(second["events_already_recorded"].as_u64(), Some(added), "{first}\n{second}");
+    assert_eq!(
+        second["events_already_recorded"].as_u64(),
+        Some(added),
+        "{first}\n{second}"
+    );
 }

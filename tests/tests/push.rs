@@ -721,9 +721,14 @@ fn a_first_word_that_is_a_session_is_pushed_to_origin() {
     assert_eq!(pushed["remote"], "origin", "{pushed}");
     assert!(pushed.to_string().contains("sec1"), "{pushed}");
     // The remote first, then the session: the same.
-    let pushed = w.alice.json(&["push", "origin", "sec1", "--dry-run", "--json"]);
+    let pushed = w
+        .alice
+        .json(&["push", "origin", "sec1", "--dry-run", "--json"]);
     assert_eq!(pushed["remote"], "origin", "{pushed}");
     let (code, _, err) = w.alice.tacho(&["push", "nonesuch"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("neither a remote") && err.contains("nonesuch"), "{err}");
+    assert!(
+        err.contains("neither a remote") && err.contains("nonesuch"),
+        "{err}"
+    );
 }

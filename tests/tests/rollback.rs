@@ -197,8 +197,15 @@ fn record_snapshots_steps_and_rollback_restores_and_is_undoable() {
     let before = listed(&e);
     let (code, out, err) = e.tacho(&["session", "rollback", "ses_rb", "--yes"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("Nothing to change: nothing was done, and nothing was recorded"), "{out}");
-    assert_eq!(listed(&e), before, "no session records a rollback that did nothing");
+    assert!(
+        out.contains("Nothing to change: nothing was done, and nothing was recorded"),
+        "{out}"
+    );
+    assert_eq!(
+        listed(&e),
+        before,
+        "no session records a rollback that did nothing"
+    );
     assert_eq!(e.read("notes.txt").as_deref(), Some("notes\n"));
     let (code, out, _) = e.tacho(&["session", "replay", &undo_id, "--mode", "verify"]);
     assert_eq!(code, 0, "{out}");
@@ -1400,12 +1407,21 @@ fn a_refused_workspace_records_the_events_and_exits_as_bad_input() {
         .stdin
         .take()
         .unwrap()
-        .write_all(format!("{{\"type\":\"session.start\",\"workspace\":\"{}\"}}\n", home.display()).as_bytes())
+        .write_all(
+            format!(
+                "{{\"type\":\"session.start\",\"workspace\":\"{}\"}}\n",
+                home.display()
+            )
+            .as_bytes(),
+        )
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("home directory") && err.contains("recorded 1 event(s)"), "{err}");
+    assert!(
+        err.contains("home directory") && err.contains("recorded 1 event(s)"),
+        "{err}"
+    );
     let mut c = tacho(&tmp.path().join("data"));
     c.args(["session", "list", "--json"]);
     let (code, list, _) = run(c);

@@ -18,7 +18,8 @@ pub fn summary(c: &CommitAttribution) -> String {
         let _ = writeln!(o, "  no text lines changed");
     }
     for f in &c.files {
-        let _ = writeln!(o, "  {}", f.path);
+        // A file name may hold a newline: escaped, it cannot forge a line.
+        let _ = writeln!(o, "  {}", f.path.escape_debug());
         for r in &f.ranges {
             let lines = if r.start_line == r.end_line {
                 format!("line {}", r.start_line)
@@ -45,6 +46,10 @@ pub fn summary(c: &CommitAttribution) -> String {
                 LineOrigin::Unknown => {
                     "unknown: no snapshot of a linked session explains it".into()
                 }
+                LineOrigin::Mixed { origins } => format!(
+                    "mixed: {} linked sessions say different things of it",
+                    origins.len()
+                ),
             };
             let _ = writeln!(o, "    {lines}: {who}");
         }

@@ -90,10 +90,14 @@ pub fn changed_line_ranges(old: &[u8], new: &[u8]) -> Option<Vec<(u32, u32)>> {
 /// Per-line values of `old` (`values`, one per line) carried to `new`: a line the
 /// diff keeps keeps its value, a line it adds or rewrites gets `fresh` (line
 /// attribution follows authors through later changes this way).
+///
+/// No deadline: a diff cut short by time would give a large file's every line to the
+/// last change, and the answer would depend on the machine's speed. Patience diff
+/// (unique lines as anchors) keeps large files with few changes fast.
 pub fn carry_lines<T: Clone>(old: &str, new: &str, values: &[T], fresh: &T, missing: &T) -> Vec<T> {
-    use similar::{DiffTag, TextDiff};
+    use similar::{Algorithm, DiffTag, TextDiff};
     let diff = TextDiff::configure()
-        .timeout(std::time::Duration::from_millis(500))
+        .algorithm(Algorithm::Patience)
         .diff_lines(old, new);
     let mut out = Vec::with_capacity(new.lines().count());
     for op in diff.ops() {
