@@ -108,9 +108,9 @@ fn record_then_list() {
         expect![[r#"
             exit: 0
             --- stdout
-            SESSION                        STARTED               EVENTS  TOOLS FAILED  TOKENS IN/OUT  RISK          STATUS          AGENT / TITLE
-            ses_x                          2026-11-30 08:00:00        2      1      0            0/0  LOW 5         running         coder: Fix the flaky test
-            ses_01jdemo8xk4rate1imit0000a  2026-11-20 09:14:03       48      9      1   99,380/4,860  MEDIUM 20     completed       architect: Add per-client rate limiting to the public API
+            SESSION                       STARTED               EVENTS  TOOLS FAILED  TOKENS IN/OUT  RISK          STATUS          AGENT / TITLE
+            ses_x                         2026-11-30 08:00:00        2      1      0            0/0  LOW 5         running         coder: Fix the flaky test
+            ses_01jdemo8xk4rate1imit0000a 2026-11-20 09:14:03       48      9      1   99,380/4,860  MEDIUM 20     completed       architect: Add per-client rate limiting to the public API
             --- stderr
         "#]],
     );
@@ -342,8 +342,8 @@ fn graph_and_risk_formats_on_the_example_session() {
         - verification: npm test → passed
         ### Files changed
         - src/api.ts (modified, +2 -1)
-        - src/middleware/rate-limit.ts (created, +57 -2)
-        - test/rate-limit.test.ts (created, +61 -0)
+        - src/middleware/rate-limit.ts (created, +55)
+        - test/rate-limit.test.ts (created, +61)
         Ended: completed
         --- stderr
     "#]]);
@@ -550,14 +550,14 @@ fn graph_and_risk_on_the_session_of_every_kind() {
         - src/m1.rs (modified, +1 -0)
         - src/m10.rs (deleted, +10 -5)
         - src/m11.rs (renamed, +11 -5)
-        - src/m12.rs (created, +12 -6)
+        - src/m12.rs (created, +6)
         - src/m2.rs (deleted, +2 -1)
         - src/m3.rs (renamed, +3 -1)
-        - src/m4.rs (created, +4 -2)
+        - src/m4.rs (created, +2)
         - src/m5.rs (modified, +5 -2)
         - src/m6.rs (deleted, +6 -3)
         - src/m7.rs (renamed, +7 -3)
-        - src/m8.rs (created, +8 -4)
+        - src/m8.rs (created, +4)
         - src/m9.rs (modified, +9 -4)
         Ended: budget_limited
         --- stderr
@@ -1444,4 +1444,30 @@ fn arguments_a_command_would_ignore_are_refused() {
     // With --all the filters hold.
     let all = env.run(&["audit", "export", "--all", "--since", "7d"], None);
     assert!(all.starts_with("exit: 0\n"), "{all}");
+}
+
+/// Issue 47 (2): `session list`'s columns line up whatever the ids' lengths (the
+/// 36-character UUIDs of Claude Code, Gemini and Codex).
+#[test]
+fn session_list_columns_line_up_for_long_ids() {
+    let env = Env::new();
+    let uuid = "5e551011-aaaa-4bbb-8ccc-000000000001";
+    for id in ["s1", uuid] {
+        let line = format!(r#"{{"type":"session.start","session":"{id}","agent":"coder"}}"#);
+        let out = env.run(&["record", "--snapshots", "off"], Some(&line));
+        assert!(out.starts_with("exit: 0\n"), "{out}");
+    }
+    let out = env.run(&["session", "list"], None);
+    let rows: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("SESSION"))
+        .take_while(|l| !l.starts_with("---"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    let started: Vec<usize> = rows
+        .iter()
+        .map(|l| l.find("STARTED").or_else(|| l.find("20")).unwrap())
+        .collect();
+    assert!(started.iter().all(|&c| c == started[0]), "{out}");
+    assert!(started[0] > uuid.len(), "{out}");
 }

@@ -496,6 +496,28 @@ pub fn tree_fingerprint(
     Ok(Ok(digest(&entries)))
 }
 
+/// The repository holding `workspace`, and commit id `commit` (hex).
+fn commit_of(
+    workspace: &Path,
+    commit: &str,
+) -> Result<(scan::GitContext, gix::ObjectId), SnapshotError> {
+    let ctx = scan::git_context(workspace)?.ok_or_else(|| SnapshotError::Workspace {
+        path: workspace.to_path_buf(),
+        reason: "not inside a Git repository".into(),
+    })?;
+    let id = gix::ObjectId::from_hex(commit.as_bytes())
+        .map_err(|e| SnapshotError::git("commit id", e))?;
+    Ok((ctx, id))
+}
+
+/// The tree of commit `id`.
+fn commit_tree(repo: &gix::Repository, id: gix::ObjectId) -> Result<gix::Tree<'_>, SnapshotError> {
+    repo.find_commit(id)
+        .map_err(|e| SnapshotError::git("reading a commit", e))?
+        .tree()
+        .map_err(|e| SnapshotError::git("reading a commit's tree", e))
+}
+
 /// The content of `path` (repository-relative) in commit `commit` of the repository
 /// holding `workspace`: one lookup along the path, no walk of the tree. `None` when
 /// the commit has no regular file there.
@@ -505,17 +527,9 @@ pub fn file_at(
     path: &str,
 ) -> Result<Option<Vec<u8>>, SnapshotError> {
     let git = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| SnapshotError::git(what, e);
-    let ctx = scan::git_context(workspace)?.ok_or_else(|| SnapshotError::Workspace {
-        path: workspace.to_path_buf(),
-        reason: "not inside a Git repository".into(),
-    })?;
+    let (ctx, id) = commit_of(workspace, commit)?;
     let repo = &ctx.repo;
-    let id = gix::ObjectId::from_hex(commit.as_bytes()).map_err(|e| git("commit id", e.into()))?;
-    let tree = repo
-        .find_commit(id)
-        .map_err(|e| git("reading a commit", e.into()))?
-        .tree()
-        .map_err(|e| git("reading a commit's tree", e.into()))?;
+    let tree = commit_tree(repo, id)?;
     let Some(entry) = tree
         .lookup_entry_by_path(path)
         .map_err(|e| git("looking up a path", e.into()))?
@@ -570,17 +584,9 @@ fn tree_contents(
     files: &[String],
 ) -> Result<Result<Contents, String>, SnapshotError> {
     let git = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| SnapshotError::git(what, e);
-    let ctx = scan::git_context(workspace)?.ok_or_else(|| SnapshotError::Workspace {
-        path: workspace.to_path_buf(),
-        reason: "not inside a Git repository".into(),
-    })?;
+    let (ctx, id) = commit_of(workspace, commit)?;
     let repo = &ctx.repo;
-    let id = gix::ObjectId::from_hex(commit.as_bytes()).map_err(|e| git("commit id", e.into()))?;
-    let tree = repo
-        .find_commit(id)
-        .map_err(|e| git("reading a commit", e.into()))?
-        .tree()
-        .map_err(|e| git("reading a commit's tree", e.into()))?;
+    let tree = commit_tree(repo, id)?;
     // Every blob of the tree under the workspace: workspace-relative path → entry.
     let mut blobs: BTreeMap<String, (gix::objs::tree::EntryMode, gix::ObjectId)> = BTreeMap::new();
     for r in tree

@@ -149,10 +149,14 @@ pub fn markdown(g: &ExecutionGraph, risk: &RiskAssessment) -> String {
             } else {
                 "modified"
             };
-            o.push_str(&format!(
-                "- {path} ({what}, +{} -{})\n",
-                f.lines_added, f.lines_removed
-            ));
+            // A file the session created has no lines of before: what its edits added
+            // and took away again nets out to its lines now.
+            let lines = if f.created && !f.deleted {
+                format!("+{}", f.lines_added.saturating_sub(f.lines_removed))
+            } else {
+                format!("+{} -{}", f.lines_added, f.lines_removed)
+            };
+            o.push_str(&format!("- {path} ({what}, {lines})\n"));
         }
     }
     if !g.unclaimed.is_empty() {

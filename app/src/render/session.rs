@@ -28,8 +28,17 @@ pub fn when(t: Option<i64>) -> String {
 
 /// The listing's table (damaged rows are left out: the frontend says them apart).
 pub fn table(rows: &[SessionRow]) -> String {
+    // As wide as the longest id shown (36-character UUIDs of Claude Code, Gemini and
+    // Codex among them), so that the columns line up.
+    let w = rows
+        .iter()
+        .filter(|r| r.damaged.is_none())
+        .map(|r| r.summary.session.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("SESSION".len());
     let mut o = format!(
-        "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<13} {:<15} {}\n",
+        "{:<w$} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<13} {:<15} {}\n",
         "SESSION",
         "STARTED",
         "EVENTS",
@@ -49,7 +58,7 @@ pub fn table(rows: &[SessionRow]) -> String {
             (None, None) => String::new(),
         };
         o.push_str(&format!(
-            "{:<30} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<13} {:<15} {}\n",
+            "{:<w$} {:<20} {:>7} {:>6} {:>6} {:>14}  {:<13} {:<15} {}\n",
             s.session,
             when(s.started_unix_ns),
             thousands(s.events),
