@@ -115,8 +115,9 @@ pub struct Placement {
     pub target: Option<String>,
     /// For an event that closes a span: the time from its opening event.
     pub span_duration_ns: Option<i64>,
-    /// A model response repeating one already seen (same `response_id`): its usage
-    /// was counted with the first, and it is a plain event here.
+    /// A model response repeating one already seen (same `response_id`), or one a
+    /// branch copied from its parent: its usage was counted with the first (the
+    /// parent's), and it is a plain event here.
     pub repeated_response: bool,
 }
 
@@ -163,6 +164,9 @@ pub struct AuditFold {
     requests: BTreeMap<String, Open>,
     /// Response ids seen, so that a repeated response is not a second model call.
     responses: BTreeSet<String>,
+    /// Events still to come that a `session.branch` copied from its parent: the
+    /// parent's, whose model responses the parent counts.
+    copies_left: u64,
     finished: Vec<Span>,
     last_unix_ns: Option<i64>,
 }
@@ -196,6 +200,7 @@ impl AuditFold {
             calls: BTreeMap::new(),
             requests: BTreeMap::new(),
             responses: BTreeSet::new(),
+            copies_left: 0,
             finished: Vec::new(),
             last_unix_ns: None,
         }
@@ -231,6 +236,11 @@ impl AuditFold {
     /// Places one event (`seq` its sequence number) and closes what it closes.
     pub fn apply(&mut self, seq: u64, event: &Event) -> Placement {
         let t = event.time_unix_ns;
+        let copy = self.copies_left > 0;
+        self.copies_left = self.copies_left.saturating_sub(1);
+        if let EventBody::SessionBranch(b) = &event.body {
+            self.copies_left = b.copied;
+        }
         if !self.root_seen {
             self.root_seen = true;
             self.root.span.start_unix_ns = t;
@@ -348,9 +358,10 @@ impl AuditFold {
                 }
             }
             EventBody::LlmResponse(r)
-                if r.response_id
-                    .as_ref()
-                    .is_some_and(|id| !self.responses.insert(id.clone())) =>
+                if copy
+                    || r.response_id
+                        .as_ref()
+                        .is_some_and(|id| !self.responses.insert(id.clone())) =>
             {
                 placement.repeated_response = true;
                 self.point(seq, event, &placement);

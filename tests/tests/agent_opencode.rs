@@ -151,6 +151,8 @@ fn records_through_its_plugin(f: &Family) {
         return;
     };
     let e = Env::new();
+    // A project's plugin lives in a Git work tree (outside one it is refused).
+    tacho_tests::git::git(&e.ws, &["init", "-q"]);
     let home = e.dir.join("agent-home");
     std::fs::create_dir_all(&home).unwrap();
     // A plugin of the user's own, beside tacho's: never touched.
@@ -402,6 +404,7 @@ fn kilo_stop_gate_sends_it_back_once_through_its_plugin() {
         return;
     };
     let e = Env::new();
+    tacho_tests::git::git(&e.ws, &["init", "-q"]);
     let home = e.dir.join("agent-home");
     std::fs::create_dir_all(&home).unwrap();
     let install = ["hooks", "install", "kilo", "--scope", "project"];

@@ -1079,3 +1079,49 @@ fn prune_keeps_a_session_damaged_since_it_was_indexed_in_the_dry_run_too() {
     assert!(!done["removed"].as_array().unwrap().is_empty(), "{done}");
     assert!(dir.exists(), "the damaged session is still there");
 }
+
+/// Issue 47 (13): a branch copies its parent's events up to its point; the audit
+/// records count each model response once — the parent's — so that a warehouse's
+/// token sums (docs/warehouse) do not count the copies twice.
+#[test]
+fn a_branchs_copied_responses_are_counted_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let (code, _, err) = run_with_stdin(&home, &["record"], &tacho_tests::example_session());
+    assert_eq!(code, 0, "{err}");
+    let mut c = tacho(&home);
+    c.args([
+        "session",
+        "branch",
+        EXAMPLE,
+        "--from",
+        "step 3",
+        "--id",
+        "ses_branch",
+    ]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let sum = |args: &[&str]| -> (u64, u64) {
+        let (code, out, err) = audit(&home, args);
+        assert_eq!(code, 0, "{err}");
+        records(&out)
+            .iter()
+            .filter(|r| r["type"] == "llm.response")
+            .fold((0, 0), |(n, t), r| {
+                let input = r["tokens"]["input"].as_u64();
+                (n + 1, t + input.unwrap_or(0))
+            })
+    };
+    let (parent_responses, parent_input) = sum(&["export", EXAMPLE]);
+    let (branch_responses, branch_input) = sum(&["export", "ses_branch"]);
+    assert!(
+        parent_input > 0 && branch_responses > 0,
+        "{parent_responses}"
+    );
+    assert_eq!(
+        branch_input, 0,
+        "the branch's responses are copies of the parent's"
+    );
+    let (_, all_input) = sum(&["export", "--all"]);
+    assert_eq!(all_input, parent_input);
+}
