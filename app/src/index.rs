@@ -15,8 +15,9 @@ use crate::Tacho;
 /// computed again instead of listed, or reported by `log verify` as damage (SPEC
 /// §8.4). A new store's index begins with them recorded (`StoreOptions::facts_rules`).
 /// (v2: a goal check's receipt counts as verification; v3: changes no tool call
-/// claims are a risk factor of their own, not changed files.)
-pub(crate) const FACTS_RULES: &str = "tacho.facts.v3";
+/// claims are a risk factor of their own, not changed files; v4: a rollback tacho
+/// applied is not scored for the files it restored.)
+pub(crate) const FACTS_RULES: &str = "tacho.facts.v4";
 
 /// Risk levels by rank (the index stores the rank).
 const LEVELS: [RiskLevel; 4] = [

@@ -1015,6 +1015,13 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
             paths: Vec::new(),
         });
     }
+    // A rollback tacho applied restores an earlier state: what it changed is not an
+    // agent's work to review (the session it rolled back is scored for that), so only
+    // what concerns the act itself weighs — how it ended, changes no tool call made
+    // while it ran, hook files it restored, tacho obstructed.
+    if is_tachos_rollback(g) {
+        factors.retain(|f| !ROLLBACK_UNSCORED.contains(&f.id));
+    }
     let score = factors.iter().map(|f| f.weight).sum::<u32>().min(100);
     let level = RiskLevel::of_score(score);
     let confidence = match (n_files > 0, !runs.is_empty()) {
@@ -1046,6 +1053,26 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
         verification_runs: runs,
         disclaimer: RISK_DISCLAIMER,
     }
+}
+
+/// The factors a rollback of tacho's is not scored by: those about the work of an
+/// agent, which a rollback only undoes.
+const ROLLBACK_UNSCORED: &[&str] = &[
+    "files_changed",
+    "lines_changed",
+    "cross_area",
+    "unverified",
+    "edited_after_verification",
+    "no_diff_snapshot",
+    "api_surface",
+    "security_sensitive",
+];
+
+/// The session is a rollback tacho applied (`session rollback`): it records the
+/// rollback (`rollback.applied`, evidence only tacho writes), and no agent but tacho
+/// acted in it.
+fn is_tachos_rollback(g: &ExecutionGraph) -> bool {
+    !g.rollbacks_of.is_empty() && !g.agents.is_empty() && g.agents.iter().all(|a| a == "tacho")
 }
 
 /// The verification runs of a session, in log order: recorded `verification.run`

@@ -371,9 +371,20 @@ fn a_second_import_finds_what_the_first_added() {
         "files/claude-code/2.1.62/f6b7329a/.claude/projects/-home-christso-projects-agentv/f6b7329a-914c-4f62-8090-4e29b032b173.jsonl",
     );
     let tmp = tempfile::tempdir().unwrap();
+    // A copy that has not grown for long (a fresh checkout's files are new): the
+    // import infers its end.
+    let copy = tmp.path().join("t.jsonl");
+    std::fs::copy(&file, &copy).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+    std::fs::File::options()
+        .append(true)
+        .open(&copy)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
     let import = || {
         let mut c = tacho(&tmp.path().join("home"));
-        c.args(["import", "claude-code", "--json"]).arg(&file);
+        c.args(["import", "claude-code", "--json"]).arg(&copy);
         let (code, out, err) = run(c);
         assert_eq!(code, 0, "{err}");
         serde_json::from_str::<Value>(out.lines().next().unwrap()).unwrap()

@@ -183,6 +183,14 @@ fn record_snapshots_steps_and_rollback_restores_and_is_undoable() {
         .as_str()
         .unwrap()
         .to_owned();
+    // Issue 47 (12): it is not scored as an agent's work (the files it restored were
+    // the rolled-back session's): no risk badge of its own.
+    let risk = e.json(&["risk", &undo_id, "--json"]);
+    assert_eq!(
+        (risk["score"].as_u64(), risk["level"].as_str()),
+        (Some(0), Some("LOW")),
+        "{risk}"
+    );
     let undo = e.json(&["session", "rollback", &undo_id, "--yes", "--json"]);
     assert_eq!(undo["applied"]["done"], 3);
     assert_eq!(e.read("new/made.txt").as_deref(), Some("made\n"));
