@@ -329,9 +329,11 @@ fn test_result_predicate(r: &CiReport) -> Option<Value> {
     };
     let (mut passed, mut failed, mut configuration) = (Vec::new(), Vec::new(), Vec::new());
     for (s, g) in &goals {
-        if g.checks.is_empty() {
+        if g.checks.is_empty() && g.unchecked.is_empty() {
             failed.push(g.goal.clone());
         }
+        // A check of the contract that never ran fails: no receipt holds it.
+        failed.extend(g.unchecked.iter().map(|c| format!("{}/{c}", g.goal)));
         for c in &g.checks {
             let name = format!("{}/{}", g.goal, c.check);
             if c.holds() && g.ok {
@@ -361,14 +363,24 @@ fn test_result_predicate(r: &CiReport) -> Option<Value> {
             put("commit", g.commit.clone().into());
             let mut d = Map::new();
             d.insert("name".into(), name.into());
-            if let Some(tree) = tree_of(&g.commit) {
-                d.insert("digest".into(), json!({"gitTree": tree}));
-            } else {
-                // No commit of the range to hold it to: the receipt's own fingerprint.
-                d.insert(
-                    "digest".into(),
-                    json!({"blake3": c.fingerprint.clone().unwrap_or_default()}),
-                );
+            match tree_of(&g.commit) {
+                Some(tree) => {
+                    d.insert("digest".into(), json!({"gitTree": tree}));
+                }
+                // No commit of the range to hold it to: named, not digested (its
+                // fingerprint is in the annotations).
+                None => {
+                    d.insert(
+                        "uri".into(),
+                        format!(
+                            "tacho:session/{}/goal/{}/check/{}",
+                            crate::render::uri_path(&s.session),
+                            crate::render::uri_path(&g.goal),
+                            crate::render::uri_path(&c.check)
+                        )
+                        .into(),
+                    );
+                }
             }
             d.insert("annotations".into(), Value::Object(annotations));
             configuration.push(Value::Object(d));

@@ -140,7 +140,7 @@ impl CommitAttribution {
                     if let Some(s) = session {
                         c.insert(
                             "url".into(),
-                            format!("tacho:session/{}", uri_escape(&s)).into(),
+                            format!("tacho:session/{}", crate::render::uri_path(&s)).into(),
                         );
                     }
                     c.insert("contributor".into(), json!({ "type": kind }));
@@ -184,18 +184,6 @@ fn record_id(commit: &str) -> String {
     )
 }
 
-fn uri_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// BLAKE3 of lines, as [`AttributedRange::content_hash`] says.
 fn content_hash(lines: &[&str]) -> String {
     let h = blake3::hash(lines.join("\n").as_bytes());
@@ -211,24 +199,20 @@ struct SessionFiles {
     prefix: String,
 }
 
-/// The lines of `text` (without their endings).
-fn lines_of(text: &str) -> Vec<&str> {
-    text.lines().collect()
-}
-
 /// `origins` (one per line of `old`) carried to `new`: a line the diff keeps keeps its
 /// origin, a line it adds or rewrites gets `fresh`.
 fn carry(old: &str, new: &str, origins: &[LineOrigin], fresh: &LineOrigin) -> Vec<LineOrigin> {
     tacho_git::snapshot::carry_lines(old, new, origins, fresh, &LineOrigin::Unknown)
 }
 
+/// A blob's text, or `None` when it is binary or too large (the line diffs' rule).
 fn text_of(bytes: &[u8]) -> Option<String> {
-    if bytes.len() > tacho_git::snapshot::LINE_DIFF_BYTES_MAX
-        || bytes.iter().take(8192).any(|&b| b == 0)
-    {
-        return None;
-    }
-    String::from_utf8(bytes.to_vec()).ok()
+    tacho_git::snapshot::blob_text(bytes).map(str::to_owned)
+}
+
+/// How many lines the line diffs see in `text`.
+fn line_count(text: &str) -> usize {
+    tacho_git::snapshot::text_lines(text).len()
 }
 
 impl Tacho {
@@ -263,15 +247,13 @@ impl Tacho {
                 Err(CommitsError::BadRevision(_)) => range_changes(&ws, None, &c.commit)?,
                 r => r?,
             };
-            let linked: Vec<String> = if c.linked {
-                c.sessions
-                    .iter()
-                    .filter(|s| verified.contains(s.as_str()))
-                    .cloned()
-                    .collect()
-            } else {
-                Vec::new()
-            };
+            // The sessions that link the commit (§17.3), not every one that saw it.
+            let linked: Vec<String> = c
+                .linked_by
+                .iter()
+                .filter(|s| verified.contains(s.as_str()))
+                .cloned()
+                .collect();
             for s in &linked {
                 if !sessions.contains_key(s) {
                     let files = self.session_files(s, &top);
@@ -285,7 +267,7 @@ impl Tacho {
             let mut files = Vec::new();
             for change in changes
                 .iter()
-                .filter(|ch| !ch.deleted && !ch.lines.is_empty())
+                .filter(|ch| !ch.deleted && !ch.written.is_empty())
             {
                 if let Some(f) = self.attribute_file(&ws, c, change, &followed)? {
                     files.push(f);
@@ -309,10 +291,15 @@ impl Tacho {
         let first = graph.snapshots.first()?;
         let ws = PathBuf::from(&first.workspace);
         let mut parts = Vec::new();
-        for c in ws.strip_prefix(top).ok()?.components() {
-            match c {
-                std::path::Component::Normal(p) => parts.push(p.to_str()?.to_owned()),
-                _ => return None,
+        // Where the session's workspace is in this repository. A session recorded on
+        // another machine (fetched for CI) names a workspace of that machine: it is
+        // taken as the repository's top, where sessions are recorded.
+        if let Ok(rel) = ws.strip_prefix(top) {
+            for c in rel.components() {
+                match c {
+                    std::path::Component::Normal(p) => parts.push(p.to_str()?.to_owned()),
+                    _ => return None,
+                }
             }
         }
         let prefix = parts.join("/");
@@ -332,11 +319,16 @@ impl Tacho {
         change: &RangeChange,
         followed: &[&SessionFiles],
     ) -> Result<Option<AttributedFile>, CiError> {
-        let committed = tacho_git::fingerprint::file_at(ws, &c.commit, &change.path)?;
+        let committed = tacho_git::fingerprint::file_at(
+            ws,
+            &c.commit,
+            &change.path,
+            tacho_git::snapshot::LINE_DIFF_BYTES_MAX as u64,
+        )?;
         let Some(committed) = committed.as_deref().and_then(text_of) else {
             return Ok(None);
         };
-        let committed_lines = lines_of(&committed);
+        let committed_lines = tacho_git::snapshot::text_lines(&committed);
         // Every linked session's account of each line: one that explains it, or a
         // `mixed` line when two disagree.
         let mut accounts: Vec<Vec<LineOrigin>> = Vec::new();
@@ -365,7 +357,7 @@ impl Tacho {
             })
             .collect();
         let mut ranges = Vec::new();
-        for &(start, end) in &change.lines {
+        for &(start, end) in &change.written {
             let mut line = start;
             while line <= end {
                 let Some(origin) = origins.get((line as usize).saturating_sub(1)) else {
@@ -425,16 +417,25 @@ fn follow(
     let mut text: Option<String> = read(&snaps.first()?.id)?;
     let mut origins: Vec<LineOrigin> = text
         .as_deref()
-        .map(|t| vec![LineOrigin::Unknown; t.lines().count()])
+        .map(|t| vec![LineOrigin::Unknown; line_count(t)])
         .unwrap_or_default();
     let mut seen = text.is_some();
-    // The state that holds the committed content, the last one by the commit's time.
+    // The state that holds the committed content: the last one by the commit's time,
+    // else the last one at all.
     let deadline = committed_unix.map(|t| {
         t.saturating_mul(1_000_000_000)
             .saturating_add(COMMIT_SLACK_NS)
     });
-    let mut matched: Option<Vec<LineOrigin>> =
-        (text.as_deref() == Some(committed)).then(|| origins.clone());
+    let first_at = snaps.first()?.at_unix_ns;
+    let in_time = |at: i64| deadline.is_none_or(|d| at <= d);
+    let mut matched: Option<Vec<LineOrigin>> = None;
+    let mut matched_late: Option<Vec<LineOrigin>> = None;
+    if text.as_deref() == Some(committed) {
+        match in_time(first_at) {
+            true => matched = Some(origins.clone()),
+            false => matched_late = Some(origins.clone()),
+        }
+    }
     for pair in snaps.windows(2) {
         let [a, b] = pair else { continue };
         if a.id == b.id {
@@ -467,15 +468,16 @@ fn follow(
         };
         origins = match (&text, &next) {
             (Some(old), Some(new)) => carry(old, new, &origins, &fresh),
-            (None, Some(new)) => vec![fresh.clone(); new.lines().count()],
+            (None, Some(new)) => vec![fresh.clone(); line_count(new)],
             (_, None) => Vec::new(),
         };
         seen |= next.is_some();
         text = next;
-        if text.as_deref() == Some(committed)
-            && (matched.is_none() || deadline.is_none_or(|d| b.at_unix_ns <= d))
-        {
-            matched = Some(origins.clone());
+        if text.as_deref() == Some(committed) {
+            match in_time(b.at_unix_ns) {
+                true => matched = Some(origins.clone()),
+                false => matched_late = Some(origins.clone()),
+            }
         }
     }
     if !seen {
@@ -483,11 +485,11 @@ fn follow(
     }
     // The committed file against the state that held it (or the last one seen): lines
     // the snapshots never held are unknown.
-    Some(match matched {
+    Some(match matched.or(matched_late) {
         Some(o) => o,
         None => match &text {
             Some(t) => carry(t, committed, &origins, &LineOrigin::Unknown),
-            None => vec![LineOrigin::Unknown; committed.lines().count()],
+            None => vec![LineOrigin::Unknown; line_count(committed)],
         },
     })
 }

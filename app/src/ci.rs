@@ -73,6 +73,10 @@ pub struct CiCommit {
     pub not_linked_by: Vec<String>,
     /// Some session links it.
     pub linked: bool,
+    /// The sessions of `sessions` that link it (made while one of their steps ran, by
+    /// hooks): what attribution follows.
+    #[serde(skip)]
+    pub(crate) linked_by: Vec<String>,
     #[serde(skip)]
     pub(crate) committed_unix: Option<i64>,
 }
@@ -103,6 +107,8 @@ pub struct CiGoal {
     pub revisions: Vec<String>,
     /// Each check's latest receipt, against the committed tree.
     pub checks: Vec<CiCheck>,
+    /// The contract's checks with no receipt at all.
+    pub unchecked: Vec<String>,
     /// With `--rerun`: each check run again by CI, against its latest receipt.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rerun: Vec<crate::ci_rerun::CiRerun>,
@@ -317,6 +323,7 @@ impl Tacho {
                 linked: !sessions.is_empty(),
                 sessions,
                 not_linked_by: Vec::new(),
+                linked_by: Vec::new(),
                 committed_unix: c.committed_unix,
             });
         }
@@ -331,8 +338,9 @@ impl Tacho {
                 .iter()
                 .filter(|s| c.sessions.contains(&s.session))
             {
-                if let Some(why) = not_made_by(c, s) {
-                    c.not_linked_by.push(why);
+                match not_made_by(c, s) {
+                    Some(why) => c.not_linked_by.push(why),
+                    None => c.linked_by.push(s.session.clone()),
                 }
             }
             c.linked = c.sessions.len() > c.not_linked_by.len();
@@ -610,6 +618,16 @@ fn ci_goal(ws: &Path, g: &tacho_projections::GoalState, commit: &str) -> CiGoal 
                 contract_digest: r.contract_digest.clone(),
             })
             .collect(),
+        unchecked: g
+            .assurance()
+            .map(|a| {
+                a.checks
+                    .iter()
+                    .map(|c| c.id.clone())
+                    .filter(|id| !g.receipts.contains_key(id))
+                    .collect()
+            })
+            .unwrap_or_default(),
         rerun: Vec::new(),
         ok: false,
         reason: String::new(),

@@ -186,8 +186,13 @@ impl Tacho {
         let mut f = findings(report, &top, &changes);
         // GitHub refuses a whole upload in which one result has no location: findings
         // of a range that changed no file go to the first file of the repository.
+        let head = if report.commits.is_empty() {
+            "HEAD"
+        } else {
+            report.head.as_str()
+        };
         if f.findings.iter().any(|x| x.path.is_none())
-            && let Some(first) = tacho_goals::commits::first_file(&ws, "HEAD")
+            && let Some(first) = tacho_goals::commits::first_file(&ws, head)
         {
             for x in f.findings.iter_mut().filter(|x| x.path.is_none()) {
                 x.path = Some(first.clone());
@@ -219,16 +224,26 @@ fn place_lines(c: &RangeChange) -> Option<(u32, u32)> {
 }
 
 /// `path` as the session whose workspace is `session_ws` names it, relative to the
-/// repository's work tree `top`, if it is inside it.
+/// repository's work tree `top`, if it is inside it. A session recorded on another
+/// machine (fetched for CI) names a workspace of that machine: its paths are read as
+/// relative to the repository's top, where sessions are recorded.
 fn repo_path(top: &Path, session_ws: Option<&str>, path: &str) -> Option<String> {
     let p = Path::new(path);
+    let ws = session_ws.map(Path::new);
     let full: PathBuf = if p.is_absolute() {
         p.to_path_buf()
     } else {
-        Path::new(session_ws?).join(p)
+        ws?.join(p)
+    };
+    let rel = match full.strip_prefix(top) {
+        Ok(rel) => rel,
+        Err(_) if ws.is_some_and(|w| w.strip_prefix(top).is_err()) => {
+            full.strip_prefix(ws?).ok()?
+        }
+        Err(_) => return None,
     };
     let mut parts: Vec<String> = Vec::new();
-    for c in full.strip_prefix(top).ok()?.components() {
+    for c in rel.components() {
         match c {
             std::path::Component::Normal(s) => parts.push(s.to_str()?.to_owned()),
             std::path::Component::CurDir => {}
@@ -414,6 +429,17 @@ mod tests {
         assert_eq!(repo_path(top, Some("/r"), "/elsewhere/x.rs"), None);
         assert_eq!(repo_path(top, Some("/r"), "../x.rs"), None);
         assert_eq!(repo_path(top, None, "x.rs"), None);
+        // A session of another machine: read from the repository's top.
+        let ci = Path::new("/ci/clone");
+        assert_eq!(
+            repo_path(ci, Some("/home/dev/proj"), "/home/dev/proj/src/a.rs").as_deref(),
+            Some("src/a.rs")
+        );
+        assert_eq!(
+            repo_path(ci, Some("/home/dev/proj"), "src/a.rs").as_deref(),
+            Some("src/a.rs")
+        );
+        assert_eq!(repo_path(ci, Some("/home/dev/proj"), "/etc/passwd"), None);
     }
 
     /// SPEC §17.4's table lists exactly the rules there are.

@@ -406,7 +406,11 @@ impl Tacho {
                 all.extend(resolve(rest)?);
                 Ok((None, all))
             }
-            Err(_) => Err(PushError::NeitherRemoteNorSession(first.clone())),
+            Err(StoreError::UnknownSession { .. }) => {
+                Err(PushError::NeitherRemoteNorSession(first.clone()))
+            }
+            // An ambiguous prefix, a damaged store: said as they are.
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -403,7 +403,18 @@ impl RawSigner {
                 // The key file is named by git's configuration, which the repository's
                 // `.git/config` can set: a regular file of sane size, read with a limit
                 // (a FIFO would block, a device never end).
-                let meta = std::fs::metadata(&path)
+                // Opened without blocking (a FIFO would wait for a writer), then asked
+                // what it is: the file read is the file checked.
+                let file = {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                        .open(&path)
+                        .map_err(|e| failed(format!("{}: {e}", path.display())))?
+                };
+                let meta = file
+                    .metadata()
                     .map_err(|e| failed(format!("{}: {e}", path.display())))?;
                 if !meta.is_file() {
                     return Err(failed(format!("{} is not a regular file", path.display())));
@@ -417,8 +428,8 @@ impl RawSigner {
                 let mut text = String::new();
                 {
                     use std::io::Read;
-                    std::fs::File::open(&path)
-                        .and_then(|f| f.take(KEY_FILE_BYTES_MAX).read_to_string(&mut text))
+                    file.take(KEY_FILE_BYTES_MAX)
+                        .read_to_string(&mut text)
                         .map_err(|e| failed(format!("{}: {e}", path.display())))?;
                 }
                 if text

@@ -520,11 +520,12 @@ fn commit_tree(repo: &gix::Repository, id: gix::ObjectId) -> Result<gix::Tree<'_
 
 /// The content of `path` (repository-relative) in commit `commit` of the repository
 /// holding `workspace`: one lookup along the path, no walk of the tree. `None` when
-/// the commit has no regular file there.
+/// the commit has no regular file there, or one larger than `limit` bytes (never read).
 pub fn file_at(
     workspace: &Path,
     commit: &str,
     path: &str,
+    limit: u64,
 ) -> Result<Option<Vec<u8>>, SnapshotError> {
     let git = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| SnapshotError::git(what, e);
     let (ctx, id) = commit_of(workspace, commit)?;
@@ -537,6 +538,13 @@ pub fn file_at(
         return Ok(None);
     };
     if !entry.mode().is_blob() {
+        return Ok(None);
+    }
+    let size = repo
+        .find_header(entry.object_id())
+        .map_err(|e| git("reading a blob's header", e.into()))?
+        .size();
+    if size > limit {
         return Ok(None);
     }
     let blob = repo

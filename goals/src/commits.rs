@@ -171,9 +171,12 @@ pub struct RangeChange {
     pub path: String,
     /// Not in the head's tree.
     pub deleted: bool,
-    /// The head's lines that differ, as 1-based inclusive ranges; empty for a
-    /// deleted, binary or too large file.
+    /// The head's lines that differ, as 1-based inclusive ranges (a deletion as the
+    /// line after it); empty for a deleted, binary or too large file.
     pub lines: Vec<(u32, u32)>,
+    /// Of those, the lines the range added or rewrote (no deletion marks): what a
+    /// line attribution attributes.
+    pub written: Vec<(u32, u32)>,
 }
 
 /// The files that differ from `baseline` (`None`: the empty tree) to `head` (commits
@@ -210,12 +213,21 @@ pub fn range_changes(
         None => BTreeMap::new(),
     };
     let new = tree_of(head)?;
-    let blob = |id: ObjectId| -> Result<Vec<u8>, CommitsError> {
-        Ok(repo
-            .find_object(id)
-            .map_err(|e| git("reading a blob", e))?
-            .detach()
-            .data)
+    // A blob too large to diff is never read whole (the range's author chose its size).
+    let blob = |id: ObjectId| -> Result<Option<Vec<u8>>, CommitsError> {
+        let size = repo
+            .find_header(id)
+            .map_err(|e| git("reading a blob's header", e))?
+            .size();
+        if size > tacho_git::snapshot::LINE_DIFF_BYTES_MAX as u64 {
+            return Ok(None);
+        }
+        Ok(Some(
+            repo.find_object(id)
+                .map_err(|e| git("reading a blob", e))?
+                .detach()
+                .data,
+        ))
     };
     // A gitlink (a submodule's commit) has no blob here; its lines are the submodule's.
     let is_blob = |mode: u32| mode & 0o170000 != 0o160000;
@@ -227,17 +239,18 @@ pub fn range_changes(
         let before = match old.get(path) {
             Some((m, o)) if o == id && m == mode => continue,
             Some((m, o)) if is_blob(*m) => blob(*o)?,
-            _ => Vec::new(),
+            _ => Some(Vec::new()),
         };
-        let lines = if is_blob(*mode) {
-            tacho_git::snapshot::changed_line_ranges(&before, &blob(*id)?).unwrap_or_default()
-        } else {
-            Vec::new()
+        let after = if is_blob(*mode) { blob(*id)? } else { None };
+        let changes = match (before, after) {
+            (Some(b), Some(a)) => tacho_git::snapshot::line_changes(&b, &a).unwrap_or_default(),
+            _ => Default::default(),
         };
         out.push(RangeChange {
             path: path.clone(),
             deleted: false,
-            lines,
+            lines: changes.regions,
+            written: changes.written,
         });
     }
     for path in old.keys().filter(|p| !new.contains_key(*p) && plain(p)) {
@@ -245,6 +258,7 @@ pub fn range_changes(
             path: path.clone(),
             deleted: true,
             lines: Vec::new(),
+            written: Vec::new(),
         });
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
@@ -265,7 +279,10 @@ pub fn first_file(workspace: &Path, rev: &str) -> Option<String> {
         .peel_to_commit()
         .ok()?;
     let tree = commit.tree_id().ok()?.detach();
-    files(&repo, tree).ok()?.into_keys().next()
+    files(&repo, tree)
+        .ok()?
+        .into_keys()
+        .find(|p| p.split('/').all(|c| !c.is_empty() && c != "." && c != ".."))
 }
 
 /// A range walked: its ends resolved, its commits newest first, or its problem.

@@ -238,7 +238,11 @@ impl AuditFold {
         let t = event.time_unix_ns;
         let copy = self.copies_left > 0;
         self.copies_left = self.copies_left.saturating_sub(1);
-        if let EventBody::SessionBranch(b) = &event.body {
+        // A branch's own `session.branch` (a branch of a branch copies its parent's
+        // too, among the copies: that one says nothing of this session's copies).
+        if let EventBody::SessionBranch(b) = &event.body
+            && !copy
+        {
             self.copies_left = b.copied;
         }
         if !self.root_seen {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The standards' own readers on what tacho wrote (tests/tests/standards.rs).
+"""The standards' own readers on what tacho wrote (tests/tests/ci_verify.rs).
 
   check.py attest ENVELOPES.jsonl PUBLIC_KEY_FILE
       Each line a DSSE envelope: verified by securesystemslib against the OpenSSH

@@ -1124,4 +1124,19 @@ fn a_branchs_copied_responses_are_counted_once() {
     );
     let (_, all_input) = sum(&["export", "--all"]);
     assert_eq!(all_input, parent_input);
+    // The branch goes on with a response of its own; a branch of the branch copies
+    // the branch's own `session.branch` among its events, and that response after
+    // them: every copy is still a copy.
+    let own = r#"{"type":"llm.response","session":"ses_branch","request_id":"req_own","response_id":"msg_own","model":"m","tokens_in":1000,"tokens_out":10}"#;
+    let (code, _, err) = run_with_stdin(&home, &["record", "--snapshots", "off"], own);
+    assert_eq!(code, 0, "{err}");
+    let (_, branch_input) = sum(&["export", "ses_branch"]);
+    assert_eq!(branch_input, 1000);
+    let mut c = tacho(&home);
+    c.args(["session", "branch", "ses_branch", "--id", "ses_branch2"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let (responses2, input2) = sum(&["export", "ses_branch2"]);
+    assert!(responses2 > 0);
+    assert_eq!(input2, 0);
 }

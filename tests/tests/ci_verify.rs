@@ -838,6 +838,56 @@ fn a_ranges_evidence_reads_as_in_toto_and_sarif_by_their_own_readers() {
         (Some("src/auth/token.txt"), Some(1), Some("warning")),
         "{v}"
     );
+    // The same from a clone at another path (CI's checkout): the session's paths are
+    // read from the repository's top.
+    let clone = tmp.path().join("ci-clone");
+    git(
+        tmp.path(),
+        &["clone", "-q", ws.to_str().unwrap(), clone.to_str().unwrap()],
+    );
+    let (_, out, _) = t(&[
+        "ci",
+        "verify",
+        &format!("{base}..HEAD"),
+        "--format",
+        "sarif",
+        "--workspace",
+        clone.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("tacho/risk/security_sensitive") && out.contains("src/auth/token.txt"),
+        "{out}"
+    );
+
+    // A signing key git names that cannot sign (its private half in no agent): the
+    // attestation is written unsigned, said, and the verdict stands.
+    git(&ws, &["config", "gpg.format", "ssh"]);
+    let line = std::fs::read_to_string(&public).unwrap();
+    git(
+        &ws,
+        &[
+            "config",
+            "user.signingkey",
+            &format!("key::{}", line.trim()),
+        ],
+    );
+    let (code, _, err) = t(&[
+        "ci",
+        "verify",
+        &range,
+        "--attest",
+        attested.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "the range's verdict: {err}");
+    assert!(
+        err.contains("left unsigned") && err.contains("ssh-agent"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read_to_string(&attested)
+            .unwrap()
+            .contains("\"signatures\":[]")
+    );
 }
 
 /// Issue 44 (2): who wrote each line, through Claude Code's real hooks. In one file a
@@ -953,6 +1003,29 @@ fn each_line_of_a_commit_is_attributed_to_the_call_or_the_user_that_wrote_it() {
     std::fs::write(&file, out.replacen("\"human\"", "\"bot\"", 1)).unwrap();
     let (code, _, err) = standards_check(&python, &[Path::new("agent-trace"), &file]);
     assert_eq!(code, 1, "{err}");
+
+    // In CI the repository is a clone at another path, and the session names the
+    // developer's: the same lines, the same authors.
+    let clone = env.dir.join("ci-clone");
+    git(
+        &env.dir,
+        &[
+            "clone",
+            "-q",
+            env.ws.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    let (code, out, err) = env.tacho(&[
+        "attribution",
+        &range,
+        "--json",
+        "--workspace",
+        clone.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let there: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(there["files"], r["files"], "{there}");
 
     // For people: each range and who wrote it.
     let (_, summary, _) = env.tacho(&["attribution", &range, "--summary"]);

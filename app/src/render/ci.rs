@@ -467,7 +467,9 @@ pub fn sarif(f: &crate::findings::CiFindings) -> String {
                 properties.insert("commit".to_owned(), serde_json::json!(v));
             }
             if x.placed {
-                properties.insert("placedAtFirstChangedFile".to_owned(), true.into());
+                // About the range, a session or a commit: placed at a file so that
+                // code scanning takes it.
+                properties.insert("aboutTheRange".to_owned(), true.into());
             }
             let level = match x.level {
                 crate::findings::FindingLevel::Error => s::ResultLevel::Error,
@@ -482,7 +484,7 @@ pub fn sarif(f: &crate::findings::CiFindings) -> String {
                     let physical = s::PhysicalLocation::builder()
                         .artifact_location(
                             s::ArtifactLocation::builder()
-                                .uri(uri_path(p))
+                                .uri(super::uri_path(p))
                                 .uri_base_id("%SRCROOT%")
                                 .build(),
                         )
@@ -545,23 +547,4 @@ pub fn sarif(f: &crate::findings::CiFindings) -> String {
         .runs(vec![run])
         .build();
     serde_json::to_string_pretty(&log).unwrap_or_default()
-}
-
-/// A repository-relative path as a relative URI reference: each segment
-/// percent-encoded but for RFC 3986's unreserved characters.
-fn uri_path(p: &str) -> String {
-    let mut out = String::with_capacity(p.len());
-    for (i, seg) in p.split('/').enumerate() {
-        if i > 0 {
-            out.push('/');
-        }
-        for b in seg.bytes() {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                out.push(b as char);
-            } else {
-                let _ = write!(out, "%{b:02X}");
-            }
-        }
-    }
-    out
 }

@@ -96,6 +96,25 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// A repository-relative path as a relative URI reference: each segment
+/// percent-encoded but for RFC 3986's unreserved characters.
+pub(crate) fn uri_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for (i, seg) in p.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        for b in seg.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -106,36 +106,7 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
         write_file(path, &ci::sarif(f))?;
     }
     if let Some(path) = &a.attest {
-        // The verdict never depends on the signing key: a key that cannot sign
-        // (another type, unreadable) leaves the attestation unsigned, said on stderr.
-        let key = match tacho.attest_signer(a.workspace.as_deref(), tacho_app::AttestKey::Git) {
-            Ok(k) => k,
-            Err(tacho_app::AttestError::NoKey) => None,
-            Err(e) => {
-                eprintln!("note: the attestation is left unsigned: {e}");
-                None
-            }
-        };
-        let att = tacho_app::attestation(&r, key.as_ref())?;
-        let mut lines = String::new();
-        for e in &att.envelopes {
-            lines.push_str(
-                &serde_json::to_string(e).map_err(|e| CliError::from(std::io::Error::other(e)))?,
-            );
-            lines.push('\n');
-        }
-        write_file(path, &lines)?;
-        match &att.key {
-            Some(k) => eprintln!(
-                "attestation written to {}, signed by {}",
-                path.display(),
-                k.fingerprint
-            ),
-            None => eprintln!(
-                "attestation written to {}, unsigned (no user.signingkey with gpg.format ssh)",
-                path.display()
-            ),
-        }
+        attest_to(&tacho, &r, a.workspace.as_deref(), path)?;
     }
     let mut out = Out::new();
     match (a.json, a.format) {
@@ -157,4 +128,50 @@ fn verify(a: VerifyArgs) -> Result<(), CliError> {
             r.failures.len()
         )))
     }
+}
+
+/// `--attest FILE`: the range's attestation, signed with git's signing key when it
+/// can sign, unsigned (with a note) when there is none or it cannot: the verdict never
+/// depends on the key. A range with no commit has nothing to state: no file, a note.
+fn attest_to(
+    tacho: &tacho_app::Tacho,
+    r: &CiReport,
+    workspace: Option<&std::path::Path>,
+    path: &std::path::Path,
+) -> Result<(), CliError> {
+    if let Some(e) = r.no_range() {
+        eprintln!("note: no attestation written: {e}");
+        return Ok(());
+    }
+    let unsigned = |why: String| -> Result<tacho_app::Attestation, CliError> {
+        eprintln!("note: the attestation is left unsigned: {why}");
+        Ok(tacho_app::attestation(r, None)?)
+    };
+    let att = match tacho.attest_signer(workspace, tacho_app::AttestKey::Git) {
+        Ok(Some(key)) => match tacho_app::attestation(r, Some(&key)) {
+            Ok(a) => a,
+            Err(e) => unsigned(e.to_string())?,
+        },
+        Ok(None) => unsigned("no key".into())?,
+        Err(tacho_app::AttestError::NoKey) => {
+            unsigned("git's user.signingkey (with gpg.format ssh) is not set".into())?
+        }
+        Err(e) => unsigned(e.to_string())?,
+    };
+    let mut lines = String::new();
+    for e in &att.envelopes {
+        lines.push_str(
+            &serde_json::to_string(e).map_err(|e| CliError::from(std::io::Error::other(e)))?,
+        );
+        lines.push('\n');
+    }
+    write_file(path, &lines)?;
+    if let Some(k) = &att.key {
+        eprintln!(
+            "attestation written to {}, signed by {}",
+            path.display(),
+            k.fingerprint
+        );
+    }
+    Ok(())
 }

@@ -31,8 +31,9 @@ pub struct PathChange {
     pub lines_removed: u64,
 }
 
-/// Lines of a blob, or `None` when it is binary or too large to diff.
-fn text(data: &[u8]) -> Option<&str> {
+/// Lines of a blob, or `None` when it is binary (a NUL in its first 8 KiB), not UTF-8
+/// or too large to diff.
+pub fn text(data: &[u8]) -> Option<&str> {
     if data.len() > LINE_DIFF_BYTES_MAX || data.iter().take(8192).any(|&b| b == 0) {
         return None;
     }
@@ -60,31 +61,82 @@ fn line_counts(old: &str, new: &str) -> (u64, u64) {
     (added, removed)
 }
 
-/// The lines of `new` that differ from `old`, as 1-based inclusive ranges in order
-/// (SARIF regions, line attribution). A deletion shows as the line after it (the last
-/// line when it removed the end); `None` when either side is binary or too large.
-pub fn changed_line_ranges(old: &[u8], new: &[u8]) -> Option<Vec<(u32, u32)>> {
-    use similar::{DiffTag, TextDiff};
+/// The lines of `text`, without their endings, split as the line diffs split them: at
+/// `\n`, `\r\n` and a lone `\r`. (`str::lines` does not split at a lone `\r`: line
+/// numbers from the two would disagree on such a file.)
+pub fn text_lines(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while let Some(&c) = b.get(i) {
+        let ending = match c {
+            b'\n' => 1,
+            b'\r' if b.get(i + 1) == Some(&b'\n') => 2,
+            b'\r' => 1,
+            _ => 0,
+        };
+        if ending == 0 {
+            i += 1;
+            continue;
+        }
+        out.push(text.get(start..i).unwrap_or_default());
+        i += ending;
+        start = i;
+    }
+    if start < b.len() {
+        out.push(text.get(start..).unwrap_or_default());
+    }
+    out
+}
+
+/// How `new` differs from `old`, line by line (1-based inclusive ranges of `new`, in
+/// order): `regions`, every hunk — a deletion shows as the line after it, the last
+/// line when it removed the end (SARIF regions) —, and `written`, only the lines
+/// added or rewritten (line attribution). A patience diff with no deadline: the answer
+/// never depends on the machine's speed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LineChanges {
+    pub regions: Vec<(u32, u32)>,
+    pub written: Vec<(u32, u32)>,
+}
+
+/// [`LineChanges`] of two blobs; `None` when either is binary or too large.
+pub fn line_changes(old: &[u8], new: &[u8]) -> Option<LineChanges> {
+    use similar::{Algorithm, DiffTag, TextDiff};
     let (old, new) = (text(old)?, text(new)?);
-    let last = u32::try_from(lines(new)).unwrap_or(u32::MAX).max(1);
+    let last = u32::try_from(text_lines(new).len())
+        .unwrap_or(u32::MAX)
+        .max(1);
     let diff = TextDiff::configure()
-        .timeout(std::time::Duration::from_millis(500))
+        .algorithm(Algorithm::Patience)
         .diff_lines(old, new);
-    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut out = LineChanges::default();
+    let push = |v: &mut Vec<(u32, u32)>, range: (u32, u32)| match v.last_mut() {
+        Some(prev) if range.0 <= prev.1.saturating_add(1) => prev.1 = prev.1.max(range.1),
+        _ => v.push(range),
+    };
     for op in diff.ops() {
         let r = op.new_range();
         let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX).saturating_add(1);
-        let range = match op.tag() {
-            DiffTag::Equal => continue,
-            DiffTag::Delete => (at(r.start).min(last), at(r.start).min(last)),
-            DiffTag::Insert | DiffTag::Replace => (at(r.start), at(r.end.saturating_sub(1))),
-        };
-        match out.last_mut() {
-            Some(prev) if range.0 <= prev.1.saturating_add(1) => prev.1 = prev.1.max(range.1),
-            _ => out.push(range),
+        match op.tag() {
+            DiffTag::Equal => {}
+            DiffTag::Delete => {
+                let line = at(r.start).min(last);
+                push(&mut out.regions, (line, line));
+            }
+            DiffTag::Insert | DiffTag::Replace => {
+                let range = (at(r.start), at(r.end.saturating_sub(1)));
+                push(&mut out.regions, range);
+                push(&mut out.written, range);
+            }
         }
     }
     Some(out)
+}
+
+/// The regions of [`line_changes`].
+pub fn changed_line_ranges(old: &[u8], new: &[u8]) -> Option<Vec<(u32, u32)>> {
+    line_changes(old, new).map(|c| c.regions)
 }
 
 /// Per-line values of `old` (`values`, one per line) carried to `new`: a line the
@@ -99,7 +151,7 @@ pub fn carry_lines<T: Clone>(old: &str, new: &str, values: &[T], fresh: &T, miss
     let diff = TextDiff::configure()
         .algorithm(Algorithm::Patience)
         .diff_lines(old, new);
-    let mut out = Vec::with_capacity(new.lines().count());
+    let mut out = Vec::with_capacity(text_lines(new).len());
     for op in diff.ops() {
         match op.tag() {
             DiffTag::Equal => {
@@ -341,5 +393,20 @@ mod tests {
         assert_eq!(changed_line_ranges(b"same\n", b"same\n"), Some(vec![]));
         // Binary content has no lines.
         assert_eq!(changed_line_ranges(b"a\n", b"a\0b\n"), None);
+    }
+
+    #[test]
+    fn written_lines_leave_deletions_out_and_lines_split_as_the_diff_splits() {
+        use super::{line_changes, text_lines};
+        let c = line_changes(b"1\n2\n3\n4\n", b"1\n3\nnew\n4\n").expect("text");
+        assert_eq!(c.regions, vec![(2, 3)]);
+        assert_eq!(
+            c.written,
+            vec![(3, 3)],
+            "line 2 (\"3\") was kept, only moved up"
+        );
+        assert_eq!(text_lines("a\rb\r\nc\nd"), vec!["a", "b", "c", "d"]);
+        assert_eq!(text_lines("a\n"), vec!["a"]);
+        assert_eq!(text_lines(""), Vec::<&str>::new());
     }
 }

@@ -35,7 +35,8 @@ use gix::ObjectId;
 use gix::object::tree::EntryKind;
 
 pub use diff::{
-    ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, PathChange, carry_lines, changed_line_ranges,
+    ChangeKind, FileDiff, LINE_DIFF_BYTES_MAX, LineChanges, PathChange, carry_lines,
+    changed_line_ranges, line_changes, text as blob_text, text_lines,
 };
 pub(crate) use gc::reach as reach_tree;
 pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
