@@ -45,8 +45,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
 enum Command {
-    /// Make a sample repository, record a realistic agent session in it, and show its
-    /// graph, risk and replay verification.
+    /// Make a sample repository, record a realistic agent session in it (in a store of
+    /// its own unless TACHO_HOME is set), and show its graph, risk and replay
+    /// verification.
     Demo(cmd::demo::DemoArgs),
     /// Append JSON Lines events (from a file or stdin) to the log.
     Record(cmd::record::RecordArgs),

@@ -1471,3 +1471,56 @@ fn session_list_columns_line_up_for_long_ids() {
     assert!(started.iter().all(|&c| c == started[0]), "{out}");
     assert!(started[0] > uuid.len(), "{out}");
 }
+
+/// Issue 47 (1): without TACHO_HOME, `tacho demo` keeps a store of its own and says
+/// where, and how to remove it; the user's own store gets nothing, and the commands
+/// it suggests read the demo's store.
+#[test]
+fn demo_keeps_a_store_of_its_own_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let run = |args: &[&str], extra: Option<(&str, &str)>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tacho"));
+        c.env_clear()
+            .env("HOME", &home)
+            .env("TMPDIR", tmp.path())
+            .args(args);
+        if let Some((k, v)) = extra {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let repo = tmp.path().join("repo");
+    let (code, out) = run(&["demo", "--dir", repo.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("The demo keeps a store of its own"), "{out}");
+    let store = out
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("The demo keeps a store of its own (your store is untouched): ")
+        })
+        .unwrap()
+        .to_owned();
+    assert!(
+        out.contains(&format!(
+            "rm -rf {} {store}",
+            repo.canonicalize().unwrap().display()
+        )),
+        "{out}"
+    );
+    assert!(
+        !home.join(".local/share/tacho").exists(),
+        "the user's store is untouched"
+    );
+    assert!(
+        out.contains(&format!("TACHO_HOME={store} tacho session list")),
+        "{out}"
+    );
+    let (code, list) = run(&["session", "list", "--json"], Some(("TACHO_HOME", &store)));
+    assert_eq!(code, 0);
+    assert_eq!(list.lines().count(), 1, "{list}");
+}

@@ -20,7 +20,20 @@ pub struct DemoArgs {
 }
 
 pub fn run(a: DemoArgs) -> Result<(), CliError> {
-    let tacho = crate::open()?;
+    // Unless TACHO_HOME names a store, the demo keeps one of its own beside its sample
+    // repository: the user's store gets no sample session.
+    let own_store = std::env::var_os("TACHO_HOME").is_none_or(|h| h.is_empty());
+    let mut config = tacho_app::Config::from_env()?;
+    if own_store {
+        config.data_dir = std::env::temp_dir().join(format!(
+            "tacho-demo-store-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+    }
+    let tacho = tacho_app::Tacho::open(config)?;
     let demo = tacho.record_demo(a.dir)?;
     let session = demo.session;
     let mut out = Out::new();
@@ -28,7 +41,19 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
         "Recorded a demo session {session} in {}",
         tacho.log_dir().display()
     ))?;
-    out.line(format!("Sample repository: {}\n", demo.workspace.display()))?;
+    out.line(format!("Sample repository: {}", demo.workspace.display()))?;
+    // The commands below, on the store the demo used.
+    let env = if own_store {
+        let store = tacho.data_dir().display().to_string();
+        out.line(format!(
+            "The demo keeps a store of its own (your store is untouched): {store}\nRemove both when done: rm -rf {} {store}\n",
+            demo.workspace.display()
+        ))?;
+        format!("TACHO_HOME={store} ")
+    } else {
+        out.line("")?;
+        String::new()
+    };
     let tacho_app::SessionGraph { graph: g, risk: r } = tacho.session_graph(&session)?;
     out.line(graph::markdown(&g, &r).trim_end())?;
     out.line("\n## Risk\n")?;
@@ -43,7 +68,7 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
     rollback::print_plan(&p, None, false, &mut out)?;
     let short = prefix(&session, 12);
     out.line(format!(
-        "\nTry next:\n  tacho graph {short} --format mermaid\n  tacho session replay {short} --mode summary\n  tacho session rollback {short} --step 3 --dry-run\n  tacho audit report {short}\n  tacho run-report {short}\n  tacho session list"
+        "\nTry next:\n  {env}tacho graph {short} --format mermaid\n  {env}tacho session replay {short} --mode summary\n  {env}tacho session rollback {short} --step 3 --dry-run\n  {env}tacho audit report {short}\n  {env}tacho run-report {short}\n  {env}tacho session list"
     ))?;
     out.finish()?;
     let failed = v.failed();
