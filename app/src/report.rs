@@ -72,6 +72,9 @@ pub struct GateDecision {
     pub goal: String,
     pub action: tacho_schema::GoalAction,
     pub accepted: bool,
+    /// A resume: a `pause` update not accepted (the pause no longer holds). Shown as
+    /// a resume, not as a refused pause.
+    pub resume: bool,
     pub reason: Option<String>,
     pub details: Vec<String>,
 }
@@ -281,6 +284,7 @@ impl Tacho {
                 seq: e.seq,
                 time_unix_ns: e.event.time_unix_ns,
                 goal: u.goal,
+                resume: u.action == tacho_schema::GoalAction::Pause && !u.accepted,
                 action: u.action,
                 accepted: u.accepted,
                 reason: u.reason,

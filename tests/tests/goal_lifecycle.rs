@@ -368,9 +368,32 @@ fn resume_lifts_a_pause_and_only_a_pause() {
     }
     assert!(status(&home, &ws, None)["paused"].is_string());
     let (code, out, err) = t(&home, &ws, &["goal", "resume", "--session", S]);
-    assert_eq!(code, 0, "{err}");
+    assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("resumed"), "{out}");
     assert!(status(&home, &ws, None)["paused"].is_null());
+    // Issue 47 (16): the report says it was a resume, not a refused pause.
+    let (code, out, err) = t(&home, &ws, &["audit", "report", S, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let gates = report["gates"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"));
+    let last = gates.last().unwrap();
+    assert_eq!(
+        (last["action"].as_str(), last["resume"].as_bool()),
+        (Some("pause"), Some(true)),
+        "{last}"
+    );
+    assert!(
+        gates.iter().filter(|g| g["resume"] == true).count() == 1,
+        "{report}"
+    );
+    // And so does the run-report page: "resume … resumed", not "pause … refused".
+    let page = report_page(&home, &format!("/s/{S}"));
+    assert!(
+        page.contains("<td>resume</td>") && page.contains(">resumed</span>"),
+        "{page}"
+    );
     // Resumed, the goal holds again: the next refused attempt does not pause it at
     // once (the stall count starts over).
     let (_, _, err) = t(&home, &ws, &["goal", "complete", "--session", S]);
@@ -391,4 +414,35 @@ fn resume_lifts_a_pause_and_only_a_pause() {
     let (code, _, err) = t(&home, &ws, &["goal", "resume", "--session", S, "--json"]);
     assert_eq!(code, 0, "{err}");
     assert!(status(&home, &ws, None)["paused"].is_null());
+}
+
+/// The body of one page of `tacho run-report` on `home`.
+fn report_page(home: &Path, path: &str) -> String {
+    use std::io::{BufRead, Read, Write};
+    let mut c = tacho(home);
+    c.args(["run-report", "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    raw
 }

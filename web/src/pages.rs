@@ -159,6 +159,9 @@ pub struct GateView {
     pub seq: u64,
     pub time: String,
     pub action: String,
+    /// `accepted`, `refused`, or `resumed` (a resume is no refused pause).
+    pub outcome: &'static str,
+    /// Shown as good (accepted, or a resume).
     pub accepted: bool,
     pub reason: String,
     pub details: Vec<String>,
@@ -231,8 +234,17 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
         .map(|d| GateView {
             seq: d.seq,
             time: time(Some(d.time_unix_ns)),
-            action: d.action.to_string(),
-            accepted: d.accepted,
+            action: if d.resume {
+                "resume".into()
+            } else {
+                d.action.to_string()
+            },
+            outcome: match (d.resume, d.accepted) {
+                (true, _) => "resumed",
+                (false, true) => "accepted",
+                (false, false) => "refused",
+            },
+            accepted: d.accepted || d.resume,
             reason: d.reason.clone().unwrap_or_default(),
             details: d.details.clone(),
         })
