@@ -432,10 +432,13 @@ impl Tacho {
                 return s;
             }
         };
+        // Kept for its goals below: folded once.
+        let mut own_graph = None;
         match evidence {
             Some(g) => {
                 let summary = tacho_projections::SessionSummary::from_graph(&g);
-                let crate::SessionGraph { risk, .. } = crate::SessionGraph::of(g);
+                let crate::SessionGraph { risk, graph } = crate::SessionGraph::of(g);
+                own_graph = Some(graph);
                 s.agent = summary.agent;
                 s.title = summary.title;
                 s.risk_level = Some(risk.level.as_str().to_owned());
@@ -453,7 +456,10 @@ impl Tacho {
         for part in self.continued_chain(id.as_str()) {
             let part = crate::SessionId::resolved(part);
             // Who made each act on a goal (the agent from inside a call, or not).
-            let graph = self.evidence_graph(part.as_str()).ok();
+            let graph = match own_graph.take_if(|g| g.session == part.as_str()) {
+                Some(g) => Some(g),
+                None => self.evidence_graph(part.as_str()).ok(),
+            };
             let by = |seq: u64| -> String {
                 let Some(g) = &graph else {
                     return "by whom unknown (the session's graph cannot be read)".into();

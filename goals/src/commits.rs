@@ -187,32 +187,16 @@ pub fn range_changes(
     baseline: Option<&str>,
     head: &str,
 ) -> Result<(std::path::PathBuf, Vec<RangeChange>), CommitsError> {
-    let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
-    let ctx = scan::git_context(&ws)?.ok_or_else(|| SnapshotError::Workspace {
-        path: ws.clone(),
-        reason: "not inside a Git repository".into(),
-    })?;
-    let repo = ctx.repo;
+    let (ws, repo) = repository(workspace)?;
     let top = repo
         .workdir()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| ws.clone());
-    let tree_of = |rev: &str| -> Result<BTreeMap<String, (u32, ObjectId)>, CommitsError> {
-        let id = repo
-            .rev_parse_single(rev)
-            .map_err(|_| CommitsError::BadRevision(rev.to_owned()))?;
-        let commit = id
-            .object()
-            .and_then(|o| o.peel_to_commit())
-            .map_err(|_| CommitsError::BadRevision(rev.to_owned()))?;
-        let tree = commit.tree_id().map_err(|e| git("reading a commit", e))?;
-        Ok(files(&repo, tree.detach())?)
-    };
     let old = match baseline {
-        Some(b) => tree_of(b)?,
+        Some(b) => tree_files(&repo, b)?,
         None => BTreeMap::new(),
     };
-    let new = tree_of(head)?;
+    let new = tree_files(&repo, head)?;
     // A blob too large to diff is never read whole (the range's author chose its size).
     let blob = |id: ObjectId| -> Result<Option<Vec<u8>>, CommitsError> {
         let size = repo
@@ -231,11 +215,8 @@ pub fn range_changes(
     };
     // A gitlink (a submodule's commit) has no blob here; its lines are the submodule's.
     let is_blob = |mode: u32| mode & 0o170000 != 0o160000;
-    // A tree can name anything: `..` or `.` is no path of a work tree, and none is
-    // reported (a SARIF location or attribution path must stay in the repository).
-    let plain = |p: &str| p.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
     let mut out = Vec::new();
-    for (path, (mode, id)) in new.iter().filter(|(p, _)| plain(p)) {
+    for (path, (mode, id)) in new.iter().filter(|(p, _)| plain_path(p)) {
         let before = match old.get(path) {
             Some((m, o)) if o == id && m == mode => continue,
             Some((m, o)) if is_blob(*m) => blob(*o)?,
@@ -253,7 +234,10 @@ pub fn range_changes(
             written: changes.written,
         });
     }
-    for path in old.keys().filter(|p| !new.contains_key(*p) && plain(p)) {
+    for path in old
+        .keys()
+        .filter(|p| !new.contains_key(*p) && plain_path(p))
+    {
         out.push(RangeChange {
             path: path.clone(),
             deleted: true,
@@ -269,20 +253,42 @@ pub fn range_changes(
 /// `workspace`: where a finding about no file can still be placed. `None` when the
 /// revision or its tree holds none.
 pub fn first_file(workspace: &Path, rev: &str) -> Option<String> {
-    let ws = tacho_git::snapshot::canonical_workspace(workspace).ok()?;
-    let repo = scan::git_context(&ws).ok()??.repo;
-    let commit = repo
-        .rev_parse_single(rev)
-        .ok()?
-        .object()
-        .ok()?
-        .peel_to_commit()
-        .ok()?;
-    let tree = commit.tree_id().ok()?.detach();
-    files(&repo, tree)
+    let (_, repo) = repository(workspace).ok()?;
+    tree_files(&repo, rev)
         .ok()?
         .into_keys()
-        .find(|p| p.split('/').all(|c| !c.is_empty() && c != "." && c != ".."))
+        .find(|p| plain_path(p))
+}
+
+/// A tree can name anything: `..` or `.` is no path of a work tree, and none is
+/// reported (a SARIF location or attribution path must stay in the repository).
+fn plain_path(p: &str) -> bool {
+    p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+/// The canonical workspace and the repository holding it.
+fn repository(workspace: &Path) -> Result<(std::path::PathBuf, gix::Repository), CommitsError> {
+    let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
+    let ctx = scan::git_context(&ws)?.ok_or_else(|| SnapshotError::Workspace {
+        path: ws.clone(),
+        reason: "not inside a Git repository".into(),
+    })?;
+    Ok((ws, ctx.repo))
+}
+
+/// The files of revision `rev`'s tree.
+fn tree_files(
+    repo: &gix::Repository,
+    rev: &str,
+) -> Result<BTreeMap<String, (u32, ObjectId)>, CommitsError> {
+    let commit = repo
+        .rev_parse_single(rev)
+        .map_err(|_| CommitsError::BadRevision(rev.to_owned()))?
+        .object()
+        .and_then(|o| o.peel_to_commit())
+        .map_err(|_| CommitsError::BadRevision(rev.to_owned()))?;
+    let tree = commit.tree_id().map_err(|e| git("reading a commit", e))?;
+    Ok(files(repo, tree.detach())?)
 }
 
 /// A range walked: its ends resolved, its commits newest first, or its problem.
@@ -298,12 +304,7 @@ fn walk_range(
     baseline: &str,
     head_rev: &str,
 ) -> Result<(gix::Repository, Walked), CommitsError> {
-    let ws = tacho_git::snapshot::canonical_workspace(workspace)?;
-    let ctx = scan::git_context(&ws)?.ok_or_else(|| SnapshotError::Workspace {
-        path: ws.clone(),
-        reason: "not inside a Git repository".into(),
-    })?;
-    let repo = ctx.repo;
+    let (_, repo) = repository(workspace)?;
     let mut walked = Walked {
         baseline: baseline.to_owned(),
         head: head_rev.to_owned(),
