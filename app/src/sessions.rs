@@ -401,7 +401,37 @@ impl Tacho {
             });
             true
         });
+        self.vouch_rows(&mut rows);
         Ok(rows)
+    }
+
+    /// Marks the rows whose stream no longer verifies (changed in place since it was
+    /// indexed: the index describes it as it was), and drops those whose stream is
+    /// gone. A stream is read again only when its files changed since it last
+    /// verified (SPEC §8.4, `vouched`).
+    fn vouch_rows(&self, rows: &mut Vec<SessionRow>) {
+        let ids: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.damaged.is_none())
+            .map(|r| r.summary.session.as_str())
+            .collect();
+        let said: std::collections::HashMap<String, tacho_store::Vouch> = ids
+            .iter()
+            .map(|s| s.to_string())
+            .zip(self.log().vouch(&ids))
+            .collect();
+        rows.retain_mut(|r| match said.get(&r.summary.session) {
+            Some(tacho_store::Vouch::Gone) => false,
+            Some(tacho_store::Vouch::Damaged(f)) => {
+                r.damaged = Some(match (&f.segment, f.offset) {
+                    (Some(p), Some(o)) => format!("{} at offset {o}: {}", p.display(), f.message),
+                    (Some(p), None) => format!("{}: {}", p.display(), f.message),
+                    _ => f.message.clone(),
+                });
+                true
+            }
+            _ => true,
+        });
     }
 
     /// One session in detail.

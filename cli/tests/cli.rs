@@ -1237,9 +1237,10 @@ fn empty_store_running_session_and_corrupt_segment() {
 
 /// Queries answer only from verified data: a payload forged with a recomputed checksum
 /// is refused by graph and risk at its offset. `session list` answers from the session
-/// index, recorded before the forgery; `log verify` finds the forgery, and once the
-/// index is rebuilt from the streams the listing names the damaged session and still
-/// lists the others.
+/// index, recorded before the forgery, but a stream whose files changed since it last
+/// verified is verified again: the listing names the damaged session (exit 1) and
+/// still lists the others, before and after the index is rebuilt; `log verify` finds
+/// the forgery too.
 #[test]
 fn queries_refuse_a_forged_payload_and_list_the_rest() {
     let env = Env::new();
@@ -1259,24 +1260,68 @@ fn queries_refuse_a_forged_payload_and_list_the_rest() {
         assert!(out.contains("hash chain broken"), "{args:?}: {out}");
         assert!(!out.contains("brchitect"), "{args:?}: {out}");
     }
-    let list = env.run(&["session", "list"], None);
-    assert!(list.starts_with("exit: 0"), "{list}");
-    assert!(
-        list.contains("ses_other") && list.contains(EXAMPLE_SESSION),
-        "{list}"
-    );
     let verify = env.run(&["log", "verify"], None);
     assert!(verify.starts_with("exit: 1"), "{verify}");
     assert!(verify.contains("hash chain broken"), "{verify}");
-    env.run(&["log", "reindex"], None);
+    for reindexed in [false, true] {
+        if reindexed {
+            env.run(&["log", "reindex"], None);
+        }
+        let list = env.run(&["session", "list"], None);
+        assert!(list.starts_with("exit: 1"), "{list}");
+        assert!(list.contains("ses_other"), "{list}");
+        assert!(
+            list.contains(&format!(
+                "warning: session {EXAMPLE_SESSION} is damaged and left out"
+            )) && list.contains("hash chain broken"),
+            "{list}"
+        );
+    }
+}
+
+/// A bit flipped in a committed batch after the session was listed (the index then
+/// describes the stream as it was): the next listing says the session is damaged, where
+/// and why, exits 1, and still lists the others, as JSON too; every listing after
+/// says so again.
+#[test]
+fn a_listing_marks_a_stream_changed_since_it_was_indexed() {
+    let env = Env::new();
+    env.record_example();
+    let other = env.run(
+        &["record", "--session", "ses_other", "-"],
+        Some("{\"type\":\"session.start\",\"ts\":\"2026-11-30T08:00:00Z\",\"agent\":\"coder\"}\n"),
+    );
+    assert!(other.starts_with("exit: 0"), "{other}");
     let list = env.run(&["session", "list"], None);
-    assert!(list.starts_with("exit: 1"), "{list}");
-    assert!(list.contains("ses_other"), "{list}");
+    assert!(list.starts_with("exit: 0"), "{list}");
+    let seg = env
+        .home
+        .path()
+        .join("log/streams")
+        .join(EXAMPLE_SESSION)
+        .join("00000000000000000000.tseg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[400] ^= 0x01;
+    std::fs::write(&seg, bytes).unwrap();
+    for _ in 0..2 {
+        let list = env.run(&["session", "list"], None);
+        assert!(list.starts_with("exit: 1"), "{list}");
+        assert!(list.contains("ses_other"), "{list}");
+        assert!(
+            list.contains(&format!(
+                "warning: session {EXAMPLE_SESSION} is damaged and left out"
+            )) && list.contains("00000000000000000000.tseg at offset 376")
+                && list.contains("frame checksum mismatch"),
+            "{list}"
+        );
+    }
+    let json = env.run(&["session", "list", "--json"], None);
+    assert!(json.starts_with("exit: 1"), "{json}");
     assert!(
-        list.contains(&format!(
-            "warning: session {EXAMPLE_SESSION} is damaged and left out"
+        json.contains(&format!(
+            "\"session\":\"{EXAMPLE_SESSION}\",\"status\":\"damaged\",\"damage\":"
         )),
-        "{list}"
+        "{json}"
     );
 }
 

@@ -26,6 +26,7 @@ mod reader;
 mod store;
 mod verify;
 pub mod vfs;
+mod vouch;
 mod writer;
 
 /// Lower-case hexadecimal of chain values and digests (the crate gix uses for ids).
@@ -38,6 +39,7 @@ pub use prune::{PRUNE_LOG, PruneRecord, PrunedSession, remove_streams};
 pub use reader::{ReadEnd, SegmentInfo, StoredEvent};
 pub use store::{Listing, Store, StoreError, StoreOptions, stream_dir_name, stream_name_from_dir};
 pub use verify::{EventVisitor, Finding, KindTally, Severity, StoreReport, StreamReport};
+pub use vouch::Vouch;
 pub use writer::{
     AppendReceipt, Durability, EventRef, Recovery, Writer, append_group, close_writers,
     commit_group, mark_written,

@@ -279,3 +279,64 @@ fn a_crash_at_every_sync_of_hooks_keeps_every_acknowledged_batch() {
     }
     assert!(by_stamp > 0, "no writer took up from a stamp after a crash");
 }
+
+/// A listing's vouching (SPEC.md §8.4, `vouched`): a stream is verified whole the
+/// first time, then vouched for by its files' stamps without a byte of it read; a
+/// stream changed since (a flipped bit) is verified again and damaged, and says so
+/// every time after; a stream appended to is verified again and sound; a stream
+/// removed is gone. Damage that leaves the stamps as they were is the trade: `log
+/// verify` finds it.
+#[test]
+fn a_listing_vouches_by_stamps_and_verifies_what_changed() {
+    use tacho_store::Vouch;
+    let fs = SimFs::new();
+    let (store, counting) = store_on(&fs, 16 << 20);
+    grow(&store, "ses_a", 200_000, 4_000);
+    grow(&store, "ses_b", 200_000, 4_000);
+    counting.take_bytes_read();
+    assert_eq!(store.vouch(&["ses_a", "ses_b"]), vec![Vouch::Sound; 2]);
+    assert!(
+        counting.take_bytes_read() >= 400_000,
+        "the first time, read whole"
+    );
+    assert_eq!(store.vouch(&["ses_a", "ses_b"]), vec![Vouch::Sound; 2]);
+    let again = counting.take_bytes_read();
+    assert!(
+        again < 20_000,
+        "unchanged streams were read again: {again} bytes"
+    );
+    // A flipped bit in a committed batch of `ses_a`.
+    let seg = segments(&fs, "ses_a").pop().unwrap();
+    let clean = fs.file(&seg).unwrap();
+    let mut rotten = clean.clone();
+    rotten[1_000] ^= 1;
+    fs.set_file(&seg, rotten.clone());
+    for _ in 0..2 {
+        let said = store.vouch(&["ses_a", "ses_b"]);
+        assert!(
+            matches!(&said[0], Vouch::Damaged(f) if f.offset.is_some() && f.segment.as_ref() == Some(&seg)),
+            "{said:?}"
+        );
+        assert_eq!(said[1], Vouch::Sound);
+    }
+    // The same damage with the stamps put back as they were vouched for: not seen here.
+    fs.set_file(&seg, clean.clone());
+    assert_eq!(store.vouch(&["ses_a"]), vec![Vouch::Sound]);
+    fs.set_file_keeping_stamp(&seg, rotten);
+    assert_eq!(store.vouch(&["ses_a"]), vec![Vouch::Sound]);
+    assert!(
+        !store
+            .verify_session("ses_a", true)
+            .unwrap()
+            .findings
+            .is_empty()
+    );
+    fs.set_file(&seg, clean);
+    // Appended to: verified again, sound.
+    grow(&store, "ses_b", 8_000, 4_000);
+    counting.take_bytes_read();
+    assert_eq!(store.vouch(&["ses_b"]), vec![Vouch::Sound]);
+    assert!(counting.take_bytes_read() >= 200_000);
+    // A session with no stream.
+    assert_eq!(store.vouch(&["ses_none"]), vec![Vouch::Gone]);
+}
