@@ -103,7 +103,7 @@ pub use replay::{
 };
 pub use report::{
     CALLS_SHOWN, CallIo, ChangedFile, ChildSession, FileChangeKind, GateDecision, Integrity,
-    Report, SHOWN_BYTES_MAX,
+    Report, RolledBackBy, SHOWN_BYTES_MAX,
 };
 pub use rollback::{Done, Elsewhere, Member, Prepared, RollbackError};
 pub use secrets::{SecretAllowance, SecretFinding, SecretScan, SecretsError};

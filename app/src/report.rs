@@ -45,6 +45,27 @@ pub struct Report {
     pub rollback: RollbackPoints,
     /// Sessions recorded as this one's children (subagents, branches).
     pub children: Vec<ChildSession>,
+    /// tacho's rollbacks that undid this session's changes (alone, or with the
+    /// session it belongs to), oldest first.
+    pub rolled_back_by: Vec<RolledBackBy>,
+}
+
+/// A rollback tacho applied to a session: the rollback's own session, when, and what
+/// it did to the files (its `rollback.applied`, which only tacho writes).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RolledBackBy {
+    pub session: String,
+    pub at_unix_ns: i64,
+    /// The session named as the one rolled back (this one, or its ancestor).
+    pub rolled_back: String,
+    /// To the snapshot before this step (none: the session's first snapshot).
+    pub before_step: Option<u64>,
+    pub restored: u64,
+    pub deleted: u64,
+    pub recreated: u64,
+    pub modes: u64,
+    /// Paths it left as they were (a conflict, or a failure).
+    pub skipped: usize,
 }
 
 /// Tool calls whose inputs and outputs a report shows (the first ones): bounds the
@@ -199,18 +220,7 @@ impl Tacho {
             (Vec::new(), Vec::new())
         };
         let calls_total: usize = graph.steps.iter().map(|s| s.tools.len()).sum();
-        let children = self
-            .list_sessions(&crate::ListFilter::default(), None)
-            .map(|rows| {
-                rows.into_iter()
-                    .filter(|row| row.summary.parent.as_deref() == Some(session))
-                    .map(|row| ChildSession {
-                        session: row.summary.session,
-                        title: row.summary.title,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (children, rolled_back_by) = self.related(session).unwrap_or_default();
         let files = changed_files(&graph, &changes);
         Ok(Report {
             calls,
@@ -218,6 +228,7 @@ impl Tacho {
             gates,
             rollback: RollbackPoints::from_graph(&graph),
             children,
+            rolled_back_by,
             session: session.to_string(),
             graph,
             risk,
@@ -231,6 +242,54 @@ impl Tacho {
             readable: v.read_error.is_none(),
             generated_unix_ns: self.now(),
         })
+    }
+
+    /// The sessions recorded as `session`'s children (newest first), and tacho's
+    /// rollbacks of it (oldest first): read from the session index (parents and
+    /// sources), then the few rollback sessions' own events.
+    fn related(&self, session: &str) -> Result<(Vec<ChildSession>, Vec<RolledBackBy>), StoreError> {
+        let mut children = Vec::new();
+        let mut rollbacks = Vec::new();
+        self.session_index()?.for_each_newest_first(|e| {
+            if let Some(f) = e.facts() {
+                if f.parent.as_deref() == Some(session) {
+                    children.push(ChildSession {
+                        session: e.session().to_string(),
+                        title: f.title.clone(),
+                    });
+                }
+                if f.source.as_deref() == Some("tacho-rollback") {
+                    rollbacks.push(e.session().to_string());
+                }
+            }
+            true
+        });
+        let mut by = Vec::new();
+        for id in rollbacks {
+            // A rollback that does not read is not named here (its own page says why).
+            let Ok(events) = self.events(&id) else {
+                continue;
+            };
+            for e in events {
+                if let EventBody::RollbackApplied(r) = e.event.body
+                    && (r.rolled_back == session || r.sessions.iter().any(|s| s == session))
+                {
+                    by.push(RolledBackBy {
+                        session: id.clone(),
+                        at_unix_ns: e.event.time_unix_ns,
+                        rolled_back: r.rolled_back,
+                        before_step: r.before_step,
+                        restored: r.restored,
+                        deleted: r.deleted,
+                        recreated: r.recreated,
+                        modes: r.modes,
+                        skipped: r.skipped.len(),
+                    });
+                }
+            }
+        }
+        by.sort_by(|a, b| (a.at_unix_ns, &a.session).cmp(&(b.at_unix_ns, &b.session)));
+        Ok((children, by))
     }
 
     /// The inputs and outputs of the calls a report shows, and the goal decisions.

@@ -589,3 +589,65 @@ fn run_report_opens_the_latest_session_and_the_index_on_request() {
     let line = first_line(&home, &["--index"]);
     assert!(line.contains("/ (127.0.0.1 only"), "{line}");
 }
+
+/// A session whose changes tacho rolled back says so at the top of its page, naming
+/// the rollback (a link), when, and what it did; the rollback's own page names the
+/// session it rolled back. In headless Chromium too, when it is installed.
+#[test]
+fn a_rolled_back_sessions_page_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tacho_tests::demo_store(tmp.path());
+    let mut c = tacho(&home);
+    c.args(["session", "list", "--json"]);
+    let (_, out, _) = run(c);
+    let id =
+        serde_json::from_str::<serde_json::Value>(out.lines().next().unwrap()).unwrap()["session"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let srv = serve(&home);
+    let (status, _, before) = get(srv.port, &format!("/s/{id}"));
+    assert_eq!(status, 200);
+    assert!(!before.contains("id=\"rolled-back\""), "{before}");
+    let mut c = tacho(&home);
+    c.args(["session", "rollback", &id, "--yes", "--json"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, 0, "{out}{err}");
+    let done: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let rb = done["applied"]["recorded_session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no rollback session in {out}"))
+        .to_string();
+    let (status, _, page) = get(srv.port, &format!("/s/{id}"));
+    assert_eq!(status, 200);
+    let at = page
+        .find("id=\"rolled-back\"")
+        .unwrap_or_else(|| panic!("{page}"));
+    let notice = &page[at..at + page[at..].find("</div>").unwrap()];
+    assert!(
+        notice.contains("changes were rolled back")
+            && notice.contains(&format!("<a href=\"/s/{rb}\">"))
+            && notice.contains("to its first snapshot")
+            && notice.contains("1 file(s) restored, 2 file(s) deleted"),
+        "{notice}"
+    );
+    let (status, _, rb_page) = get(srv.port, &format!("/s/{rb}"));
+    assert_eq!(status, 200);
+    assert!(
+        rb_page.contains("id=\"rollback-of\"")
+            && rb_page.contains(&format!("<a href=\"/s/{id}\">")),
+        "{rb_page}"
+    );
+    if let Some(chrome) = chromium() {
+        let dom = browse(
+            &chrome,
+            &tmp.path().join("profile"),
+            &format!("http://127.0.0.1:{}/s/{id}", srv.port),
+            &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("run-report-rolled-back.png"),
+        );
+        assert!(
+            dom.contains("id=\"rolled-back\"") && dom.contains(&rb),
+            "{dom}"
+        );
+    }
+}

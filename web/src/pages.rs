@@ -200,6 +200,10 @@ struct SessionPage {
     unclaimed: Vec<(usize, String, String, String)>,
     baseline_command: String,
     children: Vec<(String, String)>,
+    /// tacho's rollbacks of this session: (rollback session, time, what it did).
+    rolled_back_by: Vec<(String, String, String)>,
+    /// The sessions this one (a rollback tacho applied) rolled back.
+    rollback_of: Vec<String>,
     /// Tool calls not shown (past the first [`CALLS_SHOWN`]).
     calls_hidden: usize,
     findings: Vec<String>,
@@ -511,6 +515,34 @@ pub fn session(t: &Tacho, given: &str) -> (StatusCode, String) {
             format!("tacho session rollback {id} --dry-run")
         },
         children,
+        rolled_back_by: r
+            .rolled_back_by
+            .iter()
+            .map(|b| {
+                let mut what = vec![match b.before_step {
+                    Some(step) => format!("to before step {step}"),
+                    None => "to its first snapshot".to_string(),
+                }];
+                if b.rolled_back != r.session {
+                    what.push(format!("with the session it belongs to, {}", b.rolled_back));
+                }
+                for (n, done) in [
+                    (b.restored, "restored"),
+                    (b.deleted, "deleted"),
+                    (b.recreated, "recreated"),
+                    (b.modes, "mode(s) set back"),
+                ] {
+                    if n > 0 {
+                        what.push(format!("{n} file(s) {done}"));
+                    }
+                }
+                if b.skipped > 0 {
+                    what.push(format!("{} path(s) left as they were", b.skipped));
+                }
+                (b.session.clone(), time(Some(b.at_unix_ns)), what.join(", "))
+            })
+            .collect(),
+        rollback_of: g.rollbacks_of.clone(),
         calls_hidden: r.calls_hidden,
         findings: r.integrity.findings.clone(),
         head: r.integrity.head.clone(),

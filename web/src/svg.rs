@@ -100,8 +100,9 @@ pub fn timeline(g: &ExecutionGraph) -> String {
         }
     }
     let goals = &g.goals.events;
-    // The goal events' row comes first, so that no cut of the rows below drops it.
-    let goal_rows = usize::from(!goals.is_empty());
+    // The goal events' rows come first, so that no cut of the rows below drops them.
+    let marks = goal_lanes(goals.iter().map(|e| x(e.at_unix_ns)));
+    let goal_rows = marks.iter().map(|m| m.1 + 1).max().unwrap_or(0);
     let shown = rows.len().min(ROWS_MAX);
     let height = 30.0 + ROW * (shown + goal_rows) as f64 + 10.0;
     let mut o = String::new();
@@ -131,8 +132,8 @@ pub fn timeline(g: &ExecutionGraph) -> String {
             r##"<text x="4" y="{:.1}" fill="#1f2328">Goals</text>"##,
             y + 11.0
         );
-        for e in goals {
-            goal_mark(&mut o, e, x(e.at_unix_ns), y + 7.5);
+        for (e, (cx, lane)) in goals.iter().zip(marks) {
+            goal_mark(&mut o, e, cx, y + 7.5 + ROW * lane as f64);
         }
     }
     for (i, (label, a, b, class, status)) in rows.iter().take(shown).enumerate() {
@@ -165,6 +166,43 @@ pub fn timeline(g: &ExecutionGraph) -> String {
     }
     o.push_str("</svg>");
     o
+}
+
+/// A goal mark's width and the gap after it: marks closer than this would cover each
+/// other.
+const MARK_SPACE: f64 = 12.0;
+/// Lanes of goal marks at most; past them a mark is moved right of the lane that
+/// ends first.
+const GOAL_LANES_MAX: usize = 6;
+
+/// Where each goal mark goes, given its time's position: its `x` and a lane (a row
+/// of the goals), so that marks of events at the same moment (a check's receipt and
+/// the gate's decision in one second) stand side by side in lanes instead of on top
+/// of each other. A mark takes the first lane it fits in after that lane's last mark.
+fn goal_lanes(xs: impl Iterator<Item = f64>) -> Vec<(f64, usize)> {
+    let mut ends: Vec<f64> = Vec::new();
+    xs.map(|x| {
+        if let Some(lane) = ends.iter().position(|end| x >= end + MARK_SPACE) {
+            ends[lane] = x;
+            return (x, lane);
+        }
+        if ends.len() < GOAL_LANES_MAX {
+            ends.push(x);
+            return (x, ends.len() - 1);
+        }
+        let (lane, end) = ends
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, x));
+        let moved = x.max(end + MARK_SPACE);
+        if let Some(e) = ends.get_mut(lane) {
+            *e = moved;
+        }
+        (moved, lane)
+    })
+    .collect()
 }
 
 /// One goal event on the goals' row, centred at (`cx`, `cy`): a circle for the goal's
@@ -209,7 +247,7 @@ fn goal_mark(o: &mut String, e: &GoalEventNode, cx: f64, cy: f64) {
     let class = e.mark.name();
     let _ = write!(
         o,
-        r##"<g class="goal-mark {class}" data-x="{cx:.1}">{shape}<title>{}</title></g>"##,
+        r##"<g class="goal-mark {class}" data-x="{cx:.1}" data-y="{cy:.1}">{shape}<title>{}</title></g>"##,
         esc(&title)
     );
 }
@@ -228,13 +266,19 @@ fn tick_label(offset: i64, span: i64) -> String {
     }
 }
 
-/// Tokens (input + output) per day, for the days that have sessions: bars.
+/// The room a day's label (`2026-12-07` at 10 px) takes, with a gap.
+const DAY_LABEL_SPACE: f64 = 66.0;
+
+/// Tokens (input + output) per day, for the days that have sessions: bars, each
+/// labelled with its date when they are wide enough, else every few.
 pub fn tokens_per_day(days: &[(String, u64)]) -> String {
     if days.is_empty() {
         return String::new();
     }
     let max = days.iter().map(|d| d.1).max().unwrap_or(1).max(1) as f64;
-    let bar = ((WIDTH - 60.0) / days.len() as f64).clamp(4.0, 40.0);
+    let bar = ((WIDTH - 60.0) / days.len() as f64).clamp(4.0, DAY_LABEL_SPACE);
+    // Whole dates (a chart can span a new year), never closer than one date's width.
+    let every = (DAY_LABEL_SPACE / bar).ceil().max(1.0) as usize;
     let height = 160.0;
     let mut o = String::new();
     let _ = write!(
@@ -252,8 +296,7 @@ pub fn tokens_per_day(days: &[(String, u64)]) -> String {
             esc(day),
             tacho_app::render::thousands(*n)
         );
-        // Whole dates (a chart can span a new year), about eight of them at most.
-        if days.len() <= 8 || i % days.len().div_ceil(8) == 0 {
+        if i % every == 0 {
             let _ = write!(
                 o,
                 r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#57606a">{}</text>"##,
@@ -304,11 +347,57 @@ mod tests {
         for d in &days {
             assert!(svg.contains(&format!(">{}</text>", d.0)), "{svg}");
         }
-        let many: Vec<(String, u64)> = (1..=60).map(|i| (format!("2026-10-{i:02}"), 1)).collect();
-        let labels = tokens_per_day(&many)
-            .matches("text-anchor=\"middle\"")
-            .count();
-        assert!((6..=8).contains(&labels), "{labels}");
+        // Labels never overlap (the index once read "2025-11-3026-12-07"), whatever
+        // the number of days.
+        for n in [2, 3, 8, 13, 14, 20, 60, 400] {
+            let many: Vec<(String, u64)> = (0..n)
+                .map(|i| (format!("2026-{:02}-{:02}", 1 + i / 28 % 12, 1 + i % 28), 1))
+                .collect();
+            let svg = tokens_per_day(&many);
+            let xs: Vec<f64> = svg
+                .split("<text x=\"")
+                .skip(1)
+                .filter(|t| t.contains("text-anchor=\"middle\""))
+                .filter_map(|t| t.split('"').next()?.parse().ok())
+                .collect();
+            assert!(xs.len() >= 2.min(n), "{n} days: {xs:?}");
+            for w in xs.windows(2) {
+                assert!(w[1] - w[0] >= DAY_LABEL_SPACE - 0.1, "{n} days: {xs:?}");
+            }
+            if n <= 13 {
+                assert_eq!(xs.len(), n, "few days are each labelled");
+            }
+        }
+    }
+
+    /// Goal events of the same moment (a receipt, then the gate's decision, in one
+    /// second) stand apart: no two marks within a mark's width of each other on one
+    /// lane, however many.
+    #[test]
+    fn goal_marks_of_one_moment_do_not_cover_each_other() {
+        for n in [1, 2, 5, 6, 7, 30] {
+            let xs: Vec<f64> = (0..n)
+                .map(|i| if i % 3 == 2 { 700.0 } else { 500.0 })
+                .collect();
+            let placed = goal_lanes(xs.iter().copied());
+            assert_eq!(placed.len(), n);
+            for (i, a) in placed.iter().enumerate() {
+                assert!(a.0 >= xs[i], "a mark is never drawn before its time");
+                for b in &placed[..i] {
+                    assert!(
+                        a.1 != b.1 || (a.0 - b.0).abs() >= MARK_SPACE,
+                        "{n}: {placed:?}"
+                    );
+                }
+            }
+            assert!(placed.iter().all(|p| p.1 < GOAL_LANES_MAX));
+        }
+        // Apart in time, one lane.
+        assert!(
+            goal_lanes([300.0, 320.0, 340.0].into_iter())
+                .iter()
+                .all(|p| p.1 == 0)
+        );
     }
 
     /// Goal events are marked on the timeline: created, each receipt (passed or
