@@ -702,6 +702,30 @@ pub(crate) fn before_step_snapshots(actions: &[Action]) -> Vec<(Vec<String>, u64
 
 /// Maps one payload to what to record, updating `state`.
 pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<Action> {
+    let mut out = map_payload_events(agent, p, state);
+    // A todo tool's call is followed by the list it wrote (`todo.update`).
+    let mut i = 0;
+    while i < out.len() {
+        let next = match out.get(i) {
+            Some(Action::Event {
+                session,
+                body: EventBody::ToolCall(c),
+            }) => crate::todo::todo_update(c).map(|body| Action::Event {
+                session: session.clone(),
+                body,
+            }),
+            _ => None,
+        };
+        i += 1;
+        if let Some(u) = next {
+            out.insert(i, u);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn map_payload_events(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<Action> {
     let mut out = Vec::new();
     let main_id = session_id_from(&p.session_id);
     if state.main.session.is_empty() {

@@ -81,6 +81,11 @@ impl Transcript {
         }
     }
 
+    /// Adds the list each todo tool's call wrote (`todo.update`, right after it).
+    pub fn with_todo_updates(&mut self) {
+        crate::todo::with_todo_updates(&mut self.events);
+    }
+
     /// Whether a tool call it holds has no result (the agent stopped mid-call).
     pub fn has_unanswered_calls(&self) -> bool {
         let answered: std::collections::BTreeSet<&str> = self
@@ -329,6 +334,7 @@ pub fn dedup_key(body: &EventBody) -> Option<String> {
             r.to,
             fnv1a_64(r.reason.as_deref().unwrap_or(""))
         )),
+        EventBody::TodoUpdate(t) => t.call_id.as_ref().map(|c| format!("todo:{c}")),
         EventBody::AgentNotice(n) => Some(format!(
             "notice:{}:{}",
             n.notice,

@@ -34,6 +34,7 @@ pub mod patch;
 pub mod plugin;
 pub mod qwen_code;
 pub mod settings;
+pub mod todo;
 pub mod transcript;
 
 pub use adapter::Adapter;

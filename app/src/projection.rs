@@ -12,8 +12,9 @@ use tacho_store::{ReadEnd, Store, StoreError, hex, stream_dir_name};
 /// The format of a stored projection file.
 /// (v2: the graph counts goal events; v3: per goal, with revisions; v4: lists every
 /// goal event, receipts with their commands; v5: a step's `finish_seq`, which the
-/// rule of unclaimed changes reads; an older file is rebuilt.)
-pub const STORED_FORMAT: &str = "tacho.projections.v8";
+/// rule of unclaimed changes reads; v9: the agent's todo list; an older file is
+/// rebuilt.)
+pub const STORED_FORMAT: &str = "tacho.projections.v9";
 
 #[derive(Serialize, Deserialize)]
 struct Stored {

@@ -32,6 +32,9 @@ pub struct GoalState {
     /// verification run since the goal was created (a `verification.run`, or a shell
     /// call of a known runner, as the risk assessment counts them).
     pub last_passing_verification: Option<u64>,
+    /// The plain rule's other input: the items of the agent's todo list (the
+    /// session's last `todo.update`, whenever it was reported) still open.
+    pub open_todos: Vec<String>,
     /// Checks started whose receipt has not been recorded: check id → start seq.
     pub running: BTreeMap<String, u64>,
     /// The last resume (a `pause` update not accepted: the pause no longer holds).
@@ -45,9 +48,17 @@ pub struct GoalState {
 }
 
 impl GoalState {
-    /// The plain rule for a goal without a contract: a verification run passed after
-    /// the last file edit. `Err` says why not.
+    /// The plain rule for a goal without a contract: no open item on the agent's todo
+    /// list, and a verification run passed after the last file edit. `Err` says why
+    /// not.
     pub fn plain_rule(&self) -> Result<(), String> {
+        if let Some(first) = self.open_todos.first() {
+            return Err(format!(
+                "the agent's todo list has {} open item(s) (first: {:?})",
+                self.open_todos.len(),
+                first.lines().next().unwrap_or("")
+            ));
+        }
         let last_edit = self.edited.values().max().copied();
         match (self.last_passing_verification, last_edit) {
             (None, _) => {
@@ -176,6 +187,8 @@ pub struct Goals {
     /// Every passing verification run: its seq, and the call id of a shell run (which
     /// a later `call_unconfirmed` error takes back).
     passes: Vec<(u64, Option<String>)>,
+    /// The open items of the agent's last todo list.
+    open_todos: Vec<String>,
 }
 
 impl Goals {
@@ -283,6 +296,17 @@ impl Goals {
                     }
                 }
             }
+            EventBody::TodoUpdate(t) => {
+                self.open_todos = t
+                    .todos
+                    .iter()
+                    .filter(|i| i.status.is_open())
+                    .map(|i| i.content.clone())
+                    .collect();
+                for g in &mut self.goals {
+                    g.open_todos = self.open_todos.clone();
+                }
+            }
             EventBody::FileEdit(f) => {
                 for g in &mut self.goals {
                     for p in [Some(&f.path), f.from.as_ref()].into_iter().flatten() {
@@ -316,6 +340,7 @@ impl Goals {
             cleared: None,
             revised_by: None,
             last_passing_verification: None,
+            open_todos: self.open_todos.clone(),
             running: BTreeMap::new(),
             resumed: None,
             receipt_history: BTreeMap::new(),
@@ -645,6 +670,72 @@ mod tests {
         }
         gs.apply(13, &call("c6", "bash", "cd web && npm test"));
         gs.apply(14, &result("c6", ToolStatus::Ok));
+        assert_eq!(held(&gs), Some(Ok(())));
+    }
+
+    /// Issue 47 (17): the plain rule's other half — no open item on the agent's todo
+    /// list. The session's last list counts (one reported before the goal too); a
+    /// later list with every item completed or cancelled lets the rule hold again.
+    #[test]
+    fn the_plain_rule_needs_no_open_todos() {
+        use tacho_schema::{TodoItem, TodoStatus, TodoUpdate, VerificationRun, VerificationStatus};
+        let plain = GoalCreated {
+            assurance: None,
+            assured: false,
+            ..created()
+        };
+        let todos = |items: &[(&str, TodoStatus)]| {
+            ev(EventBody::TodoUpdate(TodoUpdate {
+                todos: items
+                    .iter()
+                    .map(|(c, s)| TodoItem {
+                        content: (*c).into(),
+                        status: *s,
+                    })
+                    .collect(),
+                ..TodoUpdate::default()
+            }))
+        };
+        let passed = ev(EventBody::VerificationRun(VerificationRun {
+            command: "npm test".into(),
+            status: VerificationStatus::Passed,
+            ..VerificationRun::default()
+        }));
+        let mut gs = Goals::default();
+        gs.apply(
+            1,
+            &todos(&[
+                ("Write the middleware", TodoStatus::Completed),
+                ("Mount it", TodoStatus::InProgress),
+            ]),
+        );
+        gs.apply(2, &ev(EventBody::GoalCreated(plain)));
+        gs.apply(3, &passed);
+        let held = |gs: &Goals| gs.find(None).map(GoalState::plain_rule);
+        match held(&gs) {
+            Some(Err(why)) => assert!(
+                why.contains("1 open item(s)") && why.contains("Mount it"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        gs.apply(
+            4,
+            &todos(&[
+                ("Write the middleware", TodoStatus::Completed),
+                ("Mount it", TodoStatus::Pending),
+                ("Run the tests", TodoStatus::Pending),
+            ]),
+        );
+        assert!(matches!(held(&gs), Some(Err(w)) if w.contains("2 open item(s)")));
+        gs.apply(
+            5,
+            &todos(&[
+                ("Write the middleware", TodoStatus::Completed),
+                ("Mount it", TodoStatus::Completed),
+                ("Run the tests", TodoStatus::Cancelled),
+            ]),
+        );
         assert_eq!(held(&gs), Some(Ok(())));
     }
 

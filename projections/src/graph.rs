@@ -427,6 +427,10 @@ pub struct ExecutionGraph {
     /// Goal receipts and completion attempts (absent when the session has none).
     #[serde(default, skip_serializing_if = "GoalActivity::is_empty")]
     pub goals: GoalActivity,
+    /// The agent's todo list as its last `todo.update` left it (absent when the agent
+    /// reported none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub todos: Option<TodoList>,
     pub permission_asks: u64,
     pub permission_denials: u64,
     pub events: u64,
@@ -436,6 +440,29 @@ pub struct ExecutionGraph {
     /// What the fold needs to go on from here; stored with the graph, not printed.
     #[serde(skip)]
     state: FoldState,
+}
+
+/// An agent's todo list, whole, as one `todo.update` reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TodoList {
+    /// The `todo.update` that reported it.
+    pub seq: u64,
+    pub at_unix_ns: i64,
+    pub items: Vec<TodoNode>,
+}
+
+impl TodoList {
+    /// The items still to be done (pending or in progress).
+    pub fn open(&self) -> impl Iterator<Item = &TodoNode> {
+        self.items.iter().filter(|t| t.status.is_open())
+    }
+}
+
+/// One item of a todo list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TodoNode {
+    pub content: String,
+    pub status: tacho_schema::TodoStatus,
 }
 
 /// The part of a graph that only the fold uses: stored with a materialized graph so
@@ -582,6 +609,7 @@ impl ExecutionGraph {
             unclaimed: Vec::new(),
             branch: None,
             rollbacks_of: Vec::new(),
+            todos: None,
             goals: GoalActivity::default(),
             permission_asks: 0,
             permission_denials: 0,
@@ -1064,6 +1092,19 @@ impl ExecutionGraph {
                     e.revises = own(revises);
                     e.correction = own(correction);
                     e.weakened = weakened;
+                });
+            }
+            EventView::TodoUpdate { todos } => {
+                self.todos = Some(TodoList {
+                    seq,
+                    at_unix_ns: at,
+                    items: todos
+                        .iter()
+                        .map(|(content, status)| TodoNode {
+                            content: content.to_string(),
+                            status,
+                        })
+                        .collect(),
                 });
             }
             EventView::GoalCheckStart { .. }

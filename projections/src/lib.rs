@@ -23,8 +23,9 @@ pub use goals::{
 };
 pub use graph::{
     BranchNode, ErrorNode, ExecutionGraph, FileChange, FoldState, GRAPH_SCHEMA, GoalActivity,
-    GoalEventNode, GoalMark, GoalTally, ObservedChange, RouteNode, SnapshotNode, StepNode, Tokens,
-    ToolNode, UnclaimedChange, UnclaimedFile, VerificationNode, route_text,
+    GoalEventNode, GoalMark, GoalTally, ObservedChange, RouteNode, SnapshotNode, StepNode,
+    TodoList, TodoNode, Tokens, ToolNode, UnclaimedChange, UnclaimedFile, VerificationNode,
+    route_text,
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{

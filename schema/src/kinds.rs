@@ -865,7 +865,45 @@ kinds! {
     AgentNotice(AgentNotice) = 22, "agent.notice", v 1, by Agent;
     SecretAllowed(SecretAllowed) = 23, "secret.allowed", v 1, by Tacho;
     GitCommits(GitCommits) = 24, "git.commits", v 1, by Tacho;
+    TodoUpdate(TodoUpdate) = 25, "todo.update", v 1, by Agent;
 }
+
+string_enum!(
+    /// Where an item of an agent's todo list stands.
+    TodoStatus {
+        Pending = "pending",
+        InProgress = "in_progress",
+        Completed = "completed",
+        Cancelled = "cancelled",
+    }
+);
+
+impl TodoStatus {
+    /// Whether the item is still to be done (pending or in progress).
+    pub fn is_open(self) -> bool {
+        matches!(self, TodoStatus::Pending | TodoStatus::InProgress)
+    }
+}
+
+record_struct!(
+    /// One item of an agent's todo list.
+    TodoItem {
+        content: String,
+        status: TodoStatus,
+    }
+);
+
+record_struct!(
+    /// `todo.update`: the agent's todo list (plan) as its todo tool last wrote it,
+    /// whole: each update replaces the list before it.
+    TodoUpdate {
+        /// Empty: the agent cleared its list.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")] todos: Vec<TodoItem>,
+        /// The tool call that wrote it.
+        #[serde(default, skip_serializing_if = "Option::is_none")] call_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")] agent: Option<String>,
+    }
+);
 
 /// Who may write an event kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -135,6 +135,10 @@ pub enum EventView<'a> {
         action: GoalAction,
         accepted: bool,
     },
+    /// `todo.update`: the agent's todo list, whole.
+    TodoUpdate {
+        todos: Todos<'a>,
+    },
     /// A kind this tacho does not know.
     Unknown,
 }
@@ -200,6 +204,9 @@ impl EventBody {
                 duration_ms: v.duration_ms,
             },
             EventBody::AgentNotice(n) => EventView::AgentNotice { notice: &n.notice },
+            EventBody::TodoUpdate(t) => EventView::TodoUpdate {
+                todos: Todos::Owned(&t.todos),
+            },
             EventBody::FileEdit(f) => EventView::FileEdit {
                 path: &f.path,
                 op: f.op,
@@ -284,6 +291,40 @@ macro_rules! access {
             }
         })?
     };
+}
+
+/// The items of a todo list, read in place (archived) or from a decoded event.
+#[derive(Clone, Copy)]
+pub enum Todos<'a> {
+    Archived(&'a rkyv::vec::ArchivedVec<crate::kinds::ArchivedTodoItem>),
+    Owned(&'a [crate::kinds::TodoItem]),
+}
+
+impl<'a> Todos<'a> {
+    /// The items (text, status), in order.
+    pub fn iter(self) -> Box<dyn Iterator<Item = (&'a str, TodoStatus)> + 'a> {
+        match self {
+            Todos::Archived(v) => Box::new(
+                v.iter()
+                    .map(|t| (t.content.as_str(), e::<TodoStatus>(&t.status))),
+            ),
+            Todos::Owned(v) => Box::new(v.iter().map(|t| (t.content.as_str(), t.status))),
+        }
+    }
+}
+
+impl PartialEq for Todos<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Todos<'_> {}
+
+impl std::fmt::Debug for Todos<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// A list of strings of an event, read in place (archived) or from a decoded event.
@@ -521,6 +562,9 @@ impl<'a> EventView<'a> {
                     commits_total: a.commits_total.to_native(),
                 }
             }
+            25 => EventView::TodoUpdate {
+                todos: Todos::Archived(&access!(TodoUpdate, kind, version, payload).todos),
+            },
             _ => EventView::Unknown,
         })
     }

@@ -690,7 +690,21 @@ fn a_goal_without_a_contract_keeps_the_plain_rule() {
         "{out}{err}"
     );
     agrees(false);
+    // Issue 47 (17): the rule's other half — the agent's todo list has no open item.
+    record(
+        r#"{"type":"todo.update","todos":[{"content":"Fix the value","status":"completed"},{"content":"Update the docs","status":"in_progress"}],"call_id":"toolu_t1"}"#,
+    );
     record(r#"{"type":"verification.run","command":"cargo test","status":"passed"}"#);
+    agrees(false);
+    let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("the agent's todo list has 1 open item(s) (first: \"Update the docs\")"),
+        "{out}"
+    );
+    record(
+        r#"{"type":"todo.update","todos":[{"content":"Fix the value","status":"completed"},{"content":"Update the docs","status":"cancelled"}],"call_id":"toolu_t2"}"#,
+    );
     agrees(true);
     let (code, out, _) = t(&home, &ws, &["goal", "complete", "--session", "ses_plain"]);
     assert_eq!(code, 0, "{out}");

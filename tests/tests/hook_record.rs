@@ -836,3 +836,59 @@ fn a_call_id_with_a_space_is_unconfirmed_all_the_same() {
     assert!(!text.contains("pytest\",\"passed\":true"), "{risk:#}");
     assert_eq!(risk["verified"], false, "{risk:#}");
 }
+
+/// Issue 47 (17): Claude Code's `TodoWrite` (its input as Claude Code 2.x sends it)
+/// is recorded as the call and, right after it, the list it wrote (`todo.update`);
+/// the graph shows the last list, and the record verifies.
+#[test]
+fn a_todo_tools_list_is_recorded_and_shown() {
+    let e = Env::new();
+    let s = "todo-1";
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let todos = |second: &str| {
+        serde_json::json!({"todos": [
+            {"content": "Read the code", "status": "completed", "activeForm": "Reading the code"},
+            {"content": "Fix the bug", "status": second, "activeForm": "Fixing the bug"}
+        ]})
+    };
+    e.send(
+        s,
+        "PreToolUse",
+        pre("TodoWrite", "t1", todos("in_progress")),
+    );
+    e.send(
+        s,
+        "PostToolUse",
+        post("TodoWrite", "t1", todos("in_progress")),
+    );
+    e.send(s, "PreToolUse", pre("TodoWrite", "t2", todos("completed")));
+    e.send(
+        s,
+        "PostToolUse",
+        post("TodoWrite", "t2", todos("completed")),
+    );
+    let (code, dump, err) = e.tacho(&["log", "dump", s, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let kinds: Vec<String> = dump
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| Some(v["kind"].as_str()?.to_string()))
+        .filter(|k| k == "tool.call" || k == "todo.update")
+        .collect();
+    assert_eq!(
+        kinds,
+        ["tool.call", "todo.update", "tool.call", "todo.update"],
+        "{dump}"
+    );
+    let g = e.json(&["graph", s, "--format", "json"]);
+    assert_eq!(
+        g["todos"]["items"],
+        serde_json::json!([
+            {"content": "Read the code", "status": "completed"},
+            {"content": "Fix the bug", "status": "completed"}
+        ]),
+        "{g}"
+    );
+    let (code, out) = e.verify(s);
+    assert_eq!(code, 0, "{out}");
+}

@@ -56,6 +56,16 @@ pub fn describe(body: &EventBody) -> String {
         EventBody::Error(e) => e.message.lines().next().unwrap_or("").to_string(),
         EventBody::VerificationRun(v) => format!("{} {}", v.command, v.status),
         EventBody::FileEdit(f) => format!("{} {}", f.op, f.path),
+        EventBody::TodoUpdate(t) => {
+            let open = t.todos.iter().filter(|i| i.status.is_open()).count();
+            let now = t
+                .todos
+                .iter()
+                .find(|i| i.status == tacho_schema::TodoStatus::InProgress)
+                .map(|i| format!(", now: {}", i.content.lines().next().unwrap_or("")))
+                .unwrap_or_default();
+            format!("{} todo(s), {open} open{now}", t.todos.len())
+        }
         EventBody::AgentNotice(n) => match &n.message {
             Some(m) => format!("{} {}", n.notice, m.lines().next().unwrap_or("")),
             None => n.notice.clone(),

@@ -90,6 +90,18 @@ pub fn markdown(g: &ExecutionGraph, risk: &RiskAssessment) -> String {
     for r in &g.rollbacks_of {
         o.push_str(&format!("Rollback of {r}\n"));
     }
+    if let Some(t) = &g.todos {
+        let open: Vec<&str> = t.open().map(|i| i.content.as_str()).collect();
+        o.push_str(&format!(
+            "Todos: {} ({} open{}), as of event #{}\n",
+            t.items.len(),
+            open.len(),
+            open.first()
+                .map(|f| format!(": {}", f.lines().next().unwrap_or("")))
+                .unwrap_or_default(),
+            t.seq
+        ));
+    }
     if !g.snapshots.is_empty() {
         o.push_str(&format!(
             "Snapshots: {} (rollback points: tacho session rollback {} --list)\n",
