@@ -336,7 +336,8 @@ pub(crate) fn index_head_differs(entry: &IndexEntry, r: &StreamReport) -> bool {
 /// checked again once every stream is read ([`Tacho::recheck_index_entries`]).
 pub(crate) struct Deferred {
     pub(crate) slot: usize,
-    pub(crate) before: IndexEntry,
+    /// The entry as first read (`None`: it had none).
+    pub(crate) before: Option<IndexEntry>,
     pub(crate) folded: Option<ExecutionGraph>,
     pub(crate) source: Option<String>,
 }
@@ -479,7 +480,7 @@ impl Tacho {
     }
 
     /// Checks again, against `fresh` (the index read after every stream), the entries
-    /// whose head differed from their stream's. Writers append a synced `Dirty`
+    /// whose head differed from their stream's, and the streams that had none. Writers append a synced `Dirty`
     /// record before a stream's first new frame, so an entry unchanged since the
     /// first reading was not moved by a writer: its difference stands. One that
     /// changed meanwhile is checked as it is now, unless it is dirty (a writer is
@@ -495,12 +496,12 @@ impl Tacho {
             let Some(r) = streams.get_mut(d.slot) else {
                 continue;
             };
-            let findings = match fresh.get(&r.session) {
-                Some(now) if now == d.before => {
-                    self.check_index_entry(Some(d.before), r, d.folded, d.source, rules_current)
+            let findings = match (fresh.get(&r.session), d.before) {
+                (Some(now), Some(before)) if now == before => {
+                    self.check_index_entry(Some(before), r, d.folded, d.source, rules_current)
                 }
-                Some(now) if now.dirty || now.next_seq > r.next_seq => Vec::new(),
-                now => self.check_index_entry(now, r, d.folded, d.source, rules_current),
+                (Some(now), _) if now.dirty || now.next_seq > r.next_seq => Vec::new(),
+                (now, _) => self.check_index_entry(now, r, d.folded, d.source, rules_current),
             };
             r.findings.extend(findings);
         }

@@ -493,6 +493,14 @@ impl Tacho {
         only: Option<&SessionId>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<StoreReport, StoreError> {
+        // The index is read before the store is listed: a stream is verified as listed
+        // (a packed session whose first append made its directory after the listing
+        // is read as its packed prefix), so a listing taken before the index could
+        // miss events whose head the index already records.
+        let index = match (deep, only) {
+            (true, None) => Some(self.log().index_checked()?).filter(|v| v.complete()),
+            _ => None,
+        };
         // A pass over every stream lists the store once (its stream directories, lock
         // files and packs); each stream is then verified as listed.
         let listing = match only {
@@ -503,10 +511,6 @@ impl Tacho {
             (Some(s), _) => vec![s.to_string()],
             (None, Some(l)) => l.sessions().to_vec(),
             (None, None) => self.log().sessions()?,
-        };
-        let index = match (deep, only) {
-            (true, None) => Some(self.log().index_checked()?).filter(|v| v.complete()),
-            _ => None,
         };
         // (Read once: each entry's check needs it.)
         let rules_current = index.is_some() && self.facts_rules_current();
@@ -552,12 +556,23 @@ impl Tacho {
                             // stream is read: a writer may have appended since
                             // the index was.
                             match entry {
-                                Some(before) if index_head_differs(&before, &r) => deferred
+                                // (No entry: a session created after the index was
+                                // read, whose writer recorded it since.)
+                                before @ None => deferred
                                     .lock()
                                     .unwrap_or_else(|e| e.into_inner())
                                     .push(Deferred {
                                         slot: i,
                                         before,
+                                        folded: g,
+                                        source,
+                                    }),
+                                Some(before) if index_head_differs(&before, &r) => deferred
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .push(Deferred {
+                                        slot: i,
+                                        before: Some(before),
                                         folded: g,
                                         source,
                                     }),
