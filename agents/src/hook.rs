@@ -291,6 +291,10 @@ pub struct HookState {
     /// → that session): the next payload of one says the end came from inside it.
     #[serde(default)]
     pub cut_calls: BTreeMap<String, String>,
+    /// Each session's todo list as its calls left it (for the tools that change it a
+    /// piece at a time: `crate::todo`).
+    #[serde(default)]
+    pub todos: BTreeMap<String, crate::todo::TodoTracker>,
     /// The main session's transcript, as its first payload named it: the only file
     /// read for the main session (its usage, its calls' outputs, the calls it names).
     /// A payload piped with another `transcript_path` could name a file made to
@@ -352,6 +356,12 @@ impl HookState {
             && self.main.session == session
         {
             self.goals = Some(true);
+        }
+        if let EventBody::TodoUpdate(_) = body {
+            self.todos
+                .entry(session.to_string())
+                .or_default()
+                .observe(body);
         }
         if let Some(t) = self.track_mut(session) {
             t.observe(agent, body);
@@ -710,10 +720,15 @@ pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<
             Some(Action::Event {
                 session,
                 body: EventBody::ToolCall(c),
-            }) => crate::todo::todo_update(c).map(|body| Action::Event {
-                session: session.clone(),
-                body,
-            }),
+            }) => state
+                .todos
+                .entry(session.clone())
+                .or_default()
+                .on_call(c)
+                .map(|body| Action::Event {
+                    session: session.clone(),
+                    body,
+                }),
             _ => None,
         };
         i += 1;

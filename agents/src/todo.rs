@@ -1,56 +1,83 @@
-//! Agents' todo lists: what their todo tools (Claude Code's and Droid's `TodoWrite`,
-//! OpenCode's `todowrite`, Qwen Code's `todo_write`, Gemini CLI's `write_todos`,
-//! Codex's `update_plan`) were given, read from the call's input into a
-//! `todo.update` recorded right after the call (SPEC §5.1, §13). Each of these tools
-//! takes the whole list, so each call's list replaces the one before.
+//! Agents' todo lists, recorded as `todo.update` events (SPEC §5.1, §13.2) right
+//! after the call that changed them, in hooks and imports alike:
+//!
+//! - tools that take the whole list — Claude Code's (before 2.1.17) and Droid's
+//!   `TodoWrite`, OpenCode's and Kilo's `todowrite`, Qwen Code's `todo_write`, Gemini
+//!   CLI's `write_todos`, Codex's `update_plan`: each call's list replaces the one
+//!   before;
+//! - Claude Code's task tools (2.1.17 on): `TaskCreate` adds a task (numbered 1, 2, …
+//!   in creation order, as Claude Code numbers them), `TaskUpdate` changes one by its
+//!   `taskId` (`deleted` removes it): the list as it then stands is recorded;
+//! - Cline's `task_progress`, a checklist any of its tools' inputs may carry: recorded
+//!   when it differs from the list before.
+//!
+//! Copilot CLI keeps its todos in SQL tables through its `sql` tool: not read.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tacho_schema::{EventBody, TodoItem, TodoStatus, TodoUpdate, ToolCall};
 
 /// The tool names (lower case, without `_` and `-`) that write a whole todo list.
 const TODO_TOOLS: &[&str] = &["todowrite", "writetodos", "updateplan"];
 
-/// Whether `tool` is a todo tool (any spelling of the names above).
-pub fn is_todo_tool(tool: &str) -> bool {
-    let plain: String = tool
-        .chars()
+fn plain(tool: &str) -> String {
+    tool.chars()
         .filter(|c| *c != '_' && *c != '-')
         .flat_map(char::to_lowercase)
-        .collect();
-    TODO_TOOLS.contains(&plain.as_str())
+        .collect()
+}
+
+/// Whether `tool` is a tool that writes a whole todo list (any spelling of the names
+/// above).
+pub fn is_todo_tool(tool: &str) -> bool {
+    TODO_TOOLS.contains(&plain(tool).as_str())
 }
 
 /// The list a todo tool's input holds: `todos` (or Codex's `plan`) as an array of
-/// items — each an object whose text is `content`, `description`, `step` or `title`
-/// and whose `status` is one of the agents' spellings — or as text, one item a line
-/// (`[status] text`, `- [x] text`). `None` when `input` holds no list. An item whose
-/// status is not recognised is taken as still open: a list tacho cannot read never
-/// lets the plain rule hold by mistake.
+/// items — each an object whose text is `content`, `subject`, `description`, `step`
+/// or `title` and whose `status` is one of the agents' spellings — or as text, one
+/// item a line (`[status] text`, `- [x] text`). `None` when `input` holds no list. An
+/// item whose status is not recognised (`blocked`) is taken as still open: a list
+/// tacho cannot read never lets the plain rule hold by mistake.
 pub fn todo_items(input: &Value) -> Option<Vec<TodoItem>> {
     let list = input.get("todos").or_else(|| input.get("plan"))?;
     match list {
         Value::Array(items) => Some(items.iter().filter_map(item).collect()),
         Value::String(text) => match serde_json::from_str::<Value>(text) {
             Ok(Value::Array(items)) => Some(items.iter().filter_map(item).collect()),
-            _ => Some(text.lines().filter_map(text_item).collect()),
+            _ => Some(text_items(text)),
         },
         _ => None,
     }
 }
 
-fn item(v: &Value) -> Option<TodoItem> {
-    let content = ["content", "description", "step", "title", "text"]
+fn text_of(v: &Value) -> Option<String> {
+    ["content", "subject", "description", "step", "title", "text"]
         .iter()
-        .find_map(|k| v.get(k)?.as_str())?
-        .to_string();
+        .find_map(|k| v.get(k)?.as_str())
+        .map(str::to_string)
+}
+
+/// An id given as a string or a number.
+fn id_of(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn item(v: &Value) -> Option<TodoItem> {
     Some(TodoItem {
-        content,
+        content: text_of(v)?,
         status: status(v.get("status").and_then(Value::as_str).unwrap_or("")),
+        id: id_of(v.get("id")),
     })
 }
 
 /// The agents' status words: `pending`, `in_progress` (`in-progress`, `active`),
-/// `completed` (`complete`, `done`), `cancelled` (`canceled`); anything else is open.
+/// `completed` (`complete`, `done`, `x`), `cancelled` (`canceled`); anything else is
+/// open.
 fn status(word: &str) -> TodoStatus {
     match word
         .trim()
@@ -65,8 +92,12 @@ fn status(word: &str) -> TodoStatus {
     }
 }
 
-/// One line of a list given as text: `1. [completed] text`, `- [x] text`, `[ ] text`
-/// or plain text (pending).
+/// A list given as text, one item a line: `1. [completed] text`, `- [x] text`,
+/// `[ ] text` or plain text (pending); indented sub-items count as items.
+fn text_items(text: &str) -> Vec<TodoItem> {
+    text.lines().filter_map(text_item).collect()
+}
+
 fn text_item(line: &str) -> Option<TodoItem> {
     let l = line
         .trim()
@@ -83,29 +114,98 @@ fn text_item(line: &str) -> Option<TodoItem> {
     (!content.is_empty()).then(|| TodoItem {
         content: content.to_string(),
         status: status(status_word),
+        id: None,
     })
 }
 
-/// The `todo.update` a tool call reports, when it is a todo tool's call whose input
-/// holds a list.
-pub fn todo_update(call: &ToolCall) -> Option<EventBody> {
-    if !is_todo_tool(&call.tool) {
-        return None;
-    }
-    let input: Value = serde_json::from_str(call.input.as_deref()?).ok()?;
-    Some(EventBody::TodoUpdate(TodoUpdate {
-        todos: todo_items(&input)?,
-        call_id: Some(call.call_id.clone()),
-        agent: call.agent.clone(),
-    }))
+/// A session's todo list as its calls left it, for the tools that change it a piece
+/// at a time. Kept in a hook's state between payloads, and folded again from the
+/// session's `todo.update` events when that state is rebuilt from the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TodoTracker {
+    items: Vec<TodoItem>,
+    /// Tasks created so far (the next `TaskCreate` is task `created + 1`).
+    created: u64,
 }
 
-/// `events` with a `todo.update` after each todo tool's call (at the call's time).
+impl TodoTracker {
+    /// The `todo.update` a tool call reports, if it changes the list.
+    pub fn on_call(&mut self, call: &ToolCall) -> Option<EventBody> {
+        let input: Value = serde_json::from_str(call.input.as_deref()?).ok()?;
+        let tool = plain(&call.tool);
+        let items = if TODO_TOOLS.contains(&tool.as_str()) {
+            todo_items(&input)?
+        } else if tool == "taskcreate" {
+            self.created += 1;
+            let mut items = self.items.clone();
+            items.push(TodoItem {
+                content: text_of(&input)?,
+                status: TodoStatus::Pending,
+                id: Some(self.created.to_string()),
+            });
+            items
+        } else if tool == "taskupdate" {
+            let id = id_of(input.get("taskId"))?;
+            let mut items = self.items.clone();
+            let at = items.iter().position(|i| i.id.as_deref() == Some(&id))?;
+            match input.get("status").and_then(Value::as_str) {
+                Some("deleted") => {
+                    items.remove(at);
+                }
+                word => {
+                    let t = items.get_mut(at)?;
+                    if let Some(w) = word {
+                        t.status = status(w);
+                    }
+                    if let Some(s) = input.get("subject").and_then(Value::as_str) {
+                        t.content = s.to_string();
+                    }
+                }
+            }
+            items
+        } else if let Some(text) = input.get("task_progress").and_then(Value::as_str) {
+            let items = text_items(text);
+            if items == self.items {
+                return None;
+            }
+            items
+        } else {
+            return None;
+        };
+        self.observe_items(&items);
+        Some(EventBody::TodoUpdate(TodoUpdate {
+            todos: items,
+            call_id: Some(call.call_id.clone()),
+            agent: call.agent.clone(),
+        }))
+    }
+
+    /// Folds in a `todo.update` the log holds.
+    pub fn observe(&mut self, body: &EventBody) {
+        if let EventBody::TodoUpdate(t) = body {
+            self.observe_items(&t.todos);
+        }
+    }
+
+    fn observe_items(&mut self, items: &[TodoItem]) {
+        self.items = items.to_vec();
+        let most = items
+            .iter()
+            .filter_map(|i| i.id.as_deref()?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        self.created = self.created.max(most);
+    }
+}
+
+/// `events` with a `todo.update` after each call that changed the agent's todo list
+/// (at the call's time).
 pub fn with_todo_updates(events: &mut Vec<(i64, EventBody)>) {
+    let mut tracker = TodoTracker::default();
     let mut i = 0;
     while i < events.len() {
         let next = match events.get(i) {
-            Some((t, EventBody::ToolCall(c))) => todo_update(c).map(|u| (*t, u)),
+            Some((t, EventBody::ToolCall(c))) => tracker.on_call(c).map(|u| (*t, u)),
             _ => None,
         };
         i += 1;
@@ -181,19 +281,167 @@ mod tests {
         assert_eq!(todo_items(&json!({"file_path": "x"})), None);
     }
 
+    fn call(id: &str, tool: &str, input: Value) -> EventBody {
+        EventBody::ToolCall(ToolCall {
+            call_id: id.into(),
+            tool: tool.into(),
+            input: Some(input.to_string()),
+            ..ToolCall::default()
+        })
+    }
+
+    fn lists(events: &[(i64, EventBody)]) -> Vec<Vec<(String, TodoStatus)>> {
+        events
+            .iter()
+            .filter_map(|(_, b)| match b {
+                EventBody::TodoUpdate(u) => Some(
+                    u.todos
+                        .iter()
+                        .map(|t| (t.content.clone(), t.status))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Claude Code 2.1.17 on: tasks created one by one (numbered in creation order)
+    /// and updated by id, `deleted` removing one; an update of a task tacho never saw
+    /// created records nothing. The inputs are those of real transcripts (2.1.52).
+    #[test]
+    fn claude_codes_task_tools_build_the_list_a_piece_at_a_time() {
+        use TodoStatus::*;
+        let mut events = vec![
+            (
+                1,
+                call(
+                    "a",
+                    "TaskCreate",
+                    json!({"subject": "Add the sampler", "description": "Export a sampler", "activeForm": "Adding"}),
+                ),
+            ),
+            (
+                2,
+                call(
+                    "b",
+                    "TaskCreate",
+                    json!({"subject": "Wire it", "description": "…"}),
+                ),
+            ),
+            (
+                3,
+                call(
+                    "c",
+                    "TaskUpdate",
+                    json!({"taskId": "1", "status": "in_progress"}),
+                ),
+            ),
+            (
+                4,
+                call(
+                    "d",
+                    "TaskUpdate",
+                    json!({"taskId": "1", "status": "completed"}),
+                ),
+            ),
+            (
+                5,
+                call(
+                    "e",
+                    "TaskUpdate",
+                    json!({"taskId": "2", "status": "deleted"}),
+                ),
+            ),
+            (
+                6,
+                call(
+                    "f",
+                    "TaskUpdate",
+                    json!({"taskId": "9", "status": "completed"}),
+                ),
+            ),
+            (7, call("g", "TaskList", json!({}))),
+        ];
+        with_todo_updates(&mut events);
+        let s = |c: &str, st| (c.to_string(), st);
+        assert_eq!(
+            lists(&events),
+            [
+                vec![s("Add the sampler", Pending)],
+                vec![s("Add the sampler", Pending), s("Wire it", Pending)],
+                vec![s("Add the sampler", InProgress), s("Wire it", Pending)],
+                vec![s("Add the sampler", Completed), s("Wire it", Pending)],
+                vec![s("Add the sampler", Completed)],
+            ]
+        );
+        // Folded again from the log (a hook's state rebuilt), the numbering goes on
+        // past every task seen, the deleted one too.
+        let mut t = TodoTracker::default();
+        for (_, b) in &events {
+            t.observe(b);
+        }
+        let next = t.on_call(&ToolCall {
+            call_id: "h".into(),
+            tool: "TaskCreate".into(),
+            input: Some(json!({"subject": "Third"}).to_string()),
+            ..ToolCall::default()
+        });
+        assert!(
+            matches!(next, Some(EventBody::TodoUpdate(u)) if u.todos.last().and_then(|i| i.id.as_deref()) == Some("3"))
+        );
+    }
+
+    /// Cline's `task_progress` checklist, on any tool's input (VS Code extension
+    /// 3.51.0): recorded when it changes, not on every call that repeats it.
+    #[test]
+    fn clines_task_progress_is_recorded_when_it_changes() {
+        let progress = |done: bool| {
+            format!(
+                "- [x] Analyze the architecture\n- [{}] Review ActionSystem.cs\n  - [ ] Write the fix\n",
+                if done { "x" } else { " " }
+            )
+        };
+        let mut events = vec![
+            (
+                1,
+                call(
+                    "a",
+                    "read_file",
+                    json!({"path": "a.cs", "task_progress": progress(false)}),
+                ),
+            ),
+            (
+                2,
+                call(
+                    "b",
+                    "read_file",
+                    json!({"path": "b.cs", "task_progress": progress(false)}),
+                ),
+            ),
+            (
+                3,
+                call(
+                    "c",
+                    "write_to_file",
+                    json!({"path": "b.cs", "task_progress": progress(true)}),
+                ),
+            ),
+        ];
+        with_todo_updates(&mut events);
+        let l = lists(&events);
+        assert_eq!(l.len(), 2, "{l:?}");
+        assert_eq!(
+            l[1][1],
+            ("Review ActionSystem.cs".to_string(), TodoStatus::Completed)
+        );
+        assert_eq!(l[1][2], ("Write the fix".to_string(), TodoStatus::Pending));
+    }
+
     #[test]
     fn a_todo_tools_call_is_followed_by_its_list_once() {
         assert!(is_todo_tool("TodoWrite") && is_todo_tool("write_todos"));
         assert!(is_todo_tool("todo_write") && is_todo_tool("update_plan"));
         assert!(!is_todo_tool("todoread") && !is_todo_tool("Write"));
-        let call = |id: &str, tool: &str, input: Value| {
-            EventBody::ToolCall(ToolCall {
-                call_id: id.into(),
-                tool: tool.into(),
-                input: Some(input.to_string()),
-                ..ToolCall::default()
-            })
-        };
         let mut events = vec![
             (
                 1,

@@ -890,6 +890,9 @@ record_struct!(
     TodoItem {
         content: String,
         status: TodoStatus,
+        /// The agent's id for it, when it gives one (Claude Code's tasks, Qwen
+        /// Code's and OpenCode's todos).
+        #[serde(default, skip_serializing_if = "Option::is_none")] id: Option<String>,
     }
 );
 

@@ -971,10 +971,11 @@ mod golden {
         assert_eq!(offset_of!(ArchivedTodoUpdate, todos), 0);
         assert_eq!(offset_of!(ArchivedTodoUpdate, call_id), 8);
         assert_eq!(offset_of!(ArchivedTodoUpdate, agent), 20);
-        assert_eq!(size_of::<Archived<TodoItem>>(), 12);
+        assert_eq!(size_of::<Archived<TodoItem>>(), 24);
         assert_eq!(align_of::<Archived<TodoItem>>(), 4);
         assert_eq!(offset_of!(ArchivedTodoItem, content), 0);
         assert_eq!(offset_of!(ArchivedTodoItem, status), 8);
+        assert_eq!(offset_of!(ArchivedTodoItem, id), 12);
         assert_eq!(size_of::<Archived<ExcludedPath>>(), 16);
         assert_eq!(offset_of!(ArchivedExcludedPath, path), 0);
         assert_eq!(offset_of!(ArchivedExcludedPath, reason), 8);
