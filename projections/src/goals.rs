@@ -691,6 +691,7 @@ mod tests {
                     .map(|(c, s)| TodoItem {
                         content: (*c).into(),
                         status: *s,
+                        id: None,
                     })
                     .collect(),
                 ..TodoUpdate::default()
