@@ -473,6 +473,10 @@ const READ_ONLY_TOOLS: &[&str] = &[
     "WebSearch",
     "TodoWrite",
     "TodoRead",
+    "TaskCreate",
+    "TaskUpdate",
+    "TaskList",
+    "TaskGet",
     "Task",
     "Agent",
     "ExitPlanMode",
@@ -713,30 +717,22 @@ pub(crate) fn before_step_snapshots(actions: &[Action]) -> Vec<(Vec<String>, u64
 /// Maps one payload to what to record, updating `state`.
 pub fn map_payload(agent: Agent, p: &HookPayload, state: &mut HookState) -> Vec<Action> {
     let mut out = map_payload_events(agent, p, state);
-    // A todo tool's call is followed by the list it wrote (`todo.update`).
-    let mut i = 0;
-    while i < out.len() {
-        let next = match out.get(i) {
-            Some(Action::Event {
-                session,
-                body: EventBody::ToolCall(c),
-            }) => state
-                .todos
-                .entry(session.clone())
-                .or_default()
-                .on_call(c)
-                .map(|body| Action::Event {
-                    session: session.clone(),
-                    body,
-                }),
-            _ => None,
-        };
-        i += 1;
-        if let Some(u) = next {
-            out.insert(i, u);
-            i += 1;
-        }
-    }
+    // A call that changed the agent's todo list is followed by the list (`todo.update`).
+    crate::todo::insert_after(&mut out, |a| match a {
+        Action::Event {
+            session,
+            body: EventBody::ToolCall(c),
+        } => state
+            .todos
+            .entry(session.clone())
+            .or_default()
+            .on_call(agent.name(), c)
+            .map(|body| Action::Event {
+                session: session.clone(),
+                body,
+            }),
+        _ => None,
+    });
     out
 }
 

@@ -81,9 +81,10 @@ impl Transcript {
         }
     }
 
-    /// Adds the list each todo tool's call wrote (`todo.update`, right after it).
-    pub fn with_todo_updates(&mut self) {
-        crate::todo::with_todo_updates(&mut self.events);
+    /// Adds the list each call of `agent` (its name) that changed its todo list left
+    /// (`todo.update`, right after the call).
+    pub fn with_todo_updates(&mut self, agent: &str) {
+        crate::todo::with_todo_updates(agent, &mut self.events);
     }
 
     /// Whether a tool call it holds has no result (the agent stopped mid-call).

@@ -8,8 +8,10 @@
 //! - Claude Code's task tools (2.1.17 on): `TaskCreate` adds a task (numbered 1, 2, …
 //!   in creation order, as Claude Code numbers them), `TaskUpdate` changes one by its
 //!   `taskId` (`deleted` removes it): the list as it then stands is recorded;
-//! - Cline's `task_progress`, a checklist any of its tools' inputs may carry: recorded
-//!   when it differs from the list before.
+//! - Cline's `task_progress`, a checklist any of its tools' inputs may carry (read
+//!   from Cline's calls only): recorded when it differs from the list before.
+//!
+//! A call already read (a transcript repeating a block) changes nothing again.
 //!
 //! Copilot CLI keeps its todos in SQL tables through its `sql` tool: not read.
 
@@ -29,7 +31,7 @@ fn plain(tool: &str) -> String {
 
 /// Whether `tool` is a tool that writes a whole todo list (any spelling of the names
 /// above).
-pub fn is_todo_tool(tool: &str) -> bool {
+fn is_todo_tool(tool: &str) -> bool {
     TODO_TOOLS.contains(&plain(tool).as_str())
 }
 
@@ -67,9 +69,15 @@ fn id_of(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// An item of a list. One tacho cannot read (a bare string, an object with no text
+/// it knows) is kept, open, under its JSON text: a list of such items never reads as
+/// a cleared one.
 fn item(v: &Value) -> Option<TodoItem> {
     Some(TodoItem {
-        content: text_of(v)?,
+        content: match v {
+            Value::String(s) => s.clone(),
+            _ => text_of(v).unwrap_or_else(|| v.to_string()),
+        },
         status: status(v.get("status").and_then(Value::as_str).unwrap_or("")),
         id: id_of(v.get("id")),
     })
@@ -126,22 +134,35 @@ pub struct TodoTracker {
     items: Vec<TodoItem>,
     /// Tasks created so far (the next `TaskCreate` is task `created + 1`).
     created: u64,
+    /// The calls already read (a transcript that repeats a call changes nothing).
+    #[serde(default)]
+    seen: std::collections::BTreeSet<String>,
 }
 
+/// Task numbers past this are not taken from a recorded list (an agent could record
+/// any id; Claude Code numbers its tasks from 1).
+const TASK_NUMBER_MAX: u64 = 1 << 32;
+
 impl TodoTracker {
-    /// The `todo.update` a tool call reports, if it changes the list.
-    pub fn on_call(&mut self, call: &ToolCall) -> Option<EventBody> {
+    /// The `todo.update` a tool call of `agent` (its name) reports, if it changes the
+    /// list. Cline's `task_progress` is read from Cline's calls only.
+    pub fn on_call(&mut self, agent: &str, call: &ToolCall) -> Option<EventBody> {
+        if self.seen.contains(&call.call_id) {
+            return None;
+        }
         let input: Value = serde_json::from_str(call.input.as_deref()?).ok()?;
         let tool = plain(&call.tool);
-        let items = if TODO_TOOLS.contains(&tool.as_str()) {
+        let items = if is_todo_tool(&call.tool) {
             todo_items(&input)?
         } else if tool == "taskcreate" {
-            self.created += 1;
+            let content = text_of(&input)?;
+            let number = self.created.checked_add(1)?;
+            self.created = number;
             let mut items = self.items.clone();
             items.push(TodoItem {
-                content: text_of(&input)?,
+                content,
                 status: TodoStatus::Pending,
-                id: Some(self.created.to_string()),
+                id: Some(number.to_string()),
             });
             items
         } else if tool == "taskupdate" {
@@ -163,7 +184,9 @@ impl TodoTracker {
                 }
             }
             items
-        } else if let Some(text) = input.get("task_progress").and_then(Value::as_str) {
+        } else if agent == "cline"
+            && let Some(text) = input.get("task_progress").and_then(Value::as_str)
+        {
             let items = text_items(text);
             if items == self.items {
                 return None;
@@ -172,6 +195,7 @@ impl TodoTracker {
         } else {
             return None;
         };
+        self.seen.insert(call.call_id.clone());
         self.observe_items(&items);
         Some(EventBody::TodoUpdate(TodoUpdate {
             todos: items,
@@ -183,6 +207,9 @@ impl TodoTracker {
     /// Folds in a `todo.update` the log holds.
     pub fn observe(&mut self, body: &EventBody) {
         if let EventBody::TodoUpdate(t) = body {
+            if let Some(c) = &t.call_id {
+                self.seen.insert(c.clone());
+            }
             self.observe_items(&t.todos);
         }
     }
@@ -192,6 +219,7 @@ impl TodoTracker {
         let most = items
             .iter()
             .filter_map(|i| i.id.as_deref()?.parse::<u64>().ok())
+            .filter(|n| *n <= TASK_NUMBER_MAX)
             .max()
             .unwrap_or(0);
         self.created = self.created.max(most);
@@ -200,20 +228,24 @@ impl TodoTracker {
 
 /// `events` with a `todo.update` after each call that changed the agent's todo list
 /// (at the call's time).
-pub fn with_todo_updates(events: &mut Vec<(i64, EventBody)>) {
+pub fn with_todo_updates(agent: &str, events: &mut Vec<(i64, EventBody)>) {
     let mut tracker = TodoTracker::default();
-    let mut i = 0;
-    while i < events.len() {
-        let next = match events.get(i) {
-            Some((t, EventBody::ToolCall(c))) => tracker.on_call(c).map(|u| (*t, u)),
-            _ => None,
-        };
-        i += 1;
-        if let Some(u) = next {
-            events.insert(i, u);
-            i += 1;
-        }
+    insert_after(events, |(t, body)| match body {
+        EventBody::ToolCall(c) => tracker.on_call(agent, c).map(|u| (*t, u)),
+        _ => None,
+    });
+}
+
+/// Puts what `follow` gives for an item right after it, in one pass (what is put
+/// is not given to `follow`).
+pub(crate) fn insert_after<T>(items: &mut Vec<T>, mut follow: impl FnMut(&T) -> Option<T>) {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items.drain(..) {
+        let next = follow(&item);
+        out.push(item);
+        out.extend(next);
     }
+    *items = out;
 }
 
 #[cfg(test)]
@@ -271,6 +303,14 @@ mod tests {
         assert_eq!(
             items(json!({"todos": "[{\"content\":\"A\",\"status\":\"done\"}]"})),
             [("A".into(), Completed)]
+        );
+        // Items it cannot read are kept, open: such a list never reads as cleared.
+        assert_eq!(
+            items(json!({"todos": ["fix X", {"what": "y"}]})),
+            [
+                ("fix X".into(), Pending),
+                ("{\"what\":\"y\"}".into(), Pending)
+            ]
         );
         // An unknown status is open; an empty list is a cleared list; no list is none.
         assert_eq!(
@@ -360,9 +400,16 @@ mod tests {
                     json!({"taskId": "9", "status": "completed"}),
                 ),
             ),
+            // A transcript repeating a block, and a create without a subject: no change,
+            // no number used up.
+            (
+                6,
+                call("a", "TaskCreate", json!({"subject": "Add the sampler"})),
+            ),
+            (6, call("x", "TaskCreate", json!({"activeForm": "…"}))),
             (7, call("g", "TaskList", json!({}))),
         ];
-        with_todo_updates(&mut events);
+        with_todo_updates("claude-code", &mut events);
         let s = |c: &str, st| (c.to_string(), st);
         assert_eq!(
             lists(&events),
@@ -380,12 +427,15 @@ mod tests {
         for (_, b) in &events {
             t.observe(b);
         }
-        let next = t.on_call(&ToolCall {
-            call_id: "h".into(),
-            tool: "TaskCreate".into(),
-            input: Some(json!({"subject": "Third"}).to_string()),
-            ..ToolCall::default()
-        });
+        let next = t.on_call(
+            "claude-code",
+            &ToolCall {
+                call_id: "h".into(),
+                tool: "TaskCreate".into(),
+                input: Some(json!({"subject": "Third"}).to_string()),
+                ..ToolCall::default()
+            },
+        );
         assert!(
             matches!(next, Some(EventBody::TodoUpdate(u)) if u.todos.last().and_then(|i| i.id.as_deref()) == Some("3"))
         );
@@ -427,9 +477,16 @@ mod tests {
                 ),
             ),
         ];
-        with_todo_updates(&mut events);
+        with_todo_updates("cline", &mut events);
         let l = lists(&events);
         assert_eq!(l.len(), 2, "{l:?}");
+        // Another agent's tool input that carries the field is no todo list.
+        let mut other = vec![(
+            1,
+            call("a", "mcp__x__y", json!({"task_progress": progress(true)})),
+        )];
+        with_todo_updates("claude-code", &mut other);
+        assert!(lists(&other).is_empty());
         assert_eq!(
             l[1][1],
             ("Review ActionSystem.cs".to_string(), TodoStatus::Completed)
@@ -461,7 +518,7 @@ mod tests {
                 ),
             ),
         ];
-        with_todo_updates(&mut events);
+        with_todo_updates("claude-code", &mut events);
         let kinds: Vec<(i64, &str)> = events.iter().map(|(t, b)| (*t, b.kind_name())).collect();
         assert_eq!(
             kinds,

@@ -258,7 +258,7 @@ impl Tacho {
                     continue;
                 }
                 t.in_time_order();
-                t.with_todo_updates();
+                t.with_todo_updates(agent.name());
                 for (line, offset, reason) in std::mem::take(&mut t.damage) {
                     if report.damage.len() < DAMAGE_LISTED {
                         report.damage.push(ImportDamage {

@@ -220,7 +220,9 @@ impl Tacho {
             (Vec::new(), Vec::new())
         };
         let calls_total: usize = graph.steps.iter().map(|s| s.tools.len()).sum();
-        let (children, rolled_back_by) = self.related(session).unwrap_or_default();
+        let (children, rolled_back_by) = self
+            .related(session, graph.workspace.as_deref())
+            .unwrap_or_default();
         let files = changed_files(&graph, &changes);
         Ok(Report {
             calls,
@@ -245,9 +247,14 @@ impl Tacho {
     }
 
     /// The sessions recorded as `session`'s children (newest first), and tacho's
-    /// rollbacks of it (oldest first): read from the session index (parents and
-    /// sources), then the few rollback sessions' own events.
-    fn related(&self, session: &str) -> Result<(Vec<ChildSession>, Vec<RolledBackBy>), StoreError> {
+    /// rollbacks of it (oldest first): read from the session index (parents, sources
+    /// and workspaces), then the own events of the rollback sessions of its workspace
+    /// (a rollback is made in the workspace it restores).
+    fn related(
+        &self,
+        session: &str,
+        workspace: Option<&str>,
+    ) -> Result<(Vec<ChildSession>, Vec<RolledBackBy>), StoreError> {
         let mut children = Vec::new();
         let mut rollbacks = Vec::new();
         self.session_index()?.for_each_newest_first(|e| {
@@ -258,7 +265,10 @@ impl Tacho {
                         title: f.title.clone(),
                     });
                 }
-                if f.source.as_deref() == Some("tacho-rollback") {
+                if f.source.as_deref() == Some("tacho-rollback")
+                    && workspace.is_some()
+                    && f.workspace.as_deref() == workspace
+                {
                     rollbacks.push(e.session().to_string());
                 }
             }

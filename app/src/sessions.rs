@@ -353,8 +353,33 @@ impl Tacho {
     }
 
     /// The sessions that pass the filters, newest first, at most `limit` of them
-    /// (all with `None`). Read from the session index (brought up to date first).
+    /// (all with `None`). Read from the session index (brought up to date first); each
+    /// row vouched for ([`Tacho::vouch_rows`]).
     pub fn list_sessions(
+        &self,
+        filter: &ListFilter,
+        limit: Option<usize>,
+    ) -> Result<Vec<SessionRow>, ListError> {
+        let mut rows = self.session_rows(filter, limit)?;
+        self.vouch_rows(&mut rows, usize::MAX);
+        Ok(rows)
+    }
+
+    /// Every session that passes the filters, newest first, of which only the first
+    /// `shown` are shown (the run-report index: its table, and a chart of the facts
+    /// of all): those are vouched for, the rest are as the index has them.
+    pub fn list_sessions_showing(
+        &self,
+        filter: &ListFilter,
+        shown: usize,
+    ) -> Result<Vec<SessionRow>, ListError> {
+        let mut rows = self.session_rows(filter, None)?;
+        self.vouch_rows(&mut rows, shown);
+        Ok(rows)
+    }
+
+    /// The rows of a listing as the session index has them.
+    fn session_rows(
         &self,
         filter: &ListFilter,
         limit: Option<usize>,
@@ -401,17 +426,17 @@ impl Tacho {
             });
             true
         });
-        self.vouch_rows(&mut rows);
         Ok(rows)
     }
 
-    /// Marks the rows whose stream no longer verifies (changed in place since it was
-    /// indexed: the index describes it as it was), and drops those whose stream is
-    /// gone. A stream is read again only when its files changed since it last
-    /// verified (SPEC §8.4, `vouched`).
-    fn vouch_rows(&self, rows: &mut Vec<SessionRow>) {
+    /// Marks the rows (the first `shown`) whose stream no longer verifies (changed in
+    /// place since it was indexed: the index describes it as it was), and drops those
+    /// whose stream is gone. A stream is read again only when its files changed since
+    /// it last verified (SPEC §8.4, `vouched`).
+    fn vouch_rows(&self, rows: &mut Vec<SessionRow>, shown: usize) {
         let ids: Vec<&str> = rows
             .iter()
+            .take(shown)
             .filter(|r| r.damaged.is_none())
             .map(|r| r.summary.session.as_str())
             .collect();

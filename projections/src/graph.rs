@@ -463,6 +463,9 @@ impl TodoList {
 pub struct TodoNode {
     pub content: String,
     pub status: tacho_schema::TodoStatus,
+    /// The agent's id for it, when it gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 /// The part of a graph that only the fold uses: stored with a materialized graph so
@@ -1100,9 +1103,10 @@ impl ExecutionGraph {
                     at_unix_ns: at,
                     items: todos
                         .iter()
-                        .map(|(content, status)| TodoNode {
+                        .map(|(content, status, id)| TodoNode {
                             content: content.to_string(),
                             status,
+                            id: id.map(str::to_string),
                         })
                         .collect(),
                 });

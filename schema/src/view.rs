@@ -301,14 +301,20 @@ pub enum Todos<'a> {
 }
 
 impl<'a> Todos<'a> {
-    /// The items (text, status), in order.
-    pub fn iter(self) -> Box<dyn Iterator<Item = (&'a str, TodoStatus)> + 'a> {
+    /// The items (text, status, the agent's id), in order.
+    pub fn iter(self) -> Box<dyn Iterator<Item = (&'a str, TodoStatus, Option<&'a str>)> + 'a> {
         match self {
-            Todos::Archived(v) => Box::new(
+            Todos::Archived(v) => Box::new(v.iter().map(|t| {
+                (
+                    t.content.as_str(),
+                    e::<TodoStatus>(&t.status),
+                    t.id.as_ref().map(|i| i.as_str()),
+                )
+            })),
+            Todos::Owned(v) => Box::new(
                 v.iter()
-                    .map(|t| (t.content.as_str(), e::<TodoStatus>(&t.status))),
+                    .map(|t| (t.content.as_str(), t.status, t.id.as_deref())),
             ),
-            Todos::Owned(v) => Box::new(v.iter().map(|t| (t.content.as_str(), t.status))),
         }
     }
 }

@@ -22,6 +22,11 @@ const VOUCHED: &str = "vouched";
 /// Its first line.
 const MAGIC: &str = "tacho vouched v1";
 
+/// How recent a file's last status change may be for its stamp to be recorded: the
+/// filesystem's timestamps move in ticks, and a write within the tick of a stamp could
+/// leave it as it was.
+const RACY_NS: u64 = 2_000_000_000;
+
 /// What a listing can say of one stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Vouch {
@@ -40,8 +45,10 @@ impl Store {
 
     /// The stamp of a session's stream: every segment's file (or pack, with its range)
     /// and that file's stamp, hashed in sequence order.
-    fn stream_stamp(&self, session: &str) -> Result<[u8; 32], StoreError> {
+    /// Also the newest status-change time among them (nanoseconds).
+    fn stream_stamp(&self, session: &str) -> Result<([u8; 32], u64), StoreError> {
         let mut h = blake3::Hasher::new_derive_key("tacho vouched stream stamp v1");
+        let mut newest = 0;
         for s in self.segment_files(session)? {
             let stamp = self
                 .vfs
@@ -55,8 +62,9 @@ impl Store {
             h.update(&at.to_le_bytes());
             h.update(&len.to_le_bytes());
             h.update(&stamp.encode());
+            newest = newest.max(stamp.id[3]);
         }
-        Ok(*h.finalize().as_bytes())
+        Ok((*h.finalize().as_bytes(), newest))
     }
 
     /// The recorded stamps (none when the file is missing or not of this version; a
@@ -87,12 +95,15 @@ impl Store {
     pub fn vouch(&self, sessions: &[&str]) -> Vec<Vouch> {
         let mut known = self.vouched();
         let mut changed = false;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
         let out = sessions
             .iter()
             .map(|&session| {
                 // The stamp is taken before the stream is read: a change meanwhile makes
                 // the next listing verify again.
-                let stamp = match self.stream_stamp(session) {
+                let (stamp, newest) = match self.stream_stamp(session) {
                     Ok(s) => s,
                     Err(StoreError::NotFound(_)) => {
                         changed |= known.remove(session).is_some();
@@ -114,8 +125,13 @@ impl Store {
                             Vouch::Damaged(f)
                         }
                         None => {
-                            known.insert(session.to_string(), stamp);
-                            changed = true;
+                            // A file changed within the clock's grain of now could
+                            // change again under the same stamp (Git's "racy clean"):
+                            // its stamp is not recorded, and it is verified again.
+                            if now.saturating_sub(newest) >= RACY_NS {
+                                known.insert(session.to_string(), stamp);
+                                changed = true;
+                            }
                             Vouch::Sound
                         }
                     },

@@ -892,3 +892,43 @@ fn a_todo_tools_list_is_recorded_and_shown() {
     let (code, out) = e.verify(s);
     assert_eq!(code, 0, "{out}");
 }
+
+/// Claude Code 2.1.17 on: tasks created one by one, then updated by id, recorded as
+/// the whole list each time — also after the hook's state file is lost (the list and
+/// its numbering are folded again from the log). The task tools take no snapshot.
+#[test]
+fn claude_codes_task_tools_are_followed_across_a_lost_hook_state() {
+    let e = Env::new();
+    let s = "tasks-1";
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    for (id, subject) in [("c1", "Add the sampler"), ("c2", "Wire it up")] {
+        let input = serde_json::json!({"subject": subject, "description": "…", "activeForm": "…"});
+        e.send(s, "PreToolUse", pre("TaskCreate", id, input.clone()));
+        e.send(s, "PostToolUse", post("TaskCreate", id, input));
+    }
+    for f in std::fs::read_dir(e.home.join("agents/claude-code")).unwrap() {
+        let p = f.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let update = serde_json::json!({"taskId": "2", "status": "completed"});
+    e.send(s, "PreToolUse", pre("TaskUpdate", "u1", update.clone()));
+    e.send(s, "PostToolUse", post("TaskUpdate", "u1", update));
+    let create = serde_json::json!({"subject": "Third"});
+    e.send(s, "PreToolUse", pre("TaskCreate", "c3", create.clone()));
+    e.send(s, "PostToolUse", post("TaskCreate", "c3", create));
+    let g = e.json(&["graph", s, "--format", "json"]);
+    assert_eq!(
+        g["todos"]["items"],
+        serde_json::json!([
+            {"content": "Add the sampler", "status": "pending", "id": "1"},
+            {"content": "Wire it up", "status": "completed", "id": "2"},
+            {"content": "Third", "status": "pending", "id": "3"}
+        ]),
+        "{g}"
+    );
+    assert!(g["snapshots"].as_array().map_or(0, Vec::len) <= 1, "{g}");
+    let (code, out) = e.verify(s);
+    assert_eq!(code, 0, "{out}");
+}

@@ -114,3 +114,75 @@ fn the_application_hands_out_no_fold_or_assessment() {
         );
     }
 }
+
+/// Issue 45 (7): docs that cannot drift. ARCHITECTURE.md's count of `unsafe`
+/// exceptions is the number of `#[allow(unsafe_code)]` in the workspace's code, and
+/// names each file's module; its "next kind id" is one past the last id of the
+/// `kinds!` table.
+#[test]
+fn architecture_counts_what_the_code_holds() {
+    let root = root();
+    let arch = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap_or_default();
+    let mut files = Vec::new();
+    for dir in [
+        "log-format",
+        "schema",
+        "store",
+        "git",
+        "goals",
+        "projections",
+        "agents",
+        "app",
+        "cli",
+        "web",
+        "export",
+        "shell",
+        "benches",
+    ] {
+        rust_files(&root.join(dir).join("src"), &mut files);
+    }
+    let mut sites = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for _ in text.matches("#[allow(unsafe_code)]") {
+            sites.push(f.strip_prefix(&root).unwrap_or(f).display().to_string());
+        }
+    }
+    let words = ["no", "one", "two", "three", "four", "five", "six", "seven"];
+    let said = words
+        .get(sites.len())
+        .map(|w| format!("There are {w} exceptions"))
+        .unwrap_or_default();
+    assert!(
+        !said.is_empty() && arch.contains(&said),
+        "ARCHITECTURE.md should say \"{said}\" (the code has {}: {sites:?})",
+        sites.len()
+    );
+    for site in &sites {
+        // `store/src/vfs.rs` is named as `vfs::`, `git/src/snapshot/cache.rs` as
+        // `snapshot::cache::`.
+        let module = site
+            .split_once("/src/")
+            .map(|(_, m)| m.trim_end_matches(".rs").replace('/', "::"))
+            .unwrap_or_default();
+        assert!(
+            arch.contains(&format!("`{module}::")),
+            "ARCHITECTURE.md does not name the unsafe exception in {site} (`{module}::…`)"
+        );
+    }
+    let kinds = std::fs::read_to_string(root.join("schema/src/kinds.rs")).unwrap_or_default();
+    let last = kinds
+        .lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(") = ")?;
+            rest.split(',').next()?.trim().parse::<u16>().ok()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(last > 0, "no kind ids read from the kinds! table");
+    assert!(
+        arch.contains(&format!("(the next is {})", last + 1)),
+        "ARCHITECTURE.md's next kind id should be {}",
+        last + 1
+    );
+}

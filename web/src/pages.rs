@@ -56,7 +56,7 @@ struct IndexPage {
 }
 
 pub fn index(t: &Tacho) -> (StatusCode, String) {
-    let rows = match t.list_sessions(&ListFilter::default(), None) {
+    let rows = match t.list_sessions_showing(&ListFilter::default(), INDEX_ROWS) {
         Ok(r) => r,
         Err(e) => return error_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
