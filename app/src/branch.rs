@@ -46,7 +46,12 @@ impl Kind for BranchError {
             BranchError::Empty(_) => ErrorKind::NotFound,
             BranchError::NoStart(_) => ErrorKind::Findings,
             BranchError::Store(e) => e.kind(),
-            _ => ErrorKind::Input,
+            BranchError::BadSeq(_)
+            | BranchError::SeqOutOfRange { .. }
+            | BranchError::NoStep { .. }
+            | BranchError::UnknownPoint { .. }
+            | BranchError::BadId(_)
+            | BranchError::Exists(_) => ErrorKind::Input,
         }
     }
 

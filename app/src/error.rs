@@ -247,6 +247,55 @@ mod tests {
     use crate::sessions::ListError;
     use crate::userfile::UserFileError;
 
+    /// Issue 45 (4): a file the user named, or the workspace, that cannot be read is
+    /// an I/O error (exit 5), not bad input; bytes that are not text are the input's.
+    #[test]
+    fn reads_that_fail_are_io_errors() {
+        let io = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let cases: Vec<(Box<dyn Kind>, ErrorKind)> = vec![
+            (
+                Box::new(GoalError::ReadPlan {
+                    path: PathBuf::from("plan.md"),
+                    source: io(),
+                }),
+                ErrorKind::Io,
+            ),
+            (
+                Box::new(GoalError::Workspace {
+                    path: PathBuf::from("/w"),
+                    source: io(),
+                }),
+                ErrorKind::Io,
+            ),
+            (
+                Box::new(IngestError::Read {
+                    source_name: "in".into(),
+                    line: 3,
+                    error: io(),
+                }),
+                ErrorKind::Io,
+            ),
+            (
+                Box::new(IngestError::Read {
+                    source_name: "in".into(),
+                    line: 3,
+                    error: std::io::Error::from(std::io::ErrorKind::InvalidData),
+                }),
+                ErrorKind::Input,
+            ),
+            (
+                Box::new(crate::logs::LogsError::Read {
+                    path: PathBuf::from("x.log"),
+                    source: io(),
+                }),
+                ErrorKind::Io,
+            ),
+        ];
+        for (i, (e, kind)) in cases.into_iter().enumerate() {
+            assert_eq!(e.kind(), kind, "case {i}");
+        }
+    }
+
     /// Every error of this layer about an input field, one of each variant.
     fn field_errors() -> Vec<(Box<dyn Kind>, Field)> {
         let s = || "ses_a".to_string();

@@ -126,10 +126,34 @@ impl Kind for GoalError {
     fn kind(&self) -> ErrorKind {
         match self {
             GoalError::NoGoal { .. } | GoalError::NoSuchGoal { .. } => ErrorKind::NotFound,
-            GoalError::CurrentDir(_) | GoalError::Run(_) | GoalError::Room(_) => ErrorKind::Io,
+            // The plan file or the workspace could not be read: an I/O error (exit 5),
+            // as every other read.
+            GoalError::ReadPlan { .. }
+            | GoalError::Workspace { .. }
+            | GoalError::CurrentDir(_)
+            | GoalError::Run(_)
+            | GoalError::Room(_) => ErrorKind::Io,
             GoalError::Store(e) => e.kind(),
             GoalError::Snapshot(e) => e.kind(),
-            _ => ErrorKind::Input,
+            GoalError::Plan { .. }
+            | GoalError::NoSuchCheck { .. }
+            | GoalError::BadBlockKind { .. }
+            | GoalError::IndependentWorkRemains
+            | GoalError::Empty(_)
+            | GoalError::EmptyReplaceReason
+            | GoalError::NotAReceipt { .. }
+            | GoalError::Completed(_)
+            | GoalError::Superseded { .. }
+            | GoalError::AlreadyRevised { .. }
+            | GoalError::EmptyCorrection
+            | GoalError::MalformedDigest { .. }
+            | GoalError::AlreadyReplaced { .. }
+            | GoalError::ChangedMeanwhile { .. }
+            | GoalError::CompletedNotReplaced(_)
+            | GoalError::NotCleared { .. }
+            | GoalError::NotPaused { .. }
+            | GoalError::ReplacedNotResumed { .. }
+            | GoalError::UnsetVariable { .. } => ErrorKind::Input,
         }
     }
 

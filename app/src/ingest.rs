@@ -192,7 +192,21 @@ impl Kind for IngestError {
         match self {
             IngestError::Store(e) => e.kind(),
             IngestError::Ack(_) => ErrorKind::Io,
-            _ => ErrorKind::Input,
+            // Bytes that are not text are the input's fault; any other read error is
+            // the machine's.
+            IngestError::Read { error, .. } => match error.kind() {
+                std::io::ErrorKind::InvalidData => ErrorKind::Input,
+                _ => ErrorKind::Io,
+            },
+            IngestError::Snapshot { error, .. } => error.kind(),
+            IngestError::BadSession(_)
+            | IngestError::Parse { .. }
+            | IngestError::NoSession { .. }
+            | IngestError::SnapshotNoSession { .. }
+            | IngestError::SnapshotNoWorkspace { .. }
+            | IngestError::SnapshotTime { .. }
+            | IngestError::Evidence { .. }
+            | IngestError::Rejected { .. } => ErrorKind::Input,
         }
     }
 

@@ -20,7 +20,10 @@ pub enum LogsError {
     },
 }
 
-kinds!(LogsError { _ => Input });
+kinds!(LogsError {
+    LogsError::Missing(_) => Input,
+    LogsError::Read { .. } => Io,
+});
 
 /// What `--logs` found.
 #[derive(Debug, Default, serde::Serialize)]

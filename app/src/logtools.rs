@@ -46,7 +46,7 @@ pub enum DumpError {
 )]
 pub struct NoData(pub PathBuf);
 
-kinds!(NoData { _ => NotFound });
+kinds!(NoData { NoData(_) => NotFound });
 
 kinds!(DumpError {
     DumpError::NoSegment { .. } => NotFound,

@@ -75,7 +75,13 @@ impl Kind for RollbackError {
             RollbackError::Store(e) => e.kind(),
             RollbackError::Snapshot(e) => e.kind(),
             RollbackError::Take(e) => e.kind(),
-            _ => ErrorKind::Input,
+            RollbackError::NoStep { .. }
+            | RollbackError::NoSnapshotBefore { .. }
+            | RollbackError::NoSnapshot(_)
+            | RollbackError::NoUnclaimed { .. }
+            | RollbackError::Running(_)
+            | RollbackError::WorkspaceMoved { .. }
+            | RollbackError::Fetched { .. } => ErrorKind::Input,
         }
     }
 
