@@ -319,10 +319,23 @@ fn step(store: &SnapshotStore, root: &Root, item: &PlanItem) -> Result<(), Strin
             let then = item.then.ok_or("nothing to restore")?;
             let data = store.blob(then.oid).map_err(|e| e.to_string())?;
             match then.kind {
-                FileKind::Link => root.write_link(&item.path, &data).map_err(err),
+                FileKind::Link => root.write_link(&item.path, &data).map_err(err)?,
                 k => root
                     .write_file(&item.path, &data, k == FileKind::Executable)
-                    .map_err(err),
+                    .map_err(err)?,
+            }
+            // What was written is read back and must be the target: a rollback that
+            // says it restored a file has (content and kind), or it fails on that path
+            // (the pre-rollback snapshot stays the undo point).
+            let back = root.read(&item.path).map_err(err)?;
+            match entry_of(&back)? {
+                Some(e) if e == then => Ok(()),
+                other => Err(format!(
+                    "written, but it reads back as {} instead of {:?} {}",
+                    other.map_or("nothing".to_string(), |e| format!("{:?} {}", e.kind, e.oid)),
+                    then.kind,
+                    then.oid
+                )),
             }
         }
     }

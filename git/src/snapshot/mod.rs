@@ -405,25 +405,57 @@ impl SnapshotStore {
     }
 
     /// The files of a snapshot.
+    ///
+    /// Every tree object read is checked against its id, as every blob is
+    /// ([`SnapshotStore::blob`]): the store is a directory the agent can write, and a
+    /// tree object swapped for another valid one would otherwise plan a rollback to
+    /// other contents, each of them a genuine blob.
     pub fn files(&self, tree: ObjectId) -> Result<Files, SnapshotError> {
         let repo = self.repo()?;
-        let tree = repo
-            .find_tree(tree)
-            .map_err(|_| SnapshotError::Missing(tree.to_hex().to_string()))?;
-        let records = tree
-            .traverse()
-            .breadthfirst
-            .files()
-            .map_err(|e| SnapshotError::git(format!("reading tree {}", tree.id), e))?;
         let mut out = Files::new();
-        for r in records {
-            let kind = match FileKind::from_git_mode(r.mode.value() as u32) {
-                Some(k) => k,
-                None => continue,
+        let mut pending: Vec<(String, ObjectId)> = vec![(String::new(), tree)];
+        while let Some((prefix, id)) = pending.pop() {
+            let obj = match repo.find_object(id) {
+                Ok(o) if o.kind == gix::object::Kind::Tree => o,
+                _ if prefix.is_empty() => {
+                    return Err(SnapshotError::Missing(id.to_hex().to_string()));
+                }
+                Ok(o) => {
+                    return Err(SnapshotError::Repository(format!(
+                        "{prefix}: tree {id} is a {} in the snapshot store",
+                        o.kind
+                    )));
+                }
+                Err(e) => return Err(SnapshotError::git(format!("reading tree {id}"), e)),
             };
-            let path = String::from_utf8(r.filepath.into())
-                .map_err(|e| SnapshotError::git("non-UTF-8 path in a snapshot", e))?;
-            out.insert(path, FileEntry { kind, oid: r.oid });
+            let actual =
+                gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Tree, &obj.data)
+                    .map_err(|e| SnapshotError::git(format!("hashing tree {id}"), e))?;
+            if actual != id {
+                return Err(SnapshotError::Repository(format!(
+                    "tree {id} holds content whose id is {actual}: the object was replaced or damaged"
+                )));
+            }
+            for entry in gix::objs::TreeRefIter::from_bytes(&obj.data, gix::hash::Kind::Sha1) {
+                let e = entry.map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?;
+                let name = std::str::from_utf8(e.filename)
+                    .map_err(|e| SnapshotError::git("non-UTF-8 path in a snapshot", e))?;
+                let path = match prefix.is_empty() {
+                    true => name.to_string(),
+                    false => format!("{prefix}/{name}"),
+                };
+                if e.mode.is_tree() {
+                    pending.push((path, e.oid.to_owned()));
+                } else if let Some(kind) = FileKind::from_git_mode(e.mode.value() as u32) {
+                    out.insert(
+                        path,
+                        FileEntry {
+                            kind,
+                            oid: e.oid.to_owned(),
+                        },
+                    );
+                }
+            }
         }
         Ok(out)
     }
