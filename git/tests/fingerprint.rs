@@ -58,8 +58,7 @@ impl Rng {
 /// choices of source paths, and a tracked file deleted from disk is `missing`.
 #[test]
 fn the_file_set_is_what_git_ls_files_lists() {
-    if !have_git() {
-        eprintln!("git is not installed; skipped");
+    if !tacho_tests::git::need_git() {
         return;
     }
     for seed in 1..=12u64 {

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use tacho_git::head::head_move;
-use tacho_tests::git::{git, have_git};
+use tacho_tests::git::git;
 
 fn commit(repo: &Path, name: &str) -> String {
     std::fs::write(repo.join(name), name).unwrap();
@@ -18,7 +18,7 @@ fn commit(repo: &Path, name: &str) -> String {
 
 #[test]
 fn head_is_read_the_same_however_it_is_stored() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

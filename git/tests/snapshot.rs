@@ -144,8 +144,7 @@ fn gix_hash(data: &[u8]) -> String {
 
 #[test]
 fn a_snapshot_holds_what_git_ls_files_lists() {
-    if !have_git() {
-        eprintln!("git is not installed; skipped");
+    if !tacho_tests::git::need_git() {
         return;
     }
     let e = env();
@@ -887,7 +886,7 @@ fn the_writer_follows_no_link_to_the_workspace_and_changes_no_outside_mode() {
 /// `git ls-files -co --exclude-standard` lists.
 #[test]
 fn inside_git_the_last_walk_is_reused_only_while_the_listing_cannot_change() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let e = env();
@@ -1186,9 +1185,7 @@ fn a_swapped_object_of_the_store_is_refused() {
             .unwrap_or_default()
             .to_string()
     };
-    if !have_git() {
-        eprintln!("git is not installed; the tree case is skipped");
-    } else {
+    if tacho_tests::git::need_git() {
         let (t1, t2) = (subtree(&first), subtree(&second));
         assert!(loose(&t1).exists() && loose(&t2).exists());
         let keep = std::fs::read(loose(&t1)).unwrap();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use tacho_git::snapshot::{Scope, Snapshot, SnapshotStore};
-use tacho_tests::git::{git, have_git};
+use tacho_tests::git::git;
 use tacho_tests::{settle, write_file as write};
 
 /// A small deterministic generator (the test must fail the same way twice).
@@ -284,7 +284,7 @@ fn outside_git_watched_scans_equal_full_scans() {
 
 #[test]
 fn a_subdirectory_of_a_repository_with_tacho_inside_it() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let (_tmp, mut w) = workspace_with(Layout::SubdirWithHomeInside);
@@ -299,7 +299,7 @@ fn a_subdirectory_of_a_repository_with_tacho_inside_it() {
 
 #[test]
 fn watched_scans_equal_full_scans_through_random_changes() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let (_tmp, mut w) = workspace();
@@ -343,7 +343,7 @@ fn watched_scans_equal_full_scans_through_random_changes() {
 
 #[test]
 fn one_watcher_per_workspace_and_a_dead_ones_socket_is_harmless() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let (_tmp, mut w) = workspace();

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::mpsc;
 
 use tacho_git::snapshot::{Scope, Snapshot, SnapshotStore, watch};
-use tacho_tests::git::{git, have_git};
+use tacho_tests::git::git;
 use tacho_tests::{settle, write_file as write};
 
 struct Setup {
@@ -86,7 +86,7 @@ impl Setup {
 
 #[test]
 fn snapshots_a_watcher_takes_after_gc_name_only_objects_the_store_holds() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let s = Setup::new();
@@ -128,7 +128,7 @@ fn snapshots_a_watcher_takes_after_gc_name_only_objects_the_store_holds() {
 
 #[test]
 fn a_watcher_that_takes_no_snapshots_is_asked_what_changed() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let s = Setup::new();
@@ -174,7 +174,7 @@ fn a_watcher_that_takes_no_snapshots_is_asked_what_changed() {
 /// that checks every file sees it.
 #[test]
 fn a_file_written_again_after_the_watcher_hashed_it_is_read_again() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let s = Setup::new();
@@ -214,7 +214,7 @@ fn a_file_written_again_after_the_watcher_hashed_it_is_read_again() {
 /// program): it is told apart by what it says it watches, not believed, and recorded.
 #[test]
 fn a_watcher_of_another_workspace_on_this_ones_socket_is_not_believed() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let s = Setup::new();
@@ -263,7 +263,7 @@ fn a_watcher_of_another_workspace_on_this_ones_socket_is_not_believed() {
 /// check runs is not.
 #[test]
 fn a_write_through_a_hard_link_from_outside_is_caught_by_the_checked_snapshot() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let s = Setup::new();
@@ -319,7 +319,7 @@ fn a_write_through_a_hard_link_from_outside_is_caught_by_the_checked_snapshot() 
 /// that window: its snapshot holds what the file holds now.
 #[test]
 fn a_write_through_a_shared_mapping_is_read_by_the_checked_snapshot() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let python = Command::new("python3").arg("-c").arg("pass").status();

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use tacho_tests::git::{git, have_git};
+use tacho_tests::git::git;
 
 use std::path::Path;
 
@@ -51,7 +51,7 @@ fn reasons(r: &tacho_goals::commits::CommitReport) -> Vec<String> {
 
 #[test]
 fn changes_inside_the_allowed_scope_pass() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let (_t, ws, base) = repo();
@@ -72,7 +72,7 @@ fn changes_inside_the_allowed_scope_pass() {
 
 #[test]
 fn deletions_and_both_sides_of_renames_are_examined() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let (_t, ws, base) = repo();
@@ -99,7 +99,7 @@ fn deletions_and_both_sides_of_renames_are_examined() {
 
 #[test]
 fn merges_are_handled_as_chosen() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let (_t, ws, base) = repo();
@@ -137,7 +137,7 @@ fn merges_are_handled_as_chosen() {
 
 #[test]
 fn the_baseline_must_be_an_ancestor_and_the_range_not_empty() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let (_t, ws, base) = repo();
@@ -168,7 +168,7 @@ fn the_baseline_must_be_an_ancestor_and_the_range_not_empty() {
 /// branches that forked before the baseline (issue 28).
 #[test]
 fn the_range_is_gits_baseline_to_head() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let sorted = |mut v: Vec<String>| {

@@ -5,6 +5,16 @@
 use std::path::Path;
 use std::process::Command;
 
+/// Whether git is installed, for a test that needs it: without it the test is skipped,
+/// saying so — and fails under `CI`, where a skip must not pass unseen.
+pub fn need_git() -> bool {
+    let have = have_git();
+    if !have {
+        crate::skip_without("git is not installed");
+    }
+    have
+}
+
 pub fn have_git() -> bool {
     Command::new("git")
         .arg("--version")

@@ -461,7 +461,7 @@ impl Env {
 /// saw made during its step is linked, and shown as agent-reported.
 #[test]
 fn only_commits_made_during_a_session_are_linked_by_it() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let e = Env::new();

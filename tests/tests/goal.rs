@@ -881,8 +881,7 @@ fn a_timeout_ends_every_process_of_the_check() {
 /// reported through a symbolic link (and a trailing slash), every source file counts.
 #[test]
 fn results_do_not_depend_on_the_current_directory_or_the_spelling_of_the_workspace() {
-    if !tacho_tests::git::have_git() {
-        eprintln!("skipped: no git");
+    if !tacho_tests::git::need_git() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use tacho_tests::git::{git, have_git};
+use tacho_tests::git::git;
 use tacho_tests::{run, run_with_stdin, tacho};
 
 fn record(home: &Path, input: &str) -> (i32, String, String) {
@@ -14,8 +14,7 @@ fn record(home: &Path, input: &str) -> (i32, String, String) {
 
 #[test]
 fn a_non_ascii_baseline_is_bad_input() {
-    if !have_git() {
-        eprintln!("skipped: no git");
+    if !tacho_tests::git::need_git() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

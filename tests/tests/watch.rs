@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tacho_tests::git::{git, have_git};
+use tacho_tests::git::git;
 use tacho_tests::{run, tacho};
 
 fn json(home: &Path, args: &[&str]) -> (i32, serde_json::Value) {
@@ -31,7 +31,7 @@ fn gone(pid: u64) -> bool {
 
 #[test]
 fn a_background_watcher_serves_every_process_and_stops() {
-    if !have_git() {
+    if !tacho_tests::git::need_git() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
