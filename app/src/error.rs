@@ -248,17 +248,32 @@ mod tests {
     use crate::userfile::UserFileError;
 
     /// Issue 45 (4): a file the user named, or the workspace, that cannot be read is
-    /// an I/O error (exit 5), not bad input; bytes that are not text are the input's.
+    /// an I/O error (exit 5), not bad input; one that is not there, not a regular
+    /// file, too large or not text is the input's (exit 2).
     #[test]
     fn reads_that_fail_are_io_errors() {
         let io = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let plan = |kind| GoalError::ReadPlan {
+            path: PathBuf::from("plan.md"),
+            source: std::io::Error::from(kind),
+        };
         let cases: Vec<(Box<dyn Kind>, ErrorKind)> = vec![
             (
-                Box::new(GoalError::ReadPlan {
-                    path: PathBuf::from("plan.md"),
-                    source: io(),
-                }),
+                Box::new(plan(std::io::ErrorKind::PermissionDenied)),
                 ErrorKind::Io,
+            ),
+            // Not there, not a regular file or too large, not text: the input's.
+            (
+                Box::new(plan(std::io::ErrorKind::NotFound)),
+                ErrorKind::Input,
+            ),
+            (
+                Box::new(plan(std::io::ErrorKind::InvalidInput)),
+                ErrorKind::Input,
+            ),
+            (
+                Box::new(plan(std::io::ErrorKind::InvalidData)),
+                ErrorKind::Input,
             ),
             (
                 Box::new(GoalError::Workspace {

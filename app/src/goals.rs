@@ -126,13 +126,19 @@ impl Kind for GoalError {
     fn kind(&self) -> ErrorKind {
         match self {
             GoalError::NoGoal { .. } | GoalError::NoSuchGoal { .. } => ErrorKind::NotFound,
-            // The plan file or the workspace could not be read: an I/O error (exit 5),
-            // as every other read.
-            GoalError::ReadPlan { .. }
-            | GoalError::Workspace { .. }
-            | GoalError::CurrentDir(_)
-            | GoalError::Run(_)
-            | GoalError::Room(_) => ErrorKind::Io,
+            // A plan file or workspace that is not there, not a regular file, too large
+            // or not text is the input's fault (exit 2); one that cannot be read is an
+            // I/O error (exit 5), as every other read.
+            GoalError::ReadPlan { source, .. } | GoalError::Workspace { source, .. } => {
+                match source.kind() {
+                    std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::InvalidInput
+                    | std::io::ErrorKind::InvalidData
+                    | std::io::ErrorKind::NotADirectory => ErrorKind::Input,
+                    _ => ErrorKind::Io,
+                }
+            }
+            GoalError::CurrentDir(_) | GoalError::Run(_) | GoalError::Room(_) => ErrorKind::Io,
             GoalError::Store(e) => e.kind(),
             GoalError::Snapshot(e) => e.kind(),
             GoalError::Plan { .. }

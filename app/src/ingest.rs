@@ -257,7 +257,13 @@ impl Kind for RecordError {
 
     fn fmt_named(&self, f: &mut fmt::Formatter<'_>, name: Namer<'_>) -> fmt::Result {
         let error = Named(&self.error, name);
-        if self.error.kind() != ErrorKind::Input {
+        // What was recorded is said for the input's errors and for a read or a
+        // snapshot that failed mid-way (the store's own errors say it themselves).
+        let partial = matches!(
+            self.error,
+            IngestError::Read { .. } | IngestError::Snapshot { .. }
+        );
+        if self.error.kind() != ErrorKind::Input && !partial {
             return write!(f, "{error}");
         }
         if self.recorded == 0 {

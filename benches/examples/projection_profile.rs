@@ -1,5 +1,6 @@
-//! A fixed workload for profiling the projection build from the log:
-//! `valgrind --tool=callgrind target/release/examples/projection_profile`.
+//! A fixed workload for profiling the projection build from the log: built with line
+//! tables by `cargo build -p tacho-benches --profile bench --example projection_profile`,
+//! then `valgrind --tool=callgrind target/release/examples/projection_profile`.
 
 use tacho_benches::realistic_session;
 use tacho_projections::{ExecutionGraph, SessionSummary, assess};

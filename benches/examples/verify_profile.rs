@@ -1,5 +1,7 @@
-//! A fixed workload for profiling verification: `valgrind --tool=callgrind
-//! target/release/examples/verify_profile` (instruction counts are repeatable).
+//! A fixed workload for profiling verification: built with line tables by `cargo build
+//! -p tacho-benches --profile bench --example verify_profile`, then `valgrind
+//! --tool=callgrind target/release/examples/verify_profile` (instruction counts are
+//! repeatable).
 
 use tacho_benches::{event_of_size, session_start};
 use tacho_store::{Durability, Store, StoreOptions};

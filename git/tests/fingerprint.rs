@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use tacho_tests::git::{git_bytes as git, have_git};
+use tacho_tests::git::git_bytes as git;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -161,14 +161,14 @@ fn the_file_set_is_what_git_ls_files_lists() {
 fn an_explicit_file_counts_even_when_ignored_and_edits_change_the_digest() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().canonicalize().unwrap();
-    if have_git() {
+    if tacho_tests::git::need_git() {
         git(&ws, &["init", "-q"]);
     }
     write(&ws, ".gitignore", "*.secret\n");
     write(&ws, "src/a.rs", "a\n");
     write(&ws, "src/x.secret", "ignored\n");
     let (d1, e1) = fresh(fingerprint(&ws, &["src".into()], &[], 2).unwrap());
-    if have_git() {
+    if tacho_tests::git::need_git() {
         assert_eq!(e1, [("src/a.rs".to_string(), "file")]);
     }
     let (_, e2) = fresh(fingerprint(&ws, &["src".into(), "src/x.secret".into()], &[], 2).unwrap());
@@ -247,7 +247,7 @@ fn a_nested_repository_gives_no_fresh_evidence() {
         (path.as_str(), reason.as_str()),
         ("src/vendor/dep", "is a nested Git repository")
     );
-    if have_git() {
+    if tacho_tests::git::need_git() {
         std::fs::remove_dir(ws.join("src/vendor/dep/.git")).unwrap();
         git(&ws, &["init", "-q"]);
         git(&ws.join("src/vendor/dep"), &["init", "-q"]);

@@ -484,7 +484,7 @@ fn a_snapshot_that_cannot_be_taken_never_costs_the_events() {
 #[test]
 fn stepping_back_one_step_at_a_time_restores_every_point() {
     let e = env();
-    if tacho_tests::git::have_git() {
+    if tacho_tests::git::need_git() {
         tacho_tests::git::git(&e.ws, &["init", "-q"]);
     }
     e.write("f", "v0\n");

@@ -101,19 +101,27 @@ impl SnapshotStore {
         removals: impl Iterator<Item = &'e str>,
         writes: &pack::Writes,
     ) -> Result<ObjectId, SnapshotError> {
+        // Every tree the edit reads (the base, the subtrees along the edited paths) is
+        // checked against its id: a tree object swapped in the store would otherwise
+        // pass its content into this snapshot under new, genuine ids.
         let root = match base {
-            Some(id) => repo
-                .find_tree(id)
-                .and_then(|t| t.decode().map(Into::into))
-                .map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?,
+            Some(id) => {
+                let t = repo
+                    .find_tree(id)
+                    .map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?;
+                check_id(id, gix::object::Kind::Tree, &t.data)?;
+                t.decode()
+                    .map(Into::into)
+                    .map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?
+            }
             None => gix::objs::Tree::empty(),
         };
         repo.objects.enable_object_memory();
         let tree = {
             // The handle itself, not a clone: a clone starts with an empty object
             // cache, and would read again every tree the caller already read.
-            let mut editor =
-                gix::objs::tree::Editor::new(root, &repo.objects, gix::hash::Kind::Sha1);
+            let checked = Checked(&repo.objects);
+            let mut editor = gix::objs::tree::Editor::new(root, &checked, gix::hash::Kind::Sha1);
             for (path, e) in upserts {
                 let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
                 editor
@@ -305,4 +313,40 @@ pub(super) fn store_file(
         return Ok(Ok((e, written)));
     }
     Ok(Err(ExcludeReason::Unstable))
+}
+
+/// `id`'s object must hash to `id`.
+fn check_id(id: ObjectId, kind: gix::object::Kind, data: &[u8]) -> Result<(), SnapshotError> {
+    let actual = gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, data)
+        .map_err(|e| SnapshotError::git(format!("hashing {kind} {id}"), e))?;
+    if actual != id {
+        return Err(SnapshotError::Repository(format!(
+            "{kind} {id} holds content whose id is {actual}: the object was replaced or damaged"
+        )));
+    }
+    Ok(())
+}
+
+/// The object store, every object it hands out checked against its id.
+struct Checked<'r>(&'r dyn gix::objs::Find);
+
+impl gix::objs::Find for Checked<'_> {
+    fn try_find<'a>(
+        &self,
+        id: &gix::oid,
+        buffer: &'a mut Vec<u8>,
+    ) -> gix::error::Result<Option<gix::objs::Data<'a>>> {
+        let Some(d) = self.0.try_find(id, buffer)? else {
+            return Ok(None);
+        };
+        let actual = gix::objs::compute_hash(d.object_hash, d.kind, d.data)?;
+        if actual != id {
+            return Err(gix::error::Message::from(format!(
+                "{} {id} holds content whose id is {actual}: the object was replaced or damaged",
+                d.kind
+            ))
+            .into());
+        }
+        Ok(Some(d))
+    }
 }
