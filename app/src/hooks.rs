@@ -485,9 +485,9 @@ impl Tacho {
                     }
                 }
             }
-            // At each turn's end, with a watcher serving the workspace, the record holds
-            // a scan of tacho's own, and what the watcher had not seen is evidence
-            // (SPEC §10.6: a write through a hard link raises no event in the workspace).
+            // At each turn's end the record holds a full scan of tacho's own; with a
+            // watcher serving the workspace, what it had not seen is evidence (SPEC
+            // §10.6: a write through a hard link raises no event in the workspace).
             if event == "Stop"
                 && let Err(msg) = self.turn_end_check(&mut ingest, &state.main.session)
             {
@@ -849,14 +849,36 @@ impl Tacho {
         answer
     }
 
-    /// The turn's end of `session` with a watcher running: a full snapshot read by this
-    /// process, checked against the watcher's; paths it missed are recorded as an error.
+    /// The turn's end of `session`: a full snapshot, so that a change no tool call made
+    /// during the turn (the user's, between calls an edit tool snapshots only the file
+    /// of) is seen and listed apart, not first met as a conflict by a rollback (SPEC
+    /// §13.2). With a watcher running it is read by this process and checked against
+    /// the watcher's; paths it missed are recorded as an error.
     fn turn_end_check(&self, ingest: &mut Ingest<'_>, session: &str) -> Result<(), String> {
         let Some(ws) = ingest.workspace(session).map_err(|e| e.to_string())? else {
             return Ok(());
         };
         if !self.watcher_runs(&ws) {
-            return Ok(());
+            return match ingest.snapshot(
+                0,
+                session.to_owned(),
+                Some(ws),
+                self.now(),
+                &[],
+                SnapshotReason::Step,
+                None,
+            ) {
+                Ok(()) => Ok(()),
+                Err(IngestError::Snapshot { error, .. })
+                    if matches!(
+                        *error,
+                        SnapshotOpError::Snapshot(SnapshotError::RefusedWorkspace { .. })
+                    ) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            };
         }
         let missed = match ingest.checked_snapshot(session, &ws, self.now()) {
             Ok(m) => m,

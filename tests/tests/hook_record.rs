@@ -932,3 +932,39 @@ fn claude_codes_task_tools_are_followed_across_a_lost_hook_state() {
     let (code, out) = e.verify(s);
     assert_eq!(code, 0, "{out}");
 }
+
+/// Issue 46 (5): a change the user makes during a turn, between calls that snapshot
+/// only the file they edit, is seen at the turn's end (a full snapshot at `Stop`, with
+/// no watcher) and listed apart as a change no tool call made — where before no
+/// snapshot ever held it.
+#[test]
+fn a_users_change_between_edit_calls_is_seen_at_the_turns_end() {
+    let e = Env::new();
+    let s = "user-1";
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let a = e.ws.join("src/a.txt").display().to_string();
+    let edit = serde_json::json!({"file_path": a, "old_string": "a", "new_string": "A"});
+    e.send(s, "PreToolUse", pre("Edit", "e1", edit.clone()));
+    std::fs::write(e.ws.join("src/a.txt"), "A\n").unwrap();
+    e.send(s, "PostToolUse", post("Edit", "e1", edit));
+    // The user, between two calls of the agent.
+    std::fs::write(e.ws.join("src/b.txt"), "the user's\n").unwrap();
+    let edit = serde_json::json!({"file_path": a, "old_string": "A", "new_string": "AA"});
+    e.send(s, "PreToolUse", pre("Edit", "e2", edit.clone()));
+    std::fs::write(e.ws.join("src/a.txt"), "AA\n").unwrap();
+    e.send(s, "PostToolUse", post("Edit", "e2", edit));
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    let g = e.json(&["graph", s, "--format", "json"]);
+    let unclaimed: Vec<&str> = g["unclaimed"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|u| u["files"].as_array().into_iter().flatten())
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert_eq!(unclaimed, ["src/b.txt"], "{g}");
+    assert!(
+        g["files"].get("src/b.txt").is_none(),
+        "the user's change is not the session's: {g}"
+    );
+}
