@@ -60,6 +60,11 @@ pub enum RollbackError {
         remote: String,
         workspace: String,
     },
+    /// A `--path` that is not a path inside the workspace.
+    #[error(
+        "{given:?} is not a path inside the workspace {workspace} (give it relative to the workspace, as `--list` and the plan name files, or absolute under it; no `..`)"
+    )]
+    BadPath { given: String, workspace: String },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -81,7 +86,8 @@ impl Kind for RollbackError {
             | RollbackError::NoUnclaimed { .. }
             | RollbackError::Running(_)
             | RollbackError::WorkspaceMoved { .. }
-            | RollbackError::Fetched { .. } => ErrorKind::Input,
+            | RollbackError::Fetched { .. }
+            | RollbackError::BadPath { .. } => ErrorKind::Input,
         }
     }
 
@@ -144,6 +150,8 @@ pub struct Prepared {
     pub step: Option<u64>,
     /// The unclaimed change undone (`--unclaimed N`): only its files.
     pub unclaimed: Option<usize>,
+    /// Only files at or under these (`--path`); all when empty.
+    pub paths: Vec<String>,
     /// The session first, then its descendants in the same workspace.
     pub members: Vec<Member>,
     pub elsewhere: Vec<Elsewhere>,
@@ -248,6 +256,9 @@ pub struct RollbackView {
     /// The unclaimed change undone (`--unclaimed N`): only its files are restored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unclaimed: Option<usize>,
+    /// Only files at or under these paths are restored (`--path`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
     /// The workspace as it was before the rollback (it can be undone from it).
     pub pre_snapshot: String,
     pub pre_snapshot_files: u64,
@@ -292,6 +303,7 @@ impl Prepared {
             to_snapshot_at_unix_ns: self.target.at_unix_ns,
             before_step: self.step,
             unclaimed: self.unclaimed,
+            paths: self.paths.clone(),
             pre_snapshot: self.pre.id.clone(),
             pre_snapshot_files: self.pre.files,
             sessions: self.members.iter().map(|m| m.id.clone()).collect(),
@@ -333,6 +345,28 @@ impl Prepared {
     }
 }
 
+/// A `--path` as the plan names files: relative to the workspace, `/`-separated, no
+/// `.` or `..` component, no trailing `/`; an absolute path must be under the
+/// workspace.
+fn within_path(given: &str, workspace: &str) -> Result<String, RollbackError> {
+    let bad = || RollbackError::BadPath {
+        given: given.to_owned(),
+        workspace: workspace.to_owned(),
+    };
+    let rel = match given.strip_prefix('/') {
+        Some(_) => given
+            .strip_prefix(workspace)
+            .and_then(|r| r.strip_prefix('/'))
+            .ok_or_else(bad)?,
+        None => given,
+    };
+    let parts: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+    if parts.is_empty() || parts.iter().any(|c| *c == "." || *c == "..") {
+        return Err(bad());
+    }
+    Ok(parts.join("/"))
+}
+
 fn step_range(p: &RollbackPoints) -> String {
     match (p.points.first(), p.points.last()) {
         (Some(a), Some(b)) => format!("{}..={}", a.step, b.step),
@@ -356,7 +390,22 @@ impl Tacho {
         force: bool,
         allow_running: bool,
     ) -> Result<Prepared, RollbackError> {
-        self.plan_to(session, step, None, force, allow_running)
+        self.plan_to(session, step, None, &[], force, allow_running)
+    }
+
+    /// [`Tacho::plan_rollback`] of only the files at or under `paths` (files or
+    /// directories, relative to the workspace or absolute under it): the same plan,
+    /// conflict rules and recording, restricted to them; undone as a whole rollback
+    /// is (its session records the workspace before it).
+    pub fn plan_rollback_within(
+        &self,
+        session: &str,
+        step: Option<u64>,
+        paths: &[String],
+        force: bool,
+        allow_running: bool,
+    ) -> Result<Prepared, RollbackError> {
+        self.plan_to(session, step, None, paths, force, allow_running)
     }
 
     /// Plans undoing unclaimed change `n` of `session` (SPEC §8.1, from 1 as `--list`
@@ -370,7 +419,7 @@ impl Tacho {
         force: bool,
         allow_running: bool,
     ) -> Result<Prepared, RollbackError> {
-        self.plan_to(session, None, Some(n), force, allow_running)
+        self.plan_to(session, None, Some(n), &[], force, allow_running)
     }
 
     fn plan_to(
@@ -378,6 +427,7 @@ impl Tacho {
         session: &str,
         step: Option<u64>,
         unclaimed: Option<usize>,
+        paths: &[String],
         force: bool,
         allow_running: bool,
     ) -> Result<Prepared, RollbackError> {
@@ -439,6 +489,10 @@ impl Tacho {
                 .ok_or_else(|| RollbackError::NoSnapshot(session.to_owned()))?,
         };
         let ws_path = PathBuf::from(&target.workspace);
+        let within = paths
+            .iter()
+            .map(|p| within_path(p, &target.workspace))
+            .collect::<Result<Vec<String>, RollbackError>>()?;
 
         // The session, and descendants that worked in the very same directory.
         let (mut members, mut elsewhere, rollback_sessions) =
@@ -562,6 +616,7 @@ impl Tacho {
             // Undoing one change: its files only (others the snapshots differ in were
             // claimed by an edit event).
             only: change.as_ref().map(|(_, _, paths)| paths),
+            within: &within,
         });
         Ok(Prepared {
             session: session.to_owned(),
@@ -569,6 +624,7 @@ impl Tacho {
             target,
             step,
             unclaimed,
+            paths: within,
             members,
             elsewhere,
             pre,
@@ -614,9 +670,14 @@ impl Tacho {
                     EventBody::SessionStart(SessionStart {
                         agent: Some("tacho".into()),
                         workspace: Some(ws.clone()),
-                        title: Some(match p.unclaimed {
-                            Some(n) => format!("rollback of {} (unclaimed change {n})", p.session),
-                            None => format!("rollback of {}", p.session),
+                        title: Some(match (p.unclaimed, p.paths.is_empty()) {
+                            (Some(n), _) => {
+                                format!("rollback of {} (unclaimed change {n})", p.session)
+                            }
+                            (None, false) => {
+                                format!("rollback of {} (only {})", p.session, p.paths.join(", "))
+                            }
+                            (None, true) => format!("rollback of {}", p.session),
                         }),
                         source: Some("tacho-rollback".into()),
                         ..SessionStart::default()

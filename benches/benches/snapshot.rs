@@ -202,6 +202,7 @@ fn benches(c: &mut Criterion) {
                         unprotected: &BTreeMap::new(),
                         force: false,
                         only: None,
+                        within: &[],
                     });
                     assert_eq!(plan.items.len(), hundred.len());
                     let applied = rollback::apply(&store, &f.ws, &plan).unwrap();

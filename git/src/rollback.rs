@@ -35,6 +35,17 @@ pub struct PlanInput<'a> {
     pub force: bool,
     /// Only these paths, when given (undoing one change of several).
     pub only: Option<&'a BTreeSet<String>>,
+    /// Only paths at or under these (files or directories, workspace-relative, `/`
+    /// separated); all when empty (`session rollback --path`).
+    pub within: &'a [String],
+}
+
+/// Whether `path` is `scope` or under it (a directory).
+pub fn is_within(path: &str, scope: &str) -> bool {
+    path == scope
+        || path
+            .strip_prefix(scope)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// What happens to one file.
@@ -112,6 +123,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     changed.extend(input.edited.iter().map(String::as_str));
     if let Some(only) = input.only {
         changed.retain(|p| only.contains(*p));
+    }
+    if !input.within.is_empty() {
+        changed.retain(|p| input.within.iter().any(|s| is_within(p, s)));
     }
     let last = input.later.last();
     let mut plan = Plan {

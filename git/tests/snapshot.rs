@@ -492,6 +492,7 @@ fn rollback_with_excluded(
         unprotected: &unprotected,
         force,
         only: None,
+        within: &[],
     });
     let applied = rollback::apply(&e.store, &e.ws, &plan).unwrap();
     (plan, applied, excluded)
@@ -782,6 +783,7 @@ fn a_link_swapped_in_after_planning_does_not_redirect_writes() {
         unprotected: &BTreeMap::new(),
         force: false,
         only: None,
+        within: &[],
     });
     assert_eq!(plan.items.len(), 1);
     // Between plan and apply, `dir` becomes a link to a directory outside holding a
@@ -831,6 +833,7 @@ fn a_file_replaced_by_a_link_after_planning_is_left_alone() {
         unprotected: &BTreeMap::new(),
         force: false,
         only: None,
+        within: &[],
     });
     let secret = e._tmp.path().join("secret");
     std::fs::write(&secret, "two\n").unwrap();

@@ -1436,3 +1436,102 @@ fn a_refused_workspace_records_the_events_and_exits_as_bad_input() {
     assert_eq!(code, 0);
     assert!(list.contains("ses_home"), "{list}");
 }
+
+/// Issue 46 (6): `session rollback S --path P` restores only the files at or under P (a
+/// file or a directory), with the same dry run, conflicts and recording as a whole
+/// rollback, and is undone as one is; a path outside the workspace is refused.
+#[test]
+fn a_rollback_can_be_scoped_to_paths() {
+    let e = env();
+    e.session("ses_scoped", true);
+    // The plan of the whole session touches four files; scoped to `new/`, one.
+    let plan = e.json(&[
+        "session",
+        "rollback",
+        "ses_scoped",
+        "--path",
+        "new",
+        "--json",
+    ]);
+    let paths: Vec<&str> = plan["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["new/made.txt"], "{plan}");
+    assert_eq!(plan["paths"], serde_json::json!(["new"]), "{plan}");
+    let (_, text, _) = e.tacho(&[
+        "session",
+        "rollback",
+        "ses_scoped",
+        "--path",
+        "new/",
+        "--dry-run",
+    ]);
+    assert!(
+        text.contains("Only files at or under: new (the rest stays as it is)"),
+        "{text}"
+    );
+    // Applied, with an absolute path for the file: only those change.
+    let abs = e.ws.join("app.rs").display().to_string();
+    let done = e.json(&[
+        "session",
+        "rollback",
+        "ses_scoped",
+        "--path",
+        "new",
+        "--path",
+        &abs,
+        "--yes",
+        "--json",
+    ]);
+    assert_eq!(done["applied"]["done"], 2, "{done}");
+    assert_eq!(e.read("new/made.txt"), None);
+    assert_eq!(e.read("app.rs").as_deref(), Some("fn main() {}\n"));
+    assert_eq!(
+        e.read("notes.txt"),
+        None,
+        "outside the paths: left as the session left it"
+    );
+    assert!(executable(&e.ws.join("run.sh")));
+    // Undone as a whole rollback is: the rollback's own session rolled back.
+    let rb = done["applied"]["recorded_session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let title = e.json(&["session", "show", &rb, "--json"]);
+    assert!(
+        title
+            .to_string()
+            .contains("rollback of ses_scoped (only new, app.rs)"),
+        "{title}"
+    );
+    let undo = e.json(&["session", "rollback", &rb, "--yes", "--json"]);
+    assert_eq!(undo["applied"]["done"], 2, "{undo}");
+    assert_eq!(e.read("new/made.txt").as_deref(), Some("made\n"));
+    assert_eq!(
+        e.read("app.rs").as_deref(),
+        Some("fn main() { println!(\"hi\"); }\n")
+    );
+    // Not a path inside the workspace.
+    for bad in ["../x", "/etc", "new/../app.rs", ""] {
+        let (code, _, err) = e.tacho(&["session", "rollback", "ses_scoped", "--path", bad]);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(
+            err.contains("is not a path inside the workspace"),
+            "{bad}: {err}"
+        );
+    }
+    // Not with --unclaimed or --list.
+    let (code, _, _) = e.tacho(&[
+        "session",
+        "rollback",
+        "ses_scoped",
+        "--path",
+        "new",
+        "--list",
+    ]);
+    assert_eq!(code, 2);
+    e.fsck();
+}

@@ -112,6 +112,12 @@ pub fn plan(h: &RollbackView) -> String {
         time_to_rfc3339(h.to_snapshot_at_unix_ns)
     );
     o.push_str(&format!("Workspace: {}\n", h.workspace));
+    if !h.paths.is_empty() {
+        o.push_str(&format!(
+            "Only files at or under: {} (the rest stays as it is)\n",
+            h.paths.join(", ")
+        ));
+    }
     o.push_str(&format!(
         "Workspace now: snapshot {} ({} files) — rolling back can be undone from it\n",
         short_id(&h.pre_snapshot),
@@ -261,6 +267,7 @@ mod tests {
             to_snapshot_at_unix_ns: 0,
             before_step: None,
             unclaimed: None,
+            paths: vec!["src".into(), "README.md".into()],
             pre_snapshot: "fedcba9876543210".into(),
             pre_snapshot_files: 1234,
             sessions: vec!["ses_p".into(), "ses_c1".into(), "ses_c2".into()],
@@ -306,6 +313,7 @@ mod tests {
             plan(&v),
             "Rollback of ses_p to its first snapshot (snapshot 0123456789ab, 1970-01-01T00:00:00Z)
 Workspace: /w
+Only files at or under: src, README.md (the rest stays as it is)
 Workspace now: snapshot fedcba987654 (1,234 files) — rolling back can be undone from it
 Child sessions in the same workspace, included:
   ses_c1

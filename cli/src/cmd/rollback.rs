@@ -18,7 +18,7 @@ pub struct RollbackArgs {
     /// The session (its id, or any unique prefix of it).
     pub session: String,
     /// List the recoverable points (steps with a snapshot before them).
-    #[arg(long, conflicts_with_all = ["dry_run", "yes", "force", "unclaimed"])]
+    #[arg(long, conflicts_with_all = ["dry_run", "yes", "force", "unclaimed", "path"])]
     pub list: bool,
     /// Print the plan and change nothing.
     #[arg(long, conflicts_with = "yes")]
@@ -28,8 +28,12 @@ pub struct RollbackArgs {
     pub step: Option<u64>,
     /// Undo only unclaimed change N (a change no tool call made, numbered as `--list`
     /// shows them): its files go back to the snapshot before it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "path")]
     pub unclaimed: Option<usize>,
+    /// Restore only the files at or under PATH (a file or a directory, relative to the
+    /// workspace as the plan names files, or absolute under it); repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub path: Vec<String>,
     /// Apply the plan.
     #[arg(long)]
     pub yes: bool,
@@ -50,7 +54,7 @@ pub fn run(a: RollbackArgs) -> Result<(), CliError> {
     }
     let p = match a.unclaimed {
         Some(n) => tacho.plan_unclaimed_rollback(&session, n, a.force, a.dry_run)?,
-        None => tacho.plan_rollback(&session, a.step, a.force, a.dry_run)?,
+        None => tacho.plan_rollback_within(&session, a.step, &a.path, a.force, a.dry_run)?,
     };
     if a.dry_run || !a.yes {
         print_plan(&p, None, a.json, &mut out)?;
