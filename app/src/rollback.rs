@@ -586,6 +586,37 @@ impl Tacho {
                 }
             }
         }
+        // Files a change no tool call made touched after the point (the user's, another
+        // process's): a whole rollback names them as conflicts rather than take them
+        // back (SPEC §10.4) — unless an edit event of the sessions names them too. Only
+        // in sessions that report their calls or steps: one that reports neither (files
+        // changing under a bare `tacho record`) has every change as its own.
+        let mut unclaimed_paths: BTreeMap<String, String> = BTreeMap::new();
+        let reports_activity =
+            |g: &ExecutionGraph| g.steps.iter().any(|s| !s.implicit || !s.tools.is_empty());
+        for m in members
+            .iter()
+            .filter(|m| change.is_none() && reports_activity(&m.graph))
+        {
+            for u in RollbackPoints::from_graph(&m.graph).unclaimed {
+                let after = if m.id == session {
+                    u.after_seq >= target.seq
+                } else {
+                    u.found_unix_ns >= target.at_unix_ns
+                };
+                if !after {
+                    continue;
+                }
+                for f in u.files.iter().filter(|f| !edited.contains(&f.path)) {
+                    unclaimed_paths.entry(f.path.clone()).or_insert_with(|| {
+                        format!(
+                            "changed by no tool call of the session (its unclaimed change {} of {}): left alone unless --force, or undone alone with --unclaimed",
+                            u.index, m.id
+                        )
+                    });
+                }
+            }
+        }
 
         // The recorded workspace is canonical: if it resolves elsewhere now, a link
         // replaced part of it, and writes would land outside it.
@@ -617,6 +648,7 @@ impl Tacho {
             // claimed by an edit event).
             only: change.as_ref().map(|(_, _, paths)| paths),
             within: &within,
+            unclaimed: &unclaimed_paths,
         });
         Ok(Prepared {
             session: session.to_owned(),

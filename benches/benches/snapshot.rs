@@ -203,6 +203,7 @@ fn benches(c: &mut Criterion) {
                         force: false,
                         only: None,
                         within: &[],
+                        unclaimed: &Default::default(),
                     });
                     assert_eq!(plan.items.len(), hundred.len());
                     let applied = rollback::apply(&store, &f.ws, &plan).unwrap();

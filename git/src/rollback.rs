@@ -38,6 +38,10 @@ pub struct PlanInput<'a> {
     /// Only paths at or under these (files or directories, workspace-relative, `/`
     /// separated); all when empty (`session rollback --path`).
     pub within: &'a [String],
+    /// Paths some change after the point made that no tool call of the sessions made
+    /// (a user's edit, another process's), with why: never taken back unnamed — a
+    /// conflict unless `force`.
+    pub unclaimed: &'a BTreeMap<String, String>,
 }
 
 /// Whether `path` is `scope` or under it (a directory).
@@ -148,6 +152,17 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             continue;
         }
         let mut forced = false;
+        if let Some(why) = input.unclaimed.get(path) {
+            if !input.force {
+                plan.conflicts.push(Conflict {
+                    path: path.to_owned(),
+                    reason: why.clone(),
+                    forceable: true,
+                });
+                continue;
+            }
+            forced = true;
+        }
         if let Some(last) = last {
             let known = last.get(path).copied();
             if now != known && !input.edited_after_last.contains(path) {

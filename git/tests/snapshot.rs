@@ -493,6 +493,7 @@ fn rollback_with_excluded(
         force,
         only: None,
         within: &[],
+        unclaimed: &Default::default(),
     });
     let applied = rollback::apply(&e.store, &e.ws, &plan).unwrap();
     (plan, applied, excluded)
@@ -784,6 +785,7 @@ fn a_link_swapped_in_after_planning_does_not_redirect_writes() {
         force: false,
         only: None,
         within: &[],
+        unclaimed: &Default::default(),
     });
     assert_eq!(plan.items.len(), 1);
     // Between plan and apply, `dir` becomes a link to a directory outside holding a
@@ -834,6 +836,7 @@ fn a_file_replaced_by_a_link_after_planning_is_left_alone() {
         force: false,
         only: None,
         within: &[],
+        unclaimed: &Default::default(),
     });
     let secret = e._tmp.path().join("secret");
     std::fs::write(&secret, "two\n").unwrap();

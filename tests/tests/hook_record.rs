@@ -967,4 +967,24 @@ fn a_users_change_between_edit_calls_is_seen_at_the_turns_end() {
         g["files"].get("src/b.txt").is_none(),
         "the user's change is not the session's: {g}"
     );
+    // A whole rollback names it as a conflict instead of taking it back, unless forced.
+    let plan = e.json(&["session", "rollback", s, "--dry-run", "--json"]);
+    let planned: Vec<&str> = plan["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["path"].as_str())
+        .collect();
+    assert_eq!(planned, ["src/a.txt"], "{plan}");
+    let conflict = &plan["conflicts"][0];
+    assert_eq!(conflict["path"], "src/b.txt", "{plan}");
+    assert_eq!(conflict["forceable"], true, "{plan}");
+    assert!(
+        conflict["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("changed by no tool call of the session")),
+        "{plan}"
+    );
+    let forced = e.json(&["session", "rollback", s, "--dry-run", "--force", "--json"]);
+    assert_eq!(forced["plan"].as_array().map(Vec::len), Some(2), "{forced}");
 }
