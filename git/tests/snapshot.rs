@@ -1156,6 +1156,21 @@ fn gc_names_a_pack_it_cannot_read_and_packs_the_rest() {
     }
 }
 
+/// Makes the loose object `id` of `store` hold the loose object `with`'s bytes (another
+/// valid object, as an agent that writes the store could swap in); returns what it
+/// held.
+fn swap_object(store: &SnapshotStore, id: &str, with: &str) -> Vec<u8> {
+    let loose = |id: &str| store.root().join("objects").join(&id[..2]).join(&id[2..]);
+    assert!(
+        loose(id).exists() && loose(with).exists(),
+        "{id} {with}: not loose"
+    );
+    let kept = std::fs::read(loose(id)).unwrap();
+    std::fs::set_permissions(loose(id), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(loose(id), std::fs::read(loose(with)).unwrap()).unwrap();
+    kept
+}
+
 /// Issue 46 (4): objects read from the snapshot store are checked against their ids.
 /// A loose tree object swapped for another valid tree (of a later snapshot), or a
 /// blob swapped for another blob, would make a rollback write other contents and exit
@@ -1172,7 +1187,6 @@ fn a_swapped_object_of_the_store_is_refused() {
     let second = e.store.take(ws, &Scope::Full).unwrap();
     let before = e.store.files(first.tree).unwrap();
     let after = e.store.files(second.tree).unwrap();
-    let loose = |id: &str| e.store.root().join("objects").join(&id[..2]).join(&id[2..]);
     // The subtree `sub` of each snapshot, found by the one file it holds.
     let subtree = |snap: &tacho_git::snapshot::Snapshot| {
         let out = git(
@@ -1193,16 +1207,14 @@ fn a_swapped_object_of_the_store_is_refused() {
     };
     if tacho_tests::git::need_git() {
         let (t1, t2) = (subtree(&first), subtree(&second));
-        assert!(loose(&t1).exists() && loose(&t2).exists());
-        let keep = std::fs::read(loose(&t1)).unwrap();
-        std::fs::set_permissions(loose(&t1), std::fs::Permissions::from_mode(0o644)).unwrap();
-        std::fs::write(loose(&t1), std::fs::read(loose(&t2)).unwrap()).unwrap();
+        let kept = swap_object(&e.store, &t1, &t2);
         let err = e.store.files(first.tree).unwrap_err().to_string();
         assert!(
             err.contains(&t1) && err.contains("replaced or damaged"),
             "{err}"
         );
-        std::fs::write(loose(&t1), keep).unwrap();
+        let loose = e.store.root().join("objects").join(&t1[..2]).join(&t1[2..]);
+        std::fs::write(loose, kept).unwrap();
         assert_eq!(e.store.files(first.tree).unwrap(), before);
     }
     // A blob swapped for another.
@@ -1210,8 +1222,7 @@ fn a_swapped_object_of_the_store_is_refused() {
         before["a.txt"].oid.to_string(),
         after["a.txt"].oid.to_string(),
     );
-    std::fs::set_permissions(loose(&b1), std::fs::Permissions::from_mode(0o644)).unwrap();
-    std::fs::write(loose(&b1), std::fs::read(loose(&b2)).unwrap()).unwrap();
+    swap_object(&e.store, &b1, &b2);
     let err = e.store.blob(before["a.txt"].oid).unwrap_err().to_string();
     assert!(
         err.contains(&b1) && err.contains("replaced or damaged"),
@@ -1230,12 +1241,8 @@ fn a_swapped_base_tree_is_not_built_upon() {
     let first = e.store.take(ws, &Scope::Full).unwrap();
     write(ws, "a.txt", "two\n");
     let second = e.store.take(ws, &Scope::Full).unwrap();
-    let loose = |id: &str| e.store.root().join("objects").join(&id[..2]).join(&id[2..]);
-    let (t1, t2) = (first.tree.to_string(), second.tree.to_string());
-    assert!(loose(&t1).exists() && loose(&t2).exists());
     // The last snapshot's root holds the first one's content now.
-    std::fs::set_permissions(loose(&t2), std::fs::Permissions::from_mode(0o644)).unwrap();
-    std::fs::write(loose(&t2), std::fs::read(loose(&t1)).unwrap()).unwrap();
+    swap_object(&e.store, &second.tree.to_string(), &first.tree.to_string());
     write(ws, "sub/b.txt", "B\n");
     for scope in [Scope::Full, Scope::Paths(vec!["sub/b.txt".into()])] {
         match e.store.take(ws, &scope) {
