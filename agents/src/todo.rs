@@ -29,12 +29,6 @@ fn plain(tool: &str) -> String {
         .collect()
 }
 
-/// Whether `tool` is a tool that writes a whole todo list (any spelling of the names
-/// above).
-fn is_todo_tool(tool: &str) -> bool {
-    TODO_TOOLS.contains(&plain(tool).as_str())
-}
-
 /// The list a todo tool's input holds: `todos` (or Codex's `plan`) as an array of
 /// items — each an object whose text is `content`, `subject`, `description`, `step`
 /// or `title` and whose `status` is one of the agents' spellings — or as text, one
@@ -147,12 +141,21 @@ impl TodoTracker {
     /// The `todo.update` a tool call of `agent` (its name) reports, if it changes the
     /// list. Cline's `task_progress` is read from Cline's calls only.
     pub fn on_call(&mut self, agent: &str, call: &ToolCall) -> Option<EventBody> {
-        if self.seen.contains(&call.call_id) {
+        // Decided by the tool's name before anything is parsed: every call of every
+        // hook passes here, and most are no todo tool's.
+        let tool = plain(&call.tool);
+        let text = call.input.as_deref()?;
+        let whole = TODO_TOOLS.contains(&tool.as_str());
+        if !(whole
+            || tool == "taskcreate"
+            || tool == "taskupdate"
+            || agent == "cline" && text.contains("\"task_progress\""))
+            || self.seen.contains(&call.call_id)
+        {
             return None;
         }
-        let input: Value = serde_json::from_str(call.input.as_deref()?).ok()?;
-        let tool = plain(&call.tool);
-        let items = if is_todo_tool(&call.tool) {
+        let input: Value = serde_json::from_str(text).ok()?;
+        let items = if whole {
             todo_items(&input)?
         } else if tool == "taskcreate" {
             let content = text_of(&input)?;
@@ -496,6 +499,7 @@ mod tests {
 
     #[test]
     fn a_todo_tools_call_is_followed_by_its_list_once() {
+        let is_todo_tool = |t: &str| TODO_TOOLS.contains(&plain(t).as_str());
         assert!(is_todo_tool("TodoWrite") && is_todo_tool("write_todos"));
         assert!(is_todo_tool("todo_write") && is_todo_tool("update_plan"));
         assert!(!is_todo_tool("todoread") && !is_todo_tool("Write"));

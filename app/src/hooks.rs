@@ -858,29 +858,22 @@ impl Tacho {
         let Some(ws) = ingest.workspace(session).map_err(|e| e.to_string())? else {
             return Ok(());
         };
-        if !self.watcher_runs(&ws) {
-            return match ingest.snapshot(
-                0,
-                session.to_owned(),
-                Some(ws),
-                self.now(),
-                &[],
-                SnapshotReason::Step,
-                None,
-            ) {
-                Ok(()) => Ok(()),
-                Err(IngestError::Snapshot { error, .. })
-                    if matches!(
-                        *error,
-                        SnapshotOpError::Snapshot(SnapshotError::RefusedWorkspace { .. })
-                    ) =>
-                {
-                    Ok(())
-                }
-                Err(e) => Err(e.to_string()),
-            };
-        }
-        let missed = match ingest.checked_snapshot(session, &ws, self.now()) {
+        let taken = if self.watcher_runs(&ws) {
+            ingest.checked_snapshot(session, &ws, self.now())
+        } else {
+            ingest
+                .snapshot(
+                    0,
+                    session.to_owned(),
+                    Some(ws),
+                    self.now(),
+                    &[],
+                    SnapshotReason::Step,
+                    None,
+                )
+                .map(|()| Vec::new())
+        };
+        let missed = match taken {
             Ok(m) => m,
             Err(IngestError::Snapshot { error, .. })
                 if matches!(

@@ -62,9 +62,13 @@ pub enum RollbackError {
     },
     /// A `--path` that is not a path inside the workspace.
     #[error(
-        "{given:?} is not a path inside the workspace {workspace} (give it relative to the workspace, as `--list` and the plan name files, or absolute under it; no `..`)"
+        "{given:?} is not a path inside the workspace {workspace} ({why}; give it relative to the workspace, as `--list` and the plan name files, or absolute under it)"
     )]
-    BadPath { given: String, workspace: String },
+    BadPath {
+        given: String,
+        workspace: String,
+        why: String,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -345,28 +349,6 @@ impl Prepared {
     }
 }
 
-/// A `--path` as the plan names files: relative to the workspace, `/`-separated, no
-/// `.` or `..` component, no trailing `/`; an absolute path must be under the
-/// workspace.
-fn within_path(given: &str, workspace: &str) -> Result<String, RollbackError> {
-    let bad = || RollbackError::BadPath {
-        given: given.to_owned(),
-        workspace: workspace.to_owned(),
-    };
-    let rel = match given.strip_prefix('/') {
-        Some(_) => given
-            .strip_prefix(workspace)
-            .and_then(|r| r.strip_prefix('/'))
-            .ok_or_else(bad)?,
-        None => given,
-    };
-    let parts: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-    if parts.is_empty() || parts.iter().any(|c| *c == "." || *c == "..") {
-        return Err(bad());
-    }
-    Ok(parts.join("/"))
-}
-
 fn step_range(p: &RollbackPoints) -> String {
     match (p.points.first(), p.points.last()) {
         (Some(a), Some(b)) => format!("{}..={}", a.step, b.step),
@@ -489,9 +471,17 @@ impl Tacho {
                 .ok_or_else(|| RollbackError::NoSnapshot(session.to_owned()))?,
         };
         let ws_path = PathBuf::from(&target.workspace);
+        // Each `--path` as plans name files: the rule every path an agent or a user
+        // names to the snapshot store follows.
         let within = paths
             .iter()
-            .map(|p| within_path(p, &target.workspace))
+            .map(|p| {
+                relative_path(&ws_path, p).map_err(|e| RollbackError::BadPath {
+                    given: p.clone(),
+                    workspace: target.workspace.clone(),
+                    why: e.to_string(),
+                })
+            })
             .collect::<Result<Vec<String>, RollbackError>>()?;
 
         // The session, and descendants that worked in the very same directory.

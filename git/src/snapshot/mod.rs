@@ -48,10 +48,29 @@ pub use tree::read_regular;
 pub use types::*;
 
 use full::*;
+
 pub(crate) use paths::linked_parent;
 use paths::*;
 pub(crate) use scan::slash_path;
 use tree::*;
+
+/// `id`'s object must hash to `id`: the store is a directory the agent can write, and
+/// an object file replaced by another valid object is refused, never read as what its
+/// id names (blobs, the trees of `files`, the trees a new snapshot is built on).
+pub(crate) fn check_id(
+    id: ObjectId,
+    kind: gix::object::Kind,
+    data: &[u8],
+) -> Result<(), SnapshotError> {
+    let actual = gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, data)
+        .map_err(|e| SnapshotError::git(format!("hashing {kind} {id}"), e))?;
+    if actual != id {
+        return Err(SnapshotError::Repository(format!(
+            "{kind} {id} holds content whose id is {actual}: the object was replaced or damaged"
+        )));
+    }
+    Ok(())
+}
 
 /// The snapshot store of a data directory.
 #[derive(Clone)]
@@ -428,14 +447,7 @@ impl SnapshotStore {
                 }
                 Err(e) => return Err(SnapshotError::git(format!("reading tree {id}"), e)),
             };
-            let actual =
-                gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Tree, &obj.data)
-                    .map_err(|e| SnapshotError::git(format!("hashing tree {id}"), e))?;
-            if actual != id {
-                return Err(SnapshotError::Repository(format!(
-                    "tree {id} holds content whose id is {actual}: the object was replaced or damaged"
-                )));
-            }
+            check_id(id, gix::object::Kind::Tree, &obj.data)?;
             for entry in gix::objs::TreeRefIter::from_bytes(&obj.data, gix::hash::Kind::Sha1) {
                 let e = entry.map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?;
                 let name = std::str::from_utf8(e.filename)
@@ -505,13 +517,7 @@ impl SnapshotStore {
             .find_blob(oid)
             .map_err(|e| SnapshotError::git(format!("reading blob {oid}"), e))?;
         let data = blob.take_data();
-        let actual = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, &data)
-            .map_err(|e| SnapshotError::git(format!("hashing blob {oid}"), e))?;
-        if actual != oid {
-            return Err(SnapshotError::Repository(format!(
-                "blob {oid} holds content whose id is {actual}: the object was replaced or damaged"
-            )));
-        }
+        check_id(oid, gix::object::Kind::Blob, &data)?;
         Ok(data)
     }
 

@@ -315,18 +315,6 @@ pub(super) fn store_file(
     Ok(Err(ExcludeReason::Unstable))
 }
 
-/// `id`'s object must hash to `id`.
-fn check_id(id: ObjectId, kind: gix::object::Kind, data: &[u8]) -> Result<(), SnapshotError> {
-    let actual = gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, data)
-        .map_err(|e| SnapshotError::git(format!("hashing {kind} {id}"), e))?;
-    if actual != id {
-        return Err(SnapshotError::Repository(format!(
-            "{kind} {id} holds content whose id is {actual}: the object was replaced or damaged"
-        )));
-    }
-    Ok(())
-}
-
 /// The object store, every object it hands out checked against its id.
 struct Checked<'r>(&'r dyn gix::objs::Find);
 
@@ -339,14 +327,8 @@ impl gix::objs::Find for Checked<'_> {
         let Some(d) = self.0.try_find(id, buffer)? else {
             return Ok(None);
         };
-        let actual = gix::objs::compute_hash(d.object_hash, d.kind, d.data)?;
-        if actual != id {
-            return Err(gix::error::Message::from(format!(
-                "{} {id} holds content whose id is {actual}: the object was replaced or damaged",
-                d.kind
-            ))
-            .into());
-        }
+        check_id(id.to_owned(), d.kind, d.data)
+            .map_err(|e| gix::error::Message::from(e.to_string()))?;
         Ok(Some(d))
     }
 }
