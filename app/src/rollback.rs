@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tacho_git::rollback::{self, Action, Applied, Conflict, Plan, PlanInput};
-use tacho_git::snapshot::{FileEntry, Files, Snapshot, SnapshotError, relative_path};
+use tacho_git::snapshot::{FileEntry, FileKind, Files, Snapshot, SnapshotError, relative_path};
 use tacho_projections::{ExecutionGraph, RollbackPoints, SnapshotNode};
 use tacho_schema::{
     EndReason, EventBody, EventView, ExcludedPath, RollbackApplied, SessionEnd, SessionStart,
@@ -194,12 +194,15 @@ pub struct Done {
     pub post: String,
 }
 
-/// What a file is (or will be) in a plan: its kind and blob.
+/// What a file is (or will be) in a plan: its kind, blob and permission bits.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanFile {
     /// `file`, `executable` or `symlink`.
     pub kind: &'static str,
     pub blob: String,
+    /// The permission bits in octal (`"600"`, `"755"`); absent for a link.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 impl From<FileEntry> for PlanFile {
@@ -207,6 +210,7 @@ impl From<FileEntry> for PlanFile {
         PlanFile {
             kind: e.kind.as_str(),
             blob: e.oid.to_string(),
+            mode: (e.kind != FileKind::Link).then(|| format!("{:o}", e.perms)),
         }
     }
 }

@@ -341,32 +341,43 @@ fn step(store: &SnapshotStore, root: &Root, item: &PlanItem) -> Result<(), Strin
     match item.action {
         Action::Delete => root.remove(&item.path).map_err(err),
         Action::Mode => {
-            let exec = item.then.is_some_and(|t| t.kind == FileKind::Executable);
-            root.set_executable(&item.path, exec).map_err(err)
+            let then = item.then.ok_or("nothing to restore")?;
+            root.set_perms(&item.path, then.perms).map_err(err)?;
+            read_back(root, &item.path, then)
         }
         Action::Restore | Action::Recreate => {
             let then = item.then.ok_or("nothing to restore")?;
             let data = store.blob(then.oid).map_err(|e| e.to_string())?;
             match then.kind {
                 FileKind::Link => root.write_link(&item.path, &data).map_err(err)?,
-                k => root
-                    .write_file(&item.path, &data, k == FileKind::Executable)
+                _ => root
+                    .write_file(&item.path, &data, then.perms)
                     .map_err(err)?,
             }
-            // What was written is read back and must be the target: a rollback that
-            // says it restored a file has (content and kind), or it fails on that path
-            // (the pre-rollback snapshot stays the undo point).
-            let back = root.read(&item.path).map_err(err)?;
-            match entry_of(&back)? {
-                Some(e) if e == then => Ok(()),
-                other => Err(format!(
-                    "written, but it reads back as {} instead of {:?} {}",
-                    other.map_or("nothing".to_string(), |e| format!("{:?} {}", e.kind, e.oid)),
-                    then.kind,
-                    then.oid
-                )),
-            }
+            read_back(root, &item.path, then)
         }
+    }
+}
+
+/// What was written is read back and must be the target: a rollback that says it
+/// restored a file has (content, kind and permission bits), or it fails on that path
+/// (the pre-rollback snapshot stays the undo point).
+fn read_back(root: &Root, path: &str, then: FileEntry) -> Result<(), String> {
+    let back = root.read(path).map_err(|e| e.to_string())?;
+    match entry_of(&back)? {
+        Some(e) if e == then => Ok(()),
+        other => Err(format!(
+            "written, but it reads back as {} instead of {}",
+            other.map_or("nothing".to_string(), describe_entry),
+            describe_entry(then)
+        )),
+    }
+}
+
+fn describe_entry(e: FileEntry) -> String {
+    match e.kind {
+        FileKind::Link => format!("a link {}", e.oid),
+        _ => format!("a {} {} of mode {:o}", e.kind.as_str(), e.oid, e.perms),
     }
 }
 
@@ -378,18 +389,12 @@ fn entry_of(found: &Found) -> Result<Option<FileEntry>, String> {
     };
     Ok(match found {
         Found::Missing | Found::Dir => None,
-        Found::File { data, executable } => Some(FileEntry {
-            kind: if *executable {
-                FileKind::Executable
-            } else {
-                FileKind::Regular
-            },
+        Found::File { data, perms } => Some(FileEntry {
+            kind: FileKind::of_file_mode(*perms),
             oid: hash(data)?,
+            perms: *perms,
         }),
-        Found::Link(t) => Some(FileEntry {
-            kind: FileKind::Link,
-            oid: hash(t)?,
-        }),
+        Found::Link(t) => Some(FileEntry::plain(FileKind::Link, hash(t)?)),
         Found::Other => return Err("a special file is in the way; left alone".into()),
     })
 }

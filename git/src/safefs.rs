@@ -45,7 +45,11 @@ fn io(path: &str, e: impl Into<std::io::Error>) -> SafeFsError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found {
     Missing,
-    File { data: Vec<u8>, executable: bool },
+    /// A regular file: its bytes and permission bits (`rwx` of owner, group, others).
+    File {
+        data: Vec<u8>,
+        perms: u32,
+    },
     Link(Vec<u8>),
     Dir,
     Other,
@@ -207,7 +211,7 @@ impl Root {
                 f.read_to_end(&mut data).map_err(|e| io(rel, e))?;
                 Ok(Found::File {
                     data,
-                    executable: st.st_mode & 0o111 != 0,
+                    perms: st.st_mode & 0o777,
                 })
             }
             rustix::fs::FileType::Directory => Ok(Found::Dir),
@@ -238,26 +242,30 @@ impl Root {
         }
     }
 
-    /// Writes a regular file (a new file renamed over whatever is there; a directory
-    /// in the way is an error).
-    pub fn write_file(&self, rel: &str, data: &[u8], executable: bool) -> Result<(), SafeFsError> {
+    /// Writes a regular file with permission bits `perms` (`rwx` of owner, group and
+    /// others; others are ignored), whatever the umask: a new file renamed over
+    /// whatever is there; a directory in the way is an error. The file is made with no
+    /// bits for group and others first, so a secret is never readable by others while
+    /// it is written.
+    pub fn write_file(&self, rel: &str, data: &[u8], perms: u32) -> Result<(), SafeFsError> {
         let (dir, name) = self
             .parent(rel, true)?
             .ok_or_else(|| io(rel, Errno::NOENT))?;
         let tmp = temp_name(name);
-        let mode = if executable { 0o755 } else { 0o644 };
+        let mode = perms & 0o777;
         let fd = rustix::fs::openat(
             &dir,
             tmp.as_str(),
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(mode),
+            Mode::from_raw_mode(0o600),
         )
         .map_err(|e| io(rel, e))?;
         let result = (|| {
-            // The mode asked for, whatever the umask.
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
             let mut f = std::fs::File::from(fd);
             f.write_all(data)?;
+            // The mode asked for, whatever the umask (after the bytes: a file of mode
+            // 0400 can still be written through this descriptor, but be sure).
+            rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?;
             rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)?;
             Ok::<_, std::io::Error>(())
         })();
@@ -282,8 +290,8 @@ impl Root {
         Ok(())
     }
 
-    /// Sets or clears the executable bits of a regular file.
-    pub fn set_executable(&self, rel: &str, executable: bool) -> Result<(), SafeFsError> {
+    /// Sets the permission bits (`rwx` of owner, group and others) of a regular file.
+    pub fn set_perms(&self, rel: &str, perms: u32) -> Result<(), SafeFsError> {
         let (dir, name) = self
             .parent(rel, false)?
             .ok_or_else(|| io(rel, Errno::NOENT))?;
@@ -303,15 +311,9 @@ impl Root {
             std::fs::File::from(fd)
                 .read_to_end(&mut data)
                 .map_err(|e| io(rel, e))?;
-            return self.write_file(rel, &data, executable);
+            return self.write_file(rel, &data, perms);
         }
-        let mode = st.st_mode & 0o7777;
-        let mode = if executable {
-            mode | ((mode & 0o444) >> 2)
-        } else {
-            mode & !0o111
-        };
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| io(rel, e))
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(perms & 0o777)).map_err(|e| io(rel, e))
     }
 }
 

@@ -61,11 +61,39 @@ fn ls_tree(store: &SnapshotStore, id: &str) -> BTreeMap<String, (String, String)
         ],
     );
     let mut m = BTreeMap::new();
+    let mut modes = None;
     for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
-        let rec = String::from_utf8(rec.to_vec()).unwrap();
-        let (meta, path) = rec.split_once('\t').unwrap();
+        let tab = rec.iter().position(|b| *b == b'\t').unwrap();
+        let meta = std::str::from_utf8(&rec[..tab]).unwrap();
         let parts: Vec<&str> = meta.split(' ').collect();
-        m.insert(path.to_owned(), (parts[0].to_owned(), parts[2].to_owned()));
+        if rec[tab + 1..] == *tacho_git::snapshot::MODES_NAME {
+            modes = Some(parts[2].to_owned());
+            continue;
+        }
+        let path = String::from_utf8(rec[tab + 1..].to_vec()).unwrap();
+        m.insert(path, (parts[0].to_owned(), parts[2].to_owned()));
+    }
+    // The modes entry, read by git and parsed here (SPEC.md §10.1): each file it names
+    // has those permission bits instead of the 644 or 755 of its tree entry.
+    if let Some(oid) = modes {
+        let blob = git(
+            store.root(),
+            &[
+                "--git-dir",
+                store.root().to_str().unwrap(),
+                "cat-file",
+                "blob",
+                &oid,
+            ],
+        );
+        let body = blob.strip_prefix(b"tacho.modes 1\n".as_slice()).unwrap();
+        for rec in body.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let rec = std::str::from_utf8(rec).unwrap();
+            let (bits, path) = rec.split_once(' ').unwrap();
+            let entry = m.get_mut(path).expect("the modes entry names a file");
+            assert_ne!(entry.0, "120000", "a link has no mode entry");
+            entry.0 = format!("100{bits}");
+        }
     }
     m
 }
@@ -114,10 +142,11 @@ fn disk(ws: &Path) -> BTreeMap<String, (String, String)> {
                 continue;
             } else if !m.is_file() {
                 continue;
-            } else if m.permissions().mode() & 0o111 != 0 {
-                ("100755", std::fs::read(&p).unwrap())
             } else {
-                ("100644", std::fs::read(&p).unwrap())
+                // Exact permission bits, as snapshots keep them.
+                let mode = format!("100{:o}", m.permissions().mode() & 0o777);
+                out.insert(rel, (mode, gix_hash(&std::fs::read(&p).unwrap())));
+                continue;
             };
             let oid = gix_hash(&data);
             out.insert(rel, (mode.to_owned(), oid));
@@ -505,6 +534,8 @@ enum Op {
     Delete(u8),
     Rename(u8, u8),
     Exec(u8, bool),
+    /// Permission bits other than 644 and 755 (a secret's 0600, a read-only 0400, ...).
+    Chmod(u8, u32),
     Link(u8, u8),
     Snapshot,
 }
@@ -525,6 +556,12 @@ fn apply_op(ws: &Path, op: &Op) {
             let p = ws.join(name(n));
             if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
                 std::fs::remove_file(&p).unwrap();
+            }
+            // A read-only file (Chmod) is written as an agent would: made writable.
+            if std::fs::symlink_metadata(&p)
+                .is_ok_and(|m| m.is_file() && m.permissions().readonly())
+            {
+                chmod(ws, &name(n), 0o644);
             }
             if p.parent().unwrap().is_file() {
                 return;
@@ -548,6 +585,12 @@ fn apply_op(ws: &Path, op: &Op) {
                 chmod(ws, &name(n), if on { 0o755 } else { 0o644 });
             }
         }
+        Op::Chmod(n, mode) => {
+            let p = ws.join(name(n));
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                chmod(ws, &name(n), mode);
+            }
+        }
         Op::Link(n, to) => {
             let p = ws.join(name(n));
             if std::fs::symlink_metadata(&p).is_ok() {
@@ -569,6 +612,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..16).prop_map(Op::Delete),
         1 => (0u8..16, 0u8..16).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => (0u8..16, any::<bool>()).prop_map(|(n, b)| Op::Exec(n, b)),
+        1 => (0u8..16, prop::sample::select(vec![0o600u32, 0o400, 0o640, 0o700, 0o750, 0o664]))
+            .prop_map(|(n, m)| Op::Chmod(n, m)),
         1 => (0u8..16, 0u8..16).prop_map(|(n, t)| Op::Link(n, t)),
         2 => Just(Op::Snapshot),
     ]
@@ -687,6 +732,149 @@ fn dry_run_and_real_run_use_one_plan() {
     fsck_if_git(&e.store);
 }
 
+/// A Git tree keeps 644 and 755 only; a snapshot keeps every file's permission bits,
+/// through full and targeted snapshots, and a rollback puts them back: a 0600 secret
+/// the session rewrote, deleted 0400 and 0600 files, a 0700 script, and a file the
+/// session only made world-readable. A workspace of plain bits has no modes entry
+/// (its snapshot is the tree it always was), and git's own fsck accepts the entry.
+#[test]
+fn a_rollback_puts_back_exact_permission_bits() {
+    let e = env();
+    let perms = |rel: &str| {
+        std::fs::symlink_metadata(e.ws.join(rel))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    write(&e.ws, "plain.txt", "plain\n");
+    let plain = e.store.take(&e.ws, &Scope::Full).unwrap();
+    if tacho_tests::git::need_git() {
+        assert_eq!(ls_tree(&e.store, &plain.id).len(), 1);
+    }
+    write(&e.ws, ".env", "TOKEN=secret\n");
+    write(&e.ws, "ro.txt", "read only\n");
+    write(&e.ws, "private.txt", "mine\n");
+    write(&e.ws, "run.sh", "#!/bin/sh\n");
+    write(&e.ws, "shared.txt", "not for others\n");
+    chmod(&e.ws, ".env", 0o600);
+    chmod(&e.ws, "ro.txt", 0o400);
+    chmod(&e.ws, "private.txt", 0o600);
+    chmod(&e.ws, "run.sh", 0o700);
+    chmod(&e.ws, "shared.txt", 0o640);
+    let p0 = e.store.take(&e.ws, &Scope::Full).unwrap();
+    let files0 = e.store.files(p0.tree).unwrap();
+    assert_eq!(files0[".env"].perms, 0o600);
+    assert_eq!(files0["run.sh"].perms, 0o700);
+    assert_eq!(files0["plain.txt"].perms, 0o644);
+    assert_eq!(
+        e.store.entry(&p0.id, "ro.txt").unwrap().unwrap().perms,
+        0o400
+    );
+    if tacho_tests::git::need_git() {
+        assert_eq!(ls_tree(&e.store, &p0.id), disk(&e.ws));
+    }
+    // The session's changes, recorded by targeted snapshots as hooks take them.
+    write(&e.ws, ".env", "TOKEN=leaked\n");
+    std::fs::remove_file(e.ws.join("ro.txt")).unwrap();
+    std::fs::remove_file(e.ws.join("private.txt")).unwrap();
+    write(&e.ws, "run.sh", "#!/bin/sh\necho changed\n");
+    chmod(&e.ws, "shared.txt", 0o644);
+    let named = [".env", "ro.txt", "private.txt", "run.sh", "shared.txt"];
+    let p1 = e
+        .store
+        .take(
+            &e.ws,
+            &Scope::Paths(named.iter().map(|p| p.to_string()).collect()),
+        )
+        .unwrap();
+    assert!(!p1.full_scan);
+    let files1 = e.store.files(p1.tree).unwrap();
+    assert_eq!(files1[".env"].perms, 0o600, "a rewrite keeps the bits");
+    assert_eq!(files1["shared.txt"].perms, 0o644);
+    assert!(!files1.contains_key("ro.txt"));
+    // A full scan of the same workspace is the same snapshot.
+    assert_eq!(e.store.take(&e.ws, &Scope::Full).unwrap().id, p1.id);
+
+    let (plan, applied) = rollback_to(&e, &[files0, files1], 0, false);
+    assert!(applied.failed.is_empty(), "{:?}", applied.failed);
+    let actions: Vec<(&str, Action)> = plan
+        .items
+        .iter()
+        .map(|i| (i.path.as_str(), i.action))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            (".env", Action::Restore),
+            ("private.txt", Action::Recreate),
+            ("ro.txt", Action::Recreate),
+            ("run.sh", Action::Restore),
+            ("shared.txt", Action::Mode),
+        ]
+    );
+    assert_eq!(perms(".env"), 0o600);
+    assert_eq!(perms("ro.txt"), 0o400);
+    assert_eq!(perms("private.txt"), 0o600);
+    assert_eq!(perms("run.sh"), 0o700);
+    assert_eq!(perms("shared.txt"), 0o640);
+    assert_eq!(perms("plain.txt"), 0o644);
+    // Back where it was: the same snapshot as the point.
+    assert_eq!(e.store.take(&e.ws, &Scope::Full).unwrap().id, p0.id);
+    // Back to plain bits everywhere: the modes entry goes.
+    for p in [".env", "ro.txt", "private.txt", "shared.txt"] {
+        chmod(&e.ws, p, 0o644);
+    }
+    chmod(&e.ws, "run.sh", 0o755);
+    let again = e.store.take(&e.ws, &Scope::Full).unwrap();
+    if tacho_tests::git::need_git() {
+        assert_eq!(ls_tree(&e.store, &again.id), disk(&e.ws));
+        assert_eq!(ls_tree(&e.store, &again.id).len(), 6);
+        fsck(&e.store);
+    }
+}
+
+/// A modes entry that does not hold (damaged, naming a path the snapshot lacks) makes
+/// the snapshot unreadable, never read as plain bits.
+#[test]
+fn a_damaged_modes_entry_is_refused() {
+    let e = env();
+    write(&e.ws, "a.txt", "a\n");
+    chmod(&e.ws, "a.txt", 0o600);
+    let snap = e.store.take(&e.ws, &Scope::Full).unwrap();
+    assert_eq!(e.store.files(snap.tree).unwrap()["a.txt"].perms, 0o600);
+    // A tree naming a modes entry that lists a file it does not have.
+    let repo = gix::open(e.store.root()).unwrap();
+    let bad = repo
+        .write_blob(b"tacho.modes 1\n600 b.txt\0")
+        .unwrap()
+        .detach();
+    let tree = repo
+        .find_tree(snap.tree)
+        .unwrap()
+        .decode()
+        .unwrap()
+        .to_owned();
+    let mut tree: gix::objs::Tree = tree;
+    for entry in &mut tree.entries {
+        if entry.filename.as_slice() == tacho_git::snapshot::MODES_NAME {
+            entry.oid = bad;
+        }
+    }
+    let forged = repo.write_object(&tree).unwrap().detach();
+    let err = e.store.files(forged).unwrap_err().to_string();
+    assert!(err.contains("b.txt"), "{err}");
+    let junk = repo.write_blob(b"not modes").unwrap().detach();
+    for entry in &mut tree.entries {
+        if entry.filename.as_slice() == tacho_git::snapshot::MODES_NAME {
+            entry.oid = junk;
+        }
+    }
+    let forged = repo.write_object(&tree).unwrap().detach();
+    let err = e.store.files(forged).unwrap_err().to_string();
+    assert!(err.contains("modes"), "{err}");
+}
+
 #[test]
 fn conflicts_are_left_alone_unless_forced() {
     let e = env();
@@ -730,7 +918,7 @@ fn a_symlinked_parent_is_refused() {
     std::fs::create_dir(&outside).unwrap();
     std::os::unix::fs::symlink(&outside, e.ws.join("sub")).unwrap();
     let root = Root::open(&e.ws).unwrap();
-    let err = root.write_file("sub/evil.txt", b"x", false).unwrap_err();
+    let err = root.write_file("sub/evil.txt", b"x", 0o644).unwrap_err();
     assert_eq!(
         err.to_string(),
         "refusing \"sub/evil.txt\": `sub` is a symbolic link"
@@ -747,12 +935,12 @@ fn a_symlinked_parent_is_refused() {
 fn dot_dot_and_absolute_paths_are_refused() {
     let e = env();
     let root = Root::open(&e.ws).unwrap();
-    let err = root.write_file("../escape.txt", b"x", false).unwrap_err();
+    let err = root.write_file("../escape.txt", b"x", 0o644).unwrap_err();
     assert_eq!(
         err.to_string(),
         "refusing \"../escape.txt\": `..` component leaves the workspace"
     );
-    let err = root.write_file("/tmp/escape.txt", b"x", false).unwrap_err();
+    let err = root.write_file("/tmp/escape.txt", b"x", 0o644).unwrap_err();
     assert_eq!(
         err.to_string(),
         "refusing \"/tmp/escape.txt\": absolute path"
@@ -875,7 +1063,7 @@ fn the_writer_follows_no_link_to_the_workspace_and_changes_no_outside_mode() {
     let outside = base.join("outside.txt");
     std::fs::write(&outside, "shared\n").unwrap();
     std::fs::hard_link(&outside, real.join("ws/inside.txt")).unwrap();
-    root.set_executable("inside.txt", true).unwrap();
+    root.set_perms("inside.txt", 0o755).unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o111;
     assert_eq!(mode(&outside), 0, "the outside name keeps its mode");
     assert_ne!(mode(&real.join("ws/inside.txt")), 0);

@@ -113,6 +113,99 @@ fn executable(p: &Path) -> bool {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o111 != 0
 }
 
+/// A secret the agent rewrote, files it deleted and a file it made world-readable
+/// come back with their exact permission bits (a Git tree keeps only 644 and 755:
+/// before, a 0600 secret came back 0644), through the real binary's steps and
+/// rollback; the plan names the bits, and the undo puts the session's back.
+#[test]
+fn a_rollback_keeps_exact_permission_bits() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = env();
+    let chmod = |rel: &str, mode: u32| {
+        std::fs::set_permissions(e.ws.join(rel), std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    let bits = |rel: &str| {
+        std::fs::metadata(e.ws.join(rel))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    e.write(".env", "TOKEN=one\n");
+    e.write("id_key", "-----KEY-----\n");
+    e.write("ro.txt", "read only\n");
+    e.write("shared.txt", "group only\n");
+    chmod(".env", 0o600);
+    chmod("id_key", 0o400);
+    chmod("ro.txt", 0o444);
+    chmod("shared.txt", 0o640);
+    let ws = e.ws.display();
+    let id = "ses_bits";
+    e.record(
+        id,
+        &format!(r#"{{"type":"session.start","workspace":"{ws}","agent":"coder"}}"#),
+    );
+    e.record(id, r#"{"type":"step.start","step":1}"#);
+    e.write(".env", "TOKEN=two\n");
+    std::fs::remove_file(e.ws.join("id_key")).unwrap();
+    std::fs::remove_file(e.ws.join("ro.txt")).unwrap();
+    chmod("shared.txt", 0o644);
+    e.record(id, r#"{"type":"file.edit","path":".env","op":"modify"}"#);
+    e.record(id, r#"{"type":"step.finish","step":1}"#);
+    e.record(id, r#"{"type":"session.end","reason":"completed"}"#);
+    assert_eq!(
+        bits(".env"),
+        0o600,
+        "the agent's write kept the file's bits"
+    );
+
+    let dry = e.json(&["session", "rollback", id, "--dry-run", "--json"]);
+    let plan: Vec<(String, String, String)> = dry["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["path"].as_str().unwrap().to_owned(),
+                i["action"].as_str().unwrap().to_owned(),
+                i["then"]["mode"].as_str().unwrap_or("-").to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, String)> = [
+        (".env", "restore", "600"),
+        ("id_key", "recreate", "400"),
+        ("ro.txt", "recreate", "444"),
+        ("shared.txt", "mode", "640"),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(plan, want, "{dry}");
+    let (_, text, _) = e.tacho(&["session", "rollback", id, "--dry-run"]);
+    assert!(text.contains("shared.txt (file 644 → file 640)"), "{text}");
+
+    let done = e.json(&["session", "rollback", id, "--yes", "--json"]);
+    assert_eq!(done["applied"]["done"], 4, "{done}");
+    assert_eq!(e.read(".env").as_deref(), Some("TOKEN=one\n"));
+    assert_eq!(bits(".env"), 0o600);
+    assert_eq!(bits("id_key"), 0o400);
+    assert_eq!(bits("ro.txt"), 0o444);
+    assert_eq!(bits("shared.txt"), 0o640);
+    // Undone: the session's state, bits included.
+    let rb = done["applied"]["recorded_session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let undo = e.json(&["session", "rollback", &rb, "--yes", "--json"]);
+    assert_eq!(undo["applied"]["done"], 4, "{undo}");
+    assert_eq!(e.read(".env").as_deref(), Some("TOKEN=two\n"));
+    assert_eq!(bits(".env"), 0o600);
+    assert_eq!(bits("shared.txt"), 0o644);
+    assert_eq!(e.read("id_key"), None);
+    e.fsck();
+}
+
 #[test]
 fn record_snapshots_steps_and_rollback_restores_and_is_undoable() {
     let e = env();

@@ -6,7 +6,7 @@ use tacho_projections::RollbackPoints;
 use tacho_schema::time_to_rfc3339;
 
 use super::{duration, short_id, thousands};
-use crate::rollback::RollbackView;
+use crate::rollback::{PlanFile, RollbackView};
 
 /// "step 1" or "steps 1, 3".
 fn steps_named(steps: &[u64]) -> String {
@@ -169,11 +169,15 @@ pub fn plan(h: &RollbackView) -> String {
     }
     for i in &h.plan {
         let detail = match i.action {
-            Action::Mode => format!(
-                " ({} → {})",
-                i.now.as_ref().map_or("-", |e| e.kind),
-                i.then.as_ref().map_or("-", |e| e.kind)
-            ),
+            Action::Mode => {
+                let show = |e: Option<&PlanFile>| {
+                    e.map_or("-".to_string(), |e| match &e.mode {
+                        Some(m) => format!("{} {m}", e.kind),
+                        None => e.kind.to_string(),
+                    })
+                };
+                format!(" ({} → {})", show(i.now.as_ref()), show(i.then.as_ref()))
+            }
             _ => String::new(),
         };
         o.push_str(&format!(
@@ -252,6 +256,7 @@ mod tests {
         Some(PlanFile {
             kind,
             blob: "b".into(),
+            mode: Some(if kind == "executable" { "755" } else { "644" }.into()),
         })
     }
 
@@ -323,7 +328,7 @@ note: steps 1, 3 have no before-state (no snapshot was taken before them): what 
 note: no snapshot after this point; changes are known from edit events only
 
   restore   a.rs  (forced over an outside change)
-  mode      run.sh (executable → file)
+  mode      run.sh (executable 755 → file 644)
   conflict  b.rs: changed outside the session; left alone (--force restores it)
   conflict  c.bin: never snapshotted; left alone
 

@@ -210,6 +210,7 @@ impl SnapshotStore {
             base_ok.then_some(base),
             upserts,
             removals.into_iter(),
+            modes::ModesUpdate::Whole(&entries),
             &writes,
         )?;
         trace.mark("tree");
@@ -431,7 +432,7 @@ pub(super) fn changes<'a>(
     while i < old.len() || j < new.len() {
         match (old.get(i), new.get(j)) {
             (Some(o), Some(n)) if o.path == n.path => {
-                if o.oid != n.oid || o.git_mode != n.git_mode {
+                if differs(o, n) {
                     set.push((n.path.as_str(), n));
                 }
                 i += 1;
@@ -453,6 +454,14 @@ pub(super) fn changes<'a>(
         }
     }
     (set, gone)
+}
+
+/// Whether a snapshot holds `new` otherwise than `old`: content, kind or permission
+/// bits.
+pub(super) fn differs(old: &CacheEntry, new: &CacheEntry) -> bool {
+    old.oid != new.oid
+        || old.git_mode != new.git_mode
+        || modes::perms_of(old.mode) != modes::perms_of(new.mode)
 }
 
 pub(super) fn same_stat(a: &CacheEntry, b: &CacheEntry) -> bool {

@@ -11,6 +11,7 @@ mod cache;
 mod diff;
 mod full;
 mod gc;
+mod modes;
 mod mounts;
 mod pack;
 mod paths;
@@ -40,6 +41,7 @@ pub use diff::{
 };
 pub(crate) use gc::reach as reach_tree;
 pub use gc::{GC_WAIT, GcReport, StoreUsage, WriteGuard};
+pub use modes::{MODES_NAME, perms_of};
 pub(crate) use mounts::{pseudo_fs_of, pseudo_mounts_under, under_mount};
 pub use pack::{PACK_BYTES_MAX, PACK_MIN_FILES};
 pub use paths::{canonical_workspace, head_commit, relative_path, snapshot_workspace};
@@ -432,6 +434,7 @@ impl SnapshotStore {
     pub fn files(&self, tree: ObjectId) -> Result<Files, SnapshotError> {
         let repo = self.repo()?;
         let mut out = Files::new();
+        let mut unusual = modes::Modes::new();
         let mut pending: Vec<(String, ObjectId)> = vec![(String::new(), tree)];
         while let Some((prefix, id)) = pending.pop() {
             let obj = match repo.find_object(id) {
@@ -450,6 +453,10 @@ impl SnapshotStore {
             check_id(id, gix::object::Kind::Tree, &obj.data)?;
             for entry in gix::objs::TreeRefIter::from_bytes(&obj.data, gix::hash::Kind::Sha1) {
                 let e = entry.map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?;
+                if prefix.is_empty() && e.filename == modes::MODES_NAME {
+                    unusual = modes::read(&repo, e.oid.to_owned())?;
+                    continue;
+                }
                 let name = std::str::from_utf8(e.filename)
                     .map_err(|e| SnapshotError::git("non-UTF-8 path in a snapshot", e))?;
                 let path = match prefix.is_empty() {
@@ -459,13 +466,17 @@ impl SnapshotStore {
                 if e.mode.is_tree() {
                     pending.push((path, e.oid.to_owned()));
                 } else if let Some(kind) = FileKind::from_git_mode(e.mode.value() as u32) {
-                    out.insert(
-                        path,
-                        FileEntry {
-                            kind,
-                            oid: e.oid.to_owned(),
-                        },
-                    );
+                    out.insert(path, FileEntry::plain(kind, e.oid.to_owned()));
+                }
+            }
+        }
+        for (path, perms) in unusual {
+            match out.get_mut(&path) {
+                Some(e) if e.kind != FileKind::Link => e.perms = perms,
+                _ => {
+                    return Err(SnapshotError::Repository(format!(
+                        "snapshot {tree}: its modes entry names {path:?}, which is not a file of it"
+                    )));
                 }
             }
         }
@@ -483,12 +494,19 @@ impl SnapshotStore {
         let found = tree
             .lookup_entry_by_path(path)
             .map_err(|e| SnapshotError::git(format!("looking up {path} in tree {}", tree.id), e))?;
-        Ok(found.and_then(|e| {
-            FileKind::from_git_mode(e.mode().value() as u32).map(|kind| FileEntry {
-                kind,
-                oid: e.object_id(),
-            })
-        }))
+        let Some(mut entry) = found.and_then(|e| {
+            FileKind::from_git_mode(e.mode().value() as u32)
+                .map(|kind| FileEntry::plain(kind, e.object_id()))
+        }) else {
+            return Ok(None);
+        };
+        if let Some(m) = tree.find_entry(modes::MODES_NAME)
+            && let Some(perms) = modes::read(&repo, m.object_id())?.get(path)
+            && entry.kind != FileKind::Link
+        {
+            entry.perms = *perms;
+        }
+        Ok(Some(entry))
     }
 
     /// Calls `f` with the path and bytes of each regular file or link of snapshot

@@ -147,6 +147,7 @@ impl SnapshotStore {
             Some(base),
             upserts,
             removed.iter().map(String::as_str),
+            modes::ModesUpdate::Edit,
             &writes,
         )?;
         trace.mark("t:tree");

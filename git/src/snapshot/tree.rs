@@ -99,12 +99,15 @@ impl SnapshotStore {
         base: Option<ObjectId>,
         upserts: impl Iterator<Item = (&'e str, &'e CacheEntry)>,
         removals: impl Iterator<Item = &'e str>,
+        modes: modes::ModesUpdate<'_>,
         writes: &pack::Writes,
     ) -> Result<ObjectId, SnapshotError> {
+        let upserts: Vec<(&str, &CacheEntry)> = upserts.collect();
+        let removals: Vec<&str> = removals.collect();
         // Every tree the edit reads (the base, the subtrees along the edited paths) is
         // checked against its id: a tree object swapped in the store would otherwise
         // pass its content into this snapshot under new, genuine ids.
-        let root = match base {
+        let root: gix::objs::Tree = match base {
             Some(id) => {
                 let t = repo
                     .find_tree(id)
@@ -116,13 +119,29 @@ impl SnapshotStore {
             }
             None => gix::objs::Tree::empty(),
         };
+        // The modes entry: the base's, then the new one's.
+        let base_modes = root
+            .entries
+            .iter()
+            .find(|e| e.filename.as_slice() == modes::MODES_NAME)
+            .map(|e| e.oid);
+        let new_modes = modes::updated(
+            &modes,
+            match (&modes, base_modes) {
+                (modes::ModesUpdate::Edit, Some(id)) => modes::read(repo, id)?,
+                _ => modes::Modes::new(),
+            },
+            &upserts,
+            &removals,
+        );
+        let new_modes = (!new_modes.is_empty()).then(|| modes::encode(&new_modes));
         repo.objects.enable_object_memory();
         let tree = {
             // The handle itself, not a clone: a clone starts with an empty object
             // cache, and would read again every tree the caller already read.
             let checked = Checked(&repo.objects);
             let mut editor = gix::objs::tree::Editor::new(root, &checked, gix::hash::Kind::Sha1);
-            for (path, e) in upserts {
+            for &(path, e) in &upserts {
                 let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
                 editor
                     .upsert(
@@ -132,10 +151,33 @@ impl SnapshotStore {
                     )
                     .map_err(|err| bad_tree_path(path, err))?;
             }
-            for path in removals {
+            for &path in &removals {
                 editor
                     .remove(path.split('/'))
                     .map_err(|err| bad_tree_path(path, err))?;
+            }
+            let name = [gix::bstr::BStr::new(modes::MODES_NAME)];
+            let bad_modes = |err| bad_tree_path("(the modes entry)", err);
+            match new_modes {
+                Some(data) => {
+                    let id = gix::objs::compute_hash(
+                        gix::hash::Kind::Sha1,
+                        gix::object::Kind::Blob,
+                        &data,
+                    )
+                    .map_err(|e| SnapshotError::git("hashing the modes entry", e))?;
+                    if base_modes != Some(id) {
+                        repo.write_blob(&data)
+                            .map_err(|e| SnapshotError::git("writing the modes entry", e))?;
+                        editor
+                            .upsert(name, EntryKind::Blob, id)
+                            .map_err(bad_modes)?;
+                    }
+                }
+                None if base_modes.is_some() => {
+                    editor.remove(name).map_err(bad_modes)?;
+                }
+                None => {}
             }
             editor
                 .write(|t| repo.write_object(t).map(gix::Id::detach))

@@ -188,6 +188,21 @@ pub struct Checked {
 pub struct FileEntry {
     pub kind: FileKind,
     pub oid: ObjectId,
+    /// The file's permission bits (`0o600`, `0o755`, ...; `rwx` for owner, group and
+    /// others, nothing else), exactly as scanned: a Git tree keeps only 644 and 755,
+    /// the snapshot's modes entry the rest (SPEC.md §10.1). 0 for a link.
+    pub perms: u32,
+}
+
+impl FileEntry {
+    /// An entry with the permission bits a Git tree entry of its kind implies.
+    pub fn plain(kind: FileKind, oid: ObjectId) -> Self {
+        FileEntry {
+            kind,
+            oid,
+            perms: kind.plain_perms(),
+        }
+    }
 }
 
 /// What a snapshot holds at a path.
@@ -221,6 +236,26 @@ impl FileKind {
             0o100755 => Some(FileKind::Executable),
             0o120000 => Some(FileKind::Link),
             _ => None,
+        }
+    }
+
+    /// The permission bits a Git tree entry of this kind implies (`0o644`, `0o755`;
+    /// 0 for a link): a snapshot's modes entry lists only the files that differ.
+    pub fn plain_perms(self) -> u32 {
+        match self {
+            FileKind::Regular => 0o644,
+            FileKind::Executable => 0o755,
+            FileKind::Link => 0,
+        }
+    }
+
+    /// The kind of a regular file with raw `st_mode` `mode`: executable when any of
+    /// its execute bits is set, as Git decides.
+    pub fn of_file_mode(mode: u32) -> FileKind {
+        if mode & 0o111 != 0 {
+            FileKind::Executable
+        } else {
+            FileKind::Regular
         }
     }
 

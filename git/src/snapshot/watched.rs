@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use super::full::{old_exclusions, same_stat, watch_question};
+use super::full::{differs, old_exclusions, same_stat, watch_question};
 use super::*;
 
 /// More changed paths than this and a scan checks every file instead: looking each up
@@ -318,11 +318,7 @@ impl SnapshotStore {
             .collect();
         let upserts: Vec<(&str, &CacheEntry)> = good
             .iter()
-            .filter(|(p, e)| {
-                old_index
-                    .get(p)
-                    .is_none_or(|c| c.oid != e.oid || c.git_mode != e.git_mode)
-            })
+            .filter(|(p, e)| old_index.get(p).is_none_or(|c| differs(c, e)))
             .copied()
             .collect();
         let tree = if upserts.is_empty() && removals.is_empty() {
@@ -334,6 +330,7 @@ impl SnapshotStore {
                 Some(base),
                 upserts.into_iter(),
                 removals.iter().map(String::as_str),
+                modes::ModesUpdate::Edit,
                 &writes,
             )?
         };
