@@ -379,15 +379,23 @@ impl Tacho {
                     Action::Event { session, body } => {
                         // The session's end takes no event after it: its unconfirmed
                         // calls are recorded just before.
-                        if confirms
-                            && session == state.main.session
-                            && matches!(body, EventBody::SessionEnd(_))
-                        {
+                        let main_end = session == state.main.session
+                            && matches!(body, EventBody::SessionEnd(_));
+                        if confirms && main_end {
                             for b in self.unconfirmed_events(agent, &mut state, read_to_end) {
                                 if let Err(e) = ingest.event(0, session.clone(), self.now(), b) {
                                     problem(&mut answer, e.to_string());
                                 }
                             }
+                        }
+                        // And the workspace as the session leaves it: a change no tool
+                        // call made after the last turn's end (the user's, while the
+                        // agent waited) is seen and listed apart too.
+                        if main_end
+                            && let Err(msg) =
+                                self.turn_end_check(&mut ingest, &session, SnapshotReason::Final)
+                        {
+                            problem(&mut answer, msg);
                         }
                         // Late replies are still to come: the end waits for them.
                         if let EventBody::SessionEnd(end) = &body
@@ -489,7 +497,8 @@ impl Tacho {
             // watcher serving the workspace, what it had not seen is evidence (SPEC
             // §10.6: a write through a hard link raises no event in the workspace).
             if event == "Stop"
-                && let Err(msg) = self.turn_end_check(&mut ingest, &state.main.session)
+                && let Err(msg) =
+                    self.turn_end_check(&mut ingest, &state.main.session, SnapshotReason::Step)
             {
                 problem(&mut answer, msg);
             }
@@ -849,17 +858,23 @@ impl Tacho {
         answer
     }
 
-    /// The turn's end of `session`: a full snapshot, so that a change no tool call made
-    /// during the turn (the user's, between calls an edit tool snapshots only the file
-    /// of) is seen and listed apart, not first met as a conflict by a rollback (SPEC
-    /// §13.2). With a watcher running it is read by this process and checked against
-    /// the watcher's; paths it missed are recorded as an error.
-    fn turn_end_check(&self, ingest: &mut Ingest<'_>, session: &str) -> Result<(), String> {
+    /// The turn's end of `session` (`Step`), or the session's (`Final`): a full
+    /// snapshot, so that a change no tool call made during the turn (the user's,
+    /// between calls an edit tool snapshots only the file of) is seen and listed apart,
+    /// not first met as a conflict by a rollback (SPEC §13.2). With a watcher running
+    /// it is read by this process and checked against the watcher's; paths it missed
+    /// are recorded as an error.
+    fn turn_end_check(
+        &self,
+        ingest: &mut Ingest<'_>,
+        session: &str,
+        reason: SnapshotReason,
+    ) -> Result<(), String> {
         let Some(ws) = ingest.workspace(session).map_err(|e| e.to_string())? else {
             return Ok(());
         };
         let taken = if self.watcher_runs(&ws) {
-            ingest.checked_snapshot(session, &ws, self.now())
+            ingest.checked_snapshot(session, &ws, self.now(), reason)
         } else {
             ingest
                 .snapshot(
@@ -868,7 +883,7 @@ impl Tacho {
                     Some(ws),
                     self.now(),
                     &[],
-                    SnapshotReason::Step,
+                    reason,
                     None,
                 )
                 .map(|()| Vec::new())

@@ -807,13 +807,14 @@ impl<'t> Ingest<'t> {
     }
 
     /// A full snapshot of `workspace` that tacho reads itself, checked against its
-    /// watcher's (SPEC.md §10.6), queued as a step snapshot of `session`; the paths
-    /// the watcher missed.
+    /// watcher's (SPEC.md §10.6), queued as a snapshot of `session` (for `reason`);
+    /// the paths the watcher missed.
     pub fn checked_snapshot(
         &mut self,
         session: &str,
         workspace: &Path,
         time_unix_ns: i64,
+        reason: SnapshotReason,
     ) -> Result<Vec<String>, IngestError> {
         self.hold_snapshots(0)?;
         let (checked, ws) = self
@@ -828,7 +829,7 @@ impl<'t> Ingest<'t> {
             line: 0,
             session: session.to_owned(),
             time_unix_ns,
-            body: taken_event(&checked.snapshot, &ws, SnapshotReason::Step, None),
+            body: taken_event(&checked.snapshot, &ws, reason, None),
         });
         Ok(checked.missed)
     }

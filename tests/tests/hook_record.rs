@@ -988,3 +988,59 @@ fn a_users_change_between_edit_calls_is_seen_at_the_turns_end() {
     let forced = e.json(&["session", "rollback", s, "--dry-run", "--force", "--json"]);
     assert_eq!(forced["plan"].as_array().map(Vec::len), Some(2), "{forced}");
 }
+
+/// A change the user makes after the agent's last turn, before the session ends, is
+/// seen too: the session's end takes a full snapshot (before its end event), so the
+/// change is listed apart, not met first by a rollback as a plain conflict.
+#[test]
+fn a_users_change_after_the_last_turn_is_seen_at_the_sessions_end() {
+    let e = Env::new();
+    let s = "user-2";
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let a = e.ws.join("src/a.txt").display().to_string();
+    let edit = serde_json::json!({"file_path": a, "old_string": "a", "new_string": "A"});
+    e.send(s, "PreToolUse", pre("Edit", "e1", edit.clone()));
+    std::fs::write(e.ws.join("src/a.txt"), "A\n").unwrap();
+    e.send(s, "PostToolUse", post("Edit", "e1", edit));
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    // The user, after the agent's last turn.
+    std::fs::write(e.ws.join("src/c.txt"), "the user's, later\n").unwrap();
+    e.send(
+        s,
+        "SessionEnd",
+        serde_json::json!({"reason": "prompt_input_exit"}),
+    );
+    let g = e.json(&["graph", s, "--format", "json"]);
+    let unclaimed: Vec<&str> = g["unclaimed"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|u| u["files"].as_array().into_iter().flatten())
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert_eq!(unclaimed, ["src/c.txt"], "{g}");
+    assert!(g["files"].get("src/c.txt").is_none(), "{g}");
+    // The end's snapshot comes right before the end, which stays the last event.
+    let (code, jsonl, err) = e.tacho(&["audit", "export", s]);
+    assert_eq!(code, 0, "{err}");
+    let kinds: Vec<String> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| match v["event"]["reason"].as_str() {
+            Some(r) => format!("{}:{r}", v["type"].as_str().unwrap_or("?")),
+            None => v["type"].as_str().unwrap_or("?").to_string(),
+        })
+        .collect();
+    let n = kinds.len();
+    assert!(n > 2, "{jsonl}");
+    assert_eq!(kinds[n - 2..], ["snapshot.taken:final", "session.end:completed"], "{kinds:?}");
+    let plan = e.json(&["session", "rollback", s, "--dry-run", "--json"]);
+    let conflict = &plan["conflicts"][0];
+    assert_eq!(conflict["path"], "src/c.txt", "{plan}");
+    assert!(
+        conflict["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("changed by no tool call of the session")),
+        "{plan}"
+    );
+}
