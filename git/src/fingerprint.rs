@@ -246,7 +246,7 @@ pub fn fingerprint(
     }
 
     // Read and hash on all threads.
-    let paths: Vec<&String> = wanted.keys().collect();
+    let paths: Vec<(&String, bool)> = wanted.iter().map(|(p, e)| (p, *e)).collect();
     let next = AtomicUsize::new(0);
     let threads = threads.max(1).min(paths.len().div_ceil(16).max(1));
     let results: Vec<Vec<(usize, Result<Entry, Problem>)>> = std::thread::scope(|s| {
@@ -257,8 +257,10 @@ pub fn fingerprint(
                     let mut out = Vec::new();
                     loop {
                         let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(p) = paths.get(k) else { break };
-                        out.push((k, read_entry(ws, p)));
+                        let Some((p, explicit)) = paths.get(k) else {
+                            break;
+                        };
+                        out.push((k, read_entry(ws, p, *explicit)));
                     }
                     out
                 })
@@ -370,22 +372,32 @@ fn walk_all(ws: &Path, dir: &str, out: &mut scan::Listing) -> Result<(), Snapsho
 
 /// Reads one path without following links and hashes it; the file must look the same
 /// before and after the read.
-fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
+/// The entry of `rel`; `explicit` when the path was named as a file (an edit's, or a
+/// source path), not listed from a directory (Git's index or a walk).
+fn read_entry(ws: &Path, rel: &str, explicit: bool) -> Result<Entry, Problem> {
     let fail = |reason: String| Problem {
         path: rel.to_owned(),
         reason,
     };
+    let missing = || Entry {
+        path: rel.to_owned(),
+        kind: "missing",
+        size: 0,
+        executable: false,
+        content: String::new(),
+    };
     let abs = ws.join(rel);
     let before = match stat::lstat(&abs) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Entry {
-                path: rel.to_owned(),
-                kind: "missing",
-                size: 0,
-                executable: false,
-                content: String::new(),
-            });
+        // Not there: also when a directory on the way is a file now (`d/x` after `d`
+        // became one).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(missing());
         }
         Err(e) => return Err(fail(format!("unreadable: {e}"))),
     };
@@ -393,6 +405,11 @@ fn read_entry(ws: &Path, rel: &str) -> Result<Entry, Problem> {
         return Err(fail("is a symbolic link".into()));
     }
     if before.is_dir() {
+        // A file Git's index lists that is a directory now: the file is deleted, as
+        // Git sees it, and what the directory holds is listed by the walk.
+        if !explicit {
+            return Ok(missing());
+        }
         return Err(fail("is a directory where a file was expected".into()));
     }
     if !before.is_file() {

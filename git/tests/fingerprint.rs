@@ -186,6 +186,36 @@ fn an_explicit_file_counts_even_when_ignored_and_edits_change_the_digest() {
     assert_eq!(d1, d5, "the same bytes give the same digest");
 }
 
+/// A tracked file turned into a directory, and a tracked directory into a file: Git
+/// sees deleted files and new ones, and so does the fingerprint (it refused the state
+/// before: "is a directory where a file was expected", "unreadable: Not a directory").
+#[test]
+fn a_file_turned_into_a_directory_is_deleted_as_git_sees_it() {
+    if !tacho_tests::git::need_git() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().canonicalize().unwrap();
+    git(&ws, &["init", "-q"]);
+    write(&ws, "f", "a file\n");
+    write(&ws, "d/x", "in a directory\n");
+    git(&ws, &["add", "-A"]);
+    std::fs::remove_file(ws.join("f")).unwrap();
+    write(&ws, "f/inner", "now inside\n");
+    std::fs::remove_dir_all(ws.join("d")).unwrap();
+    write(&ws, "d", "now a file\n");
+    let (_, e) = fresh(fingerprint(&ws, &[".".into()], &[], 2).unwrap());
+    assert_eq!(
+        e,
+        [
+            ("d".to_string(), "file"),
+            ("d/x".to_string(), "missing"),
+            ("f".to_string(), "missing"),
+            ("f/inner".to_string(), "file"),
+        ]
+    );
+}
+
 #[test]
 fn outside_git_everything_counts_and_missing_paths_too() {
     let tmp = tempfile::tempdir().unwrap();

@@ -120,7 +120,7 @@ impl SnapshotStore {
             let meta = match meta {
                 Ok(m) => m,
                 // Deleted since it was listed (or a tracked file that is gone).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(e) if gone(&e) => {
                     listed_extra.push(path);
                     continue;
                 }

@@ -128,6 +128,16 @@ pub(super) fn link_leaves(rel: &str, target: &Path) -> bool {
     false
 }
 
+/// Whether a failed `lstat` says the path is not there: missing, or a component on
+/// the way is no longer a directory (`d/x` after `d` became a file) — gone, not
+/// unreadable.
+pub(super) fn gone(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
+}
+
 pub(super) fn bad_tree_path(path: &str, e: impl std::fmt::Display) -> SnapshotError {
     SnapshotError::BadPath {
         path: path.to_owned(),

@@ -39,7 +39,7 @@ impl SnapshotStore {
             let abs = workspace.join(&rel);
             let meta = match stat::lstat(&abs) {
                 Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(e) if gone(&e) => {
                     removed.push(rel);
                     continue;
                 }

@@ -141,6 +141,13 @@ impl SnapshotStore {
             // cache, and would read again every tree the caller already read.
             let checked = Checked(&repo.objects);
             let mut editor = gix::objs::tree::Editor::new(root, &checked, gix::hash::Kind::Sha1);
+            // Removals first: a file that became a directory (`f` gone, `f/inner` new)
+            // would otherwise lose the new directory to the removal of `f`.
+            for &path in &removals {
+                editor
+                    .remove(path.split('/'))
+                    .map_err(|err| bad_tree_path(path, err))?;
+            }
             for &(path, e) in &upserts {
                 let kind = FileKind::from_git_mode(e.git_mode).unwrap_or(FileKind::Regular);
                 editor
@@ -149,11 +156,6 @@ impl SnapshotStore {
                         kind.entry_kind(),
                         ObjectId::from_bytes_or_panic(&e.oid),
                     )
-                    .map_err(|err| bad_tree_path(path, err))?;
-            }
-            for &path in &removals {
-                editor
-                    .remove(path.split('/'))
                     .map_err(|err| bad_tree_path(path, err))?;
             }
             let name = [gix::bstr::BStr::new(modes::MODES_NAME)];

@@ -209,7 +209,7 @@ impl SnapshotStore {
         for p in look {
             let was_listed = old_index.contains_key(p) || extra.contains(p);
             match stat::lstat(&workspace.join(p)) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(e) if gone(&e) => {
                     if was_listed {
                         now.push((p, None));
                     }
