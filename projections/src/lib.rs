@@ -29,11 +29,11 @@ pub use graph::{
 };
 pub use replay::{Interrupted, ReplayCheck, ReplayFinding, ReplayReport, ReplayRule};
 pub use risk::{
-    CALL_UNCONFIRMED, Confidence, HOOK_LOCK_HELD, RISK_DISCLAIMER, Readiness, RiskAssessment,
-    RiskFactor, RiskLevel, TRANSCRIPT_ELSEWHERE, VerificationEvidence, VerificationSource,
-    WATCHER_IMPOSTOR, WATCHER_MISSED, asked_by, assess, is_agent_hook_file, is_api_surface,
-    is_security_sensitive, risk_score, unconfirmed_call_id, unconfirmed_call_message,
-    unconfirmed_calls, verification_kind,
+    CALL_UNCONFIRMED, Confidence, FACTORS, FactorRule, HOOK_LOCK_HELD, RISK_DISCLAIMER, Readiness,
+    RiskAssessment, RiskFactor, RiskLevel, TRANSCRIPT_ELSEWHERE, VerificationEvidence,
+    VerificationSource, WATCHER_IMPOSTOR, WATCHER_MISSED, Weight, asked_by, assess, factor_rule,
+    is_agent_hook_file, is_api_surface, is_security_sensitive, risk_score, unconfirmed_call_id,
+    unconfirmed_call_message, unconfirmed_calls, verification_kind,
 };
 pub use rollback::{RollbackPoint, RollbackPoints, UnclaimedPoint};
 pub use summary::{SessionStatus, SessionSummary};

@@ -2,6 +2,8 @@
 //!
 //! It is a review aid, not a probability, and not a statement that code is safe. Every
 //! point of the score comes from a named factor with its evidence and a mitigation.
+//! The factors are one table, [`FACTORS`] (id, weight rule, evidence, mitigation):
+//! the assessment runs it, and whatever explains a factor reads it.
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
@@ -10,7 +12,7 @@ use aho_corasick::AhoCorasick;
 use serde::Serialize;
 use tacho_schema::{EndReason, ToolStatus, VerificationStatus};
 
-use crate::graph::{ExecutionGraph, GoalMark};
+use crate::graph::{ErrorNode, ExecutionGraph, GoalMark, StepNode, ToolNode};
 
 /// Always shown with a score.
 pub const RISK_DISCLAIMER: &str = "The score is a review aid, not a probability and not a statement that the code is safe: a LOW score on unverified changes still means unverified.";
@@ -459,8 +461,6 @@ pub fn risk_score(g: &ExecutionGraph) -> (u32, RiskLevel) {
     (r.score, r.level)
 }
 
-/// [`assess`], with the factors' evidence and paths only when `detail` (the weights,
-/// score, level and readiness are the same either way).
 /// The code of the `error` tacho writes for a hook that waited out its budget for a
 /// lock and recorded nothing.
 pub const HOOK_LOCK_HELD: &str = "hook_lock_held";
@@ -506,489 +506,958 @@ pub const WATCHER_IMPOSTOR: &str = "watcher_impostor";
 /// (SPEC §10.6): written by tacho, whose record holds the scan's snapshot.
 pub const WATCHER_MISSED: &str = "watcher_missed";
 
+/// [`assess`], with the factors' evidence and paths only when `detail` (the weights,
+/// score, level and readiness are the same either way).
 fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
-    let text = |f: &dyn Fn() -> String| if detail { f() } else { String::new() };
-    let owned = |v: &[&String]| -> Vec<String> {
-        if detail {
-            v.iter().map(|f| f.to_string()).collect()
+    let facts = Facts::of(g, detail);
+    // A rollback tacho applied restores an earlier state: what it changed is not an
+    // agent's work to review (the session it rolled back is scored for that), so only
+    // what concerns the act itself weighs — how it ended, changes no tool call made
+    // while it ran, hook files it restored, tacho obstructed.
+    let rollback = is_tachos_rollback(g);
+    let factors: Vec<RiskFactor> = FACTORS
+        .iter()
+        .filter(|rule| rule.scores_rollbacks || !rollback)
+        .filter_map(|rule| rule.assess(&facts))
+        .collect();
+    let score = factors.iter().map(|f| f.weight).sum::<u32>().min(100);
+    let level = RiskLevel::of_score(score);
+    let n_files = facts.files.len() as u64;
+    let confidence = match (n_files > 0, !facts.runs.is_empty()) {
+        (true, true) => Confidence::High,
+        (true, false) | (false, true) => Confidence::Medium,
+        (false, false) => Confidence::Low,
+    };
+    let verified = facts.verified();
+    let readiness = readiness(&facts, level, verified);
+    RiskAssessment {
+        session: g.session.clone(),
+        score,
+        level,
+        confidence,
+        readiness,
+        factors,
+        files_changed: n_files,
+        lines_changed: facts.lines,
+        tool_failures: failed_calls(g).count() as u64,
+        verified,
+        verification_runs: facts.runs,
+        disclaimer: RISK_DISCLAIMER,
+    }
+}
+
+/// What the change needs before it can be merged (SPEC §8.2): blocked by the gate, a
+/// failed last run or an open current goal; else validation of unverified changes;
+/// else review of a high score, security-sensitive files or changes no tool call made.
+fn readiness(facts: &Facts<'_>, level: RiskLevel, verified: bool) -> Readiness {
+    let g = facts.g;
+    let failed_last = matches!(facts.last_run(), Some((_, false, _)));
+    let goal_open = g.goals.open_goals().next().is_some();
+    let sensitive = facts.files.iter().any(|f| is_security_sensitive(f));
+    if g.end_reason == Some(EndReason::GateBlocked) || failed_last || goal_open {
+        Readiness::Blocked
+    } else if !facts.files.is_empty() && !verified {
+        Readiness::NeedsValidation
+    } else if level >= RiskLevel::High || sensitive || !g.unclaimed.is_empty() {
+        Readiness::NeedsReview
+    } else {
+        Readiness::Ready
+    }
+}
+
+/// One risk factor: its id, how it weighs, the evidence it rests on and what to do
+/// about it. [`FACTORS`] holds every one; the assessment and every explanation of a
+/// factor read it there.
+#[derive(Debug, Clone, Copy)]
+pub struct FactorRule {
+    /// The stable identifier ([`RiskFactor::id`]).
+    pub id: &'static str,
+    /// How much it adds to the score, from what its evidence counts.
+    pub weight: Weight,
+    /// What a reviewer should do about it ([`RiskFactor::mitigation`]).
+    pub mitigation: &'static str,
+    /// Whether it weighs in a rollback tacho applied (`session rollback`): not the
+    /// factors about an agent's work, which a rollback only undoes (the session it
+    /// rolled back is scored for that work).
+    pub scores_rollbacks: bool,
+    /// What the factor finds in a session, if it applies.
+    evidence: fn(&Facts<'_>) -> Option<Evidence>,
+}
+
+impl FactorRule {
+    /// The factor as it applies to a session, if it does.
+    fn assess(&self, facts: &Facts<'_>) -> Option<RiskFactor> {
+        let found = (self.evidence)(facts)?;
+        Some(RiskFactor {
+            id: self.id,
+            weight: self.weight.of(&found)?,
+            evidence: found.text,
+            mitigation: self.mitigation,
+            paths: found.paths,
+        })
+    }
+}
+
+/// How a factor weighs, from what its evidence counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weight {
+    /// The same whenever the factor applies.
+    Fixed(u32),
+    /// `tenths` of a point per `unit` counted (rounded down), at most `max`.
+    Per {
+        tenths: u64,
+        unit: &'static str,
+        max: u32,
+    },
+    /// [`Weight::Per`], and `extra` points more when `when` holds.
+    PerPlus {
+        tenths: u64,
+        unit: &'static str,
+        extra: u32,
+        when: &'static str,
+        max: u32,
+    },
+    /// By how far a count goes: the weight of the highest threshold it is over (the
+    /// factor applies only over the lowest).
+    Over(&'static [(u64, u32)]),
+    /// By how the session ended (`None`: its end was not recorded); an ending not
+    /// listed weighs nothing, and the factor does not apply.
+    Ending(&'static [(Option<EndReason>, u32)]),
+}
+
+impl Weight {
+    /// The weight of a factor with this evidence; `None` when the rule says the factor
+    /// does not apply.
+    fn of(&self, found: &Evidence) -> Option<u32> {
+        let per = |tenths: u64, max: u32| {
+            (found.count.saturating_mul(tenths) / 10).min(u64::from(max)) as u32
+        };
+        match *self {
+            Weight::Fixed(w) => Some(w),
+            Weight::Per { tenths, max, .. } => Some(per(tenths, max)),
+            Weight::PerPlus {
+                tenths, extra, max, ..
+            } => {
+                let base = found.count.saturating_mul(tenths) / 10;
+                let plus = if found.plus { u64::from(extra) } else { 0 };
+                Some((base + plus).min(u64::from(max)) as u32)
+            }
+            Weight::Over(tiers) => tiers
+                .iter()
+                .rev()
+                .find(|(over, _)| found.count > *over)
+                .map(|&(_, w)| w),
+            Weight::Ending(endings) => endings
+                .iter()
+                .find(|(end, _)| *end == found.ending)
+                .map(|&(_, w)| w),
+        }
+    }
+}
+
+/// The rule in words, as SPEC §8.2's table gives it (a test holds the two together).
+impl std::fmt::Display for Weight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let points = |tenths: u64| match tenths % 10 {
+            0 => format!("{}", tenths / 10),
+            r => format!("{}.{r}", tenths / 10),
+        };
+        match *self {
+            Weight::Fixed(w) => write!(f, "{w}"),
+            Weight::Per { tenths, unit, max } => {
+                write!(f, "{} per {unit}, at most {max}", points(tenths))
+            }
+            Weight::PerPlus {
+                tenths,
+                unit,
+                extra,
+                when,
+                max,
+            } => write!(
+                f,
+                "{} per {unit}, {extra} more when {when}, at most {max}",
+                points(tenths)
+            ),
+            Weight::Over(tiers) => {
+                let mut tiers = tiers.iter();
+                if let Some((_, w)) = tiers.next() {
+                    write!(f, "{w}")?;
+                }
+                for (over, w) in tiers {
+                    write!(f, ", or {w} over {}", thousands(*over))?;
+                }
+                Ok(())
+            }
+            Weight::Ending(endings) => {
+                // Endings of the same weight together: `10 stalled, aborted or error`.
+                let mut groups: Vec<(u32, Vec<&str>)> = Vec::new();
+                for (end, w) in endings {
+                    let name = end.map_or("not ended", |e| e.as_str());
+                    match groups.last_mut() {
+                        Some((last, names)) if last == w => names.push(name),
+                        _ => groups.push((*w, vec![name])),
+                    }
+                }
+                let groups: Vec<String> = groups
+                    .iter()
+                    .map(|(w, names)| {
+                        let names = match names.split_last() {
+                            Some((last, [])) => last.to_string(),
+                            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                            None => String::new(),
+                        };
+                        format!("{w} {}", names.replace('_', " "))
+                    })
+                    .collect();
+                f.write_str(&groups.join("; "))
+            }
+        }
+    }
+}
+
+/// `2000` as `2,000`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Every risk factor, in the order an assessment lists them (SPEC §8.2 documents
+/// each; a test holds the two together).
+pub static FACTORS: &[FactorRule] = &[
+    FactorRule {
+        id: "files_changed",
+        weight: Weight::Per {
+            tenths: 25,
+            unit: "file",
+            max: 20,
+        },
+        mitigation: "Review every changed file; split unrelated changes into separate pull requests.",
+        scores_rollbacks: false,
+        evidence: evidence::files_changed,
+    },
+    FactorRule {
+        id: "lines_changed",
+        weight: Weight::Over(&[(500, 5), (2000, 10)]),
+        mitigation: "Large diffs hide mistakes: review in parts, or ask the agent for smaller steps.",
+        scores_rollbacks: false,
+        evidence: evidence::lines_changed,
+    },
+    FactorRule {
+        id: "cross_area",
+        weight: Weight::Per {
+            tenths: 50,
+            unit: "extra top-level area",
+            max: 15,
+        },
+        mitigation: "Have an owner of each area review its part.",
+        scores_rollbacks: false,
+        evidence: evidence::cross_area,
+    },
+    FactorRule {
+        id: "tool_failures",
+        weight: Weight::Per {
+            tenths: 40,
+            unit: "failed call",
+            max: 20,
+        },
+        mitigation: "Check that every failure was resolved, not worked around.",
+        scores_rollbacks: true,
+        evidence: evidence::tool_failures,
+    },
+    FactorRule {
+        id: "unverified",
+        weight: Weight::Fixed(15),
+        mitigation: "Run the test suite on the change before merging.",
+        scores_rollbacks: false,
+        evidence: evidence::unverified,
+    },
+    FactorRule {
+        id: "verification_failed",
+        weight: Weight::Fixed(20),
+        mitigation: "Fix the failure and run the verification again.",
+        scores_rollbacks: true,
+        evidence: evidence::verification_failed,
+    },
+    FactorRule {
+        id: "edited_after_verification",
+        weight: Weight::Fixed(10),
+        mitigation: "Run the verification again on the final state.",
+        scores_rollbacks: false,
+        evidence: evidence::edited_after_verification,
+    },
+    FactorRule {
+        id: "no_diff_snapshot",
+        weight: Weight::Fixed(5),
+        mitigation: "Record snapshots (adapters take them at step boundaries) so the real diff can be reviewed.",
+        scores_rollbacks: false,
+        evidence: evidence::no_diff_snapshot,
+    },
+    FactorRule {
+        id: "unclaimed_changes",
+        weight: Weight::Fixed(10),
+        mitigation: "Find out who made these changes (the user, another process, a tool whose hooks did not fire); undo one with tacho session rollback --unclaimed N.",
+        scores_rollbacks: true,
+        evidence: evidence::unclaimed_changes,
+    },
+    FactorRule {
+        id: "api_surface",
+        weight: Weight::Per {
+            tenths: 40,
+            unit: "file",
+            max: 12,
+        },
+        mitigation: "Check callers and compatibility; document the change.",
+        scores_rollbacks: false,
+        evidence: evidence::api_surface,
+    },
+    FactorRule {
+        id: "security_sensitive",
+        weight: Weight::Per {
+            tenths: 80,
+            unit: "file",
+            max: 24,
+        },
+        mitigation: "Ask for a security review of these files.",
+        scores_rollbacks: false,
+        evidence: evidence::security_sensitive,
+    },
+    FactorRule {
+        id: "agent_hooks_edited",
+        weight: Weight::Fixed(20),
+        mitigation: "Read the change (tacho hooks status says whether the hooks can still fire): an agent that edits its hook files can switch its own recording off.",
+        scores_rollbacks: true,
+        evidence: evidence::agent_hooks_edited,
+    },
+    FactorRule {
+        id: "run_ending",
+        weight: Weight::Ending(&[
+            (Some(EndReason::GateBlocked), 15),
+            (Some(EndReason::StepLimit), 10),
+            (Some(EndReason::Stalled), 10),
+            (Some(EndReason::Aborted), 10),
+            (Some(EndReason::Error), 10),
+            (Some(EndReason::BudgetLimited), 5),
+            (None, 5),
+        ]),
+        mitigation: "Treat the work as unfinished until it is completed and verified.",
+        scores_rollbacks: true,
+        evidence: evidence::run_ending,
+    },
+    FactorRule {
+        id: "changed_after_freeze",
+        weight: Weight::Per {
+            tenths: 50,
+            unit: "file",
+            max: 15,
+        },
+        mitigation: "Read the diff of each against the goal's start (tacho goal status): a weakened test or check script lets a goal complete without the work.",
+        scores_rollbacks: true,
+        evidence: evidence::changed_after_freeze,
+    },
+    FactorRule {
+        id: "goal_revised",
+        weight: Weight::PerPlus {
+            tenths: 50,
+            unit: "revision",
+            extra: 10,
+            when: "one weakened the contract",
+            max: 20,
+        },
+        mitigation: "Read each revision's correction and what it weakened (tacho goal status): a contract rewritten during the work can let the goal complete without it.",
+        scores_rollbacks: true,
+        evidence: evidence::goal_revised,
+    },
+    FactorRule {
+        id: "agent_acted_on_tacho",
+        weight: Weight::Per {
+            tenths: 100,
+            unit: "act",
+            max: 25,
+        },
+        mitigation: "The agent changed what tacho holds it to, from inside its own tool calls: read each act (tacho session show), undo what you did not ask for, and rerun the checks in CI (ci verify --rerun).",
+        scores_rollbacks: true,
+        evidence: evidence::agent_acted_on_tacho,
+    },
+    FactorRule {
+        id: "goal_cleared",
+        weight: Weight::Per {
+            tenths: 50,
+            unit: "goal",
+            max: 15,
+        },
+        mitigation: "A cleared goal was set aside without its work being proven: read why (tacho goal status --goal ID) and make sure the work it asked for is not needed.",
+        scores_rollbacks: true,
+        evidence: evidence::goal_cleared,
+    },
+    FactorRule {
+        id: "calls_unconfirmed",
+        weight: Weight::Fixed(20),
+        mitigation: "Tool calls were reported to tacho that the agent's own transcript does not hold: payloads piped to tacho hook from its shell. None counts as verification; look for the command that piped them.",
+        scores_rollbacks: true,
+        evidence: evidence::calls_unconfirmed,
+    },
+    FactorRule {
+        id: "watcher_missed",
+        weight: Weight::Fixed(15),
+        mitigation: "Files changed without a change event in the workspace (written through a hard link from outside it, or a shared mapping): the turn's end snapshot holds them, but the snapshots between may not; find what wrote them and rerun the checks in CI (ci verify --rerun).",
+        scores_rollbacks: true,
+        evidence: evidence::watcher_missed,
+    },
+    FactorRule {
+        id: "watcher_impostor",
+        weight: Weight::Fixed(20),
+        mitigation: "Something answered on the watcher's socket in tacho's place: tacho read the workspace itself, so the record holds, but look for the process (it may be the agent's) and rerun the checks in CI (ci verify --rerun).",
+        scores_rollbacks: true,
+        evidence: evidence::watcher_impostor,
+    },
+    FactorRule {
+        id: "recorder_obstructed",
+        weight: Weight::Fixed(20),
+        mitigation: "Something held tacho's lock while the agent worked: what the agent did then is missing from the record. Look for a process of the agent's holding it (flock) and rerun the checks in CI (ci verify --rerun).",
+        scores_rollbacks: true,
+        evidence: evidence::recorder_obstructed,
+    },
+    FactorRule {
+        id: "goal_not_completed",
+        weight: Weight::Fixed(15),
+        mitigation: "Make the goal's checks pass (tacho goal status) before calling the work done.",
+        scores_rollbacks: true,
+        evidence: evidence::goal_not_completed,
+    },
+];
+
+/// The rule of the factor `id`.
+pub fn factor_rule(id: &str) -> Option<&'static FactorRule> {
+    FACTORS.iter().find(|r| r.id == id)
+}
+
+/// What every factor reads of a session, worked out once.
+struct Facts<'g> {
+    g: &'g ExecutionGraph,
+    /// Whether the factors' evidence and paths are wanted (else only their weights).
+    detail: bool,
+    /// The changed files' paths.
+    files: Vec<&'g String>,
+    /// Lines added and removed, over every changed file.
+    lines: u64,
+    /// Recorded runs, shell calls of known test runners and builds, and goal checks'
+    /// receipts ([`verification_runs`]).
+    runs: Vec<VerificationEvidence>,
+    /// The event of the last file edit.
+    last_edit: Option<u64>,
+}
+
+impl<'g> Facts<'g> {
+    fn of(g: &'g ExecutionGraph, detail: bool) -> Self {
+        Facts {
+            g,
+            detail,
+            files: g.files.keys().collect(),
+            lines: g
+                .files
+                .values()
+                .map(|f| f.lines_added + f.lines_removed)
+                .sum(),
+            runs: verification_runs(g),
+            last_edit: g.files.values().map(|f| f.last_edit_seq).max(),
+        }
+    }
+
+    /// The last verification run: its event, whether it passed, its command.
+    fn last_run(&self) -> Option<(u64, bool, &String)> {
+        self.runs.last().map(|r| (r.seq, r.passed, &r.command))
+    }
+
+    /// The last run passed after the last edit.
+    fn verified(&self) -> bool {
+        match (self.last_run(), self.last_edit) {
+            (Some((seq, true, _)), Some(edit)) => seq > edit,
+            (Some((_, true, _)), None) => true,
+            _ => false,
+        }
+    }
+
+    /// A factor's evidence in words, when [`Facts::detail`].
+    fn text(&self, words: impl FnOnce() -> String) -> String {
+        if self.detail { words() } else { String::new() }
+    }
+
+    /// A factor's paths, when [`Facts::detail`].
+    fn paths(&self, paths: &[&String]) -> Vec<String> {
+        if self.detail {
+            paths.iter().map(|p| p.to_string()).collect()
         } else {
             Vec::new()
         }
-    };
-    let mut factors = Vec::new();
-    let files: Vec<&String> = g.files.keys().collect();
-    let n_files = files.len() as u64;
-    let lines: u64 = g
-        .files
-        .values()
-        .map(|f| f.lines_added + f.lines_removed)
-        .sum();
-    let list = |v: &[&String]| -> String {
-        let mut s: Vec<&str> = v.iter().take(5).map(|x| x.as_str()).collect();
-        if v.len() > 5 {
-            s.push("...");
-        }
-        s.join(", ")
-    };
+    }
 
-    if n_files > 0 {
-        factors.push(RiskFactor {
-            id: "files_changed",
-            weight: (n_files as u32 * 5 / 2).min(20),
-            evidence: text(&|| format!("{n_files} file(s) changed: {}", list(&files))),
-            mitigation: "Review every changed file; split unrelated changes into separate pull requests.",
-            paths: owned(&files),
-        });
+    /// The session's `error`s of one code.
+    fn errors(&self, code: &str) -> Vec<&'g ErrorNode> {
+        self.g
+            .errors
+            .iter()
+            .filter(|e| e.code.as_deref() == Some(code))
+            .collect()
     }
-    if lines > 500 {
-        factors.push(RiskFactor {
-            id: "lines_changed",
-            weight: if lines > 2000 { 10 } else { 5 },
-            evidence: text(&|| format!("{lines} lines added or removed")),
-            mitigation: "Large diffs hide mistakes: review in parts, or ask the agent for smaller steps.",
-            paths: Vec::new(),
-        });
+}
+
+/// What a factor found in a session.
+struct Evidence {
+    /// What the weight counts: files, lines, failed calls, areas beyond the first, ...
+    count: u64,
+    /// For [`Weight::PerPlus`]: whether its `when` holds.
+    plus: bool,
+    /// For [`Weight::Ending`]: how the session ended.
+    ending: Option<EndReason>,
+    /// One line for people (empty without [`Facts::detail`]).
+    text: String,
+    /// Every path the factor is about (empty without [`Facts::detail`]).
+    paths: Vec<String>,
+}
+
+impl Evidence {
+    /// `count` things, shown by `text` and `paths`.
+    fn of(count: usize, text: String, paths: Vec<String>) -> Self {
+        Evidence {
+            count: count as u64,
+            plus: false,
+            ending: None,
+            text,
+            paths,
+        }
     }
-    // Top-level areas of the change. Tests and docs travel with the code they cover,
-    // so they are not areas of their own.
-    let areas: BTreeSet<&str> = files
-        .iter()
-        .filter(|f| f.contains('/'))
-        .map(|f| f.split('/').next().unwrap_or(f))
-        .filter(|a| !COMPANION_AREAS.contains(&a.to_ascii_lowercase().as_str()))
-        .collect();
-    if areas.len() > 1 {
-        factors.push(RiskFactor {
-            id: "cross_area",
-            weight: ((areas.len() as u32 - 1) * 5).min(15),
-            evidence: text(&|| {
-                format!(
-                    "changes span {} top-level areas: {}",
-                    areas.len(),
-                    areas.iter().copied().collect::<Vec<_>>().join(", ")
-                )
-            }),
-            mitigation: "Have an owner of each area review its part.",
-            paths: Vec::new(),
-        });
+
+    /// A factor that applies, shown by `text` alone.
+    fn says(text: String) -> Self {
+        Evidence::of(1, text, Vec::new())
     }
-    let failures: Vec<_> = g
-        .tools()
+}
+
+/// At most five paths, then `...`.
+fn shortened<S: AsRef<str>>(paths: &[S]) -> String {
+    let mut s: Vec<&str> = paths.iter().take(5).map(AsRef::as_ref).collect();
+    if paths.len() > 5 {
+        s.push("...");
+    }
+    s.join(", ")
+}
+
+/// The tool calls that did not end `ok`.
+fn failed_calls(g: &ExecutionGraph) -> impl Iterator<Item = (&StepNode, &ToolNode)> {
+    g.tools()
         .filter(|(_, t)| t.status.is_some_and(|s| s != ToolStatus::Ok))
-        .collect();
-    if !failures.is_empty() {
-        factors.push(RiskFactor {
-            id: "tool_failures",
-            weight: (failures.len() as u32 * 4).min(20),
-            evidence: text(&|| {
+}
+
+/// Each factor's evidence ([`FactorRule::evidence`]): `None` when it does not apply.
+mod evidence {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use tacho_schema::EndReason;
+
+    use super::{
+        CALL_UNCONFIRMED, COMPANION_AREAS, Evidence, Facts, HOOK_LOCK_HELD, TRANSCRIPT_ELSEWHERE,
+        WATCHER_IMPOSTOR, WATCHER_MISSED, asked_by, failed_calls, is_agent_hook_file,
+        is_api_surface, is_security_sensitive, shortened,
+    };
+    use crate::graph::{ErrorNode, GoalEventNode, GoalMark};
+
+    pub(super) fn files_changed(f: &Facts<'_>) -> Option<Evidence> {
+        let files = &f.files;
+        (!files.is_empty()).then(|| {
+            Evidence::of(
+                files.len(),
+                f.text(|| format!("{} file(s) changed: {}", files.len(), shortened(files))),
+                f.paths(files),
+            )
+        })
+    }
+
+    /// Applies over the lowest threshold of its rule, which weighs the count.
+    pub(super) fn lines_changed(f: &Facts<'_>) -> Option<Evidence> {
+        let lines = f.lines;
+        Some(Evidence {
+            count: lines,
+            ..Evidence::says(f.text(|| format!("{lines} lines added or removed")))
+        })
+    }
+
+    /// Top-level areas of the change. Tests and docs travel with the code they cover,
+    /// so they are not areas of their own.
+    pub(super) fn cross_area(f: &Facts<'_>) -> Option<Evidence> {
+        let areas: BTreeSet<&str> = f
+            .files
+            .iter()
+            .filter(|p| p.contains('/'))
+            .map(|p| p.split('/').next().unwrap_or(p))
+            .filter(|a| !COMPANION_AREAS.contains(&a.to_ascii_lowercase().as_str()))
+            .collect();
+        (areas.len() > 1).then(|| {
+            Evidence::of(
+                areas.len() - 1,
+                f.text(|| {
+                    format!(
+                        "changes span {} top-level areas: {}",
+                        areas.len(),
+                        areas.iter().copied().collect::<Vec<_>>().join(", ")
+                    )
+                }),
+                Vec::new(),
+            )
+        })
+    }
+
+    pub(super) fn tool_failures(f: &Facts<'_>) -> Option<Evidence> {
+        let failures: Vec<_> = failed_calls(f.g).collect();
+        (!failures.is_empty()).then(|| {
+            let text = f.text(|| {
+                let shown: Vec<String> = failures
+                    .iter()
+                    .take(3)
+                    .map(|(s, t)| {
+                        let target = t.target.as_ref().map(|x| format!(" {x}"));
+                        format!("step {} {}{}", s.number, t.tool, target.unwrap_or_default())
+                    })
+                    .collect();
                 format!(
                     "{} failed tool call(s): {}",
                     failures.len(),
-                    failures
-                        .iter()
-                        .take(3)
-                        .map(|(s, t)| format!(
-                            "step {} {}{}",
-                            s.number,
-                            t.tool,
-                            t.target
-                                .as_ref()
-                                .map(|x| format!(" {x}"))
-                                .unwrap_or_default()
-                        ))
-                        .collect::<Vec<_>>()
-                        .join("; ")
+                    shown.join("; ")
                 )
-            }),
-            mitigation: "Check that every failure was resolved, not worked around.",
-            paths: Vec::new(),
-        });
+            });
+            Evidence::of(failures.len(), text, Vec::new())
+        })
     }
-    // Verification: recorded runs, shell calls of known test runners and builds, and
-    // goal checks' receipts.
-    let runs = verification_runs(g);
-    let last_edit = g.files.values().map(|f| f.last_edit_seq).max();
-    let last_run = runs.last().map(|r| (r.seq, r.passed, &r.command));
-    let verified = match (last_run, last_edit) {
-        (Some((seq, true, _)), Some(edit)) => seq > edit,
-        (Some((_, true, _)), None) => true,
-        _ => false,
-    };
-    match (last_run, last_edit) {
-        (None, Some(_)) => factors.push(RiskFactor {
-            id: "unverified",
-            weight: 15,
-            evidence: text(&|| "files changed and no verification run (test, build, lint or goal check) was recorded".into()),
-            mitigation: "Run the test suite on the change before merging.",
-            paths: Vec::new(),
-        }),
-        (Some((_, false, cmd)), _) => factors.push(RiskFactor {
-            id: "verification_failed",
-            weight: 20,
-            evidence: text(&|| format!("the last verification failed: {cmd}")),
-            mitigation: "Fix the failure and run the verification again.",
-            paths: Vec::new(),
-        }),
-        (Some((seq, true, cmd)), Some(edit)) if seq < edit => factors.push(RiskFactor {
-            id: "edited_after_verification",
-            weight: 10,
-            evidence: text(&|| format!("files changed after the last passing run ({cmd})")),
-            mitigation: "Run the verification again on the final state.",
-            paths: Vec::new(),
-        }),
-        _ => {}
+
+    /// Verification: recorded runs, shell calls of known test runners and builds, and
+    /// goal checks' receipts. Files changed, and none ran.
+    pub(super) fn unverified(f: &Facts<'_>) -> Option<Evidence> {
+        (f.last_run().is_none() && f.last_edit.is_some()).then(|| {
+            Evidence::says(f.text(|| {
+                "files changed and no verification run (test, build, lint or goal check) was recorded".into()
+            }))
+        })
     }
-    if n_files > 0 && g.snapshots.is_empty() {
-        factors.push(RiskFactor {
-            id: "no_diff_snapshot",
-            weight: 5,
-            evidence: text(&|| "no file snapshot was recorded, so the diff cannot be checked against the edits the agent reported".into()),
-            mitigation: "Record snapshots (adapters take them at step boundaries) so the real diff can be reviewed.",
-            paths: Vec::new(),
-        });
+
+    pub(super) fn verification_failed(f: &Facts<'_>) -> Option<Evidence> {
+        match f.last_run() {
+            Some((_, false, cmd)) => Some(Evidence::says(
+                f.text(|| format!("the last verification failed: {cmd}")),
+            )),
+            _ => None,
+        }
     }
-    if !g.unclaimed.is_empty() {
-        let paths: Vec<String> = g
-            .unclaimed
+
+    pub(super) fn edited_after_verification(f: &Facts<'_>) -> Option<Evidence> {
+        match (f.last_run(), f.last_edit) {
+            (Some((seq, true, cmd)), Some(edit)) if seq < edit => {
+                Some(Evidence::says(f.text(|| {
+                    format!("files changed after the last passing run ({cmd})")
+                })))
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn no_diff_snapshot(f: &Facts<'_>) -> Option<Evidence> {
+        (!f.files.is_empty() && f.g.snapshots.is_empty()).then(|| {
+            Evidence::says(f.text(|| {
+                "no file snapshot was recorded, so the diff cannot be checked against the edits the agent reported".into()
+            }))
+        })
+    }
+
+    pub(super) fn unclaimed_changes(f: &Facts<'_>) -> Option<Evidence> {
+        let unclaimed = &f.g.unclaimed;
+        if unclaimed.is_empty() {
+            return None;
+        }
+        let paths: Vec<String> = unclaimed
             .iter()
-            .flat_map(|u| u.files.iter().map(|f| f.path.clone()))
-            .collect::<std::collections::BTreeSet<_>>()
+            .flat_map(|u| u.files.iter().map(|p| p.path.clone()))
+            .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let ranges: Vec<String> = g
-            .unclaimed
-            .iter()
-            .map(|u| format!("#{}..#{}", u.after_seq, u.before_seq))
-            .collect();
-        let shown: Vec<&String> = paths.iter().collect();
-        factors.push(RiskFactor {
-            id: "unclaimed_changes",
-            weight: 10,
-            evidence: text(&|| format!(
+        let text = f.text(|| {
+            let ranges: Vec<String> = unclaimed
+                .iter()
+                .map(|u| format!("#{}..#{}", u.after_seq, u.before_seq))
+                .collect();
+            format!(
                 "{} file(s) changed with no tool call running (between events {}): {}",
                 paths.len(),
                 ranges.join(", "),
-                list(&shown)
-            )),
-            mitigation: "Find out who made these changes (the user, another process, a tool whose hooks did not fire); undo one with tacho session rollback --unclaimed N.",
-            paths: if detail { paths } else { Vec::new() },
+                shortened(&paths)
+            )
         });
+        let paths = if f.detail { paths } else { Vec::new() };
+        Some(Evidence::of(1, text, paths))
     }
-    let api: Vec<&String> = files
-        .iter()
-        .copied()
-        .filter(|f| is_api_surface(f))
-        .collect();
-    if !api.is_empty() {
-        factors.push(RiskFactor {
-            id: "api_surface",
-            weight: (api.len() as u32 * 4).min(12),
-            evidence: text(&|| {
-                format!(
-                    "{} file(s) of the API surface changed: {}",
-                    api.len(),
-                    list(&api)
-                )
-            }),
-            mitigation: "Check callers and compatibility; document the change.",
-            paths: owned(&api),
-        });
-    }
-    let sensitive: Vec<&String> = files
-        .iter()
-        .copied()
-        .filter(|f| is_security_sensitive(f))
-        .collect();
-    if !sensitive.is_empty() {
-        factors.push(RiskFactor {
-            id: "security_sensitive",
-            weight: (sensitive.len() as u32 * 8).min(24),
-            evidence: text(&|| format!("security-sensitive path(s) touched: {}", list(&sensitive))),
-            mitigation: "Ask for a security review of these files.",
-            paths: owned(&sensitive),
-        });
-    }
-    let hook_files: Vec<&String> = files
-        .iter()
-        .copied()
-        .filter(|f| is_agent_hook_file(f))
-        .collect();
-    if !hook_files.is_empty() {
-        factors.push(RiskFactor {
-            id: "agent_hooks_edited",
-            weight: 20,
-            evidence: text(&|| {
-                format!(
-                    "an agent's hook or plugin file changed in the session: {}",
-                    list(&hook_files)
-                )
-            }),
-            mitigation: "Read the change (tacho hooks status says whether the hooks can still fire): an agent that edits its hook files can switch its own recording off.",
-            paths: owned(&hook_files),
-        });
-    }
-    let ending = match g.end_reason {
-        Some(EndReason::GateBlocked) => Some((15, "the completion gate blocked the session")),
-        Some(EndReason::StepLimit) => Some((10, "the session hit its step limit")),
-        Some(EndReason::Stalled) => Some((10, "the session stalled")),
-        Some(EndReason::Aborted) => Some((10, "the session was aborted")),
-        Some(EndReason::Error) => Some((10, "the session ended with an error")),
-        Some(EndReason::BudgetLimited) => Some((5, "the session ran out of budget")),
-        Some(EndReason::Completed) => None,
-        None => Some((
-            5,
-            "the session has not ended (running, or its end was not recorded)",
-        )),
-    };
-    if let Some((weight, evidence)) = ending {
-        factors.push(RiskFactor {
-            id: "run_ending",
-            weight,
-            evidence: text(&|| evidence.into()),
-            mitigation: "Treat the work as unfinished until it is completed and verified.",
-            paths: Vec::new(),
-        });
-    }
-    // Goal assurance: files outside a goal's change (tests, fixtures, configuration,
-    // check scripts) edited since its plan was frozen, as each check's latest receipt
-    // found them: a weakened test is how a goal completes without the work.
-    let mut latest: std::collections::BTreeMap<(&str, &str), &Vec<String>> =
-        std::collections::BTreeMap::new();
-    for e in &g.goals.events {
-        if let Some(check) = &e.check {
-            latest.insert((e.goal.as_str(), check.as_str()), &e.changed_since_freeze);
-        }
-    }
-    let edited: BTreeSet<&str> = latest
-        .values()
-        .flat_map(|v| v.iter().map(String::as_str))
-        .collect();
-    if !edited.is_empty() {
-        let shown: Vec<String> = edited.iter().map(|p| p.to_string()).collect();
-        factors.push(RiskFactor {
-            id: "changed_after_freeze",
-            weight: (edited.len() as u32 * 5).min(15),
-            evidence: text(&|| {
-                format!(
-                    "{} file(s) outside the goal's change edited after its plan was frozen: {}",
-                    shown.len(),
-                    list(&shown.iter().collect::<Vec<_>>())
-                )
-            }),
-            mitigation: "Read the diff of each against the goal's start (tacho goal status): a weakened test or check script lets a goal complete without the work.",
-            paths: if detail {
-                edited.iter().filter_map(|p| p.get(2..)).map(str::to_owned).collect()
-            } else {
-                Vec::new()
-            },
-        });
-    }
-    // Goal contracts rewritten after the freeze (`goal revise`, `goal replace`, from
-    // the user or the agent's shell): each is shown, with what it weakened.
-    let revisions: Vec<&crate::graph::GoalEventNode> = g
-        .goals
-        .events
-        .iter()
-        .filter(|e| e.revises.is_some())
-        .collect();
-    if !revisions.is_empty() {
-        let weakened = revisions.iter().any(|e| !e.weakened.is_empty());
-        factors.push(RiskFactor {
-            id: "goal_revised",
-            weight: (revisions.len() as u32 * 5 + if weakened { 10 } else { 0 }).min(20),
-            evidence: text(&|| {
-                revisions
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "goal {} revised as {} at #{} ({}), {}{}",
-                            e.revises.as_deref().unwrap_or("?"),
-                            e.goal,
-                            e.seq,
-                            e.correction.as_deref().unwrap_or("no correction given"),
-                            asked_by(g, e.during_call),
-                            if e.weakened.is_empty() {
-                                String::new()
-                            } else {
-                                format!(": weakened — {}", e.weakened.join("; "))
-                            }
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }),
-            mitigation: "Read each revision's correction and what it weakened (tacho goal status): a contract rewritten during the work can let the goal complete without it.",
-            paths: Vec::new(),
-        });
-    }
-    // The agent acting on tacho from inside its own tool calls (its shell, or tacho's
-    // MCP server): a contract revised, a goal blocked or resumed, the session ended
-    // while one of its calls ran. The record's order proves it: tacho wrote these
-    // between that call's start and its result (SPEC §3.1).
-    let mut acts: Vec<String> = g
-        .goals
-        .events
-        .iter()
-        .filter_map(|e| {
-            let what = match e.mark {
-                GoalMark::Created if e.revises.is_some() => "revised",
-                GoalMark::Blocked => "marked blocked",
-                GoalMark::Resumed => "resumed from its pause",
-                GoalMark::Cleared => "cleared",
-                _ => return None,
-            };
-            let call = e.during_call?;
-            Some(format!(
-                "goal {} {what} at #{} {}",
-                e.goal,
-                e.seq,
-                asked_by(g, Some(call))
-            ))
+
+    /// The changed files `is` picks, shown after `what`.
+    fn files_that(
+        f: &Facts<'_>,
+        is: fn(&str) -> bool,
+        what: fn(usize, String) -> String,
+    ) -> Option<Evidence> {
+        let picked: Vec<&String> = f.files.iter().copied().filter(|p| is(p)).collect();
+        (!picked.is_empty()).then(|| {
+            Evidence::of(
+                picked.len(),
+                f.text(|| what(picked.len(), shortened(&picked))),
+                f.paths(&picked),
+            )
         })
-        .collect();
-    // The session before this continuation was ended from inside a call of the
-    // agent's that went on (written by tacho as the continuation started).
-    acts.extend(
-        g.errors
-            .iter()
-            .filter(|e| {
-                matches!(
-                    e.code.as_deref(),
-                    Some(tacho_schema::SESSION_ENDED_MID_CALL | TRANSCRIPT_ELSEWHERE)
-                )
-            })
-            .map(|e| e.message.clone()),
-    );
-    if !acts.is_empty() {
-        factors.push(RiskFactor {
-            id: "agent_acted_on_tacho",
-            weight: (acts.len() as u32 * 10).min(25),
-            evidence: text(&|| acts.join("; ")),
-            mitigation: "The agent changed what tacho holds it to, from inside its own tool calls: read each act (tacho session show), undo what you did not ask for, and rerun the checks in CI (ci verify --rerun).",
-            paths: Vec::new(),
-        });
     }
-    // Goals set aside by the user (`goal clear`): never silent.
-    let cleared: Vec<&crate::graph::GoalEventNode> = g
-        .goals
-        .events
-        .iter()
-        .filter(|e| e.mark == GoalMark::Cleared)
-        .collect();
-    if !cleared.is_empty() {
-        factors.push(RiskFactor {
-            id: "goal_cleared",
-            weight: (cleared.len() as u32 * 5).min(15),
-            evidence: text(&|| {
+
+    pub(super) fn api_surface(f: &Facts<'_>) -> Option<Evidence> {
+        files_that(f, is_api_surface, |n, list| {
+            format!("{n} file(s) of the API surface changed: {list}")
+        })
+    }
+
+    pub(super) fn security_sensitive(f: &Facts<'_>) -> Option<Evidence> {
+        files_that(f, is_security_sensitive, |_, list| {
+            format!("security-sensitive path(s) touched: {list}")
+        })
+    }
+
+    pub(super) fn agent_hooks_edited(f: &Facts<'_>) -> Option<Evidence> {
+        files_that(f, is_agent_hook_file, |_, list| {
+            format!("an agent's hook or plugin file changed in the session: {list}")
+        })
+    }
+
+    /// How the run ended, whatever it was: the rule weighs each ending.
+    pub(super) fn run_ending(f: &Facts<'_>) -> Option<Evidence> {
+        let words = match f.g.end_reason {
+            Some(EndReason::GateBlocked) => "the completion gate blocked the session",
+            Some(EndReason::StepLimit) => "the session hit its step limit",
+            Some(EndReason::Stalled) => "the session stalled",
+            Some(EndReason::Aborted) => "the session was aborted",
+            Some(EndReason::Error) => "the session ended with an error",
+            Some(EndReason::BudgetLimited) => "the session ran out of budget",
+            Some(EndReason::Completed) => "the session completed",
+            None => "the session has not ended (running, or its end was not recorded)",
+        };
+        Some(Evidence {
+            ending: f.g.end_reason,
+            ..Evidence::says(f.text(|| words.into()))
+        })
+    }
+
+    /// Goal assurance: files outside a goal's change (tests, fixtures, configuration,
+    /// check scripts) edited since its plan was frozen, as each check's latest receipt
+    /// found them: a weakened test is how a goal completes without the work.
+    pub(super) fn changed_after_freeze(f: &Facts<'_>) -> Option<Evidence> {
+        let mut latest: BTreeMap<(&str, &str), &Vec<String>> = BTreeMap::new();
+        for e in &f.g.goals.events {
+            if let Some(check) = &e.check {
+                latest.insert((e.goal.as_str(), check.as_str()), &e.changed_since_freeze);
+            }
+        }
+        // `M PATH`, `A PATH`, `D PATH`.
+        let edited: BTreeSet<&str> = latest
+            .values()
+            .flat_map(|v| v.iter().map(String::as_str))
+            .collect();
+        if edited.is_empty() {
+            return None;
+        }
+        let shown: Vec<&str> = edited.iter().copied().collect();
+        let text = f.text(|| {
+            format!(
+                "{} file(s) outside the goal's change edited after its plan was frozen: {}",
+                shown.len(),
+                shortened(&shown)
+            )
+        });
+        let paths = if f.detail {
+            edited
+                .iter()
+                .filter_map(|p| p.get(2..))
+                .map(str::to_owned)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Some(Evidence::of(edited.len(), text, paths))
+    }
+
+    /// Goal contracts rewritten after the freeze (`goal revise`, `goal replace`, from
+    /// the user or the agent's shell): each is shown, with what it weakened.
+    pub(super) fn goal_revised(f: &Facts<'_>) -> Option<Evidence> {
+        let revisions: Vec<&GoalEventNode> =
+            f.g.goals
+                .events
+                .iter()
+                .filter(|e| e.revises.is_some())
+                .collect();
+        if revisions.is_empty() {
+            return None;
+        }
+        let text = f.text(|| {
+            let each: Vec<String> = revisions.iter().map(|e| revision(f, e)).collect();
+            each.join("; ")
+        });
+        Some(Evidence {
+            plus: revisions.iter().any(|e| !e.weakened.is_empty()),
+            ..Evidence::of(revisions.len(), text, Vec::new())
+        })
+    }
+
+    /// One revision in words: what it replaced, its correction, who asked, what it
+    /// weakened.
+    fn revision(f: &Facts<'_>, e: &GoalEventNode) -> String {
+        format!(
+            "goal {} revised as {} at #{} ({}), {}{}",
+            e.revises.as_deref().unwrap_or("?"),
+            e.goal,
+            e.seq,
+            e.correction.as_deref().unwrap_or("no correction given"),
+            asked_by(f.g, e.during_call),
+            if e.weakened.is_empty() {
+                String::new()
+            } else {
+                format!(": weakened — {}", e.weakened.join("; "))
+            }
+        )
+    }
+
+    /// The agent acting on tacho from inside its own tool calls (its shell, or tacho's
+    /// MCP server): a contract revised, a goal blocked or resumed, the session ended
+    /// while one of its calls ran. The record's order proves it: tacho wrote these
+    /// between that call's start and its result (SPEC §3.1).
+    pub(super) fn agent_acted_on_tacho(f: &Facts<'_>) -> Option<Evidence> {
+        let g = f.g;
+        let mut acts: Vec<String> = g
+            .goals
+            .events
+            .iter()
+            .filter_map(|e| {
+                let what = match e.mark {
+                    GoalMark::Created if e.revises.is_some() => "revised",
+                    GoalMark::Blocked => "marked blocked",
+                    GoalMark::Resumed => "resumed from its pause",
+                    GoalMark::Cleared => "cleared",
+                    _ => return None,
+                };
+                let call = e.during_call?;
+                Some(format!(
+                    "goal {} {what} at #{} {}",
+                    e.goal,
+                    e.seq,
+                    asked_by(g, Some(call))
+                ))
+            })
+            .collect();
+        // The session before this continuation was ended from inside a call of the
+        // agent's that went on (written by tacho as the continuation started).
+        acts.extend(
+            g.errors
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e.code.as_deref(),
+                        Some(tacho_schema::SESSION_ENDED_MID_CALL | TRANSCRIPT_ELSEWHERE)
+                    )
+                })
+                .map(|e| e.message.clone()),
+        );
+        (!acts.is_empty()).then(|| Evidence::of(acts.len(), f.text(|| acts.join("; ")), Vec::new()))
+    }
+
+    /// Goals set aside by the user (`goal clear`): never silent.
+    pub(super) fn goal_cleared(f: &Facts<'_>) -> Option<Evidence> {
+        let cleared: Vec<&GoalEventNode> =
+            f.g.goals
+                .events
+                .iter()
+                .filter(|e| e.mark == GoalMark::Cleared)
+                .collect();
+        (!cleared.is_empty()).then(|| {
+            let text = f.text(|| {
                 cleared
                     .iter()
                     .map(|e| format!("goal {} cleared at #{}", e.goal, e.seq))
                     .collect::<Vec<_>>()
                     .join("; ")
-            }),
-            mitigation: "A cleared goal was set aside without its work being proven: read why (tacho goal status --goal ID) and make sure the work it asked for is not needed.",
-            paths: Vec::new(),
-        });
+            });
+            Evidence::of(cleared.len(), text, Vec::new())
+        })
     }
-    // The recorder obstructed: hooks that waited out their budget for a lock another
-    // process held, and recorded nothing of what they saw (written by tacho once the
-    // lock freed, SPEC §3.1). What happened meanwhile is missing from this record.
-    let held: Vec<&crate::graph::ErrorNode> = g
-        .errors
-        .iter()
-        .filter(|e| e.code.as_deref() == Some(HOOK_LOCK_HELD))
-        .collect();
-    let made_up: Vec<&crate::graph::ErrorNode> = g
-        .errors
-        .iter()
-        .filter(|e| e.code.as_deref() == Some(CALL_UNCONFIRMED))
-        .collect();
-    if !made_up.is_empty() {
-        factors.push(RiskFactor {
-            id: "calls_unconfirmed",
-            weight: 20,
-            evidence: text(&|| {
+
+    /// Tool calls the hooks reported that the agent's own transcript never named.
+    pub(super) fn calls_unconfirmed(f: &Facts<'_>) -> Option<Evidence> {
+        let made_up = f.errors(CALL_UNCONFIRMED);
+        (!made_up.is_empty()).then(|| {
+            Evidence::says(f.text(|| {
                 made_up
                     .iter()
                     .take(5)
                     .map(|e| e.message.clone())
                     .collect::<Vec<_>>()
                     .join("; ")
-            }),
-            mitigation: "Tool calls were reported to tacho that the agent's own transcript does not hold: payloads piped to tacho hook from its shell. None counts as verification; look for the command that piped them.",
-            paths: Vec::new(),
-        });
+            }))
+        })
     }
-    let missed: Vec<&crate::graph::ErrorNode> = g
-        .errors
-        .iter()
-        .filter(|e| e.code.as_deref() == Some(WATCHER_MISSED))
-        .collect();
-    if !missed.is_empty() {
-        factors.push(RiskFactor {
-            id: "watcher_missed",
-            weight: 15,
-            evidence: text(&|| {
+
+    /// `errors` of one code in words: how many times `what`, and the first.
+    fn first_of(f: &Facts<'_>, errors: &[&ErrorNode], what: &str) -> Option<Evidence> {
+        (!errors.is_empty()).then(|| {
+            Evidence::says(f.text(|| {
                 format!(
-                    "{} turn end(s) where the watcher had not seen changes a scan found (first at #{}): {}",
-                    missed.len(),
-                    missed.first().map_or(0, |e| e.seq),
-                    missed.first().map_or("", |e| e.message.as_str())
+                    "{} {what} (first at #{}): {}",
+                    errors.len(),
+                    errors.first().map_or(0, |e| e.seq),
+                    errors.first().map_or("", |e| e.message.as_str())
                 )
-            }),
-            mitigation: "Files changed without a change event in the workspace (written through a hard link from outside it, or a shared mapping): the turn's end snapshot holds them, but the snapshots between may not; find what wrote them and rerun the checks in CI (ci verify --rerun).",
-            paths: Vec::new(),
-        });
+            }))
+        })
     }
-    let impostors: Vec<&crate::graph::ErrorNode> = g
-        .errors
-        .iter()
-        .filter(|e| e.code.as_deref() == Some(WATCHER_IMPOSTOR))
-        .collect();
-    if !impostors.is_empty() {
-        factors.push(RiskFactor {
-            id: "watcher_impostor",
-            weight: 20,
-            evidence: text(&|| {
-                format!(
-                    "{} time(s) a process posed as tacho's watcher of the workspace (first at #{}): {}",
-                    impostors.len(),
-                    impostors.first().map_or(0, |e| e.seq),
-                    impostors.first().map_or("", |e| e.message.as_str())
-                )
-            }),
-            mitigation: "Something answered on the watcher's socket in tacho's place: tacho read the workspace itself, so the record holds, but look for the process (it may be the agent's) and rerun the checks in CI (ci verify --rerun).",
-            paths: Vec::new(),
-        });
+
+    pub(super) fn watcher_missed(f: &Facts<'_>) -> Option<Evidence> {
+        first_of(
+            f,
+            &f.errors(WATCHER_MISSED),
+            "turn end(s) where the watcher had not seen changes a scan found",
+        )
     }
-    if !held.is_empty() {
-        factors.push(RiskFactor {
-            id: "recorder_obstructed",
-            weight: 20,
-            evidence: text(&|| {
-                format!(
-                    "{} hook(s) of the agent waited out their budget for a lock another process held and recorded nothing (first at #{}): {}",
-                    held.len(),
-                    held.first().map_or(0, |e| e.seq),
-                    held.first().map_or("", |e| e.message.as_str())
-                )
-            }),
-            mitigation: "Something held tacho's lock while the agent worked: what the agent did then is missing from the record. Look for a process of the agent's holding it (flock) and rerun the checks in CI (ci verify --rerun).",
-            paths: Vec::new(),
-        });
+
+    pub(super) fn watcher_impostor(f: &Facts<'_>) -> Option<Evidence> {
+        first_of(
+            f,
+            &f.errors(WATCHER_IMPOSTOR),
+            "time(s) a process posed as tacho's watcher of the workspace",
+        )
     }
-    // Goal assurance: a refused completion that no later completion made good means
-    // the goal's own checks say the work is not done.
-    // Only current goals count: a goal replaced by a revision settles nothing (its
-    // completion does not complete the replacement).
-    let goals = &g.goals;
-    let open: Vec<(&String, &crate::graph::GoalTally)> = goals.open_goals().collect();
-    let goal_open = !open.is_empty();
-    if goal_open {
-        factors.push(RiskFactor {
-            id: "goal_not_completed",
-            weight: 15,
-            evidence: text(&|| {
+
+    /// The recorder obstructed: hooks that waited out their budget for a lock another
+    /// process held, and recorded nothing of what they saw (written by tacho once the
+    /// lock freed, SPEC §3.1). What happened meanwhile is missing from this record.
+    pub(super) fn recorder_obstructed(f: &Facts<'_>) -> Option<Evidence> {
+        first_of(
+            f,
+            &f.errors(HOOK_LOCK_HELD),
+            "hook(s) of the agent waited out their budget for a lock another process held and recorded nothing",
+        )
+    }
+
+    /// Goal assurance: a refused completion that no later completion made good means
+    /// the goal's own checks say the work is not done. Only current goals count: a
+    /// goal replaced by a revision settles nothing (its completion does not complete
+    /// the replacement).
+    pub(super) fn goal_not_completed(f: &Facts<'_>) -> Option<Evidence> {
+        let goals = &f.g.goals;
+        let open: Vec<_> = goals.open_goals().collect();
+        (!open.is_empty()).then(|| {
+            Evidence::says(f.text(|| {
                 let mut what = Vec::new();
                 for (id, t) in &open {
                     if t.completions_refused > 0 {
@@ -1010,63 +1479,10 @@ fn assess_with(g: &ExecutionGraph, detail: bool) -> RiskAssessment {
                     goals.receipts,
                     goals.receipts_failed
                 )
-            }),
-            mitigation: "Make the goal's checks pass (tacho goal status) before calling the work done.",
-            paths: Vec::new(),
-        });
-    }
-    // A rollback tacho applied restores an earlier state: what it changed is not an
-    // agent's work to review (the session it rolled back is scored for that), so only
-    // what concerns the act itself weighs — how it ended, changes no tool call made
-    // while it ran, hook files it restored, tacho obstructed.
-    if is_tachos_rollback(g) {
-        factors.retain(|f| !ROLLBACK_UNSCORED.contains(&f.id));
-    }
-    let score = factors.iter().map(|f| f.weight).sum::<u32>().min(100);
-    let level = RiskLevel::of_score(score);
-    let confidence = match (n_files > 0, !runs.is_empty()) {
-        (true, true) => Confidence::High,
-        (true, false) | (false, true) => Confidence::Medium,
-        (false, false) => Confidence::Low,
-    };
-    let failed_last = matches!(last_run, Some((_, false, _)));
-    let readiness = if g.end_reason == Some(EndReason::GateBlocked) || failed_last || goal_open {
-        Readiness::Blocked
-    } else if n_files > 0 && !verified {
-        Readiness::NeedsValidation
-    } else if level >= RiskLevel::High || !sensitive.is_empty() || !g.unclaimed.is_empty() {
-        Readiness::NeedsReview
-    } else {
-        Readiness::Ready
-    };
-    RiskAssessment {
-        session: g.session.clone(),
-        score,
-        level,
-        confidence,
-        readiness,
-        factors,
-        files_changed: n_files,
-        lines_changed: lines,
-        tool_failures: failures.len() as u64,
-        verified,
-        verification_runs: runs,
-        disclaimer: RISK_DISCLAIMER,
+            }))
+        })
     }
 }
-
-/// The factors a rollback of tacho's is not scored by: those about the work of an
-/// agent, which a rollback only undoes.
-const ROLLBACK_UNSCORED: &[&str] = &[
-    "files_changed",
-    "lines_changed",
-    "cross_area",
-    "unverified",
-    "edited_after_verification",
-    "no_diff_snapshot",
-    "api_surface",
-    "security_sensitive",
-];
 
 /// The session is a rollback tacho applied (`session rollback`): it records the
 /// rollback (`rollback.applied`, evidence only tacho writes), and no agent but tacho
