@@ -1571,6 +1571,7 @@ pub fn asked_by(g: &ExecutionGraph, call: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn bands() {
@@ -1956,5 +1957,57 @@ mod tests {
             end(EndReason::Completed),
         ]));
         assert!(!has(&r, "goal_not_completed"), "{r:?}");
+    }
+
+    /// SPEC §8.2 documents this table: the same factors, each weight rule in the same
+    /// words (the lowest threshold of a count in its "when"), and the same factors a
+    /// rollback of tacho's is not scored by.
+    #[test]
+    fn the_specs_factor_table_is_the_table() {
+        let spec = include_str!("../../SPEC.md");
+        let section = spec
+            .split("### 8.2 ")
+            .nth(1)
+            .and_then(|s| s.split("\n### ").next())
+            .expect("SPEC §8.2");
+        let rows: BTreeMap<&str, Vec<&str>> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| {
+                let (id, rest) = l.split_once("` | ")?;
+                Some((id, rest.trim_end_matches(" |").split(" | ").collect()))
+            })
+            .collect();
+        let documented: BTreeMap<&str, &str> =
+            rows.iter().map(|(id, cells)| (*id, cells[0])).collect();
+        let table: BTreeMap<&str, String> = FACTORS
+            .iter()
+            .map(|r| (r.id, r.weight.to_string()))
+            .collect();
+        let table: BTreeMap<&str, &str> = table.iter().map(|(id, w)| (*id, w.as_str())).collect();
+        assert_eq!(documented, table);
+        for rule in FACTORS {
+            if let Weight::Over(&[(lowest, _), ..]) = rule.weight {
+                let when = rows[rule.id][1];
+                assert!(
+                    when.contains(&format!("more than {}", thousands(lowest))),
+                    "{}: {when}",
+                    rule.id
+                );
+            }
+        }
+        let rollback = section
+            .split("A rollback tacho applied")
+            .nth(1)
+            .and_then(|s| s.split(" do not weigh").next())
+            .and_then(|s| s.split(" so ").nth(1))
+            .expect("SPEC §8.2 on rollbacks");
+        let unscored: BTreeSet<&str> = rollback.split('`').skip(1).step_by(2).collect();
+        let table: BTreeSet<&str> = FACTORS
+            .iter()
+            .filter(|r| !r.scores_rollbacks)
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(unscored, table);
     }
 }
