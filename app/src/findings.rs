@@ -306,9 +306,7 @@ fn findings(report: &CiReport, top: &Path, changes: &[RangeChange]) -> CiFinding
     }
     let mut rules: BTreeMap<String, FindingRule> = BTreeMap::new();
     for f in &out {
-        rules
-            .entry(f.rule.clone())
-            .or_insert_with(|| rule(f, report));
+        rules.entry(f.rule.clone()).or_insert_with(|| rule(f));
     }
     CiFindings {
         baseline: report.baseline.clone(),
@@ -386,7 +384,7 @@ fn session_findings(
 }
 
 /// The rule a finding names.
-fn rule(f: &CiFinding, report: &CiReport) -> FindingRule {
+fn rule(f: &CiFinding) -> FindingRule {
     if let Some(id) = f.rule.strip_prefix("tacho/ci/")
         && let Some(r) = CiRule::ALL.iter().find(|r| r.id() == id)
     {
@@ -397,13 +395,7 @@ fn rule(f: &CiFinding, report: &CiReport) -> FindingRule {
         };
     }
     let factor = f.rule.strip_prefix("tacho/risk/").unwrap_or(&f.rule);
-    let help = report
-        .sessions
-        .iter()
-        .flat_map(|s| &s.risk_factors)
-        .find(|x| x.id == factor)
-        .map(|x| x.mitigation)
-        .unwrap_or("");
+    let help = tacho_projections::factor_rule(factor).map_or("", |r| r.mitigation);
     FindingRule {
         id: f.rule.clone(),
         title: format!("Risk factor {factor} of a session that made the range"),
