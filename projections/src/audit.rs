@@ -308,33 +308,7 @@ impl AuditFold {
                 placement.step = Some(s.step);
                 self.steps.push((s.step, Open { span }));
             }
-            EventBody::StepFinish(f) => {
-                if let Some(i) = self.steps.iter().rposition(|(n, _)| *n == f.step) {
-                    // Steps left open inside it end with it.
-                    while self.steps.len() > i + 1 {
-                        if let Some((_, inner)) = self.steps.pop() {
-                            let mut s = inner.span;
-                            s.end_unix_ns = t;
-                            self.finish_span(s);
-                        }
-                    }
-                    if let Some((n, o)) = self.steps.pop() {
-                        let mut s = o.span;
-                        placement.span = s.id;
-                        placement.parent = s.parent;
-                        placement.step = Some(n);
-                        placement.agent = s.agent.clone();
-                        placement.span_duration_ns = Some(t.saturating_sub(s.start_unix_ns));
-                        s.end_unix_ns = t;
-                        s.close_seq = Some(seq);
-                        s.close = Some(event.body.clone());
-                        s.unfinished = false;
-                        self.finish_span(s);
-                    }
-                } else {
-                    self.point(seq, event, &placement);
-                }
-            }
+            EventBody::StepFinish(f) => self.finish_step(f.step, seq, event, &mut placement),
             EventBody::ToolCall(c) => {
                 let span = opened(SpanKind::Tool, placement.agent.clone());
                 placement.tool = Some(c.tool.clone());
@@ -388,6 +362,37 @@ impl AuditFold {
             _ => self.point(seq, event, &placement),
         }
         placement
+    }
+
+    /// Closes step `step`'s span with its `step.finish`, and the steps left open inside
+    /// it; a finish of no open step is a point of its own.
+    fn finish_step(&mut self, step: u64, seq: u64, event: &Event, placement: &mut Placement) {
+        let t = event.time_unix_ns;
+        let Some(i) = self.steps.iter().rposition(|(n, _)| *n == step) else {
+            self.point(seq, event, placement);
+            return;
+        };
+        // Steps left open inside it end with it.
+        while self.steps.len() > i + 1 {
+            if let Some((_, inner)) = self.steps.pop() {
+                let mut s = inner.span;
+                s.end_unix_ns = t;
+                self.finish_span(s);
+            }
+        }
+        if let Some((n, o)) = self.steps.pop() {
+            let mut s = o.span;
+            placement.span = s.id;
+            placement.parent = s.parent;
+            placement.step = Some(n);
+            placement.agent = s.agent.clone();
+            placement.span_duration_ns = Some(t.saturating_sub(s.start_unix_ns));
+            s.end_unix_ns = t;
+            s.close_seq = Some(seq);
+            s.close = Some(event.body.clone());
+            s.unfinished = false;
+            self.finish_span(s);
+        }
     }
 
     /// Closes a tool or model call's span with its result.
