@@ -1033,7 +1033,11 @@ fn a_users_change_after_the_last_turn_is_seen_at_the_sessions_end() {
         .collect();
     let n = kinds.len();
     assert!(n > 2, "{jsonl}");
-    assert_eq!(kinds[n - 2..], ["snapshot.taken:final", "session.end:completed"], "{kinds:?}");
+    assert_eq!(
+        kinds[n - 2..],
+        ["snapshot.taken:final", "session.end:completed"],
+        "{kinds:?}"
+    );
     let plan = e.json(&["session", "rollback", s, "--dry-run", "--json"]);
     let conflict = &plan["conflicts"][0];
     assert_eq!(conflict["path"], "src/c.txt", "{plan}");
