@@ -434,7 +434,7 @@ impl SnapshotStore {
     pub fn files(&self, tree: ObjectId) -> Result<Files, SnapshotError> {
         let repo = self.repo()?;
         let mut out = Files::new();
-        let mut unusual = modes::Modes::new();
+        let mut modes = modes::Modes::default();
         let mut pending: Vec<(String, ObjectId)> = vec![(String::new(), tree)];
         while let Some((prefix, id)) = pending.pop() {
             let obj = match repo.find_object(id) {
@@ -454,7 +454,7 @@ impl SnapshotStore {
             for entry in gix::objs::TreeRefIter::from_bytes(&obj.data, gix::hash::Kind::Sha1) {
                 let e = entry.map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?;
                 if prefix.is_empty() && e.filename == modes::MODES_NAME {
-                    unusual = modes::read(&repo, e.oid.to_owned())?;
+                    modes = modes::read(&repo, e.oid.to_owned())?;
                     continue;
                 }
                 let name = std::str::from_utf8(e.filename)
@@ -470,9 +470,12 @@ impl SnapshotStore {
                 }
             }
         }
-        for (path, perms) in unusual {
-            match out.get_mut(&path) {
-                Some(e) if e.kind != FileKind::Link => e.perms = perms,
+        for (path, e) in out.iter_mut() {
+            e.perms = modes.perms(path, e.kind);
+        }
+        for path in modes.files.keys() {
+            match out.get(path) {
+                Some(e) if e.kind != FileKind::Link => {}
                 _ => {
                     return Err(SnapshotError::Repository(format!(
                         "snapshot {tree}: its modes entry names {path:?}, which is not a file of it"
@@ -500,11 +503,8 @@ impl SnapshotStore {
         }) else {
             return Ok(None);
         };
-        if let Some(m) = tree.find_entry(modes::MODES_NAME)
-            && let Some(perms) = modes::read(&repo, m.object_id())?.get(path)
-            && entry.kind != FileKind::Link
-        {
-            entry.perms = *perms;
+        if let Some(m) = tree.find_entry(modes::MODES_NAME) {
+            entry.perms = modes::read(&repo, m.object_id())?.perms(path, entry.kind);
         }
         Ok(Some(entry))
     }

@@ -6,9 +6,12 @@
 //! a snapshot of a workspace whose files all have the plain bits is the same tree as
 //! before (SPEC.md §10.1).
 //!
-//! The blob is `tacho.modes 1\n` and then, sorted by path, one record per file whose
-//! bits differ from its kind's plain ones: the bits in octal, a space, the path, and a
-//! NUL (a path can hold a newline, never a NUL).
+//! The blob is `tacho.modes 1 <usual regular bits> <usual executable bits>\n` (octal:
+//! the bits most files of each kind have, `664 775` in a workspace made under umask
+//! 002) and then, sorted by path, one record per file whose bits differ from the usual
+//! ones of its kind: the bits in octal, a space, the path, and a NUL (a path can hold a
+//! newline, never a NUL). The usual bits keep the entry small whatever the umask; a
+//! snapshot whose usual bits are `644 755` and that has no record has no entry.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +20,7 @@ use super::*;
 /// The modes entry's name in a snapshot's root tree: not UTF-8 (byte 0xFF).
 pub const MODES_NAME: &[u8] = b"\xfftacho.modes";
 
-const HEADER: &[u8] = b"tacho.modes 1\n";
+const MAGIC: &str = "tacho.modes 1";
 
 /// The permission bits of a raw `st_mode` a snapshot keeps: `rwx` for owner, group
 /// and others (not set-id nor sticky bits, which a rollback never sets).
@@ -25,35 +28,133 @@ pub fn perms_of(mode: u32) -> u32 {
     mode & 0o777
 }
 
-/// Paths and their bits, for the files whose bits differ from their kind's plain ones.
-pub(crate) type Modes = BTreeMap<String, u32>;
-
-/// The bits of a stat cache entry that a snapshot records, if they are not the plain
-/// ones of its kind (never for a link).
-pub(crate) fn unusual(e: &CacheEntry) -> Option<u32> {
-    let kind = FileKind::from_git_mode(e.git_mode)?;
-    let perms = perms_of(e.mode);
-    (kind != FileKind::Link && perms != kind.plain_perms()).then_some(perms)
+/// A snapshot's permission bits: the usual ones of each kind, and the files that
+/// differ from them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Modes {
+    pub(crate) regular: u32,
+    pub(crate) executable: u32,
+    pub(crate) files: BTreeMap<String, u32>,
 }
 
-pub(crate) fn encode(modes: &Modes) -> Vec<u8> {
-    let mut out = HEADER.to_vec();
-    for (path, perms) in modes {
+impl Default for Modes {
+    /// What a snapshot without a modes entry says: Git's.
+    fn default() -> Self {
+        Modes {
+            regular: FileKind::Regular.plain_perms(),
+            executable: FileKind::Executable.plain_perms(),
+            files: BTreeMap::new(),
+        }
+    }
+}
+
+impl Modes {
+    /// The bits of a file of `kind` at `path` (0 for a link).
+    pub(crate) fn perms(&self, path: &str, kind: FileKind) -> u32 {
+        match kind {
+            FileKind::Link => 0,
+            _ => self
+                .files
+                .get(path)
+                .copied()
+                .unwrap_or_else(|| self.usual(kind)),
+        }
+    }
+
+    fn usual(&self, kind: FileKind) -> u32 {
+        match kind {
+            FileKind::Regular => self.regular,
+            FileKind::Executable => self.executable,
+            FileKind::Link => 0,
+        }
+    }
+
+    /// Records `path`'s bits (`None`: it is not a file any more).
+    fn set(&mut self, path: &str, e: Option<&CacheEntry>) {
+        match e.and_then(|e| file_bits(e).filter(|(k, p)| *p != self.usual(*k))) {
+            Some((_, bits)) => self.files.insert(path.to_owned(), bits),
+            None => self.files.remove(path),
+        };
+    }
+
+    /// Whether a snapshot needs no entry for these: Git's own bits say it all.
+    fn is_plain(&self) -> bool {
+        *self == Modes::default()
+    }
+
+    /// The modes of every file of a full scan, with the usual bits of each kind the
+    /// ones most of its files have (the plain ones on a tie).
+    fn of_all(entries: &[CacheEntry]) -> Modes {
+        let mut counts: HashMap<(FileKind, u32), usize> = HashMap::new();
+        for (kind, bits) in entries.iter().filter_map(file_bits) {
+            *counts.entry((kind, bits)).or_default() += 1;
+        }
+        let usual = |kind: FileKind| {
+            let plain = kind.plain_perms();
+            counts
+                .iter()
+                .filter(|((k, _), _)| *k == kind)
+                .max_by_key(|((_, bits), n)| (**n, *bits == plain, std::cmp::Reverse(*bits)))
+                .map_or(plain, |((_, bits), _)| *bits)
+        };
+        let mut out = Modes {
+            regular: usual(FileKind::Regular),
+            executable: usual(FileKind::Executable),
+            files: BTreeMap::new(),
+        };
+        for e in entries {
+            out.set(&e.path, Some(e));
+        }
+        out
+    }
+}
+
+/// The kind and bits of a stat cache entry of a file (`None` for a link).
+fn file_bits(e: &CacheEntry) -> Option<(FileKind, u32)> {
+    let kind = FileKind::from_git_mode(e.git_mode)?;
+    (kind != FileKind::Link).then(|| (kind, perms_of(e.mode)))
+}
+
+/// The entry's bytes; `None` when a snapshot needs none.
+pub(crate) fn encode(modes: &Modes) -> Option<Vec<u8>> {
+    if modes.is_plain() {
+        return None;
+    }
+    let mut out = format!("{MAGIC} {:o} {:o}\n", modes.regular, modes.executable).into_bytes();
+    for (path, perms) in &modes.files {
         out.extend_from_slice(format!("{perms:o} ").as_bytes());
         out.extend_from_slice(path.as_bytes());
         out.push(0);
     }
-    out
+    Some(out)
 }
 
 /// Reads a modes blob; `what` names it in errors.
 pub(crate) fn decode(data: &[u8], what: &str) -> Result<Modes, SnapshotError> {
     let bad = |why: &str| SnapshotError::Repository(format!("{what}: {why}"));
-    let body = data
-        .strip_prefix(HEADER)
+    let bits = |text: &str| {
+        u32::from_str_radix(text, 8)
+            .ok()
+            .filter(|p| *p <= 0o777)
+            .ok_or_else(|| bad(&format!("bits {text:?}")))
+    };
+    let nl = data
+        .iter()
+        .position(|&b| b == b'\n')
         .ok_or_else(|| bad("not a modes entry (tacho.modes 1)"))?;
-    let mut out = Modes::new();
-    let mut rest = body;
+    let (header, body) = data.split_at(nl);
+    let header = std::str::from_utf8(header).map_err(|_| bad("a header that is not UTF-8"))?;
+    let usual = header
+        .strip_prefix(MAGIC)
+        .and_then(|r| r.strip_prefix(' '))
+        .and_then(|r| r.split_once(' '))
+        .ok_or_else(|| bad("not a modes entry (tacho.modes 1)"))?;
+    let mut out = Modes {
+        regular: bits(usual.0)?,
+        executable: bits(usual.1)?,
+        files: BTreeMap::new(),
+    };
+    let mut rest = body.get(1..).unwrap_or_default();
     while !rest.is_empty() {
         let end = rest
             .iter()
@@ -65,11 +166,8 @@ pub(crate) fn decode(data: &[u8], what: &str) -> Result<Modes, SnapshotError> {
         let (perms, path) = record
             .split_once(' ')
             .ok_or_else(|| bad("a record without a space"))?;
-        let perms = u32::from_str_radix(perms, 8)
-            .ok()
-            .filter(|p| *p <= 0o777)
-            .ok_or_else(|| bad(&format!("bits {perms:?} of {path:?}")))?;
-        if path.is_empty() || out.insert(path.to_owned(), perms).is_some() {
+        let perms = bits(perms)?;
+        if path.is_empty() || out.files.insert(path.to_owned(), perms).is_some() {
             return Err(bad(&format!("path {path:?} empty or listed twice")));
         }
     }
@@ -108,19 +206,13 @@ pub(crate) fn updated<'e>(
     removals: &[&'e str],
 ) -> Modes {
     match how {
-        ModesUpdate::Whole(entries) => entries
-            .iter()
-            .filter_map(|e| unusual(e).map(|p| (e.path.clone(), p)))
-            .collect(),
+        ModesUpdate::Whole(entries) => Modes::of_all(entries),
         ModesUpdate::Edit => {
             for p in removals {
-                base.remove(*p);
+                base.set(p, None);
             }
             for (p, e) in upserts {
-                match unusual(e) {
-                    Some(bits) => base.insert((*p).to_owned(), bits),
-                    None => base.remove(*p),
-                };
+                base.set(p, Some(e));
             }
             base
         }
@@ -131,18 +223,66 @@ pub(crate) fn updated<'e>(
 mod tests {
     use super::*;
 
+    fn entry(path: &str, mode: u32) -> CacheEntry {
+        CacheEntry {
+            path: path.into(),
+            size: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            ino: 0,
+            dev: 0,
+            mode: 0o100000 | mode,
+            git_mode: FileKind::of_file_mode(mode).git_mode(),
+            oid: [0; 20],
+        }
+    }
+
     #[test]
     fn modes_round_trip_and_damage_is_refused() {
-        let mut m = Modes::new();
-        m.insert("a/secret key".into(), 0o600);
-        m.insert("line\nbreak".into(), 0o400);
-        m.insert("x".into(), 0o700);
-        let bytes = encode(&m);
+        let mut m = Modes::default();
+        m.files.insert("a/secret key".into(), 0o600);
+        m.files.insert("line\nbreak".into(), 0o400);
+        m.files.insert("x".into(), 0o700);
+        let bytes = encode(&m).unwrap();
         assert_eq!(decode(&bytes, "t").unwrap(), m);
-        assert!(decode(b"tacho.modes 1\n600 a", "t").is_err());
-        assert!(decode(b"tacho.modes 1\n1000 a\0", "t").is_err());
-        assert!(decode(b"tacho.modes 1\n600 a\0600 a\0", "t").is_err());
-        assert!(decode(b"other\n", "t").is_err());
-        assert_eq!(decode(HEADER, "t").unwrap(), Modes::new());
+        assert_eq!(encode(&Modes::default()), None);
+        for bad in [
+            &b"tacho.modes 1 644 755\n600 a"[..],
+            b"tacho.modes 1 644 755\n1000 a\0",
+            b"tacho.modes 1 644 755\n600 a\0600 a\0",
+            b"tacho.modes 1 644\n",
+            b"tacho.modes 1 644 999\n",
+            b"other\n",
+            b"",
+        ] {
+            assert!(
+                decode(bad, "t").is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    /// Under umask 002 every file is 0664 or 0775: the usual bits say so, and the
+    /// entry lists only the files that differ, however many files there are.
+    #[test]
+    fn the_usual_bits_are_the_most_common_ones() {
+        let mut entries: Vec<CacheEntry> = (0..1000)
+            .map(|i| entry(&format!("f{i:04}"), 0o664))
+            .collect();
+        entries.push(entry("run.sh", 0o775));
+        entries.push(entry("secret", 0o600));
+        let m = Modes::of_all(&entries);
+        assert_eq!((m.regular, m.executable), (0o664, 0o775));
+        assert_eq!(m.files.len(), 1);
+        assert_eq!(m.perms("secret", FileKind::Regular), 0o600);
+        assert_eq!(m.perms("f0001", FileKind::Regular), 0o664);
+        assert!(encode(&m).unwrap().len() < 40);
+        // Plain bits everywhere: no entry at all.
+        let plain = Modes::of_all(&[entry("a", 0o644), entry("b", 0o755)]);
+        assert_eq!(encode(&plain), None);
+        // A tie keeps Git's bits.
+        let tie = Modes::of_all(&[entry("a", 0o644), entry("b", 0o600)]);
+        assert_eq!(tie.regular, 0o644);
     }
 }

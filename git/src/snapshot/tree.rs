@@ -129,12 +129,12 @@ impl SnapshotStore {
             &modes,
             match (&modes, base_modes) {
                 (modes::ModesUpdate::Edit, Some(id)) => modes::read(repo, id)?,
-                _ => modes::Modes::new(),
+                _ => modes::Modes::default(),
             },
             &upserts,
             &removals,
         );
-        let new_modes = (!new_modes.is_empty()).then(|| modes::encode(&new_modes));
+        let new_modes = modes::encode(&new_modes);
         repo.objects.enable_object_memory();
         let tree = {
             // The handle itself, not a clone: a clone starts with an empty object
