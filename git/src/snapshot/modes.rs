@@ -249,7 +249,7 @@ mod tests {
         for bad in [
             &b"tacho.modes 1 644 755\n600 a"[..],
             b"tacho.modes 1 644 755\n1000 a\0",
-            b"tacho.modes 1 644 755\n600 a\0600 a\0",
+            b"tacho.modes 1 644 755\n600 a\x00600 a\0",
             b"tacho.modes 1 644\n",
             b"tacho.modes 1 644 999\n",
             b"other\n",
