@@ -365,6 +365,41 @@ pub trait Adapter: Sync + std::fmt::Debug {
         ""
     }
 
+    // --- Its conversation, forked for a rollback ---
+
+    /// The agent's own file of session `session`'s conversation, which it can resume
+    /// (`None`: the agent keeps none tacho can fork, or it is not there).
+    fn session_file(&self, _places: &Places, _session: &str) -> Option<PathBuf> {
+        None
+    }
+
+    /// The conversation of `bytes` (the agent's session file) up to just before the
+    /// model response that made call `before_call`, as the file of a new session
+    /// `new_id`: what `session rollback --conversation` writes beside the original,
+    /// which it never changes.
+    fn fork_session(
+        &self,
+        _bytes: &[u8],
+        _before_call: &str,
+        _new_id: &str,
+    ) -> Result<Vec<u8>, String> {
+        Err(format!(
+            "{} keeps no conversation tacho can fork",
+            self.name()
+        ))
+    }
+
+    /// The file name of a forked session `new_id` beside `original` (the agent's own
+    /// naming: Claude Code names a transcript by its session id).
+    fn forked_file_name(&self, _original: &Path, new_id: &str) -> String {
+        format!("{new_id}.jsonl")
+    }
+
+    /// The command that resumes session `id`, run in the workspace.
+    fn resume_command(&self, _id: &str) -> Option<String> {
+        None
+    }
+
     /// Whether it reports a session's end (`SessionEnd`). One that does not (Codex)
     /// has its session ended by tacho when a stop is let through; a later turn
     /// continues as a new session `<id>.2`, whose parent that one is.

@@ -75,6 +75,33 @@ impl Adapter for ClaudeCode {
             .join("projects"))
     }
 
+    fn session_file(&self, places: &Places, session: &str) -> Option<PathBuf> {
+        // A transcript is `projects/<the workspace's escaped path>/<session id>.jsonl`.
+        if session.is_empty() || session.contains(['/', '\\', '\0']) || session.starts_with('.') {
+            return None;
+        }
+        let root = self.import_root(places).ok()?;
+        let name = format!("{session}.jsonl");
+        std::fs::read_dir(&root)
+            .ok()?
+            .flatten()
+            .map(|d| d.path().join(&name))
+            .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+    }
+
+    fn fork_session(
+        &self,
+        bytes: &[u8],
+        before_call: &str,
+        new_id: &str,
+    ) -> Result<Vec<u8>, String> {
+        fork_claude_transcript(bytes, before_call, new_id)
+    }
+
+    fn resume_command(&self, id: &str) -> Option<String> {
+        Some(format!("claude --resume {id}"))
+    }
+
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
         let mut t = read_claude_transcript(path, bytes);
         // A subagent's type (the agent its hooks name at `SubagentStart`) is in
@@ -92,6 +119,99 @@ impl Adapter for ClaudeCode {
         }
         t
     }
+}
+
+// --- A conversation forked for a rollback ---
+
+/// Claude Code's transcript `bytes` up to the first line of the model response whose
+/// content holds the `tool_use` `before_call` (a response is written a content block
+/// a line, each line with the response's `message.id`), every `sessionId` made
+/// `new_id`: the conversation as it stood before the model made that call, which
+/// `claude --resume NEW_ID` continues. Every line kept must be JSON; at least one user
+/// message must come before the call.
+pub fn fork_claude_transcript(
+    bytes: &[u8],
+    before_call: &str,
+    new_id: &str,
+) -> Result<Vec<u8>, String> {
+    let text =
+        std::str::from_utf8(bytes).map_err(|e| format!("the transcript is not UTF-8: {e}"))?;
+    let lines: Vec<&str> = text.lines().collect();
+    let parsed = |i: usize, line: &str| -> Result<Value, String> {
+        serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))
+    };
+    let message_id = |v: &Value| -> Option<String> {
+        (v.get("type").and_then(Value::as_str) == Some("assistant"))
+            .then(|| {
+                v.pointer("/message/id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .flatten()
+    };
+    let makes_call = |v: &Value| {
+        v.pointer("/message/content")
+            .and_then(Value::as_array)
+            .is_some_and(|c| {
+                c.iter().any(|b| {
+                    b.get("type").and_then(Value::as_str) == Some("tool_use")
+                        && b.get("id").and_then(Value::as_str) == Some(before_call)
+                })
+            })
+    };
+    // The response that made the call, then the first line of that response.
+    let mut response = None;
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if makes_call(&v) {
+            response = Some((i, message_id(&v)));
+            break;
+        }
+    }
+    let (call_line, id) =
+        response.ok_or_else(|| format!("call {before_call} is not in the transcript"))?;
+    let cut = match id {
+        Some(id) => lines
+            .iter()
+            .position(|l| {
+                serde_json::from_str::<Value>(l)
+                    .ok()
+                    .and_then(|v| message_id(&v))
+                    .as_deref()
+                    == Some(id.as_str())
+            })
+            .unwrap_or(call_line),
+        None => call_line,
+    };
+    let mut out = Vec::new();
+    let mut users = 0;
+    for (i, line) in lines.iter().take(cut).enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut v = parsed(i, line)?;
+        if v.get("type").and_then(Value::as_str) == Some("user") {
+            users += 1;
+        }
+        if let Some(o) = v.as_object_mut()
+            && o.contains_key("sessionId")
+        {
+            o.insert("sessionId".into(), Value::String(new_id.to_owned()));
+        }
+        out.extend_from_slice(v.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    if users == 0 {
+        return Err(format!(
+            "nothing of the conversation comes before call {before_call}"
+        ));
+    }
+    Ok(out)
 }
 
 // --- Import: a whole transcript read into events ---
@@ -318,4 +438,106 @@ pub fn read_claude_transcript(path: &Path, bytes: &[u8]) -> Transcript {
             .insert(0, (time, start_event(Agent::ClaudeCode, None, None, None)));
     }
     t
+}
+
+#[cfg(test)]
+mod fork_tests {
+    use super::*;
+
+    /// Real transcripts of six Claude Code versions (tests/corpus): found by session id
+    /// under a configuration directory, and forked before each call they hold. Every
+    /// fork is JSON lines of the new session only, a prefix of the original (line for
+    /// line, but for the session id), holds no line of the response that made the
+    /// call, and holds every call before it with its result.
+    #[test]
+    fn real_transcripts_fork_before_each_call() {
+        let corpus =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/files/claude-code");
+        let mut forked = 0;
+        for version in std::fs::read_dir(&corpus).unwrap().flatten() {
+            for case in std::fs::read_dir(version.path()).unwrap().flatten() {
+                let config = case.path().join(".claude");
+                let places = Places {
+                    home: None,
+                    project: case.path(),
+                    outside_work_tree: true,
+                    vars: [(CONFIG_DIR_VAR.to_owned(), config.clone())].into(),
+                };
+                let projects = std::fs::read_dir(config.join("projects")).unwrap();
+                let file = projects
+                    .flatten()
+                    .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+                    .map(|f| f.path())
+                    .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+                    .unwrap();
+                let session = file.file_stem().unwrap().to_str().unwrap().to_owned();
+                assert_eq!(
+                    ClaudeCode.session_file(&places, &session),
+                    Some(file.clone())
+                );
+                assert_eq!(ClaudeCode.session_file(&places, "../x"), None);
+                let bytes = std::fs::read(&file).unwrap();
+                let text = String::from_utf8(bytes.clone()).unwrap();
+                let calls: Vec<String> = text
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                    .filter(|v| v["type"] == "assistant")
+                    .flat_map(|v| {
+                        v["message"]["content"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .filter(|b| b["type"] == "tool_use")
+                    .filter_map(|b| b["id"].as_str().map(str::to_owned))
+                    .collect();
+                assert!(!calls.is_empty(), "{}", file.display());
+                for (k, call) in calls.iter().enumerate() {
+                    let out = match ClaudeCode.fork_session(&bytes, call, "new-id") {
+                        Ok(out) => out,
+                        // A call in the first response: nothing of the user before it
+                        // can happen only for the very first call.
+                        Err(e) => {
+                            assert_eq!(k, 0, "{e}");
+                            continue;
+                        }
+                    };
+                    forked += 1;
+                    let kept: Vec<Value> = std::str::from_utf8(&out)
+                        .unwrap()
+                        .lines()
+                        .map(|l| serde_json::from_str(l).unwrap())
+                        .collect();
+                    let original: Vec<Value> = text
+                        .lines()
+                        .filter(|l| !l.trim().is_empty())
+                        .map(|l| serde_json::from_str(l).unwrap())
+                        .collect();
+                    for (a, b) in kept.iter().zip(&original) {
+                        let mut b = b.clone();
+                        if let Some(o) = b.as_object_mut()
+                            && o.contains_key("sessionId")
+                        {
+                            o.insert("sessionId".into(), "new-id".into());
+                        }
+                        assert_eq!(a, &b);
+                    }
+                    let kept_text = String::from_utf8(out).unwrap();
+                    assert!(!kept_text.contains(&format!("\"id\":\"{call}\"")), "{call}");
+                    assert!(!kept_text.contains(&format!("\"sessionId\":\"{session}\"")));
+                    for earlier in &calls[..k] {
+                        // A call of the same response as this one is cut with it.
+                        if kept_text.contains(&format!("\"id\":\"{earlier}\"")) {
+                            assert!(
+                                kept_text.contains(&format!("\"tool_use_id\":\"{earlier}\"")),
+                                "{earlier} kept without its result"
+                            );
+                        }
+                    }
+                }
+                assert!(ClaudeCode.fork_session(&bytes, "toolu_none", "n").is_err());
+            }
+        }
+        assert!(forked > 20, "{forked}");
+    }
 }

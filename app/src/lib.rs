@@ -90,7 +90,9 @@ pub use replay::{
     CheckName, Exported, Reconstruction, ReplayVerifyFinding, ReplayVerifySummary, Stage,
     StepEvents, event_json,
 };
-pub use rollback::{AppliedView, PlanChange, PlanConflict, PlanFile, RollbackView};
+pub use rollback::{
+    AppliedView, ConversationFork, PlanChange, PlanConflict, PlanFile, RollbackView,
+};
 pub use snapshots::{
     SnapshotStoreUsage, WatchStarted, WatchState, WatchStopped, Watcher, WatcherStatus,
 };

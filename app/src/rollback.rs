@@ -69,6 +69,16 @@ pub enum RollbackError {
         workspace: String,
         why: String,
     },
+    /// `--conversation`: there is no conversation to fork at that point.
+    #[error("no conversation of session {session} to fork: {why}")]
+    NoConversation { session: String, why: String },
+    /// `--conversation`: the agent's session file could not be read or the fork not
+    /// written.
+    #[error("{}: {source}", path.display())]
+    ConversationIo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -91,7 +101,9 @@ impl Kind for RollbackError {
             | RollbackError::Running(_)
             | RollbackError::WorkspaceMoved { .. }
             | RollbackError::Fetched { .. }
-            | RollbackError::BadPath { .. } => ErrorKind::Input,
+            | RollbackError::BadPath { .. }
+            | RollbackError::NoConversation { .. } => ErrorKind::Input,
+            RollbackError::ConversationIo { .. } => ErrorKind::Io,
         }
     }
 
@@ -113,6 +125,24 @@ impl Kind for RollbackError {
             other => fmt::Display::fmt(other, f),
         }
     }
+}
+
+/// The agent's conversation forked at a rollback's point (`--conversation`): a new
+/// session of the agent's own, beside the original, which is never changed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConversationFork {
+    pub agent: String,
+    /// The agent's file of the session's conversation.
+    pub from: String,
+    /// The new file (written only when the rollback is applied).
+    pub file: String,
+    /// The new session's id, and the command that resumes it in the workspace.
+    pub session: String,
+    pub resume: String,
+    /// The conversation ends just before the model response that made this call (the
+    /// step's first).
+    pub before_call: String,
+    pub written: bool,
 }
 
 /// A session whose changes the rollback includes.
@@ -283,6 +313,9 @@ pub struct RollbackView {
     /// Files the session changed that are already as they were at the point.
     pub already_restored: u64,
     pub applied: Option<AppliedView>,
+    /// The agent's conversation forked at the point (`--conversation`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationFork>,
 }
 
 impl RollbackView {
@@ -349,6 +382,7 @@ impl Prepared {
                 recorded_session: d.session.clone(),
                 post_snapshot: d.post.clone(),
             }),
+            conversation: None,
         }
     }
 }
@@ -361,6 +395,91 @@ fn step_range(p: &RollbackPoints) -> String {
 }
 
 impl Tacho {
+    /// The conversation of `p`'s session as it stood just before its point (step N's
+    /// first tool call: the model response that made it is cut, with all after it),
+    /// as a new session of the agent's own that the user can resume; written beside
+    /// the agent's file when `write` (never over anything, never changing the
+    /// original). Claude Code only, for now: the agent must keep a session file the
+    /// adapter can fork ([`tacho_agents::Adapter::fork_session`]).
+    pub fn fork_conversation(
+        &self,
+        p: &Prepared,
+        write: bool,
+    ) -> Result<ConversationFork, RollbackError> {
+        let none = |why: String| RollbackError::NoConversation {
+            session: p.session.clone(),
+            why,
+        };
+        let step = p.step.ok_or_else(|| {
+            none(
+                "the point is the session's start, and a conversation is forked before a step"
+                    .into(),
+            )
+        })?;
+        let g = self.graph(&p.session)?;
+        let call = g
+            .steps
+            .iter()
+            .find(|s| s.number == step)
+            .and_then(|s| s.tools.first())
+            .map(|t| t.call_id.clone())
+            .ok_or_else(|| none(format!("step {step} made no tool call")))?;
+        let agent_name = g
+            .agents
+            .first()
+            .cloned()
+            .ok_or_else(|| none("its agent is not recorded".into()))?;
+        let agent = tacho_agents::Agent::parse(&agent_name)
+            .ok_or_else(|| none(format!("{agent_name} is not an agent tacho records")))?;
+        let places = tacho_agents::adapter::Places::from_env().map_err(|source| {
+            RollbackError::ConversationIo {
+                path: PathBuf::from("."),
+                source,
+            }
+        })?;
+        let from = agent.session_file(&places, &p.session).ok_or_else(|| {
+            none(format!(
+                "{agent_name} keeps no session file of it here that tacho can fork"
+            ))
+        })?;
+        let bytes = tacho_agents::transcript::read_transcript_file(&from).map_err(|source| {
+            RollbackError::ConversationIo {
+                path: from.clone(),
+                source,
+            }
+        })?;
+        let id = new_uuid();
+        let forked = agent
+            .fork_session(&bytes, &call, &id)
+            .map_err(|why| none(format!("{}: {why}", from.display())))?;
+        let dir = from.parent().unwrap_or(Path::new("."));
+        let file = dir.join(agent.forked_file_name(&from, &id));
+        if write {
+            write_new_file(&file, &forked).map_err(|source| RollbackError::ConversationIo {
+                path: file.clone(),
+                source,
+            })?;
+        }
+        let resume = agent
+            .resume_command(&id)
+            .map(|c| {
+                format!(
+                    "cd {} && {c}",
+                    shell_word(&p.workspace.display().to_string())
+                )
+            })
+            .unwrap_or_default();
+        Ok(ConversationFork {
+            agent: agent_name,
+            from: from.display().to_string(),
+            file: file.display().to_string(),
+            session: id,
+            resume,
+            before_call: call,
+            written: write,
+        })
+    }
+
     /// The recoverable points of a session: steps with the snapshot before them.
     pub fn rollback_points(&self, session: &str) -> Result<RollbackPoints, StoreError> {
         Ok(RollbackPoints::from_graph(&self.graph(session)?))
@@ -969,4 +1088,47 @@ impl Tacho {
             graph,
         })
     }
+}
+
+/// A random UUID (version 4) in its usual text: the id agents give their sessions.
+fn new_uuid() -> String {
+    let mut b = ulid::Ulid::generate().to_bytes();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// `s` as one word of a POSIX shell command line.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"/._-+,:@%".contains(&c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Writes a new file (never over anything, never through a link), private to its
+/// owner, synced.
+fn write_new_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }

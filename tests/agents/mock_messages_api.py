@@ -113,7 +113,10 @@ class Handler(BaseHTTPRequestHandler):
         if LOG:
             with LOCK:
                 LOG.write(json.dumps({"path": path, "tools": bool(body.get("tools")),
-                                      "messages": len(body.get("messages", []))}) + "\n")
+                                      "messages": len(body.get("messages", [])),
+                                      "roles": [m.get("role") for m in body.get("messages", [])],
+                                      "texts": [text_of(m.get("content"))[:80]
+                                                for m in body.get("messages", [])]}) + "\n")
                 LOG.flush()
         if path.endswith("/responses"):
             return self.openai_responses(body)

@@ -811,6 +811,177 @@ fn claude_code_parallel_tool_calls_of_one_message_verify_and_roll_back() {
 
 /// The Factory Droid binary (npm `@factory/cli-linux-x64`, which links no `bin`), or
 /// why it cannot run.
+/// A rollback to a step can fork the conversation too (issue 46, item 7): the real
+/// Claude Code CLI edits, then runs a shell command; rolling back to before that
+/// command with `--conversation` restores the files and writes a new session of
+/// Claude Code's own holding the conversation up to the response that made the call;
+/// the original transcript is not changed; and `claude --resume NEW -p` continues it
+/// from there (the mock answers by the number of assistant messages the request holds:
+/// one, the edit's).
+#[test]
+fn claude_code_rollback_forks_the_conversation_to_resume() {
+    let Some(claude) = npm_bin("claude") else {
+        return;
+    };
+    let e = Env::new();
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let value = e.ws.join("src/value.txt").display().to_string();
+    let script = serde_json::json!([
+        [{"tool": "Edit", "input": {"file_path": value, "old_string": "41", "new_string": "42"}}],
+        [{"tool": "Bash", "input": {"command": "echo made > made.txt", "description": "write"}}],
+        [{"text": "Done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    e.claude(&claude, &mock, SESSION, "Make the value the answer");
+    drop(mock);
+    assert!(e.ws.join("made.txt").exists());
+    let transcript = std::fs::read_dir(e.cfg.join("projects"))
+        .unwrap()
+        .flatten()
+        .map(|d| d.path().join(format!("{SESSION}.jsonl")))
+        .find(|p| p.exists())
+        .expect("Claude Code's transcript");
+    let original = std::fs::read(&transcript).unwrap();
+
+    // The shell step, and the call that made it.
+    let g = e.json(&["graph", SESSION, "--format", "json"]);
+    let step = g["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["tools"][0]["tool"] == "Bash")
+        .unwrap_or_else(|| panic!("no shell step: {g}"));
+    let n = step["number"].as_u64().unwrap().to_string();
+    let call = step["tools"][0]["call_id"].as_str().unwrap().to_owned();
+    // The dry run says what it would fork and writes nothing.
+    let dry = e.json(&[
+        "session",
+        "rollback",
+        SESSION,
+        "--step",
+        &n,
+        "--conversation",
+        "--dry-run",
+        "--json",
+    ]);
+    assert_eq!(dry["conversation"]["written"], false, "{dry}");
+    assert_eq!(dry["conversation"]["before_call"], call.as_str(), "{dry}");
+    let done = e.json(&[
+        "session",
+        "rollback",
+        SESSION,
+        "--step",
+        &n,
+        "--conversation",
+        "--yes",
+        "--json",
+    ]);
+    let fork = &done["conversation"];
+    assert_eq!(fork["written"], true, "{done}");
+    assert!(
+        !e.ws.join("made.txt").exists(),
+        "the files are rolled back too"
+    );
+    assert_eq!(
+        std::fs::read(&transcript).unwrap(),
+        original,
+        "the original is unchanged"
+    );
+    let new_id = fork["session"].as_str().unwrap().to_owned();
+    let forked = std::fs::read_to_string(fork["file"].as_str().unwrap()).unwrap();
+    assert!(!forked.contains(&call), "cut before the call");
+    assert!(!forked.contains(SESSION), "every line is the new session's");
+    assert!(
+        fork["resume"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("claude --resume {new_id}")),
+        "{fork}"
+    );
+    // Text too.
+    let (_, text, _) = e.tacho(&[
+        "session",
+        "rollback",
+        SESSION,
+        "--step",
+        &n,
+        "--conversation",
+        "--dry-run",
+    ]);
+    assert!(
+        text.contains("Conversation would be forked before call"),
+        "{text}"
+    );
+
+    // Claude Code resumes it where it was cut: the edit's assistant message and the
+    // one Claude Code adds itself after a tool's result ("No response requested.").
+    let resume_script = serde_json::json!([
+        [{"text": "wrong: no conversation"}],
+        [{"text": "wrong: no conversation"}],
+        [{"text": "resumed after the edit"}],
+        [{"text": "wrong: the whole conversation"}],
+        [{"text": "wrong: the whole conversation"}]
+    ]);
+    let dir = e.dir.join("resume");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mock = Mock::start(&dir, &resume_script);
+    let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
+    let out = Command::new(&claude)
+        .current_dir(&e.ws)
+        .args([
+            "-p",
+            "go on",
+            "--resume",
+            &new_id,
+            "--dangerously-skip-permissions",
+            "--output-format",
+            "json",
+        ])
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", mock.port),
+        )
+        .env("ANTHROPIC_API_KEY", "anything")
+        .env("CLAUDE_CONFIG_DIR", &e.cfg)
+        .env("TACHO_HOME", &e.home)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                tacho_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("IS_SANDBOX", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    drop(mock);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "claude --resume: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let log = std::fs::read_to_string(dir.join("requests.log")).unwrap();
+    assert_eq!(
+        result["result"], "resumed after the edit",
+        "{result}\n{log}"
+    );
+    // The request held the edit's result.
+    assert!(log.contains("has been updated"), "{log}");
+    assert_eq!(
+        std::fs::read(&transcript).unwrap(),
+        original,
+        "still unchanged"
+    );
+}
+
 fn droid_bin() -> Option<PathBuf> {
     let p = agents_dir().join("node_modules/@factory/cli-linux-x64/bin/droid");
     let py = Command::new("python3")

@@ -243,6 +243,20 @@ pub fn plan(h: &RollbackView) -> String {
             }
         }
     }
+    if let Some(c) = &h.conversation {
+        let verb = if c.written {
+            "forked"
+        } else {
+            "would be forked"
+        };
+        o.push_str(&format!(
+            "Conversation {verb} before call {} as {} session {} ({}; the original {} is unchanged)\n",
+            c.before_call, c.agent, c.session, c.file, c.from
+        ));
+        if c.written && !c.resume.is_empty() {
+            o.push_str(&format!("Resume it: {}\n", c.resume));
+        }
+    }
     o
 }
 
@@ -313,6 +327,7 @@ mod tests {
             ],
             already_restored: 2,
             applied: None,
+            conversation: None,
         };
         assert_eq!(
             plan(&v),

@@ -65,7 +65,7 @@ pub fn run(a: DemoArgs) -> Result<(), CliError> {
     rollback::print_points(&tacho.rollback_points(&session)?, false, &mut out)?;
     out.line("\n## Rollback dry run (the whole session)\n")?;
     let p = tacho.plan_rollback(&session, None, false, true)?;
-    rollback::print_plan(&p, None, false, &mut out)?;
+    rollback::print_plan(&p, None, None, false, &mut out)?;
     let short = prefix(&session, 12);
     out.line(format!(
         "\nTry next:\n  {env}tacho graph {short} --format mermaid\n  {env}tacho session replay {short} --mode summary\n  {env}tacho session rollback {short} --step 3 --dry-run\n  {env}tacho audit report {short}\n  {env}tacho run-report {short}\n  {env}tacho session list"

@@ -40,6 +40,11 @@ pub struct RollbackArgs {
     /// Also restore files that changed outside the session since its last snapshot.
     #[arg(long)]
     pub force: bool,
+    /// Also fork the agent's conversation as it stood before step N, as a new session
+    /// of the agent beside the original (which is never changed), and print the
+    /// command that resumes it (Claude Code).
+    #[arg(long, requires = "step", conflicts_with_all = ["unclaimed", "list"])]
+    pub conversation: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -57,15 +62,27 @@ pub fn run(a: RollbackArgs) -> Result<(), CliError> {
         None => tacho.plan_rollback_within(&session, a.step, &a.path, a.force, a.dry_run)?,
     };
     if a.dry_run || !a.yes {
-        print_plan(&p, None, a.json, &mut out)?;
+        // What the fork would be, checked before anything is applied.
+        let fork = match a.conversation {
+            true => Some(tacho.fork_conversation(&p, false)?),
+            false => None,
+        };
+        print_plan(&p, None, fork, a.json, &mut out)?;
         out.finish()?;
         if a.dry_run || !confirmed(&p, a.json)? {
             return Ok(());
         }
         out = Out::new();
+    } else if a.conversation {
+        // Refused before the files are touched when there is nothing to fork.
+        tacho.fork_conversation(&p, false)?;
     }
     let done = tacho.apply_rollback(&p)?;
-    print_plan(&p, Some(&done), a.json, &mut out)?;
+    let fork = match a.conversation {
+        true => Some(tacho.fork_conversation(&p, true)?),
+        false => None,
+    };
+    print_plan(&p, Some(&done), fork, a.json, &mut out)?;
     out.finish()?;
     let failed = done.applied.failed.len();
     let conflicts = p.plan.conflicts.len();
@@ -119,10 +136,12 @@ pub fn print_points(p: &RollbackPoints, json: bool, out: &mut Out) -> Result<(),
 pub fn print_plan(
     h: &Prepared,
     applied: Option<&Done>,
+    conversation: Option<tacho_app::ConversationFork>,
     json: bool,
     out: &mut Out,
 ) -> Result<(), CliError> {
-    let v = h.view(applied);
+    let mut v = h.view(applied);
+    v.conversation = conversation;
     if json {
         return out.typed(v.record_type(), &v);
     }
