@@ -90,6 +90,58 @@ impl Adapter for Codex {
         Ok(vec![home.join("sessions"), home.join("archived_sessions")])
     }
 
+    fn session_file(&self, places: &Places, session: &str) -> Option<PathBuf> {
+        // `<id>.2`, a continuation tacho started, is the same rollout.
+        let id = session.split('.').next().unwrap_or(session);
+        if id.len() != 36 || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            return None;
+        }
+        let suffix = format!("-{id}.jsonl");
+        // `sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`.
+        let mut dirs = vec![(self.import_root(places).ok()?, 0)];
+        while let Some((dir, depth)) = dirs.pop() {
+            for e in std::fs::read_dir(&dir).ok()?.flatten() {
+                let Ok(t) = e.file_type() else { continue };
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if t.is_dir() && depth < 3 {
+                    dirs.push((e.path(), depth + 1));
+                } else if t.is_file() && name.starts_with("rollout-") && name.ends_with(&suffix) {
+                    return Some(e.path());
+                }
+            }
+        }
+        None
+    }
+
+    fn fork_session(
+        &self,
+        bytes: &[u8],
+        before_call: &str,
+        new_id: &str,
+    ) -> Result<Vec<u8>, String> {
+        fork_codex_rollout(bytes, before_call, new_id)
+    }
+
+    fn forked_file_name(&self, original: &Path, new_id: &str) -> String {
+        // `rollout-<time>-<id>.jsonl`, as Codex names them (it finds a session by it).
+        let name = original
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match name
+            .strip_suffix(".jsonl")
+            .and_then(|s| s.get(..s.len().saturating_sub(36)))
+        {
+            Some(prefix) if prefix.starts_with("rollout-") => format!("{prefix}{new_id}.jsonl"),
+            _ => format!("rollout-{new_id}.jsonl"),
+        }
+    }
+
+    fn resume_command(&self, id: &str) -> Option<String> {
+        Some(format!("codex resume {id}"))
+    }
+
     fn import_transcript(&self, path: &Path, bytes: &[u8]) -> Transcript {
         read_codex_rollout(path, bytes)
     }
@@ -104,6 +156,115 @@ impl Adapter for Codex {
 }
 
 // --- Import: a whole transcript read into events ---
+
+/// A Codex rollout's `bytes` up to the start of the model response that made call
+/// `before_call` (its `function_call`, and the reasoning, assistant message and other
+/// calls of the same response before it, with their `event_msg` echoes), the
+/// `session_meta` id made `new_id`: the conversation before the model made that call,
+/// which `codex resume NEW_ID` continues. Lines kept are as they were but for that id.
+pub fn fork_codex_rollout(
+    bytes: &[u8],
+    before_call: &str,
+    new_id: &str,
+) -> Result<Vec<u8>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("the rollout is not UTF-8: {e}"))?;
+    let lines: Vec<&str> = text.lines().collect();
+    let values: Vec<Option<Value>> = lines.iter().map(|l| serde_json::from_str(l).ok()).collect();
+    let kind = |v: &Value| -> (String, String) {
+        let t = v
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let p = v
+            .pointer("/payload/type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        (t, p)
+    };
+    let call = values
+        .iter()
+        .position(|v| {
+            v.as_ref().is_some_and(|v| {
+                kind(v).0 == "response_item"
+                    && v.pointer("/payload/call_id").and_then(Value::as_str) == Some(before_call)
+                    && !kind(v).1.ends_with("_output")
+            })
+        })
+        .ok_or_else(|| format!("call {before_call} is not in the rollout"))?;
+    // Back over what the same response wrote before the call.
+    let of_the_response = |v: &Value| {
+        let (t, p) = kind(v);
+        match t.as_str() {
+            "response_item" => {
+                matches!(
+                    p.as_str(),
+                    "reasoning"
+                        | "function_call"
+                        | "custom_tool_call"
+                        | "local_shell_call"
+                        | "web_search_call"
+                ) || (p == "message"
+                    && v.pointer("/payload/role").and_then(Value::as_str) == Some("assistant"))
+            }
+            "event_msg" => matches!(
+                p.as_str(),
+                "agent_message"
+                    | "agent_reasoning"
+                    | "agent_reasoning_raw_content"
+                    | "agent_reasoning_section_break"
+            ),
+            _ => false,
+        }
+    };
+    let mut cut = call;
+    while cut > 0 && values[cut - 1].as_ref().is_some_and(of_the_response) {
+        cut -= 1;
+    }
+    let mut out = Vec::new();
+    let (mut meta, mut users) = (false, 0);
+    for (i, line) in lines.iter().take(cut).enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut v = values[i]
+            .clone()
+            .ok_or_else(|| format!("line {}: not JSON", i + 1))?;
+        let (t, p) = kind(&v);
+        if (t == "response_item"
+            && p == "message"
+            && v.pointer("/payload/role").and_then(Value::as_str) == Some("user"))
+            || (t == "event_msg" && p == "user_message")
+        {
+            users += 1;
+        }
+        if t == "session_meta" && !meta {
+            meta = true;
+            match v.pointer_mut("/payload/id") {
+                Some(id) => *id = Value::String(new_id.to_owned()),
+                None => return Err(format!("line {}: a session_meta without its id", i + 1)),
+            }
+            // Newer versions name it twice.
+            if let Some(id) = v.pointer_mut("/payload/session_id") {
+                *id = Value::String(new_id.to_owned());
+            }
+            out.extend_from_slice(v.to_string().as_bytes());
+        } else {
+            out.extend_from_slice(line.as_bytes());
+        }
+        out.push(b'\n');
+    }
+    if !meta {
+        return Err("no session_meta before the call".into());
+    }
+    if users == 0 {
+        return Err(format!(
+            "nothing of the conversation comes before call {before_call}"
+        ));
+    }
+    Ok(out)
+}
 
 /// Reads a Codex rollout (`$CODEX_HOME/sessions/**/rollout-*.jsonl`): `session_meta`
 /// starts the session; user messages are prompts (Codex's own context blocks are
@@ -303,4 +464,100 @@ pub fn read_codex_rollout(path: &Path, bytes: &[u8]) -> Transcript {
             .insert(0, (time, start_event(Agent::Codex, None, None, None)));
     }
     t
+}
+
+#[cfg(test)]
+mod fork_tests {
+    use super::*;
+
+    /// Real rollouts of several Codex versions (tests/corpus): found by session id
+    /// under `CODEX_HOME`, and forked before each call: the new id everywhere the old
+    /// one was, a prefix of the original but for it, no line of the response that made
+    /// the call, every call kept with its output.
+    #[test]
+    fn real_rollouts_fork_before_each_call() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/files/codex");
+        let mut forked = 0;
+        for version in std::fs::read_dir(&corpus).unwrap().flatten() {
+            for case in std::fs::read_dir(version.path()).unwrap().flatten() {
+                let home = case.path().join(".codex");
+                let places = Places {
+                    home: None,
+                    project: case.path(),
+                    outside_work_tree: true,
+                    vars: [(HOME_VAR.to_owned(), home.clone())].into(),
+                };
+                let mut stack = vec![home.join("sessions")];
+                let mut files = Vec::new();
+                while let Some(d) = stack.pop() {
+                    for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                        if e.path().is_dir() {
+                            stack.push(e.path());
+                        } else if e.path().extension().is_some_and(|x| x == "jsonl") {
+                            files.push(e.path());
+                        }
+                    }
+                }
+                for file in files {
+                    let bytes = std::fs::read(&file).unwrap();
+                    let text = String::from_utf8(bytes.clone()).unwrap();
+                    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+                    let id = first["payload"]["id"].as_str().unwrap().to_owned();
+                    assert_eq!(Codex.session_file(&places, &id), Some(file.clone()));
+                    assert_eq!(
+                        Codex.session_file(&places, &format!("{id}.2")),
+                        Some(file.clone())
+                    );
+                    let new_id = "00000000-0000-4000-8000-000000000001";
+                    let name = Codex.forked_file_name(&file, new_id);
+                    assert!(
+                        name.starts_with("rollout-") && name.ends_with(&format!("-{new_id}.jsonl")),
+                        "{name}"
+                    );
+                    let calls: Vec<String> = text
+                        .lines()
+                        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                        .filter(|v| {
+                            v["type"] == "response_item" && v["payload"]["type"] == "function_call"
+                        })
+                        .filter_map(|v| v["payload"]["call_id"].as_str().map(str::to_owned))
+                        .collect();
+                    // A dozen calls of each rollout, spread over it.
+                    let every = calls.len().div_ceil(12).max(1);
+                    for (k, call) in calls.iter().enumerate().step_by(every) {
+                        let out = match Codex.fork_session(&bytes, call, new_id) {
+                            Ok(out) => out,
+                            Err(e) => {
+                                assert_eq!(k, 0, "{e}");
+                                continue;
+                            }
+                        };
+                        forked += 1;
+                        let kept = String::from_utf8(out).unwrap();
+                        let meta: Value =
+                            serde_json::from_str(kept.lines().next().unwrap()).unwrap();
+                        assert_eq!(meta["payload"]["id"], new_id);
+                        assert!(
+                            !meta.to_string().contains(&id),
+                            "the old id is gone: {meta}"
+                        );
+                        assert!(!kept.contains(&format!("\"call_id\":\"{call}\"")), "{call}");
+                        let original: Vec<&str> = text.lines().collect();
+                        for (i, l) in kept.lines().enumerate().skip(1) {
+                            assert_eq!(l, original[i]);
+                        }
+                        // Every call kept has its output kept.
+                        for earlier in &calls[..k] {
+                            let tag = format!("\"call_id\":\"{earlier}\"");
+                            assert!(
+                                kept.matches(&tag).count() != 1,
+                                "{earlier} without its output"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(forked > 20, "{forked}");
+    }
 }

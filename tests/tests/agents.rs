@@ -397,6 +397,115 @@ fn codex_recorded_through_hooks_and_imported_like_ccusage_counts() {
     assert!(num(&g["tokens"]["in"]) > 0);
 }
 
+/// The conversation rollback with the real Codex CLI: two shell commands; rolling back
+/// to before the second with `--conversation` writes a new rollout of Codex's own
+/// (the original unchanged), and `codex exec resume NEW` continues from after the
+/// first command (the mock answers by the number of model outputs the input holds).
+#[test]
+fn codex_rollback_forks_the_conversation_to_resume() {
+    let Some(codex) = npm_bin("codex") else {
+        return;
+    };
+    let e = Env::new();
+    let script = serde_json::json!([
+        [{"tool": "exec_command", "input": {"cmd": "echo one > one.txt"}}],
+        [{"tool": "exec_command", "input": {"cmd": "echo two > two.txt"}}],
+        [{"text": "Done."}]
+    ]);
+    let codex_home = codex_exec(&codex, &e, &script);
+    assert!(e.ws.join("two.txt").exists());
+    let list = e.json(&["session", "list", "--json"]);
+    let session = list["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{list}"))
+        .to_string();
+    let g = e.json(&["graph", &session, "--format", "json"]);
+    let second = &g["steps"][1];
+    let n = second["number"].as_u64().unwrap().to_string();
+    let call = second["tools"][0]["call_id"].as_str().unwrap().to_owned();
+    let tacho_codex = |args: &[&str]| {
+        let mut c = tacho(&e.home);
+        c.current_dir(&e.ws)
+            .env("CODEX_HOME", &codex_home)
+            .args(args);
+        run(c)
+    };
+    let (code, out, err) = tacho_codex(&[
+        "session",
+        "rollback",
+        &session,
+        "--step",
+        &n,
+        "--conversation",
+        "--yes",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let done: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let fork = &done["conversation"];
+    assert_eq!(fork["written"], true, "{done}");
+    assert_eq!(fork["before_call"], call.as_str(), "{done}");
+    assert!(!e.ws.join("two.txt").exists() && e.ws.join("one.txt").exists());
+    let from = fork["from"].as_str().unwrap();
+    let original = std::fs::read_to_string(from).unwrap();
+    assert!(original.contains(&call), "the original keeps the call");
+    let new_id = fork["session"].as_str().unwrap().to_owned();
+    let forked = std::fs::read_to_string(fork["file"].as_str().unwrap()).unwrap();
+    assert!(!forked.contains(&call) && forked.contains(&new_id));
+    assert!(
+        fork["resume"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("codex resume {new_id}")),
+        "{fork}"
+    );
+
+    let resume_script = serde_json::json!([
+        [{"text": "wrong: no conversation"}],
+        [{"text": "resumed after the first command"}],
+        [{"text": "wrong: the whole conversation"}],
+        [{"text": "wrong: the whole conversation"}]
+    ]);
+    let dir = e.dir.join("resume");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mock = Mock::start(&dir, &resume_script);
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"gpt-5-codex\"\nmodel_provider = \"mock\"\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_KEY\"\nwire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
+            mock.port
+        ),
+    )
+    .unwrap();
+    let out = Command::new(&codex)
+        .current_dir(&e.ws)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+        ])
+        .args(["resume", &new_id, "go on"])
+        .env("CODEX_HOME", &codex_home)
+        .env("MOCK_KEY", "x")
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    drop(mock);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "codex resume: {stdout}{stderr}");
+    assert!(
+        stdout.contains("resumed after the first command"),
+        "{stdout}{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(from).unwrap(),
+        original,
+        "the original is unchanged"
+    );
+}
+
 /// Issue 42 (9) with the real Codex CLI: from its shell the agent pipes a made-up
 /// `PreToolUse`/`PostToolUse` pair for a test run that never happened to `tacho hook
 /// codex`. Its rollout names every call it made by the `call_id` its hooks report: at
