@@ -1048,3 +1048,39 @@ fn a_users_change_after_the_last_turn_is_seen_at_the_sessions_end() {
         "{plan}"
     );
 }
+
+/// Red team: the user removes a directory holding a 0600 file between turns, then the
+/// agent writes a file of that name. The edit's targeted snapshots drop the directory
+/// from the tree but keep its file's record in the modes entry, so tacho records a
+/// snapshot it then refuses to read ("its modes entry names "cfg/secret", which is not
+/// a file of it"): no rollback of the session can be planned any more.
+#[test]
+fn a_directory_replaced_by_a_written_file_leaves_the_session_rollbackable() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = Env::new();
+    let s = "redteam-dir";
+    std::fs::create_dir(e.ws.join("cfg")).unwrap();
+    std::fs::write(e.ws.join("cfg/secret"), "TOKEN=1\n").unwrap();
+    std::fs::set_permissions(
+        e.ws.join("cfg/secret"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    // The user, while the agent waits.
+    std::fs::remove_dir_all(e.ws.join("cfg")).unwrap();
+    let file = e.ws.join("cfg").display().to_string();
+    let write = serde_json::json!({"file_path": file, "content": "plain"});
+    e.send(s, "PreToolUse", pre("Write", "w1", write.clone()));
+    std::fs::write(e.ws.join("cfg"), "plain").unwrap();
+    e.send(s, "PostToolUse", post("Write", "w1", write));
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    e.send(
+        s,
+        "SessionEnd",
+        serde_json::json!({"reason": "prompt_input_exit"}),
+    );
+    let (code, out, err) = e.tacho(&["session", "rollback", s, "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("modes entry"), "{err}");
+}
