@@ -173,7 +173,12 @@ pub fn fingerprint(
             stat::lstat(&ws.join(&rel))
         };
         match m {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
                 // Outside Git a missing path is part of the state; inside Git the
                 // index decides (a deleted tracked file is listed, as missing).
                 if git.is_none() || from_edit {

@@ -14,6 +14,9 @@ use tacho_git::rollback::{self, Action, PlanInput};
 use tacho_git::safefs::Root;
 use tacho_git::snapshot::{ExcludeReason, Files, Scope, SnapshotStore};
 
+#[path = "snapshot/modes_attacks.rs"]
+mod modes_attacks;
+
 struct Env {
     _tmp: tempfile::TempDir,
     ws: PathBuf,

@@ -453,8 +453,10 @@ impl SnapshotStore {
             check_id(id, gix::object::Kind::Tree, &obj.data)?;
             for entry in gix::objs::TreeRefIter::from_bytes(&obj.data, gix::hash::Kind::Sha1) {
                 let e = entry.map_err(|e| SnapshotError::git(format!("reading tree {id}"), e))?;
-                if prefix.is_empty() && e.filename == modes::MODES_NAME {
-                    modes = modes::read(&repo, e.oid.to_owned())?;
+                if prefix.is_empty()
+                    && let Some(id) = modes::entry_of(e.filename, e.mode, e.oid.to_owned())?
+                {
+                    modes = modes::read(&repo, id)?;
                     continue;
                 }
                 let name = std::str::from_utf8(e.filename)
@@ -470,18 +472,9 @@ impl SnapshotStore {
                 }
             }
         }
+        modes::check(&modes, &out, tree)?;
         for (path, e) in out.iter_mut() {
             e.perms = modes.perms(path, e.kind);
-        }
-        for path in modes.files.keys() {
-            match out.get(path) {
-                Some(e) if e.kind != FileKind::Link => {}
-                _ => {
-                    return Err(SnapshotError::Repository(format!(
-                        "snapshot {tree}: its modes entry names {path:?}, which is not a file of it"
-                    )));
-                }
-            }
         }
         Ok(out)
     }
@@ -503,8 +496,18 @@ impl SnapshotStore {
         }) else {
             return Ok(None);
         };
-        if let Some(m) = tree.find_entry(modes::MODES_NAME) {
-            entry.perms = modes::read(&repo, m.object_id())?.perms(path, entry.kind);
+        if let Some(m) = tree.find_entry(modes::MODES_NAME)
+            && let Some(id) = modes::entry_of(modes::MODES_NAME, m.mode(), m.object_id())?
+        {
+            let modes = modes::read(&repo, id)?;
+            let perms = modes.perms(path, entry.kind);
+            if entry.kind != FileKind::Link && FileKind::of_file_mode(perms) != entry.kind {
+                return Err(SnapshotError::Repository(format!(
+                    "snapshot {snapshot}: its modes entry gives {path:?} bits {perms:o}, which a {} cannot have",
+                    entry.kind.as_str()
+                )));
+            }
+            entry.perms = perms;
         }
         Ok(Some(entry))
     }

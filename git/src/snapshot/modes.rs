@@ -132,10 +132,11 @@ pub(crate) fn encode(modes: &Modes) -> Option<Vec<u8>> {
 /// Reads a modes blob; `what` names it in errors.
 pub(crate) fn decode(data: &[u8], what: &str) -> Result<Modes, SnapshotError> {
     let bad = |why: &str| SnapshotError::Repository(format!("{what}: {why}"));
+    // Octal as the entry writes it: no sign, no leading zero, at most 0777.
     let bits = |text: &str| {
         u32::from_str_radix(text, 8)
             .ok()
-            .filter(|p| *p <= 0o777)
+            .filter(|p| *p <= 0o777 && format!("{p:o}") == text)
             .ok_or_else(|| bad(&format!("bits {text:?}")))
     };
     let nl = data
@@ -154,6 +155,12 @@ pub(crate) fn decode(data: &[u8], what: &str) -> Result<Modes, SnapshotError> {
         executable: bits(usual.1)?,
         files: BTreeMap::new(),
     };
+    if FileKind::of_file_mode(out.regular) != FileKind::Regular
+        || FileKind::of_file_mode(out.executable) != FileKind::Executable
+    {
+        return Err(bad("usual bits of the wrong kind"));
+    }
+    let mut last: Option<String> = None;
     let mut rest = body.get(1..).unwrap_or_default();
     while !rest.is_empty() {
         let end = rest
@@ -167,11 +174,65 @@ pub(crate) fn decode(data: &[u8], what: &str) -> Result<Modes, SnapshotError> {
             .split_once(' ')
             .ok_or_else(|| bad("a record without a space"))?;
         let perms = bits(perms)?;
-        if path.is_empty() || out.files.insert(path.to_owned(), perms).is_some() {
-            return Err(bad(&format!("path {path:?} empty or listed twice")));
+        if path.is_empty() || last.as_deref().is_some_and(|l| l >= path) {
+            return Err(bad(&format!(
+                "path {path:?} empty, or not after the one before"
+            )));
         }
+        if perms == out.usual(FileKind::of_file_mode(perms)) {
+            return Err(bad(&format!("{path:?} listed with the usual bits")));
+        }
+        out.files.insert(path.to_owned(), perms);
+        last = Some(path.to_owned());
+    }
+    if out.is_plain() {
+        return Err(bad(
+            "plain bits and no record: a snapshot that needs no entry",
+        ));
     }
     Ok(out)
+}
+
+/// Checks `modes` against the files of its tree: every record names a file (not a
+/// link) whose kind its bits agree with (an execute bit exactly when the tree entry is
+/// executable).
+pub(crate) fn check(modes: &Modes, files: &Files, tree: ObjectId) -> Result<(), SnapshotError> {
+    for (path, perms) in &modes.files {
+        match files.get(path) {
+            Some(e) if e.kind != FileKind::Link && FileKind::of_file_mode(*perms) == e.kind => {}
+            Some(e) => {
+                return Err(SnapshotError::Repository(format!(
+                    "snapshot {tree}: its modes entry gives {path:?} bits {perms:o}, which a {} cannot have",
+                    e.kind.as_str()
+                )));
+            }
+            None => {
+                return Err(SnapshotError::Repository(format!(
+                    "snapshot {tree}: its modes entry names {path:?}, which is not a file of it"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The modes entry of a root tree's entry, if it is one: a plain blob entry under
+/// [`MODES_NAME`] (another entry mode there is refused).
+pub(crate) fn entry_of(
+    name: &[u8],
+    mode: gix::objs::tree::EntryMode,
+    oid: ObjectId,
+) -> Result<Option<ObjectId>, SnapshotError> {
+    if name != MODES_NAME {
+        return Ok(None);
+    }
+    if mode.kind() != EntryKind::Blob {
+        return Err(SnapshotError::Repository(format!(
+            "the modes entry {oid} is not a plain blob entry (mode {:o})",
+            mode.value()
+        )));
+    }
+    Ok(Some(oid))
 }
 
 /// The modes blob `id` of a snapshot, checked against its id.
@@ -208,6 +269,29 @@ pub(crate) fn updated<'e>(
     match how {
         ModesUpdate::Whole(entries) => Modes::of_all(entries),
         ModesUpdate::Edit => {
+            // A path removed or written may have been a directory (its files' records
+            // go) or be under what was a file (that file's record goes).
+            let mut drop_around = |p: &str| {
+                let prefix = format!("{p}/");
+                let under: Vec<String> = base
+                    .files
+                    .range(prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&prefix))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in under {
+                    base.files.remove(&k);
+                }
+                for (i, _) in p.match_indices('/') {
+                    base.files.remove(&p[..i]);
+                }
+            };
+            for p in removals {
+                drop_around(p);
+            }
+            for (p, _) in upserts {
+                drop_around(p);
+            }
             for p in removals {
                 base.set(p, None);
             }
@@ -246,6 +330,7 @@ mod tests {
         let bytes = encode(&m).unwrap();
         assert_eq!(decode(&bytes, "t").unwrap(), m);
         assert_eq!(encode(&Modes::default()), None);
+        assert!(decode(b"tacho.modes 1 644 755\n", "t").is_err());
         for bad in [
             &b"tacho.modes 1 644 755\n600 a"[..],
             b"tacho.modes 1 644 755\n1000 a\0",

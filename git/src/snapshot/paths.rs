@@ -145,8 +145,10 @@ pub(super) fn bad_tree_path(path: &str, e: impl std::fmt::Display) -> SnapshotEr
     }
 }
 
-/// The first parent of `rel` (workspace-relative, `/` separators) that is not a real
-/// directory — a symbolic link, or anything else — if there is one.
+/// The first parent of `rel` (workspace-relative, `/` separators) that is a symbolic
+/// link (or anything else a walk cannot go through but a file), if there is one. A
+/// parent that is missing or a regular file makes the path gone, which the caller's
+/// `lstat` says (`ENOENT`, `ENOTDIR`): `None`.
 pub(crate) fn linked_parent(workspace: &Path, rel: &str) -> Option<String> {
     let mut at = String::new();
     let parts: Vec<&str> = rel.split('/').collect();
@@ -157,7 +159,9 @@ pub(crate) fn linked_parent(workspace: &Path, rel: &str) -> Option<String> {
         at.push_str(part);
         match std::fs::symlink_metadata(workspace.join(&at)) {
             Ok(m) if m.file_type().is_dir() => {}
-            // Missing: the path is gone, which the caller handles.
+            // Missing, or a file now (`d/x` after `d` became one): the path is gone,
+            // which the caller handles.
+            Ok(m) if m.file_type().is_file() => return None,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             _ => return Some(at),
         }

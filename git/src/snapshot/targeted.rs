@@ -105,34 +105,72 @@ impl SnapshotStore {
             .map_err(|e| SnapshotError::git(format!("reading tree {base}"), e))?;
         let mut files = head.files as i64;
         let mut bytes = head.bytes as i64;
-        // The size of what the base held at a path, if it held a file there.
-        let before = |path: &str| -> Result<Option<u64>, SnapshotError> {
+        // What the base held at a path: a file, or every file of a directory there
+        // (a directory removed, or replaced by a file), as (files, bytes).
+        let size_of = |id: ObjectId, path: &str| -> Result<i64, SnapshotError> {
+            Ok(repo
+                .find_header(id)
+                .map_err(|e| SnapshotError::git(format!("reading {path}"), e))?
+                .size() as i64)
+        };
+        let before = |path: &str| -> Result<(i64, i64), SnapshotError> {
             let old = base_tree
                 .lookup_entry_by_path(path)
                 .map_err(|e| SnapshotError::git(format!("reading tree {base}"), e))?;
-            match old.filter(|o| !o.mode().is_tree()) {
-                Some(old) => Ok(Some(
-                    repo.find_header(old.object_id())
-                        .map_err(|e| SnapshotError::git(format!("reading {path}"), e))?
-                        .size(),
-                )),
-                None => Ok(None),
+            let Some(old) = old else { return Ok((0, 0)) };
+            if !old.mode().is_tree() {
+                return Ok((1, size_of(old.object_id(), path)?));
             }
-        };
-        for (i, (path, e)) in entries.iter().enumerate() {
-            if !failed.contains(&i) {
-                if let Some(size) = before(path)? {
-                    files -= 1;
-                    bytes -= size as i64;
+            let (mut n, mut b) = (0, 0);
+            let mut pending = vec![old.object_id()];
+            while let Some(t) = pending.pop() {
+                let tree = repo
+                    .find_tree(t)
+                    .map_err(|e| SnapshotError::git(format!("reading tree {t}"), e))?;
+                for e in tree.iter() {
+                    let e = e.map_err(|e| SnapshotError::git(format!("reading tree {t}"), e))?;
+                    if e.mode().is_tree() {
+                        pending.push(e.oid().to_owned());
+                    } else if FileKind::from_git_mode(e.mode().value() as u32).is_some() {
+                        n += 1;
+                        b += size_of(e.oid().to_owned(), path)?;
+                    }
                 }
-                files += 1;
-                bytes += e.size as i64;
+            }
+            Ok((n, b))
+        };
+        // Each path of the base counted out once: a named path, and a file the base
+        // held where a named path now has a directory (`f` for `f/inner`).
+        let mut counted_out = std::collections::HashSet::new();
+        let mut count_out = |path: &str| -> Result<(), SnapshotError> {
+            if counted_out.insert(path.to_owned()) {
+                let (n, b) = before(path)?;
+                files -= n;
+                bytes -= b;
+            }
+            Ok(())
+        };
+        for (i, (path, _)) in entries.iter().enumerate() {
+            if !failed.contains(&i) {
+                for (k, _) in path.match_indices('/') {
+                    let parent = &path[..k];
+                    let held = base_tree
+                        .lookup_entry_by_path(parent)
+                        .map_err(|e| SnapshotError::git(format!("reading tree {base}"), e))?;
+                    if held.is_some_and(|h| !h.mode().is_tree()) {
+                        count_out(parent)?;
+                    }
+                }
+                count_out(path)?;
             }
         }
         for path in &removed {
-            if let Some(size) = before(path)? {
-                files -= 1;
-                bytes -= size as i64;
+            count_out(path)?;
+        }
+        for (i, (_, e)) in entries.iter().enumerate() {
+            if !failed.contains(&i) {
+                files += 1;
+                bytes += e.size as i64;
             }
         }
         trace.mark("t:counts");

@@ -120,11 +120,12 @@ impl SnapshotStore {
             None => gix::objs::Tree::empty(),
         };
         // The modes entry: the base's, then the new one's.
-        let base_modes = root
-            .entries
-            .iter()
-            .find(|e| e.filename.as_slice() == modes::MODES_NAME)
-            .map(|e| e.oid);
+        let mut base_modes = None;
+        for e in &root.entries {
+            if let Some(id) = modes::entry_of(e.filename.as_slice(), e.mode, e.oid)? {
+                base_modes = Some(id);
+            }
+        }
         let new_modes = modes::updated(
             &modes,
             match (&modes, base_modes) {

@@ -1,52 +1,15 @@
-#![allow(clippy::unwrap_used)]
+//! Attacks on the modes entry (SPEC.md §10.1), written by a red team: snapshots tacho
+//! writes itself stay readable when a directory and a file trade places, and a modes
+//! entry that is not in the specified form makes the snapshot unreadable.
 
-//! Red-team tests of the modes entry (SPEC.md §10.1): snapshots tacho writes itself
-//! must stay readable when a directory and a file trade places, and a modes entry that
-//! is not in the specified form must make the snapshot unreadable.
-
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-
-use tacho_git::snapshot::{MODES_NAME, Scope, SnapshotStore};
-
-struct Env {
-    _tmp: tempfile::TempDir,
-    ws: PathBuf,
-    store: SnapshotStore,
-}
-
-fn env() -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let ws = ws.canonicalize().unwrap();
-    let store = SnapshotStore::open(
-        tmp.path().join("home/snapshots"),
-        tmp.path().join("home/cache"),
-    )
-    .unwrap();
-    Env {
-        _tmp: tmp,
-        ws,
-        store,
-    }
-}
-
-fn write(ws: &Path, rel: &str, data: &str) {
-    let p = ws.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, data).unwrap();
-}
-
-fn chmod(ws: &Path, rel: &str, mode: u32) {
-    std::fs::set_permissions(ws.join(rel), std::fs::Permissions::from_mode(mode)).unwrap();
-}
+use super::*;
+use tacho_git::snapshot::MODES_NAME;
 
 /// A targeted snapshot (what an edit tool's hook takes) of a path that was a directory
 /// holding a 0600 file and is now a file, or is gone, or of a file under what was a
 /// 0600 file: the tree loses the old entries, and the modes entry must lose their
-/// records too. Today the records stay, and the snapshot tacho just wrote is one it
-/// refuses to read ("its modes entry names "d/x", which is not a file of it"), which
+/// records too. Before, the records stayed, and the snapshot tacho had just written was one
+/// it refused to read ("its modes entry names "d/x", which is not a file of it"), which
 /// makes every rollback of the session fail.
 #[test]
 fn a_targeted_snapshot_of_a_replaced_directory_keeps_no_stale_modes_record() {
@@ -196,7 +159,7 @@ fn workspace_with_modes() -> (Env, gix::ObjectId) {
 
 /// Bits that contradict the kind the tree entry gives the file (an executable bit on a
 /// `100644` entry, none on a `100755` one; usual bits of the wrong kind) are read as
-/// they are today: a rollback then writes the file with them (making a plain file
+/// they were before: a rollback then wrote the file with them (making a plain file
 /// executable) and only its read-back fails, after the workspace was changed.
 #[test]
 fn modes_that_contradict_the_tree_entrys_kind_are_refused() {
@@ -223,7 +186,7 @@ fn modes_that_contradict_the_tree_entrys_kind_are_refused() {
 
 /// SPEC.md §10.1: records "in path order", "one record per file whose bits are not the
 /// usual ones", no entry when the usual bits are `644 755` and no file is listed, bits
-/// in octal. A modes entry not in this form must make the snapshot unreadable; today
+/// in octal. A modes entry not in this form must make the snapshot unreadable; before,
 /// each of these is read (and re-encoded differently by the next targeted snapshot).
 #[test]
 fn a_modes_entry_not_in_its_form_is_refused() {
