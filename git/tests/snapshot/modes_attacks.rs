@@ -165,8 +165,8 @@ fn workspace_with_modes() -> (Env, gix::ObjectId) {
 fn modes_that_contradict_the_tree_entrys_kind_are_refused() {
     let (e, tree) = workspace_with_modes();
     for bad in [
-        &b"tacho.modes 1 644 755\n700 a\0600 secret\0"[..],
-        b"tacho.modes 1 644 755\n600 run.sh\0600 secret\0",
+        &b"tacho.modes 1 644 755\n700 a\x00600 secret\0"[..],
+        b"tacho.modes 1 644 755\n600 run.sh\x00600 secret\0",
         b"tacho.modes 1 755 644\n600 secret\0",
         b"tacho.modes 1 644 644\n600 secret\0",
     ] {
@@ -193,9 +193,9 @@ fn a_modes_entry_not_in_its_form_is_refused() {
     let (e, tree) = workspace_with_modes();
     for bad in [
         // Records out of path order.
-        &b"tacho.modes 1 644 755\n600 secret\0600 c\0"[..],
+        &b"tacho.modes 1 644 755\n600 secret\x00600 c\0"[..],
         // A record of a file whose bits are the usual ones.
-        b"tacho.modes 1 644 755\n644 a\0600 secret\0",
+        b"tacho.modes 1 644 755\n644 a\x00600 secret\0",
         // Signs and leading zeros: not the octal the entry is written in.
         b"tacho.modes 1 +644 755\n600 secret\0",
         b"tacho.modes 1 644 755\n+600 secret\0",
