@@ -382,7 +382,7 @@ class RewindAI:
         change()
 
     def finish(self):
-        pass
+        self.snap("session end")
 
     def restore_before(self, k: int):
         return run([self.bin, "jump", str(self.before[k]), "--yes"], cwd=self.ws, env=self.env)
@@ -1043,9 +1043,22 @@ def outcome(ws: Path, a0: bytes, b0: bytes) -> str:
     return f"a.txt holds other content ({got[:30]!r})" if got is not None else "a.txt missing"
 
 
-def short(code, out, err, n=220):
+def verdict(checks, outcome_text: str) -> str:
+    """Whether a command exited non-zero, and what the restore left in the workspace."""
+    noticed = any(r[0] != 0 for _, r in checks)
+    if "restored correctly" in outcome_text:
+        return "noticed; restored correctly" if noticed else "no effect: restored correctly"
+    if "left as the agent wrote it" in outcome_text:
+        return ("noticed: restore refused, nothing written" if noticed else
+                "NOT noticed: restore exit 0 but the file was not restored")
+    return ("noticed, but after writing wrong content" if noticed else
+            "NOT noticed: wrong content restored silently")
+
+
+def short(code, out, err, n=300):
+    """The exit status and the end of what the command said (errors come last)."""
     text = " ".join((out + err).split())
-    return f"exit {code}: {text[:n]}"
+    return f"exit {code}: {'…' if len(text) > n else ''}{text[-n:]}"
 
 
 def tampering(ctx: Ctx, tools: list[str]):
@@ -1071,12 +1084,7 @@ def tampering(ctx: Ctx, tools: list[str]):
             checks.append(("restore", (code, out, err)))
             res["checks"] = [f"{n}: {short(*r)}" for n, r in checks]
             res["outcome"] = outcome(ws, a0, b0)
-            noticed = any(r[0] != 0 for _, r in checks)
-            wrong = "b.txt's content" in res["outcome"] or "other content" in res["outcome"]
-            res["result"] = ("noticed" if noticed and not wrong else
-                             "noticed, but wrote wrong content" if noticed else
-                             "NOT noticed: wrong content restored silently" if wrong else
-                             "not noticed")
+            res["result"] = verdict(checks, res["outcome"])
         except Unsupported as e:
             res["result"] = "unsupported"
             res["reason"] = str(e)
@@ -1095,15 +1103,17 @@ def tampering(ctx: Ctx, tools: list[str]):
             d, ws, home, env, drv, a0, b0 = tamper_setup(ctx, tool, "record")
             checks = []
             if tool == "tacho":
-                segs = sorted((home / "tacho" / "log").rglob("*"), key=lambda p: p.stat().st_size
-                              if p.is_file() else -1)
+                segs = sorted((home / "tacho" / "log" / "streams").rglob("*.tseg"),
+                              key=lambda p: p.stat().st_size)
+                if not segs:
+                    raise Unsupported("no segment file under log/streams")
                 seg = segs[-1]
                 data = bytearray(seg.read_bytes())
                 i = len(data) // 2
                 data[i] ^= 0x01
                 os.chmod(seg, 0o644)
                 seg.write_bytes(bytes(data))
-                res["attack"] = f"one bit flipped in the middle of the largest log file ({seg.name}, {len(data)} B)"
+                res["attack"] = f"one bit flipped in the middle of the session's log segment ({len(data)} B)"
                 checks.append(("tacho log verify", run([ctx.tacho, "log", "verify"], cwd=ws, env=env)))
                 checks.append(("restore", drv.restore_before(1)))
             elif tool == "stepback":
@@ -1143,12 +1153,9 @@ def tampering(ctx: Ctx, tools: list[str]):
             res["checks"] = [f"{n}: {short(*r)}" for n, r in checks]
             if tool != "agent-strace":
                 res["outcome"] = outcome(ws, a0, b0)
-            noticed = any(r[0] != 0 for _, r in checks)
-            wrong = tool != "agent-strace" and "restored correctly" not in res["outcome"]
-            res["result"] = ("noticed" if noticed and not wrong else
-                             "noticed, but restore went wrong" if noticed else
-                             "NOT noticed: wrong state restored silently" if wrong else
-                             "not noticed")
+                res["result"] = verdict(checks, res["outcome"])
+            else:
+                res["result"] = "noticed" if any(r[0] != 0 for _, r in checks) else "NOT noticed"
         except Unsupported as e:
             res["result"] = "unsupported"
             res["reason"] = str(e)
