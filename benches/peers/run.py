@@ -858,6 +858,8 @@ def cost(ctx: Ctx, tools: list[str], sizes: list[int], n: int):
             except Exception as e:
                 res["result"] = "error"
                 res["reason"] = f"{type(e).__name__}: {e}"[:300]
+            if tool == "tacho":  # a watcher the hooks started, even after a failure
+                run([ctx.tacho, "watch", "stop", ws], env=env)
             log(f"cost {size:6} files  {label:28} unchanged {res.get('unchanged_ms')} ms, "
                 f"after 10 edits {res.get('edited_ms')} ms {res.get('reason', '')}")
             rows.append(res)
