@@ -1067,36 +1067,43 @@ def tampering(ctx: Ctx, tools: list[str]):
     rows = []
     for tool in tools:
         # 1. One stored object swapped for another valid object of the store: the blob
-        #    that holds a.txt's before-content now holds b.txt's blob.
-        res = {"tool": tool, "attack": "object swap (a.txt's stored blob := b.txt's blob)"}
-        d = None
-        try:
-            if tool == "agent-strace":
-                raise Unsupported("stores no file contents (nothing to swap, nothing to restore)")
-            d, ws, home, env, drv, a0, b0 = tamper_setup(ctx, tool, "swap")
-            objects = (home / "tacho" / "snapshots" / "objects") if tool == "tacho" \
-                else (ws / ".git" / "objects")
-            why = swap(objects, blob_id(a0), blob_id(b0))
-            if why:
-                raise Unsupported(why)
-            checks = []
-            if tool == "tacho":
-                checks.append(("tacho log verify", run([ctx.tacho, "log", "verify"], cwd=ws, env=env)))
-            code, out, err = drv.restore_before(1)
-            checks.append(("restore", (code, out, err)))
-            res["checks"] = [f"{n}: {short(*r)}" for n, r in checks]
-            res["outcome"] = outcome(ws, a0, b0)
-            res["result"] = verdict(checks, res["outcome"])
-        except Unsupported as e:
-            res["result"] = "unsupported"
-            res["reason"] = str(e)
-        except Exception as e:
-            res["result"] = "error"
-            res["reason"] = f"{type(e).__name__}: {e}"[:300]
-        log(f"tampering {tool:13} swap: {res['result']}")
-        rows.append(res)
-        if d and not ctx.keep:
-            shutil.rmtree(d, ignore_errors=True)
+        #    that holds a.txt's before-content now holds b.txt's blob; then (1b) the
+        #    same followed by the tool's compaction before the restore.
+        for compact in (False, True):
+            res = {"tool": tool, "attack": "object swap (a.txt's stored blob := b.txt's blob)"
+                   + (", then compaction" if compact else "")}
+            d = None
+            try:
+                if tool == "agent-strace":
+                    raise Unsupported("stores no file contents (nothing to swap, nothing to restore)")
+                d, ws, home, env, drv, a0, b0 = tamper_setup(ctx, tool, "swap")
+                objects = (home / "tacho" / "snapshots" / "objects") if tool == "tacho" \
+                    else (ws / ".git" / "objects")
+                why = swap(objects, blob_id(a0), blob_id(b0))
+                if why:
+                    raise Unsupported(why)
+                checks = []
+                if compact and tool == "tacho":
+                    checks.append(("tacho gc", run([ctx.tacho, "gc"], cwd=ws, env=env)))
+                elif compact:
+                    checks.append(("git gc", run(["git", "gc", "-q", "--prune=now"], cwd=ws, env=env)))
+                if tool == "tacho":
+                    checks.append(("tacho log verify", run([ctx.tacho, "log", "verify"], cwd=ws, env=env)))
+                code, out, err = drv.restore_before(1)
+                checks.append(("restore", (code, out, err)))
+                res["checks"] = [f"{n}: {short(*r)}" for n, r in checks]
+                res["outcome"] = outcome(ws, a0, b0)
+                res["result"] = verdict(checks, res["outcome"])
+            except Unsupported as e:
+                res["result"] = "unsupported"
+                res["reason"] = str(e)
+            except Exception as e:
+                res["result"] = "error"
+                res["reason"] = f"{type(e).__name__}: {e}"[:300]
+            log(f"tampering {tool:13} swap{' + compaction' if compact else ''}: {res['result']}")
+            rows.append(res)
+            if d and not ctx.keep:
+                shutil.rmtree(d, ignore_errors=True)
 
         # 2. The record edited: bytes flipped in the log / metadata naming the snapshots.
         res = {"tool": tool}
