@@ -722,9 +722,13 @@ def make_repo(root: Path, files: int, env: dict) -> tuple[Path, list[str]]:
     return ws, paths
 
 
+def ten_of(paths: list[str]) -> list[str]:
+    """The 10 files every tool's "after 10 edits" steps append to, spread over the tree."""
+    return paths[::max(1, len(paths) // 10)][:10]
+
+
 def edit10(ws: Path, paths: list[str], rnd: int):
-    step = max(1, len(paths) // 10)
-    for rel in paths[::step][:10]:
+    for rel in ten_of(paths):
         with open(ws / rel, "a") as f:
             f.write(f"edit {rnd}\n")
 
@@ -733,10 +737,9 @@ STEPBACK_TIMER = r"""
 import json, sys, time
 from pathlib import Path
 from stepback.engine import Engine
-ws, n, paths = Path(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+ws, n, ten = Path(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
 def edit10(rnd):
-    step = max(1, len(paths) // 10)
-    for rel in paths[::step][:10]:
+    for rel in ten:
         with open(ws / rel, "a") as f:
             f.write(f"edit {rnd}\n")
 eng = Engine(ws)
@@ -842,7 +845,7 @@ def cost(ctx: Ctx, tools: list[str], sizes: list[int], n: int):
                     res["entry"] = "rewind snap (one process)"
                 elif tool == "stepback":
                     code, out, err = run([ctx.vbin / "python", "-c", STEPBACK_TIMER, ws, n,
-                                          json.dumps(paths)], cwd=ws, env=env)
+                                          json.dumps(ten_of(paths))], cwd=ws, env=env)
                     if code != 0:
                         raise RuntimeError(err[-300:])
                     r = json.loads(out.strip().splitlines()[-1])
