@@ -1198,10 +1198,14 @@ def markdown(ctx: Ctx, meta: dict, tools: list[str]) -> str:
            f"Machine: {meta['machine']}. Versions: " +
            ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) +
            f". Mode: {'quick' if ctx.quick else 'full'}. Run time: {meta['run_seconds']:.0f} s.", ""]
+    for m in meta.get("merged", []):
+        out += [f"Merged from {m['file']}: {', '.join(m['sections'])} ({m['date']}, "
+                f"{'quick' if m['quick'] else 'full'}, {m['run_seconds']:.0f} s).", ""]
     if "exactness" in r:
         out += ["## Exactness (roll back one agent step with the tool's own restore; whole tree compared)", "",
                 "| case | " + " | ".join(tools) + " |", "|---|" + "---|" * len(tools)]
-        notes = []
+        notes: list[str] = []
+        numbers: dict[str, int] = {}  # one note for a reason a tool gives in every case
         by = {(x["case"], x["tool"]): x for x in r["exactness"]}
         for case in dict.fromkeys(x["case"] for x in r["exactness"]):
             cells = []
@@ -1212,8 +1216,13 @@ def markdown(ctx: Ctx, meta: dict, tools: list[str]) -> str:
                     continue
                 cell = x["result"]
                 if x.get("reason"):
-                    notes.append(f"{case} / {t}: {x['reason']}")
-                    cell += f" [{len(notes)}]"
+                    same = sum(1 for y in r["exactness"]
+                               if y["tool"] == t and y.get("reason") == x["reason"]) > 2
+                    text = f"{t}: {x['reason']}" if same else f"{case} / {t}: {x['reason']}"
+                    if text not in numbers:
+                        notes.append(text)
+                        numbers[text] = len(notes)
+                    cell += f" [{numbers[text]}]"
                 cells.append(cell)
             out.append(f"| {case} | " + " | ".join(cells) + " |")
         out += [""] + [f"{i}. {n}" for i, n in enumerate(notes, 1)] + [""]
@@ -1240,6 +1249,9 @@ def markdown(ctx: Ctx, meta: dict, tools: list[str]) -> str:
         out += ["## Storage after 100 one-line edits of a 1 MiB file", "",
                 "| tool | store | before compaction | after | compaction |", "|---|---|---:|---:|---|"]
         for x in r["storage"]:
+            if "snapshots_before" in x:
+                x = dict(x, where=x["where"] + f"; snapshots/ alone: {human(x['snapshots_before'])}"
+                         f" → {human(x['snapshots_after'])}")
             out.append(f"| {x['tool']} | {x.get('where', x.get('reason', ''))} | {human(x.get('before_bytes'))} | "
                        f"{human(x.get('after_bytes'))} | {x.get('compaction', '')} |")
         out.append("")
@@ -1289,7 +1301,29 @@ def main():
     ap.add_argument("--scratch", help="directory for the temporary workspaces (default: a new temp dir)")
     ap.add_argument("--cases", help="exactness cases whose name holds one of these (comma-separated)")
     ap.add_argument("--keep", action="store_true", help="keep the workspaces and stores")
+    ap.add_argument("--report-from", nargs="+", metavar="JSON",
+                    help="write no new results: merge these results files (a later file's "
+                         "sections win) and write the report (--out) from them")
     a = ap.parse_args()
+    if a.report_from:
+        results, merged = {}, []
+        for f in a.report_from:
+            r = json.loads(Path(f).read_text())
+            m = r.pop("meta")
+            results.update(r)
+            merged.append(dict(m, file=f, sections=list(r)))
+        meta = dict(merged[0], run_seconds=sum(m["run_seconds"] for m in merged),
+                    merged=merged if len(merged) > 1 else [])
+        ctx = Ctx(tacho=Path(meta["tacho_binary"]), vbin=Path("."), quick=meta["quick"],
+                  scratch=Path("."), keep=True, results=dict(results, meta=meta))
+        tools = [t for t in TOOLS if any(x.get("tool", "").startswith(t)
+                                         for sec in results.values() for x in sec)]
+        out = Path(a.out)
+        out.write_text(json.dumps(ctx.results, indent=2))
+        md = markdown(ctx, meta, tools)
+        out.with_suffix(".md").write_text(md)
+        print(md)
+        return
     only = [s for s in a.only.split(",") if s]
     tools = [t for t in a.tools.split(",") if t]
     for s in only:
