@@ -5,7 +5,7 @@ use std::path::Path;
 
 use gix::ObjectId;
 
-use super::{SnapshotError, SnapshotStore};
+use super::{SnapshotError, SnapshotStore, check_id};
 
 /// How much space the snapshot store takes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -229,6 +229,25 @@ impl SnapshotStore {
             .filter(|id| reachable.contains(*id))
             .copied()
             .collect();
+        // Every kept loose object must hash to its id before anything is packed or
+        // removed: a pack indexes an object by the id of what it holds, so one swapped
+        // for another valid object would be packed under that other id and the swap
+        // (the evidence, and the snapshot's file) silently lost. gc stops instead.
+        {
+            let repo = self.repo()?;
+            let kept_set: HashSet<&ObjectId> = kept.iter().collect();
+            for (id, path) in loose.iter().filter(|(id, _)| kept_set.contains(id)) {
+                let obj = repo.find_object(*id).map_err(|e| {
+                    SnapshotError::git(format!("reading {} before packing", path.display()), e)
+                })?;
+                check_id(*id, obj.kind, &obj.data).map_err(|e| {
+                    SnapshotError::Repository(format!(
+                        "{e} ({}); gc stopped and changed nothing",
+                        path.display()
+                    ))
+                })?;
+            }
+        }
         let mut report = GcReport {
             before: before.clone(),
             after: before,
