@@ -185,6 +185,17 @@ pub enum Installation {
     PluginFile,
 }
 
+/// A conversation forked before a call ([`Adapter::fork_session`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fork {
+    /// The new session file's bytes.
+    pub bytes: Vec<u8>,
+    /// Other calls of the model response the cut falls before, made before the call
+    /// it was asked for (a response with several calls is cut whole): the fork drops
+    /// them too.
+    pub dropped_calls: Vec<String>,
+}
+
 /// One coding agent, as tacho records it. Implemented by a unit struct in the
 /// agent's module; [`crate::Agent`] wraps a `&'static dyn Adapter`.
 pub trait Adapter: Sync + std::fmt::Debug {
@@ -382,7 +393,7 @@ pub trait Adapter: Sync + std::fmt::Debug {
         _bytes: &[u8],
         _before_call: &str,
         _new_id: &str,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Fork, String> {
         Err(format!(
             "{} keeps no conversation tacho can fork",
             self.name()

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
 
-use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
+use crate::adapter::{Adapter, Fork, HookEvent, PlaceError, Places, Scope};
 use crate::hook::{edits_of, subagent_route};
 use crate::import::{Transcript, json_lines, start_event, start_transcript_session, text_of};
 use crate::transcript::{Cursor, read_side_json, usage_of};
@@ -76,7 +76,8 @@ impl Adapter for ClaudeCode {
     }
 
     fn session_file(&self, places: &Places, session: &str) -> Option<PathBuf> {
-        // A transcript is `projects/<the workspace's escaped path>/<session id>.jsonl`.
+        // A transcript is `projects/<the workspace's escaped path>/<session id>.jsonl`;
+        // only real directories are looked in (a link there could lead anywhere).
         if session.is_empty() || session.contains(['/', '\\', '\0']) || session.starts_with('.') {
             return None;
         }
@@ -85,16 +86,12 @@ impl Adapter for ClaudeCode {
         std::fs::read_dir(&root)
             .ok()?
             .flatten()
+            .filter(|d| d.file_type().is_ok_and(|t| t.is_dir()))
             .map(|d| d.path().join(&name))
             .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
     }
 
-    fn fork_session(
-        &self,
-        bytes: &[u8],
-        before_call: &str,
-        new_id: &str,
-    ) -> Result<Vec<u8>, String> {
+    fn fork_session(&self, bytes: &[u8], before_call: &str, new_id: &str) -> Result<Fork, String> {
         fork_claude_transcript(bytes, before_call, new_id)
     }
 
@@ -133,7 +130,7 @@ pub fn fork_claude_transcript(
     bytes: &[u8],
     before_call: &str,
     new_id: &str,
-) -> Result<Vec<u8>, String> {
+) -> Result<Fork, String> {
     let text =
         std::str::from_utf8(bytes).map_err(|e| format!("the transcript is not UTF-8: {e}"))?;
     let lines: Vec<&str> = text.lines().collect();
@@ -188,6 +185,22 @@ pub fn fork_claude_transcript(
             .unwrap_or(call_line),
         None => call_line,
     };
+    // Calls the same response made before this one, cut with it.
+    let dropped_calls: Vec<String> = lines
+        .iter()
+        .take(call_line + 1)
+        .skip(cut)
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| {
+            v.pointer("/message/content")
+                .and_then(Value::as_array)
+                .cloned()
+        })
+        .flatten()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        .filter_map(|b| b.get("id").and_then(Value::as_str).map(str::to_owned))
+        .take_while(|id| id != before_call)
+        .collect();
     let mut out = Vec::new();
     let mut users = 0;
     for (i, line) in lines.iter().take(cut).enumerate() {
@@ -211,7 +224,10 @@ pub fn fork_claude_transcript(
             "nothing of the conversation comes before call {before_call}"
         ));
     }
-    Ok(out)
+    Ok(Fork {
+        bytes: out,
+        dropped_calls,
+    })
 }
 
 // --- Import: a whole transcript read into events ---
@@ -494,7 +510,7 @@ mod fork_tests {
                 assert!(!calls.is_empty(), "{}", file.display());
                 for (k, call) in calls.iter().enumerate() {
                     let out = match ClaudeCode.fork_session(&bytes, call, "new-id") {
-                        Ok(out) => out,
+                        Ok(out) => out.bytes,
                         // A call in the first response: nothing of the user before it
                         // can happen only for the very first call.
                         Err(e) => {

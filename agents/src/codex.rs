@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tacho_schema::{AgentNotice, EventBody, ToolCall, ToolResult, ToolStatus};
 
-use crate::adapter::{Adapter, HookEvent, PlaceError, Places, Scope};
+use crate::adapter::{Adapter, Fork, HookEvent, PlaceError, Places, Scope};
 use crate::hook::edits_of;
 use crate::import::{Transcript, json_lines, start_event};
 use crate::transcript::{Caught, Cursor};
@@ -100,7 +100,10 @@ impl Adapter for Codex {
         // `sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`.
         let mut dirs = vec![(self.import_root(places).ok()?, 0)];
         while let Some((dir, depth)) = dirs.pop() {
-            for e in std::fs::read_dir(&dir).ok()?.flatten() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
                 let Ok(t) = e.file_type() else { continue };
                 let name = e.file_name();
                 let name = name.to_string_lossy();
@@ -114,12 +117,7 @@ impl Adapter for Codex {
         None
     }
 
-    fn fork_session(
-        &self,
-        bytes: &[u8],
-        before_call: &str,
-        new_id: &str,
-    ) -> Result<Vec<u8>, String> {
+    fn fork_session(&self, bytes: &[u8], before_call: &str, new_id: &str) -> Result<Fork, String> {
         fork_codex_rollout(bytes, before_call, new_id)
     }
 
@@ -162,11 +160,7 @@ impl Adapter for Codex {
 /// calls of the same response before it, with their `event_msg` echoes), the
 /// `session_meta` id made `new_id`: the conversation before the model made that call,
 /// which `codex resume NEW_ID` continues. Lines kept are as they were but for that id.
-pub fn fork_codex_rollout(
-    bytes: &[u8],
-    before_call: &str,
-    new_id: &str,
-) -> Result<Vec<u8>, String> {
+pub fn fork_codex_rollout(bytes: &[u8], before_call: &str, new_id: &str) -> Result<Fork, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("the rollout is not UTF-8: {e}"))?;
     let lines: Vec<&str> = text.lines().collect();
     let values: Vec<Option<Value>> = lines.iter().map(|l| serde_json::from_str(l).ok()).collect();
@@ -222,6 +216,19 @@ pub fn fork_codex_rollout(
     while cut > 0 && values[cut - 1].as_ref().is_some_and(of_the_response) {
         cut -= 1;
     }
+    // Calls the same response made before this one, cut with it.
+    let dropped_calls: Vec<String> = values
+        .iter()
+        .take(call)
+        .skip(cut)
+        .flatten()
+        .filter(|v| kind(v).0 == "response_item" && !kind(v).1.ends_with("_output"))
+        .filter_map(|v| {
+            v.pointer("/payload/call_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect();
     let mut out = Vec::new();
     let (mut meta, mut users) = (false, 0);
     for (i, line) in lines.iter().take(cut).enumerate() {
@@ -232,10 +239,21 @@ pub fn fork_codex_rollout(
             .clone()
             .ok_or_else(|| format!("line {}: not JSON", i + 1))?;
         let (t, p) = kind(&v);
-        if (t == "response_item"
-            && p == "message"
-            && v.pointer("/payload/role").and_then(Value::as_str) == Some("user"))
-            || (t == "event_msg" && p == "user_message")
+        // The user's own messages: Codex files its context (the environment, AGENTS.md,
+        // instructions) as user messages too, each opened by a tag or that heading.
+        let context = |v: &Value| {
+            let text = v
+                .pointer("/payload/content/0/text")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .trim_start();
+            text.starts_with('<') || text.starts_with("# AGENTS.md")
+        };
+        if (t == "event_msg" && p == "user_message")
+            || (t == "response_item"
+                && p == "message"
+                && v.pointer("/payload/role").and_then(Value::as_str) == Some("user")
+                && !context(&v))
         {
             users += 1;
         }
@@ -263,7 +281,10 @@ pub fn fork_codex_rollout(
             "nothing of the conversation comes before call {before_call}"
         ));
     }
-    Ok(out)
+    Ok(Fork {
+        bytes: out,
+        dropped_calls,
+    })
 }
 
 /// Reads a Codex rollout (`$CODEX_HOME/sessions/**/rollout-*.jsonl`): `session_meta`
@@ -526,7 +547,7 @@ mod fork_tests {
                     let every = calls.len().div_ceil(12).max(1);
                     for (k, call) in calls.iter().enumerate().step_by(every) {
                         let out = match Codex.fork_session(&bytes, call, new_id) {
-                            Ok(out) => out,
+                            Ok(out) => out.bytes,
                             Err(e) => {
                                 assert_eq!(k, 0, "{e}");
                                 continue;

@@ -37,7 +37,7 @@ pub mod settings;
 pub mod todo;
 pub mod transcript;
 
-pub use adapter::Adapter;
+pub use adapter::{Adapter, Fork};
 
 /// One agent tacho records through its hooks: a `Copy` handle on its [`Adapter`]
 /// (which it derefs to). Two agents are the same when their names are.

@@ -249,7 +249,8 @@ pub fn command_for(tacho: &str, agent: Agent, watch: HookWatch) -> String {
     format!("{} hook {}{flag}", shell_quote(tacho), agent.name())
 }
 
-fn shell_quote(s: &str) -> String {
+/// `s` as one word of a POSIX shell command line (quoted only when it needs it).
+pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "/._-+:=@".contains(c))

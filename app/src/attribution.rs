@@ -173,14 +173,19 @@ fn record_id(commit: &str) -> String {
     b.copy_from_slice(&h.as_bytes()[..16]);
     b[6] = (b[6] & 0x0f) | 0x80;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex = tacho_store::hex(&b);
+    uuid_text(&b)
+}
+
+/// 16 bytes as a UUID's text (8-4-4-4-12 lowercase hex).
+pub(crate) fn uuid_text(b: &[u8; 16]) -> String {
+    let hex = tacho_store::hex(b);
     format!(
         "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
+        hex.get(0..8).unwrap_or_default(),
+        hex.get(8..12).unwrap_or_default(),
+        hex.get(12..16).unwrap_or_default(),
+        hex.get(16..20).unwrap_or_default(),
+        hex.get(20..32).unwrap_or_default()
     )
 }
 

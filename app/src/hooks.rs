@@ -873,7 +873,10 @@ impl Tacho {
         let Some(ws) = ingest.workspace(session).map_err(|e| e.to_string())? else {
             return Ok(());
         };
-        let taken = if self.watcher_runs(&ws) {
+        // The session's end takes what the watcher serves (Claude Code gives every
+        // SessionEnd hook 1.5 s in all, and a checked scan of a large workspace can
+        // take longer; the turn's end before it was checked).
+        let taken = if self.watcher_runs(&ws) && reason == SnapshotReason::Step {
             ingest.checked_snapshot(session, &ws, self.now(), reason)
         } else {
             ingest

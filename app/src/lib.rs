@@ -91,7 +91,7 @@ pub use replay::{
     StepEvents, event_json,
 };
 pub use rollback::{
-    AppliedView, ConversationFork, PlanChange, PlanConflict, PlanFile, RollbackView,
+    AppliedView, ConversationFork, PlanChange, PlanConflict, PlanFile, PreparedFork, RollbackView,
 };
 pub use snapshots::{
     SnapshotStoreUsage, WatchStarted, WatchState, WatchStopped, Watcher, WatcherStatus,

@@ -127,6 +127,16 @@ impl Kind for RollbackError {
     }
 }
 
+/// A fork prepared and not yet written ([`Tacho::prepare_fork`]).
+pub struct PreparedFork {
+    pub view: ConversationFork,
+    bytes: Vec<u8>,
+    /// The directory of the agent's session file, held open.
+    dir: std::os::fd::OwnedFd,
+    dir_path: PathBuf,
+    name: String,
+}
+
 /// The agent's conversation forked at a rollback's point (`--conversation`): a new
 /// session of the agent's own, beside the original, which is never changed.
 #[derive(Debug, Clone, Serialize)]
@@ -397,15 +407,12 @@ fn step_range(p: &RollbackPoints) -> String {
 impl Tacho {
     /// The conversation of `p`'s session as it stood just before its point (step N's
     /// first tool call: the model response that made it is cut, with all after it),
-    /// as a new session of the agent's own that the user can resume; written beside
-    /// the agent's file when `write` (never over anything, never changing the
-    /// original). Claude Code only, for now: the agent must keep a session file the
-    /// adapter can fork ([`tacho_agents::Adapter::fork_session`]).
-    pub fn fork_conversation(
-        &self,
-        p: &Prepared,
-        write: bool,
-    ) -> Result<ConversationFork, RollbackError> {
+    /// as a new session of the agent's own that the user can resume, prepared: read
+    /// and cut, nothing written. Its directory is held open from here until it is
+    /// written ([`Tacho::write_fork`]), so nothing swapped in on the way meanwhile
+    /// redirects the write. Claude Code and Codex: the agent must keep a session file
+    /// its adapter can fork ([`tacho_agents::Adapter::fork_session`]).
+    pub fn prepare_fork(&self, p: &Prepared) -> Result<PreparedFork, RollbackError> {
         let none = |why: String| RollbackError::NoConversation {
             session: p.session.clone(),
             why,
@@ -442,42 +449,113 @@ impl Tacho {
                 "{agent_name} keeps no session file of it here that tacho can fork"
             ))
         })?;
-        let bytes = tacho_agents::transcript::read_transcript_file(&from).map_err(|source| {
-            RollbackError::ConversationIo {
-                path: from.clone(),
-                source,
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source: std::io::Error| RollbackError::ConversationIo { path, source }
+        };
+        let (dir, name) = match (from.parent(), from.file_name().and_then(|n| n.to_str())) {
+            (Some(d), Some(n)) => (d.to_path_buf(), n.to_owned()),
+            _ => {
+                return Err(none(format!(
+                    "{}: not a file in a directory",
+                    from.display()
+                )));
             }
-        })?;
+        };
+        use rustix::fs::{Mode, OFlags};
+        let dir_fd = rustix::fs::open(
+            &dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io(&dir)(e.into()))?;
+        let bytes = read_regular_at(&dir_fd, &name).map_err(io(&from))?;
         let id = new_uuid();
-        let forked = agent
+        let fork = agent
             .fork_session(&bytes, &call, &id)
             .map_err(|why| none(format!("{}: {why}", from.display())))?;
-        let dir = from.parent().unwrap_or(Path::new("."));
-        let file = dir.join(agent.forked_file_name(&from, &id));
-        if write {
-            write_new_file(&file, &forked).map_err(|source| RollbackError::ConversationIo {
-                path: file.clone(),
-                source,
-            })?;
+        // A response with several calls is cut whole: refused when that drops a call
+        // an earlier step made (the files keep its change; the conversation would not).
+        let earlier: Vec<(u64, &str)> = g
+            .steps
+            .iter()
+            .filter(|s| s.number < step)
+            .flat_map(|s| s.tools.iter().map(move |t| (s.number, t.call_id.as_str())))
+            .filter(|(_, c)| fork.dropped_calls.iter().any(|d| d == c))
+            .collect();
+        if let Some((m, _)) = earlier.first() {
+            return Err(none(format!(
+                "step {step}'s call was made in one model response with step {m}'s, and a conversation is cut before a whole response: fork it before step {m}"
+            )));
         }
-        let resume = agent
-            .resume_command(&id)
-            .map(|c| {
-                format!(
-                    "cd {} && {c}",
-                    shell_word(&p.workspace.display().to_string())
-                )
-            })
-            .unwrap_or_default();
-        Ok(ConversationFork {
-            agent: agent_name,
-            from: from.display().to_string(),
-            file: file.display().to_string(),
-            session: id,
-            resume,
-            before_call: call,
-            written: write,
+        let new_name = agent.forked_file_name(&from, &id);
+        let file = dir.join(&new_name);
+        let ws = p.workspace.display().to_string();
+        // Printed for the user to run: only for a workspace path without control
+        // characters (a terminal shows those otherwise than they run).
+        let resume = match agent.resume_command(&id) {
+            Some(c) if !ws.chars().any(char::is_control) => {
+                format!("cd -- {} && {c}", tacho_agents::settings::shell_quote(&ws))
+            }
+            _ => String::new(),
+        };
+        Ok(PreparedFork {
+            view: ConversationFork {
+                agent: agent_name,
+                from: printable_path(&from),
+                file: printable_path(&file),
+                session: id,
+                resume,
+                before_call: call,
+                written: false,
+            },
+            bytes: fork.bytes,
+            dir: dir_fd,
+            dir_path: dir,
+            name: new_name,
         })
+    }
+
+    /// Writes a prepared fork: a new file in the directory held open (a temporary
+    /// name, `O_EXCL`, no link followed, mode 0600, synced, then renamed to its name
+    /// without replacing anything, and the directory synced); the original is never
+    /// opened for writing. Nothing is left behind when it fails.
+    pub fn write_fork(&self, f: &mut PreparedFork) -> Result<(), RollbackError> {
+        use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+        use std::io::Write;
+        let path = f.dir_path.join(&f.name);
+        let io = |source: std::io::Error| RollbackError::ConversationIo {
+            path: path.clone(),
+            source,
+        };
+        let tmp = format!(".tacho-fork-{}-{}.tmp", std::process::id(), f.view.session);
+        let fd = rustix::fs::openat(
+            &f.dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io(e.into()))?;
+        let written = (|| {
+            let mut file = std::fs::File::from(fd);
+            file.write_all(&f.bytes)?;
+            file.sync_all()?;
+            rustix::fs::renameat_with(
+                &f.dir,
+                tmp.as_str(),
+                &f.dir,
+                f.name.as_str(),
+                RenameFlags::NOREPLACE,
+            )?;
+            rustix::fs::fsync(&f.dir)?;
+            Ok::<_, std::io::Error>(())
+        })();
+        if let Err(e) = written {
+            let _ = rustix::fs::unlinkat(&f.dir, tmp.as_str(), AtFlags::empty());
+            return Err(io(e));
+        }
+        f.view.written = true;
+        Ok(())
     }
 
     /// The recoverable points of a session: steps with the snapshot before them.
@@ -1090,45 +1168,43 @@ impl Tacho {
     }
 }
 
-/// A random UUID (version 4) in its usual text: the id agents give their sessions.
+/// A new UUID (version 7: a millisecond time and random bits, the layout of a ULID)
+/// in its usual text: the id agents give their sessions.
 fn new_uuid() -> String {
     let mut b = ulid::Ulid::generate().to_bytes();
-    b[6] = (b[6] & 0x0f) | 0x40;
+    b[6] = (b[6] & 0x0f) | 0x70;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    crate::attribution::uuid_text(&b)
 }
 
-/// `s` as one word of a POSIX shell command line.
-fn shell_word(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || b"/._-+,:@%".contains(&c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
+/// Reads the regular file `name` of the directory `dir` without following a link or
+/// blocking (a FIFO put there), a regular file only.
+fn read_regular_at(dir: &std::os::fd::OwnedFd, name: &str) -> std::io::Result<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read;
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(std::io::Error::other("not a regular file"));
     }
+    let mut out = Vec::new();
+    std::fs::File::from(fd).read_to_end(&mut out)?;
+    Ok(out)
 }
 
-/// Writes a new file (never over anything, never through a link), private to its
-/// owner, synced.
-fn write_new_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
+/// A path as text for a terminal: control characters escaped.
+fn printable_path(p: &Path) -> String {
+    p.display()
+        .to_string()
+        .chars()
+        .flat_map(|c| match c.is_control() {
+            true => c.escape_unicode().collect::<Vec<_>>(),
+            false => vec![c],
+        })
+        .collect()
 }

@@ -918,15 +918,14 @@ fn claude_code_parallel_tool_calls_of_one_message_verify_and_roll_back() {
     assert_eq!(std::fs::read(&two).unwrap(), two_before, "{out}");
 }
 
-/// The Factory Droid binary (npm `@factory/cli-linux-x64`, which links no `bin`), or
-/// why it cannot run.
 /// A rollback to a step can fork the conversation too (issue 46, item 7): the real
 /// Claude Code CLI edits, then runs a shell command; rolling back to before that
 /// command with `--conversation` restores the files and writes a new session of
 /// Claude Code's own holding the conversation up to the response that made the call;
 /// the original transcript is not changed; and `claude --resume NEW -p` continues it
 /// from there (the mock answers by the number of assistant messages the request holds:
-/// one, the edit's).
+/// the edit's, and the one Claude Code adds after a tool's result). The dry run writes
+/// nothing.
 #[test]
 fn claude_code_rollback_forks_the_conversation_to_resume() {
     let Some(claude) = npm_bin("claude") else {
@@ -1091,6 +1090,8 @@ fn claude_code_rollback_forks_the_conversation_to_resume() {
     );
 }
 
+/// The Factory Droid binary (npm `@factory/cli-linux-x64`, which links no `bin`), or
+/// why it cannot run.
 fn droid_bin() -> Option<PathBuf> {
     let p = agents_dir().join("node_modules/@factory/cli-linux-x64/bin/droid");
     let py = Command::new("python3")

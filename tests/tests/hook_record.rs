@@ -1084,3 +1084,140 @@ fn a_directory_replaced_by_a_written_file_leaves_the_session_rollbackable() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(!err.contains("modes entry"), "{err}");
 }
+
+/// `session rollback --step N --conversation` with Claude Code's hooks and a transcript
+/// of its shape in `CLAUDE_CONFIG_DIR` (the real CLI's run is in `agents.rs`): the dry
+/// run writes nothing; a fork before a call that shares its model response with an
+/// earlier step's is refused (exit 2) before any file is touched; the fork before the
+/// shell step holds the edit and its result, not the shell call, every line the new
+/// session's, beside the original, which is unchanged; a session file reached through
+/// a linked project directory is never used.
+#[test]
+fn a_conversation_is_forked_before_a_step_and_never_across_a_shared_response() {
+    let e = Env::new();
+    let s = "5e551011-aaaa-4bbb-8ccc-00000000f0c1";
+    let cfg = e.home.with_file_name("claude-config");
+    let project = cfg.join("projects").join("-ws");
+    std::fs::create_dir_all(&project).unwrap();
+    let line = |v: serde_json::Value| v.to_string() + "\n";
+    let original: String = [
+        line(serde_json::json!({"type": "user", "sessionId": s, "uuid": "u1", "message": {"role": "user", "content": "Fix it"}})),
+        line(serde_json::json!({"type": "assistant", "sessionId": s, "uuid": "a1", "message": {"id": "msg_1", "role": "assistant", "content": [{"type": "tool_use", "id": "e1", "name": "Edit", "input": {}}]}})),
+        line(serde_json::json!({"type": "user", "sessionId": s, "uuid": "u2", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "e1", "content": "ok"}]}})),
+        line(serde_json::json!({"type": "assistant", "sessionId": s, "uuid": "a2", "message": {"id": "msg_2", "role": "assistant", "content": [{"type": "tool_use", "id": "b1", "name": "Bash", "input": {}}]}})),
+        line(serde_json::json!({"type": "assistant", "sessionId": s, "uuid": "a3", "message": {"id": "msg_2", "role": "assistant", "content": [{"type": "tool_use", "id": "b2", "name": "Bash", "input": {}}]}})),
+        line(serde_json::json!({"type": "user", "sessionId": s, "uuid": "u3", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "b1", "content": ""}, {"type": "tool_result", "tool_use_id": "b2", "content": ""}]}})),
+    ]
+    .concat();
+    let transcript = project.join(format!("{s}.jsonl"));
+    std::fs::write(&transcript, &original).unwrap();
+
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let a = e.ws.join("src/a.txt").display().to_string();
+    let edit = serde_json::json!({"file_path": a, "old_string": "a", "new_string": "A"});
+    e.send(s, "PreToolUse", pre("Edit", "e1", edit.clone()));
+    std::fs::write(e.ws.join("src/a.txt"), "A\n").unwrap();
+    e.send(s, "PostToolUse", post("Edit", "e1", edit));
+    for (id, file) in [("b1", "one.txt"), ("b2", "two.txt")] {
+        let cmd = serde_json::json!({"command": format!("echo x > {file}")});
+        e.send(s, "PreToolUse", pre("Bash", id, cmd.clone()));
+        std::fs::write(e.ws.join(file), "x\n").unwrap();
+        e.send(s, "PostToolUse", post("Bash", id, cmd));
+    }
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    e.send(
+        s,
+        "SessionEnd",
+        serde_json::json!({"reason": "prompt_input_exit"}),
+    );
+    let g = e.json(&["graph", s, "--format", "json"]);
+    let step_of = |call: &str| {
+        g["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|st| st["tools"][0]["call_id"] == call)
+            .unwrap_or_else(|| panic!("{call}: {g}"))["number"]
+            .as_u64()
+            .unwrap()
+            .to_string()
+    };
+    let (b1, b2) = (step_of("b1"), step_of("b2"));
+    let rollback = |args: &[&str]| {
+        let mut c = tacho(&e.home);
+        c.current_dir(&e.ws)
+            .env("CLAUDE_CONFIG_DIR", &cfg)
+            .args(["session", "rollback", s])
+            .args(args);
+        run(c)
+    };
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&project)
+            .unwrap()
+            .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    // The dry run: what it would write, nothing written.
+    let (code, out, err) = rollback(&["--step", &b1, "--conversation", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let dry: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(dry["conversation"]["written"], false, "{dry}");
+    assert_eq!(listing(), [format!("{s}.jsonl")]);
+    // b2 was made in one response with b1: cut before that response, the fork would
+    // lose b1's call while the files keep its change. Refused, nothing touched.
+    let (code, _, err) = rollback(&["--step", &b2, "--conversation", "--yes"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("fork it before step {b1}")), "{err}");
+    assert!(e.ws.join("two.txt").exists(), "nothing rolled back");
+    assert_eq!(listing(), [format!("{s}.jsonl")]);
+    // Before the shell step: the files and the conversation.
+    let (code, out, err) = rollback(&["--step", &b1, "--conversation", "--yes", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let done: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let fork = &done["conversation"];
+    assert_eq!(fork["written"], true, "{done}");
+    assert!(!e.ws.join("one.txt").exists() && !e.ws.join("two.txt").exists());
+    assert_eq!(std::fs::read_to_string(&transcript).unwrap(), original);
+    let new_id = fork["session"].as_str().unwrap();
+    let forked = std::fs::read_to_string(project.join(format!("{new_id}.jsonl"))).unwrap();
+    let kept: Vec<serde_json::Value> = forked
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(kept.len(), 3, "{forked}");
+    assert!(kept.iter().all(|v| v["sessionId"] == new_id), "{forked}");
+    assert!(
+        forked.contains("\"tool_use_id\":\"e1\"") && !forked.contains("\"b1\""),
+        "{forked}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let bits = std::fs::metadata(project.join(format!("{new_id}.jsonl")))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(bits, 0o600);
+    assert_eq!(
+        listing().len(),
+        2,
+        "no temporary file left: {:?}",
+        listing()
+    );
+    assert!(
+        fork["resume"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("claude --resume {new_id}"))
+    );
+
+    // A session file reached through a linked project directory is not used.
+    let elsewhere = e.home.with_file_name("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::rename(&transcript, elsewhere.join(format!("{s}.jsonl"))).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, cfg.join("projects").join("linked")).unwrap();
+    let (code, _, err) = rollback(&["--step", &b1, "--conversation", "--dry-run"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("keeps no session file"), "{err}");
+}

@@ -42,7 +42,7 @@ pub struct RollbackArgs {
     pub force: bool,
     /// Also fork the agent's conversation as it stood before step N, as a new session
     /// of the agent beside the original (which is never changed), and print the
-    /// command that resumes it (Claude Code).
+    /// command that resumes it (Claude Code, Codex).
     #[arg(long, requires = "step", conflicts_with_all = ["unclaimed", "list"])]
     pub conversation: bool,
     #[arg(long)]
@@ -61,28 +61,31 @@ pub fn run(a: RollbackArgs) -> Result<(), CliError> {
         Some(n) => tacho.plan_unclaimed_rollback(&session, n, a.force, a.dry_run)?,
         None => tacho.plan_rollback_within(&session, a.step, &a.path, a.force, a.dry_run)?,
     };
+    // The fork is prepared (read and cut) before anything is shown or applied, and
+    // written before the files are touched: whatever fails of it fails first.
+    let mut fork = match a.conversation {
+        true => Some(tacho.prepare_fork(&p)?),
+        false => None,
+    };
     if a.dry_run || !a.yes {
-        // What the fork would be, checked before anything is applied.
-        let fork = match a.conversation {
-            true => Some(tacho.fork_conversation(&p, false)?),
-            false => None,
-        };
-        print_plan(&p, None, fork, a.json, &mut out)?;
+        print_plan(
+            &p,
+            None,
+            fork.as_ref().map(|f| f.view.clone()),
+            a.json,
+            &mut out,
+        )?;
         out.finish()?;
-        if a.dry_run || !confirmed(&p, a.json)? {
+        if a.dry_run || !confirmed(&p, a.conversation, a.json)? {
             return Ok(());
         }
         out = Out::new();
-    } else if a.conversation {
-        // Refused before the files are touched when there is nothing to fork.
-        tacho.fork_conversation(&p, false)?;
+    }
+    if let Some(f) = fork.as_mut() {
+        tacho.write_fork(f)?;
     }
     let done = tacho.apply_rollback(&p)?;
-    let fork = match a.conversation {
-        true => Some(tacho.fork_conversation(&p, true)?),
-        false => None,
-    };
-    print_plan(&p, Some(&done), fork, a.json, &mut out)?;
+    print_plan(&p, Some(&done), fork.map(|f| f.view), a.json, &mut out)?;
     out.finish()?;
     let failed = done.applied.failed.len();
     let conflicts = p.plan.conflicts.len();
@@ -97,7 +100,7 @@ pub fn run(a: RollbackArgs) -> Result<(), CliError> {
 
 /// Without `--yes`: on a terminal, asks whether to apply the plan just shown;
 /// otherwise says how to apply it. Nothing is changed unless the answer is yes.
-fn confirmed(p: &tacho_app::Prepared, json: bool) -> Result<bool, CliError> {
+fn confirmed(p: &tacho_app::Prepared, fork: bool, json: bool) -> Result<bool, CliError> {
     use std::io::{BufRead, IsTerminal, Write};
     let stdin = std::io::stdin();
     if json || !stdin.is_terminal() || !std::io::stderr().is_terminal() {
@@ -106,7 +109,7 @@ fn confirmed(p: &tacho_app::Prepared, json: bool) -> Result<bool, CliError> {
         );
         return Ok(false);
     }
-    if p.plan.items.is_empty() {
+    if p.plan.items.is_empty() && !fork {
         eprintln!("nothing to apply");
         return Ok(false);
     }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use super::SnapshotError;
 use super::stat::FileStat;
 
-pub(crate) const CACHE_VERSION: u32 = 4;
+/// The stat cache's version: 5 since snapshots keep permission bits (a cache of 4 goes,
+/// so the next scan is a full one that writes the modes entry from every file).
+pub(crate) const CACHE_VERSION: u32 = 5;
 
 /// How long before a scan's start a file's times must be for its cache entry to be
 /// trusted at the next scan. File times come from a coarse clock (a few milliseconds

@@ -250,7 +250,8 @@ impl FileKind {
     }
 
     /// The kind of a regular file with raw `st_mode` `mode`: executable when any of
-    /// its execute bits is set, as Git decides.
+    /// its execute bits is set (Git itself looks at the owner's only; a file whose
+    /// owner cannot run it but others can is one tacho calls executable).
     pub fn of_file_mode(mode: u32) -> FileKind {
         if mode & 0o111 != 0 {
             FileKind::Executable
