@@ -102,8 +102,11 @@ class Ctx:
 def tool_env(home: Path) -> dict:
     """An environment of its own for one tool run: HOME, stores and Git config inside
     `home`, no telemetry."""
+    # TACHO_WATCH_FILES, the hooks' watcher threshold, is the one setting let through
+    # (to measure another threshold).
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TACHO_", "GIT_", "AGENT_TRACE", "AGENT_STRACE", "CLAUDE"))}
+           if k == "TACHO_WATCH_FILES"
+           or not k.startswith(("TACHO_", "GIT_", "AGENT_TRACE", "AGENT_STRACE", "CLAUDE"))}
     home.mkdir(parents=True, exist_ok=True)
     gitconfig = home / ".gitconfig"
     if not gitconfig.exists():
@@ -150,7 +153,7 @@ def init_repo(ws: Path, env: dict, commit: bool = True) -> None:
 
 def tree_state(ws: Path) -> dict:
     """Every entry under `ws` (but Git's and the tools' own directories): its kind,
-    and the content hash and exec bit of a file, the target of a symbolic link."""
+    and the content hash and permission bits of a file, the target of a symbolic link."""
     out = {}
 
     def walk(d: Path, rel: str):
@@ -171,7 +174,7 @@ def tree_state(ws: Path) -> dict:
                     for chunk in iter(lambda: f.read(1 << 20), b""):
                         h.update(chunk)
                 mode = os.stat(e.path).st_mode
-                out[r] = ("file", h.hexdigest()[:16], "x" if mode & 0o100 else "-")
+                out[r] = ("file", h.hexdigest()[:16], f"{mode & 0o777:o}")
             else:
                 out[r] = ("other",)
     walk(ws, "")
@@ -194,7 +197,7 @@ def tree_diff(want: dict, got: dict, limit: int = 4) -> list[str]:
         elif a[0] == "file" and a[1] != b[1]:
             diffs.append(f"{name}: content differs")
         elif a[0] == "file":
-            diffs.append(f"{name}: exec bit {a[2]} -> {b[2]}")
+            diffs.append(f"{name}: mode {a[2]} -> {b[2]}")
         elif a[0] == "link":
             diffs.append(f"{name}: link target {a[1]} -> {b[1]}")
         else:
@@ -516,6 +519,12 @@ def cases(quick: bool) -> list[Case]:
              setup=big(50, 50), change=replace_big(50), settle=30),
         Case("chmod +x", "`chmod +x run.sh`",
              change=lambda ws: sh(ws, "chmod +x run.sh")),
+        Case("0600 file edited", "rewrite `.env`, a 0600 secret (its bits kept, as editors keep them)",
+             setup=lambda ws: w(ws / ".env", "TOKEN=one\n", 0o600),
+             change=lambda ws: (w(ws / ".env", "TOKEN=two\n"), os.chmod(ws / ".env", 0o600))),
+        Case("0600 file deleted", "`rm id_key`, a 0600 file",
+             setup=lambda ws: w(ws / "id_key", "-----KEY-----\n", 0o600),
+             change=lambda ws: sh(ws, "rm id_key")),
         Case("symlink created", "`ln -s README.md link`",
              change=lambda ws: sh(ws, "ln -s README.md link")),
         Case("symlink retargeted", "`ln -sfn src/mod0.py link` (was README.md)",

@@ -165,7 +165,7 @@ fn a_workspace_over_the_threshold_gets_a_watcher_from_its_first_hook() {
 #[test]
 fn a_workspace_under_the_threshold_gets_none() {
     let Some(e) = Env::new() else { return };
-    // One file more than the workspace has; and the default (10,000).
+    // One file more than the workspace has; and the default (1,000).
     e.session(
         &["hook", "claude-code"],
         &[("TACHO_WATCH_FILES", &files_env(FILES + 1))],
