@@ -272,7 +272,23 @@ impl SnapshotStore {
         // Everything kept goes into one new pack; then the old packs and every loose
         // object (kept ones are in the new pack, the rest no snapshot reaches) go.
         report.packed_objects = kept.len() as u64;
+        let wanted = kept.clone();
         let new = self.write_pack_of(kept)?;
+        // The new pack is indexed by what it holds: every kept id must be there before
+        // anything else goes (an object a pack held under another id's name, swapped
+        // in an old pack, would be lost here). Otherwise the new pack goes, and gc
+        // stops having changed nothing but the refs it dropped.
+        if let Some(pack) = &new {
+            let idx = pack.with_extension("idx");
+            let index = gix_pack::index::File::at(&idx, gix::hash::Kind::Sha1)
+                .map_err(|e| SnapshotError::git(format!("reading {}", idx.display()), e))?;
+            if let Some(lost) = wanted.iter().find(|id| index.lookup(*id).is_none()) {
+                self.remove_packs(std::iter::once(pack), None)?;
+                return Err(SnapshotError::Repository(format!(
+                    "object {lost} is not in the pack gc wrote: a pack held other content under its id; gc stopped before deleting any object"
+                )));
+            }
+        }
         self.remove_packs(packs.iter(), new.as_ref())?;
         for (_, path) in &loose {
             match std::fs::remove_file(path) {

@@ -501,7 +501,9 @@ impl SnapshotStore {
         {
             let modes = modes::read(&repo, id)?;
             let perms = modes.perms(path, entry.kind);
-            if entry.kind != FileKind::Link && FileKind::of_file_mode(perms) != entry.kind {
+            if (entry.kind == FileKind::Link && modes.files.contains_key(path))
+                || (entry.kind != FileKind::Link && FileKind::of_file_mode(perms) != entry.kind)
+            {
                 return Err(SnapshotError::Repository(format!(
                     "snapshot {snapshot}: its modes entry gives {path:?} bits {perms:o}, which a {} cannot have",
                     entry.kind.as_str()
