@@ -265,12 +265,8 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 /// with tacho's hooks installed by `tacho hooks install codex` (the test passes
 /// `--dangerously-bypass-hook-trust`; a user approves the hooks once in Codex). Its
 /// hook payloads carry no exit code: the result waits for the rollout's.
-/// Runs `codex exec` offline against the mock serving `script`, with tacho's hooks
-/// installed (and trusted for the run) in a `CODEX_HOME` of its own, which it returns.
-fn codex_exec(codex: &Path, e: &Env, script: &serde_json::Value) -> PathBuf {
-    let codex_home = e.dir.join("codex-home");
-    std::fs::create_dir_all(&codex_home).unwrap();
-    let mock = Mock::start(&e.dir, script);
+/// Codex's configuration in `codex_home`: the model served by `mock`.
+fn codex_config(codex_home: &Path, mock: &Mock) {
     std::fs::write(
         codex_home.join("config.toml"),
         format!(
@@ -279,6 +275,15 @@ fn codex_exec(codex: &Path, e: &Env, script: &serde_json::Value) -> PathBuf {
         ),
     )
     .unwrap();
+}
+
+/// Runs `codex exec` offline against the mock serving `script`, with tacho's hooks
+/// installed (and trusted for the run) in a `CODEX_HOME` of its own, which it returns.
+fn codex_exec(codex: &Path, e: &Env, script: &serde_json::Value) -> PathBuf {
+    let codex_home = e.dir.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let mock = Mock::start(&e.dir, script);
+    codex_config(&codex_home, &mock);
     let mut c = tacho(&e.home);
     c.env("CODEX_HOME", &codex_home)
         .args(["hooks", "install", "codex"]);
@@ -469,14 +474,7 @@ fn codex_rollback_forks_the_conversation_to_resume() {
     let dir = e.dir.join("resume");
     std::fs::create_dir_all(&dir).unwrap();
     let mock = Mock::start(&dir, &resume_script);
-    std::fs::write(
-        codex_home.join("config.toml"),
-        format!(
-            "model = \"gpt-5-codex\"\nmodel_provider = \"mock\"\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_KEY\"\nwire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
-            mock.port
-        ),
-    )
-    .unwrap();
+    codex_config(&codex_home, &mock);
     let out = Command::new(&codex)
         .current_dir(&e.ws)
         .args([
@@ -975,6 +973,16 @@ fn claude_code_rollback_forks_the_conversation_to_resume() {
     ]);
     assert_eq!(dry["conversation"]["written"], false, "{dry}");
     assert_eq!(dry["conversation"]["before_call"], call.as_str(), "{dry}");
+    let listing = || {
+        std::fs::read_dir(transcript.parent().unwrap())
+            .unwrap()
+            .count()
+    };
+    let files_before = listing();
+    assert!(
+        !Path::new(dry["conversation"]["file"].as_str().unwrap()).exists(),
+        "the dry run writes nothing"
+    );
     let done = e.json(&[
         "session",
         "rollback",
@@ -987,6 +995,7 @@ fn claude_code_rollback_forks_the_conversation_to_resume() {
     ]);
     let fork = &done["conversation"];
     assert_eq!(fork["written"], true, "{done}");
+    assert_eq!(listing(), files_before + 1, "one file more: the fork");
     assert!(
         !e.ws.join("made.txt").exists(),
         "the files are rolled back too"
@@ -1034,48 +1043,8 @@ fn claude_code_rollback_forks_the_conversation_to_resume() {
     let dir = e.dir.join("resume");
     std::fs::create_dir_all(&dir).unwrap();
     let mock = Mock::start(&dir, &resume_script);
-    let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
-    let out = Command::new(&claude)
-        .current_dir(&e.ws)
-        .args([
-            "-p",
-            "go on",
-            "--resume",
-            &new_id,
-            "--dangerously-skip-permissions",
-            "--output-format",
-            "json",
-        ])
-        .env(
-            "ANTHROPIC_BASE_URL",
-            format!("http://127.0.0.1:{}", mock.port),
-        )
-        .env("ANTHROPIC_API_KEY", "anything")
-        .env("CLAUDE_CONFIG_DIR", &e.cfg)
-        .env("TACHO_HOME", &e.home)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                tacho_dir.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("IS_SANDBOX", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let result = e.claude_with(&claude, &mock, &["--resume", &new_id], "go on");
     drop(mock);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "claude --resume: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     let log = std::fs::read_to_string(dir.join("requests.log")).unwrap();
     assert_eq!(
         result["result"], "resumed after the edit",

@@ -80,7 +80,7 @@ pub struct HookArgs {
     /// Keep a watcher of the session's workspace running (`tacho watch run`, stopping
     /// after an hour without a snapshot): started by the first hook that finds none.
     /// Without it, one is started when a full snapshot lists many files
-    /// (`TACHO_WATCH_FILES`, default 10000).
+    /// (`TACHO_WATCH_FILES`, default 1000).
     #[arg(long, conflicts_with = "no_watch")]
     pub watch: bool,
     /// Never start a watcher (also `TACHO_NO_WATCH=1`).

@@ -164,6 +164,18 @@ impl Env {
         session: &str,
         prompt: &str,
     ) -> serde_json::Value {
+        self.claude_with(claude, mock, &["--session-id", session], prompt)
+    }
+
+    /// [`Env::claude`] with the arguments that name the session (`--session-id ID`,
+    /// `--resume ID`).
+    pub fn claude_with(
+        &self,
+        claude: &Path,
+        mock: &Mock,
+        session_args: &[&str],
+        prompt: &str,
+    ) -> serde_json::Value {
         let tacho_dir = tacho_bin().parent().unwrap().to_path_buf();
         let path = format!(
             "{}:{}",
@@ -179,7 +191,7 @@ impl Env {
                 "--output-format",
                 "json",
             ])
-            .args(["--session-id", session])
+            .args(session_args)
             .env(
                 "ANTHROPIC_BASE_URL",
                 format!("http://127.0.0.1:{}", mock.port),
