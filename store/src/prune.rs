@@ -238,6 +238,8 @@ pub fn remove_streams(mut writers: Vec<Writer>) -> Result<(), StoreError> {
         })
         .collect();
     store.index_append(&removed, true)?;
+    let gone: Vec<&str> = writers.iter().map(|w| w.session()).collect();
+    store.forget_vouched(&gone);
     for w in writers {
         // Unlinked while held: a writer waiting on it finds, once it has the lock,
         // that the path is another file, and takes that one instead.

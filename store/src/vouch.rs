@@ -144,20 +144,37 @@ impl Store {
             })
             .collect();
         if changed {
-            let mut lines: Vec<String> = known
-                .iter()
-                .map(|(s, stamp)| format!("{} {s}\n", faster_hex::hex_string(stamp)))
-                .collect();
-            lines.sort();
-            let mut text = format!("{MAGIC}\n");
-            text.extend(lines);
-            let dir = self.index_dir();
-            // Best effort: what is not recorded is verified again next time.
-            if self.vfs.create_dir_all(&dir).is_ok() {
-                let _ = self.vfs.replace(&self.vouched_path(), text.as_bytes());
-            }
+            self.save_vouched(&known);
         }
         out
+    }
+
+    /// Drops the stamps of `sessions` (streams removed by a prune): the file keeps only
+    /// streams that exist. Best effort, as every write of it.
+    pub(crate) fn forget_vouched(&self, sessions: &[&str]) {
+        let mut known = self.vouched();
+        let before = known.len();
+        for s in sessions {
+            known.remove(*s);
+        }
+        if known.len() != before {
+            self.save_vouched(&known);
+        }
+    }
+
+    fn save_vouched(&self, known: &HashMap<String, [u8; 32]>) {
+        let mut lines: Vec<String> = known
+            .iter()
+            .map(|(s, stamp)| format!("{} {s}\n", faster_hex::hex_string(stamp)))
+            .collect();
+        lines.sort();
+        let mut text = format!("{MAGIC}\n");
+        text.extend(lines);
+        let dir = self.index_dir();
+        // Best effort: what is not recorded is verified again next time.
+        if self.vfs.create_dir_all(&dir).is_ok() {
+            let _ = self.vfs.replace(&self.vouched_path(), text.as_bytes());
+        }
     }
 }
 

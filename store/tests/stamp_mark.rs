@@ -339,4 +339,14 @@ fn a_listing_vouches_by_stamps_and_verifies_what_changed() {
     assert!(counting.take_bytes_read() >= 200_000);
     // A session with no stream.
     assert_eq!(store.vouch(&["ses_none"]), vec![Vouch::Gone]);
+    // A stream a prune removes takes its stamp with it: `index/vouched` keeps only
+    // streams that exist.
+    let vouched = || {
+        let path = std::path::Path::new(ROOT).join("index/vouched");
+        String::from_utf8(fs.file(&path).expect("index/vouched")).unwrap()
+    };
+    assert!(vouched().contains(" ses_b\n"), "{}", vouched());
+    store.writer("ses_b").unwrap().remove_stream().unwrap();
+    assert!(!vouched().contains(" ses_b\n"), "{}", vouched());
+    assert!(vouched().contains(" ses_a\n"), "{}", vouched());
 }
