@@ -782,23 +782,10 @@ pub fn plan_advisory(rendered: &str) -> Option<String> {
         format!(
             "the rendered plan is {size} bytes, {} over the advised {} bytes: a shorter plan is easier to check (frozen all the same; the limit is {} bytes)",
             size - ADVISORY_PLAN_BYTES,
-            thousands(ADVISORY_PLAN_BYTES),
-            thousands(MAX_PLAN_BYTES)
+            tacho_projections::thousands(ADVISORY_PLAN_BYTES as u64),
+            tacho_projections::thousands(MAX_PLAN_BYTES as u64)
         )
     })
-}
-
-/// `7168` as `7,168`.
-fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A check's entry in a status with what the frozen plan says of it (its command,

@@ -798,47 +798,38 @@ def cost(ctx: Ctx, tools: list[str], sizes: list[int], n: int):
                 t = time.perf_counter()
                 fn()
                 return time.perf_counter() - t
+            def hook_pairs(drv, warmup):
+                """A hook driver's steps (a pre and a post hook each): `warmup` first,
+                then `n` unchanged (returned) and `n` after 10 edits (into `edited`)."""
+                drv.start()
+                k = 0
+
+                def pair():
+                    nonlocal k
+                    k += 1
+                    drv.pre(k)
+                    drv.post(k)
+                for _ in range(warmup):
+                    pair()
+                unchanged = [timed(pair) for _ in range(n)]
+                for _ in range(n):
+                    rnd[0] += 1
+                    edit10(ws, paths, rnd[0])
+                    edited.append(timed(pair))
+                drv.finish()
+                return unchanged
+
             try:
                 if tool == "tacho":
                     drv = Tacho(ctx, ws, home, hook_args=args)
-                    drv.start()
-                    k = 0
-
-                    def pair():
-                        nonlocal k
-                        k += 1
-                        drv.pre(k)
-                        drv.post(k)
-                    for _ in range(3):
-                        pair()
-                    unchanged = [timed(pair) for _ in range(n)]
-                    for _ in range(n):
-                        rnd[0] += 1
-                        edit10(ws, paths, rnd[0])
-                        edited.append(timed(pair))
-                    drv.finish()
+                    unchanged = hook_pairs(drv, 3)
                     res["entry"] = "tacho hook claude-code: PreToolUse + PostToolUse (Bash)"
                     if drv.problems:
                         res["problems"] = drv.problems[:3]
                     drv.cleanup()
                 elif tool == "agent-strace":
                     drv = AgentStrace(ctx, ws, home)
-                    drv.start()
-                    k = 0
-
-                    def pair():
-                        nonlocal k
-                        k += 1
-                        drv.pre(k)
-                        drv.post(k)
-                    for _ in range(2):
-                        pair()
-                    unchanged = [timed(pair) for _ in range(n)]
-                    for _ in range(n):
-                        rnd[0] += 1
-                        edit10(ws, paths, rnd[0])
-                        edited.append(timed(pair))
-                    drv.finish()
+                    unchanged = hook_pairs(drv, 2)
                     res["entry"] = "agent-strace hook pre-tool + post-tool (no snapshot)"
                     if drv.problems:
                         res["problems"] = drv.problems[:3]

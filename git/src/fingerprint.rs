@@ -173,12 +173,7 @@ pub fn fingerprint(
             stat::lstat(&ws.join(&rel))
         };
         match m {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-            {
+            Err(e) if crate::snapshot::gone(&e) => {
                 // Outside Git a missing path is part of the state; inside Git the
                 // index decides (a deleted tracked file is listed, as missing).
                 if git.is_none() || from_edit {
@@ -396,12 +391,7 @@ fn read_entry(ws: &Path, rel: &str, explicit: bool) -> Result<Entry, Problem> {
         Ok(m) => m,
         // Not there: also when a directory on the way is a file now (`d/x` after `d`
         // became one).
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
+        Err(e) if crate::snapshot::gone(&e) => {
             return Ok(missing());
         }
         Err(e) => return Err(fail(format!("unreadable: {e}"))),

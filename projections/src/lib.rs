@@ -32,8 +32,8 @@ pub use risk::{
     CALL_UNCONFIRMED, Confidence, FACTORS, FactorRule, HOOK_LOCK_HELD, RISK_DISCLAIMER, Readiness,
     RiskAssessment, RiskFactor, RiskLevel, TRANSCRIPT_ELSEWHERE, VerificationEvidence,
     VerificationSource, WATCHER_IMPOSTOR, WATCHER_MISSED, Weight, asked_by, assess, factor_rule,
-    is_agent_hook_file, is_api_surface, is_security_sensitive, risk_score, unconfirmed_call_id,
-    unconfirmed_call_message, unconfirmed_calls, verification_kind,
+    is_agent_hook_file, is_api_surface, is_security_sensitive, risk_score, thousands,
+    unconfirmed_call_id, unconfirmed_call_message, unconfirmed_calls, verification_kind,
 };
 pub use rollback::{RollbackPoint, RollbackPoints, UnclaimedPoint};
 pub use summary::{SessionStatus, SessionSummary};

@@ -51,8 +51,8 @@ pub use types::*;
 
 use full::*;
 
-pub(crate) use paths::linked_parent;
 use paths::*;
+pub(crate) use paths::{gone, linked_parent};
 pub(crate) use scan::slash_path;
 use tree::*;
 

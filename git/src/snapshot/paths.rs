@@ -131,7 +131,7 @@ pub(super) fn link_leaves(rel: &str, target: &Path) -> bool {
 /// Whether a failed `lstat` says the path is not there: missing, or a component on
 /// the way is no longer a directory (`d/x` after `d` became a file) — gone, not
 /// unreadable.
-pub(super) fn gone(e: &std::io::Error) -> bool {
+pub(crate) fn gone(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
