@@ -372,3 +372,100 @@ fn a_write_through_a_shared_mapping_is_read_by_the_checked_snapshot() {
     assert_ne!(checked.snapshot.id, before.snapshot.id);
     let _ = watch::stop(&s.root.join("cache"), &s.ws);
 }
+
+/// The packs in the store's pack directory.
+fn pack_count(root: &std::path::Path) -> usize {
+    std::fs::read_dir(root.join("snapshots/objects/pack"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "pack")
+        })
+        .count()
+}
+
+#[test]
+fn a_watchers_small_packs_are_merged_and_every_snapshot_still_reads_back() {
+    if !tacho_tests::git::need_git() {
+        return;
+    }
+    let s = Setup::new();
+    s.take(); // a full scan, written as a pack
+    // A small pack a crash tore (they are not synced): an empty index and pack. It
+    // loses only what it held; snapshots and merges go on around it.
+    let torn = s
+        .root
+        .join("snapshots/objects/pack/pack-0000000000000000000000000000000000000000");
+    std::fs::write(torn.with_extension("pack"), b"").unwrap();
+    std::fs::write(torn.with_extension("idx"), b"").unwrap();
+    let watcher = s.start_watcher();
+    s.take(); // takes the watcher's token
+    // Each step changes five files in five directories: five blobs and six trees, a
+    // small pack of the watcher's (or two, when it hashed some ahead).
+    let mut taken = Vec::new();
+    let mut most = 0;
+    for step in 0..24 {
+        let mut contents = Vec::new();
+        for m in 0..5 {
+            let rel = format!("src/m{m}/f{m}.rs");
+            let text = format!("fn step_{step}_{m}() {{}}\n");
+            write(&s.ws, &rel, &text);
+            contents.push((rel, text));
+        }
+        let snap = s.take();
+        assert!(snap.watched, "step {step}: {snap:?}");
+        taken.push((snap, contents));
+        // Never idle here: merged all the same once 16 gathered (a store handle has
+        // room for 32 packs; beyond, the watcher would miss its own objects).
+        let packs = pack_count(&s.root);
+        assert!(packs <= 18, "step {step}: {packs} packs");
+        most = most.max(packs);
+    }
+    assert!(
+        most >= 4,
+        "the watcher wrote no small packs ({most} packs at most)"
+    );
+    // 24 steps wrote at least 24 small packs; once the watcher is idle, what is left
+    // of them is merged too (awaited: the watcher does it on its own time).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while pack_count(&s.root) > 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} packs: the small packs were not merged",
+            pack_count(&s.root)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Every snapshot reads back, through tacho and through git.
+    let store = s.store();
+    for (snap, contents) in &taken {
+        let files = store.files(snap.tree).unwrap();
+        for (rel, text) in contents {
+            let entry = files.get(rel).unwrap_or_else(|| panic!("{rel} missing"));
+            assert_eq!(store.blob(entry.oid).unwrap(), text.as_bytes(), "{rel}");
+        }
+    }
+    assert!(
+        torn.with_extension("idx").exists(),
+        "the torn pack is gc's to report"
+    );
+    std::fs::remove_file(torn.with_extension("idx")).unwrap();
+    std::fs::remove_file(torn.with_extension("pack")).unwrap();
+    s.assert_complete();
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(s.root.join("snapshots"))
+        .args(["fsck", "--strict", "--no-dangling"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(s.store().watch_stop(&s.ws).unwrap());
+    watcher.join().unwrap();
+}

@@ -23,7 +23,7 @@ mod types;
 pub mod watch;
 mod watched;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 
@@ -88,6 +88,10 @@ pub struct SnapshotStore {
     /// Threads that read and hash files: one per core unless set, asked of the system
     /// at first use (the answer reads cgroup files; most processes never need it).
     threads: std::sync::OnceLock<usize>,
+    /// Objects this handle wrote into small packs: a handle lists the packs only when
+    /// it opens or misses an object, so without this it would take what it just
+    /// wrote for missing and write it again (a watcher's next snapshot).
+    batched: std::sync::Arc<std::sync::Mutex<HashSet<ObjectId>>>,
 }
 
 /// Creates the store's repository once, however many processes try at the same time:
@@ -147,6 +151,7 @@ impl SnapshotStore {
             pack_bytes_max: pack::PACK_BYTES_MAX,
             pack_min_files: pack::PACK_MIN_FILES,
             threads: std::sync::OnceLock::new(),
+            batched: Default::default(),
         })
     }
 
@@ -195,6 +200,7 @@ impl SnapshotStore {
     pub(crate) fn reopened(&self) -> Self {
         SnapshotStore {
             repo: std::sync::OnceLock::new(),
+            batched: Default::default(),
             ..self.clone()
         }
     }
@@ -207,6 +213,21 @@ impl SnapshotStore {
         let repo = gix::open_opts(&self.root, gix::open::Options::isolated())
             .map_err(|e| SnapshotError::git(format!("opening {}", self.root.display()), e))?;
         Ok(self.repo.get_or_init(|| repo.into_sync()).to_thread_local())
+    }
+
+    /// Whether the store holds `id` as this handle knows it: in a pack or loose object
+    /// it listed, or in a small pack it wrote itself. No listing of the packs again on
+    /// a miss: a first snapshot misses on every file, and a blob that only a pack
+    /// written meanwhile by another process holds is merely stored twice.
+    pub(crate) fn has(&self, repo: &gix::Repository, id: &ObjectId) -> bool {
+        repo.objects.exists_without_refresh(id) || self.batched.lock().is_ok_and(|b| b.contains(id))
+    }
+
+    /// Notes objects this handle wrote into a small pack.
+    pub(crate) fn note_batched(&self, ids: impl Iterator<Item = ObjectId>) {
+        if let Ok(mut b) = self.batched.lock() {
+            b.extend(ids);
+        }
     }
 
     /// The ref that keeps a snapshot alive.

@@ -2,9 +2,11 @@
 //! [`PACK_BYTES_MAX`]), the objects gc keeps copied into one pack with its index, and
 //! removing packs.
 //!
-//! A small snapshot writes loose objects. Writing each small snapshot's objects as a
-//! pack of its own was measured slower (SPEC.md §10.5): every process then maps every
-//! pack, and the packs must be merged.
+//! A small snapshot taken by a hook process writes loose objects. A watcher's
+//! snapshots (and the files it hashes ahead) keep their new objects in memory and
+//! write them as one small pack when there are more than [`BATCH_LOOSE_MAX`]: creating
+//! a file is the dearest part of a small snapshot (SPEC.md §10.5). The watcher merges
+//! the small packs when it is idle ([`SnapshotStore::merge_small_packs`]).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -30,13 +32,39 @@ pub const PACK_MIN_FILES: usize = 64;
 /// default; [`SnapshotStore::with_pack_bytes_max`]).
 pub const PACK_BYTES_MAX: usize = 64 * 1024 * 1024;
 
+/// A batch of at most this many new objects is written as loose objects, a larger one
+/// as a pack: two files (a pack and its index) instead of one per object.
+pub const BATCH_LOOSE_MAX: usize = 2;
+
+/// A watcher merges its small packs (below [`SMALL_PACK_BYTES`]) into one once there are
+/// this many and it has been idle for a moment ...
+pub const MERGE_SMALL_PACKS_AT: usize = 8;
+
+/// ... or once there are this many, idle or not: a store handle has room for at least
+/// 32 packs (gix's slots, counted when it opens), and one that runs out of room takes
+/// the objects of packs it cannot load for missing.
+pub const MERGE_SMALL_PACKS_BUSY_AT: usize = 16;
+
+/// A pack smaller than this is a small one, to be merged.
+pub const SMALL_PACK_BYTES: u64 = 4 * 1024 * 1024;
+
 /// Where a snapshot's new objects go.
 pub(super) enum Writes {
     /// One loose object each, as soon as it is known.
     Loose,
+    /// Kept in memory (uncompressed) until the snapshot ends, then written as loose
+    /// objects when there are at most [`BATCH_LOOSE_MAX`], otherwise as one pack, not
+    /// synced (as loose objects are not).
+    Batch(Mutex<Batch>),
     /// Compressed on the thread that found it and kept in memory until there are
     /// [`PACK_BYTES_MAX`] or the snapshot ends, then written as one pack.
     Pack(Mutex<PackBuffer>),
+}
+
+#[derive(Default)]
+pub(super) struct Batch {
+    ids: HashSet<ObjectId>,
+    objects: Vec<(gix::object::Kind, Vec<u8>, ObjectId)>,
 }
 
 #[derive(Default)]
@@ -54,6 +82,16 @@ impl Writes {
             Writes::Pack(Mutex::default())
         } else {
             Writes::Loose
+        }
+    }
+
+    /// Packs for a snapshot that reads at least `pack_min_files` files of `store`, a
+    /// batch for a smaller one: what a watcher writes.
+    pub(super) fn batched(store: &SnapshotStore, files: usize) -> Self {
+        if files >= store.pack_min_files {
+            Writes::Pack(Mutex::default())
+        } else {
+            Writes::Batch(Mutex::default())
         }
     }
 
@@ -80,6 +118,15 @@ impl Writes {
                     .map_err(|e| err(&what(), e))?;
                 return Ok(());
             }
+            Writes::Batch(batch) => {
+                let mut b = batch
+                    .lock()
+                    .map_err(|_| SnapshotError::Internal("a batch of objects was poisoned"))?;
+                if b.ids.insert(id) {
+                    b.objects.push((kind, data.to_vec(), id));
+                }
+                return Ok(());
+            }
             Writes::Pack(buffer) => buffer,
         };
         let entry = output::Entry::from_data(
@@ -101,7 +148,7 @@ impl Writes {
             b.bytes = 0;
             // Written without the lock: the other threads go on compressing.
             drop(b);
-            store.write_pack_in_memory(entries)?;
+            store.write_pack_in_memory(entries, true)?;
         }
         Ok(())
     }
@@ -110,26 +157,61 @@ impl Writes {
 impl SnapshotStore {
     /// Writes what `writes` still holds in memory as one pack.
     pub(super) fn flush(&self, writes: Writes) -> Result<(), SnapshotError> {
-        if let Writes::Pack(buffer) = writes {
-            let entries = buffer
-                .into_inner()
-                .map_err(|_| SnapshotError::Internal("a pack buffer was poisoned"))?
-                .entries;
-            self.write_pack_in_memory(entries)?;
+        match writes {
+            Writes::Loose => Ok(()),
+            Writes::Pack(buffer) => {
+                let entries = buffer
+                    .into_inner()
+                    .map_err(|_| SnapshotError::Internal("a pack buffer was poisoned"))?
+                    .entries;
+                self.write_pack_in_memory(entries, true).map(drop)
+            }
+            Writes::Batch(batch) => {
+                let objects = batch
+                    .into_inner()
+                    .map_err(|_| SnapshotError::Internal("a batch of objects was poisoned"))?
+                    .objects;
+                if objects.len() <= BATCH_LOOSE_MAX {
+                    let repo = self.repo()?;
+                    for (kind, data, id) in objects {
+                        Writes::Loose.put(self, &repo, kind, &data, id, None)?;
+                    }
+                    return Ok(());
+                }
+                let entries = objects
+                    .iter()
+                    .map(|(kind, data, id)| {
+                        output::Entry::from_data(
+                            &output::Count::from_data(*id, None),
+                            &gix::objs::Data::new(data, *kind, gix::hash::Kind::Sha1),
+                            gix::zlib::Compression::BEST_SPEED,
+                        )
+                        .map_err(|e| err(&format!("writing object {id}"), e))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.write_pack_in_memory(entries, false)?;
+                self.note_batched(objects.iter().map(|(_, _, id)| *id));
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// Writes `entries` as one pack with its index, both put together in memory: the
-    /// pack first, then the index, each through a temporary file, synced, and a rename
-    /// (a pack is read only once its index is there), then the directory is synced.
-    /// Packs are synced as Git syncs them by default (`core.fsync`: everything but
-    /// loose objects): a large snapshot is usually a session's first, the one a
-    /// rollback returns to. Loose objects are not (one sync each would cost a hook
-    /// more than the snapshot).
-    fn write_pack_in_memory(&self, entries: Vec<output::Entry>) -> Result<(), SnapshotError> {
+    /// pack first, then the index, each through a temporary file and a rename (a pack
+    /// is read only once its index is there). With `durable`, each file is synced
+    /// before its rename and the directory after, as Git syncs packs by default
+    /// (`core.fsync`: everything but loose objects): a large snapshot is usually a
+    /// session's first, the one a rollback returns to. A watcher's small batch is not
+    /// synced, as loose objects are not: a crash may tear it, and its objects are then
+    /// lost as torn loose objects would be (gix skips an index it cannot read, gc
+    /// reports the pack as unreadable, a merge leaves it alone).
+    fn write_pack_in_memory(
+        &self,
+        entries: Vec<output::Entry>,
+        durable: bool,
+    ) -> Result<Option<PathBuf>, SnapshotError> {
         if entries.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let n = u32::try_from(entries.len())
             .map_err(|_| SnapshotError::Internal("too many objects for one pack"))?;
@@ -169,9 +251,12 @@ impl SnapshotStore {
         let dir = self.pack_dir();
         std::fs::create_dir_all(&dir).map_err(|e| SnapshotError::io(&dir, e))?;
         let path = dir.join(format!("pack-{hash}.pack"));
-        place(&path, &pack)?;
-        place(&path.with_extension("idx"), &idx)?;
-        sync_dir(&dir)
+        place(&path, &pack, durable)?;
+        place(&path.with_extension("idx"), &idx, durable)?;
+        if durable {
+            sync_dir(&dir)?;
+        }
+        Ok(Some(path))
     }
 
     pub(crate) fn pack_dir(&self) -> PathBuf {
@@ -314,6 +399,92 @@ impl SnapshotStore {
         Ok(out.data_path)
     }
 
+    /// The store's small packs (below [`SMALL_PACK_BYTES`]), sorted.
+    fn small_packs(&self) -> Result<Vec<PathBuf>, SnapshotError> {
+        let mut small = Vec::new();
+        for pack in self.packs()? {
+            match std::fs::metadata(&pack) {
+                Ok(m) if m.len() < SMALL_PACK_BYTES => small.push(pack),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(SnapshotError::io(&pack, e)),
+            }
+        }
+        Ok(small)
+    }
+
+    /// Merges the store's small packs into one pack once there are at least `at`
+    /// ([`MERGE_SMALL_PACKS_AT`] or [`MERGE_SMALL_PACKS_BUSY_AT`]: a watcher writes one
+    /// per snapshot), under the store's
+    /// write guard taken without waiting (as a snapshot writes: never while gc runs).
+    /// Each object is copied as its pack holds it; the new pack is synced, and must
+    /// hold every id the small packs listed before they are deleted, so a snapshot
+    /// written meanwhile that found an object in a small pack still finds it. How many
+    /// packs were merged (0: none due, or gc holds the store).
+    pub fn merge_small_packs(&self, at: usize) -> Result<usize, SnapshotError> {
+        if self.small_packs()?.len() < at.max(2) {
+            return Ok(0);
+        }
+        let Some(_guard) = self.try_write_guard()? else {
+            return Ok(0);
+        };
+        let small = self.small_packs()?;
+        if small.len() < 2 {
+            return Ok(0);
+        }
+        // Each entry copied as its small pack holds it (a watcher's small packs hold
+        // whole objects only): no object is decompressed or hashed again (every read
+        // hashes it), as gc copies what packs hold.
+        // A pack that cannot be read (torn by a crash: small packs are not synced) is
+        // left where it is, for gc to report.
+        let mut seen = HashSet::new();
+        let mut entries = Vec::new();
+        let mut merged = Vec::with_capacity(small.len());
+        for pack in &small {
+            match copy_entries(pack, &mut seen, &mut entries) {
+                Ok(true) => merged.push(pack.clone()),
+                Ok(false) => return self.merge_through_gix(&small),
+                Err(_) => {}
+            }
+        }
+        if merged.len() < 2 {
+            return Ok(0);
+        }
+        let new = self.write_pack_in_memory(entries, true)?;
+        self.remove_packs(merged.iter(), new.as_ref())?;
+        Ok(merged.len())
+    }
+
+    /// Merges `small` (one of them holds a delta) the way gc packs, through gix: each
+    /// object copied as it lies, the new pack indexed again, and it must hold every
+    /// id the small packs listed before they go. Unreadable packs are left alone.
+    fn merge_through_gix(&self, small: &[PathBuf]) -> Result<usize, SnapshotError> {
+        let mut ids = HashSet::new();
+        let mut merged = Vec::new();
+        for pack in small {
+            if let Ok(listed) = pack_ids(pack) {
+                ids.extend(listed);
+                merged.push(pack.clone());
+            }
+        }
+        let wanted: Vec<ObjectId> = ids.into_iter().collect();
+        let new = self.reopened().write_pack_of(wanted.clone())?;
+        // The new pack is indexed by what it holds: every id must be there.
+        if let Some(pack) = &new {
+            let held: HashSet<ObjectId> = pack_ids(pack)?.into_iter().collect();
+            if let Some(lost) = wanted.iter().find(|id| !held.contains(*id)) {
+                if !merged.contains(pack) {
+                    self.remove_packs(std::iter::once(pack), None)?;
+                }
+                return Err(SnapshotError::Repository(format!(
+                    "object {lost} is not in the pack that merges the small packs: a pack held other content under its id; nothing was deleted"
+                )));
+            }
+        }
+        self.remove_packs(merged.iter(), new.as_ref())?;
+        Ok(merged.len())
+    }
+
     /// Deletes packs (with their index) other than `except`.
     pub(crate) fn remove_packs<'p>(
         &self,
@@ -335,6 +506,65 @@ impl SnapshotStore {
         }
         Ok(())
     }
+}
+
+/// The ids a pack's index lists.
+fn pack_ids(pack: &Path) -> Result<Vec<ObjectId>, SnapshotError> {
+    let idx = pack.with_extension("idx");
+    let index = gix_pack::index::File::at(&idx, gix::hash::Kind::Sha1)
+        .map_err(|e| err(&format!("reading {}", idx.display()), e))?;
+    Ok(index.iter().map(|e| e.oid).collect())
+}
+
+/// Adds the entries of `pack` whose ids are not in `seen` to `out`, each with its
+/// compressed bytes as the pack holds them; `false` (and nothing added) when the pack
+/// holds a delta, whose base the copy could not keep where it was.
+fn copy_entries(
+    pack: &Path,
+    seen: &mut HashSet<ObjectId>,
+    out: &mut Vec<output::Entry>,
+) -> Result<bool, SnapshotError> {
+    let idx = pack.with_extension("idx");
+    let index = gix_pack::index::File::at(&idx, gix::hash::Kind::Sha1)
+        .map_err(|e| err(&format!("reading {}", idx.display()), e))?;
+    let bytes = std::fs::read(pack).map_err(|e| SnapshotError::io(pack, e))?;
+    let mut located: Vec<(u64, ObjectId)> = index.iter().map(|e| (e.pack_offset, e.oid)).collect();
+    located.sort_unstable();
+    // The entries lie one after the other up to the trailer.
+    let end_of_entries = (bytes.len() as u64).saturating_sub(20);
+    let mut mine = Vec::with_capacity(located.len());
+    for (k, (offset, id)) in located.iter().enumerate() {
+        let end = located.get(k + 1).map_or(end_of_entries, |n| n.0);
+        let corrupt = || {
+            SnapshotError::Repository(format!(
+                "{}: entry of {id} at {offset} is damaged",
+                pack.display()
+            ))
+        };
+        let raw = bytes
+            .get(*offset as usize..end as usize)
+            .ok_or_else(corrupt)?;
+        let entry = gix_pack::data::Entry::from_bytes(raw, *offset, gix::hash::Kind::Sha1)
+            .map_err(|_| corrupt())?;
+        let Some(kind) = entry.header.as_kind() else {
+            return Ok(false);
+        };
+        let data = raw
+            .get((entry.data_offset - offset) as usize..)
+            .ok_or_else(corrupt)?;
+        mine.push(output::Entry {
+            id: *id,
+            kind: output::entry::Kind::Base(kind),
+            decompressed_size: usize::try_from(entry.decompressed_size).map_err(|_| corrupt())?,
+            compressed_data: data.to_vec(),
+        });
+    }
+    for e in mine {
+        if seen.insert(e.id) {
+            out.push(e);
+        }
+    }
+    Ok(true)
 }
 
 /// A pack's header: signature, version, number of objects.
@@ -402,8 +632,9 @@ fn sync_dir(dir: &Path) -> Result<(), SnapshotError> {
         .map_err(|e| SnapshotError::io(dir, e))
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it, synced, and a rename.
-fn place(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+/// Writes `bytes` to `path` through a temporary file beside it (synced with `sync`) and
+/// a rename.
+fn place(path: &Path, bytes: &[u8], sync: bool) -> Result<(), SnapshotError> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
@@ -412,7 +643,10 @@ fn place(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
         super::now_ns()
     ));
     let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_data()))
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            if sync { f.sync_data() } else { Ok(()) }
+        })
         .and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

@@ -207,7 +207,7 @@ impl SnapshotStore {
                 let Some((id, (kind, data))) = objects.get(k) else {
                     return Ok(());
                 };
-                if !repo.objects.exists_without_refresh(id) {
+                if !self.has(&repo, id) {
                     writes.put(self, &repo, *kind, data, **id, None)?;
                 }
             }
@@ -343,9 +343,7 @@ pub(super) fn store_file(
         };
         let oid = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, &data)
             .map_err(|e| SnapshotError::git(format!("hashing {rel}"), e))?;
-        // No refresh of the pack list on a miss: a first snapshot misses on every file,
-        // and a blob that only a pack written meanwhile holds is merely stored twice.
-        let written = if repo.objects.exists_without_refresh(&oid) {
+        let written = if store.has(repo, &oid) {
             false
         } else {
             writes.put(store, repo, gix::object::Kind::Blob, &data, oid, Some(rel))?;

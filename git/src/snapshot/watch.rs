@@ -598,7 +598,13 @@ struct Watcher {
     written: BTreeSet<String>,
     /// Files hashed ahead of any snapshot (SPEC.md §10.6).
     ahead: HashMap<String, super::watched::HashedAhead>,
+    /// A snapshot was taken (or files hashed ahead) since the small packs were last
+    /// looked at: they are merged once the watcher is idle.
+    merge_due: bool,
 }
+
+/// How long nothing must happen before a watcher merges its small packs.
+const MERGE_IDLE: Duration = Duration::from_millis(100);
 
 /// At most this many files hashed ahead are kept (more: forgotten, read again).
 const AHEAD_KEPT_MAX: usize = 4096;
@@ -606,43 +612,44 @@ const AHEAD_KEPT_MAX: usize = 4096;
 /// The store a watcher takes snapshots into, and the stat cache it holds.
 struct Serving {
     store: super::SnapshotStore,
-    /// When the store's pack directory last changed as this handle knows it: a pack
-    /// written or removed since (gc) opens the store again, so that no object is
-    /// found in a pack that is gone. `None`: open it again at the next snapshot.
-    packs: Option<std::time::SystemTime>,
+    /// The files of the store's pack directory when this handle last looked: one of
+    /// them removed since (gc, or the small packs merged) opens the store again, so
+    /// that no object is found in a pack that is gone. A pack only added (the
+    /// watcher's own) is found by the handle itself, which lists the packs again when
+    /// an object is missing. `None`: open it again at the next snapshot.
+    packs: Option<BTreeSet<std::ffi::OsString>>,
     held: Option<super::watched::HeldCache>,
 }
 
 impl Serving {
-    /// When the pack directory last changed — unless that is too recent to tell a
-    /// later change by (file times come from a coarse clock: a change within the same
-    /// tick would leave the time as it is).
-    fn packs_changed(store: &super::SnapshotStore) -> Option<std::time::SystemTime> {
-        let t = std::fs::metadata(store.root().join("objects").join("pack"))
-            .and_then(|m| m.modified())
-            .ok()?;
-        let age = std::time::SystemTime::now().duration_since(t).ok()?;
-        (age.as_nanos() > super::cache::RACY_NS as u128).then_some(t)
+    /// The names in the store's pack directory (`None` when it cannot be listed).
+    fn pack_files(store: &super::SnapshotStore) -> Option<BTreeSet<std::ffi::OsString>> {
+        let rd = std::fs::read_dir(store.pack_dir()).ok()?;
+        rd.map(|e| e.map(|e| e.file_name()).ok()).collect()
     }
 
     fn new(store: &super::SnapshotStore) -> Self {
         Serving {
-            packs: Self::packs_changed(store),
+            packs: Self::pack_files(store),
             store: store.clone(),
             held: None,
         }
     }
 
     /// Readies the store for a snapshot with the asker's size limit: its repository
-    /// opened again (at first use) when the packs changed since.
+    /// opened again (at first use) when a pack was removed since.
     fn refresh(&mut self, max_file_bytes: u64) {
-        let now = Self::packs_changed(&self.store);
-        if now != self.packs || now.is_none() {
-            // (Opened at first use, after the time was read: a change in between makes
+        let now = Self::pack_files(&self.store);
+        let removed = match (&self.packs, &now) {
+            (Some(was), Some(now)) => !was.is_subset(now),
+            _ => true,
+        };
+        if removed {
+            // (Opened at first use, after the listing: a pack removed in between makes
             // the next snapshot open it again.)
             self.store = self.store.reopened();
-            self.packs = now;
         }
+        self.packs = now;
         self.store.max_file_bytes = max_file_bytes;
     }
 }
@@ -805,6 +812,7 @@ impl Watcher {
         let seq = self.events;
         let max = serving.store.max_file_bytes;
         serving.refresh(max);
+        self.merge_due = true;
         let hashed = serving.store.hash_ahead(
             &self.workspace,
             self.skip.as_deref(),
@@ -826,6 +834,30 @@ impl Watcher {
             );
         }
         any
+    }
+
+    /// Merges the store's small packs (the watcher's own snapshots write one each)
+    /// when `at` or more have gathered since it last looked; the handle is then opened
+    /// again (its packs are gone).
+    fn merge_packs(&mut self, at: usize) {
+        if !self.merge_due {
+            return;
+        }
+        let Some(serving) = self.serving.as_mut() else {
+            return;
+        };
+        let merged = serving.store.merge_small_packs(at);
+        if at <= super::pack::MERGE_SMALL_PACKS_AT || matches!(merged, Ok(n) if n > 0) {
+            self.merge_due = false;
+        }
+        match merged {
+            Ok(0) => {}
+            Ok(n) => {
+                eprintln!("tacho watch: merged {n} small packs into one");
+                serving.packs = None;
+            }
+            Err(e) => eprintln!("tacho watch: merging small packs: {e}"),
+        }
     }
 
     /// Takes the snapshot a scan would ask for now, ahead of it (after files were
@@ -963,6 +995,7 @@ impl Watcher {
         let skip = self.skip.clone();
         let mut token = None;
         serving.refresh(max_file_bytes);
+        self.merge_due = true;
         let taken = serving
             .store
             .take_served(
@@ -1106,6 +1139,7 @@ pub(crate) fn serve(
         event_at: HashMap::new(),
         written: BTreeSet::new(),
         ahead: HashMap::new(),
+        merge_due: false,
     };
     w.relist();
     if let Some(why) = w.gave_up.take() {
@@ -1137,6 +1171,10 @@ fn run(
         // Woken once a minute at least, to notice its socket gone (the data directory
         // deleted: nobody could reach it any more), and when the idle time is up.
         let mut wait = Duration::from_secs(60);
+        // Small packs are merged once nothing happened for a moment.
+        if w.merge_due {
+            wait = MERGE_IDLE;
+        }
         if let Some(idle) = idle {
             let left = idle.saturating_sub(last_request.elapsed());
             if left.is_zero() {
@@ -1171,6 +1209,9 @@ fn run(
                 w.snapshot_ahead();
             }
         }
+        if !inotify_ready && !socket_ready {
+            w.merge_packs(super::pack::MERGE_SMALL_PACKS_AT);
+        }
         if !inotify_ready && !socket_ready && !socket.exists() {
             eprintln!("tacho watch: {} is gone; stopping", socket.display());
             return Ok(());
@@ -1197,6 +1238,8 @@ fn run(
                 }
             }
         }
+        // Never idle: merged all the same once they are many.
+        w.merge_packs(super::pack::MERGE_SMALL_PACKS_BUSY_AT);
     }
 }
 

@@ -62,6 +62,7 @@ impl SnapshotStore {
             return Vec::new();
         };
         let mut out = Vec::new();
+        let writes = pack::Writes::Batch(Default::default());
         for p in paths {
             if watch::never_snapshotted(p, skip) || cache::find(old, p).is_none() {
                 continue;
@@ -72,11 +73,13 @@ impl SnapshotStore {
             if m.is_dir() || m.size > AHEAD_BYTES_MAX || self.unsupported(&m).is_some() {
                 continue;
             }
-            if let Ok(Ok((e, written))) =
-                tree::store_file(self, &repo, &pack::Writes::Loose, workspace, p, &m)
-            {
+            if let Ok(Ok((e, written))) = tree::store_file(self, &repo, &writes, workspace, p, &m) {
                 out.push((p.clone(), e, written));
             }
+        }
+        // Nothing hashed ahead is kept unless its blob was written.
+        if self.flush(writes).is_err() {
+            return Vec::new();
         }
         out
     }
@@ -277,9 +280,12 @@ impl SnapshotStore {
             if let Some(a) = ahead.get(*p)
                 && same_stat(&a.entry, &stat)
                 && a.entry.git_mode != 0
-                && repo
-                    .objects
-                    .exists_without_refresh(&ObjectId::from_bytes_or_panic(&a.entry.oid))
+                // (With a refresh of the pack list on a miss: a blob hashed ahead may lie
+                // in a pack written since this handle listed them.)
+                && gix::objs::Exists::exists(
+                    &repo.objects,
+                    &ObjectId::from_bytes_or_panic(&a.entry.oid),
+                )
             {
                 stat.git_mode = a.entry.git_mode;
                 stat.oid = a.entry.oid;
@@ -291,7 +297,7 @@ impl SnapshotStore {
             to_read.push((entries.len(), *m));
             entries.push(((*p).to_owned(), stat));
         }
-        let writes = pack::Writes::for_reads(self, to_read.len());
+        let writes = pack::Writes::batched(self, to_read.len());
         let (mut read, problems) = self.hash_files(workspace, &mut entries, &to_read, &writes)?;
         // Read for this snapshot, only earlier.
         for a in used_ahead {
