@@ -243,11 +243,11 @@ class Tacho:
         self.hook("PreToolUse", {"tool_name": tool, "tool_use_id": f"call-{k}",
                                  "tool_input": tool_input or {"command": f"step {k}"}})
 
-    def post(self, k: int, tool="Bash", tool_input=None):
+    def post(self, k: int, tool="Bash", tool_input=None, response=None):
         self.hook("PostToolUse", {"tool_name": tool, "tool_use_id": f"call-{k}",
                                   "tool_input": tool_input or {"command": f"step {k}"},
-                                  "tool_response": {"stdout": "", "stderr": "",
-                                                    "interrupted": False}})
+                                  "tool_response": response or {"stdout": "", "stderr": "",
+                                                                "interrupted": False}})
 
     def step(self, k: int, change):
         self.pre(k)
@@ -936,20 +936,35 @@ def storage(ctx: Ctx, tools: list[str], edits=100):
                 drv = Tacho(ctx, ws, home)
                 drv.start()
                 for i in range(edits):
-                    inp = {"file_path": str(ws / "big.txt"), "old_string": "x",
-                           "new_string": "y"}
+                    f = ws / "big.txt"
+                    before = f.read_bytes()
+                    ls = before.split(b"\n")
+                    k = i * 97 % (len(ls) - 1)
+                    old_line, new_line = ls[k].decode(), f"edited line {i}"
+                    inp = {"file_path": str(f), "old_string": old_line, "new_string": new_line}
                     drv.pre(i + 1, "Edit", inp)
                     edit(ws, i)
-                    drv.post(i + 1, "Edit", inp)
+                    # Claude Code's Edit result as its PostToolUse hook sends it (the
+                    # fields of 2.0.74-2.1.63 transcripts): the whole file as it was
+                    # before the edit, and the hunk.
+                    resp = {"filePath": str(f), "oldString": old_line, "newString": new_line,
+                            "originalFile": before.decode(),
+                            "structuredPatch": [{"oldStart": k + 1, "oldLines": 1,
+                                                 "newStart": k + 1, "newLines": 1,
+                                                 "lines": [f"-{old_line}", f"+{new_line}"]}],
+                            "userModified": False, "replaceAll": False}
+                    drv.post(i + 1, "Edit", inp, response=resp)
                 drv.finish()
                 th = home / "tacho"
                 res["where"] = "TACHO_HOME (snapshots/ + log/ + cache/)"
                 res["before_bytes"] = du(th)
                 res["snapshots_before"] = du(th / "snapshots")
+                res["log_before"] = du(th / "log")
                 code, out, err = run([ctx.tacho, "gc"], cwd=ws, env=env)
                 res["compaction"] = f"tacho gc (exit {code})"
                 res["after_bytes"] = du(th)
                 res["snapshots_after"] = du(th / "snapshots")
+                res["log_after"] = du(th / "log")
                 if drv.problems:
                     res["problems"] = drv.problems[:3]
             elif tool == "stepback":
