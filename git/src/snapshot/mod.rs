@@ -8,6 +8,7 @@
 //! See SPEC.md §10 for what a snapshot holds and what it leaves out.
 
 mod cache;
+mod delta;
 mod diff;
 mod full;
 mod gc;
