@@ -19,9 +19,6 @@
 //! No maintained crate writes this format (gix-pack only applies deltas); see
 //! ARCHITECTURE.md.
 
-// gc uses it from the next commit on.
-#![cfg_attr(not(test), allow(dead_code))]
-
 /// The bytes one hash covers, and the spacing of the source's indexed blocks.
 const BLOCK: usize = 16;
 

@@ -1,6 +1,6 @@
 //! Space accounting and garbage collection of the snapshot store.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 use gix::ObjectId;
@@ -196,11 +196,12 @@ impl SnapshotStore {
         let repo = self.repo()?;
         let mut reachable: HashSet<ObjectId> = HashSet::new();
         let mut incomplete = Vec::new();
+        let mut paths = Paths::new();
         for id in &kept {
             let Ok(oid) = ObjectId::from_hex(id.as_bytes()) else {
                 continue;
             };
-            if !reach(&repo, oid, &mut reachable)? {
+            if !reach_named(&repo, oid, &mut reachable, Some(&mut paths))? {
                 incomplete.push((*id).clone());
             }
         }
@@ -273,7 +274,7 @@ impl SnapshotStore {
         // object (kept ones are in the new pack, the rest no snapshot reaches) go.
         report.packed_objects = kept.len() as u64;
         let wanted = kept.clone();
-        let new = self.write_pack_of(kept)?;
+        let new = self.write_pack_of(kept, &paths)?;
         // The new pack is indexed by what it holds: every kept id must be there before
         // anything else goes (an object a pack held under another id's name, swapped
         // in an old pack, would be lost here). Otherwise the new pack goes, and gc
@@ -316,17 +317,31 @@ impl SnapshotStore {
     }
 }
 
-/// Every object a tree reaches (itself, its subtrees and blobs). `false` when any of
-/// them is missing from the store (the snapshot is incomplete; gc goes on).
-/// Adds every object `tree` reaches to `seen`; whether all of them are present.
+/// Where a tree walk first met each object: whether it is a tree, and its path from
+/// the snapshot's root (empty for a root tree). gc stores the versions of one path as
+/// deltas of one another.
+pub(crate) type Paths = HashMap<ObjectId, (bool, Vec<u8>)>;
+
+/// Adds every object `tree` reaches (itself, its subtrees and blobs) to `seen`;
+/// whether all of them are present (`false`: the snapshot is incomplete, gc goes on).
 pub(crate) fn reach(
     repo: &gix::Repository,
     tree: ObjectId,
     seen: &mut HashSet<ObjectId>,
 ) -> Result<bool, SnapshotError> {
+    reach_named(repo, tree, seen, None)
+}
+
+/// [`reach`], noting in `paths` where each object newly seen was met.
+fn reach_named(
+    repo: &gix::Repository,
+    tree: ObjectId,
+    seen: &mut HashSet<ObjectId>,
+    mut paths: Option<&mut Paths>,
+) -> Result<bool, SnapshotError> {
     let mut complete = true;
-    let mut stack = vec![tree];
-    while let Some(t) = stack.pop() {
+    let mut stack = vec![(tree, Vec::new())];
+    while let Some((t, path)) = stack.pop() {
         if !seen.insert(t) {
             continue;
         }
@@ -340,12 +355,27 @@ pub(crate) fn reach(
         for entry in tree.iter() {
             let entry = entry.map_err(|e| SnapshotError::git(format!("reading tree {t}"), e))?;
             let oid = entry.oid().to_owned();
+            let child = || {
+                let mut p = path.clone();
+                if !p.is_empty() {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(entry.filename());
+                p
+            };
             if entry.mode().is_tree() {
-                stack.push(oid);
+                stack.push((oid, if paths.is_some() { child() } else { Vec::new() }));
             } else {
                 complete &= repo.has_object(oid);
-                seen.insert(oid);
+                if seen.insert(oid)
+                    && let Some(paths) = paths.as_mut()
+                {
+                    paths.insert(oid, (false, child()));
+                }
             }
+        }
+        if let Some(paths) = paths.as_mut() {
+            paths.insert(t, (true, path));
         }
     }
     Ok(complete)

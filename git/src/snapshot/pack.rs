@@ -283,26 +283,36 @@ impl SnapshotStore {
         Ok(out)
     }
 
-    /// Writes one pack of `ids`, each copied from wherever the store holds it (a pack or
-    /// a loose object); the new pack's path, `None` for no ids.
+    /// Writes one pack of `ids`; the new pack's path, `None` for no ids.
+    ///
+    /// The versions of one path (`paths`, as a tree walk met them) are stored as deltas
+    /// of one another, as `git gc` stores them ([`deltify`]). Every other object is
+    /// copied from wherever the store holds it: from a pack as it is there (a delta
+    /// too, when its base is copied alongside), a loose one compressed.
     pub(crate) fn write_pack_of(
         &self,
         ids: Vec<ObjectId>,
+        paths: &super::gc::Paths,
     ) -> Result<Option<PathBuf>, SnapshotError> {
         if ids.is_empty() {
             return Ok(None);
         }
         let repo = self.repo()?;
         let n = ids.len();
+        let (copied, chains) = delta_chains(&repo, ids, paths)?;
         // Few objects are not worth starting threads for.
-        let threads = if n < 4096 { 1 } else { self.threads() };
+        let threads = if copied.len() < 4096 {
+            1
+        } else {
+            self.threads()
+        };
         let mut db = repo.objects.clone().into_inner();
         // Locations stay valid only while no pack is unloaded.
         db.prevent_pack_unload();
         // Where a pack holds an object, its compressed bytes are copied as they are;
         // loose objects are decompressed and compressed again.
         let mut buf = Vec::new();
-        let counts: Vec<output::Count> = ids
+        let counts: Vec<output::Count> = copied
             .into_iter()
             .map(|id| {
                 let at = gix_pack::Find::location_by_oid(&db, &id, &mut buf)
@@ -311,29 +321,71 @@ impl SnapshotStore {
                 output::Count::from_data(id, at)
             })
             .collect();
-        let entries = output::entry::iter_from_counts(
-            counts,
-            db,
-            Box::new(gix::progress::Discard),
-            output::entry::iter_from_counts::Options {
-                thread_limit: Some(threads),
-                mode: output::entry::iter_from_counts::Mode::PackCopyAndBaseObjects,
-                allow_thin_pack: false,
-                chunk_size: 256,
-                version: gix_pack::data::Version::V2,
-                ..Default::default()
-            },
-        )
-        .map_err(|e| err("counting objects to pack", e))?;
+        // The copied objects come first: gix numbers them (the bases of the deltas it
+        // copies) from the pack's first entry. Each chain's entries follow, numbered
+        // on from there.
+        let mut first = counts.len();
+        let copies = if counts.is_empty() {
+            None
+        } else {
+            Some(gix::parallel::InOrderIter::from(
+                output::entry::iter_from_counts(
+                    counts,
+                    db.clone(),
+                    Box::new(gix::progress::Discard),
+                    output::entry::iter_from_counts::Options {
+                        thread_limit: Some(threads),
+                        mode: output::entry::iter_from_counts::Mode::PackCopyAndBaseObjects,
+                        allow_thin_pack: false,
+                        chunk_size: 256,
+                        version: gix_pack::data::Version::V2,
+                        ..Default::default()
+                    },
+                )
+                .map_err(|e| err("counting objects to pack", e))?,
+            ))
+        };
+        let deltas = if chains.is_empty() {
+            None
+        } else {
+            let jobs: Vec<(usize, Vec<ObjectId>)> = chains
+                .into_iter()
+                .map(|chain| {
+                    let at = first;
+                    first += chain.len();
+                    (at, chain)
+                })
+                .collect();
+            let threads = self.threads().min(jobs.len());
+            Some(gix::parallel::InOrderIter::from(
+                gix::parallel::Stepwise::new(
+                    jobs.into_iter().enumerate(),
+                    Some(threads),
+                    |_| Vec::new(),
+                    move |(seq, (at, chain)): (usize, (usize, Vec<ObjectId>)), buf: &mut Vec<u8>| {
+                        deltify(&db, at, &chain, buf)
+                            .map(|entries| (seq, entries))
+                            .map_err(gix::Error::from_error)
+                    },
+                    gix::parallel::IdentityWithResult::<
+                        (usize, Vec<output::Entry>),
+                        gix::Error,
+                    >::default(),
+                ),
+            ))
+        };
+        let entries = copies
+            .into_iter()
+            .flatten()
+            .chain(deltas.into_iter().flatten());
         let dir = self.pack_dir();
         std::fs::create_dir_all(&dir).map_err(|e| SnapshotError::io(&dir, e))?;
         // The pack is streamed to a temporary file, then indexed into its final name.
         let tmp_path = dir.join(format!("tmp-tacho-{}.pack", std::process::id()));
         let file = std::fs::File::create(&tmp_path).map_err(|e| SnapshotError::io(&tmp_path, e))?;
         let result = (|| {
-            let in_order = gix::parallel::InOrderIter::from(entries);
             let mut writer = output::bytes::FromEntriesIter::new(
-                in_order,
+                entries,
                 std::io::BufWriter::new(file),
                 u32::try_from(n)
                     .map_err(|_| SnapshotError::Internal("too many objects for one pack"))?,
@@ -468,7 +520,7 @@ impl SnapshotStore {
             }
         }
         let wanted: Vec<ObjectId> = ids.into_iter().collect();
-        let new = self.reopened().write_pack_of(wanted.clone())?;
+        let new = self.reopened().write_pack_of(wanted.clone(), &Default::default())?;
         // The new pack is indexed by what it holds: every id must be there.
         if let Some(pack) = &new {
             let held: HashSet<ObjectId> = pack_ids(pack)?.into_iter().collect();
@@ -565,6 +617,153 @@ fn copy_entries(
         }
     }
     Ok(true)
+}
+
+/// No delta chain is longer (git's default `pack.depth`): reading the deepest object
+/// applies this many deltas.
+const MAX_DELTA_DEPTH: usize = 50;
+
+/// Smaller objects are stored whole: a delta would save next to nothing.
+const MIN_DELTA_SIZE: u64 = 64;
+
+/// Larger objects are stored whole (git's `core.bigFileThreshold`): a delta holds
+/// both versions in memory.
+const MAX_DELTA_SIZE: u64 = 512 << 20;
+
+/// Splits `ids` into the objects gc copies as they are and the chains it deltifies:
+/// the versions of one path (a tree's versions apart from a file's), when there are
+/// two or more, each chain ordered largest first as git orders them (a delta that
+/// removes is smaller than one that adds, and files tend to grow, so the newest
+/// version is usually whole), equal sizes by id.
+fn delta_chains(
+    repo: &gix::Repository,
+    ids: Vec<ObjectId>,
+    paths: &super::gc::Paths,
+) -> Result<(Vec<ObjectId>, Vec<Vec<ObjectId>>), SnapshotError> {
+    let mut copied = Vec::new();
+    let mut by_path: std::collections::HashMap<&(bool, Vec<u8>), Vec<ObjectId>> =
+        std::collections::HashMap::new();
+    for id in ids {
+        match paths.get(&id) {
+            Some(name) => by_path.entry(name).or_default().push(id),
+            None => copied.push(id),
+        }
+    }
+    let mut groups: Vec<_> = by_path.into_iter().collect();
+    groups.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut chains = Vec::new();
+    for (_, versions) in groups {
+        if versions.len() < 2 {
+            copied.extend(versions);
+            continue;
+        }
+        let mut sized = Vec::with_capacity(versions.len());
+        for id in versions {
+            let size = repo
+                .find_header(id)
+                .map_err(|e| err(&format!("reading the header of {id}"), e))?
+                .size();
+            if (MIN_DELTA_SIZE..=MAX_DELTA_SIZE).contains(&size) {
+                sized.push((size, id));
+            } else {
+                copied.push(id);
+            }
+        }
+        match sized.len() {
+            0 => {}
+            1 => copied.extend(sized.into_iter().map(|(_, id)| id)),
+            _ => {
+                sized.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                chains.push(sized.into_iter().map(|(_, id)| id).collect());
+            }
+        }
+    }
+    Ok((copied, chains))
+}
+
+/// The pack entries of one chain of versions, the first numbered `first` in the pack:
+/// each version a delta of the one before it when that delta is less than half its
+/// size, otherwise whole (and the start of a new chain). A chain [`MAX_DELTA_DEPTH`]
+/// deep goes on from its whole object, a new branch of depth 1.
+fn deltify(
+    db: &impl gix_pack::Find,
+    first: usize,
+    chain: &[ObjectId],
+    buf: &mut Vec<u8>,
+) -> Result<Vec<output::Entry>, SnapshotError> {
+    struct Version {
+        index: usize,
+        kind: gix::object::Kind,
+        data: Vec<u8>,
+        depth: usize,
+    }
+    let mut out = Vec::with_capacity(chain.len());
+    // The whole object the chain started from, and the version before.
+    let mut root: Option<std::rc::Rc<Version>> = None;
+    let mut last: Option<std::rc::Rc<Version>> = None;
+    for (k, id) in chain.iter().enumerate() {
+        let (kind, data) = match db
+            .try_find(id, buf)
+            .map_err(|e| err(&format!("reading {id} to pack it"), e))?
+        {
+            Some((obj, _)) => (obj.kind, obj.data.to_vec()),
+            None => {
+                return Err(SnapshotError::Repository(format!(
+                    "object {id} went missing while gc packed it; gc stopped before deleting any object"
+                )));
+            }
+        };
+        let base = match &last {
+            Some(v) if v.depth < MAX_DELTA_DEPTH => Some(v),
+            _ => root.as_ref(),
+        }
+        .filter(|b| b.kind == kind);
+        let delta = base.and_then(|b| {
+            super::delta::encode(&b.data, &data, data.len() / 2).map(|d| (b.index, b.depth, d))
+        });
+        let count = output::Count::from_data(*id, None);
+        let index = first + k;
+        let version = match delta {
+            Some((base_index, base_depth, delta)) => {
+                let mut entry = output::Entry::from_data(
+                    &count,
+                    &gix::objs::Data::new(&delta, kind, gix::hash::Kind::Sha1),
+                    gix::zlib::Compression::DEFAULT,
+                )
+                .map_err(|e| err(&format!("compressing the delta of {id}"), e))?;
+                entry.kind = output::entry::Kind::DeltaRef {
+                    object_index: base_index,
+                };
+                out.push(entry);
+                std::rc::Rc::new(Version {
+                    index,
+                    kind,
+                    data,
+                    depth: base_depth + 1,
+                })
+            }
+            None => {
+                out.push(
+                    output::Entry::from_data(
+                        &count,
+                        &gix::objs::Data::new(&data, kind, gix::hash::Kind::Sha1),
+                        gix::zlib::Compression::DEFAULT,
+                    )
+                    .map_err(|e| err(&format!("compressing {id}"), e))?,
+                );
+                let whole = std::rc::Rc::new(Version {
+                    index,
+                    kind,
+                    data,
+                    depth: 0,
+                });
+                root = Some(whole.clone());
+                whole
+            }
+        };
+        last = Some(version);
+    }
+    Ok(out)
 }
 
 /// A pack's header: signature, version, number of objects.
