@@ -14,6 +14,8 @@ use tacho_git::rollback::{self, Action, PlanInput};
 use tacho_git::safefs::Root;
 use tacho_git::snapshot::{ExcludeReason, Files, Scope, SnapshotStore};
 
+#[path = "snapshot/gc_deltas.rs"]
+mod gc_deltas;
 #[path = "snapshot/modes_attacks.rs"]
 mod modes_attacks;
 
