@@ -467,12 +467,13 @@ impl SnapshotStore {
 
     /// Merges the store's small packs into one pack once there are at least `at`
     /// ([`MERGE_SMALL_PACKS_AT`] or [`MERGE_SMALL_PACKS_BUSY_AT`]: a watcher writes one
-    /// per snapshot), under the store's
-    /// write guard taken without waiting (as a snapshot writes: never while gc runs).
-    /// Each object is copied as its pack holds it; the new pack is synced, and must
-    /// hold every id the small packs listed before they are deleted, so a snapshot
-    /// written meanwhile that found an object in a small pack still finds it. How many
-    /// packs were merged (0: none due, or gc holds the store).
+    /// per snapshot), under the store's write guard taken without waiting (as a
+    /// snapshot writes: never while gc runs).
+    /// Each object is copied as its pack holds it; the new pack (indexed by the ids
+    /// the small packs' indexes list) is synced before they are deleted, so a snapshot
+    /// written meanwhile that found an object in a small pack still finds it. A pack
+    /// holding deltas (gc's) or one that cannot be read is left alone. How many packs
+    /// were merged (0: none due, or gc holds the store).
     pub fn merge_small_packs(&self, at: usize) -> Result<usize, SnapshotError> {
         if self.small_packs()?.len() < at.max(2) {
             return Ok(0);
@@ -486,53 +487,21 @@ impl SnapshotStore {
         }
         // Each entry copied as its small pack holds it (a watcher's small packs hold
         // whole objects only): no object is decompressed or hashed again (every read
-        // hashes it), as gc copies what packs hold.
-        // A pack that cannot be read (torn by a crash: small packs are not synced) is
-        // left where it is, for gc to report.
+        // hashes it), as gc copies what packs hold. A pack of deltas (gc's) is left
+        // as it is, and so is a pack that cannot be read (torn by a crash: small packs
+        // are not synced), for gc to report.
         let mut seen = HashSet::new();
         let mut entries = Vec::new();
         let mut merged = Vec::with_capacity(small.len());
         for pack in &small {
-            match copy_entries(pack, &mut seen, &mut entries) {
-                Ok(true) => merged.push(pack.clone()),
-                Ok(false) => return self.merge_through_gix(&small),
-                Err(_) => {}
+            if let Ok(true) = copy_entries(pack, &mut seen, &mut entries) {
+                merged.push(pack.clone());
             }
         }
         if merged.len() < 2 {
             return Ok(0);
         }
         let new = self.write_pack_in_memory(entries, true)?;
-        self.remove_packs(merged.iter(), new.as_ref())?;
-        Ok(merged.len())
-    }
-
-    /// Merges `small` (one of them holds a delta) the way gc packs, through gix: each
-    /// object copied as it lies, the new pack indexed again, and it must hold every
-    /// id the small packs listed before they go. Unreadable packs are left alone.
-    fn merge_through_gix(&self, small: &[PathBuf]) -> Result<usize, SnapshotError> {
-        let mut ids = HashSet::new();
-        let mut merged = Vec::new();
-        for pack in small {
-            if let Ok(listed) = pack_ids(pack) {
-                ids.extend(listed);
-                merged.push(pack.clone());
-            }
-        }
-        let wanted: Vec<ObjectId> = ids.into_iter().collect();
-        let new = self.reopened().write_pack_of(wanted.clone(), &Default::default())?;
-        // The new pack is indexed by what it holds: every id must be there.
-        if let Some(pack) = &new {
-            let held: HashSet<ObjectId> = pack_ids(pack)?.into_iter().collect();
-            if let Some(lost) = wanted.iter().find(|id| !held.contains(*id)) {
-                if !merged.contains(pack) {
-                    self.remove_packs(std::iter::once(pack), None)?;
-                }
-                return Err(SnapshotError::Repository(format!(
-                    "object {lost} is not in the pack that merges the small packs: a pack held other content under its id; nothing was deleted"
-                )));
-            }
-        }
         self.remove_packs(merged.iter(), new.as_ref())?;
         Ok(merged.len())
     }
@@ -558,14 +527,6 @@ impl SnapshotStore {
         }
         Ok(())
     }
-}
-
-/// The ids a pack's index lists.
-fn pack_ids(pack: &Path) -> Result<Vec<ObjectId>, SnapshotError> {
-    let idx = pack.with_extension("idx");
-    let index = gix_pack::index::File::at(&idx, gix::hash::Kind::Sha1)
-        .map_err(|e| err(&format!("reading {}", idx.display()), e))?;
-    Ok(index.iter().map(|e| e.oid).collect())
 }
 
 /// Adds the entries of `pack` whose ids are not in `seen` to `out`, each with its
