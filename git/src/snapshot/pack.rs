@@ -45,8 +45,13 @@ pub const MERGE_SMALL_PACKS_AT: usize = 8;
 /// the objects of packs it cannot load for missing.
 pub const MERGE_SMALL_PACKS_BUSY_AT: usize = 16;
 
-/// A pack smaller than this is a small one, to be merged.
+/// A pack smaller than this, holding fewer than [`SMALL_PACK_OBJECTS`] objects, is a
+/// small one, to be merged (a workspace's first snapshot of 50,000 files may well be
+/// smaller than this: it is not merged again and again).
 pub const SMALL_PACK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// See [`SMALL_PACK_BYTES`].
+pub const SMALL_PACK_OBJECTS: u64 = 1024;
 
 /// Where a snapshot's new objects go.
 pub(super) enum Writes {
@@ -451,12 +456,15 @@ impl SnapshotStore {
         Ok(out.data_path)
     }
 
-    /// The store's small packs (below [`SMALL_PACK_BYTES`]), sorted.
+    /// The store's small packs (below [`SMALL_PACK_BYTES`] and [`SMALL_PACK_OBJECTS`]:
+    /// told by the index's size, 28 bytes an object past its 1,112 fixed ones), sorted.
     fn small_packs(&self) -> Result<Vec<PathBuf>, SnapshotError> {
         let mut small = Vec::new();
         for pack in self.packs()? {
+            let idx_small = std::fs::metadata(pack.with_extension("idx"))
+                .is_ok_and(|m| m.len() < 1112 + 28 * SMALL_PACK_OBJECTS);
             match std::fs::metadata(&pack) {
-                Ok(m) if m.len() < SMALL_PACK_BYTES => small.push(pack),
+                Ok(m) if m.len() < SMALL_PACK_BYTES && idx_small => small.push(pack),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(SnapshotError::io(&pack, e)),
