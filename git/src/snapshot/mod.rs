@@ -211,7 +211,9 @@ impl SnapshotStore {
         if let Some(r) = self.repo.get() {
             return Ok(r.to_thread_local());
         }
-        let repo = gix::open_opts(&self.root, gix::open::Options::isolated())
+        let options = gix::open::Options::isolated()
+            .config_overrides([format!("core.looseCompression={COMPRESSION_LEVEL}")]);
+        let repo = gix::open_opts(&self.root, options)
             .map_err(|e| SnapshotError::git(format!("opening {}", self.root.display()), e))?;
         Ok(self.repo.get_or_init(|| repo.into_sync()).to_thread_local())
     }
@@ -590,6 +592,23 @@ impl SnapshotStore {
         out.sort();
         Ok(out)
     }
+}
+
+/// The zlib level of the objects a snapshot writes, loose or packed. zlib-rs's level 1
+/// (what Git's `core.looseCompression` defaults to) is a faster strategy than zlib's
+/// and compresses worse: a 1 MiB text file took 71,352 bytes against Git's 42,908.
+/// Its level 2 is zlib's level 1: 42,805 bytes, in 2.3 ms where level 1 took 1.9.
+pub(crate) const COMPRESSION_LEVEL: i32 = 2;
+
+/// [`COMPRESSION_LEVEL`] as gix takes it.
+pub(crate) fn compression() -> gix::zlib::Compression {
+    gix::zlib::Compression::new(COMPRESSION_LEVEL).unwrap_or(gix::zlib::Compression::BEST_SPEED)
+}
+
+/// The id the store gives a blob holding `data` (Git's: SHA-1 of the blob), in hex.
+pub fn blob_id(data: &[u8]) -> String {
+    gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::object::Kind::Blob, data)
+        .map_or_else(|_| String::new(), |id| id.to_hex().to_string())
 }
 
 /// Phase timings on stderr when `TACHO_SNAPSHOT_TRACE` is set (for profiling).

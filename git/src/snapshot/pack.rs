@@ -137,8 +137,8 @@ impl Writes {
         let entry = output::Entry::from_data(
             &output::Count::from_data(id, None),
             &gix::objs::Data::new(data, kind, gix::hash::Kind::Sha1),
-            // The level of loose objects (gix's, and Git's core.looseCompression).
-            gix::zlib::Compression::BEST_SPEED,
+            // The level of loose objects.
+            super::compression(),
         )
         .map_err(|e| err(&what(), e))?;
         let mut b = buffer
@@ -189,7 +189,7 @@ impl SnapshotStore {
                         output::Entry::from_data(
                             &output::Count::from_data(*id, None),
                             &gix::objs::Data::new(data, *kind, gix::hash::Kind::Sha1),
-                            gix::zlib::Compression::BEST_SPEED,
+                            super::compression(),
                         )
                         .map_err(|e| err(&format!("writing object {id}"), e))
                     })
