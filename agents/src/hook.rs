@@ -280,6 +280,10 @@ pub struct HookState {
     /// the log.
     #[serde(default)]
     pub observed_heads: BTreeMap<String, Option<String>>,
+    /// Each session's last snapshot a hook took (its id): what a tool output's copy of
+    /// a whole file is checked against before it is stored as a reference to it.
+    #[serde(default)]
+    pub last_snapshot: BTreeMap<String, String>,
     /// For an agent whose transcript names its calls
     /// ([`crate::Adapter::transcript_confirms_calls`]): its transcript has named at
     /// least one call (so a call it does not name is missing from it, not a transcript

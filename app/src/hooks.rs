@@ -9,7 +9,7 @@
 //! read and written under a lock of its own, so concurrent hooks of one session
 //! (parallel tool calls) take turns.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +21,7 @@ use tacho_store::Durability;
 use tacho_store::vfs::{RealFs, Vfs};
 
 use crate::context::Tacho;
+use crate::file_copies;
 use crate::ingest::{Ingest, IngestError, IngestOptions};
 use crate::snapshots::SnapshotOpError;
 use tacho_git::snapshot::SnapshotError;
@@ -374,8 +375,29 @@ impl Tacho {
         {
             let confirms = agent.transcript_confirms_calls();
             let mut read_to_end = false;
+            // The paths each call edited, for its output's copies of whole files.
+            let mut edited: HashMap<String, Vec<String>> = HashMap::new();
+            for a in &actions {
+                if let Action::Event {
+                    body: EventBody::FileEdit(e),
+                    ..
+                } = a
+                    && let Some(call) = &e.call_id
+                {
+                    edited.entry(call.clone()).or_default().push(e.path.clone());
+                }
+            }
             for action in actions {
                 let r = match action {
+                    Action::Event {
+                        session,
+                        body: EventBody::ToolResult(mut result),
+                    } => {
+                        self.store_file_copies_once(&state, &session, &edited, &mut result);
+                        ingest
+                            .event(0, session, self.now(), EventBody::ToolResult(result))
+                            .map_err(|e| e.to_string())
+                    }
                     Action::Event { session, body } => {
                         // The session's end takes no event after it: its unconfirmed
                         // calls are recorded just before.
@@ -417,7 +439,13 @@ impl Tacho {
                         paths,
                         reason,
                         before_step,
-                    } => self.hook_snapshot(&mut ingest, session, &paths, reason, before_step),
+                    } => self
+                        .hook_snapshot(&mut ingest, session.clone(), &paths, reason, before_step)
+                        .map(|id| {
+                            if let Some(id) = id {
+                                state.last_snapshot.insert(session, id);
+                            }
+                        }),
                     Action::Tokens {
                         session,
                         transcript,
@@ -889,7 +917,7 @@ impl Tacho {
                     reason,
                     None,
                 )
-                .map(|()| Vec::new())
+                .map(|_| Vec::new())
         };
         let missed = match taken {
             Ok(m) => m,
@@ -929,8 +957,52 @@ impl Tacho {
             .map_err(|e| e.to_string())
     }
 
+    /// A tool output's copies of whole files the session's last snapshot holds at a
+    /// path the call edited, recorded as references to them (SPEC.md §5.4): an edit
+    /// tool's result may carry the file as it was before the edit, which the call's
+    /// before-snapshot holds.
+    fn store_file_copies_once(
+        &self,
+        state: &HookState,
+        session: &str,
+        edited: &HashMap<String, Vec<String>>,
+        result: &mut tacho_schema::ToolResult,
+    ) {
+        let Some(output) = result
+            .output
+            .as_deref()
+            .filter(|o| o.len() >= file_copies::FILE_COPY_MIN)
+        else {
+            return;
+        };
+        let (Some(snapshot), Some(paths)) = (
+            state.last_snapshot.get(session),
+            edited.get(&result.call_id),
+        ) else {
+            return;
+        };
+        let Ok(store) = self.snapshots() else {
+            return;
+        };
+        let held: Vec<file_copies::HeldFile> = paths
+            .iter()
+            .filter_map(|p| {
+                let e = store.entry(snapshot, p).ok().flatten()?;
+                Some(file_copies::HeldFile {
+                    snapshot: snapshot.clone(),
+                    path: p.clone(),
+                    blob: e.oid.to_hex().to_string(),
+                })
+            })
+            .collect();
+        if let Some(shorter) = file_copies::elide(output, &held) {
+            result.output = Some(shorter);
+        }
+    }
+
     /// A snapshot around a tool call: paths the agent gave absolute are made relative
     /// to the workspace; a path outside it is left out (nothing there can be restored).
+    /// The snapshot's id, if one was taken.
     fn hook_snapshot(
         &self,
         ingest: &mut Ingest<'_>,
@@ -938,9 +1010,9 @@ impl Tacho {
         paths: &[String],
         reason: SnapshotReason,
         before_step: Option<u64>,
-    ) -> Result<(), String> {
+    ) -> Result<Option<String>, String> {
         let Some(ws) = ingest.workspace(&session).map_err(|e| e.to_string())? else {
-            return Ok(()); // a workspace not on this machine: nothing to protect
+            return Ok(None); // a workspace not on this machine: nothing to protect
         };
         let mut rel = Vec::new();
         for p in paths {
@@ -955,7 +1027,7 @@ impl Tacho {
             }
         }
         if !paths.is_empty() && rel.is_empty() {
-            return Ok(()); // every path is outside the workspace
+            return Ok(None); // every path is outside the workspace
         }
         match ingest.snapshot(0, session, Some(ws), self.now(), &rel, reason, before_step) {
             // A workspace snapshots refuse (`/`, the home directory, a pseudo file
@@ -968,9 +1040,9 @@ impl Tacho {
                         SnapshotOpError::Snapshot(SnapshotError::RefusedWorkspace { .. })
                     ) =>
             {
-                Ok(())
+                Ok(None)
             }
-            r => r.map_err(|e| e.to_string()),
+            r => r.map(Some).map_err(|e| e.to_string()),
         }
     }
 

@@ -745,11 +745,13 @@ impl<'t> Ingest<'t> {
             reason,
             req.before_step,
         )
+        .map(drop)
     }
 
     /// Takes a snapshot of `session`'s workspace (or of `workspace`) — of `paths`
     /// only, relative to the workspace, or of everything when empty — and queues its
-    /// event. From the first snapshot until the ingest ends, gc waits.
+    /// event; the snapshot's id. From the first snapshot until the ingest ends, gc
+    /// waits.
     #[allow(clippy::too_many_arguments)] // each is one fact of the snapshot event
     pub fn snapshot(
         &mut self,
@@ -760,7 +762,7 @@ impl<'t> Ingest<'t> {
         paths: &[String],
         reason: SnapshotReason,
         before_step: Option<u64>,
-    ) -> Result<(), IngestError> {
+    ) -> Result<String, IngestError> {
         let source_name = self.opts.source.clone();
         let ws = match workspace {
             Some(w) => Some(w),
@@ -786,7 +788,7 @@ impl<'t> Ingest<'t> {
             time_unix_ns,
             body: taken_event(&snap, &ws, reason, before_step),
         });
-        Ok(())
+        Ok(snap.id)
     }
 
     /// From the first snapshot until the ingest ends, gc waits.

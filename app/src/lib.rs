@@ -24,6 +24,7 @@ mod context;
 mod demo;
 mod end;
 pub mod error;
+pub mod file_copies;
 mod findings;
 mod goals;
 mod hook_scripts;

@@ -626,7 +626,12 @@ impl Tacho {
                             status: r.status,
                             exit_code: r.exit_code,
                             error: r.error.clone(),
-                            output: r.output.clone(),
+                            // As the agent gave it: a whole file stored once is
+                            // put back (left as its reference when it cannot be).
+                            output: r
+                                .output
+                                .as_deref()
+                                .map(|o| self.tool_output(o).unwrap_or_else(|_| o.to_owned())),
                         }),
                     })
                     .collect(),

@@ -1221,3 +1221,80 @@ fn a_conversation_is_forked_before_a_step_and_never_across_a_shared_response() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("keeps no session file"), "{err}");
 }
+
+/// An Edit's result carries the whole file as it was before the edit (Claude Code's
+/// `originalFile`, on every edit): stored once, as a reference to the file the call's
+/// before-snapshot holds, and given back byte for byte where the output is replayed. A
+/// copy that is not exactly the snapshot's file stays in the record whole.
+#[test]
+fn a_whole_file_in_an_edit_result_is_stored_once_and_replayed_byte_for_byte() {
+    let e = Env::new();
+    let s = "f11ec09e-aaaa-4bbb-8ccc-00000000f0c1";
+    // Quotes, backslashes, tabs, a control character and non-ASCII: JSON escapes all.
+    let big: String = (0..3000)
+        .map(|i| format!("line {i} \"q\" \\ \t \u{1} é\n"))
+        .collect();
+    std::fs::write(e.ws.join("src/a.txt"), &big).unwrap();
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let a = e.ws.join("src/a.txt").display().to_string();
+    let mut responses = Vec::new();
+    for (id, old, new, original) in [
+        ("e1", "line 5 ", "LINE 5 ", big.clone()),
+        // The agent's copy is not the file the snapshot holds: kept whole.
+        ("e2", "line 6 ", "LINE 6 ", big.replace("line 7 ", "other ")),
+    ] {
+        let edit = serde_json::json!({"file_path": a, "old_string": old, "new_string": new});
+        e.send(s, "PreToolUse", pre("Edit", id, edit.clone()));
+        let now = std::fs::read_to_string(e.ws.join("src/a.txt")).unwrap();
+        std::fs::write(e.ws.join("src/a.txt"), now.replacen(old, new, 1)).unwrap();
+        let resp = serde_json::json!({
+            "filePath": a, "oldString": old, "newString": new, "originalFile": original,
+            "structuredPatch": [{"oldStart": 6, "oldLines": 1, "newStart": 6, "newLines": 1,
+                                 "lines": [format!("-{old}"), format!("+{new}")]}],
+            "userModified": false, "replaceAll": false,
+        });
+        e.send(
+            s,
+            "PostToolUse",
+            serde_json::json!({"tool_name": "Edit", "tool_use_id": id, "tool_input": edit,
+                               "tool_response": resp}),
+        );
+        responses.push((id, resp.to_string()));
+    }
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    assert_eq!(e.verify(s).0, 0, "{}", e.verify(s).1);
+
+    // What the log holds: the reference for e1, the whole copy for e2.
+    let (code, events, err) = e.tacho(&["session", "replay", s, "--mode", "reconstruct", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let stored = |id: &str| -> String {
+        events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flat_map(|v| v["events"].as_array().cloned().unwrap_or_default())
+            .find(|ev| ev["type"] == "tool.result" && ev["call_id"] == id)
+            .and_then(|ev| ev["output"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no result of {id}"))
+    };
+    let e1 = stored("e1");
+    assert!(e1.contains("\"tacho:file\"") && e1.len() < 2000, "{e1}");
+    let e2 = stored("e2");
+    assert!(
+        e2 == responses[1].1,
+        "e2's copy differs from the file: kept whole"
+    );
+
+    // Replayed as the agent gave it, byte for byte.
+    let (code, expect, err) = e.tacho(&["session", "replay", s, "--mode", "execute", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    for (id, original) in &responses {
+        let out = expect
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flat_map(|v| v["tool_calls"].as_array().cloned().unwrap_or_default())
+            .find(|c| c["call_id"] == *id)
+            .and_then(|c| c["expected"]["output"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no expectation of {id}"));
+        assert!(&out == original, "{id}: the replayed output differs");
+    }
+}
