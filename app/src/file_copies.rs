@@ -56,8 +56,15 @@ pub fn elide(output: &str, held: &[HeldFile]) -> Option<String> {
 
 /// `output` with each reference [`elide`] wrote replaced by the file it names, read
 /// from `store` (whose reads check every object against its id): the output as the
-/// agent gave it. An output without references is returned as it is.
-pub fn expand(output: &str, store: &SnapshotStore) -> Result<String, ExpandError> {
+/// agent gave it. Only a reference `tacho_wrote` accepts is expanded — one naming a
+/// snapshot of the session and a path the call edited, as [`elide`] only ever writes:
+/// an agent's own output that looks like a reference (a shell printing one) is given
+/// as it is. An output without references is returned as it is.
+pub fn expand(
+    output: &str,
+    store: &SnapshotStore,
+    tacho_wrote: &dyn Fn(&str, &str) -> bool,
+) -> Result<String, ExpandError> {
     if !output.contains(FILE_REF_KEY) {
         return Ok(output.to_owned());
     }
@@ -65,11 +72,17 @@ pub fn expand(output: &str, store: &SnapshotStore) -> Result<String, ExpandError
         return Ok(output.to_owned());
     };
     let mut failed = None;
-    expand_refs(&mut value, &mut |r| match read_ref(r, store) {
-        Ok(text) => Some(text),
-        Err(e) => {
-            failed.get_or_insert(e);
-            None
+    expand_refs(&mut value, &mut |r| {
+        let named = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
+        if !tacho_wrote(named("snapshot"), named("path")) {
+            return None;
+        }
+        match read_ref(r, store) {
+            Ok(text) => Some(text),
+            Err(e) => {
+                failed.get_or_insert(e);
+                None
+            }
         }
     });
     if let Some(e) = failed {
@@ -168,12 +181,21 @@ fn read_ref(r: &Map<String, Value>, store: &SnapshotStore) -> Result<String, Exp
 
 impl crate::Tacho {
     /// A tool result's output as the agent gave it: the recorded output with each
-    /// whole file stored once put back in its place, byte for byte (SPEC.md §5.4).
-    pub fn tool_output(&self, stored: &str) -> Result<String, ExpandError> {
+    /// whole file stored once put back in its place, byte for byte (SPEC.md §5.4) —
+    /// a reference that names one of `snapshots` (the session's) and one of `edited`
+    /// (the paths the call's `file.edit` events name), as only tacho writes them.
+    pub fn tool_output(
+        &self,
+        stored: &str,
+        snapshots: &std::collections::HashSet<String>,
+        edited: &[String],
+    ) -> Result<String, ExpandError> {
         if !stored.contains(FILE_REF_KEY) {
             return Ok(stored.to_owned());
         }
-        expand(stored, self.snapshots()?)
+        expand(stored, self.snapshots()?, &|snapshot, path| {
+            snapshots.contains(snapshot) && edited.iter().any(|p| p == path)
+        })
     }
 }
 

@@ -2,7 +2,7 @@
 //! projection against a rebuild), the expectations for a harness that re-drives an
 //! agent, and portable packages. Replay never re-runs the model or a tool.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -586,6 +586,9 @@ impl Tacho {
         let mut model = None;
         let mut inputs: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut results: BTreeMap<String, ToolResult> = BTreeMap::new();
+        // What a tool output's file references may name (SPEC §5.4).
+        let mut snapshots: HashSet<String> = HashSet::new();
+        let mut edited: BTreeMap<String, Vec<String>> = BTreeMap::new();
         self.log().read_session(session, |e| {
             g.apply(e.seq, &e.event);
             match e.event.body {
@@ -595,6 +598,14 @@ impl Tacho {
                 }
                 EventBody::ToolResult(r) => {
                     results.entry(r.call_id.clone()).or_insert(r);
+                }
+                EventBody::SnapshotTaken(t) => {
+                    snapshots.insert(t.snapshot);
+                }
+                EventBody::FileEdit(f) => {
+                    if let Some(call) = f.call_id {
+                        edited.entry(call).or_default().push(f.path);
+                    }
                 }
                 _ => {}
             }
@@ -628,10 +639,11 @@ impl Tacho {
                             error: r.error.clone(),
                             // As the agent gave it: a whole file stored once is
                             // put back (left as its reference when it cannot be).
-                            output: r
-                                .output
-                                .as_deref()
-                                .map(|o| self.tool_output(o).unwrap_or_else(|_| o.to_owned())),
+                            output: r.output.as_deref().map(|o| {
+                                let paths = edited.get(&t.call_id).map_or(&[][..], Vec::as_slice);
+                                self.tool_output(o, &snapshots, paths)
+                                    .unwrap_or_else(|_| o.to_owned())
+                            }),
                         }),
                     })
                     .collect(),

@@ -1261,13 +1261,11 @@ fn a_whole_file_in_an_edit_result_is_stored_once_and_replayed_byte_for_byte() {
         );
         responses.push((id, resp.to_string()));
     }
-    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
-    assert_eq!(e.verify(s).0, 0, "{}", e.verify(s).1);
-
     // What the log holds: the reference for e1, the whole copy for e2.
-    let (code, events, err) = e.tacho(&["session", "replay", s, "--mode", "reconstruct", "--json"]);
-    assert_eq!(code, 0, "{err}");
     let stored = |id: &str| -> String {
+        let (code, events, err) =
+            e.tacho(&["session", "replay", s, "--mode", "reconstruct", "--json"]);
+        assert_eq!(code, 0, "{err}");
         events
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -1283,6 +1281,20 @@ fn a_whole_file_in_an_edit_result_is_stored_once_and_replayed_byte_for_byte() {
         e2 == responses[1].1,
         "e2's copy differs from the file: kept whole"
     );
+
+    // A shell that prints e1's record (the agent copying it from the log): its output
+    // is its own, never expanded into the file.
+    let cmd = serde_json::json!({"command": "cat copied.json"});
+    e.send(s, "PreToolUse", pre("Bash", "b1", cmd.clone()));
+    e.send(
+        s,
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_use_id": "b1", "tool_input": cmd,
+                           "tool_response": {"stdout": e1, "stderr": "", "interrupted": false}}),
+    );
+    responses.push(("b1", e1.clone()));
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    assert_eq!(e.verify(s).0, 0, "{}", e.verify(s).1);
 
     // Replayed as the agent gave it, byte for byte.
     let (code, expect, err) = e.tacho(&["session", "replay", s, "--mode", "execute", "--json"]);
