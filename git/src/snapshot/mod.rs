@@ -111,6 +111,8 @@ fn init_once(root: &Path) -> Result<(), SnapshotError> {
     ));
     gix::init_bare(&tmp)
         .map_err(|e| SnapshotError::git(format!("creating {}", tmp.display()), e))?;
+    // Git's sample hooks (22 KB): no hook ever runs in this store.
+    let _ = std::fs::remove_dir_all(tmp.join("hooks"));
     // The 256 directories of loose objects, made once here (gc leaves them): a store
     // whose first snapshot was a pack would otherwise make them one by one in later
     // snapshots, each as dear as an object.
