@@ -18,6 +18,8 @@ use tacho_git::snapshot::{ExcludeReason, Files, Scope, SnapshotStore};
 mod gc_deltas;
 #[path = "snapshot/modes_attacks.rs"]
 mod modes_attacks;
+#[path = "snapshot/small_pack_attacks.rs"]
+mod small_pack_attacks;
 
 struct Env {
     _tmp: tempfile::TempDir,
