@@ -248,4 +248,29 @@ mod tests {
         let text = serde_json::to_string(&file).unwrap_or_default();
         assert_eq!(elide(&text, &[held_of(&file)]), None);
     }
+
+    /// Red team, regression: outputs whose JSON serde_json would write otherwise
+    /// (exponents, negative zero, duplicate keys, escapes it does not use, a lone
+    /// surrogate) are never elided: expanding could not give them back.
+    #[test]
+    fn unusual_json_is_never_elided() {
+        let file = "z".repeat(FILE_COPY_MIN + 1);
+        let held = [held_of(&file)];
+        let canonical = serde_json::json!({"originalFile": file}).to_string();
+        assert!(elide(&canonical, &held).is_some());
+        let body = &canonical[1..canonical.len() - 1];
+        for odd in [
+            format!("{{{body},\"n\":1e5}}"),
+            format!("{{{body},\"n\":-0}}"),
+            format!("{{{body},\"n\":1.50}}"),
+            format!("{{{body},\"originalFile\":\"x\"}}"),
+            format!("{{\"originalFile\":\"x\",{body}}}"),
+            format!("{{{body},\"n\":\"\\u0041\"}}"),
+            format!("{{{body},\"n\":\"\\/\"}}"),
+            format!("{{{body},\"n\":\"\\ud800\"}}"),
+            format!("{{{body} }}"),
+        ] {
+            assert_eq!(elide(&odd, &held), None, "{}", &odd[odd.len() - 30..]);
+        }
+    }
 }
