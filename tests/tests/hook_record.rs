@@ -1310,3 +1310,108 @@ fn a_whole_file_in_an_edit_result_is_stored_once_and_replayed_byte_for_byte() {
         assert!(&out == original, "{id}: the replayed output differs");
     }
 }
+
+/// What the log holds as a call's output, and what `--mode execute` expects of it.
+fn stored_and_expected(e: &Env, s: &str, id: &str) -> (String, String) {
+    let find = |mode: &str, list: &str, field: &dyn Fn(&serde_json::Value) -> Option<String>| {
+        let (code, out, err) = e.tacho(&["session", "replay", s, "--mode", mode, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        out.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flat_map(|v| v[list].as_array().cloned().unwrap_or_default())
+            .find(|ev| ev["call_id"] == id && field(ev).is_some())
+            .and_then(|ev| field(&ev))
+            .unwrap_or_else(|| panic!("no {mode} output of {id}"))
+    };
+    let stored = find("reconstruct", "events", &|ev| {
+        (ev["type"] == "tool.result")
+            .then(|| ev["output"].as_str().map(str::to_owned))
+            .flatten()
+    });
+    let expected = find("execute", "tool_calls", &|c| {
+        c["expected"]["output"].as_str().map(str::to_owned)
+    });
+    (stored, expected)
+}
+
+/// An Edit of `src/a.txt` (made on disk) with `resp` as its response.
+fn edit_call(e: &Env, s: &str, id: &str, resp: &serde_json::Value) {
+    let a = e.ws.join("src/a.txt").display().to_string();
+    let edit = serde_json::json!({"file_path": a, "old_string": "x", "new_string": "y"});
+    e.send(s, "PreToolUse", pre("Edit", id, edit.clone()));
+    let now = std::fs::read_to_string(e.ws.join("src/a.txt")).unwrap();
+    std::fs::write(e.ws.join("src/a.txt"), format!("{now}{id}\n")).unwrap();
+    e.send(
+        s,
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Edit", "tool_use_id": id, "tool_input": edit,
+                           "tool_response": resp}),
+    );
+}
+
+/// ATTACK: the agent pipes its own PostToolUse payload to `tacho hook` (it runs as the
+/// user): an Edit of `src/a.txt` whose response holds a reference object copied from
+/// the record of an earlier edit. The call edited that path and the reference names a
+/// snapshot of the session, so `--mode execute` expands it: the expected output is
+/// 48 KiB of file the agent never gave, not the 300 bytes it did. (A response holding
+/// thousands of such references expands to thousands of copies of the file.)
+#[test]
+fn a_reference_the_agent_wrote_in_an_edit_response_is_never_expanded() {
+    let e = Env::new();
+    let s = "f11ec09e-aaaa-4bbb-8ccc-00000000f0c2";
+    let big: String = (0..3000).map(|i| format!("line {i} of a.txt\n")).collect();
+    std::fs::write(e.ws.join("src/a.txt"), &big).unwrap();
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let a = e.ws.join("src/a.txt").display().to_string();
+    edit_call(
+        &e,
+        s,
+        "e1",
+        &serde_json::json!({"filePath": a, "originalFile": big}),
+    );
+    let (e1, _) = stored_and_expected(&e, s, "e1");
+    let reference: serde_json::Value =
+        serde_json::from_str::<serde_json::Value>(&e1).unwrap()["originalFile"].clone();
+    assert!(reference.get("tacho:file").is_some(), "{e1}");
+    // The agent's own response: the reference object as it read it from the record.
+    let forged = serde_json::json!({"filePath": a, "note": reference});
+    edit_call(&e, s, "f1", &forged);
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    let (_, expected) = stored_and_expected(&e, s, "f1");
+    assert!(
+        expected == forged.to_string(),
+        "the agent's response ({} bytes) replays as {} bytes",
+        forged.to_string().len(),
+        expected.len()
+    );
+}
+
+/// ATTACK: an Edit response nested as deep as a hook payload may be (126 objects in the
+/// payload's `tool_response`; one more and the hook refuses the payload), the whole
+/// file at the bottom. The reference adds two
+/// levels: the recorded output is deeper than serde_json reads (128), so `expand`
+/// cannot parse it and `--mode execute` gives the reference as recorded, not the
+/// agent's output.
+#[test]
+fn a_whole_file_deep_in_a_response_is_replayed_byte_for_byte() {
+    let e = Env::new();
+    let s = "f11ec09e-aaaa-4bbb-8ccc-00000000f0c3";
+    let big: String = (0..3000).map(|i| format!("line {i} of a.txt\n")).collect();
+    std::fs::write(e.ws.join("src/a.txt"), &big).unwrap();
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let mut resp = serde_json::json!({"originalFile": big});
+    for _ in 0..125 {
+        resp = serde_json::json!({ "n": resp });
+    }
+    edit_call(&e, s, "d1", &resp);
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    let (stored, expected) = stored_and_expected(&e, s, "d1");
+    assert!(
+        expected == resp.to_string(),
+        "replayed {} bytes for the agent's {} (stored {} bytes, a reference: {})",
+        expected.len(),
+        resp.to_string().len(),
+        stored.len(),
+        stored.contains("tacho:file")
+    );
+}
