@@ -39,6 +39,7 @@ pub fn elide(output: &str, held: &[HeldFile]) -> Option<String> {
         return None;
     }
     let mut replaced = 0usize;
+    let mut originals: std::collections::HashMap<String, String> = Default::default();
     replace_strings(&mut value, &mut |s| {
         if s.len() < FILE_COPY_MIN {
             return None;
@@ -46,12 +47,24 @@ pub fn elide(output: &str, held: &[HeldFile]) -> Option<String> {
         let id = gix_blob_id(s.as_bytes())?;
         let file = held.iter().find(|h| h.blob == id)?;
         replaced += 1;
+        originals.insert(id, s.to_owned());
         Some(reference(file, s.len()))
     });
     if replaced == 0 {
         return None;
     }
-    serde_json::to_string(&value).ok()
+    let shorter = serde_json::to_string(&value).ok()?;
+    // Kept only if it reads back into `output`: a reference adds two levels, and an
+    // output already near the reader's depth limit would be recorded past it.
+    let mut back: Value = serde_json::from_str(&shorter).ok()?;
+    let mut ok = true;
+    expand_refs(&mut back, &mut |r| {
+        let blob = r.get("blob").and_then(Value::as_str);
+        let text = blob.and_then(|b| originals.get(b).cloned());
+        ok &= text.is_some();
+        text
+    });
+    (ok && serde_json::to_string(&back).ok()? == output).then_some(shorter)
 }
 
 /// `output` with each reference [`elide`] wrote replaced by the file it names, read
@@ -182,19 +195,23 @@ fn read_ref(r: &Map<String, Value>, store: &SnapshotStore) -> Result<String, Exp
 impl crate::Tacho {
     /// A tool result's output as the agent gave it: the recorded output with each
     /// whole file stored once put back in its place, byte for byte (SPEC.md §5.4) —
-    /// a reference that names one of `snapshots` (the session's) and one of `edited`
-    /// (the paths the call's `file.edit` events name), as only tacho writes them.
+    /// a reference that names `snapshot` (the session's last snapshot before the
+    /// result, the one [`elide`] was given) and one of `edited` (the paths the call's
+    /// `file.edit` events name), each path once, as only tacho writes them.
     pub fn tool_output(
         &self,
         stored: &str,
-        snapshots: &std::collections::HashSet<String>,
+        snapshot: Option<&str>,
         edited: &[String],
     ) -> Result<String, ExpandError> {
-        if !stored.contains(FILE_REF_KEY) {
+        let Some(snapshot) = snapshot.filter(|_| stored.contains(FILE_REF_KEY)) else {
             return Ok(stored.to_owned());
-        }
-        expand(stored, self.snapshots()?, &|snapshot, path| {
-            snapshots.contains(snapshot) && edited.iter().any(|p| p == path)
+        };
+        let expanded = std::cell::RefCell::new(std::collections::HashSet::new());
+        expand(stored, self.snapshots()?, &|s, path| {
+            s == snapshot
+                && edited.iter().any(|p| p == path)
+                && expanded.borrow_mut().insert(path.to_owned())
         })
     }
 }

@@ -2,7 +2,7 @@
 //! projection against a rebuild), the expectations for a harness that re-drives an
 //! agent, and portable packages. Replay never re-runs the model or a tool.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -586,8 +586,10 @@ impl Tacho {
         let mut model = None;
         let mut inputs: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut results: BTreeMap<String, ToolResult> = BTreeMap::new();
-        // What a tool output's file references may name (SPEC §5.4).
-        let mut snapshots: HashSet<String> = HashSet::new();
+        // What a tool output's file references may name (SPEC §5.4): the session's
+        // last snapshot before the result, and the paths the call edited.
+        let mut last_snapshot: Option<String> = None;
+        let mut snapshot_before: BTreeMap<String, String> = BTreeMap::new();
         let mut edited: BTreeMap<String, Vec<String>> = BTreeMap::new();
         self.log().read_session(session, |e| {
             g.apply(e.seq, &e.event);
@@ -597,10 +599,15 @@ impl Tacho {
                     inputs.insert(c.call_id, c.input);
                 }
                 EventBody::ToolResult(r) => {
+                    if let Some(last) = &last_snapshot {
+                        snapshot_before
+                            .entry(r.call_id.clone())
+                            .or_insert_with(|| last.clone());
+                    }
                     results.entry(r.call_id.clone()).or_insert(r);
                 }
                 EventBody::SnapshotTaken(t) => {
-                    snapshots.insert(t.snapshot);
+                    last_snapshot = Some(t.snapshot);
                 }
                 EventBody::FileEdit(f) => {
                     if let Some(call) = f.call_id {
@@ -641,7 +648,8 @@ impl Tacho {
                             // put back (left as its reference when it cannot be).
                             output: r.output.as_deref().map(|o| {
                                 let paths = edited.get(&t.call_id).map_or(&[][..], Vec::as_slice);
-                                self.tool_output(o, &snapshots, paths)
+                                let before = snapshot_before.get(&t.call_id).map(String::as_str);
+                                self.tool_output(o, before, paths)
                                     .unwrap_or_else(|_| o.to_owned())
                             }),
                         }),

@@ -1349,12 +1349,13 @@ fn edit_call(e: &Env, s: &str, id: &str, resp: &serde_json::Value) {
     );
 }
 
-/// ATTACK: the agent pipes its own PostToolUse payload to `tacho hook` (it runs as the
-/// user): an Edit of `src/a.txt` whose response holds a reference object copied from
-/// the record of an earlier edit. The call edited that path and the reference names a
-/// snapshot of the session, so `--mode execute` expands it: the expected output is
-/// 48 KiB of file the agent never gave, not the 300 bytes it did. (A response holding
-/// thousands of such references expands to thousands of copies of the file.)
+/// The agent pipes its own PostToolUse payload to `tacho hook` (it runs as the user):
+/// an Edit of `src/a.txt` whose response holds a reference object copied from the
+/// record of an earlier edit. A reference is expanded only when it names the snapshot
+/// the session took last before the result (this one names an earlier) and a path the
+/// call edited, each path once: the agent's response replays as it gave it. (Before,
+/// any snapshot of the session passed: 48 KiB of file the agent never gave, and a
+/// response of thousands of references expanded to thousands of copies.)
 #[test]
 fn a_reference_the_agent_wrote_in_an_edit_response_is_never_expanded() {
     let e = Env::new();
@@ -1386,12 +1387,11 @@ fn a_reference_the_agent_wrote_in_an_edit_response_is_never_expanded() {
     );
 }
 
-/// ATTACK: an Edit response nested as deep as a hook payload may be (126 objects in the
+/// An Edit response nested as deep as a hook payload may be (126 objects in the
 /// payload's `tool_response`; one more and the hook refuses the payload), the whole
-/// file at the bottom. The reference adds two
-/// levels: the recorded output is deeper than serde_json reads (128), so `expand`
-/// cannot parse it and `--mode execute` gives the reference as recorded, not the
-/// agent's output.
+/// file at the bottom. A reference adds two levels, past what serde_json reads (128):
+/// such an output is recorded whole (a shorter one is kept only if it reads back into
+/// the output), and replays byte for byte.
 #[test]
 fn a_whole_file_deep_in_a_response_is_replayed_byte_for_byte() {
     let e = Env::new();

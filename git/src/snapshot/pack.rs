@@ -461,10 +461,11 @@ impl SnapshotStore {
     fn small_packs(&self) -> Result<Vec<PathBuf>, SnapshotError> {
         let mut small = Vec::new();
         for pack in self.packs()? {
-            let idx_small = std::fs::metadata(pack.with_extension("idx"))
-                .is_ok_and(|m| m.len() < 1112 + 28 * SMALL_PACK_OBJECTS);
-            match std::fs::metadata(&pack) {
-                Ok(m) if m.len() < SMALL_PACK_BYTES && idx_small => small.push(pack),
+            // Regular files only (never a link or a FIFO put there).
+            let idx_small = std::fs::symlink_metadata(pack.with_extension("idx"))
+                .is_ok_and(|m| m.is_file() && m.len() < 1112 + 28 * SMALL_PACK_OBJECTS);
+            match std::fs::symlink_metadata(&pack) {
+                Ok(m) if m.is_file() && m.len() < SMALL_PACK_BYTES && idx_small => small.push(pack),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(SnapshotError::io(&pack, e)),
@@ -477,8 +478,8 @@ impl SnapshotStore {
     /// ([`MERGE_SMALL_PACKS_AT`] or [`MERGE_SMALL_PACKS_BUSY_AT`]: a watcher writes one
     /// per snapshot), under the store's write guard taken without waiting (as a
     /// snapshot writes: never while gc runs).
-    /// Each object is copied as its pack holds it; the new pack (indexed by the ids
-    /// the small packs' indexes list) is synced before they are deleted, so a snapshot
+    /// Each object is copied as its pack holds it, once it decompressed and hashed to
+    /// its id ([`copy_entries`]); the new pack is synced before they are deleted, so a snapshot
     /// written meanwhile that found an object in a small pack still finds it. A pack
     /// holding deltas (gc's) or one that cannot be read is left alone. How many packs
     /// were merged (0: none due, or gc holds the store).
@@ -494,10 +495,10 @@ impl SnapshotStore {
             return Ok(0);
         }
         // Each entry copied as its small pack holds it (a watcher's small packs hold
-        // whole objects only): no object is decompressed or hashed again (every read
-        // hashes it), as gc copies what packs hold. A pack of deltas (gc's) is left
-        // as it is, and so is a pack that cannot be read (torn by a crash: small packs
-        // are not synced), for gc to report.
+        // whole objects only), once checked against its id: the merged pack is indexed
+        // by the ids the small packs' indexes give. A pack of deltas (gc's) is left as
+        // it is, and so is a pack that fails a check (torn by a crash, small packs
+        // being unsynced, or put there), for gc to report.
         let mut seen = HashSet::new();
         let mut entries = Vec::new();
         let mut merged = Vec::with_capacity(small.len());
@@ -539,29 +540,53 @@ impl SnapshotStore {
 
 /// Adds the entries of `pack` whose ids are not in `seen` to `out`, each with its
 /// compressed bytes as the pack holds them; `false` (and nothing added) when the pack
-/// holds a delta, whose base the copy could not keep where it was.
+/// holds a delta, whose base the copy could not keep where it was. Every entry is
+/// checked first, as nothing else would check it before the pack that holds it goes:
+/// the pack (a regular file, opened without following a link or waiting, read up to
+/// [`SMALL_PACK_BYTES`]) must end with its own checksum, the one its index names, and
+/// each entry must decompress to its size and hash to the id the index gives it. An
+/// error leaves the pack out of the merge (and in the store).
 fn copy_entries(
     pack: &Path,
     seen: &mut HashSet<ObjectId>,
     out: &mut Vec<output::Entry>,
 ) -> Result<bool, SnapshotError> {
+    use std::io::Read;
     let idx = pack.with_extension("idx");
     let index = gix_pack::index::File::at(&idx, gix::hash::Kind::Sha1)
         .map_err(|e| err(&format!("reading {}", idx.display()), e))?;
-    let bytes = std::fs::read(pack).map_err(|e| SnapshotError::io(pack, e))?;
+    let damaged = |what: String| SnapshotError::Repository(format!("{}: {what}", pack.display()));
+    let (file, _) = super::tree::open_regular(pack)
+        .map_err(|e| SnapshotError::io(pack, e))?
+        .map_err(|why| damaged(format!("not read: {why:?}")))?;
+    let mut bytes = Vec::new();
+    file.take(SMALL_PACK_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| SnapshotError::io(pack, e))?;
+    if bytes.len() as u64 > SMALL_PACK_BYTES {
+        return Err(damaged("larger than a small pack".into()));
+    }
+    let end_of_entries = bytes
+        .len()
+        .checked_sub(20)
+        .ok_or_else(|| damaged("no trailer".into()))?;
+    let (body, trailer) = bytes.split_at(end_of_entries);
+    let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
+    hasher.update(body);
+    let sum = hasher
+        .try_finalize()
+        .map_err(|e| err("hashing a pack", e))?;
+    if sum.as_bytes() != trailer || sum != index.pack_checksum() {
+        return Err(damaged("its checksum is not its own or its index's".into()));
+    }
+    let end_of_entries = end_of_entries as u64;
     let mut located: Vec<(u64, ObjectId)> = index.iter().map(|e| (e.pack_offset, e.oid)).collect();
     located.sort_unstable();
-    // The entries lie one after the other up to the trailer.
-    let end_of_entries = (bytes.len() as u64).saturating_sub(20);
+    let mut inflate = gix::zlib::Inflate::default();
     let mut mine = Vec::with_capacity(located.len());
     for (k, (offset, id)) in located.iter().enumerate() {
         let end = located.get(k + 1).map_or(end_of_entries, |n| n.0);
-        let corrupt = || {
-            SnapshotError::Repository(format!(
-                "{}: entry of {id} at {offset} is damaged",
-                pack.display()
-            ))
-        };
+        let corrupt = || damaged(format!("entry of {id} at {offset} is damaged"));
         let raw = bytes
             .get(*offset as usize..end as usize)
             .ok_or_else(corrupt)?;
@@ -573,10 +598,24 @@ fn copy_entries(
         let data = raw
             .get((entry.data_offset - offset) as usize..)
             .ok_or_else(corrupt)?;
+        let size = usize::try_from(entry.decompressed_size).map_err(|_| corrupt())?;
+        if size as u64 > SMALL_PACK_BYTES * 1024 {
+            return Err(corrupt());
+        }
+        let mut object = vec![0u8; size];
+        inflate.reset();
+        match inflate.once(data, &mut object) {
+            Ok((gix::zlib::Status::StreamEnd, used, written))
+                if used == data.len() && written == size => {}
+            _ => return Err(corrupt()),
+        }
+        if gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, &object).ok() != Some(*id) {
+            return Err(damaged(format!("entry at {offset} does not hold {id}")));
+        }
         mine.push(output::Entry {
             id: *id,
             kind: output::entry::Kind::Base(kind),
-            decompressed_size: usize::try_from(entry.decompressed_size).map_err(|_| corrupt())?,
+            decompressed_size: size,
             compressed_data: data.to_vec(),
         });
     }
