@@ -1379,10 +1379,11 @@ fn a_reference_the_agent_wrote_in_an_edit_response_is_never_expanded() {
     edit_call(&e, s, "f1", &forged);
     e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
     let (_, expected) = stored_and_expected(&e, s, "f1");
+    let given = forged.to_string();
     assert!(
-        expected == forged.to_string(),
+        expected == given,
         "the agent's response ({} bytes) replays as {} bytes",
-        forged.to_string().len(),
+        given.len(),
         expected.len()
     );
 }
@@ -1406,11 +1407,12 @@ fn a_whole_file_deep_in_a_response_is_replayed_byte_for_byte() {
     edit_call(&e, s, "d1", &resp);
     e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
     let (stored, expected) = stored_and_expected(&e, s, "d1");
+    let given = resp.to_string();
     assert!(
-        expected == resp.to_string(),
+        expected == given,
         "replayed {} bytes for the agent's {} (stored {} bytes, a reference: {})",
         expected.len(),
-        resp.to_string().len(),
+        given.len(),
         stored.len(),
         stored.contains("tacho:file")
     );
