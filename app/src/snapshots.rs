@@ -553,7 +553,7 @@ impl Tacho {
     }
 
     /// `tacho gc`: drops snapshots that no recorded session references, deletes the
-    /// objects only they held, and packs the rest.
+    /// objects only they held, and packs the rest; then compacts the log's index.
     pub fn gc(&self, dry_run: bool) -> Result<GcOutcome, SnapshotOpError> {
         let log = self.log();
         let mut referenced = 0;
@@ -567,6 +567,11 @@ impl Tacho {
             Ok(keep)
         };
         let report = self.snapshots()?.gc_with(keep, dry_run)?;
+        // The log's index (derived) is folded too: its appended records, one per
+        // committed batch (260 bytes each), into the snapshot of it they amount to.
+        if !dry_run {
+            log.index_compact()?;
+        }
         Ok(GcOutcome {
             dry_run,
             referenced,
