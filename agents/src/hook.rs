@@ -367,6 +367,11 @@ impl HookState {
                 .or_default()
                 .observe(body);
         }
+        // A snapshot recorded by something else (`tacho snapshot --session`).
+        if let EventBody::SnapshotTaken(t) = body {
+            self.last_snapshot
+                .insert(session.to_string(), t.snapshot.clone());
+        }
         if let Some(t) = self.track_mut(session) {
             t.observe(agent, body);
         }

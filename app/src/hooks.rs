@@ -413,11 +413,15 @@ impl Tacho {
                         // And the workspace as the session leaves it: a change no tool
                         // call made after the last turn's end (the user's, while the
                         // agent waited) is seen and listed apart too.
-                        if main_end
-                            && let Err(msg) =
-                                self.turn_end_check(&mut ingest, &session, SnapshotReason::Final)
-                        {
-                            problem(&mut answer, msg);
+                        if main_end {
+                            match self.turn_end_check(&mut ingest, &session, SnapshotReason::Final)
+                            {
+                                Ok(Some(id)) => {
+                                    state.last_snapshot.insert(session.clone(), id);
+                                }
+                                Ok(None) => {}
+                                Err(msg) => problem(&mut answer, msg),
+                            }
                         }
                         // Late replies are still to come: the end waits for them.
                         if let EventBody::SessionEnd(end) = &body
@@ -524,11 +528,15 @@ impl Tacho {
             // At each turn's end the record holds a full scan of tacho's own; with a
             // watcher serving the workspace, what it had not seen is evidence (SPEC
             // §10.6: a write through a hard link raises no event in the workspace).
-            if event == "Stop"
-                && let Err(msg) =
-                    self.turn_end_check(&mut ingest, &state.main.session, SnapshotReason::Step)
-            {
-                problem(&mut answer, msg);
+            if event == "Stop" {
+                let main = state.main.session.clone();
+                match self.turn_end_check(&mut ingest, &main, SnapshotReason::Step) {
+                    Ok(Some(id)) => {
+                        state.last_snapshot.insert(main, id);
+                    }
+                    Ok(None) => {}
+                    Err(msg) => problem(&mut answer, msg),
+                }
             }
             for named in std::mem::take(&mut elsewhere) {
                 let body = EventBody::Error(tacho_schema::ErrorEvent {
@@ -891,15 +899,15 @@ impl Tacho {
     /// between calls an edit tool snapshots only the file of) is seen and listed apart,
     /// not first met as a conflict by a rollback (SPEC §13.2). With a watcher running
     /// it is read by this process and checked against the watcher's; paths it missed
-    /// are recorded as an error.
+    /// are recorded as an error. The snapshot's id, if one was taken.
     fn turn_end_check(
         &self,
         ingest: &mut Ingest<'_>,
         session: &str,
         reason: SnapshotReason,
-    ) -> Result<(), String> {
+    ) -> Result<Option<String>, String> {
         let Some(ws) = ingest.workspace(session).map_err(|e| e.to_string())? else {
-            return Ok(());
+            return Ok(None);
         };
         // The session's end takes what the watcher serves (Claude Code gives every
         // SessionEnd hook 1.5 s in all, and a checked scan of a large workspace can
@@ -917,9 +925,9 @@ impl Tacho {
                     reason,
                     None,
                 )
-                .map(|_| Vec::new())
+                .map(|id| (id, Vec::new()))
         };
-        let missed = match taken {
+        let (id, missed) = match taken {
             Ok(m) => m,
             Err(IngestError::Snapshot { error, .. })
                 if matches!(
@@ -927,12 +935,12 @@ impl Tacho {
                     SnapshotOpError::Snapshot(SnapshotError::RefusedWorkspace { .. })
                 ) =>
             {
-                return Ok(());
+                return Ok(None);
             }
             Err(e) => return Err(e.to_string()),
         };
         if missed.is_empty() {
-            return Ok(());
+            return Ok(Some(id));
         }
         const LISTED: usize = 20;
         let mut list: Vec<&str> = missed.iter().take(LISTED).map(String::as_str).collect();
@@ -954,6 +962,7 @@ impl Tacho {
         });
         ingest
             .event(0, session.to_owned(), self.now(), body)
+            .map(|()| Some(id))
             .map_err(|e| e.to_string())
     }
 

@@ -817,7 +817,7 @@ impl<'t> Ingest<'t> {
         workspace: &Path,
         time_unix_ns: i64,
         reason: SnapshotReason,
-    ) -> Result<Vec<String>, IngestError> {
+    ) -> Result<(String, Vec<String>), IngestError> {
         self.hold_snapshots(0)?;
         let (checked, ws) = self
             .tacho
@@ -833,7 +833,7 @@ impl<'t> Ingest<'t> {
             time_unix_ns,
             body: taken_event(&checked.snapshot, &ws, reason, None),
         });
-        Ok(checked.missed)
+        Ok((checked.snapshot.id.clone(), checked.missed))
     }
 
     /// One typed event from outside, with the snapshots automatic mode takes around

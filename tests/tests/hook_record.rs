@@ -1417,3 +1417,46 @@ fn a_whole_file_deep_in_a_response_is_replayed_byte_for_byte() {
         stored.contains("tacho:file")
     );
 }
+
+/// A snapshot recorded in the session between an Edit's `PreToolUse` and its result by
+/// something else (`tacho snapshot --session`) is the one the result's copy of the file
+/// is checked against, as the replay checks it: still stored once, still replayed byte
+/// for byte.
+#[test]
+fn a_snapshot_recorded_between_a_call_and_its_result_is_the_one_a_copy_is_checked_against() {
+    let e = Env::new();
+    let s = "f11ec09e-aaaa-4bbb-8ccc-00000000f0c4";
+    let big: String = (0..3000).map(|i| format!("line {i} of a.txt\n")).collect();
+    std::fs::write(e.ws.join("src/a.txt"), &big).unwrap();
+    e.send(s, "SessionStart", serde_json::json!({"source": "startup"}));
+    let a = e.ws.join("src/a.txt").display().to_string();
+    let edit = serde_json::json!({"file_path": a, "old_string": "line 5 ", "new_string": "L5 "});
+    e.send(s, "PreToolUse", pre("Edit", "e1", edit.clone()));
+    // Another file changes, and the user snapshots the workspace into the session.
+    std::fs::write(e.ws.join("src/b.txt"), "changed\n").unwrap();
+    let (code, _, err) = e.tacho(&["snapshot", "--session", s]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(e.ws.join("src/a.txt"), big.replacen("line 5 ", "L5 ", 1)).unwrap();
+    let resp = serde_json::json!({"filePath": a, "oldString": "line 5 ", "newString": "L5 ",
+                                  "originalFile": big, "userModified": false});
+    e.send(
+        s,
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Edit", "tool_use_id": "e1", "tool_input": edit,
+                           "tool_response": resp}),
+    );
+    e.send(s, "Stop", serde_json::json!({"stop_hook_active": false}));
+    let (stored, expected) = stored_and_expected(&e, s, "e1");
+    assert!(
+        stored.contains("\"tacho:file\""),
+        "stored whole: {} bytes",
+        stored.len()
+    );
+    let given = resp.to_string();
+    assert!(
+        expected == given,
+        "replayed {} bytes for {}",
+        expected.len(),
+        given.len()
+    );
+}
