@@ -266,6 +266,93 @@ fn claude_code_recorded_through_hooks_with_rollback_and_the_stop_gate() {
 /// `--dangerously-bypass-hook-trust`; a user approves the hooks once in Codex). Its
 /// hook payloads carry no exit code: the result waits for the rollout's.
 /// Codex's configuration in `codex_home`: the model served by `mock`.
+/// The real Claude Code edits a 50 KB file: its `Edit` result carries the whole file as
+/// it was (`originalFile`), which the call's before-snapshot holds. The record keeps a
+/// reference to it (SPEC §5.4), and the replay gives the file back in its place.
+#[test]
+fn claude_code_edit_results_keep_the_whole_file_once_and_replay_it() {
+    let Some(claude) = npm_bin("claude") else {
+        return;
+    };
+    let e = Env::new();
+    let (code, out, err) = e.tacho(&["hooks", "install", "claude-code"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let session = "5e551011-aaaa-4bbb-8ccc-00000000a0f1";
+    let big: String = (0..2000)
+        .map(|i| format!("const VALUE_{i}: u32 = {i};\n"))
+        .collect();
+    std::fs::write(e.ws.join("src/big.rs"), &big).unwrap();
+    let path = e.ws.join("src/big.rs").display().to_string();
+    let script = serde_json::json!([
+        [{"tool": "Read", "input": {"file_path": path}}],
+        [{"tool": "Edit", "input": {"file_path": path, "old_string": "VALUE_7: u32 = 7;", "new_string": "VALUE_7: u32 = 70;"}}],
+        [{"text": "Done."}]
+    ]);
+    let mock = Mock::start(&e.dir, &script);
+    e.claude(&claude, &mock, session, "Make value 7 seventy");
+    drop(mock);
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("src/big.rs")).unwrap(),
+        big.replacen("VALUE_7: u32 = 7;", "VALUE_7: u32 = 70;", 1)
+    );
+    let (code, out, err) = e.tacho(&["session", "replay", session, "--mode", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // The record: the Edit's result holds a reference, not the 50 KB.
+    let (code, events, err) = e.tacho(&[
+        "session",
+        "replay",
+        session,
+        "--mode",
+        "reconstruct",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let events: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|v| v["events"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let call = events
+        .iter()
+        .find(|ev| ev["type"] == "tool.call" && ev["tool"] == "Edit")
+        .and_then(|ev| ev["call_id"].as_str())
+        .expect("an Edit call")
+        .to_owned();
+    let stored = events
+        .iter()
+        .find(|ev| ev["type"] == "tool.result" && ev["call_id"] == call.as_str())
+        .and_then(|ev| ev["output"].as_str())
+        .expect("its result")
+        .to_owned();
+    assert!(
+        stored.contains("\"tacho:file\"") && stored.len() < 8 * 1024,
+        "{} bytes stored: {}",
+        stored.len(),
+        stored.chars().take(300).collect::<String>()
+    );
+
+    // The replay: the file back in its place, the rest as Claude Code gave it.
+    let (code, expect, err) =
+        e.tacho(&["session", "replay", session, "--mode", "execute", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let replayed = expect
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|v| v["tool_calls"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["call_id"] == call.as_str())
+        .and_then(|c| c["expected"]["output"].as_str().map(str::to_owned))
+        .expect("the Edit's expectation");
+    let replayed: serde_json::Value = serde_json::from_str(&replayed).unwrap();
+    assert!(
+        replayed["originalFile"] == big.as_str(),
+        "the file is not back in its place"
+    );
+    let mut stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    stored["originalFile"] = serde_json::Value::String(big.clone());
+    assert_eq!(stored, replayed);
+}
+
 fn codex_config(codex_home: &Path, mock: &Mock) {
     std::fs::write(
         codex_home.join("config.toml"),
