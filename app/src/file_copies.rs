@@ -120,14 +120,9 @@ pub enum ExpandError {
 }
 
 fn reference(file: &HeldFile, bytes: usize) -> Value {
-    let mut inner = Map::new();
-    inner.insert("snapshot".into(), Value::String(file.snapshot.clone()));
-    inner.insert("path".into(), Value::String(file.path.clone()));
-    inner.insert("blob".into(), Value::String(file.blob.clone()));
-    inner.insert("bytes".into(), Value::from(bytes as u64));
-    let mut outer = Map::new();
-    outer.insert(FILE_REF_KEY.into(), Value::Object(inner));
-    Value::Object(outer)
+    serde_json::json!({FILE_REF_KEY: {
+        "snapshot": file.snapshot, "path": file.path, "blob": file.blob, "bytes": bytes,
+    }})
 }
 
 /// The Git blob id of `data` (as the snapshot store names it), in hex.

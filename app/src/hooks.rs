@@ -389,16 +389,10 @@ impl Tacho {
             }
             for action in actions {
                 let r = match action {
-                    Action::Event {
-                        session,
-                        body: EventBody::ToolResult(mut result),
-                    } => {
-                        self.store_file_copies_once(&state, &session, &edited, &mut result);
-                        ingest
-                            .event(0, session, self.now(), EventBody::ToolResult(result))
-                            .map_err(|e| e.to_string())
-                    }
-                    Action::Event { session, body } => {
+                    Action::Event { session, mut body } => {
+                        if let EventBody::ToolResult(result) = &mut body {
+                            self.store_file_copies_once(&state, &session, &edited, result);
+                        }
                         // The session's end takes no event after it: its unconfirmed
                         // calls are recorded just before.
                         let main_end = session == state.main.session

@@ -1262,18 +1262,7 @@ fn a_whole_file_in_an_edit_result_is_stored_once_and_replayed_byte_for_byte() {
         responses.push((id, resp.to_string()));
     }
     // What the log holds: the reference for e1, the whole copy for e2.
-    let stored = |id: &str| -> String {
-        let (code, events, err) =
-            e.tacho(&["session", "replay", s, "--mode", "reconstruct", "--json"]);
-        assert_eq!(code, 0, "{err}");
-        events
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .flat_map(|v| v["events"].as_array().cloned().unwrap_or_default())
-            .find(|ev| ev["type"] == "tool.result" && ev["call_id"] == id)
-            .and_then(|ev| ev["output"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| panic!("no result of {id}"))
-    };
+    let stored = |id: &str| stored_and_expected(&e, s, id).0;
     let e1 = stored("e1");
     assert!(e1.contains("\"tacho:file\"") && e1.len() < 2000, "{e1}");
     let e2 = stored("e2");
@@ -1297,16 +1286,8 @@ fn a_whole_file_in_an_edit_result_is_stored_once_and_replayed_byte_for_byte() {
     assert_eq!(e.verify(s).0, 0, "{}", e.verify(s).1);
 
     // Replayed as the agent gave it, byte for byte.
-    let (code, expect, err) = e.tacho(&["session", "replay", s, "--mode", "execute", "--json"]);
-    assert_eq!(code, 0, "{err}");
     for (id, original) in &responses {
-        let out = expect
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .flat_map(|v| v["tool_calls"].as_array().cloned().unwrap_or_default())
-            .find(|c| c["call_id"] == *id)
-            .and_then(|c| c["expected"]["output"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| panic!("no expectation of {id}"));
+        let (_, out) = stored_and_expected(&e, s, id);
         assert!(&out == original, "{id}: the replayed output differs");
     }
 }
