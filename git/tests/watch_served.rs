@@ -428,10 +428,11 @@ fn a_watchers_small_packs_are_merged_and_every_snapshot_still_reads_back() {
         most >= 4,
         "the watcher wrote no small packs ({most} packs at most)"
     );
-    // 24 steps wrote at least 24 small packs; once the watcher is idle, what is left
-    // of them is merged too (awaited: the watcher does it on its own time).
+    // 24 steps wrote at least 24 small packs; once the watcher is idle, 8 or more
+    // left are merged too (awaited: the watcher does it on its own time). Fewer stay
+    // until more gather: at most 7 small ones, beside the torn pack.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while pack_count(&s.root) > 3 {
+    while pack_count(&s.root) > 8 {
         assert!(
             std::time::Instant::now() < deadline,
             "{} packs: the small packs were not merged",
