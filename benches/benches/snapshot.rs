@@ -396,7 +396,9 @@ fn inside_git(c: &mut Criterion) {
             },
             |()| {
                 let s = watched();
-                assert!(s.watched && s.files_read == 10, "{s:?}");
+                // The watcher may have hashed the 10 files ahead, and taken the
+                // snapshot itself: then this one reads none (SPEC §10.6).
+                assert!(s.watched && s.files_read <= 10, "{s:?}");
             },
             BatchSize::PerIteration,
         )
